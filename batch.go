@@ -1,0 +1,132 @@
+package upsert
+
+import (
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// Pinecone's per-request limits (docs.pinecone.io, database limits).
+const (
+	// MaxBatchSize is the most vectors Pinecone accepts in one upsert
+	// request.
+	MaxBatchSize = 1000
+
+	// MaxRequestBytes is the largest upsert request Pinecone accepts: 2 MB.
+	// Batches are cut so that the encoded request never exceeds it.
+	MaxRequestBytes = 2_000_000
+)
+
+// item is one record on its way through the pipeline.
+type item struct {
+	seq  int // position in the input: the index in the slice given to All
+	vec  *pinecone.Vector
+	size int // bytes the record adds to an encoded UpsertRequest
+}
+
+// Field numbers of the SDK's gRPC messages (db_data_2025-10.proto). The
+// sizes below are the exact protobuf encoding; a test checks them against
+// proto.Size of the SDK's registered messages.
+const (
+	fieldRequestVectors   = 1 // UpsertRequest.vectors
+	fieldRequestNamespace = 2 // UpsertRequest.namespace
+	fieldVectorID         = 1 // Vector.id
+	fieldVectorValues     = 2 // Vector.values (packed fixed32)
+	fieldVectorMetadata   = 3 // Vector.metadata (google.protobuf.Struct)
+	fieldVectorSparse     = 4 // Vector.sparse_values
+	fieldSparseIndices    = 1 // SparseValues.indices (packed varint)
+	fieldSparseValues     = 2 // SparseValues.values (packed fixed32)
+)
+
+// requestOverhead returns the bytes an UpsertRequest spends on its
+// namespace.
+func requestOverhead(namespace string) int {
+	if namespace == "" {
+		return 0
+	}
+	return protowire.SizeTag(fieldRequestNamespace) + protowire.SizeBytes(len(namespace))
+}
+
+// wireSize returns how many bytes v adds to an encoded UpsertRequest,
+// including its field tag and length. metadataSize is proto.Size of its
+// metadata, or -1 to compute it.
+func wireSize(v *pinecone.Vector, metadataSize int) int {
+	n := vectorSize(v, metadataSize)
+	return protowire.SizeTag(fieldRequestVectors) + protowire.SizeBytes(n)
+}
+
+func vectorSize(v *pinecone.Vector, metadataSize int) int {
+	n := 0
+	if v.Id != "" {
+		n += protowire.SizeTag(fieldVectorID) + protowire.SizeBytes(len(v.Id))
+	}
+	if v.Values != nil && len(*v.Values) > 0 {
+		n += protowire.SizeTag(fieldVectorValues) + protowire.SizeBytes(4*len(*v.Values))
+	}
+	if v.Metadata != nil {
+		if metadataSize < 0 {
+			metadataSize = proto.Size(v.Metadata)
+		}
+		n += protowire.SizeTag(fieldVectorMetadata) + protowire.SizeBytes(metadataSize)
+	}
+	if s := v.SparseValues; s != nil {
+		n += protowire.SizeTag(fieldVectorSparse) + protowire.SizeBytes(sparseSize(s))
+	}
+	return n
+}
+
+func sparseSize(s *pinecone.SparseValues) int {
+	n := 0
+	if len(s.Indices) > 0 {
+		packed := 0
+		for _, i := range s.Indices {
+			packed += protowire.SizeVarint(uint64(i))
+		}
+		n += protowire.SizeTag(fieldSparseIndices) + protowire.SizeBytes(packed)
+	}
+	if len(s.Values) > 0 {
+		n += protowire.SizeTag(fieldSparseValues) + protowire.SizeBytes(4*len(s.Values))
+	}
+	return n
+}
+
+// batcher cuts a stream of items into batches by count and by encoded
+// request size. The count limit is read on every add, so that an adaptive
+// batch size takes effect at the next batch.
+type batcher struct {
+	maxBytes int // for the records alone: MaxRequestBytes less the request's overhead
+	items    []item
+	bytes    int
+}
+
+// add appends it and returns the batch that was closed to make room, or
+// nil. maxCount is the batch size the caller wants now.
+func (b *batcher) add(it item, maxCount int) (full []item) {
+	if len(b.items) > 0 && (len(b.items) >= maxCount || b.bytes+it.size > b.maxBytes) {
+		full = b.take()
+	}
+	if b.items == nil {
+		b.items = make([]item, 0, maxCount)
+	}
+	b.items = append(b.items, it)
+	b.bytes += it.size
+	if len(b.items) >= maxCount && full == nil {
+		full = b.take()
+	}
+	return full
+}
+
+// take returns the pending batch, possibly empty, and starts a new one.
+func (b *batcher) take() []item {
+	full := b.items
+	b.items, b.bytes = nil, 0
+	return full
+}
+
+// split returns the two halves of a batch, the first one larger when the
+// length is odd. The first half's capacity is cut so that nothing appended
+// to it could overwrite the second.
+func split(items []item) (first, second []item) {
+	mid := (len(items) + 1) / 2
+	return items[:mid:mid], items[mid:]
+}

@@ -1,0 +1,250 @@
+package upsert
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Classify returns the class of err: what kind of failure it is and so what
+// the library does about it. It understands *pinecone.PineconeError (HTTP
+// statuses), gRPC status errors (also wrapped), context errors, net and
+// syscall errors, *backoff.PermanentError and the library's own [*Error].
+// An error it does not recognise is [ClassServer]: retried a few times, then
+// reported. Classify(nil) returns 0.
+//
+// Classify cannot tell the caller's context ending from a per-request
+// timeout (both are context.DeadlineExceeded); the pipeline checks the
+// caller's context first, so a deadline seen here is a [ClassTimeout].
+func Classify(err error) Class {
+	if err == nil {
+		return 0
+	}
+	var ue *Error
+	if errors.As(err, &ue) && ue.Class.valid() {
+		return ue.Class
+	}
+	var pe *backoff.PermanentError
+	if errors.As(err, &pe) {
+		return ClassInvalid
+	}
+	if code := httpStatus(err); code != 0 {
+		return classOfHTTP(code)
+	}
+	if st, ok := grpcStatus(err); ok {
+		return classOfGRPC(st.Code(), st.Message())
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return ClassCanceled
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, syscall.ETIMEDOUT):
+		return ClassTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ClassTimeout
+	}
+	return ClassServer
+}
+
+func classOfHTTP(code int) Class {
+	switch {
+	case code == http.StatusTooManyRequests:
+		return ClassRateLimited
+	case code == http.StatusRequestTimeout, code == http.StatusGatewayTimeout:
+		return ClassTimeout
+	case code == http.StatusRequestEntityTooLarge:
+		return ClassTooLarge
+	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusNotFound:
+		return ClassDenied
+	case code >= 500:
+		return ClassServer
+	case code >= 400:
+		return ClassInvalid
+	default:
+		// A 1xx-3xx reported as an error: the exchange went wrong, not the
+		// records, so it is worth another try.
+		return ClassServer
+	}
+}
+
+func classOfGRPC(code codes.Code, msg string) Class {
+	switch code {
+	case codes.ResourceExhausted:
+		// gRPC answers RESOURCE_EXHAUSTED itself when a message exceeds
+		// the size limit of either peer. Its status carries nothing but
+		// the text to tell that apart from the index's rate limit, so the
+		// text is matched here.
+		if strings.Contains(msg, "larger than max") {
+			return ClassTooLarge
+		}
+		return ClassRateLimited
+	case codes.DeadlineExceeded:
+		return ClassTimeout
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange, codes.AlreadyExists:
+		return ClassInvalid
+	case codes.Unauthenticated, codes.PermissionDenied, codes.NotFound, codes.Unimplemented:
+		return ClassDenied
+	case codes.Canceled:
+		return ClassCanceled
+	default: // Unavailable, Internal, Unknown, Aborted, DataLoss
+		return ClassServer
+	}
+}
+
+// httpStatus returns the HTTP status carried by err, or 0.
+func httpStatus(err error) int {
+	var pe *pinecone.PineconeError
+	if errors.As(err, &pe) && pe.Code >= 100 {
+		return pe.Code
+	}
+	var ue *Error
+	if errors.As(err, &ue) {
+		return ue.StatusCode
+	}
+	return 0
+}
+
+// grpcStatus returns the gRPC status carried by err, also when wrapped.
+func grpcStatus(err error) (*status.Status, bool) {
+	var gs interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &gs) {
+		return nil, false
+	}
+	st := gs.GRPCStatus()
+	return st, st != nil && st.Code() != codes.OK
+}
+
+// retryAfterOf returns the wait the index asked for, from any error in the
+// chain that has a RetryAfter() time.Duration method (the library's gRPC
+// interceptor and REST transport add one), or 0.
+func retryAfterOf(err error) time.Duration {
+	var ra interface{ RetryAfter() time.Duration }
+	if errors.As(err, &ra) {
+		return max(ra.RetryAfter(), 0)
+	}
+	var ue *Error
+	if errors.As(err, &ue) {
+		return ue.RetryAfter
+	}
+	return 0
+}
+
+// describe turns any error from a request into the library's [*Error],
+// using classify for the class.
+func describe(err error, classify func(error) Class) *Error {
+	var ue *Error
+	if errors.As(err, &ue) && ue.Class.valid() {
+		return ue
+	}
+	e := &Error{Class: classify(err), Err: err, RetryAfter: retryAfterOf(err)}
+	if !e.Class.valid() {
+		e.Class = ClassServer
+	}
+	e.StatusCode = httpStatus(err)
+	if st, ok := grpcStatus(err); ok {
+		e.GRPCCode = st.Code()
+	}
+	return e
+}
+
+// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.
+// It returns 0 when v is empty or unreadable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		if s <= 0 || math.IsNaN(s) || s > 24*3600 {
+			return 0
+		}
+		return time.Duration(s * float64(time.Second))
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
+}
+
+// retryPolicy holds how many times each class is retried and how long to
+// wait in between.
+type retryPolicy struct {
+	maxRetries [numClasses]int
+	base, cap  time.Duration
+}
+
+// Defaults from the article the library started from (see README).
+const (
+	defaultBackoffBase = 250 * time.Millisecond
+	defaultBackoffCap  = 30 * time.Second
+	// rateLimitedFactor stretches the backoff of a 429: the index asked for
+	// less load, and the limiter needs a round trip to lower it.
+	rateLimitedFactor = 2
+)
+
+func defaultRetryPolicy() retryPolicy {
+	var p retryPolicy
+	p.maxRetries[ClassRateLimited] = 8
+	p.maxRetries[ClassTimeout] = 4
+	p.maxRetries[ClassServer] = 4
+	p.base, p.cap = defaultBackoffBase, defaultBackoffCap
+	return p
+}
+
+// backoffFor returns the full-jitter backoff for class c.
+func (p *retryPolicy) backoffFor(c Class, rnd func(int64) int64) *fullJitter {
+	base := p.base
+	if c == ClassRateLimited {
+		base *= rateLimitedFactor
+	}
+	return &fullJitter{base: base, cap: p.cap, rand: rnd}
+}
+
+// fullJitter is a backoff.BackOff that waits a uniformly random duration in
+// [0, min(cap, base·2^n)] before the n-th retry (n from 0): the "full
+// jitter" of AWS's analysis, which spreads retries best. cenkalti/backoff's
+// own randomisation keeps a floor, so it is written here.
+type fullJitter struct {
+	base, cap time.Duration
+	n         int
+	rand      func(n int64) int64 // uniform in [0, n)
+}
+
+var _ backoff.BackOff = (*fullJitter)(nil)
+
+// NextBackOff returns the next wait; it never returns backoff.Stop, the
+// retry limits are counted by the caller.
+func (b *fullJitter) NextBackOff() time.Duration {
+	ceil := b.ceiling(b.n)
+	b.n++
+	if ceil <= 0 {
+		return 0
+	}
+	return time.Duration(b.rand(int64(ceil) + 1))
+}
+
+// Reset starts the sequence over.
+func (b *fullJitter) Reset() { b.n = 0 }
+
+// ceiling returns min(cap, base·2^n) without overflowing.
+func (b *fullJitter) ceiling(n int) time.Duration {
+	if b.base <= 0 {
+		return 0
+	}
+	if n >= 62 || b.base > b.cap>>min(n, 62) {
+		return b.cap
+	}
+	return min(b.cap, b.base<<n)
+}

@@ -1,0 +1,214 @@
+package upsert
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestClassify(t *testing.T) {
+	httpErr := func(code int) error {
+		return &pinecone.PineconeError{Code: code, Msg: fmt.Errorf("HTTP %d", code)}
+	}
+	grpcErr := func(c codes.Code, msg string) error { return status.Error(c, msg) }
+	netTimeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	tests := []struct {
+		name string
+		err  error
+		want Class
+	}{
+		{"HTTP 429 is rate-limited", httpErr(429), ClassRateLimited},
+		{"HTTP 408 is a timeout", httpErr(408), ClassTimeout},
+		{"HTTP 504 is a timeout", httpErr(504), ClassTimeout},
+		{"HTTP 500 is a server error", httpErr(500), ClassServer},
+		{"HTTP 502 is a server error", httpErr(502), ClassServer},
+		{"HTTP 503 is a server error", httpErr(503), ClassServer},
+		{"HTTP 413 is too large", httpErr(413), ClassTooLarge},
+		{"HTTP 400 is invalid", httpErr(400), ClassInvalid},
+		{"HTTP 422 is invalid", httpErr(422), ClassInvalid},
+		{"HTTP 409 is invalid", httpErr(409), ClassInvalid},
+		{"HTTP 401 is denied", httpErr(401), ClassDenied},
+		{"HTTP 403 is denied", httpErr(403), ClassDenied},
+		{"HTTP 404 is denied", httpErr(404), ClassDenied},
+		{"a wrapped HTTP 429 is rate-limited", fmt.Errorf("upsert: %w", httpErr(429)), ClassRateLimited},
+		{"gRPC RESOURCE_EXHAUSTED is rate-limited", grpcErr(codes.ResourceExhausted, "Request failed. You've reached the max upsert size limit per second"), ClassRateLimited},
+		{"gRPC's own received-message-too-large is too large", grpcErr(codes.ResourceExhausted, "grpc: received message larger than max (2500000 vs. 2097152)"), ClassTooLarge},
+		{"gRPC's own trying-to-send-too-large is too large", grpcErr(codes.ResourceExhausted, "trying to send message larger than max (5000000 vs. 4194304)"), ClassTooLarge},
+		{"gRPC DEADLINE_EXCEEDED is a timeout", grpcErr(codes.DeadlineExceeded, "context deadline exceeded"), ClassTimeout},
+		{"gRPC UNAVAILABLE is a server error", grpcErr(codes.Unavailable, "connection reset"), ClassServer},
+		{"gRPC INTERNAL is a server error", grpcErr(codes.Internal, "oops"), ClassServer},
+		{"gRPC UNKNOWN is a server error", grpcErr(codes.Unknown, "?"), ClassServer},
+		{"gRPC ABORTED is a server error", grpcErr(codes.Aborted, "conflict"), ClassServer},
+		{"gRPC DATA_LOSS is a server error", grpcErr(codes.DataLoss, "lost"), ClassServer},
+		{"gRPC INVALID_ARGUMENT is invalid", grpcErr(codes.InvalidArgument, "Vector dimension 3 does not match the dimension of the index 4"), ClassInvalid},
+		{"gRPC FAILED_PRECONDITION is invalid", grpcErr(codes.FailedPrecondition, "x"), ClassInvalid},
+		{"gRPC OUT_OF_RANGE is invalid", grpcErr(codes.OutOfRange, "x"), ClassInvalid},
+		{"gRPC ALREADY_EXISTS is invalid", grpcErr(codes.AlreadyExists, "x"), ClassInvalid},
+		{"gRPC UNAUTHENTICATED is denied", grpcErr(codes.Unauthenticated, "bad key"), ClassDenied},
+		{"gRPC PERMISSION_DENIED is denied", grpcErr(codes.PermissionDenied, "x"), ClassDenied},
+		{"gRPC NOT_FOUND is denied", grpcErr(codes.NotFound, "no such index"), ClassDenied},
+		{"gRPC UNIMPLEMENTED is denied", grpcErr(codes.Unimplemented, "x"), ClassDenied},
+		{"gRPC CANCELED is canceled", grpcErr(codes.Canceled, "context canceled"), ClassCanceled},
+		{"a wrapped gRPC status keeps its class", fmt.Errorf("batch 3: %w", grpcErr(codes.ResourceExhausted, "slow down")), ClassRateLimited},
+		{"context.Canceled is canceled", context.Canceled, ClassCanceled},
+		{"context.DeadlineExceeded is a timeout", context.DeadlineExceeded, ClassTimeout},
+		{"a wrapped deadline is a timeout", fmt.Errorf("send: %w", context.DeadlineExceeded), ClassTimeout},
+		{"a net timeout is a timeout", netTimeout, ClassTimeout},
+		{"a url.Error timeout is a timeout", &url.Error{Op: "Post", URL: "https://x", Err: netTimeout}, ClassTimeout},
+		{"ETIMEDOUT is a timeout", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ETIMEDOUT)}, ClassTimeout},
+		{"a reset connection is a server error", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, ClassServer},
+		{"a refused connection is a server error", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, ClassServer},
+		{"a backoff.Permanent error is invalid", backoff.Permanent(errors.New("bad record")), ClassInvalid},
+		{"the library's own error keeps its class", &Error{Class: ClassTooLarge, Err: errors.New("big")}, ClassTooLarge},
+		{"an unknown error is a server error", errors.New("something odd"), ClassServer},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, Classify(tt.err))
+		})
+	}
+	t.Run("nil is no class", func(t *testing.T) {
+		assert.Equal(t, Class(0), Classify(nil))
+	})
+}
+
+func TestErrorMatchesItsSentinel(t *testing.T) {
+	for _, c := range Classes() {
+		t.Run(c.String()+" matches its sentinel only", func(t *testing.T) {
+			err := fmt.Errorf("wrapped: %w", &Error{Class: c, Err: errors.New("cause")})
+			for _, other := range Classes() {
+				want := other == c || (c == ClassDenied && other == ClassInvalid)
+				assert.Equal(t, want, errors.Is(err, other.Err()), "errors.Is(%v, %v)", c, other)
+			}
+			var ue *Error
+			require.ErrorAs(t, err, &ue)
+			assert.Equal(t, c, ue.Class)
+		})
+	}
+}
+
+func TestDescribeKeepsCodesAndRetryAfter(t *testing.T) {
+	t.Run("a gRPC status keeps its code", func(t *testing.T) {
+		e := describe(status.Error(codes.Unavailable, "down"), Classify)
+		assert.Equal(t, ClassServer, e.Class)
+		assert.Equal(t, codes.Unavailable, e.GRPCCode)
+		assert.Equal(t, "Unavailable", e.Code())
+	})
+	t.Run("an HTTP error keeps its status", func(t *testing.T) {
+		e := describe(&pinecone.PineconeError{Code: 429, Msg: errors.New("slow down")}, Classify)
+		assert.Equal(t, 429, e.StatusCode)
+		assert.Equal(t, "429", e.Code())
+	})
+	t.Run("a pushback is read from the error chain", func(t *testing.T) {
+		err := &pushbackError{err: status.Error(codes.ResourceExhausted, "slow"), after: 3 * time.Second}
+		e := describe(fmt.Errorf("wrapped: %w", err), Classify)
+		assert.Equal(t, ClassRateLimited, e.Class)
+		assert.Equal(t, 3*time.Second, e.RetryAfter)
+	})
+	t.Run("a custom classifier returning nothing falls back to server", func(t *testing.T) {
+		e := describe(errors.New("x"), func(error) Class { return 0 })
+		assert.Equal(t, ClassServer, e.Class)
+	})
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name, in string
+		want     time.Duration
+	}{
+		{"whole seconds are read", "3", 3 * time.Second},
+		{"fractions of seconds are read", "0.5", 500 * time.Millisecond},
+		{"an HTTP date is a wait from now", now.Add(7 * time.Second).Format(http1123), 7 * time.Second},
+		{"a date in the past is no wait", now.Add(-time.Minute).Format(http1123), 0},
+		{"garbage is no wait", "soon", 0},
+		{"a negative value is no wait", "-1", 0},
+		{"an empty value is no wait", "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, parseRetryAfter(tt.in, now))
+		})
+	}
+}
+
+const http1123 = "Mon, 02 Jan 2006 15:04:05 GMT"
+
+func TestFullJitterStaysWithinItsCeiling(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	policies := []struct {
+		name      string
+		base, cap time.Duration
+	}{
+		{"the defaults", 250 * time.Millisecond, 30 * time.Second},
+		{"a tiny base", time.Nanosecond, time.Second},
+		{"a base equal to the cap", time.Second, time.Second},
+	}
+	for _, p := range policies {
+		t.Run("each wait of "+p.name+" is within [0, min(cap, base·2^n)]", func(t *testing.T) {
+			b := &fullJitter{base: p.base, cap: p.cap, rand: rng.Int64N}
+			for n := range 80 {
+				ceil := time.Duration(math.Min(float64(p.cap), float64(p.base)*math.Pow(2, float64(n))))
+				d := b.NextBackOff()
+				assert.GreaterOrEqual(t, d, time.Duration(0), "retry %d", n)
+				assert.LessOrEqual(t, d, ceil, "retry %d", n)
+			}
+		})
+	}
+	t.Run("the top of the range is the ceiling itself", func(t *testing.T) {
+		b := &fullJitter{base: 250 * time.Millisecond, cap: 30 * time.Second, rand: maxRand}
+		var got []time.Duration
+		for range 9 {
+			got = append(got, b.NextBackOff())
+		}
+		assert.Equal(t, []time.Duration{
+			250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second,
+			4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second,
+		}, got)
+	})
+	t.Run("the waits are spread over the whole range", func(t *testing.T) {
+		b := &fullJitter{base: time.Second, cap: time.Second, rand: rng.Int64N}
+		low, high := 0, 0
+		for range 1000 {
+			switch d := b.NextBackOff(); {
+			case d < 250*time.Millisecond:
+				low++
+			case d > 750*time.Millisecond:
+				high++
+			}
+		}
+		assert.Greater(t, low, 150, "full jitter has no floor")
+		assert.Greater(t, high, 150)
+	})
+	t.Run("Reset starts over", func(t *testing.T) {
+		b := &fullJitter{base: time.Second, cap: time.Minute, rand: maxRand}
+		b.NextBackOff()
+		b.NextBackOff()
+		b.Reset()
+		assert.Equal(t, time.Second, b.NextBackOff())
+	})
+}
+
+func TestRateLimitedWaitsLonger(t *testing.T) {
+	p := defaultRetryPolicy()
+	rl := p.backoffFor(ClassRateLimited, maxRand)
+	srv := p.backoffFor(ClassServer, maxRand)
+	for n := range 5 {
+		assert.Greater(t, rl.NextBackOff(), srv.NextBackOff(), "retry %d", n)
+	}
+}

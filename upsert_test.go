@@ -1,0 +1,427 @@
+package upsert
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// requireAccounted checks the library's first promise: every record is
+// stored with the values sent, or reported failed, or counted a duplicate.
+func requireAccounted(t *testing.T, records []*pinecone.Vector, res Result, stored map[string]*pinecone.Vector) {
+	t.Helper()
+	failed := make(map[int]bool)
+	for _, f := range res.Failed {
+		require.False(t, failed[f.Index], "record %d reported twice", f.Index)
+		failed[f.Index] = true
+	}
+	landed := 0
+	for i, v := range records {
+		if failed[i] || v == nil {
+			continue
+		}
+		got, ok := stored[v.Id]
+		if !ok {
+			continue
+		}
+		landed++
+		if got != v {
+			assert.Equal(t, v.Values, got.Values, "record %d stored with other values", i)
+		}
+	}
+	assert.Equal(t, len(records), res.Upserted+len(res.Failed)+res.Duplicates, "upserted + failed + duplicates = records")
+	assert.Equal(t, res.Upserted, landed-res.Duplicates+countDupStored(records, failed, stored), "upserted records are stored")
+}
+
+// countDupStored counts duplicates whose id is stored through a later
+// record, which requireAccounted counted as landed.
+func countDupStored(records []*pinecone.Vector, failed map[int]bool, stored map[string]*pinecone.Vector) int {
+	seen := make(map[string]int)
+	n := 0
+	for i, v := range records {
+		if v == nil || failed[i] {
+			continue
+		}
+		if _, ok := stored[v.Id]; ok {
+			seen[v.Id]++
+			if seen[v.Id] > 1 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func TestAllUpsertsEveryRecord(t *testing.T) {
+	sizes := []struct {
+		name string
+		n    int
+	}{
+		{"no records", 0},
+		{"one record", 1},
+		{"fewer records than a batch", 99},
+		{"many batches", 2500},
+	}
+	for _, tt := range sizes {
+		t.Run(tt.name+" all land", func(t *testing.T) {
+			fi := newFakeIndex(nil)
+			recs := vectors(tt.n, 4)
+			res, err := All(context.Background(), recs, testOpts(fi)...)
+			require.NoError(t, err)
+			assert.Equal(t, tt.n, res.Upserted)
+			assert.Empty(t, res.Failed)
+			assert.Len(t, fi.Stored(), tt.n)
+			requireAccounted(t, recs, res, fi.Stored())
+		})
+	}
+}
+
+func TestAllRejectsBadOptionsBeforeSending(t *testing.T) {
+	fi := newFakeIndex(nil)
+	send := WithUpsertFunc(fi.Upsert)
+	tests := []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		{"no index is an error", nil, "no index"},
+		{"a nil index is an error", []Option{WithIndex(nil)}, "nil *pinecone.IndexConnection"},
+		{"two sources are an error", []Option{send, WithUpsertFunc(fi.Upsert)}, "pass one"},
+		{"a batch size of zero is an error", []Option{send, WithBatchSize(0)}, "WithBatchSize(0)"},
+		{"a batch size over 1000 is an error", []Option{send, WithBatchSize(1001)}, "WithBatchSize(1001)"},
+		{"a concurrency of zero is an error", []Option{send, WithConcurrency(0)}, "WithConcurrency(0)"},
+		{"a negative timeout is an error", []Option{send, WithRequestTimeout(-time.Second)}, "WithRequestTimeout"},
+		{"retries of a class that is never retried are an error", []Option{send, WithMaxRetries(ClassInvalid, 3)}, "only rate-limited"},
+		{"negative retries are an error", []Option{send, WithMaxRetries(ClassServer, -1)}, "want 0 or more"},
+		{"a backoff base above its max is an error", []Option{send, WithBackoff(time.Minute, time.Second)}, "WithBackoff"},
+		{"a nil limiter is an error", []Option{send, WithLimiter(nil)}, "nil *Limiter"},
+		{"a nil classifier is an error", []Option{send, WithClassifier(nil)}, "WithClassifier"},
+		{"a nil logger is an error", []Option{send, WithLogger(nil)}, "WithLogger"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := All(context.Background(), vectors(3, 2), tt.opts...)
+			require.ErrorIs(t, err, ErrBadOption)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.Zero(t, res.Upserted)
+		})
+	}
+	assert.Empty(t, fi.Calls(), "nothing was sent")
+}
+
+func TestAllCutsBatchesByCountAndBytes(t *testing.T) {
+	t.Run("batches never exceed the batch size", func(t *testing.T) {
+		fi := newFakeIndex(nil)
+		_, err := All(context.Background(), vectors(1000, 4), testOpts(fi, WithBatchSize(64))...)
+		require.NoError(t, err)
+		for _, c := range fi.Calls() {
+			assert.LessOrEqual(t, len(c), 64)
+		}
+		assert.Len(t, fi.Calls(), 16)
+	})
+	t.Run("batches never exceed 2 MB however large the records", func(t *testing.T) {
+		// 500 records of ~30 KB of metadata each: 15 MB in all.
+		recs := vectors(500, 8)
+		for _, v := range recs {
+			withMetadata(v, map[string]any{"text": strings.Repeat("x", 30_000)})
+		}
+		var biggest atomic.Int64
+		fi := newFakeIndex(nil)
+		send := func(ctx context.Context, batch []*pinecone.Vector) error {
+			biggest.Store(max(biggest.Load(), int64(encodedRequestSize(t, batch, ""))))
+			return fi.Upsert(ctx, batch)
+		}
+		res, err := All(context.Background(), recs, WithUpsertFunc(send), withClock(newFakeClock()), WithBatchSize(1000))
+		require.NoError(t, err)
+		assert.Equal(t, 500, res.Upserted)
+		assert.LessOrEqual(t, biggest.Load(), int64(MaxRequestBytes))
+		assert.Greater(t, biggest.Load(), int64(MaxRequestBytes*9/10), "batches are filled close to the limit")
+	})
+	t.Run("a record too large for any request fails alone, unsent", func(t *testing.T) {
+		recs := vectors(3, 8)
+		withMetadata(recs[1], map[string]any{"a": strings.Repeat("x", 30_000), "b": strings.Repeat("y", 30_000)})
+		fi := newFakeIndex(nil)
+		res, err := All(context.Background(), recs, testOpts(fi)...)
+		require.ErrorIs(t, err, ErrInvalid)
+		require.Len(t, res.Failed, 1)
+		assert.Equal(t, "v1", res.Failed[0].ID)
+		assert.Equal(t, 0, res.Failed[0].Attempts)
+		assert.Contains(t, res.Failed[0].Err.Error(), "metadata is")
+		assert.Equal(t, 2, res.Upserted)
+	})
+}
+
+func TestAllRetriesOnlyWhatFailed(t *testing.T) {
+	t.Run("a 429 is retried after a backoff and lands", func(t *testing.T) {
+		fi := newFakeIndex(func(call int, _ []string) error {
+			if call < 2 {
+				return status.Error(codes.ResourceExhausted, "slow down")
+			}
+			return nil
+		})
+		clk := newFakeClock()
+		res, err := All(context.Background(), vectors(10, 2), WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand))
+		require.NoError(t, err)
+		assert.Equal(t, 10, res.Upserted)
+		assert.Equal(t, 2, res.Stats.RetriesByClass[ClassRateLimited])
+		assert.Equal(t, 2, res.Stats.ErrorsByClass[ClassRateLimited])
+		assert.Equal(t, []int{0, 0, 1}, res.Stats.RetriesPerBatch)
+		assert.Contains(t, clk.Sleeps(), 500*time.Millisecond, "a 429 waits twice the base")
+		assert.Contains(t, clk.Sleeps(), time.Second)
+	})
+	t.Run("a 429 waits at least the index's Retry-After", func(t *testing.T) {
+		fi := newFakeIndex(func(call int, _ []string) error {
+			if call == 0 {
+				return &pushbackError{err: status.Error(codes.ResourceExhausted, "slow down"), after: 7 * time.Second}
+			}
+			return nil
+		})
+		clk := newFakeClock()
+		_, err := All(context.Background(), vectors(10, 2), WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand))
+		require.NoError(t, err)
+		assert.Contains(t, clk.Sleeps(), 7*time.Second)
+	})
+	t.Run("records fail as rate-limited once the retries are spent", func(t *testing.T) {
+		fi := newFakeIndex(func(int, []string) error { return status.Error(codes.ResourceExhausted, "slow down") })
+		res, err := All(context.Background(), vectors(5, 2), testOpts(fi, WithMaxRetries(ClassRateLimited, 3))...)
+		require.ErrorIs(t, err, ErrRateLimited)
+		require.Len(t, res.Failed, 5)
+		for _, f := range res.Failed {
+			assert.Equal(t, ClassRateLimited, f.Class)
+			assert.Equal(t, 4, f.Attempts, "one attempt and three retries")
+			assert.False(t, f.MayHaveLanded, "a 429 writes nothing")
+			assert.ErrorIs(t, f.Err, ErrRateLimited)
+		}
+		assert.Len(t, fi.Calls(), 4)
+	})
+	t.Run("a server error is retried the whole batch and may have landed", func(t *testing.T) {
+		fi := newFakeIndex(func(int, []string) error { return status.Error(codes.Unavailable, "down") })
+		res, err := All(context.Background(), vectors(5, 2), testOpts(fi)...)
+		require.ErrorIs(t, err, ErrServer)
+		require.Len(t, res.Failed, 5)
+		assert.Equal(t, 5, res.Failed[0].Attempts, "one attempt and the default four retries")
+		assert.True(t, res.Failed[0].MayHaveLanded)
+	})
+	t.Run("only the failed batch is resent", func(t *testing.T) {
+		var failedOnce atomic.Bool
+		fi := newFakeIndex(func(_ int, ids []string) error {
+			if ids[0] == "v10" && failedOnce.CompareAndSwap(false, true) {
+				return status.Error(codes.Unavailable, "flaky")
+			}
+			return nil
+		})
+		res, err := All(context.Background(), vectors(30, 2), testOpts(fi, WithBatchSize(10))...)
+		require.NoError(t, err)
+		assert.Equal(t, 30, res.Upserted)
+		sent := make(map[string]int)
+		for _, c := range fi.Calls() {
+			for _, id := range c {
+				sent[id]++
+			}
+		}
+		for id, n := range sent {
+			if strings.HasPrefix(id, "v1") && len(id) == 3 {
+				assert.Equal(t, 2, n, "%s was in the failed batch", id)
+			} else {
+				assert.Equal(t, 1, n, "%s was in a batch that landed", id)
+			}
+		}
+	})
+}
+
+func TestAllSplitsTimedOutBatches(t *testing.T) {
+	t.Run("a batch that times out is split until the halves fit", func(t *testing.T) {
+		fi := newFakeIndex(func(_ int, ids []string) error {
+			if len(ids) > 10 {
+				return context.DeadlineExceeded
+			}
+			return nil
+		})
+		recs := vectors(100, 2)
+		res, err := All(context.Background(), recs, testOpts(fi, WithBatchSize(80), WithConcurrency(1))...)
+		require.NoError(t, err)
+		assert.Equal(t, 100, res.Upserted)
+		requireAccounted(t, recs, res, fi.Stored())
+		assert.Positive(t, res.Stats.Splits)
+		assert.Equal(t, 0, res.Stats.Retries, "halves are not retries")
+	})
+	t.Run("halves are sent one after the other, first half first", func(t *testing.T) {
+		fi := newFakeIndex(func(call int, ids []string) error {
+			if call == 0 {
+				return status.Error(codes.DeadlineExceeded, "deadline")
+			}
+			return nil
+		})
+		_, err := All(context.Background(), vectors(8, 2), testOpts(fi, WithBatchSize(8))...)
+		require.NoError(t, err)
+		calls := fi.Calls()
+		require.Len(t, calls, 3)
+		assert.Equal(t, []string{"v0", "v1", "v2", "v3"}, calls[1])
+		assert.Equal(t, []string{"v4", "v5", "v6", "v7"}, calls[2])
+	})
+	t.Run("a single record that keeps timing out fails as a timeout that may have landed", func(t *testing.T) {
+		fi := newFakeIndex(func(_ int, ids []string) error {
+			if containsAny(ids, map[string]bool{"v3": true}) {
+				return context.DeadlineExceeded
+			}
+			return nil
+		})
+		recs := vectors(8, 2)
+		res, err := All(context.Background(), recs, testOpts(fi, WithBatchSize(8))...)
+		require.ErrorIs(t, err, ErrTimeout)
+		require.Len(t, res.Failed, 1)
+		f := res.Failed[0]
+		assert.Equal(t, "v3", f.ID)
+		assert.Equal(t, ClassTimeout, f.Class)
+		assert.True(t, f.MayHaveLanded)
+		assert.Equal(t, 4+4, f.Attempts, "three splits to reach it, then one attempt and four retries")
+		assert.Equal(t, 7, res.Upserted)
+	})
+	t.Run("the limiter remembers the size that timed out", func(t *testing.T) {
+		fi := newFakeIndex(func(_ int, ids []string) error {
+			if len(ids) > 40 {
+				return context.DeadlineExceeded
+			}
+			return nil
+		})
+		lim := &Limiter{clock: newFakeClock()}
+		_, err := All(context.Background(), vectors(400, 2), testOpts(fi, WithLimiter(lim))...)
+		require.NoError(t, err)
+		assert.LessOrEqual(t, lim.State("").BatchSize, 50, "batches stay below the size that timed out")
+	})
+}
+
+func TestAllBisectsInvalidBatches(t *testing.T) {
+	bad := map[string]bool{"v7": true, "v42": true, "v43": true}
+	fi := newFakeIndex(func(_ int, ids []string) error {
+		if containsAny(ids, bad) {
+			return status.Error(codes.InvalidArgument, "bad vector in request") // names no record
+		}
+		return nil
+	})
+	recs := vectors(100, 2)
+	res, err := All(context.Background(), recs, testOpts(fi, WithBatchSize(50))...)
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.ElementsMatch(t, []string{"v7", "v42", "v43"}, failedIDs(res)[ClassInvalid])
+	assert.Equal(t, 97, res.Upserted)
+	requireAccounted(t, recs, res, fi.Stored())
+	for _, f := range res.Failed {
+		assert.False(t, f.MayHaveLanded, "an invalid request writes nothing")
+	}
+	assert.Less(t, len(fi.Calls()), 40, "bisection costs O(bad · log n) requests")
+	assert.Equal(t, 0, res.Stats.Retries, "invalid batches are never retried unchanged")
+}
+
+func TestAllSplitsTooLargeRequests(t *testing.T) {
+	fi := newFakeIndex(func(_ int, ids []string) error {
+		if len(ids) > 3 {
+			return status.Error(codes.ResourceExhausted, "grpc: received message larger than max (3000000 vs. 2097152)")
+		}
+		return nil
+	})
+	res, err := All(context.Background(), vectors(20, 2), testOpts(fi, WithBatchSize(20))...)
+	require.NoError(t, err)
+	assert.Equal(t, 20, res.Upserted)
+	assert.Equal(t, 0, res.Stats.ErrorsByClass[ClassRateLimited], "gRPC's size limit is not a rate limit")
+	assert.Positive(t, res.Stats.ErrorsByClass[ClassTooLarge])
+}
+
+func TestAllStopsWhenTheIndexDeniesTheCaller(t *testing.T) {
+	fi := newFakeIndex(func(int, []string) error { return status.Error(codes.Unauthenticated, "invalid api key") })
+	recs := vectors(5000, 2)
+	res, err := All(context.Background(), recs, testOpts(fi, WithBatchSize(10), WithConcurrency(2))...)
+	require.ErrorIs(t, err, ErrDenied)
+	assert.ErrorIs(t, err, ErrInvalid, "denied is permanent")
+	assert.Len(t, res.Failed, 5000)
+	assert.Less(t, len(fi.Calls()), 20, "the run stops instead of sending every batch")
+	for _, f := range res.Failed {
+		require.Equal(t, ClassDenied, f.Class)
+	}
+}
+
+func TestAllReportsEveryRecordWhenCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	fi := newFakeIndex(func(call int, _ []string) error {
+		if call == 3 {
+			cancel()
+		}
+		return nil
+	})
+	recs := vectors(10_000, 2)
+	res, err := All(ctx, recs, testOpts(fi, WithBatchSize(10), WithConcurrency(1))...)
+	require.ErrorIs(t, err, ErrCanceled)
+	assert.NotErrorIs(t, err, ErrTimeout, "the caller's end is not a timeout")
+	requireAccounted(t, recs, res, fi.Stored())
+	assert.Positive(t, res.Upserted)
+	assert.Less(t, len(fi.Calls()), 10, "no new requests after the cancel")
+	for _, f := range res.Failed {
+		require.Equal(t, ClassCanceled, f.Class)
+	}
+}
+
+func TestAllValidatesRecordsAndSendsTheValidOnes(t *testing.T) {
+	fi := newFakeIndex(nil)
+	recs := vectors(6, 3)
+	recs[1] = nil
+	recs[2].Id = ""
+	withMetadata(recs[4], map[string]any{"nested": map[string]any{"a": 1}})
+	res, err := All(context.Background(), recs, testOpts(fi)...)
+	require.ErrorIs(t, err, ErrInvalid)
+	var re *RunError
+	require.ErrorAs(t, err, &re)
+	assert.Equal(t, 3, re.Failed)
+	assert.Equal(t, 3, re.ByClass[ClassInvalid])
+	var ue *Error
+	require.ErrorAs(t, err, &ue)
+	assert.Equal(t, ClassInvalid, ue.Class)
+	require.Len(t, res.Failed, 3)
+	assert.Contains(t, res.Failed[0].Err.Error(), "record 1")
+	assert.Contains(t, res.Failed[0].Err.Error(), "nil")
+	assert.Contains(t, res.Failed[1].Err.Error(), "id is empty")
+	assert.Contains(t, res.Failed[2].Err.Error(), `"nested" is an object`)
+	assert.Equal(t, 3, res.Upserted)
+}
+
+func TestAllSendsTheLastOfDuplicateIDs(t *testing.T) {
+	fi := newFakeIndex(nil)
+	recs := vectors(4, 2)
+	dup := vectors(1, 2)[0]
+	dup.Id = "v1"
+	(*dup.Values)[0] = 42
+	recs = append(recs, dup)
+	res, err := All(context.Background(), recs, testOpts(fi)...)
+	require.NoError(t, err)
+	assert.Equal(t, 4, res.Upserted)
+	assert.Equal(t, 1, res.Duplicates)
+	assert.Equal(t, float32(42), (*fi.Stored()["v1"].Values)[0], "the last one wins")
+	total := 0
+	for _, c := range fi.Calls() {
+		total += len(c)
+	}
+	assert.Equal(t, 4, total, "the duplicate is sent once")
+}
+
+func TestAllUsesTheCustomClassifier(t *testing.T) {
+	errQuota := errors.New("quota")
+	fi := newFakeIndex(func(int, []string) error { return errQuota })
+	classify := func(err error) Class {
+		if errors.Is(err, errQuota) {
+			return ClassInvalid
+		}
+		return Classify(err)
+	}
+	res, err := All(context.Background(), vectors(1, 2), testOpts(fi, WithClassifier(classify))...)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorIs(t, err, errQuota, "the cause stays in the chain")
+	assert.Equal(t, 1, res.Failed[0].Attempts, "an invalid record is not retried")
+}
+

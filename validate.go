@@ -1,0 +1,187 @@
+package upsert
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Pinecone's per-record limits (docs.pinecone.io, database limits).
+const (
+	MaxIDBytes        = 512       // record id: 1 to 512 ASCII characters, no NUL
+	MaxMetadataBytes  = 40 * 1024 // metadata per record, measured as JSON
+	MaxDimension      = 20_000    // dense values per record
+	MaxSparseNonZeros = 2_048     // sparse values per record
+)
+
+// validator checks records against Pinecone's rules before anything is
+// sent, so that one bad record fails alone and with a message naming it and
+// the rule, instead of failing its batch at the index.
+type validator struct {
+	dimension int // expected dense dimension; 0 until the first dense record fixes it
+	overhead  int // request bytes spent on the namespace
+}
+
+// check returns the record's encoded size, or an error naming the rule it
+// breaks. It fixes the dimension from the first valid dense record.
+func (v *validator) check(r *pinecone.Vector) (size int, err error) {
+	if r == nil {
+		return 0, fmt.Errorf("record is nil")
+	}
+	if err := checkID(r.Id); err != nil {
+		return 0, err
+	}
+	dense := 0
+	if r.Values != nil {
+		dense = len(*r.Values)
+	}
+	sparse := r.SparseValues != nil && (len(r.SparseValues.Indices) > 0 || len(r.SparseValues.Values) > 0)
+	if dense == 0 && !sparse {
+		return 0, fmt.Errorf("has neither dense nor sparse values")
+	}
+	if dense > 0 {
+		if dense > MaxDimension {
+			return 0, fmt.Errorf("has %d dense values; Pinecone allows at most %d", dense, MaxDimension)
+		}
+		if v.dimension != 0 && dense != v.dimension {
+			return 0, fmt.Errorf("has %d dense values; the index dimension for this run is %d", dense, v.dimension)
+		}
+		if i, ok := firstNonFinite(*r.Values); ok {
+			return 0, fmt.Errorf("dense value %d is %v; values must be finite", i, (*r.Values)[i])
+		}
+	}
+	if sparse {
+		if err := checkSparse(r.SparseValues); err != nil {
+			return 0, err
+		}
+	}
+	metadataSize := 0
+	if r.Metadata != nil {
+		if metadataSize, err = checkMetadata(r.Metadata); err != nil {
+			return 0, err
+		}
+	}
+	size = wireSize(r, metadataSize)
+	if v.overhead+size > MaxRequestBytes {
+		return 0, fmt.Errorf("encodes to %d bytes; a request may carry at most %d", size, MaxRequestBytes-v.overhead)
+	}
+	if dense > 0 && v.dimension == 0 {
+		v.dimension = dense
+	}
+	return size, nil
+}
+
+func checkID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("id is empty")
+	case len(id) > MaxIDBytes:
+		return fmt.Errorf("id is %d bytes; Pinecone allows at most %d", len(id), MaxIDBytes)
+	}
+	for i := 0; i < len(id); i++ {
+		switch c := id[i]; {
+		case c == 0:
+			return fmt.Errorf("id has a NUL byte at offset %d", i)
+		case c >= 0x80:
+			return fmt.Errorf("id has a non-ASCII byte at offset %d; ids must be ASCII", i)
+		}
+	}
+	return nil
+}
+
+func firstNonFinite(vs []float32) (int, bool) {
+	for i, f := range vs {
+		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+func checkSparse(s *pinecone.SparseValues) error {
+	if len(s.Indices) != len(s.Values) {
+		return fmt.Errorf("sparse values have %d indices and %d values; they must be equal", len(s.Indices), len(s.Values))
+	}
+	if len(s.Indices) > MaxSparseNonZeros {
+		return fmt.Errorf("sparse values have %d non-zeros; Pinecone allows at most %d", len(s.Indices), MaxSparseNonZeros)
+	}
+	if i, ok := firstNonFinite(s.Values); ok {
+		return fmt.Errorf("sparse value %d is %v; values must be finite", i, s.Values[i])
+	}
+	if i, ok := firstDuplicate(s.Indices); ok {
+		return fmt.Errorf("sparse index %d appears more than once", s.Indices[i])
+	}
+	return nil
+}
+
+// firstDuplicate finds a repeated index. Sparse vectors are usually sorted,
+// which is checked in one pass; otherwise a set is used.
+func firstDuplicate(idx []uint32) (int, bool) {
+	sorted := true
+	for i := 1; i < len(idx); i++ {
+		if idx[i] == idx[i-1] {
+			return i, true
+		}
+		if idx[i] < idx[i-1] {
+			sorted = false
+		}
+	}
+	if sorted {
+		return 0, false
+	}
+	seen := make(map[uint32]struct{}, len(idx))
+	for i, x := range idx {
+		if _, ok := seen[x]; ok {
+			return i, true
+		}
+		seen[x] = struct{}{}
+	}
+	return 0, false
+}
+
+// smallMetadataBytes is a protobuf size under which the JSON form of a
+// Struct cannot reach MaxMetadataBytes: JSON spends at most about three
+// times the protobuf bytes (a double is 9 bytes in protobuf and up to 24
+// characters in JSON), so the costly JSON encoding is skipped below it.
+const smallMetadataBytes = MaxMetadataBytes / 3
+
+// checkMetadata checks the value types Pinecone accepts and the size, and
+// returns the protobuf size of md.
+func checkMetadata(md *structpb.Struct) (int, error) {
+	for k, v := range md.GetFields() {
+		switch x := v.GetKind().(type) {
+		case *structpb.Value_StringValue, *structpb.Value_BoolValue:
+		case *structpb.Value_NumberValue:
+			if math.IsNaN(x.NumberValue) || math.IsInf(x.NumberValue, 0) {
+				return 0, fmt.Errorf("metadata field %q is %v; numbers must be finite", k, x.NumberValue)
+			}
+		case *structpb.Value_ListValue:
+			for i, e := range x.ListValue.GetValues() {
+				if _, ok := e.GetKind().(*structpb.Value_StringValue); !ok {
+					return 0, fmt.Errorf("metadata field %q: list element %d is not a string; Pinecone accepts lists of strings only", k, i)
+				}
+			}
+		case *structpb.Value_StructValue:
+			return 0, fmt.Errorf("metadata field %q is an object; Pinecone accepts strings, numbers, booleans and lists of strings", k)
+		case *structpb.Value_NullValue:
+			return 0, fmt.Errorf("metadata field %q is null; Pinecone does not accept null metadata values", k)
+		default:
+			return 0, fmt.Errorf("metadata field %q has no value", k)
+		}
+	}
+	n := proto.Size(md)
+	if n > smallMetadataBytes {
+		js, err := protojson.Marshal(md)
+		if err != nil {
+			return 0, fmt.Errorf("metadata cannot be encoded: %w", err)
+		}
+		if len(js) > MaxMetadataBytes {
+			return 0, fmt.Errorf("metadata is %d bytes as JSON; Pinecone allows at most %d", len(js), MaxMetadataBytes)
+		}
+	}
+	return n, nil
+}

@@ -32,16 +32,17 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
+// Sleep records d and, unless ctx has ended, moves the clock by d.
 func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sleeps = append(c.sleeps, d)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if d > 0 {
 		c.now = c.now.Add(d)
 	}
-	c.sleeps = append(c.sleeps, d)
 	return nil
 }
 
@@ -86,7 +87,7 @@ func newFakeIndex(script func(call int, ids []string) error) *fakeIndex {
 	return &fakeIndex{stored: make(map[string]*pinecone.Vector), script: script}
 }
 
-func (f *fakeIndex) Upsert(ctx context.Context, batch []*pinecone.Vector) error {
+func (f *fakeIndex) Upsert(ctx context.Context, _ string, batch []*pinecone.Vector) error {
 	ids := make([]string, len(batch))
 	for i, v := range batch {
 		ids[i] = v.Id

@@ -80,9 +80,9 @@ const (
 	startConcurrency = 4
 	maxConcurrency   = 64
 	startBatchSize   = 100
-	// minRate keeps a cut rate from reaching zero: one record per second
-	// still probes the index.
-	minRate = 1.0
+	// minRate keeps a cut rate from reaching zero: ten records per second
+	// still probe the index.
+	minRate = 10.0
 	// rateCut is the multiplicative decrease on a 429 episode.
 	rateCut = 0.7
 	// rateGrowth is the multiplicative increase per clean round trip.
@@ -98,19 +98,23 @@ type lane struct {
 	cutGen    uint64 // permits issued up to this number belong to the last cut's episode
 	issued    uint64 // permits issued so far
 	conc      int
-	inFlight  int
+	slotsUsed int // of the lane's own slots
+	inFlight  int // requests in flight, on any slots
+	cuts      int // rate cuts so far
 	slotFreed chan struct{} // closed and replaced when a slot frees or the limit rises
 	batch     int
 	batchCeil int // smallest batch size that timed out; batches stay below it
 	clean     int // successes since the last increase
-	rateGen   uint64
+	head      chan struct{}      // held by the one waiter that holds a rate reservation
+	wakeHead  context.CancelFunc // wakes that waiter when the rate is cut
 	meter     rateMeter
 }
 
 func newLane(c clock) *lane {
 	return &lane{
 		clock:     c,
-		bucket:    rate.NewLimiter(rate.Inf, MaxBatchSize),
+		bucket:    rate.NewLimiter(rate.Inf, startBatchSize),
+		head:      make(chan struct{}, 1),
 		conc:      startConcurrency,
 		batch:     startBatchSize,
 		batchCeil: MaxBatchSize + 1,
@@ -122,6 +126,7 @@ type permit struct {
 	gen   uint64
 	n     int
 	start time.Time
+	slots chan struct{} // the caller's fixed slots, or nil for the lane's
 }
 
 func (ln *lane) state() LimiterState {
@@ -146,49 +151,100 @@ func (ln *lane) batchSize() int {
 	return ln.batch
 }
 
-// waitRate blocks until n records may be sent. It holds no slot while it
-// waits. A reservation made before a rate cut is re-made after waking,
-// because rate.Limiter does not move reservations that are already waiting.
-func (ln *lane) waitRate(ctx context.Context, n int) error {
+// acquire admits a request of n records: it waits for rate tokens, then
+// for a concurrency slot, and returns a permit to give back with release.
+// slots, when not nil, are the caller's own fixed concurrency slots, used
+// instead of the lane's adaptive ones.
+//
+// Requests are admitted one at a time, in FIFO order: only the head of the
+// queue holds a rate reservation, and it holds its tokens while it waits
+// for a slot, so that at most one request's worth of tokens is ever stale.
+// The head waits for tokens before it takes a slot, so no slot is held
+// while waiting for the rate. A rate cut wakes the head, which reserves
+// again at the new rate: rate.Limiter does not move reservations that are
+// already waiting.
+func (ln *lane) acquire(ctx context.Context, n int, slots chan struct{}) (permit, error) {
+	select {
+	case ln.head <- struct{}{}:
+	case <-ctx.Done():
+		return permit{}, ctx.Err()
+	}
+	defer func() { <-ln.head }()
+	for {
+		cuts, err := ln.waitRate(ctx, n)
+		if err != nil {
+			return permit{}, err
+		}
+		if err := ln.takeSlot(ctx, slots); err != nil {
+			return permit{}, err
+		}
+		ln.mu.Lock()
+		if ln.cuts != cuts {
+			// The tokens were granted at a rate that has since been cut.
+			ln.mu.Unlock()
+			ln.giveSlot(slots)
+			continue
+		}
+		ln.inFlight++
+		ln.issued++
+		p := permit{gen: ln.issued, n: n, start: ln.clock.Now(), slots: slots}
+		ln.mu.Unlock()
+		return p, nil
+	}
+}
+
+// waitRate blocks until n records may be sent and returns the number of
+// cuts at that time. Only the head of the queue calls it.
+func (ln *lane) waitRate(ctx context.Context, n int) (cuts int, err error) {
 	for {
 		now := ln.clock.Now()
 		ln.mu.Lock()
 		if ln.bucket.Burst() < n {
 			ln.bucket.SetBurstAt(now, n)
 		}
-		gen := ln.rateGen
 		r := ln.bucket.ReserveN(now, n)
-		ln.mu.Unlock()
 		d := r.DelayFrom(now)
+		cuts = ln.cuts
 		if d == 0 {
-			return nil
+			ln.mu.Unlock()
+			return cuts, nil
 		}
-		if err := ln.clock.Sleep(ctx, d); err != nil {
-			r.CancelAt(ln.clock.Now())
-			return err
-		}
-		ln.mu.Lock()
-		cut := ln.rateGen != gen
+		wctx, wake := context.WithCancel(ctx)
+		ln.wakeHead = wake
 		ln.mu.Unlock()
-		if !cut {
-			return nil
+		err := ln.clock.Sleep(wctx, d)
+		ln.mu.Lock()
+		ln.wakeHead = nil
+		ln.mu.Unlock()
+		wake()
+		if err == nil {
+			return cuts, nil
 		}
 		r.CancelAt(ln.clock.Now())
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		// A cut woke the head: reserve again at the new rate.
 	}
 }
 
-// acquire starts a request of n records. When takeSlot is set it waits for
-// one of the lane's concurrency slots; a run whose concurrency is fixed
-// holds its own slots and only reports to the lane.
-func (ln *lane) acquire(ctx context.Context, n int, takeSlot bool) (permit, error) {
+// takeSlot waits for a slot: one of slots when given, else one of the
+// lane's.
+func (ln *lane) takeSlot(ctx context.Context, slots chan struct{}) error {
+	if slots != nil {
+		select {
+		case slots <- struct{}{}:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	for {
 		ln.mu.Lock()
-		if !takeSlot || ln.inFlight < ln.conc {
-			ln.inFlight++
-			ln.issued++
-			p := permit{gen: ln.issued, n: n, start: ln.clock.Now()}
+		if ln.slotsUsed < ln.conc {
+			ln.slotsUsed++
 			ln.mu.Unlock()
-			return p, nil
+			return nil
 		}
 		if ln.slotFreed == nil {
 			ln.slotFreed = make(chan struct{})
@@ -198,19 +254,30 @@ func (ln *lane) acquire(ctx context.Context, n int, takeSlot bool) (permit, erro
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return permit{}, ctx.Err()
+			return ctx.Err()
 		}
 	}
+}
+
+func (ln *lane) giveSlot(slots chan struct{}) {
+	if slots != nil {
+		<-slots
+		return
+	}
+	ln.mu.Lock()
+	ln.slotsUsed--
+	ln.wake()
+	ln.mu.Unlock()
 }
 
 // release returns p's slot and feeds its outcome to the controls. class is
 // 0 for a success.
 func (ln *lane) release(p permit, class Class) {
+	ln.giveSlot(p.slots)
 	now := ln.clock.Now()
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	ln.inFlight--
-	ln.wake()
 	switch class {
 	case 0:
 		ln.meter.add(now, p.n)
@@ -236,7 +303,10 @@ func (ln *lane) release(p permit, class Class) {
 // cut lowers the rate and the concurrency once for a 429 episode.
 func (ln *lane) cut(now time.Time) {
 	ln.cutGen = ln.issued
-	ln.rateGen++
+	ln.cuts++
+	if ln.wakeHead != nil {
+		ln.wakeHead()
+	}
 	cur := float64(ln.bucket.Limit())
 	if ln.bucket.Limit() == rate.Inf {
 		cur = ln.meter.rate(now)
@@ -270,12 +340,16 @@ func (ln *lane) wake() {
 // in ten buckets of 100 ms.
 type rateMeter struct {
 	buckets [10]int
-	epoch   int64 // index of the newest bucket, in 100 ms units since the zero time
+	epoch   int64     // index of the newest bucket, in 100 ms units since the zero time
+	first   time.Time // first record, so that a young meter is not diluted
 }
 
 const meterBucket = 100 * time.Millisecond
 
 func (m *rateMeter) add(now time.Time, n int) {
+	if m.first.IsZero() {
+		m.first = now
+	}
 	m.advance(now)
 	m.buckets[m.epoch%int64(len(m.buckets))] += n
 }
@@ -286,7 +360,11 @@ func (m *rateMeter) rate(now time.Time) float64 {
 	for _, n := range m.buckets {
 		sum += n
 	}
-	return float64(sum) / (float64(len(m.buckets)) * meterBucket.Seconds())
+	window := float64(len(m.buckets)) * meterBucket.Seconds()
+	if age := now.Sub(m.first).Seconds(); age < window {
+		window = max(age, meterBucket.Seconds())
+	}
+	return float64(sum) / window
 }
 
 func (m *rateMeter) advance(now time.Time) {

@@ -20,7 +20,7 @@ func TestLimiterCutsOncePerRoundTrip(t *testing.T) {
 
 	var inFlight []permit
 	for range 10 {
-		p, err := ln.acquire(ctx, 10, true)
+		p, err := ln.acquire(ctx, 10, nil)
 		require.NoError(t, err)
 		inFlight = append(inFlight, p)
 	}
@@ -31,7 +31,7 @@ func TestLimiterCutsOncePerRoundTrip(t *testing.T) {
 	assert.InDelta(t, 1000*rateCut, st.Rate, 1e-9, "ten 429s of one round trip cut the rate once")
 	assert.Equal(t, 9, st.Concurrency, "and concurrency one step")
 
-	p, err := ln.acquire(ctx, 10, true)
+	p, err := ln.acquire(ctx, 10, nil)
 	require.NoError(t, err)
 	ln.release(p, ClassRateLimited)
 	st = ln.state()
@@ -43,14 +43,15 @@ func TestLimiterFirstCutStartsFromTheMeasuredRate(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()
 	ln := newLane(clk)
+	own := make(chan struct{}, 1) // the caller's own slot, so that concurrency does not matter
 	// 50 requests of 100 records over one second: 5000 records/s.
 	for range 50 {
-		p, err := ln.acquire(ctx, 100, false)
+		p, err := ln.acquire(ctx, 100, own)
 		require.NoError(t, err)
 		clk.Advance(20 * time.Millisecond)
 		ln.release(p, 0)
 	}
-	p, err := ln.acquire(ctx, 100, false)
+	p, err := ln.acquire(ctx, 100, own)
 	require.NoError(t, err)
 	ln.release(p, ClassRateLimited)
 	assert.InDelta(t, 5000*rateCut, ln.state().Rate, 5000*rateCut*0.15)
@@ -64,7 +65,7 @@ func TestLimiterClimbsBackAfterCleanRoundTrips(t *testing.T) {
 	ln.bucket.SetLimitAt(clk.Now(), 100)
 	for round := range 3 {
 		for range ln.state().Concurrency {
-			p, err := ln.acquire(ctx, 1, true)
+			p, err := ln.acquire(ctx, 1, nil)
 			require.NoError(t, err)
 			ln.release(p, 0)
 		}
@@ -80,7 +81,7 @@ func TestLimiterNeverStopsSending(t *testing.T) {
 	ln := newLane(clk)
 	ln.bucket.SetLimitAt(clk.Now(), 2)
 	for range 100 {
-		p, err := ln.acquire(ctx, 1, true)
+		p, err := ln.acquire(ctx, 1, nil)
 		require.NoError(t, err)
 		clk.Advance(time.Second)
 		ln.release(p, ClassRateLimited)
@@ -95,8 +96,10 @@ func TestLimiterWaitsOutTheRate(t *testing.T) {
 	clk := newFakeClock()
 	ln := newLane(clk)
 	ln.bucket = rate.NewLimiter(100, 100) // 100 records/s, full bucket
-	require.NoError(t, ln.waitRate(ctx, 100))
-	require.NoError(t, ln.waitRate(ctx, 50))
+	for _, n := range []int{100, 50} {
+		_, err := ln.waitRate(ctx, n)
+		require.NoError(t, err)
+	}
 	assert.Equal(t, []time.Duration{500 * time.Millisecond}, clk.Sleeps(), "50 records at 100/s wait half a second")
 }
 
@@ -124,15 +127,14 @@ func TestLimiterRechecksAReservationAfterACut(t *testing.T) {
 	ln := newLane(clk)
 	clk.ln = ln
 	ln.bucket = rate.NewLimiter(100, 100)
-	require.NoError(t, ln.waitRate(ctx, 100)) // empties the bucket
-	require.NoError(t, ln.waitRate(ctx, 100)) // waits 1 s at 100/s, but the rate is cut to 70/s meanwhile
-	sleeps := clk.Sleeps()
-	require.Len(t, sleeps, 2, "the waiter slept again after the cut")
-	var total time.Duration
-	for _, d := range sleeps {
-		total += d
-	}
-	assert.InDelta(t, (100.0 / (100 * rateCut) * float64(time.Second)), float64(total), float64(50*time.Millisecond),
+	start := clk.Now()
+	_, err := ln.waitRate(ctx, 100) // empties the bucket
+	require.NoError(t, err)
+	_, err = ln.waitRate(ctx, 100) // waits 1 s at 100/s, but the rate is cut to 70/s meanwhile
+	require.NoError(t, err)
+	require.Len(t, clk.Sleeps(), 2, "the cut woke the waiter, which slept again")
+	waited := clk.Now().Sub(start)
+	assert.InDelta(t, 100.0/(100*rateCut)*float64(time.Second), float64(waited), float64(10*time.Millisecond),
 		"the wait is the one of the new rate")
 }
 
@@ -140,12 +142,12 @@ func TestLimiterBlocksBeyondItsConcurrency(t *testing.T) {
 	ctx := context.Background()
 	ln := newLane(newFakeClock())
 	ln.conc = 1
-	first, err := ln.acquire(ctx, 1, true)
+	first, err := ln.acquire(ctx, 1, nil)
 	require.NoError(t, err)
 
 	got := make(chan permit)
 	go func() {
-		p, err := ln.acquire(ctx, 1, true)
+		p, err := ln.acquire(ctx, 1, nil)
 		if err == nil {
 			got <- p
 		}
@@ -161,12 +163,12 @@ func TestLimiterBlocksBeyondItsConcurrency(t *testing.T) {
 
 	t.Run("a canceled wait returns the context's error", func(t *testing.T) {
 		ln.conc = 1
-		p, err := ln.acquire(ctx, 1, true)
+		p, err := ln.acquire(ctx, 1, nil)
 		require.NoError(t, err)
 		defer ln.release(p, 0)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		_, err = ln.acquire(cctx, 1, true)
+		_, err = ln.acquire(cctx, 1, nil)
 		assert.ErrorIs(t, err, context.Canceled)
 	})
 }
@@ -174,7 +176,7 @@ func TestLimiterBlocksBeyondItsConcurrency(t *testing.T) {
 func TestLimiterLearnsPerNamespace(t *testing.T) {
 	lim := &Limiter{clock: newFakeClock()}
 	a := lim.lane("a")
-	p, err := a.acquire(context.Background(), 1, true)
+	p, err := a.acquire(context.Background(), 1, nil)
 	require.NoError(t, err)
 	a.release(p, ClassRateLimited)
 	assert.Less(t, lim.State("a").Concurrency, startConcurrency)

@@ -14,51 +14,53 @@ import (
 )
 
 // run is the streaming core under All: records flow in through add, are cut
-// into batches, sent by a bounded set of workers, and end up counted as
-// upserted or collected as failures. Memory is bounded by the number of
-// batches in flight, since add blocks while every worker is busy.
+// into batches per namespace, sent by a bounded set of workers, and end up
+// counted as upserted or reported as failures. Memory is bounded by the
+// number of batches in flight, since add blocks while every worker is busy.
+//
+// add and flush are called from one goroutine, the producer; everything
+// else may run on the workers.
 type run struct {
 	cfg   *config
-	lane  *lane
 	start time.Time
+	total int // records expected, or -1 for a stream
 
 	ctx    context.Context // the caller's
 	runCtx context.Context // ends with ctx, or when the index denies the caller
 	halt   context.CancelCauseFunc
 
 	validator validator
-	batcher   batcher
-	workers   chan int      // free worker ids; a batch in flight holds one
-	slots     chan struct{} // when concurrency is fixed: one per request in flight
+	routes    map[string]*route // by namespace; the producer's
+	workers   chan int          // free worker ids; a batch in flight holds one
+	slots     chan struct{}     // when concurrency is fixed: one per request in flight
 	wg        sync.WaitGroup
 
-	upserted atomic.Int64
-	stats    counters
+	stats        counters
+	lastProgress atomic.Int64 // clock time of the last progress report, in ns
+	lastDone     atomic.Int64 // records settled at the last progress report
+	progressMu   sync.Mutex
 
 	mu     sync.Mutex
 	failed []Failure
 }
 
-// counters are the run's statistics while it runs.
-type counters struct {
-	duplicates                int // set before any batch is sent
-	requests, retries, splits atomic.Int64
-	retriesByClass            [numClasses]atomic.Int64
-	errorsByClass             [numClasses]atomic.Int64
-	mu                        sync.Mutex
-	retriesPerBatch           []int
+// route is where the records of one namespace go.
+type route struct {
+	namespace string
+	lane      *lane
+	batcher   batcher
 }
 
-func newRun(ctx context.Context, cfg *config) *run {
+func newRun(ctx context.Context, cfg *config, total int) *run {
 	r := &run{
-		cfg:   cfg,
-		lane:  cfg.limiter.lane(cfg.namespace),
-		start: cfg.clock.Now(),
-		ctx:   ctx,
+		cfg:    cfg,
+		start:  cfg.clock.Now(),
+		total:  total,
+		ctx:    ctx,
+		routes: make(map[string]*route),
 	}
 	r.runCtx, r.halt = context.WithCancelCause(ctx)
-	r.validator.overhead = requestOverhead(cfg.namespace)
-	r.batcher.maxBytes = MaxRequestBytes - r.validator.overhead
+	r.lastProgress.Store(r.start.UnixNano())
 	maxInFlight := maxConcurrency
 	if cfg.concurrency > 0 {
 		maxInFlight = cfg.concurrency
@@ -74,9 +76,22 @@ func newRun(ctx context.Context, cfg *config) *run {
 	return r
 }
 
+// route returns the route of namespace, creating it on first use.
+func (r *run) route(namespace string) *route {
+	rt, ok := r.routes[namespace]
+	if !ok {
+		rt = &route{namespace: namespace, lane: r.cfg.limiter.lane(namespace)}
+		rt.batcher.maxBytes = MaxRequestBytes - requestOverhead(namespace)
+		r.routes[namespace] = rt
+	}
+	return rt
+}
+
 // admitAll checks every record, reports the invalid ones, and returns the
 // valid ones to send, keeping only the last occurrence of each id.
 func (r *run) admitAll(records []*pinecone.Vector) []item {
+	r.stats.records.Store(int64(len(records)))
+	r.validator.overhead = requestOverhead(r.cfg.namespace)
 	items := make([]item, 0, len(records))
 	last := make(map[string]int, len(records)) // id -> index in items
 	dups := 0
@@ -96,52 +111,56 @@ func (r *run) admitAll(records []*pinecone.Vector) []item {
 	if dups > 0 {
 		items = slices.DeleteFunc(items, func(it item) bool { return it.vec == nil })
 	}
-	r.stats.duplicates = dups
+	r.stats.duplicates.Store(int64(dups))
 	return items
 }
 
-// reject records a record that failed validation; it is never sent.
+// reject reports a record that failed validation; it is never sent.
 func (r *run) reject(seq int, v *pinecone.Vector, cause error) {
 	id := ""
 	if v != nil {
 		id = v.Id
 	}
 	err := &Error{Class: ClassInvalid, Err: fmt.Errorf("record %d (id %q): %w", seq, id, cause)}
-	r.addFailures(Failure{Index: seq, ID: id, Record: v, Class: ClassInvalid, Err: err})
+	r.report([]Failure{{Index: seq, ID: id, Record: v, Class: ClassInvalid, Err: err}})
 }
 
-// add puts it in the current batch and dispatches the batch when full. It
-// returns false, having failed the batch, when the run has stopped.
-func (r *run) add(it item) bool {
-	full := r.batcher.add(it, r.batchSize())
+// add puts it in its namespace's current batch and dispatches the batch
+// when full. It returns false, having failed the batch, when the run has
+// stopped.
+func (r *run) add(rt *route, it item) bool {
+	full := rt.batcher.add(it, r.batchSize(rt))
 	if full == nil {
 		return true
 	}
-	return r.dispatch(full)
+	return r.dispatch(rt, full)
 }
 
-// flush dispatches the current batch, however small.
+// flush dispatches every namespace's current batch, however small.
 func (r *run) flush() bool {
-	if b := r.batcher.take(); len(b) > 0 {
-		return r.dispatch(b)
+	ok := true
+	for _, rt := range r.routes {
+		if b := rt.batcher.take(); len(b) > 0 {
+			ok = r.dispatch(rt, b) && ok
+		}
 	}
-	return true
+	return ok
 }
 
-func (r *run) batchSize() int {
+func (r *run) batchSize(rt *route) int {
 	if r.cfg.batchSize > 0 {
 		return r.cfg.batchSize
 	}
-	return r.lane.batchSize()
+	return rt.lane.batchSize()
 }
 
 // dispatch hands a batch to a free worker, waiting for one: this is the
 // backpressure that bounds memory.
-func (r *run) dispatch(items []item) bool {
+func (r *run) dispatch(rt *route, items []item) bool {
 	select {
 	case id := <-r.workers:
 		r.wg.Add(1)
-		go r.process(id, items)
+		go r.process(id, rt, items)
 		return true
 	case <-r.runCtx.Done():
 		r.failAll(items, r.stopError(), 0, false)
@@ -157,9 +176,15 @@ type part struct {
 	ambiguous bool            // some request ended without a clear answer
 }
 
+func (p *part) child(items []item) *part {
+	c := *p
+	c.items = items
+	return &c
+}
+
 // process sends one batch until each of its records has landed or failed.
 // Halves of a split are sent one after the other, first half first.
-func (r *run) process(worker int, items []item) {
+func (r *run) process(worker int, rt *route, items []item) {
 	defer func() {
 		r.workers <- worker
 		r.wg.Done()
@@ -173,92 +198,84 @@ func (r *run) process(worker int, items []item) {
 			r.failPart(p, r.stopError())
 			continue
 		}
-		e := r.attempt(p)
+		e := r.attempt(worker, rt, p)
 		if e == nil {
-			r.upserted.Add(int64(len(p.items)))
+			r.stats.upserted.Add(int64(len(p.items)))
+			r.maybeProgress()
 			continue
 		}
 		c := e.Class
-		r.stats.errorsByClass[c].Add(1)
 		switch {
 		case c == ClassDenied:
-			r.log(slog.LevelError, "index denied the caller; stopping", worker, p, e)
+			r.log(slog.LevelError, "index denied the caller; stopping", worker, rt, p, e)
 			r.failPart(p, e)
 			r.halt(e)
 		case c == ClassCanceled:
 			r.failPart(p, e)
 		case len(p.items) > 1 && (c == ClassTimeout || c == ClassTooLarge || c == ClassInvalid):
 			r.stats.splits.Add(1)
-			r.log(slog.LevelWarn, "splitting batch", worker, p, e)
+			r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)
+			r.cfg.observers.retry(RetryEvent{Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
 			a, b := split(p.items)
 			stack = append(stack, p.child(b), p.child(a))
 		case p.retries[c] < r.cfg.retry.maxRetries[c]:
 			wait := r.backoff(c, p.retries[c], e.RetryAfter)
 			p.retries[c]++
 			retries++
-			r.stats.retries.Add(1)
-			r.stats.retriesByClass[c].Add(1)
-			r.log(slog.LevelWarn, "retrying batch", worker, p, e, slog.Duration("backoff", wait))
+			r.stats.retry(c)
+			r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
+			r.cfg.observers.retry(RetryEvent{Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
 			if err := r.cfg.clock.Sleep(r.runCtx, wait); err != nil {
 				r.failPart(p, r.stopError())
 				continue
 			}
 			stack = append(stack, p)
 		default:
-			r.log(slog.LevelError, "giving up on batch", worker, p, e)
+			r.log(slog.LevelError, "giving up on batch", worker, rt, p, e)
 			r.failPart(p, e)
 		}
 	}
-	r.stats.addRetriesPerBatch(retries)
+	r.stats.batchDone(retries)
 }
 
-func (p *part) child(items []item) *part {
-	c := *p
-	c.items = items
-	return &c
-}
-
-// attempt sends p once: it waits for rate tokens (holding no slot), then
-// for a slot, then sends with the per-request timeout. It returns nil when
+// attempt sends p once: it waits for the lane to admit it (rate tokens,
+// then a slot), then sends with the per-request timeout. It returns nil when
 // the index confirmed every record.
-func (r *run) attempt(p *part) *Error {
+func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	n := len(p.items)
-	if err := r.lane.waitRate(r.runCtx, n); err != nil {
-		return r.describe(err)
-	}
-	if r.slots != nil {
-		select {
-		case r.slots <- struct{}{}:
-			defer func() { <-r.slots }()
-		case <-r.runCtx.Done():
-			return r.stopError()
-		}
-	}
-	perm, err := r.lane.acquire(r.runCtx, n, r.slots == nil)
+	perm, err := rt.lane.acquire(r.runCtx, n, r.slots)
 	if err != nil {
 		return r.describe(err)
 	}
 	batch := make([]*pinecone.Vector, n)
+	bytes := requestOverhead(rt.namespace)
 	for i, it := range p.items {
 		batch[i] = it.vec
+		bytes += it.size
 	}
 	p.attempts++
-	r.stats.requests.Add(1)
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.requestTimeout)
-	err = r.cfg.send(ctx, batch)
+	err = r.cfg.send(ctx, rt.namespace, batch)
 	cancel()
-	if err == nil {
-		r.lane.release(perm, 0)
-		return nil
+	latency := r.cfg.clock.Now().Sub(perm.start)
+	var e *Error
+	if err != nil {
+		e = r.describe(err)
+		switch e.Class {
+		case ClassTimeout, ClassServer, ClassCanceled:
+			// The request reached the index, or may have: its records
+			// may have been written even though no success came back.
+			p.ambiguous = true
+		}
+		rt.lane.release(perm, e.Class)
+	} else {
+		rt.lane.release(perm, 0)
 	}
-	e := r.describe(err)
-	switch e.Class {
-	case ClassTimeout, ClassServer, ClassCanceled:
-		// The request reached the index, or may have: its records may
-		// have been written even though no success came back.
-		p.ambiguous = true
-	}
-	r.lane.release(perm, e.Class)
+	r.stats.request(n, latency, e)
+	r.cfg.observers.requestDone(RequestEvent{
+		Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,
+		Attempt: p.attempts, Latency: latency, Err: e,
+	})
 	return e
 }
 
@@ -311,30 +328,70 @@ func (r *run) failAll(items []item, e *Error, attempts int, ambiguous bool) {
 			Attempts: attempts, MayHaveLanded: ambiguous,
 		}
 	}
-	r.addFailures(fs...)
+	r.report(fs)
 }
 
-func (r *run) addFailures(fs ...Failure) {
+// report settles failed records: counted, passed to the observers, kept
+// for the result.
+func (r *run) report(fs []Failure) {
+	r.stats.fail(fs)
+	for _, f := range fs {
+		r.cfg.observers.failure(f)
+	}
 	r.mu.Lock()
 	r.failed = append(r.failed, fs...)
 	r.mu.Unlock()
 }
 
-func (c *counters) addRetriesPerBatch(n int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for len(c.retriesPerBatch) <= n {
-		c.retriesPerBatch = append(c.retriesPerBatch, 0)
-	}
-	c.retriesPerBatch[n]++
+// snapshot returns the run's figures now.
+func (r *run) snapshot() Stats {
+	s := r.stats.snapshot()
+	s.Elapsed = r.cfg.clock.Now().Sub(r.start)
+	s.Limiter = r.cfg.limiter.State(r.cfg.namespace)
+	return s
 }
 
-func (r *run) log(level slog.Level, msg string, worker int, p *part, e *Error, extra ...slog.Attr) {
+// maybeProgress reports progress when an interval has passed since the
+// last report. Only one goroutine reports at a time; the others skip.
+func (r *run) maybeProgress() {
+	if r.cfg.progress == nil {
+		return
+	}
+	now := r.cfg.clock.Now().UnixNano()
+	last := r.lastProgress.Load()
+	if now-last < int64(r.cfg.progressEvery) || !r.lastProgress.CompareAndSwap(last, now) {
+		return
+	}
+	if !r.progressMu.TryLock() {
+		return
+	}
+	defer r.progressMu.Unlock()
+	r.emitProgress(time.Duration(now-last), false)
+}
+
+func (r *run) emitProgress(since time.Duration, final bool) {
+	s := r.snapshot()
+	done := s.Upserted + s.Failed + s.Duplicates
+	p := Progress{Total: r.total, Done: done, Final: final, Stats: s}
+	prev := r.lastDone.Swap(int64(done))
+	if since > 0 {
+		p.Rate = float64(done-int(prev)) / since.Seconds()
+	}
+	if final && s.Elapsed > 0 {
+		p.Rate = float64(done) / s.Elapsed.Seconds()
+	}
+	if r.total >= 0 && p.Rate > 0 && !final {
+		p.ETA = time.Duration(float64(r.total-done) / p.Rate * float64(time.Second))
+	}
+	r.cfg.progress(p)
+}
+
+func (r *run) log(level slog.Level, msg string, worker int, rt *route, p *part, e *Error, extra ...slog.Attr) {
 	if !r.cfg.logger.Enabled(r.ctx, level) {
 		return
 	}
 	attrs := append([]slog.Attr{
-		slog.String("namespace", r.cfg.namespace),
+		slog.String("namespace", rt.namespace),
 		slog.Int("batch_size", len(p.items)),
 		slog.Int("worker", worker),
 		slog.Int("attempt", p.attempts),
@@ -355,29 +412,32 @@ func errMessage(e *Error) string {
 }
 
 // finish waits for every batch and assembles the result.
-func (r *run) finish(total int) (Result, error) {
+func (r *run) finish() (Result, error) {
 	r.wg.Wait()
 	r.halt(nil)
-	res := Result{
-		Upserted:   int(r.upserted.Load()),
-		Failed:     r.failed,
-		Duplicates: r.stats.duplicates,
-		Stats:      r.stats.snapshot(),
+	if r.cfg.progress != nil {
+		r.progressMu.Lock()
+		r.emitProgress(0, true)
+		r.progressMu.Unlock()
 	}
-	res.Stats.Elapsed = r.cfg.clock.Now().Sub(r.start)
+	s := r.snapshot()
+	res := Result{Upserted: s.Upserted, Failed: r.failed, Duplicates: s.Duplicates, Stats: s}
 	slices.SortFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index })
 	r.cfg.logger.LogAttrs(r.ctx, slog.LevelInfo, "upsert finished",
 		slog.String("namespace", r.cfg.namespace),
-		slog.Int("records", total),
-		slog.Int("upserted", res.Upserted),
-		slog.Int("failed", len(res.Failed)),
-		slog.Int("requests", res.Stats.Requests),
-		slog.Int("retries", res.Stats.Retries),
-		slog.Duration("elapsed", res.Stats.Elapsed))
-	if len(res.Failed) == 0 {
+		slog.Int("records", s.Records),
+		slog.Int("upserted", s.Upserted),
+		slog.Int("failed", s.Failed),
+		slog.Int("duplicates", s.Duplicates),
+		slog.Int("requests", s.Requests),
+		slog.Int("retries", s.Retries),
+		slog.Int("splits", s.Splits),
+		slog.Duration("p99_latency", s.Latency.P99),
+		slog.Duration("elapsed", s.Elapsed))
+	if s.Failed == 0 {
 		return res, nil
 	}
-	return res, newRunError(res.Failed, total)
+	return res, newRunError(res.Failed, s.Records)
 }
 
 func newRunError(failed []Failure, total int) *RunError {
@@ -395,26 +455,4 @@ func newRunError(failed []Failure, total int) *RunError {
 		}
 	}
 	return e
-}
-
-func (c *counters) snapshot() Stats {
-	s := Stats{
-		Requests:       int(c.requests.Load()),
-		Retries:        int(c.retries.Load()),
-		Splits:         int(c.splits.Load()),
-		RetriesByClass: make(map[Class]int),
-		ErrorsByClass:  make(map[Class]int),
-	}
-	for _, cl := range Classes() {
-		if n := c.retriesByClass[cl].Load(); n > 0 {
-			s.RetriesByClass[cl] = int(n)
-		}
-		if n := c.errorsByClass[cl].Load(); n > 0 {
-			s.ErrorsByClass[cl] = int(n)
-		}
-	}
-	c.mu.Lock()
-	s.RetriesPerBatch = slices.Clone(c.retriesPerBatch)
-	c.mu.Unlock()
-	return s
 }

@@ -27,12 +27,12 @@ import (
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 )
 
-// UpsertFunc sends one batch of records and reports whether all of them
-// were written. [WithUpsertFunc] takes one, for transports other than
-// [pinecone.IndexConnection] and for tests. It must return an error the
-// classifier understands (see [Classify]) when the batch was not written,
-// and must not keep batch after it returns.
-type UpsertFunc func(ctx context.Context, batch []*pinecone.Vector) error
+// UpsertFunc sends one batch of records to a namespace and reports whether
+// all of them were written. [WithUpsertFunc] takes one, for transports
+// other than [pinecone.IndexConnection] and for tests. It must return an
+// error the classifier understands (see [Classify]) when the batch was not
+// written, and must not keep batch after it returns.
+type UpsertFunc func(ctx context.Context, namespace string, batch []*pinecone.Vector) error
 
 // Option configures [All].
 type Option func(*config)
@@ -49,6 +49,9 @@ type config struct {
 	classify       func(error) Class
 	limiter        *Limiter
 	logger         *slog.Logger
+	observers      observers
+	progress       func(Progress)
+	progressEvery  time.Duration
 	clock          clock
 	rand           func(n int64) int64
 	errs           []error
@@ -116,8 +119,12 @@ func WithIndex(idx *pinecone.IndexConnection) Option {
 			return
 		}
 		c.index, c.namespace = idx, idx.Namespace()
-		c.send = func(ctx context.Context, batch []*pinecone.Vector) error {
-			n, err := idx.UpsertVectors(ctx, batch)
+		c.send = func(ctx context.Context, namespace string, batch []*pinecone.Vector) error {
+			conn := idx
+			if namespace != idx.Namespace() {
+				conn = idx.WithNamespace(namespace)
+			}
+			n, err := conn.UpsertVectors(ctx, batch)
 			if err == nil && int(n) != len(batch) {
 				return &Error{Class: ClassServer, Err: fmt.Errorf("index confirmed %d of %d records", n, len(batch))}
 			}
@@ -265,7 +272,7 @@ type Result struct {
 	// Duplicates counts records skipped because a later record in the same
 	// call has the same id: the last one wins and is sent once.
 	Duplicates int
-	// Stats describes the requests it took.
+	// Stats are the run's final figures; Stats.Upserted equals Upserted.
 	Stats Stats
 }
 
@@ -291,27 +298,6 @@ type Failure struct {
 	MayHaveLanded bool
 }
 
-// Stats counts the requests of a run.
-type Stats struct {
-	// Requests is how many upsert requests were sent, retries included.
-	Requests int
-	// Retries is how many requests resent records after a failure, not
-	// counting the halves of a split; RetriesByClass splits it by the class
-	// of the failure that caused the retry.
-	Retries        int
-	RetriesByClass map[Class]int
-	// ErrorsByClass counts failed requests by class.
-	ErrorsByClass map[Class]int
-	// Splits is how many batches were split in halves (timeouts, too large,
-	// invalid bisection).
-	Splits int
-	// RetriesPerBatch[k] is how many batches needed k retries in all,
-	// halves included.
-	RetriesPerBatch []int
-	// Elapsed is the wall time of the run.
-	Elapsed time.Duration
-}
-
 // All upserts records and returns when each one has landed or failed. The
 // index comes from [WithIndex] or [WithUpsertFunc]; the other options have
 // defaults that suit most indexes.
@@ -334,15 +320,16 @@ func All(ctx context.Context, records []*pinecone.Vector, opts ...Option) (Resul
 	if err != nil {
 		return Result{}, err
 	}
-	r := newRun(ctx, cfg)
+	r := newRun(ctx, cfg, len(records))
 	items := r.admitAll(records)
+	rt := r.route(cfg.namespace)
 	for i, it := range items {
-		if !r.add(it) {
+		if !r.add(rt, it) {
 			// The run stopped: whatever follows was never handed over.
 			r.failAll(items[i+1:], r.stopError(), 0, false)
 			break
 		}
 	}
 	r.flush()
-	return r.finish(len(records))
+	return r.finish()
 }

@@ -136,9 +136,9 @@ func TestAllCutsBatchesByCountAndBytes(t *testing.T) {
 		}
 		var biggest atomic.Int64
 		fi := newFakeIndex(nil)
-		send := func(ctx context.Context, batch []*pinecone.Vector) error {
-			biggest.Store(max(biggest.Load(), int64(encodedRequestSize(t, batch, ""))))
-			return fi.Upsert(ctx, batch)
+		send := func(ctx context.Context, ns string, batch []*pinecone.Vector) error {
+			biggest.Store(max(biggest.Load(), int64(encodedRequestSize(t, batch, ns))))
+			return fi.Upsert(ctx, ns, batch)
 		}
 		res, err := All(context.Background(), recs, WithUpsertFunc(send), withClock(newFakeClock()), WithBatchSize(1000))
 		require.NoError(t, err)

@@ -1,0 +1,231 @@
+package upsert_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+const e2eNamespace = "e2e"
+
+// connect opens an SDK index connection to srv, the way a user would.
+func connect(t *testing.T, srv *upserttest.Server) *pinecone.IndexConnection {
+	t.Helper()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace}, upsert.PushbackDialOption())
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+	return idx
+}
+
+// e2eRecords makes n records of dimension 8, every third with metadata and
+// every fifth hybrid, so that every field of a vector crosses the wire.
+func e2eRecords(n int) []*pinecone.Vector {
+	recs := make([]*pinecone.Vector, n)
+	for i := range recs {
+		vals := make([]float32, 8)
+		for j := range vals {
+			vals[j] = float32(i) + float32(j)/10
+		}
+		v := &pinecone.Vector{Id: fmt.Sprintf("rec-%05d", i), Values: &vals}
+		if i%3 == 0 {
+			v.Metadata, _ = structpb.NewStruct(map[string]any{"n": float64(i), "tags": []any{"a", "b"}, "title": fmt.Sprint("doc ", i)})
+		}
+		if i%5 == 0 {
+			v.SparseValues = &pinecone.SparseValues{Indices: []uint32{uint32(i), uint32(i) + 7}, Values: []float32{0.5, 0.25}}
+		}
+		recs[i] = v
+	}
+	return recs
+}
+
+// requireEveryRecordAccounted asserts the library's promise against what
+// the server stored: each record is stored with exactly the values sent,
+// or is in res.Failed with one of the allowed classes (and, unless it may
+// have landed, is not stored).
+func requireEveryRecordAccounted(t *testing.T, srv *upserttest.Server, recs []*pinecone.Vector, res upsert.Result, allowed ...upsert.Class) {
+	t.Helper()
+	failed := make(map[string]upsert.Failure)
+	for _, f := range res.Failed {
+		failed[f.ID] = f
+	}
+	stored := srv.Vectors(e2eNamespace)
+	missing := 0
+	for _, want := range recs {
+		got, ok := stored[want.Id]
+		if f, isFailed := failed[want.Id]; isFailed {
+			assert.Contains(t, allowed, f.Class, "record %s failed with an unexpected class: %v", want.Id, f.Err)
+			if ok && !f.MayHaveLanded {
+				t.Errorf("record %s is stored but reported failed with %v and not as maybe landed", want.Id, f.Class)
+			}
+			continue
+		}
+		if !ok {
+			missing++
+			t.Errorf("record %s is neither stored nor reported failed", want.Id)
+			continue
+		}
+		assert.Equal(t, *want.Values, *got.Values, "values of %s", want.Id)
+		assert.True(t, proto.Equal(want.Metadata, got.Metadata), "metadata of %s", want.Id)
+		assert.Equal(t, want.SparseValues, got.SparseValues, "sparse values of %s", want.Id)
+	}
+	require.Zero(t, missing, "records silently lost")
+	assert.Equal(t, len(recs), res.Upserted+len(res.Failed)+res.Duplicates)
+}
+
+func TestEndToEndThroughTheSDK(t *testing.T) {
+	fast := []upsert.Option{upsert.WithBackoff(time.Millisecond, 20*time.Millisecond)}
+	tests := []struct {
+		name     string
+		server   []upserttest.Option
+		opts     []upsert.Option
+		n        int
+		allowed  []upsert.Class // classes records may fail with
+		minRetry map[upsert.Class]int
+		check    func(t *testing.T, srv *upserttest.Server, res upsert.Result)
+	}{
+		{
+			name: "a healthy index stores every record",
+			n:    3000,
+		},
+		{
+			name:     "a burst of 429s is retried until every record lands",
+			server:   []upserttest.Option{upserttest.WithFaults(upserttest.RateLimitBurst(2, 6))},
+			n:        2000,
+			minRetry: map[upsert.Class]int{upsert.ClassRateLimited: 1},
+		},
+		{
+			name:   "an admission rate limit is met without losing a record",
+			server: []upserttest.Option{upserttest.WithRate(5_000, 500)},
+			n:      4000,
+			check: func(t *testing.T, srv *upserttest.Server, res upsert.Result) {
+				assert.Positive(t, srv.Stats().RateLimited, "the index pushed back")
+				assert.Less(t, res.Stats.Limiter.Rate, 1e9, "the limiter learned a rate")
+			},
+		},
+		{
+			name:     "503s and 500s are retried",
+			server:   []upserttest.Option{upserttest.WithFaults(upserttest.Chain(upserttest.ErrorRate(codes.Unavailable, 0.2, 1), upserttest.ErrorRate(codes.Internal, 0.1, 2)))},
+			n:        3000,
+			allowed:  []upsert.Class{upsert.ClassServer},
+			minRetry: map[upsert.Class]int{upsert.ClassServer: 1},
+		},
+		{
+			name:    "partial writes are retried whole",
+			server:  []upserttest.Option{upserttest.WithFaults(upserttest.PartialWrites(0.2, 3))},
+			n:       2000,
+			allowed: []upsert.Class{upsert.ClassServer},
+		},
+		{
+			name:    "connection resets are retried",
+			server:  []upserttest.Option{upserttest.WithFaults(upserttest.ConnectionResets(0.1, 4))},
+			n:       2000,
+			allowed: []upsert.Class{upsert.ClassServer},
+		},
+		{
+			name:   "writes slower than the request timeout are split and land",
+			server: []upserttest.Option{upserttest.WithLatency(time.Millisecond, 0), upserttest.WithSlowAbove(50, 200)},
+			opts:   []upsert.Option{upsert.WithRequestTimeout(100 * time.Millisecond)},
+			n:      600,
+			check: func(t *testing.T, srv *upserttest.Server, res upsert.Result) {
+				assert.Positive(t, res.Stats.Splits, "timed-out batches were split")
+				assert.LessOrEqual(t, res.Stats.Limiter.BatchSize, 50, "the limiter keeps batches below the slow size")
+			},
+		},
+		{
+			name:    "ambiguous timeouts land once, whatever the client saw",
+			server:  []upserttest.Option{upserttest.WithFaults(upserttest.AmbiguousTimeouts(0.1, 300*time.Millisecond, 5))},
+			opts:    []upsert.Option{upsert.WithRequestTimeout(100 * time.Millisecond)},
+			n:       1500,
+			allowed: []upsert.Class{upsert.ClassTimeout},
+		},
+		{
+			name:    "records the index rejects fail alone and the rest land",
+			server:  []upserttest.Option{upserttest.WithFaults(upserttest.RejectIDs("rec-00017", "rec-01234"))},
+			n:       2000,
+			allowed: []upsert.Class{upsert.ClassInvalid},
+			check: func(t *testing.T, srv *upserttest.Server, res upsert.Result) {
+				require.Len(t, res.Failed, 2)
+				assert.Equal(t, "rec-00017", res.Failed[0].ID)
+				assert.Equal(t, "rec-01234", res.Failed[1].ID)
+				assert.Equal(t, 1998, srv.Count(e2eNamespace))
+			},
+		},
+		{
+			name:   "requests over the transport's size limit are split, not retried as 429s",
+			server: []upserttest.Option{upserttest.WithMaxRequestBytes(4 << 10)},
+			n:      1000,
+			check: func(t *testing.T, srv *upserttest.Server, res upsert.Result) {
+				assert.Positive(t, res.Stats.ErrorsByClass[upsert.ClassTooLarge])
+				assert.Zero(t, res.Stats.ErrorsByClass[upsert.ClassRateLimited])
+			},
+		},
+		{
+			name:    "a wrong API key stops the run with every record reported",
+			server:  []upserttest.Option{upserttest.WithAPIKey("the-right-key")},
+			n:       5000,
+			allowed: []upsert.Class{upsert.ClassDenied},
+			check: func(t *testing.T, srv *upserttest.Server, res upsert.Result) {
+				assert.Len(t, res.Failed, 5000)
+				assert.Less(t, srv.Stats().Requests, 20, "the run stopped instead of trying every batch")
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := upserttest.NewServer(tt.server...)
+			defer srv.Close()
+			recs := e2eRecords(tt.n)
+			opts := append([]upsert.Option{upsert.WithIndex(connect(t, srv))}, fast...)
+			res, err := upsert.All(context.Background(), recs, append(opts, tt.opts...)...)
+			if len(res.Failed) == 0 {
+				require.NoError(t, err)
+			} else {
+				require.Error(t, err)
+				for _, f := range res.Failed {
+					require.ErrorIs(t, err, f.Class.Err(), "the error matches the class of every failure")
+				}
+			}
+			if len(tt.allowed) == 0 {
+				require.Empty(t, res.Failed, "no record may fail here; first: %+v", res.Stats.FailureSamples)
+			}
+			requireEveryRecordAccounted(t, srv, recs, res, tt.allowed...)
+			for c, n := range tt.minRetry {
+				assert.GreaterOrEqual(t, res.Stats.RetriesByClass[c], n, "retries of class %v", c)
+			}
+			if tt.check != nil {
+				tt.check(t, srv, res)
+			}
+		})
+	}
+}
+
+func TestEndToEndHonoursRetryAfter(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		if r.Seq == 1 {
+			return upserttest.Fault{Code: codes.ResourceExhausted, RetryAfter: 200 * time.Millisecond}
+		}
+		return upserttest.Fault{}
+	}))
+	defer srv.Close()
+	var waits []time.Duration
+	obs := upsert.Observer{Retry: func(e upsert.RetryEvent) { waits = append(waits, e.Wait) }}
+	res, err := upsert.All(context.Background(), e2eRecords(10), upsert.WithIndex(connect(t, srv)),
+		upsert.WithBackoff(time.Millisecond, 10*time.Millisecond), upsert.WithObserver(obs))
+	require.NoError(t, err)
+	assert.Equal(t, 10, res.Upserted)
+	require.Len(t, waits, 1)
+	assert.GreaterOrEqual(t, waits[0], 200*time.Millisecond, "the wait the index asked for beats the backoff")
+}

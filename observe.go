@@ -1,0 +1,134 @@
+package upsert
+
+import (
+	"time"
+)
+
+// Observer receives events while a run goes, to feed metrics (Prometheus,
+// OpenTelemetry) or a dead-letter store. Every field is optional. The
+// functions are called from the run's workers, concurrently: they must be
+// safe for concurrent use and return quickly, since a slow observer slows
+// the run. [WithObserver] may be given several times; each observer gets
+// every event.
+type Observer struct {
+	// RequestDone is called after every upsert request, successful or not.
+	RequestDone func(RequestEvent)
+	// Retry is called when a failed batch is about to be resent, after a
+	// wait or split in halves.
+	Retry func(RetryEvent)
+	// Failure is called once per record that did not land, as soon as its
+	// failure is final: the dead-letter hook. [DeadLetterFile.Write] fits.
+	Failure func(Failure)
+}
+
+// RequestEvent describes one upsert request. It never holds vector values
+// or metadata.
+type RequestEvent struct {
+	Namespace string
+	// Worker identifies the batch slot that sent the request, for logs.
+	Worker int
+	// Records and Bytes are the request's size (Bytes as encoded for
+	// gRPC).
+	Records, Bytes int
+	// Attempt is 1 for the first request carrying these records, 2 for
+	// the next, and so on; the halves of a split continue the count.
+	Attempt int
+	// Latency is the request's round trip, from sending to the answer.
+	Latency time.Duration
+	// Err is nil on success, otherwise the classified failure.
+	Err *Error
+}
+
+// RetryEvent describes a failed batch that is about to be resent.
+type RetryEvent struct {
+	Namespace string
+	Worker    int
+	// Records is the size of the batch that failed.
+	Records int
+	// Attempt is the failed request's attempt number.
+	Attempt int
+	// Split is true when the batch is split in halves that are sent one
+	// after the other (timeouts, too large, invalid), false when it is
+	// resent whole after Wait.
+	Split bool
+	// Wait is the backoff before the resend; 0 for a split.
+	Wait time.Duration
+	// Err is the failure that caused the retry.
+	Err *Error
+}
+
+// Progress is a snapshot of a run, passed to the function of
+// [WithProgress].
+type Progress struct {
+	// Total is the number of records of the run, or -1 when the input is a
+	// stream of unknown length.
+	Total int
+	// Done is how many records are settled: upserted, failed or
+	// duplicates.
+	Done int
+	// Rate is the recent throughput in records upserted per second.
+	Rate float64
+	// ETA estimates the time left at the recent rate; 0 when unknown.
+	ETA time.Duration
+	// Final is true for the last call, made when the run is over.
+	Final bool
+	// Stats holds the run's figures so far.
+	Stats Stats
+}
+
+// DefaultProgressInterval is how often [WithProgress] reports by default.
+const DefaultProgressInterval = time.Second
+
+// WithObserver adds o's functions to the run's events.
+func WithObserver(o Observer) Option {
+	return func(c *config) {
+		c.observers = append(c.observers, o)
+	}
+}
+
+// WithProgress calls f with a [Progress] at most once per interval while
+// records land (interval 0 means [DefaultProgressInterval]), and once more
+// with Final set when the run is over. f is called from one goroutine at a
+// time.
+func WithProgress(interval time.Duration, f func(Progress)) Option {
+	return func(c *config) {
+		switch {
+		case f == nil:
+			c.bad("WithProgress: nil function")
+		case interval < 0:
+			c.bad("WithProgress(%v): want a positive interval, or 0 for the default", interval)
+		default:
+			if interval == 0 {
+				interval = DefaultProgressInterval
+			}
+			c.progress, c.progressEvery = f, interval
+		}
+	}
+}
+
+// observers fans events out to every Observer of the run.
+type observers []Observer
+
+func (os observers) requestDone(e RequestEvent) {
+	for _, o := range os {
+		if o.RequestDone != nil {
+			o.RequestDone(e)
+		}
+	}
+}
+
+func (os observers) retry(e RetryEvent) {
+	for _, o := range os {
+		if o.Retry != nil {
+			o.Retry(e)
+		}
+	}
+}
+
+func (os observers) failure(f Failure) {
+	for _, o := range os {
+		if o.Failure != nil {
+			o.Failure(f)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+package upsert
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/upsertlib/upsert/internal/histogram"
+)
+
+// Stats are a run's figures: what happened to the records, and what it
+// took in requests. [Result] holds the final ones, [Progress] live ones.
+type Stats struct {
+	// Records is how many records the run was given so far.
+	Records int
+	// Upserted, Failed and Duplicates settle the records: Upserted were
+	// confirmed by the index, Failed were reported failed, Duplicates were
+	// skipped for a later record with the same id.
+	Upserted, Failed, Duplicates int
+
+	// Requests is how many upsert requests were sent, retries included.
+	Requests int
+	// Retries is how many times a failed batch was resent whole after a
+	// backoff; RetriesByClass splits it by the class of the failure.
+	Retries        int
+	RetriesByClass map[Class]int
+	// Splits is how many failed batches were split in halves (timeouts,
+	// too large, invalid bisection).
+	Splits int
+	// ErrorsByClass counts failed requests by class, ErrorsByCode by the
+	// code the index answered ("429", "ResourceExhausted", "Unavailable",
+	// ...; the class name when there was no code).
+	ErrorsByClass map[Class]int
+	ErrorsByCode  map[string]int
+	// RetriesPerBatch[k] is how many batches needed k retries in all,
+	// their halves included.
+	RetriesPerBatch []int
+
+	// Latency describes the round trips of the requests.
+	Latency LatencyStats
+	// BatchSizes describes the records per request.
+	BatchSizes BatchSizeStats
+	// Limiter is the controller's state for the run's namespace when the
+	// figures were taken.
+	Limiter LimiterState
+	// FailureSamples holds the first few failures, for a report.
+	FailureSamples []Failure
+
+	// Elapsed is the wall time since the run started.
+	Elapsed time.Duration
+}
+
+// LatencyStats summarises request round trips; the percentiles are within
+// about 3%.
+type LatencyStats struct {
+	Mean, P50, P95, P99, Max time.Duration
+}
+
+// BatchSizeStats summarises the records per request.
+type BatchSizeStats struct {
+	Mean     float64
+	Min, Max int
+}
+
+// maxFailureSamples bounds Stats.FailureSamples.
+const maxFailureSamples = 5
+
+// counters are a run's statistics while it runs; every field is safe for
+// concurrent use.
+type counters struct {
+	records, upserted, failed, duplicates atomic.Int64
+	requests, retries, splits             atomic.Int64
+	sentRecords                           atomic.Int64
+	minBatch, maxBatch                    atomic.Int64
+	retriesByClass                        [numClasses]atomic.Int64
+	errorsByClass                         [numClasses]atomic.Int64
+	latency                               histogram.Histogram
+
+	mu              sync.Mutex
+	errorsByCode    map[string]int
+	retriesPerBatch []int
+	samples         []Failure
+}
+
+// request counts one request of n records and its outcome.
+func (c *counters) request(n int, latency time.Duration, e *Error) {
+	c.requests.Add(1)
+	c.sentRecords.Add(int64(n))
+	c.latency.Record(latency)
+	for {
+		m := c.minBatch.Load()
+		if (m != 0 && int64(n) >= m) || c.minBatch.CompareAndSwap(m, int64(n)) {
+			break
+		}
+	}
+	for {
+		m := c.maxBatch.Load()
+		if int64(n) <= m || c.maxBatch.CompareAndSwap(m, int64(n)) {
+			break
+		}
+	}
+	if e == nil {
+		return
+	}
+	c.errorsByClass[e.Class].Add(1)
+	c.mu.Lock()
+	if c.errorsByCode == nil {
+		c.errorsByCode = make(map[string]int)
+	}
+	c.errorsByCode[e.Code()]++
+	c.mu.Unlock()
+}
+
+func (c *counters) retry(class Class) {
+	c.retries.Add(1)
+	c.retriesByClass[class].Add(1)
+}
+
+func (c *counters) batchDone(retries int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.retriesPerBatch) <= retries {
+		c.retriesPerBatch = append(c.retriesPerBatch, 0)
+	}
+	c.retriesPerBatch[retries]++
+}
+
+func (c *counters) fail(fs []Failure) {
+	c.failed.Add(int64(len(fs)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := maxFailureSamples - len(c.samples); n > 0 {
+		c.samples = append(c.samples, fs[:min(n, len(fs))]...)
+	}
+}
+
+// settled returns how many records are upserted, failed or duplicates.
+func (c *counters) settled() int64 {
+	return c.upserted.Load() + c.failed.Load() + c.duplicates.Load()
+}
+
+func (c *counters) snapshot() Stats {
+	s := Stats{
+		Records:        int(c.records.Load()),
+		Upserted:       int(c.upserted.Load()),
+		Failed:         int(c.failed.Load()),
+		Duplicates:     int(c.duplicates.Load()),
+		Requests:       int(c.requests.Load()),
+		Retries:        int(c.retries.Load()),
+		Splits:         int(c.splits.Load()),
+		RetriesByClass: make(map[Class]int),
+		ErrorsByClass:  make(map[Class]int),
+		ErrorsByCode:   make(map[string]int),
+		Latency: LatencyStats{
+			Mean: c.latency.Mean(),
+			P50:  c.latency.Quantile(0.50),
+			P95:  c.latency.Quantile(0.95),
+			P99:  c.latency.Quantile(0.99),
+			Max:  c.latency.Max(),
+		},
+		BatchSizes: BatchSizeStats{Min: int(c.minBatch.Load()), Max: int(c.maxBatch.Load())},
+	}
+	if s.Requests > 0 {
+		s.BatchSizes.Mean = float64(c.sentRecords.Load()) / float64(s.Requests)
+	}
+	for _, cl := range Classes() {
+		if n := c.retriesByClass[cl].Load(); n > 0 {
+			s.RetriesByClass[cl] = int(n)
+		}
+		if n := c.errorsByClass[cl].Load(); n > 0 {
+			s.ErrorsByClass[cl] = int(n)
+		}
+	}
+	c.mu.Lock()
+	for k, v := range c.errorsByCode {
+		s.ErrorsByCode[k] = v
+	}
+	s.RetriesPerBatch = slices.Clone(c.retriesPerBatch)
+	s.FailureSamples = slices.Clone(c.samples)
+	c.mu.Unlock()
+	return s
+}

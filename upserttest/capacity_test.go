@@ -1,0 +1,119 @@
+package upserttest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAdmission(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+
+	t.Run("a rejection by one bucket takes no tokens from the others", func(t *testing.T) {
+		cfg := defaultConfig()
+		WithRate(1, 10)(&cfg)
+		WithRequestRate(1, 1)(&cfg)
+		c := newNSCapacity(&cfg)
+
+		require.True(t, c.admit(t0, 6, 0))  // vectors 10 -> 4, requests 1 -> 0
+		require.False(t, c.admit(t0, 4, 0)) // no request token
+		// One second later: one request token, and 4+1 vector tokens if the
+		// rejected request took none.
+		assert.True(t, c.admit(t0.Add(time.Second), 5, 0))
+	})
+
+	t.Run("a request larger than the burst waits for a full bucket and empties it", func(t *testing.T) {
+		cfg := defaultConfig()
+		WithRate(10, 5)(&cfg)
+		c := newNSCapacity(&cfg)
+
+		assert.True(t, c.admit(t0, 50, 0))
+		assert.False(t, c.admit(t0, 1, 0))
+		assert.False(t, c.admit(t0.Add(400*time.Millisecond), 50, 0), "4 tokens of 5")
+		assert.True(t, c.admit(t0.Add(500*time.Millisecond), 50, 0))
+	})
+
+	t.Run("buckets refill at their rate", func(t *testing.T) {
+		cfg := defaultConfig()
+		WithByteRate(1000, 1000)(&cfg)
+		c := newNSCapacity(&cfg)
+
+		assert.True(t, c.admit(t0, 1, 1000))
+		assert.False(t, c.admit(t0.Add(100*time.Millisecond), 1, 200))
+		assert.True(t, c.admit(t0.Add(200*time.Millisecond), 1, 200))
+	})
+
+	t.Run("a burst below 1 means one second's worth", func(t *testing.T) {
+		assert.Equal(t, bucketConfig{rate: 2.5, burst: 3}, newBucketConfig("x", 2.5, 0))
+		assert.Equal(t, bucketConfig{}, newBucketConfig("x", 0, 10), "a zero rate disables the bucket")
+	})
+
+	t.Run("Serverless sets 50 MiB/s and 100 requests/s with a second of burst", func(t *testing.T) {
+		cfg := defaultConfig()
+		Serverless()(&cfg)
+		assert.Equal(t, bucketConfig{rate: 50 << 20, burst: 50 << 20}, cfg.byteRate)
+		assert.Equal(t, bucketConfig{rate: 100, burst: 100}, cfg.requestRate)
+		assert.False(t, cfg.vectorRate.enabled())
+	})
+}
+
+func TestSlotPool(t *testing.T) {
+	ctx := context.Background()
+	stop := make(chan struct{})
+	noQueue := func(int) {}
+
+	t.Run("waiters get slots in arrival order", func(t *testing.T) {
+		p := &slotPool{size: 1}
+		require.NoError(t, p.acquire(ctx, stop, noQueue))
+
+		order := make(chan int, 3)
+		queued := make(chan struct{}, 3)
+		for i := range 3 {
+			go func() {
+				assert.NoError(t, p.acquire(ctx, stop, func(d int) {
+					if d > 0 {
+						queued <- struct{}{}
+					}
+				}))
+				order <- i
+				p.release()
+			}()
+			<-queued // make arrival order deterministic
+		}
+		p.release()
+		assert.Equal(t, []int{0, 1, 2}, []int{<-order, <-order, <-order})
+	})
+
+	t.Run("a waiter whose context ends leaves the queue", func(t *testing.T) {
+		p := &slotPool{size: 1}
+		require.NoError(t, p.acquire(ctx, stop, noQueue))
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		assert.ErrorIs(t, p.acquire(cctx, stop, noQueue), context.Canceled)
+		assert.Empty(t, p.queue)
+		p.release()
+		assert.Zero(t, p.used)
+	})
+
+	t.Run("stopping ends every wait", func(t *testing.T) {
+		p := &slotPool{size: 1}
+		require.NoError(t, p.acquire(ctx, stop, noQueue))
+		stopped := make(chan struct{})
+		close(stopped)
+		assert.Equal(t, errStopped, p.acquire(ctx, stopped, noQueue))
+	})
+}
+
+func TestLatencyFormula(t *testing.T) {
+	cfg := defaultConfig()
+	WithLatency(10*time.Millisecond, time.Millisecond)(&cfg)
+	WithByteLatency(time.Second)(&cfg)
+	assert.Equal(t, 10*time.Millisecond+5*time.Millisecond+500*time.Millisecond, cfg.latency(5, 1<<19))
+
+	WithSlowAbove(4, 2)(&cfg)
+	assert.Equal(t, 2*(10*time.Millisecond+5*time.Millisecond), cfg.latency(5, 0))
+	assert.Equal(t, 10*time.Millisecond+4*time.Millisecond, cfg.latency(4, 0), "requests at the threshold are not slowed")
+}

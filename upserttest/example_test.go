@@ -1,0 +1,102 @@
+package upserttest_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// A test of your own ingestion code: start a server, point the real SDK at
+// it, upsert, and check what the server stored.
+func Example() {
+	srv := upserttest.NewServer(upserttest.WithDimension(3))
+	defer srv.Close()
+
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer idx.Close()
+
+	metadata, _ := structpb.NewStruct(map[string]any{"title": "Getting started"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n, err := idx.UpsertVectors(ctx, []*pinecone.Vector{
+		{Id: "doc-1", Values: &[]float32{0.1, 0.2, 0.3}, Metadata: metadata},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("upserted:", n)
+
+	v, ok := srv.Vector("docs", "doc-1")
+	fmt.Println("stored:", ok, *v.Values, v.Metadata.Fields["title"].GetStringValue())
+	fmt.Println("OK answers:", srv.Stats().Codes[codes.OK])
+	// Output:
+	// upserted: 1
+	// stored: true [0.1 0.2 0.3] Getting started
+	// OK answers: 1
+}
+
+// A fault script makes the server misbehave on purpose: here every request
+// is half written and answered INTERNAL, as a real service can do.
+func ExampleWithFaults() {
+	srv := upserttest.NewServer(upserttest.WithFaults(upserttest.PartialWrites(1, 0)))
+	defer srv.Close()
+
+	pc, _ := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
+	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	defer idx.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := idx.UpsertVectors(ctx, []*pinecone.Vector{
+		{Id: "a", Values: &[]float32{1}},
+		{Id: "b", Values: &[]float32{2}},
+	})
+	fmt.Println("code:", status.Code(err))
+	fmt.Println("stored:", srv.Count("docs"))
+	_, ok := srv.Vector("docs", "a")
+	fmt.Println("first half written:", ok)
+	// Output:
+	// code: Internal
+	// stored: 1
+	// first half written: true
+}
+
+// A write that holds a write slot is applied even if its client gives up:
+// with a latency longer than the client's deadline, the client sees
+// DeadlineExceeded, and the vector lands anyway.
+func ExampleWithLatency() {
+	srv := upserttest.NewServer(upserttest.WithLatency(50*time.Millisecond, 0))
+	defer srv.Close()
+
+	pc, _ := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
+	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	defer idx.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, err := idx.UpsertVectors(ctx, []*pinecone.Vector{{Id: "a", Values: &[]float32{1}}})
+	fmt.Println("client:", status.Code(err))
+
+	for deadline := time.Now().Add(2 * time.Second); srv.Count("docs") == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Println("stored:", srv.Count("docs"))
+	// Output:
+	// client: DeadlineExceeded
+	// stored: 1
+}

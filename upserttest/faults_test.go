@@ -1,0 +1,110 @@
+package upserttest_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"google.golang.org/grpc/codes"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+func TestOutageFollowsElapsedTime(t *testing.T) {
+	f := upserttest.Outage(4*time.Second, time.Second, codes.Unavailable)
+	tests := []struct {
+		elapsed time.Duration
+		want    codes.Code
+	}{
+		{0, codes.OK},
+		{2999 * time.Millisecond, codes.OK},
+		{3 * time.Second, codes.Unavailable},
+		{3999 * time.Millisecond, codes.Unavailable},
+		{4 * time.Second, codes.OK},
+		{6999 * time.Millisecond, codes.OK},
+		{7500 * time.Millisecond, codes.Unavailable},
+		{8 * time.Second, codes.OK},
+	}
+	for _, tt := range tests {
+		t.Run("at "+tt.elapsed.String()+" the answer is "+tt.want.String(), func(t *testing.T) {
+			assert.Equal(t, tt.want, f(upserttest.Request{Elapsed: tt.elapsed}).Code)
+		})
+	}
+	assert.Panics(t, func() { upserttest.Outage(time.Second, 2*time.Second, codes.Unavailable) })
+}
+
+func TestRandomScriptsAreDeterministic(t *testing.T) {
+	scripts := []struct {
+		name string
+		make func(seed int64) upserttest.FaultFunc
+		hit  func(upserttest.Fault) bool
+	}{
+		{"ErrorRate", func(seed int64) upserttest.FaultFunc { return upserttest.ErrorRate(codes.Internal, 0.3, seed) },
+			func(f upserttest.Fault) bool { return f.Code == codes.Internal }},
+		{"AmbiguousTimeouts", func(seed int64) upserttest.FaultFunc { return upserttest.AmbiguousTimeouts(0.3, time.Second, seed) },
+			func(f upserttest.Fault) bool { return f.Code == codes.OK && f.Delay == time.Second }},
+		{"PartialWrites", func(seed int64) upserttest.FaultFunc { return upserttest.PartialWrites(0.3, seed) },
+			func(f upserttest.Fault) bool { return f.Code == codes.Internal && f.Write == 2 }},
+		{"ConnectionResets", func(seed int64) upserttest.FaultFunc { return upserttest.ConnectionResets(0.3, seed) },
+			func(f upserttest.Fault) bool { return f.Reset }},
+	}
+	for _, s := range scripts {
+		t.Run(s.name+" hits the same requests for the same seed, about p of them", func(t *testing.T) {
+			a, b, other := s.make(42), s.make(42), s.make(43)
+			const n = 10000
+			hits, same, differ := 0, 0, 0
+			for seq := 1; seq <= n; seq++ {
+				r := upserttest.Request{Seq: seq, IDs: []string{"a", "b", "c", "d", "e"}}
+				ha := s.hit(a(r))
+				if ha == s.hit(b(r)) {
+					same++
+				}
+				if ha != s.hit(other(r)) {
+					differ++
+				}
+				if ha {
+					hits++
+				}
+			}
+			assert.Equal(t, n, same)
+			assert.InDelta(t, 0.3, float64(hits)/n, 0.02)
+			assert.Positive(t, differ, "another seed picks other requests")
+		})
+	}
+
+	t.Run("p = 0 never hits and p = 1 always does", func(t *testing.T) {
+		never, always := upserttest.ErrorRate(codes.Internal, 0, 1), upserttest.ErrorRate(codes.Internal, 1, 1)
+		for seq := 1; seq <= 1000; seq++ {
+			assert.Equal(t, codes.OK, never(upserttest.Request{Seq: seq}).Code)
+			assert.Equal(t, codes.Internal, always(upserttest.Request{Seq: seq}).Code)
+		}
+	})
+}
+
+func TestRateLimitBurstCoversItsSeqRange(t *testing.T) {
+	f := upserttest.RateLimitBurst(3, 2)
+	var got []codes.Code
+	for seq := 1; seq <= 6; seq++ {
+		got = append(got, f(upserttest.Request{Seq: seq}).Code)
+	}
+	assert.Equal(t, []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted, codes.ResourceExhausted, codes.OK, codes.OK}, got)
+}
+
+func TestChainReturnsTheFirstEffectiveFault(t *testing.T) {
+	none := func(upserttest.Request) upserttest.Fault { return upserttest.Fault{Write: 3} }
+	delay := func(upserttest.Request) upserttest.Fault { return upserttest.Fault{Delay: time.Second} }
+	fail := func(upserttest.Request) upserttest.Fault { return upserttest.Fault{Code: codes.Internal} }
+
+	assert.Equal(t, upserttest.Fault{Delay: time.Second}, upserttest.Chain(none, nil, delay, fail)(upserttest.Request{}))
+	assert.Equal(t, upserttest.Fault{Code: codes.Internal}, upserttest.Chain(none, fail, delay)(upserttest.Request{}))
+	assert.Equal(t, upserttest.Fault{}, upserttest.Chain(none)(upserttest.Request{}), "a fault that changes nothing does not win")
+	assert.Equal(t, upserttest.Fault{}, upserttest.Chain()(upserttest.Request{}))
+}
+
+func TestRejectIDs(t *testing.T) {
+	f := upserttest.RejectIDs("bad", "worse")
+	assert.Equal(t, codes.OK, f(upserttest.Request{IDs: []string{"a", "b"}}).Code)
+	ft := f(upserttest.Request{IDs: []string{"a", "worse"}})
+	assert.Equal(t, codes.InvalidArgument, ft.Code)
+	assert.NotContains(t, ft.Message, "worse")
+}

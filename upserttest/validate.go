@@ -1,0 +1,193 @@
+package upserttest
+
+import (
+	"encoding/json"
+	"math"
+	"sort"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Pinecone's per-request limits, which a Server always enforces on Upsert
+// requests. A request that breaks any of them is rejected whole with
+// codes.InvalidArgument and a message, like the real service's, that names
+// no record id; nothing of it is written.
+const (
+	// MaxVectorsPerRequest is the most vectors an Upsert request may hold.
+	MaxVectorsPerRequest = 1000
+	// MaxIDBytes is the longest vector id, in bytes. Ids must not be empty.
+	MaxIDBytes = 512
+	// MaxMetadataBytes is the largest metadata of one vector: 40 KiB of its
+	// compact JSON encoding (as encoding/json writes it, without HTML
+	// escaping), which is how clients usually measure it.
+	MaxMetadataBytes = 40 * 1024
+	// MaxDimension is the most dense values a vector may have.
+	MaxDimension = 20000
+	// MaxSparseValues is the most non-zero values (index/value pairs) a
+	// sparse vector may have.
+	MaxSparseValues = 2048
+)
+
+// Besides these limits, a vector must have dense values, sparse values or
+// both; its sparse indices and values must have the same length; all its
+// values must be finite (no NaN or ±Inf); and its metadata values must be
+// strings, finite numbers, booleans or lists of strings (no nested objects,
+// no nulls).
+
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// validate checks the per-request limits, not the dimension of the index.
+func validate(vectors []*pinecone.Vector) error {
+	if len(vectors) > MaxVectorsPerRequest {
+		return invalid("Request contains %d vectors, which exceeds the limit of %d vectors per upsert request", len(vectors), MaxVectorsPerRequest)
+	}
+	for _, v := range vectors {
+		if err := validateVector(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateVector(v *pinecone.Vector) error {
+	if len(v.Id) == 0 {
+		return invalid("Vector ID must not be empty")
+	}
+	if len(v.Id) > MaxIDBytes {
+		return invalid("Vector ID length %d exceeds the maximum length of %d bytes", len(v.Id), MaxIDBytes)
+	}
+	dense := 0
+	if v.Values != nil {
+		dense = len(*v.Values)
+	}
+	sparse := 0
+	if sv := v.SparseValues; sv != nil {
+		if len(sv.Indices) != len(sv.Values) {
+			return invalid("Sparse vector indices and values must have the same length, got %d indices and %d values", len(sv.Indices), len(sv.Values))
+		}
+		sparse = len(sv.Values)
+		if sparse > MaxSparseValues {
+			return invalid("Sparse vector has %d non-zero values, which exceeds the limit of %d", sparse, MaxSparseValues)
+		}
+	}
+	if dense == 0 && sparse == 0 {
+		return invalid("Vector must have dense values, sparse values, or both")
+	}
+	if dense > MaxDimension {
+		return invalid("Vector dimension %d exceeds the maximum dimension of %d", dense, MaxDimension)
+	}
+	if dense > 0 && !finite(*v.Values) {
+		return invalid("Dense vector values must be finite numbers, found NaN or Inf")
+	}
+	if sparse > 0 && !finite(v.SparseValues.Values) {
+		return invalid("Sparse vector values must be finite numbers, found NaN or Inf")
+	}
+	if v.Metadata != nil {
+		if err := validateMetadata(v.Metadata); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func finite(xs []float32) bool {
+	for _, x := range xs {
+		f := float64(x)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func validateMetadata(md *structpb.Struct) error {
+	keys := make([]string, 0, len(md.Fields))
+	for k := range md.Fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !validMetadataValue(md.Fields[k]) {
+			return invalid("Metadata value for field %q must be a string, number, boolean or list of strings", k)
+		}
+	}
+	if n := metadataSize(md); n > MaxMetadataBytes {
+		return invalid("Metadata size is %d bytes, which exceeds the limit of %d bytes per vector", n, MaxMetadataBytes)
+	}
+	return nil
+}
+
+func validMetadataValue(v *structpb.Value) bool {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue, *structpb.Value_BoolValue:
+		return true
+	case *structpb.Value_NumberValue:
+		return !math.IsNaN(k.NumberValue) && !math.IsInf(k.NumberValue, 0)
+	case *structpb.Value_ListValue:
+		for _, e := range k.ListValue.GetValues() {
+			if _, ok := e.GetKind().(*structpb.Value_StringValue); !ok {
+				return false
+			}
+		}
+		return true
+	default: // null, nested struct, unset
+		return false
+	}
+}
+
+// metadataSize is the size of md's compact JSON encoding. md must have
+// passed validMetadataValue, so that it encodes.
+func metadataSize(md *structpb.Struct) int {
+	var w countingWriter
+	enc := json.NewEncoder(&w)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(md.AsMap()); err != nil {
+		return math.MaxInt
+	}
+	return w.n - 1 // Encode appends a newline
+}
+
+type countingWriter struct{ n int }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n += len(p)
+	return len(p), nil
+}
+
+// dimensionError is the answer to a dense vector whose dimension differs from
+// the index's.
+func dimensionError(got, want int) error {
+	return invalid("Vector dimension %d does not match the dimension of the index %d", got, want)
+}
+
+// checkDimension checks every dense vector against dim (0: not yet fixed, in
+// which case the vectors must agree with each other). It returns the
+// dimension the index has after writing them.
+func checkDimension(vectors []*pinecone.Vector, dim int) (int, error) {
+	for _, v := range vectors {
+		if v.Values == nil || len(*v.Values) == 0 {
+			continue
+		}
+		n := len(*v.Values)
+		if dim == 0 {
+			dim = n
+			continue
+		}
+		if n != dim {
+			return 0, dimensionError(n, dim)
+		}
+	}
+	return dim, nil
+}
+
+// errStopped is returned by waits that end because the server is closing or
+// restarting.
+var errStopped = status.Error(codes.Unavailable, "upserttest: server is shutting down")
+
+// rateLimitMessage answers requests rejected by the admission buckets.
+const rateLimitMessage = "Request failed. You've reached the max upsert size limit per second for index upserttest. Pace your upserts or contact Pinecone support to request a higher limit."

@@ -91,35 +91,46 @@ func sparseSize(s *pinecone.SparseValues) int {
 }
 
 // batcher cuts a stream of items into batches by count and by encoded
-// request size. The count limit is read on every add, so that an adaptive
-// batch size takes effect at the next batch.
+// request size. The size of each batch is asked of next when the batch
+// starts, so that an adaptive batch size takes effect at the next batch.
 type batcher struct {
-	maxBytes int // for the records alone: MaxRequestBytes less the request's overhead
-	items    []item
+	maxBytes int                           // for the records alone: MaxRequestBytes less the request's overhead
+	next     func() (size int, probe bool) // the size of the next batch, and whether it probes a larger size
+	cur      batch
+	target   int
 	bytes    int
 }
 
-// add appends it and returns the batch that was closed to make room, or
-// nil. maxCount is the batch size the caller wants now.
-func (b *batcher) add(it item, maxCount int) (full []item) {
-	if len(b.items) > 0 && (len(b.items) >= maxCount || b.bytes+it.size > b.maxBytes) {
-		full = b.take()
+// batch is a batch of items; probe marks the probe of a larger batch size
+// (see lane.nextBatch).
+type batch struct {
+	items []item
+	probe bool
+}
+
+// add appends it and returns the batch that was closed by it: the current
+// one when it does not fit, or the one it filled. ok is false when no
+// batch closed.
+func (b *batcher) add(it item) (full batch, ok bool) {
+	if len(b.cur.items) > 0 && b.bytes+it.size > b.maxBytes {
+		full, ok = b.take(), true
 	}
-	if b.items == nil {
-		b.items = make([]item, 0, maxCount)
+	if len(b.cur.items) == 0 {
+		b.target, b.cur.probe = b.next()
+		b.cur.items = make([]item, 0, b.target)
 	}
-	b.items = append(b.items, it)
+	b.cur.items = append(b.cur.items, it)
 	b.bytes += it.size
-	if len(b.items) >= maxCount && full == nil {
-		full = b.take()
+	if !ok && len(b.cur.items) >= b.target {
+		full, ok = b.take(), true
 	}
-	return full
+	return full, ok
 }
 
 // take returns the pending batch, possibly empty, and starts a new one.
-func (b *batcher) take() []item {
-	full := b.items
-	b.items, b.bytes = nil, 0
+func (b *batcher) take() batch {
+	full := b.cur
+	b.cur, b.bytes = batch{}, 0
 	return full
 }
 

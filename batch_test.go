@@ -67,12 +67,13 @@ func TestBatcherCutsByCountAndBytes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := batcher{maxBytes: tt.maxBytes}
+			b := batcher{maxBytes: tt.maxBytes, next: func() (int, bool) { return tt.maxCount, false }}
 			var got [][]int
-			collect := func(batch []item) {
-				if len(batch) == 0 {
+			collect := func(full batch, ok bool) {
+				if !ok {
 					return
 				}
+				batch := full.items
 				var seqs []int
 				total := 0
 				for _, it := range batch {
@@ -84,9 +85,10 @@ func TestBatcherCutsByCountAndBytes(t *testing.T) {
 				got = append(got, seqs)
 			}
 			for _, it := range items(tt.sizes...) {
-				collect(b.add(it, tt.maxCount))
+				collect(b.add(it))
 			}
-			collect(b.take())
+			last := b.take()
+			collect(last, len(last.items) > 0)
 			assert.Equal(t, tt.want, got)
 		})
 	}
@@ -103,5 +105,46 @@ func TestSplitHalves(t *testing.T) {
 		assert.Equal(t, (n+1)/2, len(a), "the first half is the larger")
 		assert.Equal(t, len(a), b[0].seq, "the halves keep input order")
 		assert.Equal(t, len(a), cap(a), "appending to the first half cannot reach the second")
+	}
+}
+
+func TestDropDuplicatesKeepsTheLastOfEachID(t *testing.T) {
+	ids := func(its []item) []string {
+		var out []string
+		for _, it := range its {
+			out = append(out, it.vec.Id)
+		}
+		return out
+	}
+	mk := func(ids ...string) []item {
+		its := make([]item, len(ids))
+		for i, id := range ids {
+			its[i] = item{seq: i, vec: &pinecone.Vector{Id: id}}
+		}
+		return its
+	}
+	hashes := map[string]func(string) uint64{
+		"a good hash": func(s string) uint64 {
+			var h uint64 = 14695981039346656037
+			for i := 0; i < len(s); i++ {
+				h = (h ^ uint64(s[i])) * 1099511628211
+			}
+			return h
+		},
+		"a hash where every id collides": func(string) uint64 { return 7 },
+	}
+	for name, hash := range hashes {
+		t.Run("with "+name+" only the last occurrence stays, in input order", func(t *testing.T) {
+			its := mk("a", "b", "a", "c", "b", "a", "d")
+			n := dropDuplicates(&its, hash)
+			assert.Equal(t, 3, n)
+			assert.Equal(t, []string{"c", "b", "a", "d"}, ids(its))
+			assert.Equal(t, []int{3, 4, 5, 6}, []int{its[0].seq, its[1].seq, its[2].seq, its[3].seq})
+		})
+		t.Run("with "+name+" distinct ids are all kept", func(t *testing.T) {
+			its := mk("x", "y", "z")
+			assert.Zero(t, dropDuplicates(&its, hash))
+			assert.Equal(t, []string{"x", "y", "z"}, ids(its))
+		})
 	}
 }

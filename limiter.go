@@ -2,26 +2,44 @@ package upsert
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/upsertlib/upsert/internal/minmax"
 )
 
-// Limiter paces the requests sent to an index so that ingestion runs close
-// to what the index accepts without a storm of 429s. It learns three
-// things per namespace, since Pinecone's limits are per namespace: the send
-// rate in records per second (a token bucket that every attempt passes,
-// retries included), how many requests may be in flight, and how many
-// records go in one request.
+// Limiter paces the requests sent to an index so that an ingestion runs
+// close to what the index accepts, without a storm of 429s and without
+// tuning. It learns per namespace, since Pinecone's limits are per
+// namespace:
 //
-// It starts safely (4 requests in flight, 100 records per request, no rate
-// cap) and probes upward while requests succeed. On a 429 it cuts the rate
-// multiplicatively and drops concurrency by one, at most once per round
-// trip: the 429s of requests that were already in flight when it cut are
-// the same episode. Timeouts shrink the batch size and the size that timed
-// out is remembered.
+//   - the send rate in records per second: a token bucket that every
+//     attempt passes, retries included. There is no cap until the index
+//     first answers 429; then the rate is cut to what the index actually
+//     accepted, at most once per round trip (the 429s of requests already
+//     in flight belong to the same episode), climbs back quickly to that
+//     level and then probes above it, slowly first and faster the longer
+//     no 429 comes. A Retry-After pauses every request of the namespace.
+//     Requests are also kept under Pinecone's 100 upsert requests per
+//     second per namespace.
+//   - how many requests may be in flight: 4 at first, doubling each round
+//     trip while requests wait for a slot and latency holds, then one more
+//     per round trip; one fewer on a 429 or a timeout, a quarter fewer when
+//     latency shows the index queueing. At most 64.
+//   - how many records go in one request: 100 at first. A single larger
+//     probe batch is tried now and then; its size is adopted when its cost
+//     per record is no worse, and remembered as too large when it is (for
+//     30 s) or when it times out (for 5 minutes). At most [MaxBatchSize],
+//     and never more than [MaxRequestBytes].
+//
+// It also holds a circuit breaker (after 5 server failures in a row, every
+// request waits while single probes test the index, every 100 ms at first)
+// and a retry budget (retries stay around a fifth of the requests; a retry
+// that finds the budget empty waits, it is never dropped).
 //
 // A Limiter is safe for concurrent use. Share one between [All] calls and
 // goroutines with [WithLimiter] so that a long-running service keeps what it
@@ -38,15 +56,18 @@ func NewLimiter() *Limiter { return new(Limiter) }
 
 // LimiterState is what a Limiter has learned about one namespace.
 type LimiterState struct {
-	// Rate is the current send rate cap in records per second; +Inf until
-	// the index first answers 429.
+	// Rate is the send rate cap in records per second; +Inf until the
+	// index first answers 429.
 	Rate float64
 	// Concurrency is how many requests may be in flight.
 	Concurrency int
-	// BatchSize is how many records the next request carries at most.
+	// BatchSize is how many records a request carries at most.
 	BatchSize int
 	// InFlight is how many requests are in flight now.
 	InFlight int
+	// Paused is true while the circuit breaker holds requests back or the
+	// index's Retry-After is being waited out.
+	Paused bool
 }
 
 // State returns what l has learned about namespace.
@@ -62,78 +83,145 @@ func (l *Limiter) lane(namespace string) *lane {
 	}
 	ln, ok := l.lanes[namespace]
 	if !ok {
-		ln = newLane(l.clockOrReal())
+		c := l.clock
+		if c == nil {
+			c = realClock{}
+		}
+		ln = newLane(c)
 		l.lanes[namespace] = ln
 	}
 	return ln
 }
 
-func (l *Limiter) clockOrReal() clock {
-	if l.clock == nil {
-		return realClock{}
-	}
-	return l.clock
-}
-
-// Starting points and bounds of the adaptive controls.
+// The controls' starting points, bounds and gains.
 const (
 	startConcurrency = 4
 	maxConcurrency   = 64
 	startBatchSize   = 100
+
+	// minRequestsPerSecond sizes batches at a capped rate: see maxBatch.
+	minRequestsPerSecond = 20
+
+	// maxRequestRate is Pinecone serverless's limit of upsert requests per
+	// second per namespace; requestBurst lets a few go back to back.
+	maxRequestRate = 100
+	requestBurst   = 20
+
 	// minRate keeps a cut rate from reaching zero: ten records per second
 	// still probe the index.
 	minRate = 10.0
-	// rateCut is the multiplicative decrease on a 429 episode.
-	rateCut = 0.7
-	// rateGrowth is the multiplicative increase per clean round trip.
-	rateGrowth = 1.05
+	// rateCut is the multiplicative decrease of a 429 episode, applied to
+	// the rate the lane was sending at; slowStartCut the one of the first
+	// episode, when there was no cap yet.
+	rateCut      = 0.85
+	slowStartCut = 0.5
+	// rateRecovery is how long the rate takes to climb back to the level
+	// of the last 429 episode.
+	rateRecovery = 4 * time.Second
+	// minEpisodeGap is the least time between two 429 episodes for the
+	// rate accepted between them to be a measure of capacity.
+	minEpisodeGap = 500 * time.Millisecond
+	// rateBoundFor is how recently a request must have waited for rate
+	// tokens for the rate to keep growing.
+	rateBoundFor = time.Second
+
+	// queueingRatio is the latency, relative to the best recent one, above
+	// which the index is taken to be queueing: concurrency stops growing.
+	// Above shrinkRatio it is cut by a quarter.
+	queueingRatio = 1.3
+	shrinkRatio   = 2.0
+
+	// probeWorse is how much more a probe batch may cost per record than
+	// the current size before the probe size is judged too large.
+	probeWorse = 1.25
+	// softCeilingFor and timeoutCeilingFor are how long a size judged too
+	// large by its cost, or by a timeout, stays off limits.
+	softCeilingFor    = 30 * time.Second
+	timeoutCeilingFor = 5 * time.Minute
+	// probeExpiry frees the probe slot of a probe batch that never came
+	// back (its run ended first).
+	probeExpiry = 10 * time.Second
 )
 
 // lane is the control state of one namespace.
 type lane struct {
 	clock clock
+	head  chan struct{} // held by the request being admitted; FIFO
 
-	mu        sync.Mutex
-	bucket    *rate.Limiter
-	cutGen    uint64 // permits issued up to this number belong to the last cut's episode
-	issued    uint64 // permits issued so far
+	mu sync.Mutex
+
+	// rate
+	records          *rate.Limiter // records per second; Inf until the first 429
+	requests         *rate.Limiter // requests per second
+	wmax             float64       // sending rate at the last 429 episode; 0 before
+	cutAt            time.Time     // origin of the growth curve: the last cut, shifted by idle time
+	cutBeta          float64       // the cut of the last episode
+	lastCut          time.Time     // when the last episode was
+	acceptedSinceCut int           // records accepted since
+	pausedSinceCut   time.Duration // time the breaker held requests since
+	grownAt          time.Time     // last update of the growth curve
+	rateWaited       time.Time     // when a request last had to wait for rate tokens
+	cutGen           uint64        // permits issued up to this one belong to the last cut's episode
+	issued           uint64        // permits issued so far
+	cuts             int           // rate cuts so far
+	cutSignal        chan struct{} // closed at a cut, to wake the head
+	pausedUntil      time.Time     // Retry-After of the last episode
+	sent             rateMeter     // records sent
+	goodput          rateMeter     // records accepted
+
+	// concurrency
 	conc      int
 	slotsUsed int // of the lane's own slots
 	inFlight  int // requests in flight, on any slots
-	cuts      int // rate cuts so far
-	slotFreed chan struct{} // closed and replaced when a slot frees or the limit rises
+	slotFreed chan struct{}
+	slotBound bool   // every slot was taken, or a request waited for one, since the last growth
+	slowStart bool   // concurrency doubles each round trip until the first sign of congestion
+	concGen   uint64 // permits issued up to this one belong to the last change
+
+	// batch size and latency
 	batch     int
-	batchCeil int // smallest batch size that timed out; batches stay below it
-	clean     int // successes since the last increase
-	head      chan struct{}      // held by the one waiter that holds a rate reservation
-	wakeHead  context.CancelFunc // wakes that waiter when the rate is cut
-	meter     rateMeter
+	ceilSize  int       // a size known to be too large; 0 when none
+	ceilUntil time.Time // when ceilSize is forgotten
+	probeSize int       // size of the probe batch out, 0 when none
+	probeSent time.Time
+	fullMin   minmax.Window // latencies (ns) of full batches at the current size
+	fullMean  float64       // moving average of the same
+	fullCount int
+
+	breaker breaker
+	budget  retryBudget
 }
 
 func newLane(c clock) *lane {
+	now := c.Now()
 	return &lane{
 		clock:     c,
-		bucket:    rate.NewLimiter(rate.Inf, startBatchSize),
 		head:      make(chan struct{}, 1),
+		records:   rate.NewLimiter(rate.Inf, startBatchSize),
+		requests:  rate.NewLimiter(maxRequestRate, requestBurst),
 		conc:      startConcurrency,
+		slowStart: true,
 		batch:     startBatchSize,
-		batchCeil: MaxBatchSize + 1,
+		budget:    newRetryBudget(now),
 	}
 }
 
 // permit is one request's passage through the lane.
 type permit struct {
-	gen   uint64
-	n     int
-	start time.Time
-	slots chan struct{} // the caller's fixed slots, or nil for the lane's
+	gen       uint64
+	n         int
+	start     time.Time
+	slots     chan struct{} // the caller's fixed slots, or nil for the lane's
+	probe     bool          // the breaker's probe
+	sizeProbe bool          // a probe of a larger batch size
 }
 
 func (ln *lane) state() LimiterState {
+	now := ln.clock.Now()
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	r := float64(ln.bucket.Limit())
-	if ln.bucket.Limit() == rate.Inf {
+	r := float64(ln.records.Limit())
+	if ln.records.Limit() == rate.Inf {
 		r = math.Inf(1)
 	}
 	return LimiterState{
@@ -141,41 +229,101 @@ func (ln *lane) state() LimiterState {
 		Concurrency: ln.conc,
 		BatchSize:   ln.batch,
 		InFlight:    ln.inFlight,
+		Paused:      ln.breaker.open || now.Before(ln.pausedUntil),
 	}
 }
 
-// batchSize returns how many records the next batch should carry.
-func (ln *lane) batchSize() int {
+// concurrency returns how many requests may be in flight.
+func (ln *lane) concurrency() int {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	return ln.batch
+	return ln.conc
 }
 
-// acquire admits a request of n records: it waits for rate tokens, then
-// for a concurrency slot, and returns a permit to give back with release.
-// slots, when not nil, are the caller's own fixed concurrency slots, used
-// instead of the lane's adaptive ones.
+// nextBatch returns the size of the next batch, and whether it is a probe
+// of a larger size. At most one probe is out at a time, and only once the
+// current size has a latency to compare with.
+func (ln *lane) nextBatch() (size int, probe bool) {
+	now := ln.clock.Now()
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if ln.ceilSize > 0 && now.After(ln.ceilUntil) {
+		ln.ceilSize = 0
+	}
+	if ln.probeSize > 0 && now.Sub(ln.probeSent) > probeExpiry {
+		ln.probeSize = 0
+	}
+	limit := ln.maxBatch()
+	if ln.batch > limit {
+		ln.batch = limit
+		ln.fullMin.Reset()
+		ln.fullCount = 0
+	}
+	if ln.probeSize > 0 || ln.fullCount < 2 {
+		return ln.batch, false
+	}
+	growth := 2
+	if ln.slowStart {
+		growth = 4
+	}
+	next := min(growth*ln.batch, limit)
+	if ln.ceilSize > 0 {
+		next = (ln.batch + ln.ceilSize) / 2
+		if ln.ceilSize-ln.batch <= max(1, ln.batch/20) {
+			return ln.batch, false // close enough to the known limit
+		}
+	}
+	if next <= ln.batch {
+		return ln.batch, false
+	}
+	ln.probeSize, ln.probeSent = next, now
+	return next, true
+}
+
+// maxBatch is the largest batch size worth trying: Pinecone's limit, or,
+// when the rate is capped, a twentieth of a second's worth, so that a
+// rate-limited index still gets a steady stream of small requests rather
+// than a few that each drain its bucket.
+func (ln *lane) maxBatch() int {
+	limit := MaxBatchSize
+	if l := ln.records.Limit(); l != rate.Inf {
+		limit = min(limit, max(startBatchSize/10, int(float64(l)/minRequestsPerSecond)))
+	}
+	return limit
+}
+
+// acquire admits a request of n records, waiting as long as it takes: for
+// the circuit breaker, for the Retry-After of the last 429 episode, for
+// rate tokens, then for a concurrency slot. slots, when not nil, are the
+// caller's own fixed concurrency slots, used instead of the lane's.
+// sizeProbe marks the probe batch returned by nextBatch.
 //
 // Requests are admitted one at a time, in FIFO order: only the head of the
 // queue holds a rate reservation, and it holds its tokens while it waits
 // for a slot, so that at most one request's worth of tokens is ever stale.
 // The head waits for tokens before it takes a slot, so no slot is held
-// while waiting for the rate. A rate cut wakes the head, which reserves
-// again at the new rate: rate.Limiter does not move reservations that are
+// while waiting for the rate. A cut wakes the head, which reserves again
+// at the new rate, since rate.Limiter does not move reservations that are
 // already waiting.
-func (ln *lane) acquire(ctx context.Context, n int, slots chan struct{}) (permit, error) {
+func (ln *lane) acquire(ctx context.Context, n int, slots chan struct{}, sizeProbe bool) (permit, error) {
+	probe, err := ln.waitBreaker(ctx)
+	if err != nil {
+		return permit{}, err
+	}
 	select {
 	case ln.head <- struct{}{}:
 	case <-ctx.Done():
+		ln.abandonProbe(probe)
 		return permit{}, ctx.Err()
 	}
 	defer func() { <-ln.head }()
 	for {
 		cuts, err := ln.waitRate(ctx, n)
-		if err != nil {
-			return permit{}, err
+		if err == nil {
+			err = ln.takeSlot(ctx, slots)
 		}
-		if err := ln.takeSlot(ctx, slots); err != nil {
+		if err != nil {
+			ln.abandonProbe(probe)
 			return permit{}, err
 		}
 		ln.mu.Lock()
@@ -187,9 +335,35 @@ func (ln *lane) acquire(ctx context.Context, n int, slots chan struct{}) (permit
 		}
 		ln.inFlight++
 		ln.issued++
-		p := permit{gen: ln.issued, n: n, start: ln.clock.Now(), slots: slots}
+		ln.sent.add(ln.clock.Now(), n)
+		p := permit{gen: ln.issued, n: n, start: ln.clock.Now(), slots: slots, probe: probe, sizeProbe: sizeProbe}
 		ln.mu.Unlock()
 		return p, nil
+	}
+}
+
+// waitBreaker waits while the breaker is open, and tells whether this
+// request is the breaker's probe.
+func (ln *lane) waitBreaker(ctx context.Context) (probe bool, err error) {
+	for {
+		ln.mu.Lock()
+		ok, probe, wait := ln.breaker.admit(ln.clock.Now())
+		wake := ln.breaker.wake()
+		ln.mu.Unlock()
+		if ok {
+			return probe, nil
+		}
+		if err := sleepOrWake(ctx, ln.clock, wait, wake); err != nil && !errors.Is(err, errWoken) {
+			return false, err
+		}
+	}
+}
+
+func (ln *lane) abandonProbe(probe bool) {
+	if probe {
+		ln.mu.Lock()
+		ln.breaker.abandon(probe)
+		ln.mu.Unlock()
 	}
 }
 
@@ -199,29 +373,33 @@ func (ln *lane) waitRate(ctx context.Context, n int) (cuts int, err error) {
 	for {
 		now := ln.clock.Now()
 		ln.mu.Lock()
-		if ln.bucket.Burst() < n {
-			ln.bucket.SetBurstAt(now, n)
+		if ln.records.Burst() < n {
+			ln.records.SetBurstAt(now, n)
 		}
-		r := ln.bucket.ReserveN(now, n)
-		d := r.DelayFrom(now)
+		rr := ln.records.ReserveN(now, n)
+		qr := ln.requests.ReserveN(now, 1)
+		d := max(rr.DelayFrom(now), qr.DelayFrom(now), ln.pausedUntil.Sub(now))
 		cuts = ln.cuts
-		if d == 0 {
+		if d <= 0 {
 			ln.mu.Unlock()
 			return cuts, nil
 		}
-		wctx, wake := context.WithCancel(ctx)
-		ln.wakeHead = wake
+		if rr.DelayFrom(now) > 0 {
+			ln.rateWaited = now
+		}
+		if ln.cutSignal == nil {
+			ln.cutSignal = make(chan struct{})
+		}
+		wake := ln.cutSignal
 		ln.mu.Unlock()
-		err := ln.clock.Sleep(wctx, d)
-		ln.mu.Lock()
-		ln.wakeHead = nil
-		ln.mu.Unlock()
-		wake()
+		err := sleepOrWake(ctx, ln.clock, d, wake)
 		if err == nil {
 			return cuts, nil
 		}
-		r.CancelAt(ln.clock.Now())
-		if err := ctx.Err(); err != nil {
+		now = ln.clock.Now()
+		rr.CancelAt(now)
+		qr.CancelAt(now)
+		if !errors.Is(err, errWoken) {
 			return 0, err
 		}
 		// A cut woke the head: reserve again at the new rate.
@@ -243,9 +421,13 @@ func (ln *lane) takeSlot(ctx context.Context, slots chan struct{}) error {
 		ln.mu.Lock()
 		if ln.slotsUsed < ln.conc {
 			ln.slotsUsed++
+			if ln.slotsUsed == ln.conc {
+				ln.slotBound = true // the last free slot: concurrency is what limits
+			}
 			ln.mu.Unlock()
 			return nil
 		}
+		ln.slotBound = true
 		if ln.slotFreed == nil {
 			ln.slotFreed = make(chan struct{})
 		}
@@ -266,73 +448,263 @@ func (ln *lane) giveSlot(slots chan struct{}) {
 	}
 	ln.mu.Lock()
 	ln.slotsUsed--
-	ln.wake()
+	ln.wakeSlots()
 	ln.mu.Unlock()
 }
 
-// release returns p's slot and feeds its outcome to the controls. class is
-// 0 for a success.
-func (ln *lane) release(p permit, class Class) {
-	ln.giveSlot(p.slots)
+func (ln *lane) wakeSlots() {
+	if ln.slotFreed != nil {
+		close(ln.slotFreed)
+		ln.slotFreed = nil
+	}
+}
+
+// awaitRetry waits until the retry budget allows one more retry.
+func (ln *lane) awaitRetry(ctx context.Context) error {
+	for {
+		ln.mu.Lock()
+		ok, wait := ln.budget.take(ln.clock.Now())
+		wake := ln.budget.wake()
+		ln.mu.Unlock()
+		if ok {
+			return nil
+		}
+		if err := sleepOrWake(ctx, ln.clock, wait, wake); err != nil && !errors.Is(err, errWoken) {
+			return err
+		}
+	}
+}
+
+// release returns p's slot and feeds its outcome to the controls; e is nil
+// for a success.
+func (ln *lane) release(p permit, e *Error) {
+	if p.slots != nil {
+		<-p.slots
+	}
 	now := ln.clock.Now()
+	latency := now.Sub(p.start)
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
+	if p.slots == nil {
+		ln.slotsUsed--
+		ln.wakeSlots()
+	}
 	ln.inFlight--
-	switch class {
-	case 0:
-		ln.meter.add(now, p.n)
-		ln.clean++
-		if ln.clean >= ln.conc {
-			ln.clean = 0
-			ln.grow(now)
-		}
+	if p.sizeProbe {
+		ln.judgeProbe(p, latency, e, now)
+	}
+	if e == nil {
+		ln.pausedSinceCut += ln.breaker.success(now)
+		ln.budget.success(now)
+		ln.goodput.add(now, p.n)
+		ln.acceptedSinceCut += p.n
+		ln.observeLatency(p, latency)
+		ln.growConcurrency(p)
+		ln.growRate(now)
+		return
+	}
+	switch e.Class {
 	case ClassRateLimited:
-		ln.clean = 0
+		ln.pausedSinceCut += ln.breaker.success(now) // the index answers
 		if p.gen > ln.cutGen {
-			ln.cut(now)
+			ln.cut(now, e.RetryAfter)
 		}
 	case ClassTimeout:
-		ln.clean = 0
-		if p.n > 1 && p.n < ln.batchCeil {
-			ln.batchCeil = p.n
+		ln.breaker.failure(now, p.probe)
+		if p.n > 1 {
+			ln.setCeiling(p.n, now.Add(timeoutCeilingFor))
+			ln.batch = min(ln.batch, max(1, p.n/2))
 		}
-		ln.batch = max(1, min(ln.batch, ln.batchCeil/2))
+		ln.shrinkConcurrency(p, ln.conc-1)
+	case ClassServer:
+		ln.breaker.failure(now, p.probe)
+	case ClassTooLarge:
+		ln.pausedSinceCut += ln.breaker.success(now)
+		if p.n > 1 {
+			ln.setCeiling(p.n, now.Add(timeoutCeilingFor))
+			ln.batch = min(ln.batch, max(1, p.n/2))
+		}
+	case ClassInvalid, ClassDenied:
+		ln.pausedSinceCut += ln.breaker.success(now)
+	default:
+		ln.breaker.abandon(p.probe)
 	}
 }
 
 // cut lowers the rate and the concurrency once for a 429 episode.
-func (ln *lane) cut(now time.Time) {
-	ln.cutGen = ln.issued
-	ln.cuts++
-	if ln.wakeHead != nil {
-		ln.wakeHead()
+//
+// The level the rate then climbs back to (along a cubic curve, see
+// growRate) is the index's capacity as well as it can be told: the rate
+// the index accepted since the last episode, when there was one long
+// enough ago. An index that limits with a token bucket answers 429 when
+// its bucket runs dry, so between two episodes it accepted exactly its
+// rate. Otherwise the level is the rate the lane was sending at. The cut
+// itself is to 85% of the level, or to half of the sending rate when the
+// rate had no cap yet (slow start overshoots).
+func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
+	window := ln.meterWindow()
+	sent := ln.sent.rateOver(now, window)
+	recent := ln.goodput.rateOver(now, window)
+	level, beta := sent, rateCut
+	switch since := now.Sub(ln.lastCut) - ln.pausedSinceCut; {
+	case ln.records.Limit() == rate.Inf:
+		// Slow start overshot: the index may have absorbed it in a burst,
+		// so what it accepted recently is a measure only when lower.
+		beta = slowStartCut
+		if recent > 0 {
+			level = min(sent, recent)
+		}
+	case since >= minEpisodeGap:
+		accepted := float64(ln.acceptedSinceCut) / since.Seconds()
+		level = min(sent, float64(ln.records.Limit()), accepted)
+	default:
+		// Too soon after the last episode to average over.
+		level = min(sent, float64(ln.records.Limit()))
 	}
-	cur := float64(ln.bucket.Limit())
-	if ln.bucket.Limit() == rate.Inf {
-		cur = ln.meter.rate(now)
-		if cur <= 0 {
-			cur = float64(ln.batch * ln.conc)
+	if level <= 0 {
+		// Nothing accepted to measure by: a plain multiplicative cut.
+		level = float64(ln.batch)
+		if l := ln.records.Limit(); l != rate.Inf {
+			level = float64(l) * rateCut
 		}
 	}
-	ln.bucket.SetLimitAt(now, rate.Limit(max(minRate, cur*rateCut)))
+	ln.wmax, ln.cutAt, ln.cutBeta, ln.grownAt = level, now, beta, now
+	ln.lastCut, ln.acceptedSinceCut, ln.pausedSinceCut = now, 0, 0
+	ln.records.SetLimitAt(now, rate.Limit(max(minRate, beta*level)))
+	ln.cutGen = ln.issued
+	ln.cuts++
+	if ln.cutSignal != nil {
+		close(ln.cutSignal)
+		ln.cutSignal = nil
+	}
+	if retryAfter > 0 {
+		ln.pausedUntil = now.Add(retryAfter)
+	}
+	ln.slowStart = false
 	ln.conc = max(1, ln.conc-1)
+	ln.concGen = ln.issued
 }
 
-// grow raises the controls after a round trip of clean successes.
-func (ln *lane) grow(now time.Time) {
-	if cur := ln.bucket.Limit(); cur != rate.Inf {
-		ln.bucket.SetLimitAt(now, cur*rateGrowth)
+// meterWindow is the span over which the sending rate is measured at a
+// cut: four round trips, within [300 ms, 1 s].
+func (ln *lane) meterWindow() time.Duration {
+	rtt := time.Duration(ln.fullMean)
+	return min(max(4*rtt, 300*time.Millisecond), time.Second)
+}
+
+// growRate raises a capped rate while requests wait for it, along the
+// cubic curve of CUBIC congestion control, in rate instead of window: from
+// the cut it climbs fast, flattens as it nears the level of the last 429
+// episode (reached after rateRecovery), lingers there, then rises ever
+// faster above it to find capacity that has grown. Time during which the
+// cap held nothing back (the producer was slower) does not count.
+func (ln *lane) growRate(now time.Time) {
+	if ln.records.Limit() == rate.Inf {
+		return
 	}
-	if ln.conc < maxConcurrency {
-		ln.conc++
-		ln.wake()
+	if now.Sub(ln.rateWaited) > rateBoundFor {
+		// Hold the curve where it is by shifting its origin.
+		ln.cutAt = ln.cutAt.Add(now.Sub(ln.grownAt))
+		ln.grownAt = now
+		return
+	}
+	ln.grownAt = now
+	x := now.Sub(ln.cutAt).Seconds()/rateRecovery.Seconds() - 1
+	r := ln.wmax * (1 + (1-ln.cutBeta)*x*x*x)
+	ln.records.SetLimitAt(now, rate.Limit(max(minRate, r)))
+}
+
+// observeLatency keeps the latency baseline of full batches at the
+// current size.
+func (ln *lane) observeLatency(p permit, latency time.Duration) {
+	if p.sizeProbe || 10*p.n < 9*ln.batch {
+		return
+	}
+	x := float64(latency)
+	ln.fullMin.Add(x)
+	if ln.fullCount == 0 {
+		ln.fullMean = x
+	} else {
+		ln.fullMean += (x - ln.fullMean) / 8
+	}
+	ln.fullCount++
+}
+
+// queueing returns the recent latency of full batches over the best one.
+func (ln *lane) queueing() float64 {
+	if ln.fullCount < 4 || ln.fullMin.Min() <= 0 {
+		return 1
+	}
+	return ln.fullMean / ln.fullMin.Min()
+}
+
+// growConcurrency raises concurrency when requests had to wait for a slot
+// and the index is not queueing: by one per success in slow start (which
+// doubles it each round trip), by one per round trip after.
+func (ln *lane) growConcurrency(p permit) {
+	q := ln.queueing()
+	if q > shrinkRatio {
+		ln.shrinkConcurrency(p, ln.conc*3/4)
+		return
+	}
+	if !ln.slotBound || ln.conc >= maxConcurrency || q > queueingRatio {
+		return
+	}
+	if !ln.slowStart {
+		if p.gen <= ln.concGen {
+			return
+		}
+		ln.concGen = ln.issued
+	}
+	ln.conc++
+	ln.slotBound = false
+	ln.wakeSlots()
+}
+
+// shrinkConcurrency lowers concurrency to c, at most once per round trip,
+// and ends slow start.
+func (ln *lane) shrinkConcurrency(p permit, c int) {
+	ln.slowStart = false
+	if p.gen <= ln.concGen {
+		return
+	}
+	ln.conc = max(1, c)
+	ln.concGen = ln.issued
+}
+
+// judgeProbe adopts the size of a probe batch that cost no more per record
+// than the current size, and remembers it as too large otherwise.
+func (ln *lane) judgeProbe(p permit, latency time.Duration, e *Error, now time.Time) {
+	ln.probeSize = 0
+	switch {
+	case e == nil:
+		base := ln.fullMean / float64(ln.batch)
+		if base > 0 && float64(latency)/float64(p.n) > probeWorse*base {
+			ln.setCeiling(p.n, now.Add(softCeilingFor))
+			return
+		}
+		if p.n > ln.batch {
+			// The probe is the first sample of the new size, and enough
+			// of a baseline for the next probe.
+			ln.batch = p.n
+			ln.fullMin.Reset()
+			ln.fullMin.Add(float64(latency))
+			ln.fullMean, ln.fullCount = float64(latency), 2
+		}
+	case e.Class == ClassTimeout || e.Class == ClassTooLarge:
+		ln.setCeiling(p.n, now.Add(timeoutCeilingFor))
 	}
 }
 
-func (ln *lane) wake() {
-	if ln.slotFreed != nil {
-		close(ln.slotFreed)
-		ln.slotFreed = nil
+// setCeiling remembers size as too large until until.
+func (ln *lane) setCeiling(size int, until time.Time) {
+	if ln.ceilSize == 0 || size <= ln.ceilSize {
+		ln.ceilSize, ln.ceilUntil = size, until
+	}
+	if ln.batch >= size {
+		ln.batch = max(1, size/2)
+		ln.fullMin.Reset()
+		ln.fullCount = 0
 	}
 }
 
@@ -354,17 +726,24 @@ func (m *rateMeter) add(now time.Time, n int) {
 	m.buckets[m.epoch%int64(len(m.buckets))] += n
 }
 
-func (m *rateMeter) rate(now time.Time) float64 {
+// rateOver returns the rate over the last window (whole buckets, the
+// newest one partly elapsed; at most a second), or over the meter's age
+// if it is younger.
+func (m *rateMeter) rateOver(now time.Time, window time.Duration) float64 {
+	if m.first.IsZero() {
+		return 0
+	}
 	m.advance(now)
+	n := int64(len(m.buckets))
+	k := min(max(int64((window+meterBucket-1)/meterBucket), 1), n)
 	sum := 0
-	for _, n := range m.buckets {
-		sum += n
+	for i := range k {
+		sum += m.buckets[(m.epoch-i)%n]
 	}
-	window := float64(len(m.buckets)) * meterBucket.Seconds()
-	if age := now.Sub(m.first).Seconds(); age < window {
-		window = max(age, meterBucket.Seconds())
-	}
-	return float64(sum) / window
+	current := now.Sub(time.Unix(0, m.epoch*int64(meterBucket)))
+	span := time.Duration(k-1)*meterBucket + current
+	span = min(span, now.Sub(m.first))
+	return float64(sum) / max(span, meterBucket/10).Seconds()
 }
 
 func (m *rateMeter) advance(now time.Time) {
@@ -404,4 +783,28 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// errWoken reports a sleep cut short by its wake channel.
+var errWoken = errors.New("woken")
+
+// sleepOrWake sleeps d on c, returning early with errWoken when wake is
+// closed, or with ctx's error when ctx ends.
+func sleepOrWake(ctx context.Context, c clock, d time.Duration, wake <-chan struct{}) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-wake:
+			cancel()
+		case <-stop:
+		}
+	}()
+	err := c.Sleep(wctx, d)
+	if err != nil && ctx.Err() == nil {
+		return errWoken
+	}
+	return err
 }

@@ -9,102 +9,195 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
+	"google.golang.org/grpc/codes"
 )
+
+var errRateLimited = &Error{Class: ClassRateLimited, GRPCCode: codes.ResourceExhausted}
+
+// capLane returns a lane on a fake clock whose rate is already capped at r,
+// as after a first 429 episode long ago.
+func capLane(r float64) (*lane, *fakeClock) {
+	clk := newFakeClock()
+	ln := newLane(clk)
+	ln.records.SetLimitAt(clk.Now(), rate.Limit(r))
+	ln.wmax, ln.cutBeta = r, rateCut
+	ln.cutAt, ln.grownAt, ln.lastCut = clk.Now(), clk.Now(), clk.Now()
+	ln.slowStart = false
+	return ln, clk
+}
 
 func TestLimiterCutsOncePerRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	clk := newFakeClock()
-	ln := newLane(clk)
+	ln, clk := capLane(1000)
 	ln.conc = 10
-	ln.bucket.SetLimitAt(clk.Now(), 1000)
+	clk.Advance(time.Second)
 
 	var inFlight []permit
 	for range 10 {
-		p, err := ln.acquire(ctx, 10, nil)
+		p, err := ln.acquire(ctx, 10, nil, false)
 		require.NoError(t, err)
 		inFlight = append(inFlight, p)
 	}
 	for _, p := range inFlight {
-		ln.release(p, ClassRateLimited)
+		ln.release(p, errRateLimited)
 	}
 	st := ln.state()
-	assert.InDelta(t, 1000*rateCut, st.Rate, 1e-9, "ten 429s of one round trip cut the rate once")
-	assert.Equal(t, 9, st.Concurrency, "and concurrency one step")
+	assert.Equal(t, 1, ln.cuts, "ten 429s of one round trip are one episode")
+	assert.Less(t, st.Rate, 1000.0)
+	assert.Equal(t, 9, st.Concurrency, "concurrency drops one step")
 
-	p, err := ln.acquire(ctx, 10, nil)
+	rateAfterFirst := st.Rate
+	clk.Advance(time.Second)
+	p, err := ln.acquire(ctx, 10, nil, false)
 	require.NoError(t, err)
-	ln.release(p, ClassRateLimited)
-	st = ln.state()
-	assert.InDelta(t, 1000*rateCut*rateCut, st.Rate, 1e-9, "a 429 of a request sent after the cut cuts again")
-	assert.Equal(t, 8, st.Concurrency)
+	ln.release(p, errRateLimited)
+	assert.Equal(t, 2, ln.cuts, "a 429 of a request sent after the cut is a new episode")
+	assert.Less(t, ln.state().Rate, rateAfterFirst)
+	assert.Equal(t, 8, ln.state().Concurrency)
 }
 
-func TestLimiterFirstCutStartsFromTheMeasuredRate(t *testing.T) {
+func TestLimiterFirstCutHalvesTheSendingRate(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()
 	ln := newLane(clk)
-	own := make(chan struct{}, 1) // the caller's own slot, so that concurrency does not matter
-	// 50 requests of 100 records over one second: 5000 records/s.
+	own := make(chan struct{}, 1) // the caller's own slot: concurrency plays no part
+	// 50 requests of 100 records over a second: 5000 records/s, uncapped.
 	for range 50 {
-		p, err := ln.acquire(ctx, 100, own)
+		p, err := ln.acquire(ctx, 100, own, false)
 		require.NoError(t, err)
 		clk.Advance(20 * time.Millisecond)
-		ln.release(p, 0)
+		ln.release(p, nil)
 	}
-	p, err := ln.acquire(ctx, 100, own)
+	assert.True(t, math.IsInf(ln.state().Rate, 1), "no cap before the index pushes back")
+	p, err := ln.acquire(ctx, 100, own, false)
 	require.NoError(t, err)
-	ln.release(p, ClassRateLimited)
-	assert.InDelta(t, 5000*rateCut, ln.state().Rate, 5000*rateCut*0.15)
+	ln.release(p, errRateLimited)
+	assert.InDelta(t, 5000*slowStartCut, ln.state().Rate, 5000*slowStartCut*0.15)
 }
 
-func TestLimiterClimbsBackAfterCleanRoundTrips(t *testing.T) {
+func TestLimiterLevelIsWhatTheIndexAcceptedBetweenEpisodes(t *testing.T) {
+	ctx := context.Background()
+	ln, clk := capLane(10_000)
+	own := make(chan struct{}, 1)
+	// Two seconds of 3000 records/s accepted since the last episode.
+	for range 60 {
+		p, err := ln.acquire(ctx, 100, own, false)
+		require.NoError(t, err)
+		clk.Advance(time.Second / 30)
+		ln.release(p, nil)
+	}
+	p, err := ln.acquire(ctx, 100, own, false)
+	require.NoError(t, err)
+	ln.release(p, errRateLimited)
+	assert.InDelta(t, 3000, ln.wmax, 150, "the level is the accepted rate")
+	assert.InDelta(t, 3000*rateCut, ln.state().Rate, 150)
+}
+
+func TestLimiterClimbsBackAlongACubic(t *testing.T) {
+	ln, clk := capLane(8500)
+	ln.wmax = 10_000
+	rateAt := func(after time.Duration) float64 {
+		clk.Advance(after)
+		ln.rateWaited = clk.Now() // requests are waiting for the rate
+		ln.growRate(clk.Now())
+		return ln.state().Rate
+	}
+	r1 := rateAt(rateRecovery / 4)
+	r2 := rateAt(rateRecovery / 4)
+	r3 := rateAt(rateRecovery / 2)
+	assert.Greater(t, r1-8500, r2-r1, "the climb is fast at first and slows down")
+	assert.InDelta(t, 10_000, r3, 1, "the level is reached after rateRecovery")
+	r4 := rateAt(rateRecovery / 2)
+	r5 := rateAt(rateRecovery / 2)
+	assert.Greater(t, r4, 10_000.0, "then the rate probes above the level")
+	assert.Greater(t, r5-r4, r4-r3, "ever faster")
+
+	t.Run("a rate that holds nothing back does not grow", func(t *testing.T) {
+		before := ln.state().Rate
+		clk.Advance(10 * time.Second) // no request waited for tokens
+		ln.growRate(clk.Now())
+		assert.Equal(t, before, ln.state().Rate)
+	})
+}
+
+// simulateTokenBucketIndex drives a lane against a simulated index that
+// admits capacity records per second (burst records saved up), in virtual
+// time, with one request at a time, and returns the throughput over the
+// last half of the run, as a share of capacity, and the share of requests
+// answered 429.
+func simulateTokenBucketIndex(t *testing.T, capacity float64, burst int, latency time.Duration, d time.Duration) (efficiency, rejected float64) {
+	t.Helper()
 	ctx := context.Background()
 	clk := newFakeClock()
 	ln := newLane(clk)
-	ln.conc = 2
-	ln.bucket.SetLimitAt(clk.Now(), 100)
-	for round := range 3 {
-		for range ln.state().Concurrency {
-			p, err := ln.acquire(ctx, 1, nil)
-			require.NoError(t, err)
-			ln.release(p, 0)
+	index := rate.NewLimiter(rate.Limit(capacity), burst)
+	start := clk.Now()
+	half := start.Add(d / 2)
+	accepted, requests, refused := 0, 0, 0
+	for clk.Now().Before(start.Add(d)) {
+		n, probe := ln.nextBatch()
+		p, err := ln.acquire(ctx, n, nil, probe)
+		require.NoError(t, err)
+		admitted := index.AllowN(clk.Now(), n)
+		clk.Advance(latency)
+		if clk.Now().After(half) {
+			requests++
 		}
-		st := ln.state()
-		assert.Equal(t, 3+round, st.Concurrency, "concurrency grows by one per clean round trip")
-		assert.InDelta(t, 100*math.Pow(rateGrowth, float64(round+1)), st.Rate, 1e-6, "and the rate grows")
+		if !admitted {
+			ln.release(p, errRateLimited)
+			if clk.Now().After(half) {
+				refused++
+			}
+			continue
+		}
+		ln.release(p, nil)
+		if clk.Now().After(half) {
+			accepted += n
+		}
+	}
+	return float64(accepted) / (capacity * (d / 2).Seconds()), float64(refused) / float64(requests)
+}
+
+func TestLimiterConvergesToTheIndexCapacity(t *testing.T) {
+	tests := []struct {
+		name     string
+		capacity float64
+		burst    int
+		latency  time.Duration
+	}{
+		{"a fast index of 20k records/s", 20_000, 5_000, 5 * time.Millisecond},
+		{"a tight index of 3k records/s", 3_000, 750, 5 * time.Millisecond},
+		{"a large index of 100k records/s", 100_000, 20_000, 2 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" is used at 95% or more with 2% or fewer 429s", func(t *testing.T) {
+			eff, rejected := simulateTokenBucketIndex(t, tt.capacity, tt.burst, tt.latency, 2*time.Minute)
+			assert.GreaterOrEqual(t, eff, 0.95, "efficiency")
+			assert.LessOrEqual(t, eff, 1.02, "no more than the index accepts")
+			assert.LessOrEqual(t, rejected, 0.02, "share of requests answered 429")
+		})
 	}
 }
 
-func TestLimiterNeverStopsSending(t *testing.T) {
+func TestLimiterRechecksAReservationAfterACut(t *testing.T) {
 	ctx := context.Background()
-	clk := newFakeClock()
+	clk := &cuttingClock{fakeClock: newFakeClock()}
 	ln := newLane(clk)
-	ln.bucket.SetLimitAt(clk.Now(), 2)
-	for range 100 {
-		p, err := ln.acquire(ctx, 1, nil)
-		require.NoError(t, err)
-		clk.Advance(time.Second)
-		ln.release(p, ClassRateLimited)
-	}
-	st := ln.state()
-	assert.Equal(t, 1, st.Concurrency)
-	assert.Equal(t, minRate, st.Rate)
+	clk.ln = ln
+	ln.records = rate.NewLimiter(100, 100)
+	ln.slowStart = false
+	start := clk.Now()
+	_, err := ln.waitRate(ctx, 100) // empties the bucket
+	require.NoError(t, err)
+	_, err = ln.waitRate(ctx, 100) // waits 1 s at 100/s, but the rate is cut meanwhile
+	require.NoError(t, err)
+	require.Len(t, clk.Sleeps(), 2, "the cut woke the waiter, which slept again")
+	want := 100 / float64(ln.records.Limit())
+	assert.InDelta(t, want, clk.Now().Sub(start).Seconds(), 0.01, "the wait is the one of the new rate")
 }
 
-func TestLimiterWaitsOutTheRate(t *testing.T) {
-	ctx := context.Background()
-	clk := newFakeClock()
-	ln := newLane(clk)
-	ln.bucket = rate.NewLimiter(100, 100) // 100 records/s, full bucket
-	for _, n := range []int{100, 50} {
-		_, err := ln.waitRate(ctx, n)
-		require.NoError(t, err)
-	}
-	assert.Equal(t, []time.Duration{500 * time.Millisecond}, clk.Sleeps(), "50 records at 100/s wait half a second")
-}
-
-// cuttingClock cuts the lane's rate during the first sleep, as a 429 would
-// while a goroutine waits on its reservation.
+// cuttingClock cuts the lane's rate during the first sleep, as a 429
+// would while a goroutine waits on its reservation.
 type cuttingClock struct {
 	*fakeClock
 	ln  *lane
@@ -115,70 +208,269 @@ func (c *cuttingClock) Sleep(ctx context.Context, d time.Duration) error {
 	if !c.cut {
 		c.cut = true
 		c.ln.mu.Lock()
-		c.ln.cut(c.fakeClock.Now())
+		c.ln.cut(c.fakeClock.Now(), 0)
 		c.ln.mu.Unlock()
+		// The cut closed the head's wake channel; let its watcher cancel
+		// the sleep's context before sleeping.
+		<-ctx.Done()
 	}
 	return c.fakeClock.Sleep(ctx, d)
 }
 
-func TestLimiterRechecksAReservationAfterACut(t *testing.T) {
+func TestLimiterNeverSpendsTokensFromBeforeACut(t *testing.T) {
 	ctx := context.Background()
-	clk := &cuttingClock{fakeClock: newFakeClock()}
-	ln := newLane(clk)
-	clk.ln = ln
-	ln.bucket = rate.NewLimiter(100, 100)
-	start := clk.Now()
-	_, err := ln.waitRate(ctx, 100) // empties the bucket
-	require.NoError(t, err)
-	_, err = ln.waitRate(ctx, 100) // waits 1 s at 100/s, but the rate is cut to 70/s meanwhile
-	require.NoError(t, err)
-	require.Len(t, clk.Sleeps(), 2, "the cut woke the waiter, which slept again")
-	waited := clk.Now().Sub(start)
-	assert.InDelta(t, 100.0/(100*rateCut)*float64(time.Second), float64(waited), float64(10*time.Millisecond),
-		"the wait is the one of the new rate")
-}
-
-func TestLimiterBlocksBeyondItsConcurrency(t *testing.T) {
-	ctx := context.Background()
-	ln := newLane(newFakeClock())
+	ln, clk := capLane(1000)
 	ln.conc = 1
-	first, err := ln.acquire(ctx, 1, nil)
+	held, err := ln.acquire(ctx, 1, nil, false)
 	require.NoError(t, err)
 
 	got := make(chan permit)
 	go func() {
-		p, err := ln.acquire(ctx, 1, nil)
+		p, err := ln.acquire(ctx, 100, nil, false) // gets tokens, then waits for the slot
 		if err == nil {
 			got <- p
 		}
 	}()
-	select {
-	case <-got:
-		t.Fatal("a second request got a slot while the only one was taken")
-	case <-time.After(5 * time.Millisecond):
-	}
-	ln.release(first, 0)
+	// Let the waiter reserve its tokens and block on the slot.
+	require.Eventually(t, func() bool {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.slotFreed != nil
+	}, time.Second, time.Millisecond)
+	clk.Advance(time.Second)
+	ln.release(held, errRateLimited) // cuts the rate and frees the slot
 	p := <-got
-	ln.release(p, 0)
+	assert.Equal(t, 1, ln.cuts)
+	assert.NotEmpty(t, clk.Sleeps(), "the waiter waited again for tokens at the new rate")
+	ln.release(p, nil)
+}
 
-	t.Run("a canceled wait returns the context's error", func(t *testing.T) {
+func TestLimiterConcurrency(t *testing.T) {
+	ctx := context.Background()
+	t.Run("slow start doubles concurrency each round trip while every slot is busy", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		// A producer with plenty of records: every completion is
+		// followed by a new request, and new slots are filled at once.
+		var inFlight []permit
+		fill := func() {
+			for ln.state().InFlight < ln.state().Concurrency {
+				p, err := ln.acquire(ctx, 100, nil, false)
+				require.NoError(t, err)
+				inFlight = append(inFlight, p)
+			}
+		}
+		fill()
+		for range 3 {
+			c := ln.state().Concurrency
+			round := inFlight
+			inFlight = nil
+			clk.Advance(time.Second) // slow enough that Pinecone's 100 requests/s do not bind
+			for _, p := range round {
+				ln.release(p, nil)
+				fill()
+			}
+			assert.Equal(t, 2*c, ln.state().Concurrency)
+		}
+		for _, p := range inFlight {
+			ln.release(p, nil)
+		}
+	})
+	t.Run("concurrency does not grow while slots are idle", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		for range 20 {
+			p, err := ln.acquire(ctx, 100, nil, false) // one at a time: never all slots
+			require.NoError(t, err)
+			clk.Advance(10 * time.Millisecond)
+			ln.release(p, nil)
+		}
+		assert.Equal(t, startConcurrency, ln.state().Concurrency)
+	})
+	t.Run("latency that doubles shows queueing and cuts concurrency by a quarter", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		ln.conc, ln.slowStart = 16, false
+		lat := 10 * time.Millisecond
+		for i := range 40 {
+			if i == 20 {
+				lat = 40 * time.Millisecond
+			}
+			p, err := ln.acquire(ctx, 100, nil, false)
+			require.NoError(t, err)
+			clk.Advance(lat)
+			ln.release(p, nil)
+		}
+		assert.Less(t, ln.state().Concurrency, 16)
+	})
+	t.Run("a request beyond the limit waits for a slot", func(t *testing.T) {
+		ln := newLane(newFakeClock())
 		ln.conc = 1
-		p, err := ln.acquire(ctx, 1, nil)
+		first, err := ln.acquire(ctx, 1, nil, false)
 		require.NoError(t, err)
-		defer ln.release(p, 0)
+		got := make(chan permit)
+		go func() {
+			if p, err := ln.acquire(ctx, 1, nil, false); err == nil {
+				got <- p
+			}
+		}()
+		select {
+		case <-got:
+			t.Fatal("a second request got a slot while the only one was taken")
+		case <-time.After(5 * time.Millisecond):
+		}
+		ln.release(first, nil)
+		ln.release(<-got, nil)
+	})
+	t.Run("a canceled wait returns the context's error", func(t *testing.T) {
+		ln := newLane(newFakeClock())
+		ln.conc = 1
+		p, err := ln.acquire(ctx, 1, nil, false)
+		require.NoError(t, err)
+		defer ln.release(p, nil)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		_, err = ln.acquire(cctx, 1, nil)
+		_, err = ln.acquire(cctx, 1, nil, false)
 		assert.ErrorIs(t, err, context.Canceled)
 	})
+}
+
+func TestLimiterBatchSize(t *testing.T) {
+	ctx := context.Background()
+	// send runs one request of the size nextBatch asks for, taking
+	// latency(n).
+	send := func(ln *lane, clk *fakeClock, latency func(n int) time.Duration, e *Error) int {
+		n, probe := ln.nextBatch()
+		p, err := ln.acquire(ctx, n, nil, probe)
+		require.NoError(t, err)
+		clk.Advance(latency(n))
+		ln.release(p, e)
+		return n
+	}
+	affine := func(n int) time.Duration { return 5*time.Millisecond + time.Duration(n)*20*time.Microsecond }
+	t.Run("batches grow to Pinecone's limit while larger ones cost no more per record", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		for range 50 {
+			send(ln, clk, affine, nil)
+		}
+		assert.Equal(t, MaxBatchSize, ln.state().BatchSize)
+	})
+	t.Run("batches stop below a size that is much slower per record", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		cliff := func(n int) time.Duration {
+			if n > 300 {
+				return 20 * affine(n)
+			}
+			return affine(n)
+		}
+		for range 100 {
+			send(ln, clk, cliff, nil)
+		}
+		b := ln.state().BatchSize
+		assert.LessOrEqual(t, b, 300)
+		assert.GreaterOrEqual(t, b, 250, "and close to it")
+	})
+	t.Run("a timeout halves the batch size and keeps it below the size that timed out", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		ln.batch = 800
+		p, err := ln.acquire(ctx, 800, nil, false)
+		require.NoError(t, err)
+		ln.release(p, &Error{Class: ClassTimeout})
+		assert.Equal(t, 400, ln.state().BatchSize)
+		for range 50 {
+			n := send(ln, clk, affine, nil)
+			assert.Less(t, n, 800)
+		}
+	})
+	t.Run("a capped rate keeps batches to a twentieth of a second's worth", func(t *testing.T) {
+		ln, _ := capLane(3000)
+		ln.batch = MaxBatchSize
+		n, _ := ln.nextBatch()
+		assert.Equal(t, 150, n)
+	})
+}
+
+func TestLimiterBreaker(t *testing.T) {
+	ctx := context.Background()
+	serverErr := &Error{Class: ClassServer, GRPCCode: codes.Unavailable}
+	clk := newFakeClock()
+	ln := newLane(clk)
+	ln.conc = 10
+	var ps []permit
+	for range breakerThreshold {
+		p, err := ln.acquire(ctx, 10, nil, false)
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	for _, p := range ps {
+		ln.release(p, serverErr)
+	}
+	require.True(t, ln.state().Paused, "five server errors in a row open the breaker")
+
+	// The next request waits for the probe time and goes as the probe.
+	before := clk.Now()
+	p, err := ln.acquire(ctx, 10, nil, false)
+	require.NoError(t, err)
+	assert.True(t, p.probe)
+	assert.GreaterOrEqual(t, clk.Now().Sub(before), probeEvery)
+
+	t.Run("while the probe is out, others wait", func(t *testing.T) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+		defer cancel()
+		_, err := ln.acquire(cctx, 10, nil, false)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+	t.Run("a failed probe keeps it open, a successful one closes it", func(t *testing.T) {
+		ln.release(p, serverErr)
+		assert.True(t, ln.state().Paused)
+		p2, err := ln.acquire(ctx, 10, nil, false)
+		require.NoError(t, err)
+		assert.True(t, p2.probe)
+		ln.release(p2, nil)
+		assert.False(t, ln.state().Paused)
+		p3, err := ln.acquire(ctx, 10, nil, false)
+		require.NoError(t, err)
+		assert.False(t, p3.probe)
+		ln.release(p3, nil)
+	})
+	t.Run("a long outage is probed less and less often, up to a cap", func(t *testing.T) {
+		var b breaker
+		now := clk.Now()
+		b.open, b.openedAt = true, now
+		assert.Equal(t, probeEvery, b.probeWait(now.Add(time.Second)))
+		assert.Greater(t, b.probeWait(now.Add(probeFastFor+time.Second)), probeEvery)
+		assert.Equal(t, probeMax, b.probeWait(now.Add(time.Hour)))
+	})
+}
+
+func TestRetryBudget(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newRetryBudget(now)
+	for range int(budgetMax) {
+		ok, _ := b.take(now)
+		require.True(t, ok)
+	}
+	ok, wait := b.take(now)
+	assert.False(t, ok, "an empty budget makes a retry wait")
+	assert.Equal(t, time.Second, wait, "time alone refills one retry a second")
+	for range 5 {
+		b.success(now)
+	}
+	ok, _ = b.take(now)
+	assert.True(t, ok, "five successes earn a retry")
+	ok, _ = b.take(now.Add(time.Second))
+	assert.True(t, ok, "and so does a second")
 }
 
 func TestLimiterLearnsPerNamespace(t *testing.T) {
 	lim := &Limiter{clock: newFakeClock()}
 	a := lim.lane("a")
-	p, err := a.acquire(context.Background(), 1, nil)
+	p, err := a.acquire(context.Background(), 1, nil, false)
 	require.NoError(t, err)
-	a.release(p, ClassRateLimited)
+	a.release(p, errRateLimited)
 	assert.Less(t, lim.State("a").Concurrency, startConcurrency)
 	assert.Equal(t, startConcurrency, lim.State("b").Concurrency, "another namespace is untouched")
 	assert.Same(t, a, lim.lane("a"), "a namespace keeps its state")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"sync"
@@ -34,6 +35,10 @@ type run struct {
 	workers   chan int          // free worker ids; a batch in flight holds one
 	slots     chan struct{}     // when concurrency is fixed: one per request in flight
 	wg        sync.WaitGroup
+	active    atomic.Int64  // batches in flight
+	resting   atomic.Int64  // of which waiting out a backoff or the retry budget
+	doneMu    sync.Mutex    // guards batchDone
+	batchDone chan struct{} // closed and replaced when a batch finishes
 
 	stats        counters
 	lastProgress atomic.Int64 // clock time of the last progress report, in ns
@@ -82,6 +87,10 @@ func (r *run) route(namespace string) *route {
 	if !ok {
 		rt = &route{namespace: namespace, lane: r.cfg.limiter.lane(namespace)}
 		rt.batcher.maxBytes = MaxRequestBytes - requestOverhead(namespace)
+		rt.batcher.next = rt.lane.nextBatch
+		if r.cfg.batchSize > 0 {
+			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
+		}
 		r.routes[namespace] = rt
 	}
 	return rt
@@ -93,26 +102,58 @@ func (r *run) admitAll(records []*pinecone.Vector) []item {
 	r.stats.records.Store(int64(len(records)))
 	r.validator.overhead = requestOverhead(r.cfg.namespace)
 	items := make([]item, 0, len(records))
-	last := make(map[string]int, len(records)) // id -> index in items
-	dups := 0
 	for i, v := range records {
 		size, err := r.validator.check(v)
 		if err != nil {
 			r.reject(i, v, err)
 			continue
 		}
-		if j, ok := last[v.Id]; ok {
-			items[j].vec = nil // superseded by this later record
-			dups++
-		}
-		last[v.Id] = len(items)
 		items = append(items, item{seq: i, vec: v, size: size})
 	}
-	if dups > 0 {
-		items = slices.DeleteFunc(items, func(it item) bool { return it.vec == nil })
+	seed := maphash.MakeSeed()
+	hash := func(id string) uint64 { return maphash.String(seed, id) }
+	if dups := dropDuplicates(&items, hash); dups > 0 {
+		r.stats.duplicates.Store(int64(dups))
 	}
-	r.stats.duplicates.Store(int64(dups))
 	return items
+}
+
+// dropDuplicates removes from items every record whose id appears again
+// later, and returns how many it removed. Ids are keyed by their 64-bit
+// hash, which halves the memory of a map of strings and its cache misses;
+// a hash match is confirmed by comparing the ids.
+func dropDuplicates(items *[]item, hash func(string) uint64) int {
+	its := *items
+	last := make(map[uint64]int32, len(its)) // hash -> index in its of the latest record
+	var collided map[string]int              // ids whose hash matched another id's
+	dups := 0
+	for i := range its {
+		id := its[i].vec.Id
+		h := hash(id)
+		j, seen := last[h]
+		switch {
+		case !seen:
+			last[h] = int32(i)
+		case its[j].vec.Id == id:
+			its[j].vec = nil // superseded by this later record
+			last[h] = int32(i)
+			dups++
+		default:
+			// Two ids with one hash: track this one exactly.
+			if collided == nil {
+				collided = make(map[string]int)
+			}
+			if k, ok := collided[id]; ok {
+				its[k].vec = nil
+				dups++
+			}
+			collided[id] = i
+		}
+	}
+	if dups > 0 {
+		*items = slices.DeleteFunc(its, func(it item) bool { return it.vec == nil })
+	}
+	return dups
 }
 
 // reject reports a record that failed validation; it is never sent.
@@ -129,8 +170,8 @@ func (r *run) reject(seq int, v *pinecone.Vector, cause error) {
 // when full. It returns false, having failed the batch, when the run has
 // stopped.
 func (r *run) add(rt *route, it item) bool {
-	full := rt.batcher.add(it, r.batchSize(rt))
-	if full == nil {
+	full, ok := rt.batcher.add(it)
+	if !ok {
 		return true
 	}
 	return r.dispatch(rt, full)
@@ -140,32 +181,79 @@ func (r *run) add(rt *route, it item) bool {
 func (r *run) flush() bool {
 	ok := true
 	for _, rt := range r.routes {
-		if b := rt.batcher.take(); len(b) > 0 {
+		if b := rt.batcher.take(); len(b.items) > 0 {
 			ok = r.dispatch(rt, b) && ok
 		}
 	}
 	return ok
 }
 
-func (r *run) batchSize(rt *route) int {
-	if r.cfg.batchSize > 0 {
-		return r.cfg.batchSize
+// dispatch hands a batch to a worker once fewer batches are ready to send
+// than the lane lets requests in flight, plus two: enough to keep every
+// slot busy, few enough that a new batch size takes effect at once.
+// Batches waiting out a backoff do not count, but the worker pool bounds
+// them. Waiting here is the backpressure that bounds memory.
+func (r *run) dispatch(rt *route, b batch) bool {
+	for {
+		conc := r.cfg.concurrency
+		if conc == 0 {
+			conc = rt.lane.concurrency()
+		}
+		if r.active.Load()-r.resting.Load() < int64(conc+2) {
+			break
+		}
+		select {
+		case <-r.batchFinished():
+		case <-r.runCtx.Done():
+			r.failAll(b.items, r.stopError(), 0, false)
+			return false
+		}
 	}
-	return rt.lane.batchSize()
-}
-
-// dispatch hands a batch to a free worker, waiting for one: this is the
-// backpressure that bounds memory.
-func (r *run) dispatch(rt *route, items []item) bool {
 	select {
 	case id := <-r.workers:
+		r.active.Add(1)
 		r.wg.Add(1)
-		go r.process(id, rt, items)
+		go r.process(id, rt, b)
 		return true
 	case <-r.runCtx.Done():
-		r.failAll(items, r.stopError(), 0, false)
+		r.failAll(b.items, r.stopError(), 0, false)
 		return false
 	}
+}
+
+// batchFinished returns a channel closed when the next batch finishes.
+func (r *run) batchFinished() <-chan struct{} {
+	r.doneMu.Lock()
+	defer r.doneMu.Unlock()
+	if r.batchDone == nil {
+		r.batchDone = make(chan struct{})
+	}
+	return r.batchDone
+}
+
+func (r *run) finishBatch(worker int) {
+	r.active.Add(-1)
+	r.signalBatch()
+	r.workers <- worker
+	r.wg.Done()
+}
+
+// rest counts a batch entering (+1) or leaving (-1) a backoff: a batch
+// that rests makes room for another to be formed.
+func (r *run) rest(delta int64) {
+	r.resting.Add(delta)
+	if delta > 0 {
+		r.signalBatch()
+	}
+}
+
+func (r *run) signalBatch() {
+	r.doneMu.Lock()
+	if r.batchDone != nil {
+		close(r.batchDone)
+		r.batchDone = nil
+	}
+	r.doneMu.Unlock()
 }
 
 // part is a batch or a piece of one, with what its records went through.
@@ -174,22 +262,20 @@ type part struct {
 	retries   [numClasses]int // retries spent, per class, by this part and its ancestors
 	attempts  int             // requests that carried these records
 	ambiguous bool            // some request ended without a clear answer
+	sizeProbe bool            // the batch probes a larger size (until first sent)
 }
 
 func (p *part) child(items []item) *part {
 	c := *p
-	c.items = items
+	c.items, c.sizeProbe = items, false
 	return &c
 }
 
 // process sends one batch until each of its records has landed or failed.
 // Halves of a split are sent one after the other, first half first.
-func (r *run) process(worker int, rt *route, items []item) {
-	defer func() {
-		r.workers <- worker
-		r.wg.Done()
-	}()
-	stack := []*part{{items: items}}
+func (r *run) process(worker int, rt *route, b batch) {
+	defer r.finishBatch(worker)
+	stack := []*part{{items: b.items, sizeProbe: b.probe}}
 	retries := 0
 	for len(stack) > 0 {
 		p := stack[len(stack)-1]
@@ -225,7 +311,13 @@ func (r *run) process(worker int, rt *route, items []item) {
 			r.stats.retry(c)
 			r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
 			r.cfg.observers.retry(RetryEvent{Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
-			if err := r.cfg.clock.Sleep(r.runCtx, wait); err != nil {
+			r.rest(+1)
+			err := r.cfg.clock.Sleep(r.runCtx, wait)
+			if err == nil {
+				err = rt.lane.awaitRetry(r.runCtx)
+			}
+			r.rest(-1)
+			if err != nil {
 				r.failPart(p, r.stopError())
 				continue
 			}
@@ -243,7 +335,8 @@ func (r *run) process(worker int, rt *route, items []item) {
 // the index confirmed every record.
 func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	n := len(p.items)
-	perm, err := rt.lane.acquire(r.runCtx, n, r.slots)
+	perm, err := rt.lane.acquire(r.runCtx, n, r.slots, p.sizeProbe)
+	p.sizeProbe = false
 	if err != nil {
 		return r.describe(err)
 	}
@@ -267,10 +360,8 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 			// may have been written even though no success came back.
 			p.ambiguous = true
 		}
-		rt.lane.release(perm, e.Class)
-	} else {
-		rt.lane.release(perm, 0)
 	}
+	rt.lane.release(perm, e)
 	r.stats.request(n, latency, e)
 	r.cfg.observers.requestDone(RequestEvent{
 		Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,

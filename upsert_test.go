@@ -424,4 +424,3 @@ func TestAllUsesTheCustomClassifier(t *testing.T) {
 	require.ErrorIs(t, err, errQuota, "the cause stays in the chain")
 	assert.Equal(t, 1, res.Failed[0].Attempts, "an invalid record is not retried")
 }
-

@@ -1,0 +1,108 @@
+package upsert
+
+import "time"
+
+// breaker pauses every request of a namespace together when the index
+// keeps failing (a run of server errors or timeouts with no success in
+// between: an outage), instead of letting each batch retry on its own, and
+// lets one probe request through at a time until one succeeds. Its state is
+// guarded by the lane's mutex.
+type breaker struct {
+	failures  int // consecutive server failures
+	open      bool
+	openedAt  time.Time
+	nextProbe time.Time
+	probing   bool          // a probe request is in flight
+	changed   chan struct{} // closed when the breaker closes or a probe may go
+}
+
+const (
+	// breakerThreshold is how many failures in a row open the breaker.
+	breakerThreshold = 5
+	// probeEvery is the wait between probes for the first
+	// probeFastFor of an outage, so that the end of a short outage is
+	// noticed within a tenth of a second; after that the wait doubles up
+	// to probeMax, so that a dead index gets a trickle of requests.
+	probeEvery   = 100 * time.Millisecond
+	probeFastFor = 5 * time.Second
+	probeMax     = 5 * time.Second
+)
+
+// admit reports whether a request may go now and whether it is the
+// probe; when it may not, wait is how long until it may ask again.
+func (b *breaker) admit(now time.Time) (ok, probe bool, wait time.Duration) {
+	switch {
+	case !b.open:
+		return true, false, 0
+	case b.probing:
+		return false, false, probeMax
+	case now.Before(b.nextProbe):
+		return false, false, b.nextProbe.Sub(now)
+	default:
+		b.probing = true
+		return true, true, 0
+	}
+}
+
+// success closes the breaker: the index answers again. It returns how
+// long the breaker was open, or 0 if it was closed.
+func (b *breaker) success(now time.Time) time.Duration {
+	b.failures = 0
+	if !b.open {
+		return 0
+	}
+	b.open, b.probing = false, false
+	b.signal()
+	return now.Sub(b.openedAt)
+}
+
+// failure counts a server failure; probe tells whether it was the probe.
+func (b *breaker) failure(now time.Time, probe bool) {
+	b.failures++
+	if probe {
+		b.probing = false
+		b.nextProbe = now.Add(b.probeWait(now))
+		b.signal()
+		return
+	}
+	if !b.open && b.failures >= breakerThreshold {
+		b.open, b.openedAt = true, now
+		b.nextProbe = now.Add(probeEvery)
+	}
+}
+
+// abandon releases the probe slot of a probe that ended without an answer
+// about the index (the caller stopped, or a non-server error).
+func (b *breaker) abandon(probe bool) {
+	if probe && b.probing {
+		b.probing = false
+		b.signal()
+	}
+}
+
+func (b *breaker) probeWait(now time.Time) time.Duration {
+	over := now.Sub(b.openedAt) - probeFastFor
+	if over <= 0 {
+		return probeEvery
+	}
+	wait := probeEvery
+	for d := time.Duration(0); d < over && wait < probeMax; d += wait {
+		wait *= 2
+	}
+	return min(wait, probeMax)
+}
+
+// wake returns a channel closed at the next change of state.
+func (b *breaker) wake() <-chan struct{} {
+	if b.changed == nil {
+		b.changed = make(chan struct{})
+	}
+	return b.changed
+}
+
+func (b *breaker) signal() {
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
+}

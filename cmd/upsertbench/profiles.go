@@ -1,0 +1,172 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/grpc/codes"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// Every profile writes into this namespace of a fresh server.
+const namespace = "bench"
+
+// dimension is the number of dense values of every record.
+const dimension = 16
+
+// A profile is one simulated index and the load a benchmark run sends to it.
+type profile struct {
+	name string
+	// server describes the server options, for the header.
+	server string
+	// options configure the server; upserttest.Serverless() comes first.
+	options []upserttest.Option
+	// records is the number of records each client writes, at scale 1.
+	records int
+	// clients is the number of clients started together, each with its
+	// own index connection and its own records (1 but for "shared").
+	clients int
+	// timeout is the client request timeout that every strategy uses, or
+	// 0 to let each strategy use its own default.
+	timeout time.Duration
+	// capacity is C, what the index accepts in the long run, in vectors
+	// per second, for all clients together.
+	capacity float64
+	// burst is B, the vectors admitted beyond the rate at the start.
+	burst int
+	// why explains C and B, for the header.
+	why string
+}
+
+// profiles returns every profile, in the order the benchmark runs them.
+//
+// The capacity C of each one follows from its server options, together with
+// Serverless (100 requests/s and 50 MiB/s per namespace) and Pinecone's
+// 1000 vectors per request:
+//
+//	C = min(vector rate, 100 req/s × 1000, slots × 1000 / write latency of 1000)
+//
+// The byte rate never binds: a record of 16 dimensions encodes to about
+// 80 bytes, so 50 MiB/s is some 650k vectors/s. B is the burst of the
+// binding admission bucket, in vectors.
+func profiles() []profile {
+	fast := []upserttest.Option{
+		upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
+		upserttest.WithRate(20000, 5000),
+	}
+	return []profile{{
+		name:     "fast",
+		server:   "latency 2ms+20µs/vector, rate 20000 vectors/s burst 5000",
+		options:  fast,
+		records:  600_000,
+		clients:  1,
+		capacity: 20000, // the vector rate
+		burst:    5000,  // the vector bucket's burst
+		why:      "C = vector rate; B = its burst",
+	}, {
+		name:   "slow",
+		server: "latency 50ms+500µs/vector, 64 write slots, no vector rate",
+		options: []upserttest.Option{
+			upserttest.WithLatency(50*time.Millisecond, 500*time.Microsecond),
+			upserttest.WithSlots(64),
+		},
+		records: 1_500_000,
+		clients: 1,
+		// min(100 req/s × 1000, 64 slots × 1000 / (50ms + 1000×0.5ms)) =
+		// min(100000, 116364).
+		capacity: 100000,
+		// 0 rather than the request bucket's 100 requests × 1000: the
+		// slots (116 req/s) absorb that burst only ~6 s into the run,
+		// so counting it would make the ideal time unreachable at small
+		// scales. At scale 1 the best possible efficiency is thus ~1.07.
+		burst: 0,
+		why:   "C = min(100 req/s × 1000, 64 × 1000 / 550ms) = 100000; B = 0 (see note)",
+	}, {
+		name:   "timeouts",
+		server: "latency 20ms+100µs/vector ×20 above 300 vectors, rate 20000 burst 5000",
+		options: []upserttest.Option{
+			upserttest.WithLatency(20*time.Millisecond, 100*time.Microsecond),
+			upserttest.WithSlowAbove(300, 20),
+			upserttest.WithRate(20000, 5000),
+		},
+		records: 600_000,
+		clients: 1,
+		timeout: 2 * time.Second,
+		// Batches of up to 300 take 50 ms, and 100 req/s × 300 = 30000
+		// exceeds the vector rate.
+		capacity: 20000,
+		burst:    5000,
+		why:      "C = vector rate (batches ≤ 300 suffice); B = its burst",
+	}, {
+		name:   "tight",
+		server: "latency 2ms+20µs/vector, rate 3000 vectors/s burst 750",
+		options: []upserttest.Option{
+			upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
+			upserttest.WithRate(3000, 750),
+		},
+		records:  90_000,
+		clients:  1,
+		capacity: 3000,
+		burst:    750,
+		why:      "C = vector rate; B = its burst",
+	}, {
+		name:   "outage",
+		server: "as fast, plus 1 s of Unavailable every 4 s (from 3 s to 4 s, 7 s to 8 s, …)",
+		options: slices.Concat(fast, []upserttest.Option{
+			upserttest.WithFaults(upserttest.Outage(4*time.Second, time.Second, codes.Unavailable)),
+		}),
+		records:  450_000,
+		clients:  1,
+		capacity: 20000 * 0.75, // the vector rate, 3 s out of 4
+		burst:    5000,
+		why:      "C = 20000 × 3/4 available; B = the vector burst",
+	}, {
+		name:     "shared",
+		server:   "as fast, one namespace shared by 4 clients started together",
+		options:  fast,
+		records:  150_000,
+		clients:  4,
+		capacity: 20000, // for all clients together
+		burst:    5000,
+		why:      "C = vector rate, for all 4 clients; B = its burst",
+	}}
+}
+
+// serverOptions returns the options of a fresh server for p.
+func (p profile) serverOptions() []upserttest.Option {
+	return append([]upserttest.Option{upserttest.Serverless()}, p.options...)
+}
+
+// recordsPerClient is the number of records each client writes at scale.
+func (p profile) recordsPerClient(scale float64) int {
+	return max(1, int(math.Round(float64(p.records)*scale)))
+}
+
+// idealTime is how long writing n records takes at best: the burst is
+// admitted at once and the rest at the capacity.
+func (p profile) idealTime(n int) time.Duration {
+	return time.Duration(float64(max(0, n-p.burst)) / p.capacity * float64(time.Second))
+}
+
+// makeRecords returns n records of dimension 16 without metadata, with ids
+// "r0000001", "r0000002", … counted from first+1.
+func makeRecords(first, n int) []*pinecone.Vector {
+	values := make([]float32, n*dimension)
+	slices := make([][]float32, n)
+	vectors := make([]pinecone.Vector, n)
+	records := make([]*pinecone.Vector, n)
+	for i := range records {
+		v := values[i*dimension : (i+1)*dimension : (i+1)*dimension]
+		for j := range v {
+			v[j] = float32((first+i)%1000)/1000 + float32(j)
+		}
+		slices[i] = v
+		vectors[i] = pinecone.Vector{Id: fmt.Sprintf("r%07d", first+i+1), Values: &slices[i]}
+		records[i] = &vectors[i]
+	}
+	return records
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/grpc/codes"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// settleTimeout bounds the wait, after a run, for the server to answer the
+// requests still in progress (writes whose client timed out or was stopped).
+const settleTimeout = 10 * time.Second
+
+// result is the outcome of one strategy on one profile.
+type result struct {
+	profile, strategy string
+	// records is the number of records given, landed how many of them the
+	// server stored, and reported how many the strategy reported failed.
+	records, landed, reported int
+	// lost is the number of records neither stored nor reported failed.
+	lost int
+	// stopped is set when the run was stopped at the deadline.
+	stopped bool
+	// elapsed is the wall time from the start to the last record settled,
+	// for the last client to finish.
+	elapsed time.Duration
+	// efficiency is the ideal time over the actual time (see efficiency).
+	efficiency float64
+	// requests and rateLimited count the upsert requests the server
+	// received and those it answered codes.ResourceExhausted.
+	requests, rateLimited int
+	// calls are the client-side figures of every client together.
+	calls callStats
+	// clients holds one entry per client.
+	clients []clientResult
+}
+
+// clientResult is the outcome of one client of a run.
+type clientResult struct {
+	records, landed, reported, lost int
+	stopped                         bool
+	elapsed                         time.Duration
+	calls                           callStats
+}
+
+// throughput is the client's landed records per second.
+func (c clientResult) throughput() float64 {
+	if c.elapsed <= 0 {
+		return 0
+	}
+	return float64(c.landed) / c.elapsed.Seconds()
+}
+
+// rateLimitedShare is the share of the server's answers that were 429s.
+func (r result) rateLimitedShare() float64 {
+	if r.requests == 0 {
+		return 0
+	}
+	return float64(r.rateLimited) / float64(r.requests)
+}
+
+// client is one writer of a run: its records, its index connection and the
+// recorder of its calls.
+type client struct {
+	records []*pinecone.Vector
+	idx     *pinecone.IndexConnection
+	calls   *calls
+
+	reported []string
+	err      error
+	elapsed  time.Duration
+	stopped  bool
+}
+
+// run writes the records of p at scale with s into a fresh server, each
+// client of p with its own connection, and measures the outcome. A client
+// still running after deadline is stopped. Progress goes to progress, if
+// not nil.
+func run(ctx context.Context, p profile, s strategy, scale float64, deadline time.Duration, progress io.Writer) (result, error) {
+	perClient := p.recordsPerClient(scale)
+	clients := make([]*client, p.clients)
+	for i := range clients {
+		clients[i] = &client{records: makeRecords(i*perClient, perClient), calls: new(calls)}
+	}
+
+	// The server is made last, since Outage counts from its start.
+	srv := upserttest.NewServer(p.serverOptions()...)
+	defer srv.Close()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "bench"})
+	if err != nil {
+		return result{}, err
+	}
+	for _, c := range clients {
+		c.idx, err = pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: namespace}, c.calls.dialOption())
+		if err != nil {
+			return result{}, err
+		}
+		defer c.idx.Close()
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	stopProgress := reportProgress(progress, srv, p, s, perClient*p.clients)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Go(func() {
+			c.reported, c.err = s.write(ctx, c.idx, c.records, p.timeout)
+			c.elapsed = time.Since(start)
+			c.stopped = ctx.Err() != nil
+		})
+	}
+	wg.Wait()
+	cancel()
+	stopProgress()
+	for _, c := range clients {
+		if c.err != nil {
+			return result{}, fmt.Errorf("%s/%s: %w", p.name, s.name, c.err)
+		}
+	}
+
+	if !settle(srv) && progress != nil {
+		fmt.Fprintf(progress, "%s/%s: the server still had requests in progress after %v\n", p.name, s.name, settleTimeout)
+	}
+	return measure(srv, p, s, clients), nil
+}
+
+// measure compares what the clients sent and reported with what srv
+// stored.
+func measure(srv *upserttest.Server, p profile, s strategy, clients []*client) result {
+	stats := srv.Stats()
+	r := result{
+		profile:     p.name,
+		strategy:    s.name,
+		requests:    stats.Requests,
+		rateLimited: stats.Codes[codes.ResourceExhausted],
+	}
+	all := make([]*calls, len(clients))
+	for i, c := range clients {
+		cr := clientResult{
+			records:  len(c.records),
+			reported: len(c.reported),
+			stopped:  c.stopped,
+			elapsed:  c.elapsed,
+			calls:    summarize(c.calls),
+		}
+		reported := make(map[string]bool, len(c.reported))
+		for _, id := range c.reported {
+			reported[id] = true
+		}
+		for _, rec := range c.records {
+			if _, ok := srv.Vector(namespace, rec.Id); ok {
+				cr.landed++
+			} else if !reported[rec.Id] {
+				cr.lost++
+			}
+		}
+		r.records += cr.records
+		r.landed += cr.landed
+		r.reported += cr.reported
+		r.lost += cr.lost
+		r.stopped = r.stopped || cr.stopped
+		r.elapsed = max(r.elapsed, cr.elapsed)
+		r.clients = append(r.clients, cr)
+		all[i] = c.calls
+	}
+	r.calls = summarize(all...)
+	r.efficiency = efficiency(p, r.landed, r.elapsed)
+	return r
+}
+
+// settle waits until srv has answered every upsert request it received, so
+// that writes still in progress when the clients returned are counted; it
+// reports false if that takes longer than settleTimeout.
+func settle(srv *upserttest.Server) bool {
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		stats := srv.Stats()
+		answered := 0
+		for _, n := range stats.Codes {
+			answered += n
+		}
+		if answered >= stats.Requests {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reportProgress prints the records stored by srv to w every two seconds
+// until the returned function is called. It does nothing if w is nil.
+func reportProgress(w io.Writer, srv *upserttest.Server, p profile, s strategy, total int) (stop func()) {
+	if w == nil {
+		return func() {}
+	}
+	fmt.Fprintf(w, "%s/%s: %d records, %d client(s)\n", p.name, s.name, total, p.clients)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		start := time.Now()
+		tick := time.NewTicker(2 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				fmt.Fprintf(w, "%s/%s: %d/%d stored after %v\n", p.name, s.name, srv.Count(namespace), total, time.Since(start).Round(time.Second))
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRun runs the tight profile at a very small scale (1800 records, about
+// a second per strategy) with every strategy, and checks that each produces
+// a row and that the library loses nothing.
+func TestRun(t *testing.T) {
+	cfg, err := parseFlags([]string{"-profiles", "tight", "-scale", "0.02", "-deadline", "20s"})
+	require.NoError(t, err)
+	require.Len(t, cfg.profiles, 1)
+	require.Len(t, cfg.strategies, 3)
+
+	for _, s := range cfg.strategies {
+		t.Run(s.name, func(t *testing.T) {
+			r, err := run(context.Background(), cfg.profiles[0], s, cfg.scale, cfg.deadline, nil)
+			require.NoError(t, err)
+			assert.Equal(t, 1800, r.records)
+			assert.False(t, r.stopped, "stopped at the deadline")
+			assert.Positive(t, r.requests)
+			assert.Positive(t, r.calls.requests, "the interceptor saw no calls")
+			assert.Positive(t, r.calls.p50)
+			if s.name == "upsert" {
+				assert.Zero(t, r.lost, "upsert lost records")
+			} else {
+				assert.Equal(t, r.records-r.landed, r.lost, "records not stored")
+			}
+
+			var out bytes.Buffer
+			writeRow(&out, r)
+			assert.True(t, strings.HasPrefix(out.String(), "| tight | "+s.name+" | "), "row: %s", out.String())
+		})
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags(nil)
+	require.NoError(t, err)
+	assert.Len(t, cfg.profiles, 6)
+	assert.Len(t, cfg.strategies, 3)
+	assert.Equal(t, 1.0, cfg.scale)
+	assert.Equal(t, 60*time.Second, cfg.deadline)
+
+	cfg, err = parseFlags([]string{"-scale", "0.5"})
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, cfg.deadline, "default deadline scaled")
+	cfg, err = parseFlags([]string{"-scale", "0.01"})
+	require.NoError(t, err)
+	assert.Equal(t, minDeadline, cfg.deadline)
+	cfg, err = parseFlags([]string{"-scale", "0.5", "-deadline", "5s"})
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Second, cfg.deadline, "explicit deadline")
+
+	_, err = parseFlags([]string{"-profiles", "fast,nope"})
+	assert.ErrorContains(t, err, `"nope"`)
+	_, err = parseFlags([]string{"-scale", "0"})
+	assert.Error(t, err)
+}
+
+func TestQuantile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	assert.Equal(t, 50*time.Millisecond, quantile(d, 0.5))
+	assert.Equal(t, 99*time.Millisecond, quantile(d, 0.99))
+	assert.Zero(t, quantile(nil, 0.5))
+}

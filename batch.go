@@ -17,11 +17,15 @@ const (
 	MaxRequestBytes = 2_000_000
 )
 
-// item is one record on its way through the pipeline.
+// item is one record on its way through the pipeline: a vector, or an
+// integrated-embedding record.
 type item struct {
-	seq  int // position in the input: the index in the slice given to All
+	seq  int    // position in the input: the index in the slice given to All
+	id   string // the record's id
+	size int    // bytes the record adds to its encoded request
+	hash uint64 // of namespace and id, when the intake keeps ids in order
 	vec  *pinecone.Vector
-	size int // bytes the record adds to an encoded UpsertRequest
+	rec  *pinecone.IntegratedRecord
 }
 
 // Field numbers of the SDK's gRPC messages (db_data_2025-10.proto). The

@@ -109,20 +109,6 @@ func TestSplitHalves(t *testing.T) {
 }
 
 func TestDropDuplicatesKeepsTheLastOfEachID(t *testing.T) {
-	ids := func(its []item) []string {
-		var out []string
-		for _, it := range its {
-			out = append(out, it.vec.Id)
-		}
-		return out
-	}
-	mk := func(ids ...string) []item {
-		its := make([]item, len(ids))
-		for i, id := range ids {
-			its[i] = item{seq: i, vec: &pinecone.Vector{Id: id}}
-		}
-		return its
-	}
 	hashes := map[string]func(string) uint64{
 		"a good hash": func(s string) uint64 {
 			var h uint64 = 14695981039346656037
@@ -133,18 +119,32 @@ func TestDropDuplicatesKeepsTheLastOfEachID(t *testing.T) {
 		},
 		"a hash where every id collides": func(string) uint64 { return 7 },
 	}
+	a, b := &route{namespace: "a"}, &route{namespace: "b"}
+	mk := func(hash func(string) uint64, ids ...string) ([]item, []*route) {
+		its := make([]item, len(ids))
+		rts := make([]*route, len(ids))
+		for i, id := range ids {
+			ns, rest, _ := strings.Cut(id, "/")
+			its[i] = item{seq: i, id: rest, hash: hash(rest)}
+			rts[i] = a
+			if ns == "b" {
+				rts[i] = b
+			}
+		}
+		return its, rts
+	}
 	for name, hash := range hashes {
 		t.Run("with "+name+" only the last occurrence stays, in input order", func(t *testing.T) {
-			its := mk("a", "b", "a", "c", "b", "a", "d")
-			n := dropDuplicates(&its, hash)
-			assert.Equal(t, 3, n)
-			assert.Equal(t, []string{"c", "b", "a", "d"}, ids(its))
-			assert.Equal(t, []int{3, 4, 5, 6}, []int{its[0].seq, its[1].seq, its[2].seq, its[3].seq})
+			its, rts := mk(hash, "a/a", "a/b", "a/a", "a/c", "a/b", "a/a", "a/d")
+			assert.Equal(t, []int{3, 4, 5, 6}, dropDuplicates(its, rts))
 		})
 		t.Run("with "+name+" distinct ids are all kept", func(t *testing.T) {
-			its := mk("x", "y", "z")
-			assert.Zero(t, dropDuplicates(&its, hash))
-			assert.Equal(t, []string{"x", "y", "z"}, ids(its))
+			its, rts := mk(hash, "a/x", "a/y", "a/z")
+			assert.Equal(t, []int{0, 1, 2}, dropDuplicates(its, rts))
+		})
+		t.Run("with "+name+" one id in two namespaces is two records", func(t *testing.T) {
+			its, rts := mk(hash, "a/x", "b/x", "a/x")
+			assert.Equal(t, []int{1, 2}, dropDuplicates(its, rts))
 		})
 	}
 }

@@ -70,25 +70,29 @@ type LimiterState struct {
 	Paused bool
 }
 
-// State returns what l has learned about namespace.
+// State returns what l has learned about namespace, for vectors.
 func (l *Limiter) State(namespace string) LimiterState {
-	return l.lane(namespace).state()
+	return l.lane(namespace, MaxBatchSize).state()
 }
 
-func (l *Limiter) lane(namespace string) *lane {
+// lane returns the lane of key (a namespace, with a prefix per kind of
+// record), whose batches hold at most maxBatch records.
+func (l *Limiter) lane(key string, maxBatch int) *lane {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lanes == nil {
 		l.lanes = make(map[string]*lane)
 	}
-	ln, ok := l.lanes[namespace]
+	ln, ok := l.lanes[key]
 	if !ok {
 		c := l.clock
 		if c == nil {
 			c = realClock{}
 		}
 		ln = newLane(c)
-		l.lanes[namespace] = ln
+		ln.limit = maxBatch
+		ln.batch = min(ln.batch, maxBatch)
+		l.lanes[key] = ln
 	}
 	return ln
 }
@@ -179,6 +183,7 @@ type lane struct {
 	concGen   uint64 // permits issued up to this one belong to the last change
 
 	// batch size and latency
+	limit     int // the most records a request may carry
 	batch     int
 	ceilSize  int       // a size known to be too large; 0 when none
 	ceilUntil time.Time // when ceilSize is forgotten
@@ -201,6 +206,7 @@ func newLane(c clock) *lane {
 		requests:  rate.NewLimiter(maxRequestRate, requestBurst),
 		conc:      startConcurrency,
 		slowStart: true,
+		limit:     MaxBatchSize,
 		batch:     startBatchSize,
 		budget:    newRetryBudget(now),
 	}
@@ -285,7 +291,7 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 // rate-limited index still gets a steady stream of small requests rather
 // than a few that each drain its bucket.
 func (ln *lane) maxBatch() int {
-	limit := MaxBatchSize
+	limit := ln.limit
 	if l := ln.records.Limit(); l != rate.Inf {
 		limit = min(limit, max(startBatchSize/10, int(float64(l)/minRequestsPerSecond)))
 	}

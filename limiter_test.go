@@ -467,13 +467,13 @@ func TestRetryBudget(t *testing.T) {
 
 func TestLimiterLearnsPerNamespace(t *testing.T) {
 	lim := &Limiter{clock: newFakeClock()}
-	a := lim.lane("a")
+	a := lim.lane("a", MaxBatchSize)
 	p, err := a.acquire(context.Background(), 1, nil, false)
 	require.NoError(t, err)
 	a.release(p, errRateLimited)
 	assert.Less(t, lim.State("a").Concurrency, startConcurrency)
 	assert.Equal(t, startConcurrency, lim.State("b").Concurrency, "another namespace is untouched")
-	assert.Same(t, a, lim.lane("a"), "a namespace keeps its state")
+	assert.Same(t, a, lim.lane("a", MaxBatchSize), "a namespace keeps its state")
 }
 
 func TestZeroLimiterIsReady(t *testing.T) {

@@ -3,15 +3,11 @@ package upsert
 import (
 	"context"
 	"errors"
-	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 )
 
 // run is the streaming core under All: records flow in through add, are cut
@@ -23,6 +19,7 @@ import (
 // else may run on the workers.
 type run struct {
 	cfg   *config
+	kind  *kind
 	start time.Time
 	total int // records expected, or -1 for a stream
 
@@ -30,7 +27,6 @@ type run struct {
 	runCtx context.Context // ends with ctx, or when the index denies the caller
 	halt   context.CancelCauseFunc
 
-	validator validator
 	routes    map[string]*route // by namespace; the producer's
 	workers   chan int          // free worker ids; a batch in flight holds one
 	slots     chan struct{}     // when concurrency is fixed: one per request in flight
@@ -45,24 +41,36 @@ type run struct {
 	lastDone     atomic.Int64 // records settled at the last progress report
 	progressMu   sync.Mutex
 
-	mu     sync.Mutex
-	failed []Failure
+	// onSettle, when set, is told of every record that landed or failed,
+	// from the workers: the intake's bookkeeping of ids in flight,
+	// outstanding records and the checkpoint. final is false for records
+	// that failed only because the run stopped: a resumed run must send
+	// them.
+	onSettle func(items []item, final bool)
+
+	mu         sync.Mutex
+	failed     []Failure
+	keepFailed int // most failures kept for the result; < 0 keeps all
 }
 
 // route is where the records of one namespace go.
 type route struct {
 	namespace string
+	overhead  int // request bytes besides the records
 	lane      *lane
 	batcher   batcher
+	ready     batch // a full batch that could not be dispatched yet
 }
 
-func newRun(ctx context.Context, cfg *config, total int) *run {
+func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
 	r := &run{
-		cfg:    cfg,
-		start:  cfg.clock.Now(),
-		total:  total,
-		ctx:    ctx,
-		routes: make(map[string]*route),
+		cfg:        cfg,
+		kind:       k,
+		start:      cfg.clock.Now(),
+		total:      total,
+		ctx:        ctx,
+		routes:     make(map[string]*route),
+		keepFailed: -1,
 	}
 	r.runCtx, r.halt = context.WithCancelCause(ctx)
 	r.lastProgress.Store(r.start.UnixNano())
@@ -85,8 +93,12 @@ func newRun(ctx context.Context, cfg *config, total int) *run {
 func (r *run) route(namespace string) *route {
 	rt, ok := r.routes[namespace]
 	if !ok {
-		rt = &route{namespace: namespace, lane: r.cfg.limiter.lane(namespace)}
-		rt.batcher.maxBytes = MaxRequestBytes - requestOverhead(namespace)
+		rt = &route{
+			namespace: namespace,
+			overhead:  r.kind.overhead(namespace),
+			lane:      r.cfg.limiter.lane(r.kind.lanePrefix+namespace, r.kind.maxBatch),
+		}
+		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
 		if r.cfg.batchSize > 0 {
 			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
@@ -96,104 +108,15 @@ func (r *run) route(namespace string) *route {
 	return rt
 }
 
-// admitAll checks every record, reports the invalid ones, and returns the
-// valid ones to send, keeping only the last occurrence of each id.
-func (r *run) admitAll(records []*pinecone.Vector) []item {
-	r.stats.records.Store(int64(len(records)))
-	r.validator.overhead = requestOverhead(r.cfg.namespace)
-	items := make([]item, 0, len(records))
-	for i, v := range records {
-		size, err := r.validator.check(v)
-		if err != nil {
-			r.reject(i, v, err)
-			continue
-		}
-		items = append(items, item{seq: i, vec: v, size: size})
-	}
-	seed := maphash.MakeSeed()
-	hash := func(id string) uint64 { return maphash.String(seed, id) }
-	if dups := dropDuplicates(&items, hash); dups > 0 {
-		r.stats.duplicates.Store(int64(dups))
-	}
-	return items
-}
-
-// dropDuplicates removes from items every record whose id appears again
-// later, and returns how many it removed. Ids are keyed by their 64-bit
-// hash, which halves the memory of a map of strings and its cache misses;
-// a hash match is confirmed by comparing the ids.
-func dropDuplicates(items *[]item, hash func(string) uint64) int {
-	its := *items
-	last := make(map[uint64]int32, len(its)) // hash -> index in its of the latest record
-	var collided map[string]int              // ids whose hash matched another id's
-	dups := 0
-	for i := range its {
-		id := its[i].vec.Id
-		h := hash(id)
-		j, seen := last[h]
-		switch {
-		case !seen:
-			last[h] = int32(i)
-		case its[j].vec.Id == id:
-			its[j].vec = nil // superseded by this later record
-			last[h] = int32(i)
-			dups++
-		default:
-			// Two ids with one hash: track this one exactly.
-			if collided == nil {
-				collided = make(map[string]int)
-			}
-			if k, ok := collided[id]; ok {
-				its[k].vec = nil
-				dups++
-			}
-			collided[id] = i
-		}
-	}
-	if dups > 0 {
-		*items = slices.DeleteFunc(its, func(it item) bool { return it.vec == nil })
-	}
-	return dups
-}
-
-// reject reports a record that failed validation; it is never sent.
-func (r *run) reject(seq int, v *pinecone.Vector, cause error) {
-	id := ""
-	if v != nil {
-		id = v.Id
-	}
-	err := &Error{Class: ClassInvalid, Err: fmt.Errorf("record %d (id %q): %w", seq, id, cause)}
-	r.report([]Failure{{Index: seq, ID: id, Record: v, Class: ClassInvalid, Err: err}})
-}
-
-// add puts it in its namespace's current batch and dispatches the batch
-// when full. It returns false, having failed the batch, when the run has
-// stopped.
-func (r *run) add(rt *route, it item) bool {
-	full, ok := rt.batcher.add(it)
-	if !ok {
-		return true
-	}
-	return r.dispatch(rt, full)
-}
-
-// flush dispatches every namespace's current batch, however small.
-func (r *run) flush() bool {
-	ok := true
-	for _, rt := range r.routes {
-		if b := rt.batcher.take(); len(b.items) > 0 {
-			ok = r.dispatch(rt, b) && ok
-		}
-	}
-	return ok
-}
-
 // dispatch hands a batch to a worker once fewer batches are ready to send
 // than the lane lets requests in flight, plus two: enough to keep every
 // slot busy, few enough that a new batch size takes effect at once.
 // Batches waiting out a backoff do not count, but the worker pool bounds
 // them. Waiting here is the backpressure that bounds memory.
-func (r *run) dispatch(rt *route, b batch) bool {
+//
+// It returns ctx's error, with b not dispatched, when ctx ends first; when
+// the run has stopped it fails b's records and returns the stop error.
+func (r *run) dispatch(ctx context.Context, rt *route, b batch) error {
 	for {
 		conc := r.cfg.concurrency
 		if conc == 0 {
@@ -205,8 +128,9 @@ func (r *run) dispatch(rt *route, b batch) bool {
 		select {
 		case <-r.batchFinished():
 		case <-r.runCtx.Done():
-			r.failAll(b.items, r.stopError(), 0, false)
-			return false
+			return r.failStopped(b.items)
+		case <-ctx.Done():
+			return r.notDispatched(ctx, b)
 		}
 	}
 	select {
@@ -214,11 +138,30 @@ func (r *run) dispatch(rt *route, b batch) bool {
 		r.active.Add(1)
 		r.wg.Add(1)
 		go r.process(id, rt, b)
-		return true
+		return nil
 	case <-r.runCtx.Done():
-		r.failAll(b.items, r.stopError(), 0, false)
-		return false
+		return r.failStopped(b.items)
+	case <-ctx.Done():
+		return r.notDispatched(ctx, b)
 	}
+}
+
+// notDispatched returns ctx's error for a batch that was not dispatched,
+// unless the run stopped meanwhile (ctx may be the run's): then b's records
+// fail.
+func (r *run) notDispatched(ctx context.Context, b batch) error {
+	if r.runCtx.Err() != nil {
+		return r.failStopped(b.items)
+	}
+	return ctx.Err()
+}
+
+// failStopped fails items that will never be sent because the run stopped,
+// and returns the stop error.
+func (r *run) failStopped(items []item) error {
+	e := r.stopError()
+	r.failAll(items, e, 0, false)
+	return e
 }
 
 // batchFinished returns a channel closed when the next batch finishes.
@@ -287,6 +230,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 		e := r.attempt(worker, rt, p)
 		if e == nil {
 			r.stats.upserted.Add(int64(len(p.items)))
+			r.settle(p.items, true)
 			r.maybeProgress()
 			continue
 		}
@@ -340,15 +284,13 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	if err != nil {
 		return r.describe(err)
 	}
-	batch := make([]*pinecone.Vector, n)
-	bytes := requestOverhead(rt.namespace)
-	for i, it := range p.items {
-		batch[i] = it.vec
+	bytes := rt.overhead
+	for _, it := range p.items {
 		bytes += it.size
 	}
 	p.attempts++
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.requestTimeout)
-	err = r.cfg.send(ctx, rt.namespace, batch)
+	err = r.kind.send(ctx, r.cfg, rt.namespace, p.items)
 	cancel()
 	latency := r.cfg.clock.Now().Sub(perm.start)
 	var e *Error
@@ -415,30 +357,42 @@ func (r *run) failAll(items []item, e *Error, attempts int, ambiguous bool) {
 	fs := make([]Failure, len(items))
 	for i, it := range items {
 		fs[i] = Failure{
-			Index: it.seq, ID: it.vec.Id, Record: it.vec, Class: e.Class, Err: e,
+			Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e,
 			Attempts: attempts, MayHaveLanded: ambiguous,
 		}
 	}
 	r.report(fs)
+	r.settle(items, e.Class != ClassCanceled)
 }
 
-// report settles failed records: counted, passed to the observers, kept
-// for the result.
+// report records failures: counted, passed to the observers, kept for the
+// result (up to keepFailed, when set).
 func (r *run) report(fs []Failure) {
 	r.stats.fail(fs)
 	for _, f := range fs {
 		r.cfg.observers.failure(f)
 	}
 	r.mu.Lock()
-	r.failed = append(r.failed, fs...)
+	keep := fs
+	if r.keepFailed >= 0 {
+		keep = fs[:max(0, min(len(fs), r.keepFailed-len(r.failed)))]
+	}
+	r.failed = append(r.failed, keep...)
 	r.mu.Unlock()
+}
+
+// settle tells the intake that items landed or failed.
+func (r *run) settle(items []item, final bool) {
+	if r.onSettle != nil {
+		r.onSettle(items, final)
+	}
 }
 
 // snapshot returns the run's figures now.
 func (r *run) snapshot() Stats {
 	s := r.stats.snapshot()
 	s.Elapsed = r.cfg.clock.Now().Sub(r.start)
-	s.Limiter = r.cfg.limiter.State(r.cfg.namespace)
+	s.Limiter = r.cfg.limiter.State(r.kind.lanePrefix + r.cfg.namespace)
 	return s
 }
 

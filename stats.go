@@ -14,6 +14,9 @@ import (
 type Stats struct {
 	// Records is how many records the run was given so far.
 	Records int
+	// Skipped is how many records at the start of a stream's input were
+	// skipped because the checkpoint says an earlier run settled them.
+	Skipped int
 	// Upserted, Failed and Duplicates settle the records: Upserted were
 	// confirmed by the index, Failed were reported failed, Duplicates were
 	// skipped for a later record with the same id.
@@ -70,6 +73,7 @@ const maxFailureSamples = 5
 // concurrent use.
 type counters struct {
 	records, upserted, failed, duplicates atomic.Int64
+	skipped                               atomic.Int64
 	requests, retries, splits             atomic.Int64
 	sentRecords                           atomic.Int64
 	minBatch, maxBatch                    atomic.Int64
@@ -143,6 +147,7 @@ func (c *counters) settled() int64 {
 func (c *counters) snapshot() Stats {
 	s := Stats{
 		Records:        int(c.records.Load()),
+		Skipped:        int(c.skipped.Load()),
 		Upserted:       int(c.upserted.Load()),
 		Failed:         int(c.failed.Load()),
 		Duplicates:     int(c.duplicates.Load()),

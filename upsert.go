@@ -40,14 +40,19 @@ type Option func(*config)
 type config struct {
 	index          *pinecone.IndexConnection
 	send           UpsertFunc
-	sources        int // how many of WithIndex and WithUpsertFunc were given
+	sendRecords    RecordsFunc
+	sources        int // how many of WithIndex, WithUpsertFunc and WithRecordsFunc were given
 	namespace      string
+	namespaceOf    func(it *item) string
+	checkpoint     Checkpoint
+	maxDelay       time.Duration
 	batchSize      int // 0: adaptive
 	concurrency    int // 0: adaptive
 	requestTimeout time.Duration
 	retry          retryPolicy
 	classify       func(error) Class
 	limiter        *Limiter
+	nsOf           func(k *kind) func(it *item) string // from WithNamespaceOf, per kind
 	logger         *slog.Logger
 	observers      observers
 	progress       func(Progress)
@@ -65,8 +70,9 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 )
 
-func newConfig(opts []Option) (*config, error) {
+func newConfig(opts []Option, k *kind) (*config, error) {
 	c := &config{
+		maxDelay:       DefaultMaxDelay,
 		requestTimeout: DefaultRequestTimeout,
 		retry:          defaultRetryPolicy(),
 		classify:       Classify,
@@ -80,9 +86,19 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	switch {
 	case c.sources == 0:
-		c.errs = append(c.errs, fmt.Errorf("no index: pass WithIndex or WithUpsertFunc"))
+		c.errs = append(c.errs, fmt.Errorf("no index: pass WithIndex, WithUpsertFunc or WithRecordsFunc"))
 	case c.sources > 1:
-		c.errs = append(c.errs, fmt.Errorf("both WithIndex and WithUpsertFunc given: pass one"))
+		c.errs = append(c.errs, fmt.Errorf("more than one of WithIndex, WithUpsertFunc and WithRecordsFunc given: pass one"))
+	case k == vectorKind && c.send == nil && c.index == nil && len(c.errs) == 0:
+		c.errs = append(c.errs, fmt.Errorf("WithRecordsFunc sends integrated records: use Records, or pass WithUpsertFunc"))
+	case k == recordKind && c.sendRecords == nil && c.index == nil && len(c.errs) == 0:
+		c.errs = append(c.errs, fmt.Errorf("WithUpsertFunc sends vectors: use All or Stream, or pass WithRecordsFunc"))
+	}
+	if c.nsOf != nil {
+		c.namespaceOf = c.nsOf(k)
+		if c.namespaceOf == nil {
+			c.errs = append(c.errs, fmt.Errorf("WithNamespaceOf: the function takes the other kind of record"))
+		}
 	}
 	if len(c.errs) > 0 {
 		return nil, fmt.Errorf("%w: %v", ErrBadOption, joinMessages(c.errs))
@@ -108,9 +124,11 @@ func (c *config) bad(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf(format, args...))
 }
 
-// WithIndex sends the records to idx with [pinecone.IndexConnection.UpsertVectors],
-// in idx's namespace. A reply that confirms fewer records than were sent
-// counts as a server error and the batch is retried.
+// WithIndex sends the records to idx, in idx's namespace unless
+// [WithNamespaceOf] routes them: vectors with
+// [pinecone.IndexConnection.UpsertVectors] (a reply that confirms fewer
+// records than were sent counts as a server error and the batch is
+// retried), integrated records with UpsertRecords (see [Records]).
 func WithIndex(idx *pinecone.IndexConnection) Option {
 	return func(c *config) {
 		c.sources++
@@ -119,16 +137,22 @@ func WithIndex(idx *pinecone.IndexConnection) Option {
 			return
 		}
 		c.index, c.namespace = idx, idx.Namespace()
-		c.send = func(ctx context.Context, namespace string, batch []*pinecone.Vector) error {
-			conn := idx
-			if namespace != idx.Namespace() {
-				conn = idx.WithNamespace(namespace)
+		conn := func(namespace string) *pinecone.IndexConnection {
+			if namespace == idx.Namespace() {
+				return idx
 			}
-			n, err := conn.UpsertVectors(ctx, batch)
+			// Shares the gRPC connection.
+			return idx.WithNamespace(namespace)
+		}
+		c.send = func(ctx context.Context, namespace string, batch []*pinecone.Vector) error {
+			n, err := conn(namespace).UpsertVectors(ctx, batch)
 			if err == nil && int(n) != len(batch) {
 				return &Error{Class: ClassServer, Err: fmt.Errorf("index confirmed %d of %d records", n, len(batch))}
 			}
 			return err
+		}
+		c.sendRecords = func(ctx context.Context, namespace string, batch []*pinecone.IntegratedRecord) error {
+			return upsertRecords(ctx, conn(namespace), batch)
 		}
 	}
 }
@@ -143,6 +167,34 @@ func WithUpsertFunc(f UpsertFunc) Option {
 			return
 		}
 		c.send = f
+	}
+}
+
+// WithNamespaceOf routes each record to the namespace f returns, instead of
+// the index connection's: one run then writes to several namespaces, each
+// with its own batches and its own [Limiter] state, since Pinecone's limits
+// are per namespace. With [WithIndex], the namespaces share the index
+// connection. T is *pinecone.Vector for [All], [Stream] and [Writer], and
+// *pinecone.IntegratedRecord for [Records].
+func WithNamespaceOf[T *pinecone.Vector | *pinecone.IntegratedRecord](f func(T) string) Option {
+	return func(c *config) {
+		if f == nil {
+			c.bad("WithNamespaceOf: nil function")
+			return
+		}
+		c.nsOf = func(k *kind) func(it *item) string {
+			switch f := any(f).(type) {
+			case func(*pinecone.Vector) string:
+				if k == vectorKind {
+					return func(it *item) string { return f(it.vec) }
+				}
+			case func(*pinecone.IntegratedRecord) string:
+				if k == recordKind {
+					return func(it *item) string { return f(it.rec) }
+				}
+			}
+			return nil
+		}
 	}
 }
 
@@ -282,8 +334,11 @@ type Failure struct {
 	Index int
 	// ID is the record's id ("" for a nil record).
 	ID string
-	// Record is the record as given, so that it can be replayed.
+	// Record is the vector as given, so that it can be replayed; nil for a
+	// nil record and for integrated records.
 	Record *pinecone.Vector
+	// Integrated is the integrated record as given, for [Records].
+	Integrated *pinecone.IntegratedRecord
 	// Class is the kind of the final failure.
 	Class Class
 	// Err is the final error, an [*Error]; errors.Is(Err, Class.Err()) holds.
@@ -316,20 +371,23 @@ type Failure struct {
 // sent and the error matches [ErrBadOption]. When ctx ends, All returns
 // promptly: records not confirmed by then fail with [ClassCanceled].
 func All(ctx context.Context, records []*pinecone.Vector, opts ...Option) (Result, error) {
-	cfg, err := newConfig(opts)
+	cfg, err := newConfig(opts, vectorKind)
+	if err == nil && cfg.checkpoint != nil {
+		err = fmt.Errorf("%w: WithCheckpoint applies to Stream and Records, whose input can be replayed in order", ErrBadOption)
+	}
 	if err != nil {
 		return Result{}, err
 	}
-	r := newRun(ctx, cfg, len(records))
-	items := r.admitAll(records)
-	rt := r.route(cfg.namespace)
+	r := newRun(ctx, cfg, vectorKind, len(records))
+	in := newIntake(r, false)
+	items, routes := in.admitAll(records)
 	for i, it := range items {
-		if !r.add(rt, it) {
+		if r.runCtx.Err() != nil {
 			// The run stopped: whatever follows was never handed over.
-			r.failAll(items[i+1:], r.stopError(), 0, false)
+			r.failAll(items[i:], r.stopError(), 0, false)
 			break
 		}
+		in.enqueue(r.runCtx, routes[i], it)
 	}
-	r.flush()
-	return r.finish()
+	return in.close()
 }

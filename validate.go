@@ -23,7 +23,6 @@ const (
 // the rule, instead of failing its batch at the index.
 type validator struct {
 	dimension int // expected dense dimension; 0 until the first dense record fixes it
-	overhead  int // request bytes spent on the namespace
 }
 
 // check returns the record's encoded size, or an error naming the rule it
@@ -66,9 +65,6 @@ func (v *validator) check(r *pinecone.Vector) (size int, err error) {
 		}
 	}
 	size = wireSize(r, metadataSize)
-	if v.overhead+size > MaxRequestBytes {
-		return 0, fmt.Errorf("encodes to %d bytes; a request may carry at most %d", size, MaxRequestBytes-v.overhead)
-	}
 	if dense > 0 && v.dimension == 0 {
 		v.dimension = dense
 	}

@@ -1,0 +1,181 @@
+package upsert
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Checkpoint remembers how far a stream's input has been settled, so that
+// a backfill that was interrupted resumes where it stopped instead of
+// sending (and paying for) everything again. The position it holds is a
+// watermark: every record before it has landed or failed (and was then
+// passed to the observers, such as a dead-letter file); records after it
+// may have landed too, and will be sent again, which upserts allow.
+//
+// The input must come back in the same order on the next run.
+type Checkpoint interface {
+	// Load returns how many records at the start of the input an earlier
+	// run settled, or 0 when there was none.
+	Load(ctx context.Context) (int64, error)
+	// Save records that the first n records of the input have settled.
+	Save(ctx context.Context, n int64) error
+}
+
+// FileCheckpoint is a [Checkpoint] kept in a small file at the path, as
+// decimal text. Save replaces the file atomically (a temporary file, then
+// a rename), so that a crash leaves the old watermark or the new one. A
+// missing file is a fresh start.
+type FileCheckpoint string
+
+// Load reads the watermark; a missing file means 0.
+func (f FileCheckpoint) Load(context.Context) (int64, error) {
+	b, err := os.ReadFile(string(f))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("checkpoint %s: not a record count: %q", f, b)
+	}
+	return n, nil
+}
+
+// Save writes the watermark durably.
+func (f FileCheckpoint) Save(_ context.Context, n int64) error {
+	path := string(f)
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename, there is nothing to remove
+	if _, err := fmt.Fprintf(tmp, "%d\n", n); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// WithCheckpoint keeps a stream's progress in cp: [Stream] and [Records]
+// skip the records that cp says an earlier run settled, and save their own
+// watermark every second and at the end. See [Checkpoint].
+func WithCheckpoint(cp Checkpoint) Option {
+	return func(c *config) {
+		if cp == nil {
+			c.bad("WithCheckpoint: nil Checkpoint")
+			return
+		}
+		c.checkpoint = cp
+	}
+}
+
+// checkpointEvery is how often a stream saves its watermark.
+const checkpointEvery = time.Second
+
+// resume loads the checkpoint, starts keeping the watermark from there,
+// and saves it every second from now on. It returns how many records of
+// the input to skip.
+func (in *intake) resume(ctx context.Context) (int, error) {
+	n, err := in.r.cfg.checkpoint.Load(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("upsert: loading the checkpoint: %w", err)
+	}
+	in.next = int(n)
+	in.marks = &watermark{base: int(n)}
+	in.r.stats.skipped.Store(n)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(checkpointEvery)
+		defer t.Stop()
+		saved := n
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if w := int64(in.marks.value()); w > saved {
+				if err := in.r.cfg.checkpoint.Save(in.r.ctx, w); err != nil {
+					in.logWarn("saving the checkpoint", err)
+					continue
+				}
+				saved = w
+			}
+		}
+	}()
+	in.stopSaver = func() {
+		close(done)
+		<-stopped
+	}
+	return int(n), nil
+}
+
+// saveCheckpoint stops the periodic saves and saves the final watermark.
+func (in *intake) saveCheckpoint() {
+	in.stopSaver()
+	// The caller's context may have ended: the final save must happen
+	// anyway, or the run's progress is lost.
+	if err := in.r.cfg.checkpoint.Save(context.WithoutCancel(in.r.ctx), int64(in.marks.value())); err != nil {
+		in.logWarn("saving the checkpoint", err)
+	}
+}
+
+// watermark tracks which input positions have settled, out of order, and
+// the first one that has not.
+type watermark struct {
+	mu   sync.Mutex
+	base int      // every position below base has settled
+	bits []uint64 // bit i of word w: position base+64w+i has settled
+}
+
+// done marks pos as settled.
+func (w *watermark) done(pos int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := pos - w.base
+	if i < 0 {
+		return
+	}
+	for i/64 >= len(w.bits) {
+		w.bits = append(w.bits, 0)
+	}
+	w.bits[i/64] |= 1 << (i % 64)
+	k := 0
+	for k < len(w.bits) && w.bits[k] == ^uint64(0) {
+		k++
+	}
+	if k > 0 {
+		w.bits = append(w.bits[:0], w.bits[k:]...)
+		w.base += 64 * k
+	}
+}
+
+// value returns the first position that has not settled.
+func (w *watermark) value() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.bits) == 0 {
+		return w.base
+	}
+	return w.base + bits.TrailingZeros64(^w.bits[0])
+}

@@ -1,0 +1,385 @@
+package upsert
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+)
+
+// intake takes records into a run, in input order: it checks them, routes
+// them to their namespace and puts them in batches. All checks a whole
+// slice first and sends each id once; a stream can't look ahead, so it
+// keeps ids in order instead: a record whose id is still in flight waits
+// for the earlier one to settle, so that the last one wins.
+//
+// Producers take turns on mu: Writer.Add may be called from many
+// goroutines, and a background flush sends batches that waited too long.
+type intake struct {
+	r         *run
+	mu        sync.Mutex
+	validator validator
+	nsOf      func(it *item) string // nil: every record goes to cfg.namespace
+	next      int                   // input position of the next record
+	ordered   bool                  // keep ids in flight in order (streams)
+	seed      maphash.Seed
+
+	flightMu   sync.Mutex
+	inFlight   map[uint64]int32 // records in the pipeline, by hash of namespace and id
+	flightDone chan struct{}    // closed and replaced when one of them settles
+
+	outstanding atomic.Int64  // records taken in and not yet settled
+	idle        chan struct{} // closed and replaced when outstanding drops to 0
+	idleMu      sync.Mutex
+
+	marks     *watermark // input positions settled, when a checkpoint is kept
+	stopSaver func()     // stops the periodic checkpoint saves
+}
+
+func newIntake(r *run, ordered bool) *intake {
+	in := &intake{r: r, ordered: ordered, seed: maphash.MakeSeed()}
+	if ordered {
+		in.inFlight = make(map[uint64]int32)
+	}
+	if f := r.cfg.namespaceOf; f != nil {
+		in.nsOf = f
+	}
+	r.onSettle = in.settled
+	return in
+}
+
+// namespace returns the namespace of it.
+func (in *intake) namespace(it *item) string {
+	if in.nsOf != nil {
+		return in.nsOf(it)
+	}
+	return in.r.cfg.namespace
+}
+
+// check validates it and fills in its id and size; it returns the rule it
+// breaks, or nil.
+func (in *intake) check(it *item, rt *route) error {
+	var err error
+	if it.vec != nil || it.rec == nil && in.r.kind == vectorKind {
+		it.size, err = in.validator.check(it.vec)
+		if it.vec != nil {
+			it.id = it.vec.Id
+		}
+	} else {
+		it.id, it.size, err = checkRecord(it.rec)
+	}
+	if err == nil && rt.overhead+it.size > in.r.kind.maxBytes {
+		err = fmt.Errorf("encodes to %d bytes; a request may carry at most %d", it.size, in.r.kind.maxBytes-rt.overhead)
+	}
+	return err
+}
+
+// admitAll takes a whole slice in, for All: it reports the invalid
+// records, drops every record whose id appears again later in the same
+// namespace, and returns the others with their routes.
+func (in *intake) admitAll(records []*pinecone.Vector) ([]item, []*route) {
+	r := in.r
+	r.stats.records.Store(int64(len(records)))
+	items := make([]item, 0, len(records))
+	routes := make([]*route, 0, len(records))
+	for i, v := range records {
+		it := item{seq: i, vec: v}
+		rt := r.route(in.namespace(&it))
+		if err := in.check(&it, rt); err != nil {
+			in.reject(&it, err)
+			continue
+		}
+		items = append(items, it)
+		routes = append(routes, rt)
+	}
+	if len(r.routes) > 1 {
+		for i := range items {
+			items[i].hash = maphash.String(in.seed, routes[i].namespace) ^ maphash.String(in.seed, items[i].id)
+		}
+	} else {
+		for i := range items {
+			items[i].hash = maphash.String(in.seed, items[i].id)
+		}
+	}
+	keep := dropDuplicates(items, routes)
+	if dups := len(items) - len(keep); dups > 0 {
+		r.stats.duplicates.Store(int64(dups))
+		kept := make([]item, 0, len(keep))
+		keptRoutes := make([]*route, 0, len(keep))
+		for _, i := range keep {
+			kept = append(kept, items[i])
+			keptRoutes = append(keptRoutes, routes[i])
+		}
+		items, routes = kept, keptRoutes
+	}
+	return items, routes
+}
+
+// dropDuplicates returns the indexes of the items to keep: the last of
+// each id within its route, in input order. Ids are keyed by their 64-bit
+// hash, which halves the memory of a map of strings and its cache misses;
+// a hash match is confirmed by comparing the ids.
+func dropDuplicates(items []item, routes []*route) []int {
+	last := make(map[uint64]int32, len(items)) // hash -> index of the latest record
+	var collided map[string]int                // ids whose hash matched another id's
+	superseded := make([]bool, len(items))
+	same := func(i, j int) bool { return items[i].id == items[j].id && routes[i] == routes[j] }
+	for i := range items {
+		h := items[i].hash
+		j, seen := last[h]
+		switch {
+		case !seen:
+			last[h] = int32(i)
+		case same(int(j), i):
+			superseded[j] = true
+			last[h] = int32(i)
+		default:
+			// Two ids with one hash: track this one exactly.
+			if collided == nil {
+				collided = make(map[string]int)
+			}
+			key := routes[i].namespace + "\x00" + items[i].id
+			if k, ok := collided[key]; ok {
+				superseded[k] = true
+			}
+			collided[key] = i
+		}
+	}
+	keep := make([]int, 0, len(items))
+	for i, s := range superseded {
+		if !s {
+			keep = append(keep, i)
+		}
+	}
+	return keep
+}
+
+// push takes one record of a stream in. It returns an error, with the
+// record not taken, when ctx ends before there is room for it or when the
+// run has stopped.
+func (in *intake) push(ctx context.Context, it item) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	r := in.r
+	if err := r.runCtx.Err(); err != nil {
+		return r.stopError()
+	}
+	it.seq = in.next
+	rt := r.route(in.namespace(&it))
+	// Room first: the record is taken only once its batch can move.
+	if err := in.dispatchReady(ctx, rt); err != nil {
+		return err
+	}
+	in.next++
+	r.stats.records.Add(1)
+	if err := in.check(&it, rt); err != nil {
+		in.reject(&it, err)
+		return nil
+	}
+	if in.ordered {
+		it.hash = maphash.String(in.seed, rt.namespace) ^ maphash.String(in.seed, it.id)
+		if replaced := in.replacePending(rt, it); replaced {
+			return nil
+		}
+		if err := in.awaitSettled(ctx, it.hash); err != nil {
+			return err
+		}
+		in.flightMu.Lock()
+		in.inFlight[it.hash]++
+		in.flightMu.Unlock()
+	}
+	in.enqueue(ctx, rt, it)
+	return nil
+}
+
+// enqueue puts it in its route's batch and dispatches the batch when it is
+// full. A batch that cannot be dispatched before ctx ends stays ready for
+// the next push or flush; the record is taken either way.
+func (in *intake) enqueue(ctx context.Context, rt *route, it item) {
+	in.outstanding.Add(1)
+	full, ok := rt.batcher.add(it)
+	if !ok {
+		return
+	}
+	rt.ready = full
+	_ = in.dispatchReady(ctx, rt)
+}
+
+// dispatchReady dispatches rt's ready batch, if any.
+func (in *intake) dispatchReady(ctx context.Context, rt *route) error {
+	if len(rt.ready.items) == 0 {
+		return nil
+	}
+	err := in.r.dispatch(ctx, rt, rt.ready)
+	if err == nil || in.r.runCtx.Err() != nil {
+		// Dispatched, or failed for good because the run stopped.
+		rt.ready = batch{}
+	}
+	return err
+}
+
+// flush dispatches every route's ready and current batches.
+func (in *intake) flush(ctx context.Context) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.flushLocked(ctx)
+}
+
+func (in *intake) flushLocked(ctx context.Context) error {
+	for _, rt := range in.r.routes {
+		if err := in.dispatchReady(ctx, rt); err != nil && in.r.runCtx.Err() == nil {
+			return err
+		}
+		if b := rt.batcher.take(); len(b.items) > 0 {
+			rt.ready = b
+			if err := in.dispatchReady(ctx, rt); err != nil && in.r.runCtx.Err() == nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// replacePending replaces a record of the same id waiting in rt's current
+// batch: the later one wins, and the earlier one is a duplicate.
+func (in *intake) replacePending(rt *route, it item) bool {
+	in.flightMu.Lock()
+	n := in.inFlight[it.hash]
+	in.flightMu.Unlock()
+	if n == 0 {
+		return false
+	}
+	items := rt.batcher.cur.items
+	for i := range items {
+		if items[i].hash == it.hash && items[i].id == it.id {
+			old := items[i]
+			rt.batcher.bytes += it.size - old.size
+			items[i] = it
+			in.r.stats.duplicates.Add(1)
+			if in.marks != nil {
+				in.marks.done(old.seq)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// awaitSettled waits until no record of hash h is in flight.
+func (in *intake) awaitSettled(ctx context.Context, h uint64) error {
+	for {
+		in.flightMu.Lock()
+		n := in.inFlight[h]
+		if n == 0 {
+			in.flightMu.Unlock()
+			return nil
+		}
+		if in.flightDone == nil {
+			in.flightDone = make(chan struct{})
+		}
+		ch := in.flightDone
+		in.flightMu.Unlock()
+		// The earlier record may be in a batch not yet sent: send it.
+		for _, rt := range in.r.routes {
+			if b := rt.batcher.take(); len(b.items) > 0 {
+				rt.ready = b
+			}
+			if err := in.dispatchReady(ctx, rt); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-in.r.runCtx.Done():
+			return in.r.stopError()
+		}
+	}
+}
+
+// settled is told by the run of records that landed or failed; final is
+// false for records cut off by the run's end, which the checkpoint must
+// not count.
+func (in *intake) settled(items []item, final bool) {
+	if in.ordered {
+		in.flightMu.Lock()
+		for _, it := range items {
+			if n := in.inFlight[it.hash] - 1; n > 0 {
+				in.inFlight[it.hash] = n
+			} else {
+				delete(in.inFlight, it.hash)
+			}
+		}
+		if in.flightDone != nil {
+			close(in.flightDone)
+			in.flightDone = nil
+		}
+		in.flightMu.Unlock()
+	}
+	if in.marks != nil && final {
+		for _, it := range items {
+			in.marks.done(it.seq)
+		}
+	}
+	if in.outstanding.Add(-int64(len(items))) == 0 {
+		in.idleMu.Lock()
+		if in.idle != nil {
+			close(in.idle)
+			in.idle = nil
+		}
+		in.idleMu.Unlock()
+	}
+}
+
+// awaitIdle waits until every record taken in has settled.
+func (in *intake) awaitIdle(ctx context.Context) error {
+	for {
+		in.idleMu.Lock()
+		if in.outstanding.Load() <= 0 {
+			in.idleMu.Unlock()
+			return nil
+		}
+		if in.idle == nil {
+			in.idle = make(chan struct{})
+		}
+		ch := in.idle
+		in.idleMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// reject reports a record that broke a rule; it is never sent.
+func (in *intake) reject(it *item, cause error) {
+	err := &Error{Class: ClassInvalid, Err: fmt.Errorf("record %d (id %q): %w", it.seq, it.id, cause)}
+	in.r.report([]Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: ClassInvalid, Err: err}})
+	if in.marks != nil {
+		in.marks.done(it.seq)
+	}
+}
+
+// close sends whatever is left and waits for the run to end.
+func (in *intake) close() (Result, error) {
+	_ = in.flush(in.r.runCtx)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	// What could not be dispatched because the run stopped is failed.
+	for _, rt := range in.r.routes {
+		if len(rt.ready.items) > 0 {
+			in.r.failStopped(rt.ready.items)
+			rt.ready = batch{}
+		}
+		if b := rt.batcher.take(); len(b.items) > 0 {
+			in.r.failStopped(b.items)
+		}
+	}
+	return in.r.finish()
+}
+

@@ -1,0 +1,57 @@
+package upsert
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+)
+
+// kind is what a run sends: vectors through gRPC, or integrated-embedding
+// records through REST. The pipeline is the same; the limits, the request
+// size and the call differ.
+type kind struct {
+	// lanePrefix keeps a Limiter's state for the two kinds apart within a
+	// namespace, since their batch sizes have nothing in common.
+	lanePrefix string
+	maxBatch   int // records per request
+	maxBytes   int // encoded request size
+	// overhead is the bytes a request spends besides its records.
+	overhead func(namespace string) int
+	// send sends items to namespace with the run's configuration.
+	send func(ctx context.Context, cfg *config, namespace string, items []item) error
+}
+
+var vectorKind = &kind{
+	lanePrefix: "",
+	maxBatch:   MaxBatchSize,
+	maxBytes:   MaxRequestBytes,
+	overhead:   requestOverhead,
+	send: func(ctx context.Context, cfg *config, namespace string, items []item) error {
+		if cfg.send == nil {
+			return &Error{Class: ClassDenied, Err: fmt.Errorf("no way to send vectors: pass WithIndex or WithUpsertFunc")}
+		}
+		batch := make([]*pinecone.Vector, len(items))
+		for i, it := range items {
+			batch[i] = it.vec
+		}
+		return cfg.send(ctx, namespace, batch)
+	},
+}
+
+var recordKind = &kind{
+	lanePrefix: "records:",
+	maxBatch:   MaxRecordsBatchSize,
+	maxBytes:   MaxRequestBytes,
+	overhead:   func(string) int { return 0 },
+	send: func(ctx context.Context, cfg *config, namespace string, items []item) error {
+		if cfg.sendRecords == nil {
+			return &Error{Class: ClassDenied, Err: fmt.Errorf("no way to send records: pass WithIndex or WithRecordsFunc")}
+		}
+		batch := make([]*pinecone.IntegratedRecord, len(items))
+		for i, it := range items {
+			batch[i] = it.rec
+		}
+		return cfg.sendRecords(ctx, namespace, batch)
+	},
+}

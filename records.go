@@ -1,0 +1,211 @@
+package upsert
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+)
+
+// MaxRecordsBatchSize is the most integrated-embedding records Pinecone
+// accepts in one upsert request.
+const MaxRecordsBatchSize = 96
+
+// RecordsFunc sends one batch of integrated-embedding records to a
+// namespace; see [WithRecordsFunc]. It must return an error the classifier
+// understands when the batch was not written.
+type RecordsFunc func(ctx context.Context, namespace string, batch []*pinecone.IntegratedRecord) error
+
+// WithRecordsFunc sends integrated-embedding records with f instead of an
+// index connection: for other transports and for tests.
+func WithRecordsFunc(f RecordsFunc) Option {
+	return func(c *config) {
+		c.sources++
+		if f == nil {
+			c.bad("WithRecordsFunc: nil function")
+			return
+		}
+		c.sendRecords = f
+	}
+}
+
+// Records upserts integrated-embedding records, whose text the index
+// embeds itself, through [pinecone.IndexConnection.UpsertRecords], at most
+// [MaxRecordsBatchSize] per request, with the classes, retries, splitting,
+// pacing and reporting of [Stream], whose rules apply. Each record needs
+// an "_id" or "id" field holding a string.
+//
+// The SDK ignores the HTTP status of that call: a 429 or a 400 comes back
+// as success and the records are lost. The index connection must
+// therefore come from a client made by [NewClient] (or with [HTTPClient]
+// as its RestClient), whose transport lets the library see every answer;
+// with another client, the first request fails with [ClassDenied] and
+// nothing is reported as landed that may not have.
+//
+// For a slice, pass slices.Values(records).
+func Records(ctx context.Context, seq iter.Seq[*pinecone.IntegratedRecord], opts ...Option) (Result, error) {
+	return streamOf(ctx, seq, recordKind, func(r *pinecone.IntegratedRecord) item { return item{rec: r} }, opts)
+}
+
+// checkRecord returns an integrated record's id and its size in an NDJSON
+// request, or the rule it breaks.
+func checkRecord(r *pinecone.IntegratedRecord) (id string, size int, err error) {
+	if r == nil {
+		return "", 0, fmt.Errorf("record is nil")
+	}
+	raw, ok := (*r)["_id"]
+	if !ok {
+		raw, ok = (*r)["id"]
+	}
+	if !ok {
+		return "", 0, fmt.Errorf(`has no "_id" or "id" field`)
+	}
+	if id, ok = raw.(string); !ok {
+		return "", 0, fmt.Errorf("id is a %T; it must be a string", raw)
+	}
+	if err := checkID(id); err != nil {
+		return id, 0, err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return id, 0, fmt.Errorf("cannot be encoded as JSON: %w", err)
+	}
+	return id, len(b) + 1, nil
+}
+
+// NewClient returns a Pinecone client whose REST calls go through
+// [HTTPClient], as [Records] needs. The params are used as given
+// otherwise.
+func NewClient(params pinecone.NewClientParams) (*pinecone.Client, error) {
+	params.RestClient = HTTPClient(params.RestClient)
+	return pinecone.NewClient(params)
+}
+
+// HTTPClient returns a copy of c (of http.DefaultClient when nil) whose
+// transport is [Transport] over c's.
+func HTTPClient(c *http.Client) *http.Client {
+	if c == nil {
+		c = http.DefaultClient
+	}
+	cp := *c
+	cp.Transport = Transport(c.Transport)
+	return &cp
+}
+
+// Transport returns an http.RoundTripper over base (http.DefaultTransport
+// when nil) that makes the answers of Pinecone's records upsert endpoint
+// visible, which the SDK's UpsertRecords ignores: a non-2xx answer becomes
+// an [*Error] (with the HTTP status and the Retry-After wait), so that
+// UpsertRecords returns an error instead of losing the records silently.
+// It also closes those responses' bodies, which the SDK leaves open. Every
+// other request passes through untouched.
+func Transport(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if t, ok := base.(*transport); ok {
+		return t
+	}
+	return &transport{base: base}
+}
+
+type transport struct{ base http.RoundTripper }
+
+// restOutcome is where the transport tells the library what became of a
+// records request that the library sent.
+type restOutcome struct {
+	mu         sync.Mutex
+	seen       bool
+	status     int
+	retryAfter time.Duration
+	message    string
+	err        error // a transport failure
+}
+
+type outcomeKey struct{}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	o, _ := req.Context().Value(outcomeKey{}).(*restOutcome)
+	records := req.Method == http.MethodPost && strings.HasPrefix(req.URL.Path, "/records/namespaces/") &&
+		strings.HasSuffix(req.URL.Path, "/upsert")
+	resp, err := t.base.RoundTrip(req)
+	if o != nil {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.seen, o.err = true, err
+	}
+	if err != nil || !records {
+		return resp, err
+	}
+	// Read what little the endpoint answers, and close the body the SDK
+	// would leave open.
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	if resp.StatusCode/100 == 2 {
+		if o != nil {
+			o.status = resp.StatusCode
+		}
+		return resp, nil
+	}
+	e := &Error{
+		Class:      classOfHTTP(resp.StatusCode),
+		StatusCode: resp.StatusCode,
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		Err:        fmt.Errorf("HTTP %d: %s", resp.StatusCode, snippet(body)),
+	}
+	if o != nil {
+		o.status, o.retryAfter, o.message = resp.StatusCode, e.RetryAfter, snippet(body)
+	}
+	return nil, e
+}
+
+// snippet returns the start of an error body, on one line.
+func snippet(b []byte) string {
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// errNoTransport is the failure of a records request that did not go
+// through Transport: its outcome cannot be known.
+var errNoTransport = errors.New("the Pinecone client's RestClient does not use upsert.Transport, so the HTTP status of UpsertRecords cannot be seen; make the client with upsert.NewClient")
+
+// upsertRecords calls UpsertRecords and tells what the index answered.
+func upsertRecords(ctx context.Context, conn *pinecone.IndexConnection, batch []*pinecone.IntegratedRecord) error {
+	o := &restOutcome{}
+	return o.errorOf(conn.UpsertRecords(context.WithValue(ctx, outcomeKey{}, o), batch))
+}
+
+// errorOf returns the failure of the request, from what the transport saw
+// and what the SDK returned (sdkErr).
+func (o *restOutcome) errorOf(sdkErr error) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case !o.seen && sdkErr != nil:
+		return sdkErr // rejected before sending
+	case !o.seen:
+		return &Error{Class: ClassDenied, Err: errNoTransport}
+	case o.err != nil:
+		return o.err // the SDK flattens it to text; this keeps its type
+	case o.status/100 == 2:
+		return nil
+	default:
+		return &Error{
+			Class: classOfHTTP(o.status), StatusCode: o.status, RetryAfter: o.retryAfter,
+			Err: fmt.Errorf("HTTP %d: %s", o.status, o.message),
+		}
+	}
+}

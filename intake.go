@@ -382,4 +382,3 @@ func (in *intake) close() (Result, error) {
 	}
 	return in.r.finish()
 }
-

@@ -113,10 +113,11 @@ type batch struct {
 }
 
 // add appends it and returns the batch that was closed by it: the current
-// one when it does not fit, or the one it filled. ok is false when no
-// batch closed.
+// one when it is full or it does not fit, or the one it filled. ok is
+// false when no batch closed. At most one batch closes per add, so a batch
+// that fills as it starts waits for the next add or take.
 func (b *batcher) add(it item) (full batch, ok bool) {
-	if len(b.cur.items) > 0 && b.bytes+it.size > b.maxBytes {
+	if len(b.cur.items) > 0 && (len(b.cur.items) >= b.target || b.bytes+it.size > b.maxBytes) {
 		full, ok = b.take(), true
 	}
 	if len(b.cur.items) == 0 {

@@ -1,8 +1,12 @@
 package upsert_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -228,4 +232,133 @@ func TestEndToEndHonoursRetryAfter(t *testing.T) {
 	assert.Equal(t, 10, res.Upserted)
 	require.Len(t, waits, 1)
 	assert.GreaterOrEqual(t, waits[0], 200*time.Millisecond, "the wait the index asked for beats the backoff")
+}
+
+func TestEndToEndRecordsThroughREST(t *testing.T) {
+	mk := func(n int) []*pinecone.IntegratedRecord {
+		out := make([]*pinecone.IntegratedRecord, n)
+		for i := range out {
+			out[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprintf("rec-%04d", i), "chunk_text": fmt.Sprint("text ", i), "n": float64(i)}
+		}
+		return out
+	}
+	connectREST := func(t *testing.T, srv *upserttest.Server, withTransport bool) *pinecone.IndexConnection {
+		params := pinecone.NewClientParams{ApiKey: "test-key", RestClient: srv.Client()}
+		newClient := upsert.NewClient
+		if !withTransport {
+			newClient = pinecone.NewClient
+		}
+		pc, err := newClient(params)
+		require.NoError(t, err)
+		idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace})
+		require.NoError(t, err)
+		t.Cleanup(func() { idx.Close() })
+		return idx
+	}
+	fast := upsert.WithBackoff(time.Millisecond, 20*time.Millisecond)
+	tests := []struct {
+		name    string
+		faults  upserttest.FaultFunc
+		allowed []upsert.Class
+		failed  int
+	}{
+		{"a healthy index stores every record", nil, nil, 0},
+		{"429s are retried, never lost", upserttest.RateLimitBurst(2, 5), nil, 0},
+		{"500s and 503s are retried", upserttest.Chain(upserttest.ErrorRate(codes.Internal, 0.1, 1), upserttest.ErrorRate(codes.Unavailable, 0.1, 2)), []upsert.Class{upsert.ClassServer}, -1},
+		{"a 400 fails only the records it names", upserttest.RejectIDs("rec-0007", "rec-0500"), []upsert.Class{upsert.ClassInvalid}, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := upserttest.NewServer(upserttest.WithFaults(tt.faults))
+			defer srv.Close()
+			recs := mk(1000)
+			res, err := upsert.Records(context.Background(), slices.Values(recs), upsert.WithIndex(connectREST(t, srv, true)), fast)
+			if tt.failed >= 0 {
+				assert.Len(t, res.Failed, tt.failed)
+			}
+			if len(res.Failed) == 0 {
+				require.NoError(t, err)
+			}
+			stored := srv.Records(e2eNamespace)
+			failed := make(map[string]upsert.Failure)
+			for _, f := range res.Failed {
+				failed[f.ID] = f
+				assert.Contains(t, tt.allowed, f.Class)
+			}
+			for _, r := range recs {
+				id := (*r)["_id"].(string)
+				got, ok := stored[id]
+				if _, isFailed := failed[id]; isFailed {
+					continue
+				}
+				require.True(t, ok, "record %s is neither stored nor reported failed", id)
+				assert.Equal(t, (*r)["chunk_text"], got["chunk_text"])
+			}
+			assert.Equal(t, len(recs), res.Upserted+len(res.Failed)+res.Duplicates)
+		})
+	}
+	t.Run("a client without the library's transport fails the records instead of trusting the SDK", func(t *testing.T) {
+		srv := upserttest.NewServer(upserttest.WithFaults(upserttest.RateLimitBurst(1, 1000)))
+		defer srv.Close()
+		res, err := upsert.Records(context.Background(), slices.Values(mk(50)), upsert.WithIndex(connectREST(t, srv, false)), fast)
+		require.ErrorIs(t, err, upsert.ErrDenied)
+		assert.Zero(t, res.Upserted, "nothing is claimed as landed")
+		assert.Len(t, res.Failed, 50)
+		assert.Contains(t, err.Error(), "upsert.NewClient")
+	})
+}
+
+func TestTheAPIKeyNeverLeaks(t *testing.T) {
+	const key = "pcsk_PLANTED_SECRET_KEY_123"
+	const planted = "PLANTED-METADATA-VALUE"
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	recs := e2eRecords(500)
+	for _, r := range recs {
+		r.Metadata, _ = structpb.NewStruct(map[string]any{"secret": planted})
+		(*r.Values)[0] = 0.7654321 // a value to look for
+	}
+	collect := func(res upsert.Result, err error) string {
+		var b strings.Builder
+		if err != nil {
+			b.WriteString(err.Error())
+		}
+		for _, f := range res.Failed {
+			b.WriteString(f.Err.Error())
+			fmt.Fprintf(&b, "%+v", f.Err)
+		}
+		return b.String()
+	}
+	t.Run("when the key is refused", func(t *testing.T) {
+		srv := upserttest.NewServer(upserttest.WithAPIKey("another-key"))
+		defer srv.Close()
+		pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: key})
+		require.NoError(t, err)
+		idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace})
+		require.NoError(t, err)
+		defer idx.Close()
+		res, err := upsert.All(context.Background(), recs, upsert.WithIndex(idx), upsert.WithLogger(logger))
+		require.ErrorIs(t, err, upsert.ErrDenied)
+		out := collect(res, err) + logs.String()
+		assert.NotContains(t, out, key)
+		assert.NotContains(t, out, planted)
+	})
+	t.Run("when requests fail and are retried and logged", func(t *testing.T) {
+		srv := upserttest.NewServer(upserttest.WithAPIKey(key), upserttest.WithFaults(upserttest.Chain(
+			upserttest.RateLimitBurst(1, 3), upserttest.RejectIDs("rec-00042"), upserttest.ErrorRate(codes.Unavailable, 0.2, 9))))
+		defer srv.Close()
+		pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: key})
+		require.NoError(t, err)
+		idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace})
+		require.NoError(t, err)
+		defer idx.Close()
+		res, err := upsert.All(context.Background(), recs, upsert.WithIndex(idx), upsert.WithLogger(logger),
+			upsert.WithBackoff(time.Millisecond, 10*time.Millisecond))
+		require.Error(t, err)
+		require.Contains(t, logs.String(), `"class":"rate-limited"`, "the run logged its retries")
+		out := collect(res, err) + logs.String()
+		assert.NotContains(t, out, key)
+		assert.NotContains(t, out, planted)
+		assert.NotContains(t, out, "0.765432", "no vector value is logged")
+	})
 }

@@ -24,8 +24,8 @@ import (
 //     in flight belong to the same episode), climbs back quickly to that
 //     level and then probes above it, slowly first and faster the longer
 //     no 429 comes. A Retry-After pauses every request of the namespace.
-//     Requests are also kept under Pinecone's 100 upsert requests per
-//     second per namespace.
+//     Requests sent through an index connection are also kept under
+//     Pinecone's 100 upsert requests per second per namespace.
 //   - how many requests may be in flight: 4 at first, doubling each round
 //     trip while requests wait for a slot and latency holds, then one more
 //     per round trip; one fewer on a 429 or a timeout, a quarter fewer when
@@ -203,7 +203,7 @@ func newLane(c clock) *lane {
 		clock:     c,
 		head:      make(chan struct{}, 1),
 		records:   rate.NewLimiter(rate.Inf, startBatchSize),
-		requests:  rate.NewLimiter(maxRequestRate, requestBurst),
+		requests:  rate.NewLimiter(rate.Inf, requestBurst),
 		conc:      startConcurrency,
 		slowStart: true,
 		limit:     MaxBatchSize,
@@ -236,6 +236,16 @@ func (ln *lane) state() LimiterState {
 		BatchSize:   ln.batch,
 		InFlight:    ln.inFlight,
 		Paused:      ln.breaker.open || now.Before(ln.pausedUntil),
+	}
+}
+
+// capRequests keeps the lane under Pinecone's limit of upsert requests per
+// second per namespace; lanes of other transports have no such cap.
+func (ln *lane) capRequests() {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if ln.requests.Limit() == rate.Inf {
+		ln.requests.SetLimitAt(ln.clock.Now(), maxRequestRate)
 	}
 }
 

@@ -100,6 +100,9 @@ func (r *run) route(namespace string) *route {
 		}
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
+		if r.cfg.index != nil {
+			rt.lane.capRequests()
+		}
 		if r.cfg.batchSize > 0 {
 			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
 		}

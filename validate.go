@@ -89,9 +89,13 @@ func checkID(id string) error {
 	return nil
 }
 
+// firstNonFinite finds a NaN or an infinity: the float32s whose exponent
+// bits are all set. Testing the bits keeps this loop cheap for vectors of
+// thousands of values.
 func firstNonFinite(vs []float32) (int, bool) {
+	const exponent = 0x7f800000
 	for i, f := range vs {
-		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+		if math.Float32bits(f)&exponent == exponent {
 			return i, true
 		}
 	}

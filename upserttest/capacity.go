@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // This file holds the capacity model of a Server: per-namespace admission
@@ -59,37 +57,52 @@ func (c *nsCapacity) admit(now time.Time, vectors, bytes int) bool {
 }
 
 // bucket is an admission token bucket. A nil *bucket admits everything.
+// Its callers serialize access (nsCapacity.mu).
+//
+// A request larger than the burst is admitted when the bucket is full and
+// leaves it in debt, repaid by the refill before anything else is admitted,
+// so that the bucket's rate is the namespace's capacity whatever the
+// request sizes.
 type bucket struct {
-	lim   *rate.Limiter
-	burst int
+	rate   float64 // tokens per second
+	burst  float64
+	tokens float64 // may be negative: a debt
+	last   time.Time
 }
 
 func newBucket(c bucketConfig) *bucket {
 	if !c.enabled() {
 		return nil
 	}
-	return &bucket{lim: rate.NewLimiter(rate.Limit(c.rate), c.burst), burst: c.burst}
+	return &bucket{rate: c.rate, burst: float64(c.burst), tokens: float64(c.burst)}
 }
 
-// need is the number of tokens a request of n units takes: n, or the whole
-// bucket if n exceeds its burst (such a request is admitted when the bucket
-// is full, so that it is not rejected forever).
-func (b *bucket) need(n int) int { return min(n, b.burst) }
+// refill adds the tokens earned since the last call, up to the burst.
+func (b *bucket) refill(now time.Time) {
+	if !b.last.IsZero() && now.After(b.last) {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	if now.After(b.last) {
+		b.last = now
+	}
+}
 
+// has reports whether a request of n units would be admitted at now.
 func (b *bucket) has(now time.Time, n int) bool {
 	if b == nil {
 		return true
 	}
-	return b.lim.TokensAt(now) >= float64(b.need(n))
+	b.refill(now)
+	return b.tokens >= min(float64(n), b.burst)
 }
 
+// take charges n units; has(now, n) was true under the same lock.
 func (b *bucket) take(now time.Time, n int) {
 	if b == nil {
 		return
 	}
-	// Cannot fail: has(now, n) was true under the same lock, and AllowN
-	// computes the tokens at now exactly as TokensAt does.
-	b.lim.AllowN(now, b.need(n))
+	b.refill(now)
+	b.tokens -= float64(n)
 }
 
 // slotPool is a counting semaphore whose waiters are served in FIFO order.

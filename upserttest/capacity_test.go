@@ -25,15 +25,16 @@ func TestAdmission(t *testing.T) {
 		assert.True(t, c.admit(t0.Add(time.Second), 5, 0))
 	})
 
-	t.Run("a request larger than the burst waits for a full bucket and empties it", func(t *testing.T) {
+	t.Run("a request larger than the burst waits for a full bucket and leaves a debt", func(t *testing.T) {
 		cfg := defaultConfig()
 		WithRate(10, 5)(&cfg)
 		c := newNSCapacity(&cfg)
 
-		assert.True(t, c.admit(t0, 50, 0))
-		assert.False(t, c.admit(t0, 1, 0))
-		assert.False(t, c.admit(t0.Add(400*time.Millisecond), 50, 0), "4 tokens of 5")
-		assert.True(t, c.admit(t0.Add(500*time.Millisecond), 50, 0))
+		assert.True(t, c.admit(t0, 50, 0), "a full bucket admits it")
+		assert.False(t, c.admit(t0.Add(4*time.Second), 1, 0), "45 tokens of debt, 40 repaid")
+		assert.True(t, c.admit(t0.Add(4600*time.Millisecond), 1, 0), "the rate is kept: 50 vectors cost 5 s")
+		assert.False(t, c.admit(t0.Add(4700*time.Millisecond), 50, 0), "a large request waits for a full bucket")
+		assert.True(t, c.admit(t0.Add(5100*time.Millisecond), 50, 0))
 	})
 
 	t.Run("buckets refill at their rate", func(t *testing.T) {

@@ -1,9 +1,10 @@
-// Package upserttest provides a Pinecone-compatible gRPC data plane for
-// tests, as net/http/httptest provides HTTP servers.
+// Package upserttest provides a Pinecone-compatible data plane for tests,
+// as net/http/httptest provides HTTP servers.
 //
 // [NewServer] starts a [Server] on a random loopback port that speaks the
-// VectorService protocol of the Pinecone Go SDK, so that the real SDK can
-// upsert into it:
+// VectorService gRPC protocol of the Pinecone Go SDK, and on the same port
+// the REST records endpoint of indexes with integrated embedding (see
+// below), so that the real SDK can upsert into it:
 //
 //	srv := upserttest.NewServer()
 //	defer srv.Close()
@@ -24,6 +25,55 @@
 // ([WithDimension]), and answers invalid ones with codes.InvalidArgument,
 // writing nothing of them.
 //
+// # REST records (integrated embedding)
+//
+// Indexes with integrated embedding take text records through the SDK's
+// IndexConnection.UpsertRecords, which calls the REST API over HTTPS:
+//
+//	POST /records/namespaces/{namespace}/upsert
+//	Content-Type: application/x-ndjson
+//	Api-Key: ...
+//	X-Pinecone-Api-Version: 2025-10
+//
+//	{"_id":"rec1","chunk_text":"...","category":"..."}
+//	{"_id":"rec2","chunk_text":"...","category":"..."}
+//
+// The SDK derives the REST address from the index host by replacing
+// "http://" with "https://", so the server serves both on one port: it
+// looks at the first byte of each connection, and serves TLS handshakes
+// (0x16) with an HTTPS server and anything else with plaintext gRPC. The
+// HTTPS server has a self-signed certificate made by NewServer
+// ([Server.Certificate]); [Server.Client] returns an HTTP client that
+// trusts it, to give the SDK:
+//
+//	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test", RestClient: srv.Client()})
+//	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+//	err = idx.UpsertRecords(ctx, []*pinecone.IntegratedRecord{{"_id": "rec1", "chunk_text": "..."}})
+//	fields, ok := srv.Record("docs", "rec1") // {"chunk_text": "..."}
+//
+// Each line of the body must be a JSON object with a string id in "_id" or
+// "id"; the request may hold at most [MaxRecordsPerRequest] (96) records,
+// and ids have the limits of vector ids. Otherwise the whole request is
+// answered 400, and nothing of it is written. The server embeds nothing: it
+// stores each record's fields as they came, apart from the vectors
+// ([Server.Record], [Server.Records], [Server.RecordCount]). Success is
+// answered 201 Created with an empty body, as Pinecone does; errors with a
+// JSON body such as
+//
+//	{"error":{"code":"RESOURCE_EXHAUSTED","message":"..."},"status":429}
+//
+// Records upserts go through the same API key check, fault script,
+// admission buckets (a record counts as a vector, the body size as the
+// request's bytes), write slots and latency as gRPC Upserts, sharing them by
+// namespace; [Request.REST] tells a fault script which API a request came
+// through. Any other path is answered 404.
+//
+// Beware that the SDK (v5.2.0) ignores the HTTP status of this call:
+// UpsertRecords returns nil for a 429 or a 400 as for a 201, and the
+// records are lost. It also never closes the response body, which keeps the
+// connection of an error answer busy until the call's context is done. Only
+// transport errors, such as a connection reset by a fault, reach the caller.
+//
 // # Capacity
 //
 // Options model an index of limited capacity, per namespace as Pinecone's
@@ -39,27 +89,32 @@
 // # Faults
 //
 // A fault script ([FaultFunc], installed with [WithFaults] or
-// [Server.SetFaults]) is consulted for every Upsert request and can answer
-// any gRPC code, with an optional retry-after, after an optional delay,
-// having written none, some or all of the vectors, or reset the connection
-// instead of answering. Ready-made scripts cover rate-limit bursts
+// [Server.SetFaults]) is consulted for every upsert request, of either API,
+// and can answer any gRPC code, with an optional retry-after, after an
+// optional delay, having written none, some or all of the vectors (or
+// records), or reset the connection instead of answering. Ready-made scripts cover rate-limit bursts
 // ([RateLimitBurst]), random errors ([ErrorRate]), periodic outages
 // ([Outage]), ambiguous timeouts ([AmbiguousTimeouts]), partial writes
 // ([PartialWrites]), connection resets ([ConnectionResets]) and rejected
 // records ([RejectIDs]); [Chain] combines them. Random scripts are
 // deterministic given their seed.
 //
-// Faults are gRPC codes; the HTTP statuses of Pinecone's REST API
-// correspond as follows: 429 is codes.ResourceExhausted, 500 is
-// codes.Internal, 503 is codes.Unavailable and 504 is
-// codes.DeadlineExceeded.
+// Faults are gRPC codes; a REST request is answered the corresponding HTTP
+// status of Pinecone's REST API (as grpc-gateway maps them): codes.OK is
+// 201, codes.InvalidArgument 400, codes.Unauthenticated 401,
+// codes.PermissionDenied 403, codes.ResourceExhausted 429, codes.Internal
+// 500, codes.Unimplemented 501, codes.Unavailable 503,
+// codes.DeadlineExceeded 504 and codes.Canceled 499. A fault's RetryAfter
+// is sent as the Retry-After header.
 //
 // # Inspection
 //
 // [Server.Vector], [Server.Vectors], [Server.Count] and
-// [Server.Namespaces] read what was stored, as deep copies; [Server.Stats]
-// counts requests, answers by code, vectors written, bytes received and
-// the peak concurrency of writes; [Server.Reset] forgets both between the
-// phases of a test. [Server.Restart] drops every connection and serves
-// again on the same port, keeping the data.
+// [Server.Namespaces] read what was stored, as deep copies, and
+// [Server.Record], [Server.Records] and [Server.RecordCount] the records;
+// [Server.Stats] counts requests of both APIs, answers by gRPC code (and
+// REST answers by HTTP status), vectors and records written, bytes
+// received and the peak concurrency of writes; [Server.Reset] forgets both
+// between the phases of a test. [Server.Restart] drops every connection,
+// gRPC and HTTPS, and serves again on the same port, keeping the data.
 package upserttest

@@ -100,3 +100,40 @@ func ExampleWithLatency() {
 	// client: DeadlineExceeded
 	// stored: 1
 }
+
+// Indexes with integrated embedding take text records through the SDK's
+// UpsertRecords, a REST call over HTTPS to the same host; the server's
+// Client trusts its certificate. The SDK (v5.2.0) ignores the HTTP status of
+// that call: a rate-limited upsert returns nil, and its records are lost.
+func ExampleServer_Client() {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test", RestClient: srv.Client()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer idx.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = idx.UpsertRecords(ctx, []*pinecone.IntegratedRecord{
+		{"_id": "rec1", "chunk_text": "Apples are rich in fiber.", "category": "nutrition"},
+	})
+	fmt.Println("error:", err)
+	fmt.Println("stored:", srv.Records("docs"))
+
+	srv.SetFaults(upserttest.RateLimitBurst(2, 1))
+	err = idx.UpsertRecords(ctx, []*pinecone.IntegratedRecord{{"_id": "rec2", "chunk_text": "Lost."}})
+	fmt.Println("error:", err)
+	fmt.Println("records:", srv.RecordCount("docs"), "answers:", srv.Stats().HTTPCodes)
+	// Output:
+	// error: <nil>
+	// stored: map[rec1:map[category:nutrition chunk_text:Apples are rich in fiber.]]
+	// error: <nil>
+	// records: 1 answers: map[201:1 429:1]
+}

@@ -8,30 +8,40 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// A Request describes an Upsert request as seen by a [FaultFunc].
+// A Request describes an upsert request as seen by a [FaultFunc]: a gRPC
+// Upsert call, or a REST records upsert (see REST).
 type Request struct {
-	// Seq is the 1-based order of arrival of the Upsert requests that reached
-	// the service of this server (requests rejected by gRPC itself, such as
-	// oversized ones, get none). It keeps counting across Restart and starts
-	// again from 1 after Reset.
+	// Seq is the 1-based order of arrival of the upsert requests, of both
+	// APIs, that reached the service of this server (requests rejected
+	// before, such as oversized ones or REST bodies that are not NDJSON,
+	// get none). It keeps counting across Restart and starts again from 1
+	// after Reset.
 	Seq int
-	// Namespace is the request's namespace, exactly as received. The
-	// Pinecone SDK sends "__default__" when no namespace was given.
+	// Namespace is the request's namespace, exactly as received (for REST,
+	// the path segment, unescaped). The Pinecone SDK sends "__default__" when
+	// no namespace was given.
 	Namespace string
-	// IDs are the ids of the vectors in the request, in order. A FaultFunc
-	// must not modify them.
+	// IDs are the ids of the vectors, or records, in the request, in order;
+	// "" for a record without a string id (which validation then rejects).
+	// A FaultFunc must not modify them.
 	IDs []string
-	// Bytes is the encoded size of the request, in bytes.
+	// Bytes is the size of the request, in bytes: the encoded protobuf
+	// message of a gRPC call, the body of a REST request.
 	Bytes int
 	// Time is when the request arrived.
 	Time time.Time
 	// Elapsed is the time from NewServer to the arrival of the request, for
 	// time-based scripts such as Outage. Restart and Reset do not reset it.
 	Elapsed time.Duration
+	// REST reports whether the request is a REST records upsert (the SDK's
+	// UpsertRecords) rather than a gRPC Upsert call.
+	REST bool
 }
 
-// A Fault tells the server how to answer one Upsert request. The zero Fault
-// means no fault: the request is handled normally.
+// A Fault tells the server how to answer one upsert request. The zero Fault
+// means no fault: the request is handled normally. For a REST records
+// upsert, the code is answered with its HTTP status (see the package
+// documentation), and "vectors" below means records.
 //
 // A fault that writes nothing (Write == 0) and has Code != codes.OK or Reset
 // set is answered without looking at the request any further: it is not
@@ -51,7 +61,9 @@ type Fault struct {
 	// RetryAfter, if positive, is sent as response metadata "retry-after"
 	// (whole seconds, rounded up, like the HTTP header) and
 	// "grpc-retry-pushback-ms" (milliseconds, rounded up), both in the
-	// response header and in the trailer.
+	// response header and in the trailer; to a REST request, as the HTTP
+	// header Retry-After (whole seconds, rounded up). It is sent whatever
+	// the answer, OK included.
 	RetryAfter time.Duration
 	// Delay is extra time before answering; if anything is written, it
 	// starts after the write. With Code == codes.OK it makes an ambiguous
@@ -67,16 +79,17 @@ type Fault struct {
 	Write int
 	// Reset, if set, makes the server write per Write, wait Delay, and then
 	// close the client's TCP connection (with an RST) without answering.
-	// The client sees codes.Unavailable; the request is counted under
-	// codes.Unavailable in Stats.Codes.
+	// A gRPC client sees codes.Unavailable, an HTTP client a transport
+	// error; the request is counted under codes.Unavailable in Stats.Codes
+	// (and, for REST, under 0 in Stats.HTTPCodes).
 	Reset bool
 }
 
 // WriteAll as [Fault.Write] writes every vector of the request.
 const WriteAll = -1
 
-// A FaultFunc is a fault script: it is called once for every Upsert request
-// that reaches the service, and its answer decides how the request is
+// A FaultFunc is a fault script: it is called once for every upsert request
+// (gRPC or REST, see [Request.REST]) that reaches the service, and its answer decides how the request is
 // treated. It is called concurrently by concurrent requests, so it must be
 // safe for concurrent use.
 type FaultFunc func(Request) Fault

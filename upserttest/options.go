@@ -82,7 +82,9 @@ func WithDimension(d int) Option {
 // "api-key" metadata (the header the Pinecone SDK sends, filled from
 // pinecone.NewClientParams.ApiKey) differs from key, or is missing, is
 // answered codes.Unauthenticated and is not passed to the fault script.
-// This applies to every method, not only Upsert.
+// This applies to every gRPC method, not only Upsert, and to REST records
+// upserts, whose "Api-Key" header is checked likewise and which are answered
+// 401 Unauthorized.
 //
 // By default, or with key == "", any key (or none) is accepted.
 func WithAPIKey(key string) Option {
@@ -103,8 +105,10 @@ func WithAPIKey(key string) Option {
 // script, gets no [Request.Seq], and its bytes are not counted in
 // [Stats.BytesReceived]; it is counted in [Stats.Requests] and
 // [Stats.Codes], possibly a moment after the client got its answer.
-// The limit also applies to Fetch and DescribeIndexStats requests.
-// WithMaxRequestBytes panics if n < 1.
+// The limit also applies to Fetch and DescribeIndexStats requests, and to
+// the body of REST records upserts, which are answered 413 Request Entity
+// Too Large (counted under codes.ResourceExhausted in [Stats.Codes]) and do
+// not reach the service either. WithMaxRequestBytes panics if n < 1.
 func WithMaxRequestBytes(n int) Option {
 	if n < 1 {
 		panic(fmt.Sprintf("upserttest: WithMaxRequestBytes(%d): limit must be positive", n))
@@ -113,11 +117,13 @@ func WithMaxRequestBytes(n int) Option {
 }
 
 // WithRate limits, per namespace, how many vectors the server admits:
-// an admission token bucket (golang.org/x/time/rate) that refills at
-// vectorsPerSecond tokens per second and holds at most burst tokens. It
-// starts full.
+// an admission token bucket that refills at vectorsPerSecond tokens per
+// second and holds at most burst tokens. It starts full.
 //
-// Each Upsert request needs one token per vector. A request is admitted only
+// Each Upsert request needs one token per vector, and each REST records
+// upsert one token per record (its vectors being embedded by the service);
+// records and vectors upserted into the same namespace share its buckets,
+// and its slots ([WithSlots]). A request is admitted only
 // if every configured bucket of its namespace ([WithRate], [WithByteRate],
 // [WithRequestRate]) holds enough tokens at its arrival; only then are tokens
 // taken from all of them. Otherwise it is answered codes.ResourceExhausted
@@ -127,8 +133,9 @@ func WithMaxRequestBytes(n int) Option {
 //
 // nothing is written, no tokens are taken, and [Stats.RateLimited] is
 // incremented. A request that needs more tokens than burst is admitted when
-// the bucket is full, and then empties it, so that no request is rejected
-// forever.
+// the bucket is full and leaves it in debt, repaid by the refill before
+// anything else is admitted: no request is rejected forever, and the rate
+// stays the namespace's capacity whatever the request sizes.
 //
 // Admission happens at arrival, before a request waits for a write slot
 // ([WithSlots]). Rate limiting is off by default; vectorsPerSecond <= 0
@@ -140,8 +147,8 @@ func WithRate(vectorsPerSecond float64, burst int) Option {
 }
 
 // WithByteRate is like [WithRate], but the bucket holds request bytes (the
-// encoded size of the Upsert request, as in [Request.Bytes]) instead of
-// vectors.
+// encoded size of the Upsert request, or the body size of a REST request,
+// as in [Request.Bytes]) instead of vectors.
 func WithByteRate(bytesPerSecond float64, burst int) Option {
 	b := newBucketConfig("WithByteRate", bytesPerSecond, burst)
 	return func(c *config) { c.byteRate = b }
@@ -247,10 +254,11 @@ func WithSlowAbove(vectors int, factor float64) Option {
 	}
 }
 
-// WithFaults installs a fault script, consulted once for every Upsert request
-// that reaches the service and passes the API key check ([WithAPIKey]),
-// before validation and admission; see [Fault] for what its answer can do. It can be replaced while the server runs with
-// [Server.SetFaults]. The default, and nil, is no faults.
+// WithFaults installs a fault script, consulted once for every upsert
+// request (gRPC Upsert or REST records upsert) that reaches the service and
+// passes the API key check ([WithAPIKey]), before validation and admission;
+// see [Fault] for what its answer can do. It can be replaced while the
+// server runs with [Server.SetFaults]. The default, and nil, is no faults.
 func WithFaults(f FaultFunc) Option {
 	return func(c *config) { c.faults = f }
 }

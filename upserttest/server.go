@@ -1,9 +1,12 @@
 package upserttest
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -15,10 +18,12 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// A Server is a Pinecone-compatible gRPC data plane listening on a loopback
-// port, for tests. It stores the vectors upserted into it in memory, by
-// namespace, and can simulate a limited capacity (see [WithRate],
-// [WithSlots], [WithLatency]) and scripted faults (see [Fault]).
+// A Server is a Pinecone-compatible data plane listening on a loopback
+// port, for tests: gRPC in plaintext for vectors, and HTTPS on the same port
+// for the REST records endpoint of indexes with integrated embedding. It
+// stores the vectors and records upserted into it in memory, by namespace,
+// and can simulate a limited capacity (see [WithRate], [WithSlots],
+// [WithLatency]) and scripted faults (see [Fault]).
 //
 // Its methods are safe for concurrent use, including while requests are
 // being served.
@@ -28,12 +33,17 @@ type Server struct {
 	addr  string
 	start time.Time
 
+	tlsConfig *tls.Config
+	cert      *x509.Certificate
+	client    *http.Client
+
 	genMu  sync.Mutex // serializes Close and Restart
 	gen    *generation
 	closed bool
 
 	mu       sync.Mutex
 	store    map[string]map[string]*pinecone.Vector // namespace -> id -> vector
+	records  map[string]map[string]map[string]any   // namespace -> id -> fields
 	dim      int                                    // 0: not yet fixed
 	seq      int
 	stats    Stats
@@ -44,32 +54,53 @@ type Server struct {
 }
 
 // Stats counts what a [Server] has seen since it started, or since its last
-// [Server.Reset]. It only concerns Upsert requests.
+// [Server.Reset]. It only concerns upsert requests: gRPC Upsert calls and
+// REST records upserts (POST /records/namespaces/{namespace}/upsert), which
+// it counts together, except in RESTRequests and HTTPCodes. "Upsert
+// request" below means either.
 //
 // The service counts each answer before sending it, so once a client has
 // received an answer, Stats includes it; the exception is a request that
 // gRPC rejects itself (see [WithMaxRequestBytes]).
 type Stats struct {
-	// Requests is the number of Upsert calls received, including rejected
-	// ones (even those rejected by gRPC before reaching the service, such as
-	// oversized ones).
+	// Requests is the number of upsert requests received, of both APIs,
+	// including rejected ones (even those rejected by gRPC before reaching
+	// the service, such as oversized ones).
 	Requests int
-	// Codes counts the answers to Upsert calls by gRPC status code,
-	// codes.OK included. An answer is counted even if its client has already
-	// gone (it then is the code the server would have sent). A connection
-	// reset by a fault counts as codes.Unavailable; a request dropped from
-	// the slot queue because its client gave up counts as
-	// codes.DeadlineExceeded or codes.Canceled.
+	// RESTRequests is the number of those requests that came through the
+	// REST records endpoint; Requests - RESTRequests came through gRPC.
+	RESTRequests int
+	// Codes counts the answers to upsert requests by gRPC status code,
+	// codes.OK included; REST answers are counted under the code whose HTTP
+	// status they sent (see HTTPCodes), so that the counts add up to
+	// Requests. An answer is counted even if its client has already gone (it
+	// then is the code the server would have sent). A connection reset by a
+	// fault counts as codes.Unavailable; a request dropped from the slot
+	// queue because its client gave up counts as codes.DeadlineExceeded or
+	// codes.Canceled.
 	Codes map[codes.Code]int
-	// RateLimited is the number of Upsert requests answered
-	// codes.ResourceExhausted because an admission bucket (WithRate,
-	// WithByteRate, WithRequestRate) rejected them. Faults are not counted.
+	// HTTPCodes counts the answers to REST requests by HTTP status: 201 for
+	// success, then 400, 401, 413, 429, 500, 503, 504, ... (see the package
+	// documentation for the correspondence with gRPC codes). A request that
+	// got no status, its connection being reset by a fault or closed by
+	// Restart or Close, counts as 0 (and as codes.Unavailable in Codes).
+	// Its counts add up to RESTRequests; it is nil until a REST request is
+	// answered.
+	HTTPCodes map[int]int
+	// RateLimited is the number of upsert requests answered
+	// codes.ResourceExhausted (HTTP 429) because an admission bucket
+	// (WithRate, WithByteRate, WithRequestRate) rejected them. Faults are
+	// not counted.
 	RateLimited int
-	// VectorsWritten is the number of vector writes applied, overwrites
-	// included.
+	// VectorsWritten is the number of vector writes applied by gRPC Upsert
+	// calls, overwrites included.
 	VectorsWritten int
-	// BytesReceived is the total encoded size, in bytes, of the Upsert
-	// requests that reached the service.
+	// RecordsWritten is the number of record writes applied by REST
+	// records upserts, overwrites included.
+	RecordsWritten int
+	// BytesReceived is the total size, in bytes, of the upsert requests
+	// that reached the service: the encoded protobuf message of a gRPC
+	// call, the body of a REST request.
 	BytesReceived int64
 	// MaxInFlight is the most Upsert requests being written at once, a
 	// request being written from when it gets a write slot (WithSlots; at
@@ -82,13 +113,15 @@ type Stats struct {
 	MaxQueued int
 }
 
-// generation is one gRPC server instance serving the Server's socket; Restart
-// replaces it.
+// generation is one pair of servers (gRPC and HTTPS) serving the Server's
+// socket; Restart replaces it.
 type generation struct {
-	s      *Server
-	grpc   *grpc.Server
-	stop   chan struct{} // closed when the generation stops
-	served chan struct{} // closed when Serve has returned
+	s          *Server
+	grpc       *grpc.Server
+	http       *http.Server
+	stop       chan struct{} // closed when the generation stops
+	served     chan struct{} // closed when the gRPC Serve has returned
+	httpServed chan struct{} // closed when the HTTPS Serve has returned
 
 	mu       sync.Mutex
 	stopping bool
@@ -96,8 +129,9 @@ type generation struct {
 }
 
 // NewServer starts and returns a new Server listening on a random port of
-// 127.0.0.1, configured by opts. The caller should call Close when finished,
-// to shut it down. NewServer panics if it cannot listen, like
+// 127.0.0.1, configured by opts, with a new self-signed certificate for its
+// HTTPS endpoint (see [Server.Client]). The caller should call Close when
+// finished, to shut it down. NewServer panics if it cannot listen, like
 // net/http/httptest.NewServer.
 func NewServer(opts ...Option) *Server {
 	cfg := defaultConfig()
@@ -110,16 +144,21 @@ func NewServer(opts ...Option) *Server {
 	if err != nil {
 		panic(fmt.Sprintf("upserttest: failed to listen on a port: %v", err))
 	}
+	tlsConfig, cert, client := newTLS()
 	s := &Server{
-		cfg:    cfg,
-		mux:    newMuxListener(ln),
-		addr:   ln.Addr().String(),
-		start:  time.Now(),
-		store:  make(map[string]map[string]*pinecone.Vector),
-		dim:    cfg.dimension,
-		stats:  Stats{Codes: make(map[codes.Code]int)},
-		caps:   make(map[string]*nsCapacity),
-		faults: cfg.faults,
+		cfg:       cfg,
+		mux:       newMuxListener(ln),
+		addr:      ln.Addr().String(),
+		start:     time.Now(),
+		tlsConfig: tlsConfig,
+		cert:      cert,
+		client:    client,
+		store:     make(map[string]map[string]*pinecone.Vector),
+		records:   make(map[string]map[string]map[string]any),
+		dim:       cfg.dimension,
+		stats:     Stats{Codes: make(map[codes.Code]int)},
+		caps:      make(map[string]*nsCapacity),
+		faults:    cfg.faults,
 	}
 	s.gen = s.startGeneration()
 	return s
@@ -127,18 +166,42 @@ func NewServer(opts ...Option) *Server {
 
 // Host returns the server's address as "http://127.0.0.1:PORT", for
 // pinecone.NewIndexConnParams.Host: the "http://" scheme makes the SDK use
-// plaintext gRPC.
+// plaintext gRPC, and the SDK turns it into "https://127.0.0.1:PORT" for its
+// REST calls (such as UpsertRecords), which the same port serves; give the
+// SDK the client of [Server.Client] for those.
 func (s *Server) Host() string { return "http://" + s.addr }
+
+// RESTHost returns the address of the server's HTTPS endpoint,
+// "https://127.0.0.1:PORT": the port of [Server.Host], with the scheme the
+// SDK uses for REST calls.
+func (s *Server) RESTHost() string { return "https://" + s.addr }
 
 // Addr returns the server's address as "127.0.0.1:PORT".
 func (s *Server) Addr() string { return s.addr }
 
+// Certificate returns the self-signed certificate of the server's HTTPS
+// endpoint, valid for 127.0.0.1, ::1 and localhost for a day. It must not be
+// modified.
+func (s *Server) Certificate() *x509.Certificate { return s.cert }
+
+// Client returns an HTTP client that trusts the server's certificate, and
+// no other, for pinecone.NewClientParams.RestClient, like
+// net/http/httptest.Server.Client:
+//
+//	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k", RestClient: srv.Client()})
+//
+// It speaks HTTP/1.1. Every call returns the same client; Close closes its
+// idle connections. Its Transport is an *http.Transport, which a test may
+// wrap in a RoundTripper of its own.
+func (s *Server) Client() *http.Client { return s.client }
+
 // Close shuts the server down: it stops accepting connections, closes every
-// open connection, abandons the requests in progress (those not yet written
-// are not written) and waits for their handlers to return. Stored vectors
-// remain readable with Vector, Vectors and the other accessors. Close may be
-// called more than once and concurrently; later calls return at once, or
-// once the first has finished.
+// open connection, gRPC and HTTPS, abandons the requests in progress (those
+// not yet written are not written) and waits for their handlers to return.
+// It also closes the idle connections of [Server.Client]. Stored vectors
+// and records remain readable with Vector, Records and the other accessors.
+// Close may be called more than once and concurrently; later calls return at
+// once, or once the first has finished.
 func (s *Server) Close() {
 	s.genMu.Lock()
 	defer s.genMu.Unlock()
@@ -148,18 +211,23 @@ func (s *Server) Close() {
 	s.closed = true
 	s.gen.shutdown()
 	s.mux.Close()
+	s.client.CloseIdleConnections()
 }
 
-// Restart simulates a restart of the service: it drops every connection and
-// abandons the requests in progress, like Close, then serves again on the
-// same port. Stored vectors, the learned dimension, stats, fault script and
-// rate buckets survive. The listening socket itself stays open, so clients
-// that connect during the restart wait instead of being refused.
+// Restart simulates a restart of the service: it drops every connection
+// (gRPC and HTTPS) and abandons the requests in progress, like Close, then
+// serves again on the same port. Stored vectors and records, the learned
+// dimension, stats, fault script and rate buckets survive, and so does the
+// certificate. The listening socket itself stays open, so clients that
+// connect during the restart wait instead of being refused.
 //
 // gRPC clients see codes.Unavailable for calls in progress, and reconnect by
 // themselves: a call made right after Restart may still fail with
 // codes.Unavailable if the client has not yet noticed that its connection
-// was closed. Restart on a closed Server does nothing.
+// was closed. Likewise, REST requests in progress fail with a transport
+// error, and an HTTP client may try its next request on a kept-alive
+// connection that was closed, and fail once (Go's http.Transport does not
+// retry a POST). Restart on a closed Server does nothing.
 func (s *Server) Restart() {
 	s.genMu.Lock()
 	defer s.genMu.Unlock()
@@ -172,32 +240,45 @@ func (s *Server) Restart() {
 
 func (s *Server) startGeneration() *generation {
 	g := &generation{
-		s:      s,
-		stop:   make(chan struct{}),
-		served: make(chan struct{}),
+		s:          s,
+		stop:       make(chan struct{}),
+		served:     make(chan struct{}),
+		httpServed: make(chan struct{}),
 	}
 	g.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(s.cfg.maxRequestBytes),
 		grpc.StatsHandler(statsHandler{s}),
 	)
 	g.grpc.RegisterService(&serviceDesc, g)
-	lis := s.mux.listener()
+	g.http = &http.Server{
+		Handler:           g.restHandler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          httpErrorLog,
+	}
+	grpcLis := s.mux.grpcListener()
+	tlsLis := tls.NewListener(s.mux.tlsListener(), s.tlsConfig)
 	go func() {
 		defer close(g.served)
-		g.grpc.Serve(lis)
+		g.grpc.Serve(grpcLis)
+	}()
+	go func() {
+		defer close(g.httpServed)
+		g.http.Serve(tlsLis)
 	}()
 	return g
 }
 
 // shutdown stops g: it interrupts its handlers, closes its connections and
-// waits until its handlers and Serve have returned.
+// waits until its handlers and both Serve have returned.
 func (g *generation) shutdown() {
 	g.mu.Lock()
 	g.stopping = true
 	close(g.stop)
 	g.mu.Unlock()
 	g.grpc.Stop()
+	g.http.Close()
 	<-g.served
+	<-g.httpServed
 	g.handlers.Wait()
 }
 
@@ -245,6 +326,44 @@ func (s *Server) Count(namespace string) int {
 	return len(s.store[namespace])
 }
 
+// Record returns a deep copy of the fields of the record stored under id in
+// namespace by a REST records upsert, and whether there is one. The fields
+// are those of the record's JSON object but the one that held its id ("_id",
+// or "id" if it had no "_id"), as encoding/json decodes them into an any:
+// strings, float64 numbers, bools, nil, []any and map[string]any.
+func (s *Server) Record(namespace, id string) (map[string]any, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.records[namespace][id]
+	if !ok {
+		return nil, false
+	}
+	return cloneFields(r), true
+}
+
+// Records returns deep copies of the records stored in namespace by REST
+// records upserts, by id, each as [Server.Record] returns it. The map is
+// empty, not nil, if there are none. Records are kept apart from vectors: a
+// records upsert stores no vector, and Vectors, Count and Namespaces do not
+// see records.
+func (s *Server) Records(namespace string) map[string]map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]map[string]any, len(s.records[namespace]))
+	for id, r := range s.records[namespace] {
+		out[id] = cloneFields(r)
+	}
+	return out
+}
+
+// RecordCount returns the number of records stored in namespace by REST
+// records upserts.
+func (s *Server) RecordCount(namespace string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.records[namespace])
+}
+
 // Namespaces returns the namespaces that hold at least one vector, sorted.
 func (s *Server) Namespaces() []string {
 	s.mu.Lock()
@@ -265,18 +384,20 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Codes = maps.Clone(s.stats.Codes)
+	st.HTTPCodes = maps.Clone(s.stats.HTTPCodes)
 	return st
 }
 
-// Reset forgets every stored vector, the dimension learned from them (not
-// one set with WithDimension), the stats, and the Seq count, and refills
-// every admission bucket. It keeps the options, the fault script, and the
-// connections; requests in progress go on, and are counted in the new
-// stats.
+// Reset forgets every stored vector and record, the dimension learned from
+// the vectors (not one set with WithDimension), the stats, and the Seq
+// count, and refills every admission bucket. It keeps the options, the fault
+// script, the certificate and the connections; requests in progress go on,
+// and are counted in the new stats.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.store = make(map[string]map[string]*pinecone.Vector)
+	s.records = make(map[string]map[string]map[string]any)
 	s.dim = s.cfg.dimension
 	s.seq = 0
 	s.stats = Stats{
@@ -339,32 +460,58 @@ func (s *Server) apply(namespace string, vectors, all []*pinecone.Vector) error 
 	return nil
 }
 
-// arrive counts an Upsert request reaching the service and returns its Seq.
-func (s *Server) arrive(bytes int) int {
+// arrive counts an upsert request reaching the service and returns its Seq.
+// rest tells a REST request from a gRPC one.
+func (s *Server) arrive(bytes int, rest bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
 	s.stats.Requests++
+	if rest {
+		s.stats.RESTRequests++
+	}
 	s.stats.BytesReceived += int64(bytes)
 	return s.seq
 }
 
-// answered counts the answer to a request counted by arrive.
-func (s *Server) answered(code codes.Code, rateLimited bool) {
+// noHTTPStatus stands for "not a REST request" in answered and
+// countUnprocessed, where 0 stands for a REST request answered by a reset.
+const noHTTPStatus = -1
+
+// answered counts the answer to a request counted by arrive. httpStatus is
+// the HTTP status sent to a REST request, or noHTTPStatus for gRPC.
+func (s *Server) answered(code codes.Code, httpStatus int, rateLimited bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Codes[code]++
+	s.countHTTP(httpStatus)
 	if rateLimited {
 		s.stats.RateLimited++
 	}
 }
 
-// countUnprocessed counts an Upsert request answered before arrive.
-func (s *Server) countUnprocessed(code codes.Code) {
+// countUnprocessed counts an upsert request answered before arrive.
+// httpStatus is as for answered.
+func (s *Server) countUnprocessed(code codes.Code, httpStatus int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.Requests++
 	s.stats.Codes[code]++
+	if httpStatus != noHTTPStatus {
+		s.stats.RESTRequests++
+	}
+	s.countHTTP(httpStatus)
+}
+
+// countHTTP counts a REST answer; s.mu is held.
+func (s *Server) countHTTP(httpStatus int) {
+	if httpStatus == noHTTPStatus {
+		return
+	}
+	if s.stats.HTTPCodes == nil {
+		s.stats.HTTPCodes = make(map[int]int)
+	}
+	s.stats.HTTPCodes[httpStatus]++
 }
 
 func (s *Server) inFlightDelta(d int) {

@@ -122,14 +122,14 @@ func unaryHandler(fullMethod string, in protoreflect.MessageType, call methodFun
 		req := in.New().Interface()
 		if err := dec(req); err != nil {
 			if fullMethod == upsertMethod {
-				g.s.countUnprocessed(status.Code(err))
+				g.s.countUnprocessed(status.Code(err), noHTTPStatus)
 			}
 			return nil, err
 		}
 		run := func(ctx context.Context, req any) (any, error) {
 			if !g.enter() {
 				if fullMethod == upsertMethod {
-					g.s.countUnprocessed(codes.Unavailable)
+					g.s.countUnprocessed(codes.Unavailable, noHTTPStatus)
 				}
 				return nil, errStopped
 			}
@@ -168,7 +168,7 @@ func (h statsHandler) HandleRPC(ctx context.Context, st stats.RPCStats) {
 		return
 	}
 	if t, ok := ctx.Value(rpcTagKey{}).(*rpcTag); ok && !t.reached.Load() {
-		h.s.countUnprocessed(status.Code(end.Error))
+		h.s.countUnprocessed(status.Code(end.Error), noHTTPStatus)
 	}
 }
 
@@ -260,7 +260,7 @@ func newUpsertResponse(n int) proto.Message {
 // absent from the answer.
 func (g *generation) fetch(ctx context.Context, req proto.Message) (proto.Message, error) {
 	s := g.s
-	if err := s.authorize(ctx); err != nil {
+	if err := s.authorizeGRPC(ctx); err != nil {
 		return nil, err
 	}
 	m := req.ProtoReflect()
@@ -291,7 +291,7 @@ func (g *generation) fetch(ctx context.Context, req proto.Message) (proto.Messag
 // their total, and the dimension of the index if it is known.
 func (g *generation) describeIndexStats(ctx context.Context, _ proto.Message) (proto.Message, error) {
 	s := g.s
-	if err := s.authorize(ctx); err != nil {
+	if err := s.authorizeGRPC(ctx); err != nil {
 		return nil, err
 	}
 	resp := desc.statsResp.New()

@@ -13,13 +13,14 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The life of an Upsert request:
+// The life of an upsert request, gRPC Upsert or REST records upsert:
 //
 //  1. arrival: counted in Stats, given its Seq;
 //  2. API key check (WithAPIKey);
 //  3. the fault script (WithFaults, SetFaults); a fault that writes nothing
 //     and fails is answered now, after its Delay;
-//  4. validation: per-request limits, then the dimension of the index;
+//  4. validation: per-request limits, then, for vectors, the dimension of
+//     the index;
 //  5. admission by the namespace's token buckets (WithRate, ...);
 //  6. waiting for a write slot of the namespace, in FIFO order (WithSlots);
 //     a request whose client gives up while it waits is dropped;
@@ -29,41 +30,87 @@ import (
 //     connection.
 //
 // From step 7 on, the request's context is ignored: only Close and Restart
-// interrupt it.
+// interrupt it. processUpsert runs steps 2 to 8 for both APIs; upsert (here)
+// and serveRecordsUpsert (rest.go) decode, count and answer in their
+// protocol.
 
 var (
 	errRateLimited = status.Error(codes.ResourceExhausted, rateLimitMessage)
 	errReset       = status.Error(codes.Unavailable, "upserttest: connection reset")
 )
 
+// upsertCall is an upsert request as processUpsert sees it, whatever its
+// protocol.
+type upsertCall struct {
+	// req is what the fault script sees; len(req.IDs) is the number of
+	// items (vectors or records) of the request.
+	req Request
+	// authorize checks the request's API key.
+	authorize func() error
+	// retryAfter sends a fault's RetryAfter with the answer, whatever it
+	// is.
+	retryAfter func(time.Duration)
+	// validate checks the request before admission.
+	validate func() error
+	// write applies the first k items of the request.
+	write func(k int) error
+}
+
 func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Message, error) {
 	s := g.s
 	arrival := time.Now()
 	ns, vectors := decodeUpsert(req.ProtoReflect())
 	size := proto.Size(req)
-	seq := s.arrive(size)
+	seq := s.arrive(size, false)
 
-	resp, err := g.processUpsert(ctx, Request{
-		Seq:       seq,
-		Namespace: ns,
-		IDs:       ids(vectors),
-		Bytes:     size,
-		Time:      arrival,
-		Elapsed:   arrival.Sub(s.start),
-	}, vectors)
-	s.answered(status.Code(err), err == errRateLimited)
+	err := g.processUpsert(ctx, upsertCall{
+		req: Request{
+			Seq:       seq,
+			Namespace: ns,
+			IDs:       ids(vectors),
+			Bytes:     size,
+			Time:      arrival,
+			Elapsed:   arrival.Sub(s.start),
+		},
+		authorize: func() error { return s.authorizeGRPC(ctx) },
+		retryAfter: func(d time.Duration) {
+			sec, ms := retryAfterValues(d)
+			md := metadata.Pairs("retry-after", sec, "grpc-retry-pushback-ms", ms)
+			grpc.SetHeader(ctx, md)
+			grpc.SetTrailer(ctx, md)
+		},
+		validate: func() error {
+			if err := validate(vectors); err != nil {
+				return err
+			}
+			s.mu.Lock()
+			dim := s.dim
+			s.mu.Unlock()
+			_, err := checkDimension(vectors, dim)
+			return err
+		},
+		write: func(k int) error { return s.apply(ns, vectors[:k], vectors) },
+	})
+	s.answered(status.Code(err), noHTTPStatus, err == errRateLimited)
 	if err == errReset {
 		// After counting, so that Stats is up to date when the client sees
 		// the reset.
 		s.resetConn(ctx)
 	}
-	return resp, err
+	if err != nil {
+		return nil, err
+	}
+	return newUpsertResponse(len(vectors)), nil
 }
 
-func (g *generation) processUpsert(ctx context.Context, r Request, vectors []*pinecone.Vector) (proto.Message, error) {
+// processUpsert runs steps 2 to 8 of the life of an upsert request. It
+// returns nil for OK, errReset for a fault that resets the connection, and
+// otherwise a gRPC status error.
+func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 	s := g.s
-	if err := s.authorize(ctx); err != nil {
-		return nil, err
+	r := c.req
+	if err := c.authorize(); err != nil {
+		return err
 	}
 
 	var fault Fault
@@ -71,57 +118,49 @@ func (g *generation) processUpsert(ctx context.Context, r Request, vectors []*pi
 		fault = f(r)
 	}
 	if fault.RetryAfter > 0 {
-		sec, ms := retryAfterValues(fault.RetryAfter)
-		md := metadata.Pairs("retry-after", sec, "grpc-retry-pushback-ms", ms)
-		grpc.SetHeader(ctx, md)
-		grpc.SetTrailer(ctx, md)
+		c.retryAfter(fault.RetryAfter)
 	}
 	if fault.shortCircuit() {
 		if err := g.wait(fault.Delay); err != nil {
-			return nil, err
+			return err
 		}
-		return nil, s.faultAnswer(fault)
+		return s.faultAnswer(fault)
 	}
 
-	if err := validate(vectors); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	dim := s.dim
-	s.mu.Unlock()
-	if _, err := checkDimension(vectors, dim); err != nil {
-		return nil, err
+	if err := c.validate(); err != nil {
+		return err
 	}
 
+	n := len(r.IDs)
 	caps := s.capacity(r.Namespace)
-	if !caps.admit(r.Time, len(vectors), r.Bytes) {
-		return nil, errRateLimited
+	if !caps.admit(r.Time, n, r.Bytes) {
+		return errRateLimited
 	}
 
 	if err := caps.slots.acquire(ctx, g.stop, s.queuedDelta); err != nil {
 		if err == errStopped {
-			return nil, err
+			return err
 		}
-		return nil, status.FromContextError(err).Err()
+		return status.FromContextError(err).Err()
 	}
 	s.inFlightDelta(+1)
-	err := g.sleep(s.cfg.latency(len(vectors), r.Bytes))
+	err := g.sleep(s.cfg.latency(n, r.Bytes))
 	if err == nil {
-		err = s.apply(r.Namespace, vectors[:fault.written(len(vectors))], vectors)
+		err = c.write(fault.written(n))
 	}
 	s.inFlightDelta(-1)
 	caps.slots.release()
 	if err != nil {
-		return nil, err
+		return err
 	}
 
 	if err := g.wait(fault.Delay); err != nil {
-		return nil, err
+		return err
 	}
 	if fault.Code != codes.OK || fault.Reset {
-		return nil, s.faultAnswer(fault)
+		return s.faultAnswer(fault)
 	}
-	return newUpsertResponse(len(vectors)), nil
+	return nil
 }
 
 func ids(vectors []*pinecone.Vector) []string {
@@ -133,7 +172,7 @@ func ids(vectors []*pinecone.Vector) []string {
 }
 
 // faultAnswer is the error answered for a fault with Code != OK or Reset;
-// errReset asks upsert to reset the connection.
+// errReset asks the caller to reset the connection.
 func (s *Server) faultAnswer(f Fault) error {
 	if f.Reset {
 		return errReset
@@ -141,20 +180,26 @@ func (s *Server) faultAnswer(f Fault) error {
 	return status.Error(f.Code, f.message())
 }
 
-// resetConn resets the connection the request of ctx came in on.
+// resetConn resets the connection the gRPC request of ctx came in on.
 func (s *Server) resetConn(ctx context.Context) {
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		s.mux.reset(p.Addr.String())
 	}
 }
 
-// authorize checks the "api-key" metadata against WithAPIKey.
-func (s *Server) authorize(ctx context.Context) error {
+// authorizeGRPC checks the "api-key" metadata against WithAPIKey.
+func (s *Server) authorizeGRPC(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return s.checkAPIKey(md.Get("api-key"))
+}
+
+// checkAPIKey checks the values of the API key header of a request (the
+// first one counts) against WithAPIKey.
+func (s *Server) checkAPIKey(values []string) error {
 	if s.cfg.apiKey == "" {
 		return nil
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get("api-key"); len(v) == 0 || v[0] != s.cfg.apiKey {
+	if len(values) == 0 || values[0] != s.cfg.apiKey {
 		return status.Error(codes.Unauthenticated, "Invalid API key")
 	}
 	return nil

@@ -1,0 +1,122 @@
+package upsert
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+)
+
+// noopIndex accepts every batch at once: what is left is the library's own
+// cost.
+func noopIndex(context.Context, string, []*pinecone.Vector) error { return nil }
+
+// BenchmarkAll measures the pipeline on a no-op sink: records per second
+// and allocations per record, for slices of 100k records of 128
+// dimensions.
+//
+//	go test -run '^$' -bench BenchmarkAll -benchmem .
+func BenchmarkAll(b *testing.B) {
+	recs := vectors(100_000, 128)
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		res, err := All(context.Background(), recs, WithUpsertFunc(noopIndex))
+		if err != nil || res.Upserted != len(recs) {
+			b.Fatalf("upserted %d: %v", res.Upserted, err)
+		}
+	}
+	perRecord := time.Since(start) / time.Duration(b.N*len(recs))
+	b.ReportMetric(float64(time.Second)/float64(perRecord), "records/s")
+	b.ReportMetric(0, "ns/op")
+	b.StopTimer()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+}
+
+// BenchmarkAllAllocs reports allocations per record (run with -benchmem and
+// divide allocs/op by 100000, or read the allocs/record metric).
+func BenchmarkAllAllocs(b *testing.B) {
+	recs := vectors(100_000, 128)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range b.N {
+		if _, err := All(context.Background(), recs, WithUpsertFunc(noopIndex)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(b.N*len(recs)), "allocs/record")
+}
+
+// generated yields n records of dim dimensions, made one at a time, so
+// that the input itself takes no memory.
+func generated(n, dim int) iter.Seq[*pinecone.Vector] {
+	return func(yield func(*pinecone.Vector) bool) {
+		for i := range n {
+			vals := make([]float32, dim)
+			vals[i%dim] = 1
+			if !yield(&pinecone.Vector{Id: "r" + strconv.Itoa(i), Values: &vals}) {
+				return
+			}
+		}
+	}
+}
+
+// BenchmarkStream streams N generated records (10M by default; set
+// UPSERT_BENCH_RECORDS) into a no-op sink and reports throughput and the
+// peak heap, which must not grow with N.
+//
+//	go test -run '^$' -bench BenchmarkStream -benchtime 1x -timeout 30m .
+func BenchmarkStream(b *testing.B) {
+	n := 10_000_000
+	if s, err := strconv.Atoi(getenv("UPSERT_BENCH_RECORDS")); err == nil && s > 0 {
+		n = s
+	}
+	for range b.N {
+		var peak atomic.Uint64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			var ms runtime.MemStats
+			t := time.NewTicker(50 * time.Millisecond)
+			defer t.Stop()
+			for {
+				runtime.ReadMemStats(&ms)
+				if ms.HeapInuse > peak.Load() {
+					peak.Store(ms.HeapInuse)
+				}
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		start := time.Now()
+		res, err := Stream(context.Background(), generated(n, 128), WithUpsertFunc(noopIndex))
+		elapsed := time.Since(start)
+		close(stop)
+		<-sampled
+		if err != nil || res.Upserted != n {
+			b.Fatalf("upserted %d of %d: %v", res.Upserted, n, err)
+		}
+		b.ReportMetric(float64(n)/elapsed.Seconds(), "records/s")
+		b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB")
+		b.ReportMetric(0, "ns/op")
+		fmt.Printf("streamed %d records in %v: %.0f records/s, peak heap %.1f MiB\n",
+			n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), float64(peak.Load())/(1<<20))
+	}
+}
+
+func getenv(k string) string { return os.Getenv(k) }

@@ -1,0 +1,202 @@
+// Command backfill upserts 50,000 vectors with the upsert library and
+// checks that every one of them landed.
+//
+// Without configuration it writes into an embedded loopback Pinecone data
+// plane (package upserttest) that answers some requests with 429s, 503s
+// and writes slower than the request timeout, then reads back what the
+// server stored and compares it with what was sent. With PINECONE_API_KEY
+// and PINECONE_HOST set, it writes to that real index instead (into the
+// namespace "upsert-backfill-example", or PINECONE_NAMESPACE).
+//
+//	go run ./examples/backfill
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+const (
+	records   = 50_000
+	dimension = 64
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context) error {
+	vectors := makeVectors(records, dimension)
+	idx, verify, cleanup, err := connect()
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	fmt.Printf("sending %d vectors of %d dimensions to namespace %q\n", len(vectors), dimension, idx.Namespace())
+	progress := func(p upsert.Progress) {
+		if !p.Final {
+			fmt.Printf("  %6d/%d  %7.0f rec/s  in flight %d, batch %d, rate cap %s\n",
+				p.Done, p.Total, p.Rate, p.Stats.Limiter.InFlight, p.Stats.Limiter.BatchSize, rateText(p.Stats.Limiter.Rate))
+		}
+	}
+	start := time.Now()
+	res, runErr := upsert.All(ctx, vectors, upsert.WithIndex(idx), upsert.WithProgress(time.Second, progress),
+		upsert.WithRequestTimeout(2*time.Second))
+	report(res, time.Since(start))
+
+	if verify != nil {
+		if err := verify(vectors, res); err != nil {
+			return err
+		}
+	}
+	if runErr != nil {
+		return fmt.Errorf("%d records failed: %w", len(res.Failed), runErr)
+	}
+	return nil
+}
+
+// connect returns the index to write to, and for the embedded one a
+// function that checks what it stored.
+func connect() (idx *pinecone.IndexConnection, verify func([]*pinecone.Vector, upsert.Result) error, cleanup func(), err error) {
+	key, host := os.Getenv("PINECONE_API_KEY"), os.Getenv("PINECONE_HOST")
+	namespace := os.Getenv("PINECONE_NAMESPACE")
+	if namespace == "" {
+		namespace = "upsert-backfill-example"
+	}
+	var srv *upserttest.Server
+	if key == "" || host == "" {
+		// An index with a fault for every class the library retries: a
+		// burst of 429s, 2% of 503s, 1% of writes that land after the
+		// client's 2 s deadline, and writes of more than 400 vectors ten
+		// times slower than the others.
+		srv = upserttest.NewServer(
+			upserttest.Serverless(),
+			upserttest.WithLatency(5*time.Millisecond, 20*time.Microsecond),
+			upserttest.WithSlowAbove(400, 10),
+			upserttest.WithFaults(upserttest.Chain(
+				upserttest.RateLimitBurst(20, 15),
+				upserttest.ErrorRate(codes.Unavailable, 0.02, 1),
+				upserttest.AmbiguousTimeouts(0.01, 3*time.Second, 2),
+			)),
+		)
+		key, host = "loopback", srv.Host()
+		fmt.Printf("no PINECONE_API_KEY/PINECONE_HOST: writing to an embedded loopback index at %s\n", host)
+		fmt.Println("  (it answers a burst of 429s, 2% of 503s, and 1% of writes land after the 2 s client timeout)")
+	}
+	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: key})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	idx, err = pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: namespace}, upsert.PushbackDialOption())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cleanup = func() {
+		idx.Close()
+		if srv != nil {
+			srv.Close()
+		}
+	}
+	if srv != nil {
+		verify = func(sent []*pinecone.Vector, res upsert.Result) error { return check(srv, namespace, sent, res) }
+	}
+	return idx, verify, cleanup, nil
+}
+
+// check compares what the embedded server stored with what was sent.
+func check(srv *upserttest.Server, namespace string, sent []*pinecone.Vector, res upsert.Result) error {
+	failed := make(map[string]bool, len(res.Failed))
+	for _, f := range res.Failed {
+		failed[f.ID] = true
+	}
+	stored := srv.Vectors(namespace)
+	same, missing, differ := 0, 0, 0
+	for _, v := range sent {
+		got, ok := stored[v.Id]
+		switch {
+		case !ok && !failed[v.Id]:
+			missing++
+		case !ok:
+		case slices.Equal(*got.Values, *v.Values) && proto.Equal(got.Metadata, v.Metadata):
+			same++
+		default:
+			differ++
+		}
+	}
+	st := srv.Stats()
+	fmt.Printf("\nserver: %d requests, %d answered 429, %d answered 503, stored %d vectors\n",
+		st.Requests, st.Codes[codes.ResourceExhausted], st.Codes[codes.Unavailable], len(stored))
+	fmt.Printf("verified: %d stored with exactly the values sent, %d reported failed, %d missing and unreported, %d with other values\n",
+		same, len(res.Failed), missing, differ)
+	if missing > 0 || differ > 0 {
+		return errors.New("the index does not hold what was sent")
+	}
+	return nil
+}
+
+func report(res upsert.Result, elapsed time.Duration) {
+	s := res.Stats
+	fmt.Printf("\nupserted %d of %d records in %v (%.0f rec/s), %d failed\n",
+		res.Upserted, s.Records, elapsed.Round(time.Millisecond), float64(res.Upserted)/elapsed.Seconds(), len(res.Failed))
+	fmt.Printf("requests %d, mean batch %.0f, latency p50 %v p99 %v\n",
+		s.Requests, s.BatchSizes.Mean, s.Latency.P50, s.Latency.P99)
+	var parts []string
+	for _, c := range upsert.Classes() {
+		if n := s.RetriesByClass[c]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", c, n))
+		}
+	}
+	fmt.Printf("retries by class: %s; splits %d\n", orNone(strings.Join(parts, ", ")), s.Splits)
+	for _, f := range res.Failed[:min(len(res.Failed), 5)] {
+		fmt.Printf("  failed %s: %v\n", f.ID, f.Err)
+	}
+}
+
+func makeVectors(n, dim int) []*pinecone.Vector {
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([]*pinecone.Vector, n)
+	for i := range out {
+		vals := make([]float32, dim)
+		for j := range vals {
+			vals[j] = rng.Float32()
+		}
+		md, _ := structpb.NewStruct(map[string]any{"doc": fmt.Sprintf("doc-%d", i/10), "chunk": float64(i % 10)})
+		out[i] = &pinecone.Vector{Id: fmt.Sprintf("doc-%d#%d", i/10, i%10), Values: &vals, Metadata: md}
+	}
+	return out
+}
+
+func rateText(r float64) string {
+	if r > 1e18 {
+		return "none"
+	}
+	return fmt.Sprintf("%.0f/s", r)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}

@@ -1,0 +1,92 @@
+package upsert
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidationNamesTheRecordAndTheRule(t *testing.T) {
+	dense := func(vals ...float32) *[]float32 { return &vals }
+	good := func() *pinecone.Vector { return &pinecone.Vector{Id: "bad", Values: dense(1, 2, 3)} }
+	tests := []struct {
+		name string
+		vec  *pinecone.Vector
+		rule string
+	}{
+		{"a nil record is refused", nil, "record is nil"},
+		{"an empty id is refused", &pinecone.Vector{Values: dense(1, 2, 3)}, "id is empty"},
+		{"an id over 512 bytes is refused", &pinecone.Vector{Id: strings.Repeat("x", 513), Values: dense(1, 2, 3)}, "at most 512"},
+		{"a non-ASCII id is refused", &pinecone.Vector{Id: "café", Values: dense(1, 2, 3)}, "non-ASCII"},
+		{"an id with NUL is refused", &pinecone.Vector{Id: "a\x00b", Values: dense(1, 2, 3)}, "NUL"},
+		{"a record without values is refused", &pinecone.Vector{Id: "bad"}, "neither dense nor sparse"},
+		{"empty values are refused", &pinecone.Vector{Id: "bad", Values: dense()}, "neither dense nor sparse"},
+		{"a dimension unlike the run's is refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2)}, "dimension for this run is 3"},
+		{"a NaN is refused", &pinecone.Vector{Id: "bad", Values: dense(1, float32(math.NaN()), 3)}, "is NaN"},
+		{"an infinity is refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2, float32(math.Inf(1)))}, "must be finite"},
+		{"sparse indices and values of different lengths are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 2}, Values: []float32{1}}}, "must be equal"},
+		{"duplicate sparse indices are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{4, 4}, Values: []float32{1, 2}}}, "appears more than once"},
+		{"unsorted duplicate sparse indices are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{9, 4, 9}, Values: []float32{1, 2, 3}}}, "appears more than once"},
+		{"more than 2048 sparse values are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: seq(2049), Values: make([]float32, 2049)}}, "at most 2048"},
+		{"a NaN sparse value is refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{float32(math.NaN())}}}, "must be finite"},
+		{"nested metadata is refused", withMetadata(good(), map[string]any{"a": map[string]any{"b": 1}}), `"a" is an object`},
+		{"a list of numbers in metadata is refused", withMetadata(good(), map[string]any{"a": []any{1.0, 2.0}}), "lists of strings only"},
+		{"a null in metadata is refused", withMetadata(good(), map[string]any{"a": nil}), "is null"},
+		{"metadata over 40 KB is refused", withMetadata(good(), map[string]any{"a": strings.Repeat("x", 41_000)}), "40960"},
+		{"a dimension over 20000 is refused", &pinecone.Vector{Id: "bad", Values: new([]float32)}, ""},
+	}
+	big := make([]float32, 20_001)
+	tests[len(tests)-1].vec.Values = &big
+	tests[len(tests)-1].rule = "at most 20000"
+	for _, tt := range tests {
+		t.Run(tt.name+", and the valid records still land", func(t *testing.T) {
+			fi := newFakeIndex(nil)
+			recs := []*pinecone.Vector{{Id: "ok-1", Values: dense(1, 2, 3)}, tt.vec, {Id: "ok-2", Values: dense(4, 5, 6)}}
+			res, err := All(context.Background(), recs, testOpts(fi)...)
+			require.ErrorIs(t, err, ErrInvalid)
+			require.Len(t, res.Failed, 1)
+			f := res.Failed[0]
+			assert.Equal(t, 1, f.Index)
+			assert.Equal(t, ClassInvalid, f.Class)
+			assert.Zero(t, f.Attempts, "refused before sending")
+			assert.Contains(t, f.Err.Error(), "record 1")
+			assert.Contains(t, f.Err.Error(), tt.rule)
+			assert.Equal(t, 2, res.Upserted)
+			assert.Len(t, fi.Stored(), 2)
+		})
+	}
+}
+
+func TestValidationAcceptsWhatPineconeAccepts(t *testing.T) {
+	dense := []float32{0.1, -2, 3e10}
+	tests := []struct {
+		name string
+		vec  *pinecone.Vector
+	}{
+		{"a dense vector", &pinecone.Vector{Id: "a", Values: &dense}},
+		{"a sparse-only vector", &pinecone.Vector{Id: "s", SparseValues: &pinecone.SparseValues{Indices: []uint32{3, 1}, Values: []float32{1, 2}}}},
+		{"metadata of every accepted type", withMetadata(&pinecone.Vector{Id: "m", Values: &dense}, map[string]any{
+			"s": "x", "n": 1.5, "b": true, "l": []any{"a", "b"}, "empty": []any{}})},
+		{"a 512-byte ASCII id with punctuation", &pinecone.Vector{Id: strings.Repeat("a#-_:/.", 73) + "x", Values: &dense}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" is accepted", func(t *testing.T) {
+			var v validator
+			_, err := v.check(tt.vec)
+			assert.NoError(t, err)
+		})
+	}
+}
+
+func seq(n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(i)
+	}
+	return out
+}

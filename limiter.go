@@ -33,7 +33,7 @@ import (
 //   - how many records go in one request: 100 at first. A single larger
 //     probe batch is tried now and then; its size is adopted when its cost
 //     per record is no worse, and remembered as too large when it is (for
-//     30 s) or when it times out (for 5 minutes). At most [MaxBatchSize],
+//     30 s) or when it times out (for a minute). At most [MaxBatchSize],
 //     and never more than [MaxRequestBytes].
 //
 // It also holds a circuit breaker (after 5 server failures in a row, every
@@ -119,6 +119,9 @@ const (
 	// episode, when there was no cap yet.
 	rateCut      = 0.85
 	slowStartCut = 0.5
+	// acceptedFloor is the share of the rate the index accepted over the
+	// last second that repeated cuts do not go below.
+	acceptedFloor = 0.9
 	// rateRecovery is how long the rate takes to climb back to the level
 	// of the last 429 episode.
 	rateRecovery = 4 * time.Second
@@ -141,7 +144,7 @@ const (
 	// softCeilingFor and timeoutCeilingFor are how long a size judged too
 	// large by its cost, or by a timeout, stays off limits.
 	softCeilingFor    = 30 * time.Second
-	timeoutCeilingFor = 5 * time.Minute
+	timeoutCeilingFor = time.Minute
 	// probeExpiry frees the probe slot of a probe batch that never came
 	// back (its run ended first).
 	probeExpiry = 10 * time.Second
@@ -183,15 +186,16 @@ type lane struct {
 	concGen   uint64 // permits issued up to this one belong to the last change
 
 	// batch size and latency
-	limit     int // the most records a request may carry
-	batch     int
-	ceilSize  int       // a size known to be too large; 0 when none
-	ceilUntil time.Time // when ceilSize is forgotten
-	probeSize int       // size of the probe batch out, 0 when none
-	probeSent time.Time
-	fullMin   minmax.Window // latencies (ns) of full batches at the current size
-	fullMean  float64       // moving average of the same
-	fullCount int
+	limit        int // the most records a request may carry
+	batch        int
+	ceilSize     int       // a size known to be too large; 0 when none
+	ceilUntil    time.Time // when ceilSize is forgotten
+	probeSize    int       // size of the probe batch out, 0 when none
+	probeSent    time.Time
+	fullMin      minmax.Window // latencies (ns) of full batches at the current size
+	fullMean     float64       // moving average of the same
+	fullCount    int
+	fullTimeouts int // timeouts of full batches since one of them succeeded
 
 	breaker breaker
 	budget  retryBudget
@@ -527,9 +531,16 @@ func (ln *lane) release(p permit, e *Error) {
 		}
 	case ClassTimeout:
 		ln.breaker.failure(now, p.probe)
-		if p.n > 1 {
-			ln.setCeiling(p.n, now.Add(timeoutCeilingFor))
-			ln.batch = min(ln.batch, max(1, p.n/2))
+		// A timeout says little about the size of the batch, unless the
+		// batch was larger than usual or timeouts keep hitting the usual
+		// size: one timeout in a hundred requests should not halve every
+		// batch after it.
+		if full := 10*p.n >= 9*ln.batch; p.n > 1 && full {
+			ln.fullTimeouts++
+			if p.n > ln.batch || ln.fullTimeouts >= 2 {
+				ln.setCeiling(p.n, now.Add(timeoutCeilingFor))
+				ln.fullTimeouts = 0
+			}
 		}
 		ln.shrinkConcurrency(p, ln.conc-1)
 	case ClassServer:
@@ -574,8 +585,12 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 		accepted := float64(ln.acceptedSinceCut) / since.Seconds()
 		level = min(sent, float64(ln.records.Limit()), accepted)
 	default:
-		// Too soon after the last episode to average over.
+		// Too soon after the last episode to average over. The index
+		// still refuses: cut again, but not below what it accepted over
+		// the last second, so that a burst of 429s that has nothing to do
+		// with the rate (a transient throttle) cannot grind it down.
 		level = min(sent, float64(ln.records.Limit()))
+		level = max(level, acceptedFloor*ln.goodput.rateOver(now, time.Second))
 	}
 	if level <= 0 {
 		// Nothing accepted to measure by: a plain multiplicative cut.
@@ -636,6 +651,7 @@ func (ln *lane) observeLatency(p permit, latency time.Duration) {
 	if p.sizeProbe || 10*p.n < 9*ln.batch {
 		return
 	}
+	ln.fullTimeouts = 0
 	x := float64(latency)
 	ln.fullMin.Add(x)
 	if ln.fullCount == 0 {

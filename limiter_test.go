@@ -372,17 +372,43 @@ func TestLimiterBatchSize(t *testing.T) {
 		assert.LessOrEqual(t, b, 300)
 		assert.GreaterOrEqual(t, b, 250, "and close to it")
 	})
-	t.Run("a timeout halves the batch size and keeps it below the size that timed out", func(t *testing.T) {
+	timeout := &Error{Class: ClassTimeout}
+	t.Run("one timeout of a usual batch leaves the batch size alone", func(t *testing.T) {
 		clk := newFakeClock()
 		ln := newLane(clk)
 		ln.batch = 800
 		p, err := ln.acquire(ctx, 800, nil, false)
 		require.NoError(t, err)
-		ln.release(p, &Error{Class: ClassTimeout})
+		ln.release(p, timeout)
+		assert.Equal(t, 800, ln.state().BatchSize)
+	})
+	t.Run("timeouts that keep hitting the usual size halve it and keep it below", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		ln.batch = 800
+		for range 2 {
+			p, err := ln.acquire(ctx, 800, nil, false)
+			require.NoError(t, err)
+			ln.release(p, timeout)
+		}
 		assert.Equal(t, 400, ln.state().BatchSize)
 		for range 50 {
 			n := send(ln, clk, affine, nil)
 			assert.Less(t, n, 800)
+		}
+	})
+	t.Run("a probe of a larger size that times out is remembered as too large", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		ln.batch, ln.fullCount = 400, 2
+		n, probe := ln.nextBatch()
+		require.True(t, probe)
+		p, err := ln.acquire(ctx, n, nil, probe)
+		require.NoError(t, err)
+		ln.release(p, timeout)
+		assert.Equal(t, 400, ln.state().BatchSize)
+		for range 50 {
+			assert.Less(t, send(ln, clk, affine, nil), n)
 		}
 	})
 	t.Run("a capped rate keeps batches to a twentieth of a second's worth", func(t *testing.T) {

@@ -86,23 +86,23 @@ func connect() (idx *pinecone.IndexConnection, verify func([]*pinecone.Vector, u
 	}
 	var srv *upserttest.Server
 	if key == "" || host == "" {
-		// An index with a fault for every class the library retries: a
-		// burst of 429s, 2% of 503s, 1% of writes that land after the
-		// client's 2 s deadline, and writes of more than 400 vectors ten
-		// times slower than the others.
+		// An index with a fault for every class the library retries: it
+		// accepts 10,000 vectors/s and answers 429 beyond, answers 2% of
+		// requests 503, and 1% of its writes land after the client's 2 s
+		// deadline (the client sees a timeout, the write is there).
 		srv = upserttest.NewServer(
 			upserttest.Serverless(),
+			upserttest.WithRate(10_000, 2_000),
 			upserttest.WithLatency(5*time.Millisecond, 20*time.Microsecond),
-			upserttest.WithSlowAbove(400, 10),
 			upserttest.WithFaults(upserttest.Chain(
-				upserttest.RateLimitBurst(20, 15),
 				upserttest.ErrorRate(codes.Unavailable, 0.02, 1),
 				upserttest.AmbiguousTimeouts(0.01, 3*time.Second, 2),
 			)),
 		)
 		key, host = "loopback", srv.Host()
 		fmt.Printf("no PINECONE_API_KEY/PINECONE_HOST: writing to an embedded loopback index at %s\n", host)
-		fmt.Println("  (it answers a burst of 429s, 2% of 503s, and 1% of writes land after the 2 s client timeout)")
+		fmt.Println("  (it accepts 10,000 vectors/s and answers 429 beyond, answers 2% of requests 503,")
+		fmt.Println("   and 1% of its writes land after the client's 2 s timeout)")
 	}
 	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: key})
 	if err != nil {

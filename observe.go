@@ -17,7 +17,9 @@ type Observer struct {
 	// wait or split in halves.
 	Retry func(RetryEvent)
 	// Failure is called once per record that did not land, as soon as its
-	// failure is final: the dead-letter hook. [DeadLetterFile.Write] fits.
+	// failure is final: the dead-letter hook. The Write method of
+	// ndjson.DeadLetters (package github.com/upsertlib/upsert/ndjson)
+	// fits.
 	Failure func(Failure)
 }
 
@@ -66,7 +68,8 @@ type Progress struct {
 	// Done is how many records are settled: upserted, failed or
 	// duplicates.
 	Done int
-	// Rate is the recent throughput in records upserted per second.
+	// Rate is the recent pace in records settled (upserted, failed or
+	// duplicates) per second; for the final call, over the whole run.
 	Rate float64
 	// ETA estimates the time left at the recent rate; 0 when unknown.
 	ETA time.Duration
@@ -87,9 +90,9 @@ func WithObserver(o Observer) Option {
 }
 
 // WithProgress calls f with a [Progress] at most once per interval while
-// records land (interval 0 means [DefaultProgressInterval]), and once more
-// with Final set when the run is over. f is called from one goroutine at a
-// time.
+// requests complete, succeeding or failing (interval 0 means
+// [DefaultProgressInterval]), and once more with Final set when the run is
+// over. f is called from one goroutine at a time.
 func WithProgress(interval time.Duration, f func(Progress)) Option {
 	return func(c *config) {
 		switch {

@@ -231,10 +231,10 @@ func (r *run) process(worker int, rt *route, b batch) {
 			continue
 		}
 		e := r.attempt(worker, rt, p)
+		r.maybeProgress()
 		if e == nil {
 			r.stats.upserted.Add(int64(len(p.items)))
 			r.settle(p.items, true)
-			r.maybeProgress()
 			continue
 		}
 		c := e.Class

@@ -50,7 +50,7 @@ func (v *validator) check(r *pinecone.Vector) (size int, err error) {
 			return 0, fmt.Errorf("has %d dense values; the index dimension for this run is %d", dense, v.dimension)
 		}
 		if i, ok := firstNonFinite(*r.Values); ok {
-			return 0, fmt.Errorf("dense value %d is %v; values must be finite", i, (*r.Values)[i])
+			return 0, fmt.Errorf("dense value at position %d is NaN or infinite; values must be finite", i)
 		}
 	}
 	if sparse {
@@ -110,10 +110,10 @@ func checkSparse(s *pinecone.SparseValues) error {
 		return fmt.Errorf("sparse values have %d non-zeros; Pinecone allows at most %d", len(s.Indices), MaxSparseNonZeros)
 	}
 	if i, ok := firstNonFinite(s.Values); ok {
-		return fmt.Errorf("sparse value %d is %v; values must be finite", i, s.Values[i])
+		return fmt.Errorf("sparse value at position %d is NaN or infinite; values must be finite", i)
 	}
 	if i, ok := firstDuplicate(s.Indices); ok {
-		return fmt.Errorf("sparse index %d appears more than once", s.Indices[i])
+		return fmt.Errorf("sparse index at position %d appears more than once; indices must be unique", i)
 	}
 	return nil
 }
@@ -157,7 +157,7 @@ func checkMetadata(md *structpb.Struct) (int, error) {
 		case *structpb.Value_StringValue, *structpb.Value_BoolValue:
 		case *structpb.Value_NumberValue:
 			if math.IsNaN(x.NumberValue) || math.IsInf(x.NumberValue, 0) {
-				return 0, fmt.Errorf("metadata field %q is %v; numbers must be finite", k, x.NumberValue)
+				return 0, fmt.Errorf("metadata field %q is NaN or infinite; numbers must be finite", k)
 			}
 		case *structpb.Value_ListValue:
 			for i, e := range x.ListValue.GetValues() {

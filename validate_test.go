@@ -27,7 +27,7 @@ func TestValidationNamesTheRecordAndTheRule(t *testing.T) {
 		{"a record without values is refused", &pinecone.Vector{Id: "bad"}, "neither dense nor sparse"},
 		{"empty values are refused", &pinecone.Vector{Id: "bad", Values: dense()}, "neither dense nor sparse"},
 		{"a dimension unlike the run's is refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2)}, "dimension for this run is 3"},
-		{"a NaN is refused", &pinecone.Vector{Id: "bad", Values: dense(1, float32(math.NaN()), 3)}, "is NaN"},
+		{"a NaN is refused", &pinecone.Vector{Id: "bad", Values: dense(1, float32(math.NaN()), 3)}, "position 1 is NaN or infinite"},
 		{"an infinity is refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2, float32(math.Inf(1)))}, "must be finite"},
 		{"sparse indices and values of different lengths are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 2}, Values: []float32{1}}}, "must be equal"},
 		{"duplicate sparse indices are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{4, 4}, Values: []float32{1, 2}}}, "appears more than once"},

@@ -1,0 +1,400 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/ndjson"
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// result is what one run of the command left.
+type result struct {
+	status         int
+	stdout, stderr string
+}
+
+// runCmd runs the command in-process with stdin as input.
+func runCmd(t *testing.T, ctx context.Context, stdin io.Reader, args ...string) result {
+	t.Helper()
+	if ctx == nil {
+		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		t.Cleanup(cancel)
+		ctx = c
+	}
+	var stdout, stderr bytes.Buffer
+	status := run(ctx, args, stdin, &stdout, &stderr)
+	return result{status, stdout.String(), stderr.String()}
+}
+
+// records returns n records as NDJSON, with ids r0, r1, ...
+func records(t *testing.T, n int) string {
+	t.Helper()
+	var b strings.Builder
+	for i := range n {
+		require.NoError(t, ndjson.Encode(&b, &pinecone.Vector{Id: fmt.Sprintf("r%d", i), Values: &[]float32{float32(i), 0.5, 0.25}}))
+	}
+	return b.String()
+}
+
+// reportValue returns the value of a row of the final report.
+func reportValue(t *testing.T, stdout, row string) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(row) + `\s{2,}(.*)$`).FindStringSubmatch(stdout)
+	require.NotNil(t, m, "report row %q in\n%s", row, stdout)
+	return m[1]
+}
+
+// letters reads a dead-letter file: its records and its bad lines.
+func letters(t *testing.T, path string) (ids []string, badLines []int) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	r := ndjson.NewReader(f)
+	for {
+		v, err := r.Next()
+		if err == io.EOF {
+			return ids, badLines
+		}
+		if err != nil {
+			badLines = append(badLines, r.Line())
+			continue
+		}
+		ids = append(ids, v.Id)
+	}
+}
+
+func deadLetterPath(t *testing.T) string {
+	return filepath.Join(t.TempDir(), "failed.ndjson")
+}
+
+func TestRecordsOnStdinLandInTheEmbeddedIndex(t *testing.T) {
+	dl := deadLetterPath(t)
+	res := runCmd(t, nil, strings.NewReader(records(t, 2500)), "--dead-letter", dl, "--namespace", "docs")
+
+	assert.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+	assert.Contains(t, res.stderr, "no PINECONE_API_KEY/--host: writing to an embedded loopback index at http://127.0.0.1:")
+	assert.Contains(t, res.stderr, "read 2500 records from stdin")
+	assert.Regexp(t, `2500 done .* rec/s retries 0 429s 0`, res.stderr, "the final progress line")
+	for row, want := range map[string]string{"records read": "2500", "bad lines": "0", "upserted": "2500", "failed": "0", "duplicates": "0", "errors by code": "none"} {
+		assert.Equal(t, want, reportValue(t, res.stdout, row), row)
+	}
+	for _, row := range []string{"requests", "retries", "splits", "latency p50/p95/p99", "batch size mean", "elapsed", "throughput"} {
+		reportValue(t, res.stdout, row)
+	}
+	assert.Contains(t, res.stdout, "embedded index: holds 2500 records, as many as upserted")
+	assert.NoFileExists(t, dl, "no dead-letter file when nothing failed")
+}
+
+func TestBadLinesGoToTheDeadLetterFileWhileTheRestLands(t *testing.T) {
+	input := `{"id":"a","values":[1,2]}
+{"id":"b","values":[1,"two"]}
+
+{"values":[1,2]}
+not json at all
+{"id":"c","values":[3,4]}
+`
+	dl := deadLetterPath(t)
+	res := runCmd(t, nil, strings.NewReader(input), "--dead-letter", dl, "--progress", "off")
+
+	assert.Equal(t, exitFailed, res.status)
+	assert.Contains(t, res.stderr, `line 2 (id "b"): wrong type`)
+	assert.Contains(t, res.stderr, "line 4: missing or empty id")
+	assert.Contains(t, res.stderr, "line 5: invalid JSON")
+	assert.NotContains(t, res.stderr, "not json", "a bad line's content is not shown")
+	assert.Contains(t, res.stderr, "read 2 records from stdin (3 bad lines)")
+	assert.Equal(t, "3", reportValue(t, res.stdout, "bad lines"))
+	assert.Equal(t, "2", reportValue(t, res.stdout, "upserted"))
+	assert.Contains(t, res.stdout, "embedded index: holds 2 records, as many as upserted")
+	assert.Contains(t, res.stdout, "dead letters: 3 in "+dl)
+
+	data, err := os.ReadFile(dl)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `{"line":5,"raw":"not json at all","error":"line 5: invalid JSON at byte 2"}`)
+	ids, bad := letters(t, dl)
+	assert.Empty(t, ids)
+	assert.Equal(t, []int{1, 2, 3}, bad, "each bad line has its own dead letter")
+	fi, err := os.Stat(dl)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}
+
+func TestFailedRecordsReplayFromTheDeadLetterFile(t *testing.T) {
+	first := deadLetterPath(t)
+	res := runCmd(t, nil, strings.NewReader(records(t, 300)),
+		"--dead-letter", first, "--fault", "reject=r7|r123", "--progress", "off")
+	require.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+	assert.Equal(t, "298", reportValue(t, res.stdout, "upserted"))
+	assert.Equal(t, "2 (invalid 2)", reportValue(t, res.stdout, "failed"))
+	assert.Contains(t, reportValue(t, res.stdout, "errors by code"), "InvalidArgument")
+	assert.Contains(t, res.stdout, "dead letters: 2 in "+first)
+	ids, _ := letters(t, first)
+	assert.ElementsMatch(t, []string{"r7", "r123"}, ids)
+
+	second := deadLetterPath(t)
+	res = runCmd(t, nil, nil, "--dead-letter", second, "--progress", "off", first)
+	assert.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+	assert.Contains(t, res.stderr, "read 2 records from "+first)
+	assert.Equal(t, "2", reportValue(t, res.stdout, "upserted"))
+	assert.Contains(t, res.stdout, "embedded index: holds 2 records, as many as upserted")
+	assert.NoFileExists(t, second)
+}
+
+func TestRetriedFaultsAreReported(t *testing.T) {
+	res := runCmd(t, nil, strings.NewReader(records(t, 1000)),
+		"--dead-letter", deadLetterPath(t), "--fault", "429=0.3,503=0.2", "--batch-size", "50", "--progress", "off")
+	require.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+	assert.Equal(t, "1000", reportValue(t, res.stdout, "upserted"))
+	assert.Regexp(t, `^\d+ \(rate-limited \d+, server \d+\)$`, reportValue(t, res.stdout, "retries"))
+	assert.Regexp(t, `^ResourceExhausted \d+, Unavailable \d+$`, reportValue(t, res.stdout, "errors by code"))
+}
+
+// cancelAtEOF cancels a context when its reader is exhausted, as a Ctrl-C
+// right after the input was read would.
+type cancelAtEOF struct {
+	r      io.Reader
+	cancel func()
+}
+
+func (c cancelAtEOF) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err == io.EOF {
+		c.cancel()
+	}
+	return n, err
+}
+
+func TestAnInterruptedRunSendsWhatIsLeftToTheDeadLetterFile(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dl := deadLetterPath(t)
+	start := time.Now()
+	res := runCmd(t, ctx, cancelAtEOF{strings.NewReader(records(t, 50)), cancel}, "--dead-letter", dl, "--progress", "off")
+
+	assert.Less(t, time.Since(start), 5*time.Second, "returns promptly")
+	assert.Equal(t, exitFailed, res.status)
+	assert.Contains(t, res.stderr, "interrupted")
+	assert.Equal(t, "50 (canceled 50)", reportValue(t, res.stdout, "failed"))
+	ids, _ := letters(t, dl)
+	assert.Len(t, ids, 50)
+}
+
+func TestTheAPIKeyAppearsNowhere(t *testing.T) {
+	const planted = "pcsk_PLANTED_3c1f_do_not_print"
+	input := records(t, 200) + `{"id":"bad","values":"x"}` + "\n"
+
+	// check runs the command and looks for the key in every output.
+	check := func(t *testing.T, args ...string) result {
+		t.Helper()
+		dl := deadLetterPath(t)
+		res := runCmd(t, nil, strings.NewReader(input), append([]string{"--dead-letter", dl, "--log-level", "debug", "--progress", "lines"}, args...)...)
+		assert.NotContains(t, res.stdout, planted)
+		assert.NotContains(t, res.stderr, planted)
+		data, err := os.ReadFile(dl)
+		require.NoError(t, err, "the bad line makes a dead-letter file")
+		assert.NotContains(t, string(data), planted)
+		return res
+	}
+
+	t.Run("a real client writing to a host that takes the key", func(t *testing.T) {
+		srv := upserttest.NewServer(upserttest.WithAPIKey(planted), upserttest.WithFaults(upserttest.RejectIDs("r5")))
+		t.Cleanup(srv.Close)
+		t.Setenv("PINECONE_API_KEY", planted)
+		res := check(t, "--host", srv.Host())
+		assert.Equal(t, exitFailed, res.status)
+		assert.Contains(t, res.stderr, "writing to "+srv.Host())
+		assert.Equal(t, 199, srv.Count("__default__"))
+		assert.Equal(t, "199", reportValue(t, res.stdout, "upserted"))
+	})
+
+	t.Run("a real client denied by the host", func(t *testing.T) {
+		srv := upserttest.NewServer(upserttest.WithAPIKey("another-key"))
+		t.Cleanup(srv.Close)
+		t.Setenv("PINECONE_API_KEY", planted)
+		res := check(t, "--host", srv.Host())
+		assert.Equal(t, exitFailed, res.status)
+		assert.Equal(t, "200 (denied 200)", reportValue(t, res.stdout, "failed"))
+	})
+
+	t.Run("the key without a host uses the embedded index", func(t *testing.T) {
+		t.Setenv("PINECONE_API_KEY", planted)
+		res := check(t, "--fault", "reject=r9")
+		assert.Contains(t, res.stderr, "embedded loopback index")
+		assert.Equal(t, "199", reportValue(t, res.stdout, "upserted"))
+	})
+}
+
+func TestMaskingWriter(t *testing.T) {
+	tests := []struct {
+		name, key, in, want string
+	}{
+		{"hides the key", "s3cret-key", "error: bad key s3cret-key\n", "error: bad key [API key]\n"},
+		{"leaves other text alone", "s3cret-key", "12.3k rec/s\n", "12.3k rec/s\n"},
+		{"leaves text alone for a key too short to be real", "k", "12.3k rec/s\n", "12.3k rec/s\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			n, err := io.WriteString(&maskingWriter{w: &buf, mask: masker(tt.key)}, tt.in)
+			require.NoError(t, err)
+			assert.Equal(t, len(tt.in), n)
+			assert.Equal(t, tt.want, buf.String())
+		})
+	}
+}
+
+func TestHelpListsEveryFlag(t *testing.T) {
+	res := runCmd(t, nil, nil, "--help")
+	assert.Equal(t, exitOK, res.status)
+	assert.Contains(t, res.stdout, "Usage: pcupsert [flags] [file]")
+	var o options
+	newFlagSet(&o).VisitAll(func(f *flag.Flag) {
+		assert.Contains(t, res.stdout, "\n  --"+f.Name+" ", "flag %s", f.Name)
+	})
+	assert.Contains(t, res.stdout, "(default pcupsert-failed.ndjson)")
+	assert.Contains(t, res.stdout, "(default 30s)")
+	assert.Empty(t, res.stderr)
+}
+
+func TestUsageErrorsExitWithStatus2(t *testing.T) {
+	t.Setenv("PINECONE_API_KEY", "")
+	dl := deadLetterPath(t)
+	require.NoError(t, os.WriteFile(dl, []byte(records(t, 1)), 0o600))
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an unknown flag", []string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{"two input files", []string{"a", "b"}, "want at most one input file"},
+		{"a progress mode that does not exist", []string{"--progress", "fancy"}, `--progress "fancy"`},
+		{"a log level that does not exist", []string{"--log-level", "loud"}, `--log-level "loud"`},
+		{"a batch size above Pinecone's limit", []string{"--batch-size", "1001"}, "--batch-size 1001"},
+		{"a concurrency out of range", []string{"--concurrency", "-1"}, "--concurrency -1"},
+		{"a zero timeout", []string{"--timeout", "0s"}, "--timeout 0s"},
+		{"an unknown fault", []string{"--fault", "418=0.5"}, `unknown fault "418"`},
+		{"a fault share above 1", []string{"--fault", "429=2"}, "want a share from 0 to 1"},
+		{"both --host and --index", []string{"--host", "http://127.0.0.1:1", "--index", "x"}, "not both"},
+		{"a host without the API key", []string{"--host", "http://127.0.0.1:1"}, "need the API key"},
+		{"the dead-letter file as input", []string{"--dead-letter", dl, dl}, "is the dead-letter file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := runCmd(t, nil, strings.NewReader(""), tt.args...)
+			assert.Equal(t, exitUsage, res.status)
+			assert.Contains(t, res.stderr, tt.want)
+			assert.Contains(t, res.stderr, "Run 'pcupsert --help' for usage.")
+			assert.Empty(t, res.stdout)
+		})
+	}
+
+	t.Run("fault injection with a real index", func(t *testing.T) {
+		t.Setenv("PINECONE_API_KEY", "k")
+		res := runCmd(t, nil, strings.NewReader(""), "--host", "http://127.0.0.1:1", "--fault", "429=0.1")
+		assert.Equal(t, exitUsage, res.status)
+		assert.Contains(t, res.stderr, "embedded index only")
+	})
+
+	t.Run("a host the SDK cannot dial", func(t *testing.T) {
+		t.Setenv("PINECONE_API_KEY", "k")
+		res := runCmd(t, nil, strings.NewReader(""), "--host", "https://example.com/some/path")
+		assert.Equal(t, exitUsage, res.status)
+		assert.Contains(t, res.stderr, "want an index host")
+	})
+}
+
+func TestProgressText(t *testing.T) {
+	stats := upsert.Stats{Retries: 12, ErrorsByClass: map[upsert.Class]int{upsert.ClassRateLimited: 3}}
+	tests := []struct {
+		name string
+		p    upsert.Progress
+		want string
+	}{
+		{"a run under way shows the bar, rate and ETA",
+			upsert.Progress{Total: 1_000_000, Done: 450_000, Rate: 12_345, ETA: 44*time.Second + 400*time.Millisecond, Stats: stats},
+			"[=============>                ] 45% 450000/1000000 12.3k rec/s ETA 44s retries 12 429s 3"},
+		{"a finished run shows a full bar and no ETA",
+			upsert.Progress{Total: 10, Done: 10, Rate: 950, ETA: time.Second, Final: true},
+			"[==============================] 100% 10/10 950 rec/s retries 0 429s 0"},
+		{"an almost finished run does not round up to 100%",
+			upsert.Progress{Total: 1000, Done: 999, Rate: 10, ETA: 100 * time.Millisecond},
+			"[=============================>] 99% 999/1000 10 rec/s ETA 1s retries 0 429s 0"},
+		{"a stream of unknown length shows counts only",
+			upsert.Progress{Total: -1, Done: 1_500_000, Rate: 1_500_000},
+			"1500000 done 1.50M rec/s retries 0 429s 0"},
+		{"failures are shown when there are some",
+			upsert.Progress{Total: 4, Done: 2, Stats: upsert.Stats{Failed: 1}},
+			"[===============>              ] 50% 2/4 0 rec/s retries 0 429s 0 failed 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, progressText(tt.p))
+		})
+	}
+}
+
+func TestConsoleRedrawsTheBarBelowMessages(t *testing.T) {
+	var buf bytes.Buffer
+	con := newConsole(&buf)
+	p := newProgress("bar", false, con)
+	p.show(upsert.Progress{Total: 2, Done: 1})
+	fmt.Fprintln(con, "a log line")
+	p.show(upsert.Progress{Total: 2, Done: 2, Final: true})
+	fmt.Fprintln(con, "after")
+
+	bar1 := progressText(upsert.Progress{Total: 2, Done: 1})
+	bar2 := progressText(upsert.Progress{Total: 2, Done: 2, Final: true})
+	assert.Equal(t, "\r"+bar1+"\x1b[K"+"\r\x1b[K"+"a log line\n"+bar1+"\r"+bar2+"\x1b[K\n"+"after\n", buf.String())
+}
+
+func TestTimedOutBatchesAreSplitAndLand(t *testing.T) {
+	res := runCmd(t, nil, strings.NewReader(records(t, 300)), "--dead-letter", deadLetterPath(t),
+		"--fault", "timeout=0.3", "--timeout", "200ms", "--batch-size", "50", "--progress", "off")
+	require.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+	assert.Equal(t, "300", reportValue(t, res.stdout, "upserted"))
+	assert.NotEqual(t, "0", reportValue(t, res.stdout, "splits"))
+	assert.Regexp(t, `^DeadlineExceeded \d+$`, reportValue(t, res.stdout, "errors by code"))
+	assert.Contains(t, res.stdout, "embedded index: holds 300 records, as many as upserted")
+}
+
+func TestReportChecksWhatTheEmbeddedIndexHolds(t *testing.T) {
+	tests := []struct {
+		name          string
+		embedded      bool
+		stored        int
+		mayHaveLanded int
+		want          string
+		ok            bool
+	}{
+		{"as many as upserted is right", true, 10, 0, "embedded index: holds 10 records, as many as upserted\n", true},
+		{"more, explained by records that may have landed, is right", true, 12, 3, "embedded index: holds 12 records, 2 more than upserted: failed records that may have landed did\n", true},
+		{"more than may have landed is a mismatch", true, 12, 1, "embedded index: holds 12 records but 10 were upserted: MISMATCH\n", false},
+		{"fewer is a mismatch", true, 9, 0, "embedded index: holds 9 records but 10 were upserted: MISMATCH\n", false},
+		{"a real index is not checked", false, 0, 0, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := report{res: upsert.Result{Upserted: 10}, embedded: tt.embedded, stored: tt.stored, mayHaveLanded: tt.mayHaveLanded}
+			var buf bytes.Buffer
+			r.write(&buf)
+			_, tail, _ := strings.Cut(buf.String(), "rec/s\n")
+			assert.Equal(t, tt.want, tail)
+			assert.Equal(t, tt.ok, r.storedAsExpected())
+		})
+	}
+}

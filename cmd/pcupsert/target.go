@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// target is the index the records go to.
+type target struct {
+	idx *pinecone.IndexConnection
+	srv *upserttest.Server // the embedded index, or nil for a real one
+}
+
+// describeTimeout bounds the lookup of an index's host by name.
+const describeTimeout = 30 * time.Second
+
+// openTarget connects to the index the options name, or starts the
+// embedded one when no API key or no index is given, and says so on con.
+func openTarget(ctx context.Context, o options, key string, con io.Writer) (*target, error) {
+	remote := o.host != "" || o.index != ""
+	switch {
+	case remote && key == "":
+		return nil, usagef("--host and --index need the API key in PINECONE_API_KEY")
+	case !remote:
+		return openEmbedded(o, con)
+	case o.fault != "" || o.rate != 0:
+		return nil, usagef("--fault and --rate apply to the embedded index only, not with --host or --index")
+	}
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: key, SourceTag: "pcupsert"})
+	if err != nil {
+		return nil, err
+	}
+	host := o.host
+	if o.index != "" {
+		dctx, cancel := context.WithTimeout(ctx, describeTimeout)
+		desc, err := pc.DescribeIndex(dctx, o.index)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("looking up index %q: %w", o.index, err)
+		}
+		host = desc.Host
+	}
+	host, err = checkHost(host)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: o.namespace}, upsert.PushbackDialOption())
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(con, "pcupsert: writing to %s, namespace %q\n", host, idx.Namespace())
+	return &target{idx: idx}, nil
+}
+
+// openEmbedded starts the embedded loopback index with the options' faults
+// and rate, and connects to it through the Pinecone SDK.
+func openEmbedded(o options, con io.Writer) (*target, error) {
+	faults, err := parseFaults(o.fault, o.timeout)
+	if err != nil {
+		return nil, usagef("--fault: %v", err)
+	}
+	// The embedded index takes any key: never hand it the real one.
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "pcupsert-embedded"})
+	if err != nil {
+		return nil, err
+	}
+	srv := upserttest.NewServer(upserttest.WithFaults(faults), upserttest.WithRate(o.rate, 0))
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: o.namespace}, upsert.PushbackDialOption())
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	fmt.Fprintf(con, "pcupsert: no PINECONE_API_KEY/--host: writing to an embedded loopback index at %s\n", srv.Host())
+	return &target{idx: idx, srv: srv}, nil
+}
+
+// Close closes the connection and stops the embedded index.
+func (t *target) Close() {
+	t.idx.Close()
+	if t.srv != nil {
+		t.srv.Close()
+	}
+}
+
+// checkHost returns host in the form the SDK takes, or an error if the SDK
+// could not dial it: pinecone.Client.Index ends the program (log.Fatalf)
+// when its gRPC client cannot be created.
+func checkHost(host string) (string, error) {
+	bad := fmt.Errorf("--host %q: want an index host such as https://NAME-PROJECT.svc.REGION.pinecone.io", host)
+	s := host
+	if !strings.Contains(s, "://") {
+		s = "https://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") ||
+		strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil {
+		return "", &usageError{bad.Error()}
+	}
+	// The same dial target and options as the SDK: this must succeed.
+	cc, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return "", &usageError{bad.Error()}
+	}
+	cc.Close()
+	return u.Scheme + "://" + u.Host, nil
+}
+
+// faultHelp describes --fault.
+const faultHelp = `  429=P      answer 429 (RESOURCE_EXHAUSTED) to a share P (0 to 1) of requests
+  500=P, 503=P, 504=P   answer that status (INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED)
+  timeout=P  write a share P of requests but answer after --timeout, so that
+             the client times out on a write that landed (try --timeout 1s)
+  reset=P    reset the connection instead of answering, writing nothing
+  partial=P  write the first half of a request and answer 500
+  reject=ID1|ID2|...   reject (400, INVALID_ARGUMENT) every request holding one of the ids
+e.g. 429=0.05,503=0.02,timeout=0.01,reject=id1|id2 (which requests fail is
+the same from run to run)`
+
+// statusCodes maps the HTTP statuses --fault takes to the gRPC codes
+// Pinecone answers with.
+var statusCodes = map[string]codes.Code{
+	"429": codes.ResourceExhausted,
+	"500": codes.Internal,
+	"503": codes.Unavailable,
+	"504": codes.DeadlineExceeded,
+}
+
+// parseFaults turns a --fault list into a fault script of the embedded
+// index; "" is no faults. timeout is the per-request timeout, which
+// timeout=P outlasts.
+func parseFaults(spec string, timeout time.Duration) (upserttest.FaultFunc, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	var fs []upserttest.FaultFunc
+	for i, item := range strings.Split(spec, ",") {
+		kind, arg, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || arg == "" {
+			return nil, fmt.Errorf("%q: want KIND=VALUE, such as 429=0.05", item)
+		}
+		if kind == "reject" {
+			fs = append(fs, upserttest.RejectIDs(strings.Split(arg, "|")...))
+			continue
+		}
+		p, err := strconv.ParseFloat(arg, 64)
+		if err != nil || !(p >= 0 && p <= 1) {
+			return nil, fmt.Errorf("%q: want a share from 0 to 1", item)
+		}
+		seed := int64(i + 1) // a different draw per item, the same every run
+		switch kind {
+		case "timeout":
+			fs = append(fs, upserttest.AmbiguousTimeouts(p, timeout+timeout/10, seed))
+		case "reset":
+			fs = append(fs, upserttest.ConnectionResets(p, seed))
+		case "partial":
+			fs = append(fs, upserttest.PartialWrites(p, seed))
+		default:
+			code, ok := statusCodes[kind]
+			if !ok {
+				return nil, fmt.Errorf("%q: unknown fault %q; want 429, 500, 503, 504, timeout, reset, partial or reject", item, kind)
+			}
+			fs = append(fs, upserttest.ErrorRate(code, p, seed))
+		}
+	}
+	return upserttest.Chain(fs...), nil
+}

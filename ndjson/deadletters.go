@@ -1,0 +1,207 @@
+package ndjson
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+
+	"github.com/upsertlib/upsert"
+)
+
+// DeadLetters is a dead-letter file: one line per record that did not land,
+// holding the record itself (values, sparse values and metadata, so that it
+// can be replayed) and what happened to it, and one line per input line that
+// could not be read. A [Reader] reads the records back; see the package
+// documentation for the format.
+//
+// Create one with [CreateDeadLetters]; the zero value is not usable. Its
+// methods are safe for concurrent use. Writes are buffered: the file is
+// complete only once Close has returned.
+type DeadLetters struct {
+	path string
+
+	mu     sync.Mutex
+	f      *os.File
+	w      *bufio.Writer
+	n      int
+	err    error // the first error; once set, later letters are dropped
+	closed bool
+}
+
+// CreateDeadLetters creates the dead-letter file at path, or truncates it
+// if it exists, readable and writable by its owner only (mode 0600, also
+// applied to an existing file). It returns the error of os.OpenFile or
+// Chmod, having closed the file.
+func CreateDeadLetters(path string) (*DeadLetters, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &DeadLetters{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10)}, nil
+}
+
+// letterOut is a dead letter of a record: the record's fields, then the
+// failure's.
+type letterOut struct {
+	recordOut
+	Class         string `json:"class"`
+	Error         string `json:"error"`
+	Attempts      int    `json:"attempts"`
+	MayHaveLanded bool   `json:"may_have_landed"`
+	Index         int    `json:"index"`
+	// RecordError says why the record's values and metadata are missing:
+	// JSON cannot hold them (NaN or infinite numbers).
+	RecordError string `json:"record_error,omitempty"`
+}
+
+// integratedLetter is a dead letter of an integrated record (upsert.Records).
+type integratedLetter struct {
+	Record        pinecone.IntegratedRecord `json:"integrated_record"`
+	Class         string                    `json:"class"`
+	Error         string                    `json:"error"`
+	Attempts      int                       `json:"attempts"`
+	MayHaveLanded bool                      `json:"may_have_landed"`
+	Index         int                       `json:"index"`
+}
+
+// Write writes the dead letter of f: its record's fields, then "class",
+// "error" (f.Err's message), "attempts", "may_have_landed" and "index" (the
+// record's position in the input). A failure with a nil Record is written
+// as {"index":N,"error":"…"} alone. A record that JSON cannot hold (a NaN
+// or infinite value or metadata number) is written with its id and the
+// failure only, plus "record_error" saying why.
+//
+// The failure of an integrated record (upsert.Records) is written as
+// {"integrated_record":{…},"class":…,"error":…,"attempts":…,
+// "may_have_landed":…,"index":…}, the record's fields as given; a Reader
+// does not read it back (it reports a line without an id). One that JSON
+// cannot hold is not written, and counts as an error for Close.
+//
+// Write has the signature of upsert.Observer.Failure:
+//
+//	upsert.WithObserver(upsert.Observer{Failure: dl.Write})
+//
+// It encodes before taking the lock and only copies into a buffer under it,
+// so it never blocks for long. An I/O error is kept and returned by Close;
+// from then on, and after Close, letters are dropped and not counted.
+func (d *DeadLetters) Write(f upsert.Failure) {
+	msg := f.Class.String()
+	if f.Err != nil {
+		msg = f.Err.Error()
+	}
+	var line []byte
+	var err error
+	switch {
+	case f.Record == nil && f.Integrated != nil:
+		line, err = marshalLine(integratedLetter{
+			Record: *f.Integrated, Class: f.Class.String(), Error: msg, Attempts: f.Attempts,
+			MayHaveLanded: f.MayHaveLanded, Index: f.Index,
+		})
+	case f.Record == nil:
+		line, err = marshalLine(struct {
+			Index int    `json:"index"`
+			Error string `json:"error"`
+		}{f.Index, msg})
+	default:
+		l := letterOut{
+			recordOut: newRecordOut(f.Record),
+			Class:     f.Class.String(), Error: msg, Attempts: f.Attempts,
+			MayHaveLanded: f.MayHaveLanded, Index: f.Index,
+		}
+		line, err = marshalLine(l)
+		if err != nil {
+			l.recordOut = recordOut{ID: f.Record.Id}
+			l.RecordError = err.Error()
+			line, err = marshalLine(l)
+		}
+	}
+	if err != nil { // an integrated record JSON cannot hold
+		d.fail(fmt.Errorf("ndjson: encoding the dead letter of record %d: %w", f.Index, err))
+		return
+	}
+	d.write(line)
+}
+
+// WriteBad writes an input line that could not be read as a record:
+// {"line":N,"raw":"<the line>","error":"…"}, raw holding the line's bytes
+// as a JSON string (bytes that are not UTF-8 become U+FFFD) and error
+// err's message ("" for a nil err). Errors are handled as by Write.
+func (d *DeadLetters) WriteBad(line int, raw []byte, err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	b, encErr := marshalLine(struct {
+		Line  int    `json:"line"`
+		Raw   string `json:"raw"`
+		Error string `json:"error"`
+	}{line, string(raw), msg})
+	if encErr != nil { // cannot happen: only strings and numbers
+		d.fail(fmt.Errorf("ndjson: encoding the dead letter of line %d: %w", line, encErr))
+		return
+	}
+	d.write(b)
+}
+
+func (d *DeadLetters) write(line []byte) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case d.closed:
+		d.failLocked(fmt.Errorf("ndjson: dead letter written after Close of %s: %w", d.path, os.ErrClosed))
+	case d.err != nil:
+	default:
+		if _, err := d.w.Write(line); err != nil {
+			d.failLocked(err)
+			return
+		}
+		d.n++
+	}
+}
+
+func (d *DeadLetters) fail(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.failLocked(err)
+}
+
+func (d *DeadLetters) failLocked(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+}
+
+// Count returns how many dead letters were written (to the buffer, if Close
+// has not yet flushed them), bad lines included.
+func (d *DeadLetters) Count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n
+}
+
+// Close flushes the buffer, syncs the file to disk and closes it. It
+// returns the first error met since the file was created: writing,
+// flushing, syncing or closing. Close may be called more than once; later
+// calls do nothing and return the same error, or a later one if a letter
+// was written after Close.
+func (d *DeadLetters) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return d.err
+	}
+	d.closed = true
+	if d.err == nil {
+		d.failLocked(d.w.Flush())
+	}
+	d.failLocked(d.f.Sync())
+	d.failLocked(d.f.Close())
+	return d.err
+}

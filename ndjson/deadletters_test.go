@@ -1,0 +1,289 @@
+package ndjson_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/ndjson"
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+func tempPath(t *testing.T) string {
+	return filepath.Join(t.TempDir(), "failed.ndjson")
+}
+
+// lines returns the file's lines, decoded as JSON objects.
+func lines(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(string(data)))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), "line %q", sc.Text())
+		out = append(out, m)
+	}
+	return out
+}
+
+func rateLimited(index int, v *pinecone.Vector) upsert.Failure {
+	return upsert.Failure{
+		Index: index, ID: v.Id, Record: v, Class: upsert.ClassRateLimited,
+		Err:      &upsert.Error{Class: upsert.ClassRateLimited, GRPCCode: codes.ResourceExhausted, Err: errors.New("slow down")},
+		Attempts: 9, MayHaveLanded: true,
+	}
+}
+
+func TestCreateDeadLettersMakesAnOwnerOnlyFile(t *testing.T) {
+	tests := []struct {
+		name     string
+		existing bool
+	}{
+		{"a new file has mode 0600", false},
+		{"an existing 0644 file is truncated and set to 0600", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := tempPath(t)
+			if tt.existing {
+				require.NoError(t, os.WriteFile(path, []byte("old content\n"), 0o644))
+				require.NoError(t, os.Chmod(path, 0o644)) // whatever the umask
+			}
+			dl, err := ndjson.CreateDeadLetters(path)
+			require.NoError(t, err)
+			fi, err := os.Stat(path)
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+			require.NoError(t, dl.Close())
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			assert.Empty(t, data)
+		})
+	}
+
+	t.Run("a path in a missing directory is an error", func(t *testing.T) {
+		_, err := ndjson.CreateDeadLetters(filepath.Join(t.TempDir(), "missing", "failed.ndjson"))
+		assert.ErrorIs(t, err, os.ErrNotExist)
+	})
+}
+
+func TestDeadLettersWrite(t *testing.T) {
+	rec := &pinecone.Vector{Id: "a", Values: floats(0.1, 0.2), Metadata: metadata(t, map[string]any{"genre": "x"})}
+	tests := []struct {
+		name string
+		f    upsert.Failure
+		want string
+	}{
+		{
+			"a record is written with its failure",
+			rateLimited(17, rec),
+			`{"id":"a","values":[0.1,0.2],"metadata":{"genre":"x"},"class":"rate-limited","error":"rate-limited (gRPC ResourceExhausted): slow down","attempts":9,"may_have_landed":true,"index":17}`,
+		},
+		{
+			"a nil record is written with its index and error only",
+			upsert.Failure{Index: 4, Class: upsert.ClassInvalid, Err: &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New("record is nil")}},
+			`{"index":4,"error":"invalid: record is nil"}`,
+		},
+		{
+			"a record JSON cannot hold is written with its id and why",
+			upsert.Failure{Index: 2, ID: "nan", Record: &pinecone.Vector{Id: "nan", Values: floats(float32(math.NaN()))}, Class: upsert.ClassInvalid,
+				Err: &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New("dense value 0 is NaN")}},
+			`{"id":"nan","class":"invalid","error":"invalid: dense value 0 is NaN","attempts":0,"may_have_landed":false,"index":2,"record_error":"json: unsupported value: NaN"}`,
+		},
+		{
+			"an integrated record is written whole under its own key",
+			upsert.Failure{Index: 3, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "hello", "class": "mine"},
+				Class: upsert.ClassRateLimited, Err: &upsert.Error{Class: upsert.ClassRateLimited, StatusCode: 429}, Attempts: 9},
+			`{"integrated_record":{"_id":"r1","chunk_text":"hello","class":"mine"},"class":"rate-limited","error":"rate-limited (HTTP 429)","attempts":9,"may_have_landed":false,"index":3}`,
+		},
+		{
+			"a failure without an error gets its class as error",
+			upsert.Failure{Index: 1, ID: "b", Record: &pinecone.Vector{Id: "b", Values: floats(1)}, Class: upsert.ClassCanceled},
+			`{"id":"b","values":[1],"class":"canceled","error":"canceled","attempts":0,"may_have_landed":false,"index":1}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := tempPath(t)
+			dl, err := ndjson.CreateDeadLetters(path)
+			require.NoError(t, err)
+			dl.Write(tt.f)
+			assert.Equal(t, 1, dl.Count())
+			require.NoError(t, dl.Close())
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want+"\n", string(data))
+		})
+	}
+}
+
+func TestDeadLettersReplay(t *testing.T) {
+	recs := []*pinecone.Vector{
+		{Id: "dense", Values: floats(0.1, -2.5e-8, 3)},
+		{Id: "sparse", SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 5}, Values: []float32{0.5, 0.25}}},
+		{Id: "meta", Values: floats(1), Metadata: metadata(t, map[string]any{"n": 1.5, "tags": []any{"a"}})},
+	}
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	for i, v := range recs {
+		dl.Write(rateLimited(i, v))
+	}
+	dl.WriteBad(9, []byte(`{"id": oops`), errors.New("line 9: invalid JSON"))
+	require.NoError(t, dl.Close())
+
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	r := ndjson.NewReader(f)
+	for _, want := range recs {
+		got, err := r.Next()
+		require.NoError(t, err)
+		requireSameRecord(t, want, got)
+	}
+	_, err = r.Next()
+	var le *ndjson.LineError
+	require.ErrorAs(t, err, &le, "a bad line's dead letter has no record")
+	assert.ErrorIs(t, err, ndjson.ErrMissingID)
+	_, err = r.Next()
+	assert.Equal(t, io.EOF, err)
+}
+
+func TestDeadLettersWriteBadKeepsTheLine(t *testing.T) {
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	raw := `{"id":"a","values":[1,"x"]}` + "\t\"quoted\" <&>"
+	dl.WriteBad(3, []byte(raw), errors.New("line 3: wrong type"))
+	dl.WriteBad(4, nil, nil)
+	assert.Equal(t, 2, dl.Count())
+	require.NoError(t, dl.Close())
+	assert.Equal(t, []map[string]any{
+		{"line": 3.0, "raw": raw, "error": "line 3: wrong type"},
+		{"line": 4.0, "raw": "", "error": ""},
+	}, lines(t, path))
+}
+
+func TestDeadLettersConcurrentWrites(t *testing.T) {
+	const writers, each = 16, 200
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				n := w*each + i
+				v := &pinecone.Vector{Id: "id-" + strings.Repeat("x", n%50), Values: floats(float32(n))}
+				if i%10 == 0 {
+					dl.WriteBad(n, []byte("bad"), errors.New("bad"))
+					continue
+				}
+				dl.Write(rateLimited(n, v))
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, writers*each, dl.Count())
+	require.NoError(t, dl.Close())
+
+	seen := make(map[float64]bool)
+	for _, m := range lines(t, path) {
+		n, ok := m["index"].(float64)
+		if !ok {
+			n = m["line"].(float64)
+		}
+		assert.False(t, seen[n], "letter %v written once", n)
+		seen[n] = true
+	}
+	assert.Len(t, seen, writers*each, "every letter is a whole line")
+}
+
+func TestDeadLettersClose(t *testing.T) {
+	t.Run("closing twice returns nil both times", func(t *testing.T) {
+		dl, err := ndjson.CreateDeadLetters(tempPath(t))
+		require.NoError(t, err)
+		dl.Write(rateLimited(0, &pinecone.Vector{Id: "a", Values: floats(1)}))
+		require.NoError(t, dl.Close())
+		require.NoError(t, dl.Close())
+		assert.Equal(t, 1, dl.Count())
+	})
+
+	t.Run("a letter written after Close is dropped and reported", func(t *testing.T) {
+		path := tempPath(t)
+		dl, err := ndjson.CreateDeadLetters(path)
+		require.NoError(t, err)
+		require.NoError(t, dl.Close())
+		dl.Write(rateLimited(0, &pinecone.Vector{Id: "a", Values: floats(1)}))
+		assert.Zero(t, dl.Count())
+		assert.ErrorIs(t, dl.Close(), os.ErrClosed)
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		assert.Empty(t, data)
+	})
+}
+
+// The API key given to the Pinecone client never reaches the dead letters,
+// whether the index accepts the key and rejects records, or denies the key.
+func TestDeadLettersHoldNoAPIKey(t *testing.T) {
+	const planted = "pcsk_planted-key-7f3a9c"
+	tests := []struct {
+		name      string
+		serverKey string
+		class     upsert.Class
+	}{
+		{"records rejected by the index", planted, upsert.ClassInvalid},
+		{"a key the index denies", "another-key", upsert.ClassDenied},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := upserttest.NewServer(upserttest.WithAPIKey(tt.serverKey), upserttest.WithFaults(upserttest.RejectIDs("b")))
+			t.Cleanup(srv.Close)
+			pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: planted})
+			require.NoError(t, err)
+			idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"})
+			require.NoError(t, err)
+			t.Cleanup(func() { idx.Close() })
+
+			path := tempPath(t)
+			dl, err := ndjson.CreateDeadLetters(path)
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			recs := []*pinecone.Vector{{Id: "a", Values: floats(1)}, {Id: "b", Values: floats(2)}, {Id: "c", Values: floats(3)}}
+			res, err := upsert.All(ctx, recs, upsert.WithIndex(idx), upsert.WithObserver(upsert.Observer{Failure: dl.Write}))
+			require.Error(t, err)
+			require.NoError(t, dl.Close())
+
+			require.NotEmpty(t, res.Failed)
+			assert.Equal(t, len(res.Failed), dl.Count())
+			letters := lines(t, path)
+			require.Len(t, letters, len(res.Failed))
+			for _, l := range letters {
+				assert.Equal(t, tt.class.String(), l["class"])
+			}
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			assert.NotContains(t, string(data), planted)
+			assert.NotContains(t, string(data), planted[5:15])
+		})
+	}
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package ndjson_test
+
+func init() { raceEnabled = true }

@@ -1,0 +1,312 @@
+package ndjson_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/upsertlib/upsert/ndjson"
+)
+
+// raceEnabled is set by race_test.go in -race builds.
+var raceEnabled bool
+
+func metadata(t *testing.T, m map[string]any) *structpb.Struct {
+	t.Helper()
+	s, err := structpb.NewStruct(m)
+	require.NoError(t, err)
+	return s
+}
+
+func floats(fs ...float32) *[]float32 { return &fs }
+
+// readAll reads every record of input, failing the test on any error.
+func readAll(t *testing.T, input string) []*pinecone.Vector {
+	t.Helper()
+	r := ndjson.NewReader(strings.NewReader(input))
+	var vs []*pinecone.Vector
+	for {
+		v, err := r.Next()
+		if err == io.EOF {
+			return vs
+		}
+		require.NoError(t, err)
+		vs = append(vs, v)
+	}
+}
+
+// requireSameRecord checks that got equals want exactly, float bits and
+// metadata included.
+func requireSameRecord(t *testing.T, want, got *pinecone.Vector) {
+	t.Helper()
+	require.Equal(t, want.Id, got.Id)
+	require.Equal(t, want.Values == nil, got.Values == nil, "values present")
+	if want.Values != nil {
+		require.Equal(t, bits(*want.Values), bits(*got.Values))
+	}
+	require.Equal(t, want.SparseValues == nil, got.SparseValues == nil, "sparse values present")
+	if want.SparseValues != nil {
+		require.Equal(t, want.SparseValues.Indices, got.SparseValues.Indices)
+		require.Equal(t, bits(want.SparseValues.Values), bits(got.SparseValues.Values))
+	}
+	require.True(t, proto.Equal(want.Metadata, got.Metadata), "metadata: want %v, got %v", want.Metadata, got.Metadata)
+}
+
+func bits(fs []float32) []uint32 {
+	out := make([]uint32, len(fs))
+	for i, f := range fs {
+		out[i] = math.Float32bits(f)
+	}
+	return out
+}
+
+func TestEncodeThenReadGivesTheSameRecord(t *testing.T) {
+	tests := []struct {
+		name string
+		v    *pinecone.Vector
+	}{
+		{"an id alone survives", &pinecone.Vector{Id: "a"}},
+		{"dense values keep every float32 bit", &pinecone.Vector{Id: "dense", Values: floats(
+			0.1, -0.2, 1e-45, math.MaxFloat32, -math.MaxFloat32, float32(math.Copysign(0, -1)), 3, 1.0/3)}},
+		{"empty dense values stay present", &pinecone.Vector{Id: "empty", Values: &[]float32{}}},
+		{"sparse values keep indices and values", &pinecone.Vector{Id: "sparse",
+			SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 5, math.MaxUint32}, Values: []float32{0.5, 0.25, 1e-7}}}},
+		{"metadata of every kind survives", &pinecone.Vector{Id: "meta", Values: floats(1), Metadata: metadata(t, map[string]any{
+			"genre": "x", "year": 2024, "score": 0.125, "big": 1e21, "ok": true,
+			"tags": []any{"a", "b"}, "html": "<b>&amp;</b>", "unicode": "héllo ✓"})}},
+		{"empty metadata stays present", &pinecone.Vector{Id: "meta0", Values: floats(1), Metadata: metadata(t, map[string]any{})}},
+		{"an id with quotes and unicode survives", &pinecone.Vector{Id: `a"b\c é`, Values: floats(1)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			require.NoError(t, ndjson.Encode(&buf, tt.v))
+			require.True(t, bytes.HasSuffix(buf.Bytes(), []byte("\n")))
+			require.Equal(t, 1, bytes.Count(buf.Bytes(), []byte("\n")), "one line")
+			got := readAll(t, buf.String())
+			require.Len(t, got, 1)
+			requireSameRecord(t, tt.v, got[0])
+		})
+	}
+}
+
+func TestEncodeWritesTheDocumentedFormat(t *testing.T) {
+	v := &pinecone.Vector{
+		Id:           "a",
+		Values:       floats(0.1, 0.2),
+		SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 5}, Values: []float32{0.5, 0.25}},
+		Metadata:     metadata(t, map[string]any{"genre": "x"}),
+	}
+	var buf bytes.Buffer
+	require.NoError(t, ndjson.Encode(&buf, v))
+	assert.Equal(t, `{"id":"a","values":[0.1,0.2],"sparse_values":{"indices":[1,5],"values":[0.5,0.25]},"metadata":{"genre":"x"}}`+"\n", buf.String())
+}
+
+func TestEncodeRefusesWhatJSONCannotHold(t *testing.T) {
+	tests := []struct {
+		name string
+		v    *pinecone.Vector
+	}{
+		{"a nil record", nil},
+		{"a NaN value", &pinecone.Vector{Id: "nan", Values: floats(float32(math.NaN()))}},
+		{"an infinite sparse value", &pinecone.Vector{Id: "inf", SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{float32(math.Inf(1))}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" is an error and writes nothing", func(t *testing.T) {
+			var buf bytes.Buffer
+			require.Error(t, ndjson.Encode(&buf, tt.v))
+			assert.Zero(t, buf.Len())
+		})
+	}
+}
+
+func TestReaderReportsEachBadLineWithItsNumber(t *testing.T) {
+	const secret = "s3cr3t"
+	tests := []struct {
+		name   string
+		line   string
+		want   error
+		wantID string
+	}{
+		{"invalid JSON is a syntax error", `{"id":"a", ` + secret, ndjson.ErrSyntax, ""},
+		{"a bare word is a syntax error", secret, ndjson.ErrSyntax, ""},
+		{"trailing text after the object is a syntax error", `{"id":"a"} ` + secret, ndjson.ErrSyntax, ""},
+		{"a missing id is reported", `{"values":[1,2]}`, ndjson.ErrMissingID, ""},
+		{"an empty id is reported", `{"id":"","values":[1]}`, ndjson.ErrMissingID, ""},
+		{"a null id is reported", `{"id":null,"values":[1]}`, ndjson.ErrMissingID, ""},
+		{"a numeric id is a wrong type", `{"id":7,"values":[1]}`, ndjson.ErrWrongType, ""},
+		{"string values are a wrong type", `{"id":"a","values":"` + secret + `"}`, ndjson.ErrWrongType, "a"},
+		{"a string among values is a wrong type", `{"id":"a","values":[1,"` + secret + `"]}`, ndjson.ErrWrongType, "a"},
+		{"a number too large for float32 is a wrong type", `{"id":"a","values":[1e300]}`, ndjson.ErrWrongType, "a"},
+		{"a negative sparse index is a wrong type", `{"id":"a","sparse_values":{"indices":[-1],"values":[1]}}`, ndjson.ErrWrongType, "a"},
+		{"string metadata is a wrong type", `{"id":"a","values":[1],"metadata":"` + secret + `"}`, ndjson.ErrWrongType, "a"},
+		{"an array line is a wrong type", `[1,2,3]`, ndjson.ErrWrongType, ""},
+		{"a string line is a wrong type", `"` + secret + `"`, ndjson.ErrWrongType, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			input := `{"id":"first","values":[1]}` + "\n\n" + tt.line + "\n" + `{"id":"last","values":[2]}` + "\n"
+			r := ndjson.NewReader(strings.NewReader(input))
+
+			v, err := r.Next()
+			require.NoError(t, err)
+			assert.Equal(t, "first", v.Id)
+
+			_, err = r.Next()
+			var le *ndjson.LineError
+			require.ErrorAs(t, err, &le)
+			assert.Equal(t, 3, le.Line, "the blank line counts")
+			assert.Equal(t, 3, r.Line())
+			assert.ErrorIs(t, err, tt.want)
+			assert.Equal(t, tt.wantID, le.ID)
+			assert.Equal(t, tt.line, string(r.Raw()), "Raw gives the line as is")
+			assert.NotContains(t, err.Error(), secret[:3], "the message quotes nothing of the line")
+			assert.Contains(t, err.Error(), "line 3")
+
+			v, err = r.Next()
+			require.NoError(t, err, "the reader goes on after a bad line")
+			assert.Equal(t, "last", v.Id)
+			assert.Equal(t, 4, r.Line())
+
+			_, err = r.Next()
+			assert.Equal(t, io.EOF, err)
+		})
+	}
+}
+
+func TestLineErrorMessage(t *testing.T) {
+	tests := []struct {
+		name string
+		err  *ndjson.LineError
+		want string
+	}{
+		{"names the line", &ndjson.LineError{Line: 3, Err: ndjson.ErrMissingID}, "line 3: missing or empty id"},
+		{"names the id when there is one", &ndjson.LineError{Line: 9, ID: "doc-1", Err: ndjson.ErrWrongType}, `line 9 (id "doc-1"): wrong type`},
+		{"shortens a long id", &ndjson.LineError{Line: 1, ID: strings.Repeat("x", 500), Err: ndjson.ErrSyntax}, `line 1 (id "` + strings.Repeat("x", 80) + `…"): invalid JSON`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.err.Error())
+			assert.ErrorIs(t, tt.err, tt.err.Err)
+		})
+	}
+}
+
+func TestReaderLineEndings(t *testing.T) {
+	tests := []struct {
+		name  string
+		input string
+		ids   []string
+	}{
+		{"empty input gives no record", "", nil},
+		{"blank lines are skipped", "\n  \n\t\n" + `{"id":"a"}` + "\n\n", []string{"a"}},
+		{"CRLF endings are accepted", `{"id":"a"}` + "\r\n" + `{"id":"b"}` + "\r\n", []string{"a", "b"}},
+		{"the last line needs no newline", `{"id":"a"}` + "\n" + `{"id":"b"}`, []string{"a", "b"}},
+		{"extra fields such as a dead letter's are ignored", `{"id":"a","values":[1],"class":"rate-limited","error":"x","attempts":3,"may_have_landed":true,"index":17}`, []string{"a"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var ids []string
+			for _, v := range readAll(t, tt.input) {
+				ids = append(ids, v.Id)
+			}
+			assert.Equal(t, tt.ids, ids)
+		})
+	}
+}
+
+func TestReaderRawIsTheLineWithoutItsEnding(t *testing.T) {
+	r := ndjson.NewReader(strings.NewReader("{\"id\":\"a\"}\r\n\n{\"id\":\"b\"}"))
+	_, err := r.Next()
+	require.NoError(t, err)
+	assert.Equal(t, `{"id":"a"}`, string(r.Raw()))
+	_, err = r.Next()
+	require.NoError(t, err)
+	assert.Equal(t, `{"id":"b"}`, string(r.Raw()))
+	assert.Equal(t, 3, r.Line())
+}
+
+// repeat is an io.Reader of s repeated n times, without holding it all.
+func repeat(s string, n int) io.Reader {
+	total := int64(len(s) * n)
+	return io.LimitReader(&cycle{s: strings.Repeat(s, 1+64<<10/len(s))}, total)
+}
+
+type cycle struct {
+	s   string
+	off int
+}
+
+func (c *cycle) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		k := copy(p[n:], c.s[c.off:])
+		n += k
+		c.off = (c.off + k) % len(c.s)
+	}
+	return n, nil
+}
+
+func TestReaderLongLines(t *testing.T) {
+	t.Run("a line longer than the read buffer is read whole", func(t *testing.T) {
+		const n = 300_000 // about 1.2 MB of values
+		in := io.MultiReader(strings.NewReader(`{"id":"long","values":[`), repeat("0.5,", n), strings.NewReader("1]}\n"+`{"id":"next"}`))
+		r := ndjson.NewReader(in)
+		v, err := r.Next()
+		require.NoError(t, err)
+		assert.Len(t, *v.Values, n+1)
+		v, err = r.Next()
+		require.NoError(t, err)
+		assert.Equal(t, "next", v.Id)
+	})
+
+	t.Run("a line of exactly MaxLineBytes is accepted", func(t *testing.T) {
+		if testing.Short() || raceEnabled {
+			t.Skip("decoding 64 MiB of JSON takes seconds in -short and -race runs")
+		}
+		head, tail := `{"id":"big","metadata":{"s":"`, `"}}`
+		fill := ndjson.MaxLineBytes - len(head) - len(tail)
+		in := io.MultiReader(strings.NewReader(head), repeat("x", fill), strings.NewReader(tail+"\r\n"))
+		v, err := ndjson.NewReader(in).Next()
+		require.NoError(t, err)
+		assert.Len(t, v.Metadata.Fields["s"].GetStringValue(), fill)
+	})
+
+	t.Run("a longer line is an error and the reader goes on", func(t *testing.T) {
+		in := io.MultiReader(strings.NewReader(`{"id":"big","metadata":{"s":"`), repeat("x", ndjson.MaxLineBytes), strings.NewReader("\"}}\n"+`{"id":"next"}`+"\n"))
+		r := ndjson.NewReader(in)
+		_, err := r.Next()
+		var le *ndjson.LineError
+		require.ErrorAs(t, err, &le)
+		assert.ErrorIs(t, err, ndjson.ErrLineTooLong)
+		assert.Equal(t, 1, le.Line)
+		assert.Nil(t, r.Raw())
+		v, err := r.Next()
+		require.NoError(t, err)
+		assert.Equal(t, "next", v.Id)
+		assert.Equal(t, 2, r.Line())
+	})
+}
+
+type failingReader struct{ err error }
+
+func (f failingReader) Read([]byte) (int, error) { return 0, f.err }
+
+func TestReaderReturnsReadErrorsAsIs(t *testing.T) {
+	boom := errors.New("boom")
+	r := ndjson.NewReader(io.MultiReader(strings.NewReader(`{"id":"a"}`+"\n"+`{"id":"b`), failingReader{boom}))
+	v, err := r.Next()
+	require.NoError(t, err)
+	assert.Equal(t, "a", v.Id)
+	_, err = r.Next()
+	assert.Equal(t, boom, err)
+}

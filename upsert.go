@@ -1,20 +1,29 @@
 // Package upsert writes vectors into a Pinecone index without losing any:
-// every record either lands or is reported with its cause.
+// every record either lands or is reported with its cause, and the index is
+// used close to its capacity without tuning.
 //
-// [All] cuts the records into requests by count and by encoded size, sends
-// them through a bounded set of concurrent requests paced by an adaptive
-// [Limiter], and classifies every failure ([Classify]): 429s are retried
-// after a jittered backoff while the limiter slows down, timed-out batches
-// are split in halves, a batch the index rejects as invalid is bisected so
-// that only the bad records fail, and permanent errors are never retried.
+// [All] upserts a slice, [Stream] an iter.Seq of any length with bounded
+// memory, and a [Writer] takes records as a service produces them;
+// [Records] does the same for integrated-embedding records. Each cuts the
+// records into requests by count and by encoded size, sends them through a
+// bounded set of concurrent requests paced by an adaptive [Limiter], and
+// classifies every failure ([Classify]): 429s are retried after a jittered
+// backoff while the limiter slows down, timed-out batches are split in
+// halves, a batch the index rejects as invalid is bisected so that only the
+// bad records fail, and permanent errors are never retried.
 //
-//	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: "docs"})
+//	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: key})
+//	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: "docs"}, upsert.PushbackDialOption())
 //	res, err := upsert.All(ctx, vectors, upsert.WithIndex(idx))
 //	if err != nil {
 //		for _, f := range res.Failed {
 //			log.Printf("record %s: %v", f.ID, f.Err)
 //		}
 //	}
+//
+// Package upserttest provides a loopback Pinecone data plane to test
+// ingestion code against, package ndjson a dead-letter file, and package
+// upsertprom Prometheus metrics.
 package upsert
 
 import (

@@ -1,0 +1,105 @@
+package upsert_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// Upsert a slice into an index, here the loopback one of upserttest,
+// through the real SDK.
+func ExampleAll() {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	defer idx.Close()
+
+	vectors := []*pinecone.Vector{
+		{Id: "a", Values: &[]float32{0.1, 0.2}},
+		{Id: "b", Values: &[]float32{0.3, 0.4}},
+		{Id: "c", Values: &[]float32{0.5}}, // not the dimension of the others
+	}
+	res, err := upsert.All(context.Background(), vectors, upsert.WithIndex(idx))
+	fmt.Println("upserted:", res.Upserted, "stored:", srv.Count("docs"))
+	for _, f := range res.Failed {
+		fmt.Printf("failed %s (%v): %v\n", f.ID, f.Class, f.Err)
+	}
+	fmt.Println(errors.Is(err, upsert.ErrInvalid))
+	// Output:
+	// upserted: 2 stored: 2
+	// failed c (invalid): invalid: record 2 (id "c"): has 1 dense values; the index dimension for this run is 2
+	// true
+}
+
+// Classify tells what the library makes of an error, and so what it does.
+func ExampleClassify() {
+	for _, err := range []error{
+		status.Error(codes.ResourceExhausted, "Request failed. You've reached the max upsert size limit per second"),
+		status.Error(codes.ResourceExhausted, "grpc: received message larger than max (2500000 vs. 2097152)"),
+		&pinecone.PineconeError{Code: 503, Msg: errors.New("unavailable")},
+		context.DeadlineExceeded,
+		status.Error(codes.InvalidArgument, "Vector dimension 3 does not match the dimension of the index 4"),
+		status.Error(codes.Unauthenticated, "Invalid API key"),
+	} {
+		fmt.Println(upsert.Classify(err))
+	}
+	// Output:
+	// rate-limited
+	// too-large
+	// server
+	// timeout
+	// invalid
+	// denied
+}
+
+// A Writer takes records as a service produces them; Close returns the
+// result of its whole life.
+func ExampleWriter() {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "events"})
+	defer idx.Close()
+
+	ctx := context.Background()
+	w, err := upsert.NewWriter(ctx, upsert.WithIndex(idx))
+	if err != nil {
+		panic(err)
+	}
+	for i := range 250 {
+		v := &pinecone.Vector{Id: fmt.Sprint("event-", i), Values: &[]float32{float32(i), 1}}
+		if err := w.Add(ctx, v); err != nil {
+			panic(err)
+		}
+	}
+	res, err := w.Close(ctx)
+	fmt.Println(res.Upserted, err, srv.Count("events"))
+	// Output: 250 <nil> 250
+}
+
+// Stream pulls records from an iterator as fast as the index takes them;
+// with a checkpoint, an interrupted run resumes where it stopped.
+func ExampleStream() {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "backfill"})
+	defer idx.Close()
+
+	records := make([]*pinecone.Vector, 1000)
+	for i := range records {
+		records[i] = &pinecone.Vector{Id: fmt.Sprint("doc-", i), Values: &[]float32{float32(i), 0}}
+	}
+	res, err := upsert.Stream(context.Background(), slices.Values(records), upsert.WithIndex(idx))
+	fmt.Println(res.Upserted, err)
+	// Output: 1000 <nil>
+}

@@ -1,0 +1,191 @@
+package upsert_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// scripted answers request Seq 3 to 6 with 429, Seq 10 with 503, and
+// delays Seq 12 past the client's timeout (the write lands).
+func scripted(r upserttest.Request) upserttest.Fault {
+	switch {
+	case r.Seq >= 3 && r.Seq <= 6:
+		return upserttest.Fault{Code: codes.ResourceExhausted}
+	case r.Seq == 10:
+		return upserttest.Fault{Code: codes.Unavailable}
+	case r.Seq == 12:
+		return upserttest.Fault{Delay: 500 * time.Millisecond}
+	}
+	return upserttest.Fault{}
+}
+
+func TestStatsCountExactlyWhatHappened(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(scripted))
+	defer srv.Close()
+	recs := e2eRecords(2000)
+	var mu sync.Mutex
+	var progress []upsert.Progress
+	res, err := upsert.All(context.Background(), recs, upsert.WithIndex(connect(t, srv)),
+		upsert.WithBatchSize(100), upsert.WithConcurrency(1), // one request at a time: Seq is the order of sending
+		upsert.WithRequestTimeout(200*time.Millisecond), upsert.WithBackoff(time.Millisecond, 5*time.Millisecond),
+		upsert.WithProgress(time.Nanosecond, func(p upsert.Progress) {
+			mu.Lock()
+			progress = append(progress, p)
+			mu.Unlock()
+		}))
+	require.NoError(t, err)
+	s := res.Stats
+	assert.Equal(t, 2000, res.Upserted)
+	assert.Equal(t, map[upsert.Class]int{upsert.ClassRateLimited: 4, upsert.ClassServer: 1, upsert.ClassTimeout: 1}, s.ErrorsByClass)
+	assert.Equal(t, map[string]int{"ResourceExhausted": 4, "Unavailable": 1, "DeadlineExceeded": 1}, s.ErrorsByCode)
+	assert.Equal(t, map[upsert.Class]int{upsert.ClassRateLimited: 4, upsert.ClassServer: 1}, s.RetriesByClass)
+	assert.Equal(t, 5, s.Retries)
+	assert.Equal(t, 1, s.Splits, "the timed-out batch was split")
+	// 20 batches needing 5 retries in all (which batch caught which 429
+	// depends on timing: another batch may go while one backs off); the
+	// halves of a split are not retries.
+	batches, retries := 0, 0
+	for k, n := range s.RetriesPerBatch {
+		batches += n
+		retries += k * n
+	}
+	assert.Equal(t, 20, batches)
+	assert.Equal(t, 5, retries)
+	assert.Equal(t, 20+5+2, s.Requests, "first attempts, retries, and the two halves")
+	st := srv.Stats()
+	assert.Equal(t, s.Requests, st.Requests, "the server saw as many requests")
+	assert.InDelta(t, (25*100+2*50)/27.0, s.BatchSizes.Mean, 1e-9, "records sent per request")
+	assert.Equal(t, 50, s.BatchSizes.Min)
+	assert.Equal(t, 100, s.BatchSizes.Max)
+	assert.Positive(t, s.Latency.P50)
+	assert.GreaterOrEqual(t, s.Latency.P99, s.Latency.P50)
+	assert.GreaterOrEqual(t, s.Latency.Max, 200*time.Millisecond, "the request that timed out")
+	assert.Equal(t, 1, s.Limiter.Concurrency)
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, progress)
+	last := progress[len(progress)-1]
+	assert.True(t, last.Final)
+	assert.Equal(t, 2000, last.Done)
+	assert.Equal(t, 2000, last.Total)
+	for i := 1; i < len(progress); i++ {
+		assert.GreaterOrEqual(t, progress[i].Done, progress[i-1].Done, "progress never goes back")
+	}
+}
+
+func TestLogLinesCarryTheArticlesFields(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(upserttest.Chain(scripted, upserttest.RejectIDs("rec-01999"))))
+	defer srv.Close()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := newLockedJSONLogger(&buf, &mu)
+	_, err := upsert.All(context.Background(), e2eRecords(2000), upsert.WithIndex(connect(t, srv)),
+		upsert.WithBatchSize(100), upsert.WithConcurrency(1), upsert.WithLogger(logger),
+		upsert.WithRequestTimeout(200*time.Millisecond), upsert.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	require.ErrorIs(t, err, upsert.ErrInvalid)
+
+	mu.Lock()
+	defer mu.Unlock()
+	lines := map[string][]map[string]any{}
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+		lines[m["msg"].(string)] = append(lines[m["msg"].(string)], m)
+	}
+	for _, msg := range []string{"retrying batch", "splitting batch", "giving up on batch"} {
+		require.NotEmpty(t, lines[msg], "a %q line", msg)
+		for _, m := range lines[msg] {
+			for _, field := range []string{"namespace", "batch_size", "worker", "attempt", "class", "code", "error"} {
+				assert.Contains(t, m, field, "%q lines carry %s", msg, field)
+			}
+			assert.Equal(t, e2eNamespace, m["namespace"])
+		}
+	}
+	retry := lines["retrying batch"][0]
+	assert.Equal(t, "rate-limited", retry["class"])
+	assert.Equal(t, "ResourceExhausted", retry["code"])
+	assert.Contains(t, retry, "backoff")
+	final := lines["giving up on batch"][0]
+	assert.Equal(t, "invalid", final["class"])
+	assert.Equal(t, float64(1), final["batch_size"], "only the bad record is given up")
+	summary := lines["upsert finished"]
+	require.Len(t, summary, 1)
+	assert.Equal(t, float64(1999), summary[0]["upserted"])
+	assert.Equal(t, float64(1), summary[0]["failed"])
+}
+
+func TestAllIsSafeToCallConcurrentlyWithSharedOptions(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(upserttest.RateLimitBurst(5, 10)))
+	defer srv.Close()
+	idx := connect(t, srv)
+	lim := upsert.NewLimiter()
+	opts := []upsert.Option{upsert.WithIndex(idx), upsert.WithLimiter(lim), upsert.WithBackoff(time.Millisecond, 10*time.Millisecond)}
+	var wg sync.WaitGroup
+	results := make([]upsert.Result, 4)
+	for g := range 4 {
+		recs := e2eRecords(1000)
+		for _, r := range recs {
+			r.Id = string(rune('a'+g)) + r.Id
+		}
+		wg.Go(func() {
+			res, err := upsert.All(context.Background(), recs, opts...)
+			assert.NoError(t, err)
+			results[g] = res
+		})
+	}
+	wg.Wait()
+	for _, res := range results {
+		assert.Equal(t, 1000, res.Upserted)
+	}
+	assert.Equal(t, 4000, srv.Count(e2eNamespace))
+}
+
+func TestADeadIndexGetsATrickleNotAStorm(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
+		return upserttest.Fault{Code: codes.Unavailable}
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	recs := e2eRecords(2000)
+	res, err := upsert.All(ctx, recs, upsert.WithIndex(connect(t, srv)), upsert.WithBatchSize(100),
+		upsert.WithConcurrency(4), upsert.WithMaxRetries(upsert.ClassServer, 100),
+		upsert.WithBackoff(time.Millisecond, 10*time.Millisecond))
+	require.Error(t, err)
+	// Without the breaker and the retry budget, 20 batches retried 100
+	// times with 10 ms backoffs would send thousands of requests in 1.5 s.
+	assert.Less(t, srv.Stats().Requests, 120, "the breaker pauses, and probes every 100 ms")
+	assert.Len(t, res.Failed, 2000, "and nothing is dropped: every record is reported")
+	for _, f := range res.Failed {
+		require.Contains(t, []upsert.Class{upsert.ClassServer, upsert.ClassCanceled}, f.Class)
+	}
+}
+
+func newLockedJSONLogger(buf *bytes.Buffer, mu *sync.Mutex) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(&lockedWriter{buf: buf, mu: mu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type lockedWriter struct {
+	buf *bytes.Buffer
+	mu  *sync.Mutex
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}

@@ -189,7 +189,6 @@ func TestWriter(t *testing.T) {
 	})
 	t.Run("Add returns the context's error when the index cannot take more", func(t *testing.T) {
 		block := make(chan struct{})
-		defer close(block)
 		send := func(ctx context.Context, _ string, batch []*pinecone.Vector) error {
 			select {
 			case <-block:
@@ -209,6 +208,10 @@ func TestWriter(t *testing.T) {
 			}
 		}
 		assert.ErrorIs(t, addErr, context.DeadlineExceeded)
+		close(block)
+		res, err := w.Close(ctx)
+		require.NoError(t, err)
+		assert.Positive(t, res.Upserted, "what was taken in still lands")
 	})
 }
 

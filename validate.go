@@ -144,10 +144,11 @@ func firstDuplicate(idx []uint32) (int, bool) {
 }
 
 // smallMetadataBytes is a protobuf size under which the JSON form of a
-// Struct cannot reach MaxMetadataBytes: JSON spends at most about three
-// times the protobuf bytes (a double is 9 bytes in protobuf and up to 24
-// characters in JSON), so the costly JSON encoding is skipped below it.
-const smallMetadataBytes = MaxMetadataBytes / 3
+// Struct cannot reach MaxMetadataBytes, so that the costly JSON encoding is
+// skipped below it. JSON spends at most six times the protobuf bytes: a
+// control character in a string is one byte in protobuf and six in JSON
+// (\u00XX), a double 9 bytes against at most 24 characters.
+const smallMetadataBytes = MaxMetadataBytes / 6
 
 // checkMetadata checks the value types Pinecone accepts and the size, and
 // returns the protobuf size of md.

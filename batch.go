@@ -146,3 +146,15 @@ func split(items []item) (first, second []item) {
 	mid := (len(items) + 1) / 2
 	return items[:mid:mid], items[mid:]
 }
+
+// recut cuts items into the fewest nearly equal pieces of at most limit
+// records, in order.
+func recut(items []item, limit int) [][]item {
+	k := (len(items) + limit - 1) / limit
+	pieces := make([][]item, k)
+	for i := range k {
+		lo, hi := i*len(items)/k, (i+1)*len(items)/k
+		pieces[i] = items[lo:hi:hi]
+	}
+	return pieces
+}

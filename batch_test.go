@@ -1,6 +1,8 @@
 package upsert
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,6 +107,38 @@ func TestSplitHalves(t *testing.T) {
 		assert.Equal(t, (n+1)/2, len(a), "the first half is the larger")
 		assert.Equal(t, len(a), b[0].seq, "the halves keep input order")
 		assert.Equal(t, len(a), cap(a), "appending to the first half cannot reach the second")
+	}
+}
+
+func TestRecutMakesTheFewestNearlyEqualPieces(t *testing.T) {
+	tests := []struct {
+		n, limit int
+		sizes    []int
+	}{
+		{n: 400, limit: 21, sizes: slices.Repeat([]int{20}, 20)},
+		{n: 100, limit: 50, sizes: []int{50, 50}},
+		{n: 101, limit: 50, sizes: []int{33, 34, 34}},
+		{n: 7, limit: 1, sizes: []int{1, 1, 1, 1, 1, 1, 1}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%d records at most %d a piece", tt.n, tt.limit), func(t *testing.T) {
+			its := make([]item, tt.n)
+			for i := range its {
+				its[i].seq = i
+			}
+			pieces := recut(its, tt.limit)
+			next := 0
+			var sizes []int
+			for _, p := range pieces {
+				assert.LessOrEqual(t, len(p), tt.limit)
+				assert.Equal(t, next, p[0].seq, "the pieces keep input order")
+				assert.Equal(t, len(p), cap(p), "appending to a piece cannot reach the next")
+				next += len(p)
+				sizes = append(sizes, len(p))
+			}
+			assert.Equal(t, tt.n, next, "every record is in a piece")
+			assert.Equal(t, tt.sizes, sizes)
+		})
 	}
 }
 

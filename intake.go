@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -158,8 +159,8 @@ func dropDuplicates(items []item, routes []*route) []int {
 }
 
 // push takes one record of a stream in. It returns an error, with the
-// record not taken, when ctx ends before there is room for it or when the
-// run has stopped.
+// record not taken, when ctx ends before there is room for it or before an
+// earlier record of its id has settled, or when the run has stopped.
 func (in *intake) push(ctx context.Context, it item) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -173,15 +174,15 @@ func (in *intake) push(ctx context.Context, it item) error {
 	if err := in.dispatchReady(ctx, rt); err != nil {
 		return err
 	}
-	in.next++
-	r.stats.records.Add(1)
 	if err := in.check(&it, rt); err != nil {
+		in.take()
 		in.reject(&it, err)
 		return nil
 	}
 	if in.ordered {
 		it.hash = maphash.String(in.seed, rt.namespace) ^ maphash.String(in.seed, it.id)
 		if replaced := in.replacePending(rt, it); replaced {
+			in.take()
 			return nil
 		}
 		if err := in.awaitSettled(ctx, it.hash); err != nil {
@@ -191,8 +192,35 @@ func (in *intake) push(ctx context.Context, it item) error {
 		in.inFlight[it.hash]++
 		in.flightMu.Unlock()
 	}
+	in.take()
 	in.enqueue(ctx, rt, it)
 	return nil
+}
+
+// take counts a record as taken in, at the next input position.
+func (in *intake) take() {
+	in.next++
+	in.r.stats.records.Add(1)
+}
+
+// refuse reports a record that a stream pulled from its input but could
+// not take in, because err stopped it: it fails with that cause.
+func (in *intake) refuse(it item, err error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	it.seq = in.next
+	in.take()
+	switch {
+	case it.vec != nil:
+		it.id = it.vec.Id
+	case it.rec != nil:
+		it.id, _, _ = checkRecord(it.rec)
+	}
+	var e *Error
+	if !errors.As(err, &e) {
+		e = &Error{Class: ClassCanceled, Err: err}
+	}
+	in.r.report([]Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e}})
 }
 
 // enqueue puts it in its route's batch and dispatches the batch when it is

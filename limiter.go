@@ -118,13 +118,22 @@ const (
 	// the rate the lane was sending at; slowStartCut the one of the first
 	// episode, when there was no cap yet.
 	rateCut      = 0.85
-	slowStartCut = 0.5
+	slowStartCut = 0.3
+	// peakShare is the share of the best rate ever accepted in a second
+	// below which no cut takes the level, while the index refuses less
+	// than smallRefusedShare of the records sent over ten seconds.
+	peakShare         = 0.5
+	smallRefusedShare = 0.1
 	// acceptedFloor is the share of the rate the index accepted over the
 	// last second that repeated cuts do not go below.
 	acceptedFloor = 0.9
 	// rateRecovery is how long the rate takes to climb back to the level
-	// of the last 429 episode.
-	rateRecovery = 4 * time.Second
+	// of the last 429 episode. Until the lane has once measured what the
+	// index accepts between two episodes, the level is a rough guess
+	// (taken while the lane ramped up and the index spent its burst), so
+	// the rate moves past it sooner, after guessRecovery.
+	rateRecovery  = 4 * time.Second
+	guessRecovery = time.Second
 	// minEpisodeGap is the least time between two 429 episodes for the
 	// rate accepted between them to be a measure of capacity.
 	minEpisodeGap = 500 * time.Millisecond
@@ -137,6 +146,10 @@ const (
 	// Above shrinkRatio it is cut by a quarter.
 	queueingRatio = 1.3
 	shrinkRatio   = 2.0
+	// latencySlack is a rise in latency too small to mean anything
+	// whatever the ratio: the jitter of a fast index answering in a
+	// millisecond or two.
+	latencySlack = 5 * time.Millisecond
 
 	// probeWorse is how much more a probe batch may cost per record than
 	// the current size before the probe size is judged too large.
@@ -163,6 +176,8 @@ type lane struct {
 	wmax             float64       // sending rate at the last 429 episode; 0 before
 	cutAt            time.Time     // origin of the growth curve: the last cut, shifted by idle time
 	cutBeta          float64       // the cut of the last episode
+	recovery         time.Duration // how long the climb back to wmax takes
+	measured         bool          // a level was once measured between two episodes
 	lastCut          time.Time     // when the last episode was
 	acceptedSinceCut int           // records accepted since
 	pausedSinceCut   time.Duration // time the breaker held requests since
@@ -173,6 +188,7 @@ type lane struct {
 	cuts             int           // rate cuts so far
 	cutSignal        chan struct{} // closed at a cut, to wake the head
 	pausedUntil      time.Time     // Retry-After of the last episode
+	peak             peakMeter     // records accepted and refused per second, over ten seconds
 	sent             rateMeter     // records sent
 	goodput          rateMeter     // records accepted
 
@@ -298,6 +314,29 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 	}
 	ln.probeSize, ln.probeSent = next, now
 	return next, true
+}
+
+// sendLimit returns the most records a request may carry now: what
+// maxBatch allows, and less than a size known to be too large. A batch
+// formed before the rate was cut or a ceiling was found is cut to it, so
+// that one stale large batch does not hold the queue while it saves up a
+// second's worth of tokens. A probe batch that is cut is no probe.
+func (ln *lane) sendLimit() int {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	limit := ln.maxBatch()
+	if ln.ceilSize > 0 {
+		limit = min(limit, max(1, ln.ceilSize-1))
+	}
+	return limit
+}
+
+// dropSizeProbe forgets the probe batch out, which was cut before it was
+// sent.
+func (ln *lane) dropSizeProbe() {
+	ln.mu.Lock()
+	ln.probeSize = 0
+	ln.mu.Unlock()
 }
 
 // maxBatch is the largest batch size worth trying: Pinecone's limit, or,
@@ -517,6 +556,7 @@ func (ln *lane) release(p permit, e *Error) {
 		ln.pausedSinceCut += ln.breaker.success(now)
 		ln.budget.success(now)
 		ln.goodput.add(now, p.n)
+		ln.peak.add(now, p.n, 0)
 		ln.acceptedSinceCut += p.n
 		ln.observeLatency(p, latency)
 		ln.growConcurrency(p)
@@ -526,7 +566,11 @@ func (ln *lane) release(p permit, e *Error) {
 	switch e.Class {
 	case ClassRateLimited:
 		ln.pausedSinceCut += ln.breaker.success(now) // the index answers
-		if p.gen > ln.cutGen {
+		ln.peak.add(now, 0, p.n)
+		// Once per round trip: not for requests sent before the last cut,
+		// nor for those that reached the index while it was still
+		// refusing the overshoot that the cut answered.
+		if p.gen > ln.cutGen && p.start.Sub(ln.lastCut) >= time.Duration(ln.fullMean) {
 			ln.cut(now, e.RetryAfter)
 		}
 	case ClassTimeout:
@@ -582,8 +626,14 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 			level = min(sent, recent)
 		}
 	case since >= minEpisodeGap:
+		// Between two episodes a token-bucket index accepts its rate,
+		// less what overflowed its bucket while the lane sent less: the
+		// average is a floor of its capacity. What the lane sent over the
+		// last second, as the bucket ran dry, is closer to it when the
+		// lane spent most of the time below.
 		accepted := float64(ln.acceptedSinceCut) / since.Seconds()
-		level = min(sent, float64(ln.records.Limit()), accepted)
+		ln.measured = true
+		level = min(sent, float64(ln.records.Limit()), max(accepted, acceptedFloor*ln.sent.rateOver(now, time.Second)))
 	default:
 		// Too soon after the last episode to average over. The index
 		// still refuses: cut again, but not below what it accepted over
@@ -592,6 +642,14 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 		level = min(sent, float64(ln.records.Limit()))
 		level = max(level, acceptedFloor*ln.goodput.rateOver(now, time.Second))
 	}
+	// 429s that come whatever the rate (a flaky or throttling index) must
+	// not grind the rate down episode after episode: while the index
+	// refuses only a small share of what is sent, the level stays at least
+	// half the best rate it ever accepted in a second. When it refuses
+	// much more (its capacity fell, other clients came), the floor goes.
+	if ln.peak.refusedShare(now) < smallRefusedShare {
+		level = max(level, peakShare*ln.peak.best)
+	}
 	if level <= 0 {
 		// Nothing accepted to measure by: a plain multiplicative cut.
 		level = float64(ln.batch)
@@ -599,7 +657,11 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 			level = float64(l) * rateCut
 		}
 	}
-	ln.wmax, ln.cutAt, ln.cutBeta, ln.grownAt = level, now, beta, now
+	recovery := guessRecovery
+	if ln.measured {
+		recovery = rateRecovery
+	}
+	ln.wmax, ln.cutAt, ln.cutBeta, ln.recovery, ln.grownAt = level, now, beta, recovery, now
 	ln.lastCut, ln.acceptedSinceCut, ln.pausedSinceCut = now, 0, 0
 	ln.records.SetLimitAt(now, rate.Limit(max(minRate, beta*level)))
 	ln.cutGen = ln.issued
@@ -627,7 +689,8 @@ func (ln *lane) meterWindow() time.Duration {
 // cubic curve of CUBIC congestion control, in rate instead of window: from
 // the cut it climbs fast, flattens as it nears the level of the last 429
 // episode (reached after rateRecovery), lingers there, then rises ever
-// faster above it to find capacity that has grown. Time during which the
+// faster above it (twice as fast as it came) to find capacity that has
+// grown. Time during which the
 // cap held nothing back (the producer was slower) does not count.
 func (ln *lane) growRate(now time.Time) {
 	if ln.records.Limit() == rate.Inf {
@@ -640,7 +703,12 @@ func (ln *lane) growRate(now time.Time) {
 		return
 	}
 	ln.grownAt = now
-	x := now.Sub(ln.cutAt).Seconds()/rateRecovery.Seconds() - 1
+	// x runs from -1 at the cut to 0 at the level; above it, it runs
+	// twice as fast, to find grown capacity sooner.
+	x := now.Sub(ln.cutAt).Seconds()/ln.recovery.Seconds() - 1
+	if x > 0 {
+		x *= 2
+	}
 	r := ln.wmax * (1 + (1-ln.cutBeta)*x*x*x)
 	ln.records.SetLimitAt(now, rate.Limit(max(minRate, r)))
 }
@@ -662,12 +730,14 @@ func (ln *lane) observeLatency(p permit, latency time.Duration) {
 	ln.fullCount++
 }
 
-// queueing returns the recent latency of full batches over the best one.
+// queueing returns the recent latency of full batches over the best one,
+// or 1 when they differ by less than latencySlack.
 func (ln *lane) queueing() float64 {
-	if ln.fullCount < 4 || ln.fullMin.Min() <= 0 {
+	best := ln.fullMin.Min()
+	if ln.fullCount < 4 || best <= 0 || ln.fullMean-best < float64(latencySlack) {
 		return 1
 	}
-	return ln.fullMean / ln.fullMin.Min()
+	return ln.fullMean / best
 }
 
 // growConcurrency raises concurrency when requests had to wait for a slot
@@ -705,13 +775,19 @@ func (ln *lane) shrinkConcurrency(p permit, c int) {
 }
 
 // judgeProbe adopts the size of a probe batch that cost no more per record
-// than the current size, and remembers it as too large otherwise.
+// than the current size (give or take latencySlack), and remembers it as
+// too large otherwise.
 func (ln *lane) judgeProbe(p permit, latency time.Duration, e *Error, now time.Time) {
 	ln.probeSize = 0
+	if p.n <= ln.batch {
+		// Sent before it filled (a stream's partial batch): it tells
+		// nothing about the larger size.
+		return
+	}
 	switch {
 	case e == nil:
 		base := ln.fullMean / float64(ln.batch)
-		if base > 0 && float64(latency)/float64(p.n) > probeWorse*base {
+		if base > 0 && float64(latency) > probeWorse*base*float64(p.n)+float64(latencySlack) {
 			ln.setCeiling(p.n, now.Add(softCeilingFor))
 			return
 		}
@@ -744,27 +820,21 @@ func (ln *lane) setCeiling(size int, until time.Time) {
 // in ten buckets of 100 ms.
 type rateMeter struct {
 	buckets [10]int
-	epoch   int64     // index of the newest bucket, in 100 ms units since the zero time
-	first   time.Time // first record, so that a young meter is not diluted
+	epoch   int64 // index of the newest bucket, in 100 ms units since the zero time
 }
 
 const meterBucket = 100 * time.Millisecond
 
 func (m *rateMeter) add(now time.Time, n int) {
-	if m.first.IsZero() {
-		m.first = now
-	}
 	m.advance(now)
 	m.buckets[m.epoch%int64(len(m.buckets))] += n
 }
 
-// rateOver returns the rate over the last window (whole buckets, the
-// newest one partly elapsed; at most a second), or over the meter's age
-// if it is younger.
+// rateOver returns the rate over the last window, up to a second (whole
+// buckets, the newest one partly elapsed). A meter younger than the window
+// counts the time before it as empty: at the start, a burst that the
+// index absorbed must not read as its capacity.
 func (m *rateMeter) rateOver(now time.Time, window time.Duration) float64 {
-	if m.first.IsZero() {
-		return 0
-	}
 	m.advance(now)
 	n := int64(len(m.buckets))
 	k := min(max(int64((window+meterBucket-1)/meterBucket), 1), n)
@@ -774,7 +844,6 @@ func (m *rateMeter) rateOver(now time.Time, window time.Duration) float64 {
 	}
 	current := now.Sub(time.Unix(0, m.epoch*int64(meterBucket)))
 	span := time.Duration(k-1)*meterBucket + current
-	span = min(span, now.Sub(m.first))
 	return float64(sum) / max(span, meterBucket/10).Seconds()
 }
 
@@ -788,6 +857,52 @@ func (m *rateMeter) advance(now time.Time) {
 		m.buckets[(m.epoch+i)%int64(len(m.buckets))] = 0
 	}
 	m.epoch = e
+}
+
+// peakMeter keeps the records accepted and refused in each of the last ten
+// whole seconds, and the most ever accepted in one.
+type peakMeter struct {
+	accepted, refused [10]int
+	sec               int64   // the newest second, in Unix seconds
+	best              float64 // most records accepted in one whole second
+}
+
+func (m *peakMeter) add(now time.Time, accepted, refused int) {
+	m.advance(now)
+	i := m.sec % int64(len(m.accepted))
+	m.accepted[i] += accepted
+	m.refused[i] += refused
+}
+
+// refusedShare returns the share of records refused (429) over the last
+// ten seconds.
+func (m *peakMeter) refusedShare(now time.Time) float64 {
+	m.advance(now)
+	a, r := 0, 0
+	for i := range m.accepted {
+		a += m.accepted[i]
+		r += m.refused[i]
+	}
+	if a+r == 0 {
+		return 0
+	}
+	return float64(r) / float64(a+r)
+}
+
+func (m *peakMeter) advance(now time.Time) {
+	s := now.Unix()
+	if s <= m.sec {
+		return
+	}
+	n := int64(len(m.accepted))
+	if m.sec > 0 {
+		// The second that ends is complete: it may be the best.
+		m.best = max(m.best, float64(m.accepted[m.sec%n]))
+	}
+	for i := m.sec + 1; i <= s && i <= m.sec+n; i++ {
+		m.accepted[i%n], m.refused[i%n] = 0, 0
+	}
+	m.sec = s
 }
 
 // clock is the time source of the limiter and the retry loop, injected in

@@ -20,7 +20,7 @@ func capLane(r float64) (*lane, *fakeClock) {
 	clk := newFakeClock()
 	ln := newLane(clk)
 	ln.records.SetLimitAt(clk.Now(), rate.Limit(r))
-	ln.wmax, ln.cutBeta = r, rateCut
+	ln.wmax, ln.cutBeta, ln.recovery = r, rateCut, rateRecovery
 	ln.cutAt, ln.grownAt, ln.lastCut = clk.Now(), clk.Now(), clk.Now()
 	ln.slowStart = false
 	return ln, clk
@@ -73,6 +73,45 @@ func TestLimiterFirstCutHalvesTheSendingRate(t *testing.T) {
 	require.NoError(t, err)
 	ln.release(p, errRateLimited)
 	assert.InDelta(t, 5000*slowStartCut, ln.state().Rate, 5000*slowStartCut*0.15)
+}
+
+func TestLimiterLeavesAGuessedLevelSooner(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	ln := newLane(clk)
+	own := make(chan struct{}, 1)
+	send := func(n int, every time.Duration, e *Error) {
+		for range n {
+			p, err := ln.acquire(ctx, 10, own, false)
+			require.NoError(t, err)
+			clk.Advance(every)
+			ln.rateWaited = clk.Now() // requests wait for the rate
+			ln.release(p, e)
+		}
+	}
+	send(50, 10*time.Millisecond, nil)
+	send(1, 0, errRateLimited)
+	require.False(t, ln.measured)
+	assert.Equal(t, guessRecovery, ln.recovery, "the level of slow start's overshoot is a guess")
+	level := ln.wmax
+	clk.Advance(guessRecovery)
+	ln.growRate(clk.Now())
+	assert.InDelta(t, level, ln.state().Rate, 1, "the rate is back at the guessed level after guessRecovery")
+
+	// A second episode long enough after the first measures the level.
+	send(100, 10*time.Millisecond, nil)
+	send(1, 0, errRateLimited)
+	assert.True(t, ln.measured)
+	assert.Equal(t, rateRecovery, ln.recovery, "a measured level is approached slowly")
+}
+
+func TestLimiterSendLimitCutsStaleBatches(t *testing.T) {
+	ln, _ := capLane(2000)
+	assert.Equal(t, 2000/minRequestsPerSecond, ln.sendLimit(), "a capped rate sends a twentieth of a second's worth at most")
+	ln.ceilSize = 60
+	assert.Equal(t, 59, ln.sendLimit(), "a size known to be too large is not sent")
+	uncapped := newLane(newFakeClock())
+	assert.Equal(t, MaxBatchSize, uncapped.sendLimit())
 }
 
 func TestLimiterLevelIsWhatTheIndexAcceptedBetweenEpisodes(t *testing.T) {

@@ -230,6 +230,18 @@ func (r *run) process(worker int, rt *route, b batch) {
 			r.failPart(p, r.stopError())
 			continue
 		}
+		if r.cfg.batchSize == 0 {
+			if limit := rt.lane.sendLimit(); len(p.items) > limit {
+				if p.sizeProbe {
+					rt.lane.dropSizeProbe()
+				}
+				pieces := recut(p.items, limit)
+				for i := len(pieces) - 1; i >= 0; i-- {
+					stack = append(stack, p.child(pieces[i]))
+				}
+				continue
+			}
+		}
 		e := r.attempt(worker, rt, p)
 		r.maybeProgress()
 		if e == nil {

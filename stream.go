@@ -62,7 +62,9 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 			skip--
 			continue
 		}
-		if in.push(ctx, toItem(v)) != nil {
+		if err := in.push(ctx, toItem(v)); err != nil {
+			// Pulled, so it must be accounted for.
+			in.refuse(toItem(v), err)
 			break
 		}
 	}

@@ -18,8 +18,13 @@ const (
 	// budgetPerSuccess is the retries earned by a successful request: in
 	// the long run retries are at most a fifth of the requests.
 	budgetPerSuccess = 0.2
-	// budgetPerSecond refills the budget when nothing succeeds.
-	budgetPerSecond = 1.0
+	// budgetPerSecond refills the budget when nothing succeeds. It is not
+	// what protects a dead index (the breaker holds every request back
+	// then); it keeps a run whose traffic is all retries (every batch
+	// waiting on the budget, so nothing succeeds to earn more) from
+	// crawling at one request a second through an index that fails a
+	// third of the time.
+	budgetPerSecond = 10.0
 	// budgetMax is the most retries that can be saved up, and the budget a
 	// lane starts with.
 	budgetMax = 50.0

@@ -317,26 +317,22 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 }
 
 // sendLimit returns the most records a request may carry now: what
-// maxBatch allows, and less than a size known to be too large. A batch
-// formed before the rate was cut or a ceiling was found is cut to it, so
-// that one stale large batch does not hold the queue while it saves up a
-// second's worth of tokens. A probe batch that is cut is no probe.
-func (ln *lane) sendLimit() int {
+// maxBatch allows, and less than a size known to be too large. A batch of
+// n records formed before the rate was cut or a ceiling was found is cut
+// to it, so that one stale large batch does not hold the queue while it
+// saves up a second's worth of tokens; when that batch is the size probe,
+// the probe is forgotten, since it will not be sent.
+func (ln *lane) sendLimit(n int, sizeProbe bool) int {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	limit := ln.maxBatch()
 	if ln.ceilSize > 0 {
 		limit = min(limit, max(1, ln.ceilSize-1))
 	}
+	if sizeProbe && n > limit {
+		ln.probeSize = 0
+	}
 	return limit
-}
-
-// dropSizeProbe forgets the probe batch out, which was cut before it was
-// sent.
-func (ln *lane) dropSizeProbe() {
-	ln.mu.Lock()
-	ln.probeSize = 0
-	ln.mu.Unlock()
 }
 
 // maxBatch is the largest batch size worth trying: Pinecone's limit, or,

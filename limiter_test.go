@@ -107,11 +107,14 @@ func TestLimiterLeavesAGuessedLevelSooner(t *testing.T) {
 
 func TestLimiterSendLimitCutsStaleBatches(t *testing.T) {
 	ln, _ := capLane(2000)
-	assert.Equal(t, 2000/minRequestsPerSecond, ln.sendLimit(), "a capped rate sends a twentieth of a second's worth at most")
+	assert.Equal(t, 2000/minRequestsPerSecond, ln.sendLimit(100, false), "a capped rate sends a twentieth of a second's worth at most")
 	ln.ceilSize = 60
-	assert.Equal(t, 59, ln.sendLimit(), "a size known to be too large is not sent")
+	assert.Equal(t, 59, ln.sendLimit(100, false), "a size known to be too large is not sent")
+	ln.probeSize = 100
+	ln.sendLimit(100, true)
+	assert.Zero(t, ln.probeSize, "a probe batch that is cut is no longer out")
 	uncapped := newLane(newFakeClock())
-	assert.Equal(t, MaxBatchSize, uncapped.sendLimit())
+	assert.Equal(t, MaxBatchSize, uncapped.sendLimit(1000, false))
 }
 
 func TestLimiterLevelIsWhatTheIndexAcceptedBetweenEpisodes(t *testing.T) {

@@ -231,10 +231,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 			continue
 		}
 		if r.cfg.batchSize == 0 {
-			if limit := rt.lane.sendLimit(); len(p.items) > limit {
-				if p.sizeProbe {
-					rt.lane.dropSizeProbe()
-				}
+			if limit := rt.lane.sendLimit(len(p.items), p.sizeProbe); len(p.items) > limit {
 				pieces := recut(p.items, limit)
 				for i := len(pieces) - 1; i >= 0; i-- {
 					stack = append(stack, p.child(pieces[i]))

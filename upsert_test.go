@@ -321,6 +321,23 @@ func TestAllBisectsInvalidBatches(t *testing.T) {
 	assert.Equal(t, 0, res.Stats.Retries, "invalid batches are never retried unchanged")
 }
 
+func TestAllCutsBatchesFormedBeforeACeilingToIt(t *testing.T) {
+	// The lane's batch size is 400 while a ceiling of 100 is known: the
+	// state right after a batch of 100 timed out, with batches of 400
+	// already formed. They are cut before they are sent.
+	lim := &Limiter{clock: newFakeClock()}
+	ln := lim.lane("", MaxBatchSize)
+	ln.batch, ln.ceilSize, ln.ceilUntil = 400, 100, ln.clock.Now().Add(time.Hour)
+	fi := newFakeIndex(nil)
+	res, err := All(context.Background(), vectors(1200, 2), WithUpsertFunc(fi.Upsert), WithLimiter(lim))
+	require.NoError(t, err)
+	assert.Equal(t, 1200, res.Upserted)
+	assert.Len(t, fi.Stored(), 1200)
+	for _, call := range fi.Calls() {
+		assert.LessOrEqual(t, len(call), 99, "no request carries the size known to be too large")
+	}
+}
+
 func TestAllSplitsTooLargeRequests(t *testing.T) {
 	fi := newFakeIndex(func(_ int, ids []string) error {
 		if len(ids) > 3 {

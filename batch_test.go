@@ -142,7 +142,7 @@ func TestRecutMakesTheFewestNearlyEqualPieces(t *testing.T) {
 	}
 }
 
-func TestDropDuplicatesKeepsTheLastOfEachID(t *testing.T) {
+func TestRepeatsFlagsEachIDThatOccursMoreThanOnce(t *testing.T) {
 	hashes := map[string]func(string) uint64{
 		"a good hash": func(s string) uint64 {
 			var h uint64 = 14695981039346656037
@@ -153,32 +153,32 @@ func TestDropDuplicatesKeepsTheLastOfEachID(t *testing.T) {
 		},
 		"a hash where every id collides": func(string) uint64 { return 7 },
 	}
-	a, b := &route{namespace: "a"}, &route{namespace: "b"}
-	mk := func(hash func(string) uint64, ids ...string) ([]item, []*route) {
-		its := make([]item, len(ids))
-		rts := make([]*route, len(ids))
+	const (
+		later   = repeatedLater
+		earlier = repeatedEarlier
+		both    = later | earlier
+	)
+	flagsOf := func(hash func(string) uint64, ids ...string) []uint8 {
+		hs := make([]uint64, len(ids))
 		for i, id := range ids {
-			ns, rest, _ := strings.Cut(id, "/")
-			its[i] = item{seq: i, id: rest, hash: hash(rest)}
-			rts[i] = a
-			if ns == "b" {
-				rts[i] = b
-			}
+			hs[i] = hash(id)
 		}
-		return its, rts
+		// ids are "namespace/id": equal strings, same namespace and id.
+		return repeats(hs, func(i, j int) bool { return ids[i] == ids[j] })
 	}
 	for name, hash := range hashes {
-		t.Run("with "+name+" only the last occurrence stays, in input order", func(t *testing.T) {
-			its, rts := mk(hash, "a/a", "a/b", "a/a", "a/c", "a/b", "a/a", "a/d")
-			assert.Equal(t, []int{3, 4, 5, 6}, dropDuplicates(its, rts))
+		t.Run("with "+name+" every occurrence but the last comes again later", func(t *testing.T) {
+			got := flagsOf(hash, "a/a", "a/b", "a/a", "a/c", "a/b", "a/a", "a/d")
+			assert.Equal(t, []uint8{later, later, both, 0, earlier, earlier, 0}, got)
 		})
-		t.Run("with "+name+" distinct ids are all kept", func(t *testing.T) {
-			its, rts := mk(hash, "a/x", "a/y", "a/z")
-			assert.Equal(t, []int{0, 1, 2}, dropDuplicates(its, rts))
+		t.Run("with "+name+" distinct ids are not flagged", func(t *testing.T) {
+			assert.Equal(t, []uint8{0, 0, 0}, flagsOf(hash, "a/x", "a/y", "a/z"))
 		})
 		t.Run("with "+name+" one id in two namespaces is two records", func(t *testing.T) {
-			its, rts := mk(hash, "a/x", "b/x", "a/x")
-			assert.Equal(t, []int{1, 2}, dropDuplicates(its, rts))
+			assert.Equal(t, []uint8{later, 0, earlier}, flagsOf(hash, "a/x", "b/x", "a/x"))
 		})
 	}
+	t.Run("no records need no table", func(t *testing.T) {
+		assert.Empty(t, repeats(nil, nil))
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -78,84 +79,140 @@ func (in *intake) check(it *item, rt *route) error {
 	return err
 }
 
-// admitAll takes a whole slice in, for All: it reports the invalid
-// records, drops every record whose id appears again later in the same
-// namespace, and returns the others with their routes.
-func (in *intake) admitAll(records []*pinecone.Vector) ([]item, []*route) {
+// admitAll takes a whole slice in, for All, and sends it: it reports the
+// invalid records and sends, of each id, only the last valid occurrence in
+// its namespace, counting the others as duplicates.
+//
+// Sending starts at once rather than after every record was checked: a
+// first pass only hashes the ids to find those that come again later
+// (tens of milliseconds for a million records), and the checks run as the
+// records are batched. An occurrence that a later one may replace is held
+// back until the last occurrence of its id is checked.
+func (in *intake) admitAll(records []*pinecone.Vector) {
 	r := in.r
 	r.stats.records.Store(int64(len(records)))
-	items := make([]item, 0, len(records))
-	routes := make([]*route, 0, len(records))
-	for i, v := range records {
-		it := item{seq: i, vec: v}
-		rt := r.route(in.namespace(&it))
-		if err := in.check(&it, rt); err != nil {
-			in.reject(&it, err)
-			continue
+	var one *route    // the route of every record, without WithNamespaceOf
+	var many []*route // the route of each record, with it
+	routeOf := func(i int) *route {
+		if many != nil {
+			return many[i]
 		}
-		items = append(items, it)
-		routes = append(routes, rt)
+		return one
 	}
-	if len(r.routes) > 1 {
-		for i := range items {
-			items[i].hash = maphash.String(in.seed, routes[i].namespace) ^ maphash.String(in.seed, items[i].id)
+	hashes := make([]uint64, len(records))
+	if in.nsOf != nil {
+		many = make([]*route, len(records))
+		var it item // reused: in.namespace takes its address
+		for i, v := range records {
+			it = item{seq: i, vec: v}
+			many[i] = r.route(in.namespace(&it))
+			hashes[i] = maphash.String(in.seed, many[i].namespace)
 		}
 	} else {
-		for i := range items {
-			items[i].hash = maphash.String(in.seed, items[i].id)
+		one = r.route(r.cfg.namespace)
+	}
+	for i, v := range records {
+		if v != nil {
+			hashes[i] ^= maphash.String(in.seed, v.Id)
 		}
 	}
-	keep := dropDuplicates(items, routes)
-	if dups := len(items) - len(keep); dups > 0 {
-		r.stats.duplicates.Store(int64(dups))
-		kept := make([]item, 0, len(keep))
-		keptRoutes := make([]*route, 0, len(keep))
-		for _, i := range keep {
-			kept = append(kept, items[i])
-			keptRoutes = append(keptRoutes, routes[i])
+	flags := repeats(hashes, func(i, j int) bool {
+		return records[i] != nil && records[j] != nil && records[i].Id == records[j].Id && routeOf(i) == routeOf(j)
+	})
+
+	var held map[string]item // the latest valid occurrence of an id that comes again
+	var stopped []item       // valid records not sent because the run stopped
+	send := func(rt *route, it item) {
+		if r.runCtx.Err() != nil {
+			stopped = append(stopped, it)
+			return
 		}
-		items, routes = kept, keptRoutes
+		in.enqueue(r.runCtx, rt, it)
 	}
-	return items, routes
+	var it item // reused: in.check takes its address
+	for i, v := range records {
+		it = item{seq: i, vec: v}
+		rt := routeOf(i)
+		err := in.check(&it, rt)
+		if err != nil {
+			in.reject(&it, err)
+		}
+		if flags[i] == 0 {
+			if err == nil {
+				send(rt, it)
+			}
+			continue
+		}
+		// An id that occurs more than once.
+		key := rt.namespace + "\x00" + v.Id
+		prev, hasPrev := held[key]
+		if err == nil && hasPrev {
+			r.stats.duplicates.Add(1)
+		}
+		switch {
+		case flags[i]&repeatedLater != 0 && err == nil:
+			if held == nil {
+				held = make(map[string]item)
+			}
+			held[key] = it
+		case flags[i]&repeatedLater == 0:
+			// The last occurrence: it is sent, or, when it is invalid,
+			// the latest valid one before it.
+			delete(held, key)
+			if err == nil {
+				send(rt, it)
+			} else if hasPrev {
+				send(rt, prev)
+			}
+		}
+	}
+	if len(stopped) > 0 {
+		r.failAll(stopped, r.stopError(), 0, false)
+	}
 }
 
-// dropDuplicates returns the indexes of the items to keep: the last of
-// each id within its route, in input order. Ids are keyed by their 64-bit
-// hash, which halves the memory of a map of strings and its cache misses;
-// a hash match is confirmed by comparing the ids.
-func dropDuplicates(items []item, routes []*route) []int {
-	last := make(map[uint64]int32, len(items)) // hash -> index of the latest record
-	var collided map[string]int                // ids whose hash matched another id's
-	superseded := make([]bool, len(items))
-	same := func(i, j int) bool { return items[i].id == items[j].id && routes[i] == routes[j] }
-	for i := range items {
-		h := items[i].hash
-		j, seen := last[h]
-		switch {
-		case !seen:
-			last[h] = int32(i)
-		case same(int(j), i):
-			superseded[j] = true
-			last[h] = int32(i)
-		default:
-			// Two ids with one hash: track this one exactly.
-			if collided == nil {
-				collided = make(map[string]int)
+// Flags of repeats.
+const (
+	repeatedLater   = 1 << iota // the id comes again later
+	repeatedEarlier             // the id came before
+)
+
+// repeats flags the records whose id comes again later, or came before,
+// given the hash of each record's namespace and id, and same, which tells
+// whether two records of equal hashes have the same namespace and id.
+//
+// It is an open-addressing table of hashes, filled from the end: a map of
+// a million entries costs ten times as much to fill, and All sends nothing
+// until this is done. Records whose hashes collide take separate slots.
+func repeats(hashes []uint64, same func(i, j int) bool) []uint8 {
+	flags := make([]uint8, len(hashes))
+	// A third of the slots stay empty, so that a search stops soon.
+	size := uint64(len(hashes) + len(hashes)/2 + 1)
+	keys := make([]uint64, size)
+	slots := make([]int32, size) // index of the record + 1; 0 for an empty slot
+	for i := len(hashes) - 1; i >= 0; i-- {
+		h := hashes[i]
+		start, _ := bits.Mul64(h, size) // h scaled to [0, size)
+		for j := start; ; {
+			k := slots[j]
+			if k == 0 {
+				keys[j], slots[j] = h, int32(i+1)
+				break
 			}
-			key := routes[i].namespace + "\x00" + items[i].id
-			if k, ok := collided[key]; ok {
-				superseded[k] = true
+			if keys[j] == h && same(int(k-1), i) {
+				flags[i] |= repeatedLater
+				flags[k-1] |= repeatedEarlier
+				// The slot keeps this earlier occurrence: the next
+				// one found earlier still is flagged against it.
+				slots[j] = int32(i + 1)
+				break
 			}
-			collided[key] = i
+			if j++; j == size {
+				j = 0
+			}
 		}
 	}
-	keep := make([]int, 0, len(items))
-	for i, s := range superseded {
-		if !s {
-			keep = append(keep, i)
-		}
-	}
-	return keep
+	return flags
 }
 
 // push takes one record of a stream in. It returns an error, with the

@@ -204,10 +204,11 @@ type lane struct {
 	// batch size and latency
 	limit        int // the most records a request may carry
 	batch        int
-	ceilSize     int       // a size known to be too large; 0 when none
-	ceilUntil    time.Time // when ceilSize is forgotten
-	probeSize    int       // size of the probe batch out, 0 when none
-	probeSent    time.Time
+	ceilSize     int           // a size known to be too large; 0 when none
+	ceilUntil    time.Time     // when ceilSize is forgotten
+	probeSize    int           // size of the probe batch out, 0 when none
+	probeSent    time.Time     // when the probe batch was formed
+	probeStart   time.Time     // when it was sent; zero until then
 	fullMin      minmax.Window // latencies (ns) of full batches at the current size
 	fullMean     float64       // moving average of the same
 	fullCount    int
@@ -286,8 +287,18 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 	if ln.ceilSize > 0 && now.After(ln.ceilUntil) {
 		ln.ceilSize = 0
 	}
-	if ln.probeSize > 0 && now.Sub(ln.probeSent) > probeExpiry {
-		ln.probeSize = 0
+	if ln.probeSize > 0 {
+		if out := now.Sub(ln.probeSent); out > probeExpiry {
+			ln.probeSize = 0
+		} else if !ln.probeStart.IsZero() && ln.fullCount > 0 && float64(now.Sub(ln.probeStart)) > ln.probeBudget(ln.probeSize) {
+			// The probe is already out longer than a size no worse than
+			// the current one could take: too large, whenever it comes
+			// back. Not waiting for it keeps a probe into a size that is
+			// twenty times slower, or times out, from holding the batch
+			// size for seconds.
+			ln.setCeiling(ln.probeSize, now.Add(softCeilingFor))
+			ln.probeSize = 0
+		}
 	}
 	limit := ln.maxBatch()
 	if ln.batch > limit {
@@ -295,12 +306,16 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 		ln.fullMin.Reset()
 		ln.fullCount = 0
 	}
-	if ln.probeSize > 0 || ln.fullCount < 2 {
+	// A probe is judged against the latency of the current size, so it
+	// waits for two samples of it; but in slow start a probe goes out
+	// right behind the first request, since the samples come back before
+	// the larger batch does.
+	if ln.probeSize > 0 || ln.fullCount < 2 && !(ln.slowStart && ln.issued > 0) {
 		return ln.batch, false
 	}
 	growth := 2
 	if ln.slowStart {
-		growth = 4
+		growth = 10
 	}
 	next := min(growth*ln.batch, limit)
 	if ln.ceilSize > 0 {
@@ -312,7 +327,7 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 	if next <= ln.batch {
 		return ln.batch, false
 	}
-	ln.probeSize, ln.probeSent = next, now
+	ln.probeSize, ln.probeSent, ln.probeStart = next, now, time.Time{}
 	return next, true
 }
 
@@ -392,6 +407,9 @@ func (ln *lane) acquire(ctx context.Context, n int, slots chan struct{}, sizePro
 		ln.issued++
 		ln.sent.add(ln.clock.Now(), n)
 		p := permit{gen: ln.issued, n: n, start: ln.clock.Now(), slots: slots, probe: probe, sizeProbe: sizeProbe}
+		if sizeProbe && n == ln.probeSize {
+			ln.probeStart = p.start
+		}
 		ln.mu.Unlock()
 		return p, nil
 	}
@@ -781,13 +799,23 @@ func (ln *lane) judgeProbe(p permit, latency time.Duration, e *Error, now time.T
 		return
 	}
 	switch {
+	case e == nil && ln.fullMean == 0:
+		// Nothing to compare with (the batches of the current size
+		// failed or were not full): try again later.
 	case e == nil:
-		base := ln.fullMean / float64(ln.batch)
-		if base > 0 && float64(latency) > probeWorse*base*float64(p.n)+float64(latencySlack) {
+		if float64(latency) > ln.probeBudget(p.n) {
 			ln.setCeiling(p.n, now.Add(softCeilingFor))
 			return
 		}
 		if p.n > ln.batch {
+			if ln.slowStart && ln.fullMean > 0 {
+				// Larger batches take longer: as many requests a second
+				// as now need that many more in flight (Little's law).
+				// Waiting for concurrency to double its way there would
+				// cost round trips of the new, longer latency.
+				want := int(math.Ceil(float64(ln.inFlight+1) * float64(latency) / ln.fullMean))
+				ln.conc = max(ln.conc, min(want, maxConcurrency))
+			}
 			// The probe is the first sample of the new size, and enough
 			// of a baseline for the next probe.
 			ln.batch = p.n
@@ -798,6 +826,12 @@ func (ln *lane) judgeProbe(p permit, latency time.Duration, e *Error, now time.T
 	case e.Class == ClassTimeout || e.Class == ClassTooLarge:
 		ln.setCeiling(p.n, now.Add(timeoutCeilingFor))
 	}
+}
+
+// probeBudget is the longest a probe batch of n records may take, in ns,
+// for its size to be no worse per record than the current one.
+func (ln *lane) probeBudget(n int) float64 {
+	return probeWorse*ln.fullMean/float64(ln.batch)*float64(n) + float64(latencySlack)
 }
 
 // setCeiling remembers size as too large until until.

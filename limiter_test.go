@@ -453,6 +453,90 @@ func TestLimiterBatchSize(t *testing.T) {
 			assert.Less(t, send(ln, clk, affine, nil), n)
 		}
 	})
+	t.Run("a probe out longer than a no-worse size would take is too large before it returns", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		ln.slowStart = false
+		for range 2 {
+			send(ln, clk, affine, nil) // 100 records in 7 ms: the baseline
+		}
+		n, probe := ln.nextBatch()
+		require.True(t, probe)
+		p, err := ln.acquire(ctx, n, nil, probe)
+		require.NoError(t, err)
+		// The probe is 2× the size; no worse per record means ≤ 1.25 ×
+		// 14 ms + 5 ms. At 30 ms it is still out.
+		clk.Advance(30 * time.Millisecond)
+		next, again := ln.nextBatch()
+		assert.True(t, again, "the probe slot is free at once")
+		assert.Equal(t, 150, next, "for a size between the current one and the one judged too large")
+		q, err := ln.acquire(ctx, next, nil, again)
+		require.NoError(t, err)
+		clk.Advance(affine(next))
+		ln.release(q, nil)
+		clk.Advance(2 * time.Second)
+		ln.release(p, &Error{Class: ClassTimeout})
+		for range 50 {
+			assert.Less(t, send(ln, clk, affine, nil), n, "the size stays off limits")
+		}
+	})
+	t.Run("time a probe batch waits to be sent does not count against it", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		ln.slowStart = false
+		for range 2 {
+			send(ln, clk, affine, nil)
+		}
+		n, probe := ln.nextBatch()
+		require.True(t, probe)
+		clk.Advance(time.Second) // formed, but queued behind others
+		next, _ := ln.nextBatch()
+		assert.Equal(t, 100, next)
+		assert.Equal(t, n, ln.probeSize, "the probe is still pending")
+	})
+	t.Run("in slow start the first probe goes right behind the first request", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		n, probe := ln.nextBatch()
+		require.False(t, probe, "the first request is of the starting size")
+		first, err := ln.acquire(ctx, n, nil, false)
+		require.NoError(t, err)
+		n, probe = ln.nextBatch()
+		require.True(t, probe)
+		assert.Equal(t, MaxBatchSize, n, "slow start probes ten times the size")
+		p, err := ln.acquire(ctx, n, nil, probe)
+		require.NoError(t, err)
+		clk.Advance(affine(startBatchSize))
+		ln.release(first, nil)
+		clk.Advance(affine(n) - affine(startBatchSize))
+		ln.release(p, nil)
+		assert.Equal(t, MaxBatchSize, ln.state().BatchSize)
+	})
+	t.Run("in slow start a larger batch size brings the concurrency to keep the request rate", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		slow := func(n int) time.Duration { return 50*time.Millisecond + time.Duration(n)*500*time.Microsecond }
+		var out []permit
+		for range 3 {
+			p, err := ln.acquire(ctx, startBatchSize, nil, false)
+			require.NoError(t, err)
+			out = append(out, p)
+		}
+		n, probe := ln.nextBatch()
+		require.True(t, probe)
+		p, err := ln.acquire(ctx, n, nil, probe)
+		require.NoError(t, err)
+		clk.Advance(slow(startBatchSize))
+		for _, q := range out[:2] {
+			ln.release(q, nil) // the baseline: 100 ms
+		}
+		clk.Advance(slow(n) - slow(startBatchSize))
+		ln.release(p, nil) // 550 ms: 5.5× as long, with 2 in flight
+		assert.Equal(t, MaxBatchSize, ln.state().BatchSize)
+		assert.GreaterOrEqual(t, ln.state().Concurrency, 11, "2 in flight × 5.5")
+		assert.LessOrEqual(t, ln.state().Concurrency, maxConcurrency)
+		ln.release(out[2], nil)
+	})
 	t.Run("a capped rate keeps batches to a twentieth of a second's worth", func(t *testing.T) {
 		ln, _ := capLane(3000)
 		ln.batch = MaxBatchSize

@@ -389,14 +389,6 @@ func All(ctx context.Context, records []*pinecone.Vector, opts ...Option) (Resul
 	}
 	r := newRun(ctx, cfg, vectorKind, len(records))
 	in := newIntake(r, false)
-	items, routes := in.admitAll(records)
-	for i, it := range items {
-		if r.runCtx.Err() != nil {
-			// The run stopped: whatever follows was never handed over.
-			r.failAll(items[i:], r.stopError(), 0, false)
-			break
-		}
-		in.enqueue(r.runCtx, routes[i], it)
-	}
+	in.admitAll(records)
 	return in.close()
 }

@@ -3,6 +3,7 @@ package upsert
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -425,6 +426,75 @@ func TestAllSendsTheLastOfDuplicateIDs(t *testing.T) {
 		total += len(c)
 	}
 	assert.Equal(t, 4, total, "the duplicate is sent once")
+}
+
+func TestAllSendsTheLastValidOccurrenceOfAnID(t *testing.T) {
+	valid := func(id string, v float32) *pinecone.Vector {
+		return &pinecone.Vector{Id: id, Values: &[]float32{v, 0}}
+	}
+	invalid := func(id string) *pinecone.Vector {
+		return &pinecone.Vector{Id: id, Values: &[]float32{float32(math.NaN()), 0}}
+	}
+	tests := []struct {
+		name       string
+		records    []*pinecone.Vector
+		want       map[string]float32 // id -> first value stored
+		duplicates int
+		invalid    []int
+	}{{
+		name:       "when the last occurrence is valid, it wins",
+		records:    []*pinecone.Vector{valid("a", 1), valid("b", 1), valid("a", 2), valid("a", 3)},
+		want:       map[string]float32{"a": 3, "b": 1},
+		duplicates: 2,
+	}, {
+		name:       "when the last occurrence is invalid, the latest valid one before it is sent",
+		records:    []*pinecone.Vector{valid("a", 1), valid("a", 2), invalid("a"), valid("b", 1)},
+		want:       map[string]float32{"a": 2, "b": 1},
+		duplicates: 1,
+		invalid:    []int{2},
+	}, {
+		name:    "when no occurrence is valid, nothing is sent for the id",
+		records: []*pinecone.Vector{invalid("a"), valid("b", 1), invalid("a")},
+		want:    map[string]float32{"b": 1},
+		invalid: []int{0, 2},
+	}, {
+		name:       "an invalid occurrence between valid ones does not count as a duplicate",
+		records:    []*pinecone.Vector{valid("a", 1), invalid("a"), valid("a", 2)},
+		want:       map[string]float32{"a": 2},
+		duplicates: 1,
+		invalid:    []int{1},
+	}, {
+		name:       "a nil record among repeated ids fails alone",
+		records:    []*pinecone.Vector{valid("a", 1), nil, valid("a", 2), nil},
+		want:       map[string]float32{"a": 2},
+		duplicates: 1,
+		invalid:    []int{1, 3},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fi := newFakeIndex(nil)
+			res, _ := All(context.Background(), tt.records, testOpts(fi)...)
+			stored := fi.Stored()
+			got := make(map[string]float32, len(stored))
+			for id, v := range stored {
+				got[id] = (*v.Values)[0]
+			}
+			assert.Equal(t, tt.want, got)
+			assert.Equal(t, tt.duplicates, res.Duplicates)
+			assert.Equal(t, len(tt.want), res.Upserted)
+			var failed []int
+			for _, f := range res.Failed {
+				assert.Equal(t, ClassInvalid, f.Class)
+				failed = append(failed, f.Index)
+			}
+			assert.ElementsMatch(t, tt.invalid, failed)
+			sent := 0
+			for _, c := range fi.Calls() {
+				sent += len(c)
+			}
+			assert.Equal(t, len(tt.want), sent, "each id is sent once")
+		})
+	}
 }
 
 func TestAllUsesTheCustomClassifier(t *testing.T) {

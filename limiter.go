@@ -27,14 +27,17 @@ import (
 //     Requests sent through an index connection are also kept under
 //     Pinecone's 100 upsert requests per second per namespace.
 //   - how many requests may be in flight: 4 at first, doubling each round
-//     trip while requests wait for a slot and latency holds, then one more
-//     per round trip; one fewer on a 429 or a timeout, a quarter fewer when
-//     latency shows the index queueing. At most 64.
+//     trip while requests wait for a slot and latency holds (and at once
+//     as far as keeps the request rate when it adopts a larger batch),
+//     then one more per round trip; one fewer on a 429 or a timeout, a
+//     quarter fewer when latency shows the index queueing. At most 64.
 //   - how many records go in one request: 100 at first. A single larger
-//     probe batch is tried now and then; its size is adopted when its cost
-//     per record is no worse, and remembered as too large when it is (for
-//     30 s) or when it times out (for a minute). At most [MaxBatchSize],
-//     and never more than [MaxRequestBytes].
+//     probe batch is tried now and then (ten times the size in slow start,
+//     twice after); its size is adopted when its cost per record is no worse,
+//     and remembered as too large when it is (for 30 s, judged as soon as
+//     it has been out longer than a no-worse size would take) or when it
+//     times out (for a minute). At most [MaxBatchSize], and never more
+//     than [MaxRequestBytes].
 //
 // It also holds a circuit breaker (after 5 server failures in a row, every
 // request waits while single probes test the index, every 100 ms at first)
@@ -107,9 +110,11 @@ const (
 	minRequestsPerSecond = 20
 
 	// maxRequestRate is Pinecone serverless's limit of upsert requests per
-	// second per namespace; requestBurst lets a few go back to back.
+	// second per namespace; requestBurst lets a few go back to back. Only
+	// a few: writers that start together share the namespace's limit, and
+	// each one's first burst lands in the same second.
 	maxRequestRate = 100
-	requestBurst   = 20
+	requestBurst   = 10
 
 	// minRate keeps a cut rate from reaching zero: ten records per second
 	// still probe the index.
@@ -202,17 +207,18 @@ type lane struct {
 	concGen   uint64 // permits issued up to this one belong to the last change
 
 	// batch size and latency
-	limit        int // the most records a request may carry
-	batch        int
-	ceilSize     int           // a size known to be too large; 0 when none
-	ceilUntil    time.Time     // when ceilSize is forgotten
-	probeSize    int           // size of the probe batch out, 0 when none
-	probeSent    time.Time     // when the probe batch was formed
-	probeStart   time.Time     // when it was sent; zero until then
-	fullMin      minmax.Window // latencies (ns) of full batches at the current size
-	fullMean     float64       // moving average of the same
-	fullCount    int
-	fullTimeouts int // timeouts of full batches since one of them succeeded
+	limit         int // the most records a request may carry
+	batch         int
+	ceilSize      int           // a size known to be too large; 0 when none
+	ceilUntil     time.Time     // when ceilSize is forgotten
+	probeSize     int           // size of the probe batch out, 0 when none
+	probeSent     time.Time     // when the probe batch was formed
+	probeStart    time.Time     // when it was sent; zero until then
+	fullMin       minmax.Window // latencies (ns) of full batches at the current size
+	fullMean      float64       // moving average of the same
+	fullCount     int
+	fullTimeouts  int // timeouts of full batches since one of them succeeded
+	acceptedBatch int // the largest batch the index accepted
 
 	breaker breaker
 	budget  retryBudget
@@ -354,10 +360,17 @@ func (ln *lane) sendLimit(n int, sizeProbe bool) int {
 // when the rate is capped, a twentieth of a second's worth, so that a
 // rate-limited index still gets a steady stream of small requests rather
 // than a few that each drain its bucket.
+//
+// Below 2000 records/s that would mean ever smaller batches at twenty
+// requests a second, which is how several writers to one namespace keep
+// its request limit (100/s) exceeded once they have cut their rates: so a
+// batch as large as one the index has accepted, up to the starting size,
+// stays allowed. An index that accepted a batch that large can take it.
 func (ln *lane) maxBatch() int {
 	limit := ln.limit
 	if l := ln.records.Limit(); l != rate.Inf {
-		limit = min(limit, max(startBatchSize/10, int(float64(l)/minRequestsPerSecond)))
+		floor := max(startBatchSize/10, min(startBatchSize, ln.acceptedBatch))
+		limit = min(limit, max(floor, int(float64(l)/minRequestsPerSecond)))
 	}
 	return limit
 }
@@ -570,6 +583,7 @@ func (ln *lane) release(p permit, e *Error) {
 		ln.pausedSinceCut += ln.breaker.success(now)
 		ln.budget.success(now)
 		ln.goodput.add(now, p.n)
+		ln.acceptedBatch = max(ln.acceptedBatch, p.n)
 		ln.peak.add(now, p.n, 0)
 		ln.acceptedSinceCut += p.n
 		ln.observeLatency(p, latency)

@@ -537,6 +537,18 @@ func TestLimiterBatchSize(t *testing.T) {
 		assert.LessOrEqual(t, ln.state().Concurrency, maxConcurrency)
 		ln.release(out[2], nil)
 	})
+	t.Run("a low capped rate keeps batches as large as one the index accepted, up to the starting size", func(t *testing.T) {
+		ln, clk := capLane(1000)
+		n, _ := ln.nextBatch()
+		assert.Equal(t, 50, n, "nothing accepted yet: a twentieth of a second's worth")
+		clk.Advance(time.Second)
+		p, err := ln.acquire(ctx, 80, nil, false)
+		require.NoError(t, err)
+		ln.release(p, nil)
+		assert.Equal(t, 80, ln.sendLimit(80, false), "the index took 80 at once")
+		ln.acceptedBatch = 400
+		assert.Equal(t, startBatchSize, ln.sendLimit(400, false), "but not more than the starting size")
+	})
 	t.Run("a capped rate keeps batches to a twentieth of a second's worth", func(t *testing.T) {
 		ln, _ := capLane(3000)
 		ln.batch = MaxBatchSize

@@ -125,6 +125,17 @@ func profiles() []profile {
 		burst:    5000,
 		why:      "C = 20000 × 3/4 available; B = the vector burst",
 	}, {
+		name:    "flaky",
+		server:  "as fast, plus 3% of requests answered 429 whatever the rate",
+		options: slices.Concat(fast, []upserttest.Option{upserttest.WithFaults(upserttest.ErrorRate(codes.ResourceExhausted, 0.03, 1))}),
+		records: 600_000,
+		clients: 1,
+		// The refused requests are retried, so the vector rate is still
+		// what the index accepts in the long run.
+		capacity: 20000,
+		burst:    5000,
+		why:      "C = vector rate (random 429s are retried); B = its burst",
+	}, {
 		name:     "shared",
 		server:   "as fast, one namespace shared by 4 clients started together",
 		options:  fast,

@@ -366,12 +366,14 @@ type Failure struct {
 // index comes from [WithIndex] or [WithUpsertFunc]; the other options have
 // defaults that suit most indexes.
 //
-// Records are checked before anything is sent: a nil record, one that
+// Every record is checked before it is sent: a nil record, one that
 // breaks Pinecone's rules (id, dimension, finite values, sparse values,
-// metadata types and size, request size) fails alone with [ClassInvalid]
-// and the others are still sent. When an id appears more than once, only
-// its last valid occurrence is sent. The dense dimension of a run is that
-// of its first dense record.
+// metadata types and size, request size) is never sent and fails alone
+// with [ClassInvalid]; the others are still sent. When an id appears more
+// than once, only its last valid occurrence is sent. The dense dimension
+// of a run is that of its first dense record. Sending starts after one
+// quick pass over the ids (to find those that repeat), not after every
+// record was checked: the first requests of a large slice leave at once.
 //
 // The error is nil only when every record landed. Otherwise it is a
 // [*RunError] that matches the sentinel of each failure class present

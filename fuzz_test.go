@@ -1,12 +1,13 @@
 package upsert
 
-// Fuzz targets for the three pieces of the library that take arbitrary
-// input: the error classifier, the record validator and the batcher. Their
-// seed corpora are in testdata/fuzz/<FuzzName>/ and run with every go test;
-// a brief fuzz pass of all three (go test -fuzz takes one target at a time):
+// Fuzz targets for the pieces of the library that take arbitrary input: the
+// error classifier, the record validator, the batcher and All's rule for
+// repeated ids. Their seed corpora are in testdata/fuzz/<FuzzName>/ (or in
+// f.Add) and run with every go test; a brief fuzz pass of each (go test
+// -fuzz takes one target at a time):
 //
 //	rc=0
-//	for f in FuzzClassify FuzzValidate FuzzBatcher; do
+//	for f in FuzzClassify FuzzValidate FuzzBatcher FuzzAllDuplicates; do
 //		go test -run='^$' -fuzz="^$f\$" -fuzztime=5s . || rc=1
 //	done
 //	exit $rc
@@ -14,6 +15,7 @@ package upsert
 // A failing input is written to testdata/fuzz/<FuzzName>/; keep it there.
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -27,6 +29,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/stretchr/testify/require"
 )
 
 // ---- FuzzClassify ----
@@ -532,4 +536,73 @@ func itemSizes(its []item) []int {
 		out[i] = it.size
 	}
 	return out
+}
+
+// ---- FuzzAllDuplicates ----
+
+// FuzzAllDuplicates checks All's rule for repeated ids against a reference:
+// of each id, only the last valid occurrence is sent, exactly once; the
+// other valid ones are duplicates; invalid and nil records fail alone.
+func FuzzAllDuplicates(f *testing.F) {
+	// One record per byte: 0xff is nil; otherwise the low three bits pick
+	// one of eight ids (so that ids repeat) and bit 3 makes it invalid.
+	f.Add([]byte{0, 1, 0})
+	f.Add([]byte{0, 8, 0x08})
+	f.Add([]byte{0x08, 0xff, 0x08, 2})
+	f.Add([]byte{3, 3, 0x0b, 3, 0xff, 0x0b})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 4000 {
+			data = data[:4000]
+		}
+		records := make([]*pinecone.Vector, len(data))
+		last := map[string]int{} // id -> position of its last valid occurrence
+		valid := map[string]int{}
+		var invalid []int
+		for i, b := range data {
+			if b == 0xff {
+				invalid = append(invalid, i)
+				continue
+			}
+			id := fmt.Sprintf("id-%d", b&7)
+			v := float32(i)
+			if b&8 != 0 {
+				v = float32(math.NaN())
+				invalid = append(invalid, i)
+			} else {
+				last[id] = i
+				valid[id]++
+			}
+			records[i] = &pinecone.Vector{Id: id, Values: &[]float32{v, 1}}
+		}
+		fi := newFakeIndex(nil)
+		res, _ := All(context.Background(), records, testOpts(fi)...)
+
+		stored := fi.Stored()
+		require.Len(t, stored, len(last))
+		for id, i := range last {
+			require.Equal(t, float32(i), (*stored[id].Values)[0], "id %s: the last valid occurrence wins", id)
+		}
+		sent := map[string]int{}
+		for _, c := range fi.Calls() {
+			for _, id := range c {
+				sent[id]++
+			}
+		}
+		for id, n := range sent {
+			require.Equal(t, 1, n, "id %s is sent once", id)
+		}
+		dups := 0
+		for _, n := range valid {
+			dups += n - 1
+		}
+		require.Equal(t, dups, res.Duplicates)
+		require.Equal(t, len(last), res.Upserted)
+		var failed []int
+		for _, fl := range res.Failed {
+			require.Equal(t, ClassInvalid, fl.Class)
+			failed = append(failed, fl.Index)
+		}
+		require.ElementsMatch(t, invalid, failed)
+	})
 }

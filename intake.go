@@ -123,11 +123,18 @@ func (in *intake) admitAll(records []*pinecone.Vector) {
 	var held map[string]item // the latest valid occurrence of an id that comes again
 	var stopped []item       // valid records not sent because the run stopped
 	send := func(rt *route, it item) {
-		if r.runCtx.Err() != nil {
-			stopped = append(stopped, it)
+		if r.runCtx.Err() == nil {
+			in.enqueue(r.runCtx, rt, it)
 			return
 		}
-		in.enqueue(r.runCtx, rt, it)
+		// The run stopped: what follows is never handed over. It fails in
+		// chunks, so that a canceled run over a huge slice does not first
+		// copy the rest of it.
+		stopped = append(stopped, it)
+		if len(stopped) == 4096 {
+			r.failAll(stopped, r.stopError(), 0, false)
+			stopped = stopped[:0]
+		}
 	}
 	var it item // reused: in.check takes its address
 	for i, v := range records {

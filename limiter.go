@@ -207,18 +207,17 @@ type lane struct {
 	concGen   uint64 // permits issued up to this one belong to the last change
 
 	// batch size and latency
-	limit         int // the most records a request may carry
-	batch         int
-	ceilSize      int           // a size known to be too large; 0 when none
-	ceilUntil     time.Time     // when ceilSize is forgotten
-	probeSize     int           // size of the probe batch out, 0 when none
-	probeSent     time.Time     // when the probe batch was formed
-	probeStart    time.Time     // when it was sent; zero until then
-	fullMin       minmax.Window // latencies (ns) of full batches at the current size
-	fullMean      float64       // moving average of the same
-	fullCount     int
-	fullTimeouts  int // timeouts of full batches since one of them succeeded
-	acceptedBatch int // the largest batch the index accepted
+	limit        int // the most records a request may carry
+	batch        int
+	ceilSize     int           // a size known to be too large; 0 when none
+	ceilUntil    time.Time     // when ceilSize is forgotten
+	probeSize    int           // size of the probe batch out, 0 when none
+	probeSent    time.Time     // when the probe batch was formed
+	probeStart   time.Time     // when it was sent; zero until then
+	fullMin      minmax.Window // latencies (ns) of full batches at the current size
+	fullMean     float64       // moving average of the same
+	fullCount    int
+	fullTimeouts int // timeouts of full batches since one of them succeeded
 
 	breaker breaker
 	budget  retryBudget
@@ -361,16 +360,16 @@ func (ln *lane) sendLimit(n int, sizeProbe bool) int {
 // rate-limited index still gets a steady stream of small requests rather
 // than a few that each drain its bucket.
 //
-// Below 2000 records/s that would mean ever smaller batches at twenty
-// requests a second, which is how several writers to one namespace keep
-// its request limit (100/s) exceeded once they have cut their rates: so a
-// batch as large as one the index has accepted, up to the starting size,
-// stays allowed. An index that accepted a batch that large can take it.
+// Small batches at a low rate are also what keeps writers that share an
+// index from starving one another: a writer cut far below the others
+// sends small requests, which a nearly empty bucket still admits, so it
+// climbs back. (A floor of 100 records, tried to send fewer requests at
+// low rates, left one of four writers on a 3k records/s index at 60
+// records/s for good; TestLimiterSharesAnIndexWithoutStarvingAWriter.)
 func (ln *lane) maxBatch() int {
 	limit := ln.limit
 	if l := ln.records.Limit(); l != rate.Inf {
-		floor := max(startBatchSize/10, min(startBatchSize, ln.acceptedBatch))
-		limit = min(limit, max(floor, int(float64(l)/minRequestsPerSecond)))
+		limit = min(limit, max(startBatchSize/10, int(float64(l)/minRequestsPerSecond)))
 	}
 	return limit
 }
@@ -583,7 +582,6 @@ func (ln *lane) release(p permit, e *Error) {
 		ln.pausedSinceCut += ln.breaker.success(now)
 		ln.budget.success(now)
 		ln.goodput.add(now, p.n)
-		ln.acceptedBatch = max(ln.acceptedBatch, p.n)
 		ln.peak.add(now, p.n, 0)
 		ln.acceptedSinceCut += p.n
 		ln.observeLatency(p, latency)

@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -218,6 +219,122 @@ func TestLimiterConvergesToTheIndexCapacity(t *testing.T) {
 			assert.LessOrEqual(t, eff, 1.02, "no more than the index accepts")
 			assert.LessOrEqual(t, rejected, 0.02, "share of requests answered 429")
 		})
+	}
+}
+
+// simulateSharedIndex runs writers lanes, each on its own fake clock and
+// sending one request at a time, against one index that admits records
+// and requests (100/s, as Pinecone's namespaces) with token buckets. Events
+// are taken in time order, so that the buckets see time move forward. It
+// returns what each lane got accepted per second from measureFrom to d,
+// and the share of requests refused then.
+func simulateSharedIndex(t *testing.T, writers int, capacity float64, burst int, latency, d, measureFrom time.Duration) (rates []float64, refusedShare float64) {
+	t.Helper()
+	ctx := context.Background()
+	records := rate.NewLimiter(rate.Limit(capacity), burst)
+	requests := rate.NewLimiter(maxRequestRate, maxRequestRate)
+	const (
+		acquire = iota // form a batch and wait for the lane's permit
+		admit          // reach the index
+		answer         // get its answer
+	)
+	type writer struct {
+		clk   *fakeClock
+		ln    *lane
+		next  time.Time // when its pending event is due
+		stage int       // what that event is
+		p     permit
+		n     int
+		ok    bool
+	}
+	ws := make([]*writer, writers)
+	for i := range ws {
+		clk := newFakeClock()
+		ws[i] = &writer{clk: clk, ln: newLane(clk), next: clk.Now()}
+	}
+	start := ws[0].clk.Now()
+	from, end := start.Add(measureFrom), start.Add(d)
+	accepted := make([]int, writers)
+	sent, refused := 0, 0
+	for {
+		wi := 0
+		for i, w := range ws {
+			if w.next.Before(ws[wi].next) {
+				wi = i
+			}
+		}
+		w := ws[wi]
+		now := w.next
+		if !now.Before(end) {
+			break
+		}
+		if gap := now.Sub(w.clk.Now()); gap > 0 {
+			w.clk.Advance(gap)
+		}
+		switch w.stage {
+		case acquire:
+			n, probe := w.ln.nextBatch()
+			p, err := w.ln.acquire(ctx, n, nil, probe)
+			require.NoError(t, err)
+			w.p, w.n, w.stage, w.next = p, n, admit, w.clk.Now()
+		case admit:
+			w.ok = requests.AllowN(now, 1) && records.AllowN(now, w.n)
+			w.stage, w.next = answer, now.Add(latency)
+		case answer:
+			counted := now.After(from)
+			if counted {
+				sent++
+			}
+			switch {
+			case w.ok:
+				w.ln.release(w.p, nil)
+				if counted {
+					accepted[wi] += w.n
+				}
+			default:
+				w.ln.release(w.p, errRateLimited)
+				if counted {
+					refused++
+				}
+			}
+			w.stage, w.next = acquire, now
+		}
+	}
+	rates = make([]float64, writers)
+	for i, a := range accepted {
+		rates[i] = float64(a) / (d - measureFrom).Seconds()
+	}
+	return rates, float64(refused) / float64(sent)
+}
+
+func TestLimiterSharesAnIndexWithoutStarvingAWriter(t *testing.T) {
+	tests := []struct {
+		name     string
+		writers  int
+		capacity float64
+		burst    int
+	}{
+		{"two writers on an index of 20k records/s", 2, 20_000, 5_000},
+		{"four writers on an index of 20k records/s", 4, 20_000, 5_000},
+		{"four writers on an index of 3k records/s", 4, 3_000, 750},
+	}
+	for _, tt := range tests {
+		for _, latency := range []time.Duration{3 * time.Millisecond, 5 * time.Millisecond, 8 * time.Millisecond, 13 * time.Millisecond} {
+			name := fmt.Sprintf("%s answering in %v use it all, and each gets a third of its share or more", tt.name, latency)
+			t.Run(name, func(t *testing.T) {
+				rates, refused := simulateSharedIndex(t, tt.writers, tt.capacity, tt.burst, latency, 30*time.Second, 2*time.Second)
+				total, fair := 0.0, tt.capacity/float64(tt.writers)
+				for i, r := range rates {
+					total += r
+					assert.GreaterOrEqual(t, r, fair/3, "writer %d of %v", i, rates)
+				}
+				t.Logf("rates %.0f, total %.1f%%, refused %.2f%%", rates, 100*total/tt.capacity, 100*refused)
+				assert.GreaterOrEqual(t, total, 0.95*tt.capacity, "in total")
+				// Each writer finds the capacity on its own, so together
+				// they overshoot more often than one writer does.
+				assert.LessOrEqual(t, refused, 0.06, "share of requests answered 429")
+			})
+		}
 	}
 }
 
@@ -536,18 +653,6 @@ func TestLimiterBatchSize(t *testing.T) {
 		assert.GreaterOrEqual(t, ln.state().Concurrency, 11, "2 in flight × 5.5")
 		assert.LessOrEqual(t, ln.state().Concurrency, maxConcurrency)
 		ln.release(out[2], nil)
-	})
-	t.Run("a low capped rate keeps batches as large as one the index accepted, up to the starting size", func(t *testing.T) {
-		ln, clk := capLane(1000)
-		n, _ := ln.nextBatch()
-		assert.Equal(t, 50, n, "nothing accepted yet: a twentieth of a second's worth")
-		clk.Advance(time.Second)
-		p, err := ln.acquire(ctx, 80, nil, false)
-		require.NoError(t, err)
-		ln.release(p, nil)
-		assert.Equal(t, 80, ln.sendLimit(80, false), "the index took 80 at once")
-		ln.acceptedBatch = 400
-		assert.Equal(t, startBatchSize, ln.sendLimit(400, false), "but not more than the starting size")
 	})
 	t.Run("a capped rate keeps batches to a twentieth of a second's worth", func(t *testing.T) {
 		ln, _ := capLane(3000)

@@ -293,7 +293,7 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 		ln.ceilSize = 0
 	}
 	if ln.probeSize > 0 {
-		if out := now.Sub(ln.probeSent); out > probeExpiry {
+		if now.Sub(ln.probeSent) > probeExpiry {
 			ln.probeSize = 0
 		} else if !ln.probeStart.IsZero() && ln.fullCount > 0 && float64(now.Sub(ln.probeStart)) > ln.probeBudget(ln.probeSize) {
 			// The probe is already out longer than a size no worse than
@@ -823,7 +823,7 @@ func (ln *lane) judgeProbe(p permit, latency time.Duration, e *Error, now time.T
 			return
 		}
 		if p.n > ln.batch {
-			if ln.slowStart && ln.fullMean > 0 {
+			if ln.slowStart {
 				// Larger batches take longer: as many requests a second
 				// as now need that many more in flight (Little's law).
 				// Waiting for concurrency to double its way there would

@@ -163,44 +163,6 @@ func TestLimiterClimbsBackAlongACubic(t *testing.T) {
 	})
 }
 
-// simulateTokenBucketIndex drives a lane against a simulated index that
-// admits capacity records per second (burst records saved up), in virtual
-// time, with one request at a time, and returns the throughput over the
-// last half of the run, as a share of capacity, and the share of requests
-// answered 429.
-func simulateTokenBucketIndex(t *testing.T, capacity float64, burst int, latency time.Duration, d time.Duration) (efficiency, rejected float64) {
-	t.Helper()
-	ctx := context.Background()
-	clk := newFakeClock()
-	ln := newLane(clk)
-	index := rate.NewLimiter(rate.Limit(capacity), burst)
-	start := clk.Now()
-	half := start.Add(d / 2)
-	accepted, requests, refused := 0, 0, 0
-	for clk.Now().Before(start.Add(d)) {
-		n, probe := ln.nextBatch()
-		p, err := ln.acquire(ctx, n, nil, probe)
-		require.NoError(t, err)
-		admitted := index.AllowN(clk.Now(), n)
-		clk.Advance(latency)
-		if clk.Now().After(half) {
-			requests++
-		}
-		if !admitted {
-			ln.release(p, errRateLimited)
-			if clk.Now().After(half) {
-				refused++
-			}
-			continue
-		}
-		ln.release(p, nil)
-		if clk.Now().After(half) {
-			accepted += n
-		}
-	}
-	return float64(accepted) / (capacity * (d / 2).Seconds()), float64(refused) / float64(requests)
-}
-
 func TestLimiterConvergesToTheIndexCapacity(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -214,7 +176,8 @@ func TestLimiterConvergesToTheIndexCapacity(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+" is used at 95% or more with 2% or fewer 429s", func(t *testing.T) {
-			eff, rejected := simulateTokenBucketIndex(t, tt.capacity, tt.burst, tt.latency, 2*time.Minute)
+			rates, rejected := simulateSharedIndex(t, 1, tt.capacity, tt.burst, tt.latency, 2*time.Minute, time.Minute)
+			eff := rates[0] / tt.capacity
 			assert.GreaterOrEqual(t, eff, 0.95, "efficiency")
 			assert.LessOrEqual(t, eff, 1.02, "no more than the index accepts")
 			assert.LessOrEqual(t, rejected, 0.02, "share of requests answered 429")

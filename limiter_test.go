@@ -715,3 +715,45 @@ func TestZeroLimiterIsReady(t *testing.T) {
 	assert.Equal(t, startBatchSize, st.BatchSize)
 	assert.True(t, math.IsInf(st.Rate, 1), "no rate cap until the index pushes back")
 }
+
+func TestLimiterKeepsPineconesRequestLimit(t *testing.T) {
+	// requestsIn counts the permits of one-record requests that the lane
+	// grants over d of fake time, each returned at once.
+	requestsIn := func(ln *lane, clk *fakeClock, d time.Duration) int {
+		end, n := clk.Now().Add(d), 0
+		for {
+			p, err := ln.acquire(context.Background(), 1, nil, false)
+			require.NoError(t, err)
+			if clk.Now().After(end) {
+				ln.release(p, nil)
+				return n
+			}
+			ln.release(p, nil)
+			n++
+		}
+	}
+	t.Run("a lane sends a tenth above 100 requests a second until the first 429, then 100", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		ln.capRequests()
+		assert.InDelta(t, 10*firstRequestRate+requestBurst, requestsIn(ln, clk, 10*time.Second), 1)
+
+		p, err := ln.acquire(context.Background(), 1, nil, false)
+		require.NoError(t, err)
+		ln.release(p, errRateLimited)
+		clk.Advance(time.Second) // past the rate's own cut: only the request limit binds
+		ln.records.SetLimitAt(clk.Now(), rate.Inf)
+		assert.InDelta(t, 10*maxRequestRate+requestBurst, requestsIn(ln, clk, 10*time.Second), 1)
+
+		ln.capRequests() // a later All call on the same Limiter
+		assert.InDelta(t, 10*maxRequestRate, requestsIn(ln, clk, 10*time.Second), 1, "it stays at 100")
+	})
+	t.Run("a lane of another transport has no request limit, before or after a 429", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		p, err := ln.acquire(context.Background(), 1, nil, false)
+		require.NoError(t, err)
+		ln.release(p, errRateLimited)
+		assert.Equal(t, rate.Inf, ln.requests.Limit())
+	})
+}

@@ -20,8 +20,8 @@ import (
 //   - the send rate in records per second: a token bucket that every
 //     attempt passes, retries included. There is no cap until the index
 //     first answers 429; then the rate is cut to what the index actually
-//     accepted, at most once per round trip (the 429s of requests already
-//     in flight belong to the same episode), climbs back quickly to that
+//     accepted, at most once per round trip and per 100 ms (the 429s of
+//     requests already in flight belong to the same episode), climbs back quickly to that
 //     level and then probes above it, slowly first and faster the longer
 //     no 429 comes. A Retry-After pauses every request of the namespace.
 //     Requests sent through an index connection are also kept under
@@ -151,6 +151,14 @@ const (
 	// minEpisodeGap is the least time between two 429 episodes for the
 	// rate accepted between them to be a measure of capacity.
 	minEpisodeGap = 500 * time.Millisecond
+	// minCutGap is the least time after a cut before a request sent may
+	// start a new episode, however fast the index answers. A token-bucket
+	// index that slow start or a convex climb overdrew refuses until its
+	// bucket refills, which takes longer than a round trip of a few
+	// milliseconds: counting those 429s as new episodes cut tight (3k
+	// records/s, 2 ms round trips) three or four times within 50 ms at
+	// its first episode, to a sixth of its capacity.
+	minCutGap = 100 * time.Millisecond
 	// rateBoundFor is how recently a request must have waited for rate
 	// tokens for the rate to keep growing.
 	rateBoundFor = time.Second
@@ -608,8 +616,9 @@ func (ln *lane) release(p permit, e *Error) {
 		ln.peak.add(now, 0, p.n)
 		// Once per round trip: not for requests sent before the last cut,
 		// nor for those that reached the index while it was still
-		// refusing the overshoot that the cut answered.
-		if p.gen > ln.cutGen && p.start.Sub(ln.lastCut) >= time.Duration(ln.fullMean) {
+		// refusing the overshoot that the cut answered (a round trip, and
+		// at least minCutGap).
+		if p.gen > ln.cutGen && p.start.Sub(ln.lastCut) >= max(time.Duration(ln.fullMean), minCutGap) {
 			ln.cut(now, e.RetryAfter)
 		}
 	case ClassTimeout:

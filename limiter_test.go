@@ -57,6 +57,29 @@ func TestLimiterCutsOncePerRoundTrip(t *testing.T) {
 	assert.Equal(t, 8, ln.state().Concurrency)
 }
 
+func TestLimiterLetsAnOverdrawnIndexRefillBeforeCuttingAgain(t *testing.T) {
+	ctx := context.Background()
+	ln, clk := capLane(1000)
+	ln.fullMean = float64(2 * time.Millisecond) // a fast index
+	clk.Advance(time.Second)
+	refuse := func() {
+		p, err := ln.acquire(ctx, 1, nil, false)
+		require.NoError(t, err)
+		clk.Advance(2 * time.Millisecond)
+		ln.release(p, errRateLimited)
+	}
+	refuse()
+	require.Equal(t, 1, ln.cuts)
+	for range 5 {
+		clk.Advance(5 * time.Millisecond) // each one sent after a round trip
+		refuse()
+	}
+	assert.Equal(t, 1, ln.cuts, "429s of requests sent within 100 ms of the cut are still its episode")
+	clk.Advance(100 * time.Millisecond)
+	refuse()
+	assert.Equal(t, 2, ln.cuts, "one sent later starts a new episode")
+}
+
 func TestLimiterFirstCutHalvesTheSendingRate(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()
@@ -343,6 +366,7 @@ func TestLimiterNeverSpendsTokensFromBeforeACut(t *testing.T) {
 	ctx := context.Background()
 	ln, clk := capLane(1000)
 	ln.conc = 1
+	clk.Advance(time.Second) // a new episode, long after capLane's cut
 	held, err := ln.acquire(ctx, 1, nil, false)
 	require.NoError(t, err)
 

@@ -21,9 +21,10 @@ import (
 //     attempt passes, retries included. There is no cap until the index
 //     first answers 429; then the rate is cut to what the index actually
 //     accepted, at most once per round trip and per 100 ms (the 429s of
-//     requests already in flight belong to the same episode), climbs back quickly to that
-//     level and then probes above it, slowly first and faster the longer
-//     no 429 comes. A Retry-After pauses every request of the namespace.
+//     requests already in flight belong to the same episode), climbs back
+//     quickly to that level and then probes above it, slowly first and
+//     faster the longer no 429 comes. A Retry-After pauses every request
+//     of the namespace.
 //     Requests sent through an index connection are also kept under
 //     Pinecone's 100 upsert requests per second per namespace: 110 until
 //     the first 429 (to take in the burst the index's bucket allows), 100
@@ -37,9 +38,15 @@ import (
 //     probe batch is tried now and then (ten times the size in slow start,
 //     twice after); its size is adopted when its cost per record is no worse,
 //     and remembered as too large when it is (for 30 s, judged as soon as
-//     it has been out longer than a no-worse size would take) or when it
-//     times out (for a minute). At most [MaxBatchSize], and never more
-//     than [MaxRequestBytes].
+//     it has been out longer than a no-worse size would take), when it
+//     times out (for a minute), or when slow start's probe is answered
+//     429 (for 30 s: an index whose bucket holds fewer records refuses it
+//     at any rate). Once the rate is capped, batches carry a twentieth of
+//     a second's worth, up to the largest size adopted; fewer, larger
+//     requests when 429s keep coming right after a cut, which is what
+//     happens when writers together send more than the namespace's 100
+//     requests a second. At most [MaxBatchSize], and never more than
+//     [MaxRequestBytes].
 //
 // It also holds a circuit breaker (after 5 server failures in a row, every
 // request waits while single probes test the index, every 100 ms at first)
@@ -97,6 +104,7 @@ func (l *Limiter) lane(key string, maxBatch int) *lane {
 		ln = newLane(c)
 		ln.limit = maxBatch
 		ln.batch = min(ln.batch, maxBatch)
+		ln.sized = ln.batch
 		l.lanes[key] = ln
 	}
 	return ln
@@ -108,8 +116,13 @@ const (
 	maxConcurrency   = 64
 	startBatchSize   = 100
 
-	// minRequestsPerSecond sizes batches at a capped rate: see maxBatch.
+	// minRequestsPerSecond sizes batches at a capped rate (see
+	// maxBatch): the requests per second they are sized for start there;
+	// a 429 episode that comes right after a cut multiplies them by
+	// requestsCut, and they grow back by requestsGrowth per second.
 	minRequestsPerSecond = 20
+	requestsCut          = 0.75
+	requestsGrowth       = 0.1
 
 	// maxRequestRate is Pinecone serverless's limit of upsert requests per
 	// second per namespace; requestBurst lets a few go back to back. Only
@@ -214,6 +227,9 @@ type lane struct {
 	sent             rateMeter     // records sent
 	goodput          rateMeter     // records accepted
 
+	perSecond   float64   // requests per second that batches are sized for, see maxBatch
+	perSecondAt time.Time // its last update
+
 	// concurrency
 	conc      int
 	slotsUsed int // of the lane's own slots
@@ -226,6 +242,7 @@ type lane struct {
 	// batch size and latency
 	limit        int // the most records a request may carry
 	batch        int
+	sized        int           // the largest size adopted on its latency: the start size, or a probe's
 	ceilSize     int           // a size known to be too large; 0 when none
 	ceilUntil    time.Time     // when ceilSize is forgotten
 	probeSize    int           // size of the probe batch out, 0 when none
@@ -251,6 +268,8 @@ func newLane(c clock) *lane {
 		slowStart: true,
 		limit:     MaxBatchSize,
 		batch:     startBatchSize,
+		sized:     startBatchSize,
+		perSecond: minRequestsPerSecond,
 		budget:    newRetryBudget(now),
 	}
 }
@@ -324,10 +343,18 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 		}
 	}
 	limit := ln.maxBatch()
-	if ln.batch > limit {
-		ln.batch = limit
-		ln.fullMin.Reset()
-		ln.fullCount = 0
+	if want := min(limit, ln.sized); ln.batch != want {
+		// The rate cut the batch size, or has grown back: the size
+		// follows it, up to the size adopted on its latency, without
+		// probing its way back. Batches much smaller than the rate
+		// allows would spend requests: four writers cut to a few
+		// thousand records/s each sent 45 requests/s apiece into a
+		// namespace that takes 100.
+		if want < ln.batch || 4*want > 5*ln.batch {
+			ln.fullMin.Reset()
+			ln.fullCount = 0
+		}
+		ln.batch = want
 	}
 	// A probe is judged against the latency of the current size, so it
 	// waits for two samples of it; but in slow start a probe goes out
@@ -342,10 +369,10 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 	}
 	next := min(growth*ln.batch, limit)
 	if ln.ceilSize > 0 {
-		next = (ln.batch + ln.ceilSize) / 2
 		if ln.ceilSize-ln.batch <= max(1, ln.batch/20) {
 			return ln.batch, false // close enough to the known limit
 		}
+		next = min(next, (ln.batch+ln.ceilSize)/2)
 	}
 	if next <= ln.batch {
 		return ln.batch, false
@@ -374,9 +401,18 @@ func (ln *lane) sendLimit(n int, sizeProbe bool) int {
 }
 
 // maxBatch is the largest batch size worth trying: Pinecone's limit, or,
-// when the rate is capped, a twentieth of a second's worth, so that a
-// rate-limited index still gets a steady stream of small requests rather
-// than a few that each drain its bucket.
+// when the rate is capped, the rate over perSecond: a twentieth of a
+// second's worth at first, so that a rate-limited index still gets a
+// steady stream of small requests rather than a few that each drain its
+// bucket.
+//
+// Twenty requests a second per writer is too many when more than four
+// writers share a namespace (Pinecone takes 100 a second): their 429s
+// then keep coming however far the rates are cut, since the batches
+// shrink with them. A 429 episode right after a cut is that sign, and
+// lowers perSecond (see cut); it grows back slowly. Without it, eight
+// simulated writers on a 20k records/s index got 10-20% of it between
+// them, with a fifth of their requests refused.
 //
 // Small batches at a low rate are also what keeps writers that share an
 // index from starving one another: a writer cut far below the others
@@ -390,7 +426,7 @@ func (ln *lane) sendLimit(n int, sizeProbe bool) int {
 func (ln *lane) maxBatch() int {
 	limit := ln.limit
 	if l := ln.records.Limit(); l != rate.Inf {
-		limit = min(limit, max(startBatchSize/10, int(float64(l)/minRequestsPerSecond)))
+		limit = min(limit, max(startBatchSize/10, int(float64(l)/ln.perSecond)))
 	}
 	return limit
 }
@@ -596,6 +632,8 @@ func (ln *lane) release(p permit, e *Error) {
 		ln.wakeSlots()
 	}
 	ln.inFlight--
+	// Before judgeProbe, which may adopt the size.
+	slowProbe := p.sizeProbe && p.n > ln.batch && ln.slowStart
 	if p.sizeProbe {
 		ln.judgeProbe(p, latency, e, now)
 	}
@@ -608,6 +646,7 @@ func (ln *lane) release(p permit, e *Error) {
 		ln.observeLatency(p, latency)
 		ln.growConcurrency(p)
 		ln.growRate(now)
+		ln.growPerSecond(now)
 		return
 	}
 	switch e.Class {
@@ -617,8 +656,9 @@ func (ln *lane) release(p permit, e *Error) {
 		// Once per round trip: not for requests sent before the last cut,
 		// nor for those that reached the index while it was still
 		// refusing the overshoot that the cut answered (a round trip, and
-		// at least minCutGap).
-		if p.gen > ln.cutGen && p.start.Sub(ln.lastCut) >= max(time.Duration(ln.fullMean), minCutGap) {
+		// at least minCutGap). Not for slow start's probe of a larger
+		// size either: judgeProbe took it as too large.
+		if p.gen > ln.cutGen && p.start.Sub(ln.lastCut) >= max(time.Duration(ln.fullMean), minCutGap) && !slowProbe {
 			ln.cut(now, e.RetryAfter)
 		}
 	case ClassTimeout:
@@ -642,6 +682,7 @@ func (ln *lane) release(p permit, e *Error) {
 		if p.n > 1 {
 			ln.setCeiling(p.n, now.Add(timeoutCeilingFor))
 			ln.batch = min(ln.batch, max(1, p.n/2))
+			ln.sized = min(ln.sized, max(1, p.n/2))
 		}
 	case ClassInvalid, ClassDenied:
 		ln.pausedSinceCut += ln.breaker.success(now)
@@ -689,6 +730,12 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 		// with the rate (a transient throttle) cannot grind it down.
 		level = min(sent, float64(ln.records.Limit()))
 		level = max(level, acceptedFloor*ln.goodput.rateOver(now, time.Second))
+		// Cutting the rate did not stop the 429s. When writers together
+		// send more requests than the namespace takes, it cannot: the
+		// batch size falls with the rate, and the requests per second
+		// stay. Fewer, larger requests can.
+		ln.growPerSecond(now)
+		ln.perSecond = max(1, requestsCut*ln.perSecond)
 	}
 	// 429s that come whatever the rate (a flaky or throttling index) must
 	// not grind the rate down episode after episode: while the index
@@ -762,6 +809,15 @@ func (ln *lane) growRate(now time.Time) {
 	}
 	r := ln.wmax * (1 + (1-ln.cutBeta)*x*x*x)
 	ln.records.SetLimitAt(now, rate.Limit(max(minRate, r)))
+}
+
+// growPerSecond raises the requests per second that batches are sized
+// for by requestsGrowth each second, up to minRequestsPerSecond.
+func (ln *lane) growPerSecond(now time.Time) {
+	if !ln.perSecondAt.IsZero() {
+		ln.perSecond = min(minRequestsPerSecond, ln.perSecond+requestsGrowth*now.Sub(ln.perSecondAt).Seconds())
+	}
+	ln.perSecondAt = now
 }
 
 // observeLatency keeps the latency baseline of full batches at the
@@ -856,12 +912,23 @@ func (ln *lane) judgeProbe(p permit, latency time.Duration, e *Error, now time.T
 			// The probe is the first sample of the new size, and enough
 			// of a baseline for the next probe.
 			ln.batch = p.n
+			ln.sized = max(ln.sized, p.n)
 			ln.fullMin.Reset()
 			ln.fullMin.Add(float64(latency))
 			ln.fullMean, ln.fullCount = float64(latency), 2
 		}
 	case e.Class == ClassTimeout || e.Class == ClassTooLarge:
 		ln.setCeiling(p.n, now.Add(timeoutCeilingFor))
+	case e.Class == ClassRateLimited && ln.slowStart:
+		// Slow start's probe is ten times the size, and an index whose
+		// token bucket holds fewer records refuses it at any rate (3k
+		// records/s with a burst of 750 never admits 1000 at once). Cut
+		// for it, the rate would start from what the first few
+		// milliseconds measured; the requests of the current size tell
+		// whether the rate is too high as well. Slow start ends: the
+		// next probes are the usual ones, which a 429 cuts for.
+		ln.setCeiling(p.n, now.Add(softCeilingFor))
+		ln.slowStart = false
 	}
 }
 
@@ -875,6 +942,9 @@ func (ln *lane) probeBudget(n int) float64 {
 func (ln *lane) setCeiling(size int, until time.Time) {
 	if ln.ceilSize == 0 || size <= ln.ceilSize {
 		ln.ceilSize, ln.ceilUntil = size, until
+	}
+	if ln.sized >= size {
+		ln.sized = max(1, size/2)
 	}
 	if ln.batch >= size {
 		ln.batch = max(1, size/2)

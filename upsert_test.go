@@ -328,7 +328,7 @@ func TestAllCutsBatchesFormedBeforeACeilingToIt(t *testing.T) {
 	// already formed. They are cut before they are sent.
 	lim := &Limiter{clock: newFakeClock()}
 	ln := lim.lane("", MaxBatchSize)
-	ln.batch, ln.ceilSize, ln.ceilUntil = 400, 100, ln.clock.Now().Add(time.Hour)
+	ln.batch, ln.sized, ln.ceilSize, ln.ceilUntil = 400, 400, 100, ln.clock.Now().Add(time.Hour)
 	fi := newFakeIndex(nil)
 	res, err := All(context.Background(), vectors(1200, 2), WithUpsertFunc(fi.Upsert), WithLimiter(lim))
 	require.NoError(t, err)

@@ -709,6 +709,16 @@ func TestLimiterBatchSize(t *testing.T) {
 		ln.growPerSecond(clk.Now())
 		assert.Equal(t, float64(minRequestsPerSecond), ln.perSecond)
 	})
+	t.Run("when the namespace lacks requests, batches grow without waiting for probes, short of a known limit", func(t *testing.T) {
+		ln, clk := capLane(10_000)
+		ln.batch, ln.sized, ln.perSecond = 100, 100, 5
+		n, probe := ln.nextBatch()
+		assert.False(t, probe)
+		assert.Equal(t, 1000, n, "10k records/s in 5 requests/s would be 2000, Pinecone takes 1000")
+		ln.ceilSize, ln.ceilUntil = 600, clk.Now().Add(time.Minute)
+		n, _ = ln.nextBatch()
+		assert.Equal(t, 599, n)
+	})
 	t.Run("slow start's probe answered 429 is a size too large, not a rate", func(t *testing.T) {
 		clk := newFakeClock()
 		ln := newLane(clk)

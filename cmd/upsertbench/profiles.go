@@ -28,7 +28,7 @@ type profile struct {
 	// records is the number of records each client writes, at scale 1.
 	records int
 	// clients is the number of clients started together, each with its
-	// own index connection and its own records (1 but for "shared").
+	// own index connection and its own records (1 but for "shared" and "crowd").
 	clients int
 	// timeout is the client request timeout that every strategy uses, or
 	// 0 to let each strategy use its own default.
@@ -144,6 +144,17 @@ func profiles() []profile {
 		capacity: 20000, // for all clients together
 		burst:    5000,
 		why:      "C = vector rate, for all 4 clients; B = its burst",
+	}, {
+		// More writers than the namespace's 100 requests/s allow at 20
+		// requests/s each: they must learn to send fewer, larger ones.
+		name:     "crowd",
+		server:   "as fast, one namespace shared by 8 clients started together",
+		options:  fast,
+		records:  75_000,
+		clients:  8,
+		capacity: 20000, // for all clients together
+		burst:    5000,
+		why:      "C = vector rate, for all 8 clients; B = its burst",
 	}}
 }
 

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
@@ -37,8 +38,9 @@ var (
 	// ErrSyntax: the line is not valid JSON.
 	ErrSyntax = errors.New("invalid JSON")
 	// ErrWrongType: a field has the wrong JSON type (a string for values, a
-	// negative sparse index, a number too large for a float32), the line is
-	// not a JSON object, or its metadata cannot be represented.
+	// null among them, a negative sparse index, a number too large for a
+	// float32), the line is not a JSON object, or its metadata cannot be
+	// represented.
 	ErrWrongType = errors.New("wrong type")
 	// ErrMissingID: the object has no id, or an empty or null one.
 	ErrMissingID = errors.New("missing or empty id")
@@ -192,6 +194,11 @@ func decode(line []byte) (*pinecone.Vector, string, error) {
 	if id == "" {
 		return nil, "", ErrMissingID
 	}
+	if bytes.Contains(line, []byte("null")) {
+		if err := findNull(line); err != nil {
+			return nil, id, err
+		}
+	}
 	v := &pinecone.Vector{Id: id, Values: rec.Values}
 	if rec.SparseValues != nil {
 		v.SparseValues = &pinecone.SparseValues{Indices: rec.SparseValues.Indices, Values: rec.SparseValues.Values}
@@ -205,6 +212,39 @@ func decode(line []byte) (*pinecone.Vector, string, error) {
 		v.Metadata = m
 	}
 	return v, id, nil
+}
+
+// numbersJSON is the numeric arrays of a record with an element type that
+// can hold null: encoding/json decodes a null element of a []float32 as 0,
+// without an error, and a vector exported with a missing value (a NaN
+// written as null) would be upserted with a zero in its place.
+type numbersJSON struct {
+	Values       []*float32 `json:"values"`
+	SparseValues *struct {
+		Indices []*uint32  `json:"indices"`
+		Values  []*float32 `json:"values"`
+	} `json:"sparse_values"`
+}
+
+// findNull reports a null among the numbers of a line that decoded as a
+// record. Only lines with "null" somewhere are decoded a second time.
+func findNull(line []byte) error {
+	var n numbersJSON
+	if json.Unmarshal(line, &n) != nil {
+		return nil // the line decoded as a record: nothing here can fail
+	}
+	if i := slices.Index(n.Values, nil); i >= 0 {
+		return fmt.Errorf("%w: field \"values\": null at index %d, want float32", ErrWrongType, i)
+	}
+	if sv := n.SparseValues; sv != nil {
+		if i := slices.Index(sv.Indices, nil); i >= 0 {
+			return fmt.Errorf("%w: field \"sparse_values.indices\": null at index %d, want uint32", ErrWrongType, i)
+		}
+		if i := slices.Index(sv.Values, nil); i >= 0 {
+			return fmt.Errorf("%w: field \"sparse_values.values\": null at index %d, want float32", ErrWrongType, i)
+		}
+	}
+	return nil
 }
 
 // describeJSONError turns a decoding error into one that says where and

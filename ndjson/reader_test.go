@@ -148,6 +148,9 @@ func TestReaderReportsEachBadLineWithItsNumber(t *testing.T) {
 		{"a string among values is a wrong type", `{"id":"a","values":[1,"` + secret + `"]}`, ndjson.ErrWrongType, "a"},
 		{"a number too large for float32 is a wrong type", `{"id":"a","values":[1e300]}`, ndjson.ErrWrongType, "a"},
 		{"a negative sparse index is a wrong type", `{"id":"a","sparse_values":{"indices":[-1],"values":[1]}}`, ndjson.ErrWrongType, "a"},
+		{"a null among values is a wrong type, not a zero", `{"id":"a","values":[1,null,2]}`, ndjson.ErrWrongType, "a"},
+		{"a null sparse index is a wrong type", `{"id":"a","sparse_values":{"indices":[1,null],"values":[1,2]}}`, ndjson.ErrWrongType, "a"},
+		{"a null sparse value is a wrong type", `{"id":"a","sparse_values":{"indices":[1,2],"values":[null,2]}}`, ndjson.ErrWrongType, "a"},
 		{"string metadata is a wrong type", `{"id":"a","values":[1],"metadata":"` + secret + `"}`, ndjson.ErrWrongType, "a"},
 		{"an array line is a wrong type", `[1,2,3]`, ndjson.ErrWrongType, ""},
 		{"a string line is a wrong type", `"` + secret + `"`, ndjson.ErrWrongType, ""},
@@ -181,6 +184,20 @@ func TestReaderReportsEachBadLineWithItsNumber(t *testing.T) {
 			assert.Equal(t, io.EOF, err)
 		})
 	}
+}
+
+func TestReaderTakesNullWhereTheFormatAllowsIt(t *testing.T) {
+	input := `{"id":"null","values":[1,2],"metadata":{"genre":null},"sparse_values":null}` + "\n" +
+		`{"id":"b","values":null}` + "\n"
+	r := ndjson.NewReader(strings.NewReader(input))
+	v, err := r.Next()
+	require.NoError(t, err)
+	assert.Equal(t, []float32{1, 2}, *v.Values)
+	assert.Nil(t, v.SparseValues)
+	assert.Contains(t, v.Metadata.Fields, "genre")
+	v, err = r.Next()
+	require.NoError(t, err)
+	assert.Nil(t, v.Values, "null values are no values, as when absent")
 }
 
 func TestLineErrorMessage(t *testing.T) {

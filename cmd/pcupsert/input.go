@@ -48,9 +48,10 @@ type input struct {
 	r     *ndjson.Reader
 	onBad func(line int, raw []byte, err error)
 
-	read int   // records read
-	bad  int   // bad lines
-	err  error // a read error that stopped the input
+	read    int   // records read
+	bad     int   // bad lines
+	err     error // a read error that stopped the input
+	stopped bool  // the run stopped taking records before the end of the input
 }
 
 // newInput returns an input reading in, that calls onBad for each line that
@@ -60,8 +61,9 @@ func newInput(in io.Reader, onBad func(line int, raw []byte, err error)) *input 
 }
 
 // records returns the records of the input, in order. The sequence ends at
-// the end of the input, on a read error (then in.err holds it) or when ctx
-// ends. It can be ranged over once.
+// the end of the input, on a read error (then in.err holds it), when ctx
+// ends, or when its consumer stops (then in.stopped is set). It can be
+// ranged over once.
 func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 	return func(yield func(*pinecone.Vector) bool) {
 		for ctx.Err() == nil {
@@ -70,6 +72,7 @@ func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 			case nil:
 				in.read++
 				if !yield(v) {
+					in.stopped = true
 					return
 				}
 			case *ndjson.LineError:

@@ -318,9 +318,15 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 		dead.Close()
 		return 0, &usageError{err.Error()}
 	}
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		fmt.Fprintf(e.con, "pcupsert: interrupted at line %d of %s; records read but not landed go to the dead-letter file%s\n",
 			src.r.Line(), name, map[bool]string{true: ", and --checkpoint resumes after what landed", false: ""}[o.checkpoint != ""])
+	case src.stopped:
+		// A failure that no retry can fix (a denied key) stops the run:
+		// reading on would only fail the rest the same way.
+		fmt.Fprintf(e.con, "pcupsert: the run stopped at line %d of %s; the rest of it was not read, and is not in the dead-letter file\n",
+			src.r.Line(), name)
 	}
 
 	rep := report{read: src.read, bad: src.bad, res: res, elapsed: time.Since(start), deadLetterPath: o.deadLetter}

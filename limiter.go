@@ -116,13 +116,14 @@ const (
 	maxConcurrency   = 64
 	startBatchSize   = 100
 
-	// minRequestsPerSecond sizes batches at a capped rate (see
-	// maxBatch): the requests per second they are sized for start there;
-	// a 429 episode that comes right after a cut multiplies them by
-	// requestsCut, and they grow back by requestsGrowth per second.
-	minRequestsPerSecond = 20
-	requestsCut          = 0.75
-	requestsGrowth       = 0.1
+	// sizedRequestsPerSecond sizes batches at a capped rate (see
+	// maxBatch): the requests per second they are sized for start there,
+	// and never go above it; a 429 episode that comes right after a cut
+	// multiplies them by requestsCut, and they grow back by
+	// requestsGrowth per second.
+	sizedRequestsPerSecond = 20
+	requestsCut            = 0.75
+	requestsGrowth         = 0.1
 
 	// maxRequestRate is Pinecone serverless's limit of upsert requests per
 	// second per namespace; requestBurst lets a few go back to back. Only
@@ -269,7 +270,7 @@ func newLane(c clock) *lane {
 		limit:     MaxBatchSize,
 		batch:     startBatchSize,
 		sized:     startBatchSize,
-		perSecond: minRequestsPerSecond,
+		perSecond: sizedRequestsPerSecond,
 		budget:    newRetryBudget(now),
 	}
 }
@@ -344,7 +345,7 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 	}
 	limit := ln.maxBatch()
 	want := min(limit, ln.sized)
-	if ln.perSecond < minRequestsPerSecond {
+	if ln.perSecond < sizedRequestsPerSecond {
 		// Requests are what the namespace lacks (see maxBatch): as
 		// large as the rate allows, short of a size known to be too
 		// large, even before a probe has tried it.
@@ -822,10 +823,10 @@ func (ln *lane) growRate(now time.Time) {
 }
 
 // growPerSecond raises the requests per second that batches are sized
-// for by requestsGrowth each second, up to minRequestsPerSecond.
+// for by requestsGrowth each second, up to sizedRequestsPerSecond.
 func (ln *lane) growPerSecond(now time.Time) {
 	if !ln.perSecondAt.IsZero() {
-		ln.perSecond = min(minRequestsPerSecond, ln.perSecond+requestsGrowth*now.Sub(ln.perSecondAt).Seconds())
+		ln.perSecond = min(sizedRequestsPerSecond, ln.perSecond+requestsGrowth*now.Sub(ln.perSecondAt).Seconds())
 	}
 	ln.perSecondAt = now
 }

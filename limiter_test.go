@@ -132,7 +132,7 @@ func TestLimiterLeavesAGuessedLevelSooner(t *testing.T) {
 
 func TestLimiterSendLimitCutsStaleBatches(t *testing.T) {
 	ln, _ := capLane(2000)
-	assert.Equal(t, 2000/minRequestsPerSecond, ln.sendLimit(100, false), "a capped rate sends a twentieth of a second's worth at most")
+	assert.Equal(t, 2000/sizedRequestsPerSecond, ln.sendLimit(100, false), "a capped rate sends a twentieth of a second's worth at most")
 	ln.ceilSize = 60
 	assert.Equal(t, 59, ln.sendLimit(100, false), "a size known to be too large is not sent")
 	ln.probeSize = 100
@@ -693,21 +693,21 @@ func TestLimiterBatchSize(t *testing.T) {
 		}
 		refuse() // an episode long after the last: the rate is cut, the request size kept
 		require.Equal(t, 1, ln.cuts)
-		assert.Equal(t, float64(minRequestsPerSecond), ln.perSecond)
+		assert.Equal(t, float64(sizedRequestsPerSecond), ln.perSecond)
 		clk.Advance(2 * minCutGap)
 		refuse() // the 429s go on although the rate was cut
 		require.Equal(t, 2, ln.cuts)
-		assert.Equal(t, requestsCut*minRequestsPerSecond, ln.perSecond)
+		assert.Equal(t, requestsCut*sizedRequestsPerSecond, ln.perSecond)
 		r := float64(ln.records.Limit())
 		n, _ := ln.nextBatch()
-		assert.Equal(t, int(r/(requestsCut*minRequestsPerSecond)), n)
+		assert.Equal(t, int(r/(requestsCut*sizedRequestsPerSecond)), n)
 
 		clk.Advance(10 * time.Second)
 		ln.growPerSecond(clk.Now())
-		assert.InDelta(t, requestsCut*minRequestsPerSecond+10*requestsGrowth, ln.perSecond, 1e-9)
+		assert.InDelta(t, requestsCut*sizedRequestsPerSecond+10*requestsGrowth, ln.perSecond, 1e-9)
 		clk.Advance(time.Minute)
 		ln.growPerSecond(clk.Now())
-		assert.Equal(t, float64(minRequestsPerSecond), ln.perSecond)
+		assert.Equal(t, float64(sizedRequestsPerSecond), ln.perSecond)
 	})
 	t.Run("when the namespace lacks requests, batches grow without waiting for probes, short of a known limit", func(t *testing.T) {
 		ln, clk := capLane(10_000)

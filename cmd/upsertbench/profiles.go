@@ -125,6 +125,17 @@ func profiles() []profile {
 		burst:    5000,
 		why:      "C = 20000 × 3/4 available; B = the vector burst",
 	}, {
+		// An index whose bucket holds little more than one batch of the
+		// start size: where the start of a run shows most.
+		name:     "tiny",
+		server:   "latency 5ms+50µs/vector, rate 500 vectors/s burst 125",
+		options:  []upserttest.Option{upserttest.WithLatency(5*time.Millisecond, 50*time.Microsecond), upserttest.WithRate(500, 125)},
+		records:  15_000,
+		clients:  1,
+		capacity: 500,
+		burst:    125,
+		why:      "C = vector rate; B = its burst",
+	}, {
 		name:    "flaky",
 		server:  "as fast, plus 3% of requests answered 429 whatever the rate",
 		options: slices.Concat(fast, []upserttest.Option{upserttest.WithFaults(upserttest.ErrorRate(codes.ResourceExhausted, 0.03, 1))}),

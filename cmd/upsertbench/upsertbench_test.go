@@ -45,7 +45,7 @@ func TestRun(t *testing.T) {
 func TestParseFlags(t *testing.T) {
 	cfg, err := parseFlags(nil)
 	require.NoError(t, err)
-	assert.Len(t, cfg.profiles, 8)
+	assert.Len(t, cfg.profiles, 9)
 	assert.Len(t, cfg.strategies, 3)
 	assert.Equal(t, 1.0, cfg.scale)
 	assert.Equal(t, 60*time.Second, cfg.deadline)

@@ -344,17 +344,7 @@ func (ln *lane) nextBatch() (size int, probe bool) {
 		}
 	}
 	limit := ln.maxBatch()
-	want := min(limit, ln.sized)
-	if ln.perSecond < sizedRequestsPerSecond {
-		// Requests are what the namespace lacks (see maxBatch): as
-		// large as the rate allows, short of a size known to be too
-		// large, even before a probe has tried it.
-		want = limit
-		if ln.ceilSize > 0 {
-			want = min(want, max(1, ln.ceilSize-1))
-		}
-	}
-	if ln.batch != want {
+	if want := min(limit, ln.sized); ln.batch != want {
 		// The rate cut the batch size, or has grown back: the size
 		// follows it, up to the size adopted on its latency, without
 		// probing its way back. Batches much smaller than the rate

@@ -133,7 +133,7 @@ const (
 	requestBurst   = 10
 	// firstRequestRate is the request rate until the first 429 episode.
 	// Pinecone's limit is a token bucket with a burst of its own; sending
-	// a tenth above its rate takes that burst in over a few seconds (in
+	// a tenth above its rate takes that burst in over ten seconds (in
 	// upserttest's serverless preset, 100 requests: a second's worth of
 	// 1000-record batches) at the cost of the one episode that then
 	// brings the lane down to maxRequestRate for good.
@@ -633,11 +633,7 @@ func (ln *lane) release(p permit, e *Error) {
 		ln.wakeSlots()
 	}
 	ln.inFlight--
-	// Before judgeProbe, which may adopt the size.
-	slowProbe := p.sizeProbe && p.n > ln.batch && ln.slowStart
-	if p.sizeProbe {
-		ln.judgeProbe(p, latency, e, now)
-	}
+	tooLarge := p.sizeProbe && ln.judgeProbe(p, latency, e, now)
 	if e == nil {
 		ln.pausedSinceCut += ln.breaker.success(now)
 		ln.budget.success(now)
@@ -657,9 +653,9 @@ func (ln *lane) release(p permit, e *Error) {
 		// Once per round trip: not for requests sent before the last cut,
 		// nor for those that reached the index while it was still
 		// refusing the overshoot that the cut answered (a round trip, and
-		// at least minCutGap). Not for slow start's probe of a larger
-		// size either: judgeProbe took it as too large.
-		if p.gen > ln.cutGen && p.start.Sub(ln.lastCut) >= max(time.Duration(ln.fullMean), minCutGap) && !slowProbe {
+		// at least minCutGap). Not for a probe that judgeProbe took as
+		// too large for its 429.
+		if p.gen > ln.cutGen && p.start.Sub(ln.lastCut) >= max(time.Duration(ln.fullMean), minCutGap) && !tooLarge {
 			ln.cut(now, e.RetryAfter)
 		}
 	case ClassTimeout:
@@ -884,13 +880,14 @@ func (ln *lane) shrinkConcurrency(p permit, c int) {
 
 // judgeProbe adopts the size of a probe batch that cost no more per record
 // than the current size (give or take latencySlack), and remembers it as
-// too large otherwise.
-func (ln *lane) judgeProbe(p permit, latency time.Duration, e *Error, now time.Time) {
+// too large otherwise. It reports whether it took the probe's 429 as a
+// size too large, which then is no rate episode.
+func (ln *lane) judgeProbe(p permit, latency time.Duration, e *Error, now time.Time) (refusedForSize bool) {
 	ln.probeSize = 0
 	if p.n <= ln.batch {
 		// Sent before it filled (a stream's partial batch): it tells
 		// nothing about the larger size.
-		return
+		return false
 	}
 	switch {
 	case e == nil && ln.fullMean == 0:
@@ -899,25 +896,23 @@ func (ln *lane) judgeProbe(p permit, latency time.Duration, e *Error, now time.T
 	case e == nil:
 		if float64(latency) > ln.probeBudget(p.n) {
 			ln.setCeiling(p.n, now.Add(softCeilingFor))
-			return
+			return false
 		}
-		if p.n > ln.batch {
-			if ln.slowStart {
-				// Larger batches take longer: as many requests a second
-				// as now need that many more in flight (Little's law).
-				// Waiting for concurrency to double its way there would
-				// cost round trips of the new, longer latency.
-				want := int(math.Ceil(float64(ln.inFlight+1) * float64(latency) / ln.fullMean))
-				ln.conc = max(ln.conc, min(want, maxConcurrency))
-			}
-			// The probe is the first sample of the new size, and enough
-			// of a baseline for the next probe.
-			ln.batch = p.n
-			ln.sized = max(ln.sized, p.n)
-			ln.fullMin.Reset()
-			ln.fullMin.Add(float64(latency))
-			ln.fullMean, ln.fullCount = float64(latency), 2
+		if ln.slowStart {
+			// Larger batches take longer: as many requests a second as
+			// now need that many more in flight (Little's law). Waiting
+			// for concurrency to double its way there would cost round
+			// trips of the new, longer latency.
+			want := int(math.Ceil(float64(ln.inFlight+1) * float64(latency) / ln.fullMean))
+			ln.conc = max(ln.conc, min(want, maxConcurrency))
 		}
+		// The probe is the first sample of the new size, and enough of a
+		// baseline for the next probe.
+		ln.batch = p.n
+		ln.sized = max(ln.sized, p.n)
+		ln.fullMin.Reset()
+		ln.fullMin.Add(float64(latency))
+		ln.fullMean, ln.fullCount = float64(latency), 2
 	case e.Class == ClassTimeout || e.Class == ClassTooLarge:
 		ln.setCeiling(p.n, now.Add(timeoutCeilingFor))
 	case e.Class == ClassRateLimited && ln.slowStart:
@@ -930,7 +925,9 @@ func (ln *lane) judgeProbe(p permit, latency time.Duration, e *Error, now time.T
 		// next probes are the usual ones, which a 429 cuts for.
 		ln.setCeiling(p.n, now.Add(softCeilingFor))
 		ln.slowStart = false
+		return true
 	}
+	return false
 }
 
 // probeBudget is the longest a probe batch of n records may take, in ns,

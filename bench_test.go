@@ -3,6 +3,7 @@ package upsert
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"iter"
 	"os"
 	"runtime"
@@ -36,9 +37,26 @@ func BenchmarkAll(b *testing.B) {
 	perRecord := time.Since(start) / time.Duration(b.N*len(recs))
 	b.ReportMetric(float64(time.Second)/float64(perRecord), "records/s")
 	b.ReportMetric(0, "ns/op")
-	b.StopTimer()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
+}
+
+// BenchmarkIDPass measures the pass over the ids that All makes before it
+// sends anything (hash each id, then find those that repeat), per million
+// records: the delay All's doc gives.
+//
+//	go test -run '^$' -bench BenchmarkIDPass -benchtime 10x -count 3 .
+func BenchmarkIDPass(b *testing.B) {
+	recs := vectors(1_000_000, 2)
+	seed := maphash.MakeSeed()
+	b.ResetTimer()
+	for range b.N {
+		hashes := make([]uint64, len(recs)) // as All does, once per call
+		for i, v := range recs {
+			hashes[i] = maphash.String(seed, v.Id)
+		}
+		repeats(hashes, func(i, j int) bool { return recs[i].Id == recs[j].Id })
+	}
+	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/million")
+	b.ReportMetric(0, "ns/op")
 }
 
 // BenchmarkAllAllocs reports allocations per record (run with -benchmem and

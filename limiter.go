@@ -702,12 +702,12 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 	window := ln.meterWindow()
 	sent := ln.sent.rateOver(now, window)
 	recent := ln.goodput.rateOver(now, window)
-	level, beta := sent, rateCut
+	level, beta, uncapped := sent, rateCut, false
 	switch since := now.Sub(ln.lastCut) - ln.pausedSinceCut; {
 	case ln.records.Limit() == rate.Inf:
 		// Slow start overshot: the index may have absorbed it in a burst,
 		// so what it accepted recently is a measure only when lower.
-		beta = slowStartCut
+		beta, uncapped = slowStartCut, true
 		if recent > 0 {
 			level = min(sent, recent)
 		}
@@ -756,6 +756,18 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 	ln.wmax, ln.cutAt, ln.cutBeta, ln.recovery, ln.grownAt = level, now, beta, recovery, now
 	ln.lastCut, ln.acceptedSinceCut, ln.pausedSinceCut = now, 0, 0
 	ln.records.SetLimitAt(now, rate.Limit(max(minRate, beta*level)))
+	if t := int(ln.records.TokensAt(now)); uncapped && t > 0 {
+		// Slow start's rate had no cap, and x/time/rate refills a bucket
+		// to its burst when its rate becomes finite: the lane would send
+		// a probe's worth of records at once into the index's bucket that
+		// the overshoot has just emptied, and so would every writer
+		// leaving slow start with it (two thirds of four writers' 429s in
+		// their first two seconds, in the shared-index simulation). Later
+		// cuts keep their tokens: a 429 that does not come from an empty
+		// bucket (a flaky index's) would otherwise idle the lane for a
+		// batch each time.
+		ln.records.ReserveN(now, t) // t > 0: a negative n would add tokens
+	}
 	ln.cutGen = ln.issued
 	ln.cuts++
 	if ln.cutSignal != nil {

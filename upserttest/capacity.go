@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/upsertlib/upsert/internal/tokenbucket"
 )
 
 // This file holds the capacity model of a Server: per-namespace admission
@@ -16,10 +18,10 @@ import (
 // Server.Reset refills its buckets but keeps its slots, which may be held by
 // requests in flight.
 type nsCapacity struct {
-	mu       sync.Mutex // serializes admission, so that check-then-take is atomic
-	vectors  *bucket    // nil when disabled
-	bytes    *bucket
-	requests *bucket
+	mu       sync.Mutex          // serializes admission, so that check-then-take is atomic
+	vectors  *tokenbucket.Bucket // nil when disabled
+	bytes    *tokenbucket.Bucket
+	requests *tokenbucket.Bucket
 
 	slots *slotPool // nil when unlimited
 }
@@ -47,62 +49,22 @@ func (c *nsCapacity) resetBuckets(cfg *config) {
 func (c *nsCapacity) admit(now time.Time, vectors, bytes int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.vectors.has(now, vectors) || !c.bytes.has(now, bytes) || !c.requests.has(now, 1) {
+	if !c.vectors.Has(now, vectors) || !c.bytes.Has(now, bytes) || !c.requests.Has(now, 1) {
 		return false
 	}
-	c.vectors.take(now, vectors)
-	c.bytes.take(now, bytes)
-	c.requests.take(now, 1)
+	c.vectors.Take(now, vectors)
+	c.bytes.Take(now, bytes)
+	c.requests.Take(now, 1)
 	return true
 }
 
-// bucket is an admission token bucket. A nil *bucket admits everything.
-// Its callers serialize access (nsCapacity.mu).
-//
-// A request larger than the burst is admitted when the bucket is full and
-// leaves it in debt, repaid by the refill before anything else is admitted,
-// so that the bucket's rate is the namespace's capacity whatever the
-// request sizes.
-type bucket struct {
-	rate   float64 // tokens per second
-	burst  float64
-	tokens float64 // may be negative: a debt
-	last   time.Time
-}
-
-func newBucket(c bucketConfig) *bucket {
+// newBucket returns a full bucket, or nil (which admits everything) when c
+// is disabled.
+func newBucket(c bucketConfig) *tokenbucket.Bucket {
 	if !c.enabled() {
 		return nil
 	}
-	return &bucket{rate: c.rate, burst: float64(c.burst), tokens: float64(c.burst)}
-}
-
-// refill adds the tokens earned since the last call, up to the burst.
-func (b *bucket) refill(now time.Time) {
-	if !b.last.IsZero() && now.After(b.last) {
-		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	if now.After(b.last) {
-		b.last = now
-	}
-}
-
-// has reports whether a request of n units would be admitted at now.
-func (b *bucket) has(now time.Time, n int) bool {
-	if b == nil {
-		return true
-	}
-	b.refill(now)
-	return b.tokens >= min(float64(n), b.burst)
-}
-
-// take charges n units; has(now, n) was true under the same lock.
-func (b *bucket) take(now time.Time, n int) {
-	if b == nil {
-		return
-	}
-	b.refill(now)
-	b.tokens -= float64(n)
+	return tokenbucket.New(c.rate, c.burst)
 }
 
 // slotPool is a counting semaphore whose waiters are served in FIFO order.

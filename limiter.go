@@ -696,8 +696,8 @@ func (ln *lane) release(p permit, e *Error) {
 // enough ago. An index that limits with a token bucket answers 429 when
 // its bucket runs dry, so between two episodes it accepted exactly its
 // rate. Otherwise the level is the rate the lane was sending at. The cut
-// itself is to 85% of the level, or to half of the sending rate when the
-// rate had no cap yet (slow start overshoots).
+// itself is to 85% of the level, or to 30% when the rate had no cap yet
+// (slow start overshoots).
 func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 	window := ln.meterWindow()
 	sent := ln.sent.rateOver(now, window)
@@ -711,12 +711,20 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 		if recent > 0 {
 			level = min(sent, recent)
 		}
-	case since >= minEpisodeGap:
+	case since >= minEpisodeGap && (ln.measured || ln.cuts >= 2 || now.Sub(ln.cutAt) >= ln.recovery):
 		// Between two episodes a token-bucket index accepts its rate,
 		// less what overflowed its bucket while the lane sent less: the
 		// average is a floor of its capacity. What the lane sent over the
 		// last second, as the bucket ran dry, is closer to it when the
 		// lane spent most of the time below.
+		//
+		// Not while the lane still climbs back to slow start's guess,
+		// the first time: a 429 then is the bucket that slow start
+		// emptied, or one that comes whatever the rate. Taken as a
+		// measure on an index that refuses 3% of requests at random, it
+		// put the level at a fifth of the index's rate, and the climb
+		// above took ten seconds. A guess too high to be reached is left
+		// at the episode after.
 		accepted := float64(ln.acceptedSinceCut) / since.Seconds()
 		ln.measured = true
 		level = min(sent, float64(ln.records.Limit()), max(accepted, acceptedFloor*ln.sent.rateOver(now, time.Second)))

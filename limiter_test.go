@@ -19,12 +19,12 @@ import (
 var errRateLimited = &Error{Class: ClassRateLimited, GRPCCode: codes.ResourceExhausted}
 
 // capLane returns a lane on a fake clock whose rate is already capped at r,
-// as after a first 429 episode long ago.
+// as after a 429 episode that measured the index's rate.
 func capLane(r float64) (*lane, *fakeClock) {
 	clk := newFakeClock()
 	ln := newLane(clk)
 	ln.records.SetLimitAt(clk.Now(), rate.Limit(r))
-	ln.wmax, ln.cutBeta, ln.recovery = r, rateCut, rateRecovery
+	ln.wmax, ln.cutBeta, ln.recovery, ln.measured = r, rateCut, rateRecovery, true
 	ln.cutAt, ln.grownAt, ln.lastCut = clk.Now(), clk.Now(), clk.Now()
 	ln.slowStart = false
 	return ln, clk
@@ -130,6 +130,39 @@ func TestLimiterLeavesAGuessedLevelSooner(t *testing.T) {
 	send(1, 0, errRateLimited)
 	assert.True(t, ln.measured)
 	assert.Equal(t, rateRecovery, ln.recovery, "a measured level is approached slowly")
+}
+
+func TestLimiterMeasuresNothingWhileClimbingBackToSlowStartsGuess(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	ln := newLane(clk)
+	own := make(chan struct{}, 1)
+	send := func(n, size int, every time.Duration, e *Error) {
+		for range n {
+			p, err := ln.acquire(ctx, size, own, false)
+			require.NoError(t, err)
+			clk.Advance(every)
+			ln.rateWaited = clk.Now() // requests wait for the rate
+			ln.release(p, e)
+		}
+	}
+	send(50, 10, 10*time.Millisecond, nil) // slow start at 1000 records/s
+	send(1, 10, 0, errRateLimited)
+	require.Equal(t, 1, ln.cuts)
+	// 700 ms later, past minEpisodeGap but not yet back at the guess
+	// (guessRecovery): a random 429 (a flaky index) or the bucket slow
+	// start emptied, not a measure of the index's rate.
+	send(70, 1, 10*time.Millisecond, nil)
+	send(1, 1, 0, errRateLimited)
+	require.Equal(t, 2, ln.cuts)
+	assert.False(t, ln.measured, "the second episode measures nothing")
+	assert.Equal(t, guessRecovery, ln.recovery)
+	// A guess far above the index's rate is never reached: the next
+	// episode is a measure all the same.
+	send(70, 1, 10*time.Millisecond, nil)
+	send(1, 1, 0, errRateLimited)
+	require.Equal(t, 3, ln.cuts)
+	assert.True(t, ln.measured, "the third episode is a measure")
 }
 
 func TestLimiterSendLimitCutsStaleBatches(t *testing.T) {

@@ -702,7 +702,7 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 	window := ln.meterWindow()
 	sent := ln.sent.rateOver(now, window)
 	recent := ln.goodput.rateOver(now, window)
-	level, beta, uncapped := sent, rateCut, false
+	level, beta, uncapped, fromCut := sent, rateCut, false, false
 	switch since := now.Sub(ln.lastCut) - ln.pausedSinceCut; {
 	case ln.records.Limit() == rate.Inf:
 		// Slow start overshot: the index may have absorbed it in a burst,
@@ -710,6 +710,11 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 		beta, uncapped = slowStartCut, true
 		if recent > 0 {
 			level = min(sent, recent)
+		} else {
+			// The index refused before it accepted anything: its bucket
+			// holds less than slow start's first requests, and the
+			// sending rate is no level (below).
+			fromCut = true
 		}
 	case since >= minEpisodeGap && (ln.measured || ln.cuts >= 2 || now.Sub(ln.cutAt) >= ln.recovery):
 		// Between two episodes a token-bucket index accepts its rate,
@@ -762,6 +767,14 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 		recovery = rateRecovery
 	}
 	ln.wmax, ln.cutAt, ln.cutBeta, ln.recovery, ln.grownAt = level, now, beta, recovery, now
+	if fromCut {
+		// Climb from the cut rate as from a level: slowly at first, while
+		// the index's bucket is empty, then ever faster. Back to the
+		// sending rate within guessRecovery, a 500 records/s index with
+		// a burst of 125 got three times its rate a second after the
+		// cut, and eight more cuts before the lane settled.
+		ln.wmax, ln.cutAt = max(minRate, beta*level), now.Add(-recovery)
+	}
 	ln.lastCut, ln.acceptedSinceCut, ln.pausedSinceCut = now, 0, 0
 	ln.records.SetLimitAt(now, rate.Limit(max(minRate, beta*level)))
 	if t := int(ln.records.TokensAt(now)); uncapped && t > 0 {

@@ -695,9 +695,10 @@ func (ln *lane) release(p permit, e *Error) {
 // the index accepted since the last episode, when there was one long
 // enough ago. An index that limits with a token bucket answers 429 when
 // its bucket runs dry, so between two episodes it accepted exactly its
-// rate. Otherwise the level is the rate the lane was sending at. The cut
-// itself is to 85% of the level, or to 30% when the rate had no cap yet
-// (slow start overshoots).
+// rate. Otherwise the level is the rate the lane was sending at, and when
+// the index refused slow start before accepting anything there is none:
+// the rate climbs from the cut. The cut itself is to 85% of the level, or
+// to 30% when the rate had no cap yet (slow start overshoots).
 func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 	window := ln.meterWindow()
 	sent := ln.sent.rateOver(now, window)

@@ -129,20 +129,25 @@ func TestLimiterClimbsFromTheCutWhenTheIndexAcceptedNothingYet(t *testing.T) {
 	assert.Greater(t, rateAt(guessRecovery), 2*cutRate, "then ever faster")
 }
 
+// sendEvery sends n requests of size records through ln one at a time,
+// every apart, each answered with e. Each is taken to have waited for the
+// rate, so that a capped rate grows.
+func sendEvery(t *testing.T, ln *lane, clk *fakeClock, n, size int, every time.Duration, e *Error) {
+	t.Helper()
+	own := make(chan struct{}, 1) // the caller's own slot: concurrency plays no part
+	for range n {
+		p, err := ln.acquire(context.Background(), size, own, false)
+		require.NoError(t, err)
+		clk.Advance(every)
+		ln.rateWaited = clk.Now()
+		ln.release(p, e)
+	}
+}
+
 func TestLimiterLeavesAGuessedLevelSooner(t *testing.T) {
-	ctx := context.Background()
 	clk := newFakeClock()
 	ln := newLane(clk)
-	own := make(chan struct{}, 1)
-	send := func(n int, every time.Duration, e *Error) {
-		for range n {
-			p, err := ln.acquire(ctx, 10, own, false)
-			require.NoError(t, err)
-			clk.Advance(every)
-			ln.rateWaited = clk.Now() // requests wait for the rate
-			ln.release(p, e)
-		}
-	}
+	send := func(n int, every time.Duration, e *Error) { sendEvery(t, ln, clk, n, 10, every, e) }
 	send(50, 10*time.Millisecond, nil)
 	send(1, 0, errRateLimited)
 	require.False(t, ln.measured)
@@ -160,19 +165,9 @@ func TestLimiterLeavesAGuessedLevelSooner(t *testing.T) {
 }
 
 func TestLimiterMeasuresNothingWhileClimbingBackToSlowStartsGuess(t *testing.T) {
-	ctx := context.Background()
 	clk := newFakeClock()
 	ln := newLane(clk)
-	own := make(chan struct{}, 1)
-	send := func(n, size int, every time.Duration, e *Error) {
-		for range n {
-			p, err := ln.acquire(ctx, size, own, false)
-			require.NoError(t, err)
-			clk.Advance(every)
-			ln.rateWaited = clk.Now() // requests wait for the rate
-			ln.release(p, e)
-		}
-	}
+	send := func(n, size int, every time.Duration, e *Error) { sendEvery(t, ln, clk, n, size, every, e) }
 	send(50, 10, 10*time.Millisecond, nil) // slow start at 1000 records/s
 	send(1, 10, 0, errRateLimited)
 	require.Equal(t, 1, ln.cuts)
@@ -280,9 +275,9 @@ func TestLimiterConvergesToTheIndexCapacity(t *testing.T) {
 
 // simulateSharedIndex runs writers lanes, each on its own virtual clock,
 // against one index that admits records and requests (100/s, as
-// Pinecone's namespaces) with upserttest's token buckets and answers in latency give or
-// take a half (from a seeded source, so that writers do not fall into
-// lockstep and the run is the same every time). A writer keeps as many
+// Pinecone's namespaces) with upserttest's token buckets and answers in
+// latency give or take a half (from a seeded source, so that writers do
+// not fall into lockstep and the run is the same every time). A writer keeps as many
 // requests in flight as its lane's concurrency allows, as All does by
 // default, or as pinned allows when it is not 0 (WithConcurrency(pinned)).
 // Events are taken in time order, so that the buckets see time move
@@ -367,7 +362,7 @@ func simulateSharedIndex(t *testing.T, writers int, capacity float64, burst int,
 		if w.n == 0 {
 			w.n, w.probe = w.ln.nextBatch()
 		}
-		if w.slots != nil && len(w.slots) == cap(w.slots) || w.slots == nil && w.ln.state().InFlight >= w.ln.state().Concurrency {
+		if st := w.ln.state(); w.slots != nil && len(w.slots) == cap(w.slots) || w.slots == nil && st.InFlight >= st.Concurrency {
 			w.try = time.Time{}
 			continue
 		}

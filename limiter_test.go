@@ -157,10 +157,16 @@ func TestLimiterLeavesAGuessedLevelSooner(t *testing.T) {
 	ln.growRate(clk.Now())
 	assert.InDelta(t, level, ln.state().Rate, 1, "the rate is back at the guessed level after guessRecovery")
 
-	// A second episode long enough after the first measures the level.
+	// A second episode long enough after the first measures the level,
+	// but slow start's cut was deep: the index's bucket overflowed while
+	// the rate climbed back, and the level is a floor.
 	send(100, 10*time.Millisecond, nil)
 	send(1, 0, errRateLimited)
 	assert.True(t, ln.measured)
+	assert.Equal(t, guessRecovery, ln.recovery, "a level measured after a deep cut is left sooner")
+	// The next one, after a regular cut, is a measure.
+	send(100, 10*time.Millisecond, nil)
+	send(1, 0, errRateLimited)
 	assert.Equal(t, rateRecovery, ln.recovery, "a measured level is approached slowly")
 }
 

@@ -80,7 +80,16 @@ func TestLimiterLetsAnOverdrawnIndexRefillBeforeCuttingAgain(t *testing.T) {
 	assert.Equal(t, 1, ln.cuts, "429s of requests sent within 100 ms of the cut are still its episode")
 	clk.Advance(100 * time.Millisecond)
 	refuse()
-	assert.Equal(t, 2, ln.cuts, "one sent later starts a new episode")
+	assert.Equal(t, 1, ln.cuts, "while the index accepts nothing, one sent later is the same episode")
+	p, err := ln.acquire(ctx, 1, nil, false)
+	require.NoError(t, err)
+	ln.release(p, nil)
+	refuse()
+	assert.Equal(t, 2, ln.cuts, "once it accepts, one sent later starts a new episode")
+
+	clk.Advance(drainFor)
+	refuse()
+	assert.Equal(t, 3, ln.cuts, "and so does one after drainFor, accepted or not")
 }
 
 func TestLimiterFirstCutHalvesTheSendingRate(t *testing.T) {
@@ -886,7 +895,8 @@ func TestLimiterBatchSize(t *testing.T) {
 		require.Equal(t, 1, ln.cuts)
 		assert.Equal(t, float64(sizedRequestsPerSecond), ln.perSecond)
 		clk.Advance(2 * minCutGap)
-		refuse() // the 429s go on although the rate was cut
+		send(ln, clk, affine, nil) // the index accepts some,
+		refuse()                   // but the 429s go on although the rate was cut
 		require.Equal(t, 2, ln.cuts)
 		assert.Equal(t, requestsCut*sizedRequestsPerSecond, ln.perSecond)
 		r := float64(ln.records.Limit())

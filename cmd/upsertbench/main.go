@@ -1,7 +1,9 @@
 // Command upsertbench measures how close ways of writing vectors into a
 // Pinecone index come to what the index accepts, side by side: the upsert
 // library with its defaults, the algorithm of the engineering article it
-// started from, and a naive loop.
+// started from, and a naive loop. Where several clients share a namespace,
+// the library also runs with the clients sharing one Limiter
+// ("one-limiter"), as writers in one process can with upsert.WithLimiter.
 //
 // Each run writes into a fresh simulated index (package upserttest, a
 // loopback Pinecone gRPC data plane with a capacity model) through the real
@@ -12,7 +14,7 @@
 //
 // Usage:
 //
-//	go run ./cmd/upsertbench [-profiles fast,slow,...] [-strategies upsert,article,naive] [-scale 1.0] [-deadline 60s] [-v]
+//	go run ./cmd/upsertbench [-profiles fast,slow,...] [-strategies upsert,one-limiter,article,naive] [-scale 1.0] [-deadline 60s] [-v]
 //
 // A run still going at the deadline is stopped and measured by what landed.
 // Unless -deadline is given, the deadline is 60 s × -scale, and at least
@@ -156,6 +158,9 @@ func bench(ctx context.Context, cfg config, w io.Writer, progress io.Writer) err
 	var shared []result
 	for _, p := range cfg.profiles {
 		for _, s := range cfg.strategies {
+			if s.severalOnly && p.clients == 1 {
+				continue
+			}
 			r, err := run(ctx, p, s, cfg.scale, cfg.deadline, progress)
 			if err != nil {
 				return err

@@ -107,11 +107,12 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
 	stopProgress := reportProgress(progress, srv, p, s, perClient*p.clients)
+	write := s.newRun()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, c := range clients {
 		wg.Go(func() {
-			c.reported, c.err = s.write(ctx, c.idx, c.records, p.timeout)
+			c.reported, c.err = write(ctx, c.idx, c.records, p.timeout)
 			c.elapsed = time.Since(start)
 			c.stopped = ctx.Err() != nil
 		})

@@ -20,26 +20,50 @@ import (
 // pick: the library, or what a team writes instead.
 type strategy struct {
 	name string
-	// write sends records through idx and returns the ids it reported as
-	// failed; nil for a strategy that reports nothing. timeout is the
-	// profile's client request timeout, or 0 for the strategy's default.
-	// An error means the strategy could not run at all.
-	write func(ctx context.Context, idx *pinecone.IndexConnection, records []*pinecone.Vector, timeout time.Duration) ([]string, error)
+	// severalOnly is true for a strategy that runs only on profiles with
+	// several clients.
+	severalOnly bool
+	// newRun returns the write function of one run of a profile. Every
+	// client of the run calls the one it returns, so that they may share
+	// state.
+	newRun func() writeFunc
 }
+
+// A writeFunc sends records through idx and returns the ids it reported as
+// failed; nil for a strategy that reports nothing. timeout is the profile's
+// client request timeout, or 0 for the strategy's default. An error means
+// the strategy could not run at all.
+type writeFunc func(ctx context.Context, idx *pinecone.IndexConnection, records []*pinecone.Vector, timeout time.Duration) ([]string, error)
 
 // strategies returns every strategy, in the order the benchmark runs them.
 func strategies() []strategy {
 	return []strategy{
-		{name: "upsert", write: writeUpsert},
-		{name: "article", write: writeArticle},
-		{name: "naive", write: writeNaive},
+		{name: "upsert", newRun: func() writeFunc { return writeUpsert }},
+		{name: "one-limiter", severalOnly: true, newRun: func() writeFunc { return writeUpsertWith(upsert.NewLimiter()) }},
+		{name: "article", newRun: func() writeFunc { return writeArticle }},
+		{name: "naive", newRun: func() writeFunc { return writeNaive }},
 	}
 }
 
 // writeUpsert is the library with its defaults: only the request timeout
 // is set, and only where the profile sets one.
 func writeUpsert(ctx context.Context, idx *pinecone.IndexConnection, records []*pinecone.Vector, timeout time.Duration) ([]string, error) {
+	return writeUpsertWith(nil)(ctx, idx, records, timeout)
+}
+
+// writeUpsertWith is writeUpsert with every client sharing lim, as writers
+// in one process can with upsert.WithLimiter; nil is writeUpsert.
+func writeUpsertWith(lim *upsert.Limiter) writeFunc {
+	return func(ctx context.Context, idx *pinecone.IndexConnection, records []*pinecone.Vector, timeout time.Duration) ([]string, error) {
+		return upsertAll(ctx, idx, records, timeout, lim)
+	}
+}
+
+func upsertAll(ctx context.Context, idx *pinecone.IndexConnection, records []*pinecone.Vector, timeout time.Duration, lim *upsert.Limiter) ([]string, error) {
 	opts := []upsert.Option{upsert.WithIndex(idx)}
+	if lim != nil {
+		opts = append(opts, upsert.WithLimiter(lim))
+	}
 	if timeout > 0 {
 		opts = append(opts, upsert.WithRequestTimeout(timeout))
 	}

@@ -18,7 +18,7 @@ func TestRun(t *testing.T) {
 	cfg, err := parseFlags([]string{"-profiles", "tight", "-scale", "0.02", "-deadline", "20s"})
 	require.NoError(t, err)
 	require.Len(t, cfg.profiles, 1)
-	require.Len(t, cfg.strategies, 3)
+	require.Len(t, cfg.strategies, 4)
 
 	for _, s := range cfg.strategies {
 		t.Run(s.name, func(t *testing.T) {
@@ -29,7 +29,7 @@ func TestRun(t *testing.T) {
 			assert.Positive(t, r.requests)
 			assert.Positive(t, r.calls.requests, "the interceptor saw no calls")
 			assert.Positive(t, r.calls.p50)
-			if s.name == "upsert" {
+			if s.name == "upsert" || s.name == "one-limiter" {
 				assert.Zero(t, r.lost, "upsert lost records")
 			} else {
 				assert.Equal(t, r.records-r.landed, r.lost, "records not stored")
@@ -46,7 +46,7 @@ func TestParseFlags(t *testing.T) {
 	cfg, err := parseFlags(nil)
 	require.NoError(t, err)
 	assert.Len(t, cfg.profiles, 9)
-	assert.Len(t, cfg.strategies, 3)
+	assert.Len(t, cfg.strategies, 4)
 	assert.Equal(t, 1.0, cfg.scale)
 	assert.Equal(t, 60*time.Second, cfg.deadline)
 

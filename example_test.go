@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"google.golang.org/grpc/codes"
@@ -102,4 +103,32 @@ func ExampleStream() {
 	res, err := upsert.Stream(context.Background(), slices.Values(records), upsert.WithIndex(idx))
 	fmt.Println(res.Upserted, err)
 	// Output: 1000 <nil>
+}
+
+// Writers of one process that share a namespace share one Limiter: they
+// split what the index accepts evenly instead of each learning its share
+// from its own 429s.
+func ExampleWithLimiter() {
+	srv := upserttest.NewServer(upserttest.WithRate(20000, 5000))
+	defer srv.Close()
+	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	defer idx.Close()
+
+	lim := upsert.NewLimiter()
+	results := make([]upsert.Result, 2)
+	var wg sync.WaitGroup
+	for w := range results {
+		vectors := make([]*pinecone.Vector, 1000)
+		for i := range vectors {
+			vectors[i] = &pinecone.Vector{Id: fmt.Sprintf("w%d-%d", w, i), Values: &[]float32{float32(i), 1}}
+		}
+		wg.Go(func() {
+			results[w], _ = upsert.All(context.Background(), vectors, upsert.WithIndex(idx), upsert.WithLimiter(lim))
+		})
+	}
+	wg.Wait()
+	fmt.Println("upserted:", results[0].Upserted, results[1].Upserted, "stored:", srv.Count("docs"))
+	// Output:
+	// upserted: 1000 1000 stored: 2000
 }

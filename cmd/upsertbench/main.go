@@ -255,7 +255,7 @@ func writeRow(w io.Writer, r result) {
 		lost = "stopped"
 	}
 	reported := "–"
-	if r.strategy == "upsert" {
+	if r.reports {
 		reported = fmt.Sprint(r.reported)
 	}
 	fmt.Fprintf(w, "| %s | %s | %.1f%% | %.2f%% | %d | %s | %s | %s | %s | %d/%d | %s |\n",

@@ -20,6 +20,8 @@ const settleTimeout = 10 * time.Second
 // result is the outcome of one strategy on one profile.
 type result struct {
 	profile, strategy string
+	// reports is the strategy's: whether it reports what it failed.
+	reports bool
 	// records is the number of records given, landed how many of them the
 	// server stored, and reported how many the strategy reported failed.
 	records, landed, reported int
@@ -139,6 +141,7 @@ func measure(srv *upserttest.Server, p profile, s strategy, clients []*client) r
 	r := result{
 		profile:     p.name,
 		strategy:    s.name,
+		reports:     s.reports,
 		requests:    stats.Requests,
 		rateLimited: stats.Codes[codes.ResourceExhausted],
 	}

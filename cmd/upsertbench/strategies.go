@@ -20,6 +20,9 @@ import (
 // pick: the library, or what a team writes instead.
 type strategy struct {
 	name string
+	// reports is true for a strategy that reports the records it failed
+	// to write.
+	reports bool
 	// severalOnly is true for a strategy that runs only on profiles with
 	// several clients.
 	severalOnly bool
@@ -38,8 +41,8 @@ type writeFunc func(ctx context.Context, idx *pinecone.IndexConnection, records 
 // strategies returns every strategy, in the order the benchmark runs them.
 func strategies() []strategy {
 	return []strategy{
-		{name: "upsert", newRun: func() writeFunc { return writeUpsert }},
-		{name: "one-limiter", severalOnly: true, newRun: func() writeFunc { return writeUpsertWith(upsert.NewLimiter()) }},
+		{name: "upsert", reports: true, newRun: func() writeFunc { return writeUpsert }},
+		{name: "one-limiter", reports: true, severalOnly: true, newRun: func() writeFunc { return writeUpsertWith(upsert.NewLimiter()) }},
 		{name: "article", newRun: func() writeFunc { return writeArticle }},
 		{name: "naive", newRun: func() writeFunc { return writeNaive }},
 	}

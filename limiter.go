@@ -21,10 +21,11 @@ import (
 //     attempt passes, retries included. There is no cap until the index
 //     first answers 429; then the rate is cut to what the index actually
 //     accepted, at most once per round trip and per 100 ms (the 429s of
-//     requests already in flight belong to the same episode), climbs back
-//     quickly to that level and then probes above it, slowly first and
-//     faster the longer no 429 comes. A Retry-After pauses every request
-//     of the namespace.
+//     requests already in flight belong to the same episode, and so do
+//     those of the next second while the index accepts nothing), climbs
+//     back quickly to that level and then probes above it, slowly first
+//     and faster the longer no 429 comes. A Retry-After pauses every
+//     request of the namespace.
 //     Requests sent through an index connection are also kept under
 //     Pinecone's 100 upsert requests per second per namespace: 110 until
 //     the first 429 (to take in the burst the index's bucket allows), 100

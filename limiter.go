@@ -464,6 +464,22 @@ func (ln *lane) maxBatch() int {
 // at the new rate, since rate.Limiter does not move reservations that are
 // already waiting.
 func (ln *lane) acquire(ctx context.Context, n int, slots chan struct{}, sizeProbe bool) (permit, error) {
+	return ln.admit(ctx, n, slots, sizeProbe, false)
+}
+
+// acquireOrRecut is acquire for a batch sized by the lane: when the batch
+// has become larger than a request may carry (sendLimit) by the time it is
+// at the head of the queue, it returns errStaleBatch instead of waiting
+// for its whole size in tokens at the new rate, with every request queued
+// behind it. Slow start's 1000-record size probe, formed before the first
+// cut, held a 500 records/s index's lane idle for 2-2.5 s this way
+// (upsertbench's tiny: 90-95% in about one run of three; 97.7-99.7% over
+// five runs with this).
+func (ln *lane) acquireOrRecut(ctx context.Context, n int, slots chan struct{}, sizeProbe bool) (permit, error) {
+	return ln.admit(ctx, n, slots, sizeProbe, true)
+}
+
+func (ln *lane) admit(ctx context.Context, n int, slots chan struct{}, sizeProbe, recut bool) (permit, error) {
 	probe, err := ln.waitBreaker(ctx)
 	if err != nil {
 		return permit{}, err
@@ -476,7 +492,7 @@ func (ln *lane) acquire(ctx context.Context, n int, slots chan struct{}, sizePro
 	}
 	defer func() { <-ln.head }()
 	for {
-		cuts, err := ln.waitRate(ctx, n)
+		cuts, err := ln.waitRate(ctx, n, sizeProbe, recut)
 		if err == nil {
 			err = ln.takeSlot(ctx, slots)
 		}
@@ -529,9 +545,14 @@ func (ln *lane) abandonProbe(probe bool) {
 }
 
 // waitRate blocks until n records may be sent and returns the number of
-// cuts at that time. Only the head of the queue calls it.
-func (ln *lane) waitRate(ctx context.Context, n int) (cuts int, err error) {
+// cuts at that time. Only the head of the queue calls it. With recut, it
+// returns errStaleBatch when n is more than a request may carry now (see
+// acquireOrRecut).
+func (ln *lane) waitRate(ctx context.Context, n int, sizeProbe, recut bool) (cuts int, err error) {
 	for {
+		if recut && n > ln.sendLimit(n, sizeProbe) {
+			return 0, errStaleBatch
+		}
 		now := ln.clock.Now()
 		ln.mu.Lock()
 		if ln.records.Burst() < n {
@@ -1134,6 +1155,11 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 
 // errWoken reports a sleep cut short by its wake channel.
 var errWoken = errors.New("woken")
+
+// errStaleBatch reports a batch larger than a request may carry now, which
+// acquireOrRecut did not admit: it is to be cut to sendLimit and tried
+// again.
+var errStaleBatch = errors.New("batch larger than the lane now allows")
 
 // sleepOrWake sleeps d on c, returning early with errWoken when wake is
 // closed, or with ctx's error when ctx ends.

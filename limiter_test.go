@@ -499,13 +499,29 @@ func TestLimiterRechecksAReservationAfterACut(t *testing.T) {
 	ln.records = rate.NewLimiter(100, 100)
 	ln.slowStart = false
 	start := clk.Now()
-	_, err := ln.waitRate(ctx, 100) // empties the bucket
+	_, err := ln.waitRate(ctx, 100, false, false) // empties the bucket
 	require.NoError(t, err)
-	_, err = ln.waitRate(ctx, 100) // waits 1 s at 100/s, but the rate is cut meanwhile
+	_, err = ln.waitRate(ctx, 100, false, false) // waits 1 s at 100/s, but the rate is cut meanwhile
 	require.NoError(t, err)
 	require.Len(t, clk.Sleeps(), 2, "the cut woke the waiter, which slept again")
 	want := 100 / float64(ln.records.Limit())
 	assert.InDelta(t, want, clk.Now().Sub(start).Seconds(), 0.01, "the wait is the one of the new rate")
+}
+
+func TestLimiterSendsBackABatchThatACutMadeTooLarge(t *testing.T) {
+	ctx := context.Background()
+	ln, _ := capLane(2000) // batches of up to 100 records
+	p, err := ln.acquireOrRecut(ctx, 100, nil, false)
+	require.NoError(t, err, "a batch within the limit is admitted")
+	ln.release(p, nil)
+	ln.mu.Lock()
+	ln.cut(ln.clock.Now(), 0) // while a batch of 100 waits its turn
+	ln.mu.Unlock()
+	require.Less(t, ln.sendLimit(100, false), 100)
+	_, err = ln.acquireOrRecut(ctx, 100, nil, false)
+	assert.ErrorIs(t, err, errStaleBatch, "not admitted: it would wait for 100 tokens at the new rate with the queue behind it")
+	_, err = ln.acquire(ctx, 100, nil, false)
+	assert.NoError(t, err, "a pinned size is admitted whatever the limit")
 }
 
 // cuttingClock cuts the lane's rate during the first sleep, as a 429

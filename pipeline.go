@@ -240,6 +240,10 @@ func (r *run) process(worker int, rt *route, b batch) {
 			}
 		}
 		e := r.attempt(worker, rt, p)
+		if e == errRecut {
+			stack = append(stack, p) // cut to the lane's limit above
+			continue
+		}
 		r.maybeProgress()
 		if e == nil {
 			r.stats.upserted.Add(int64(len(p.items)))
@@ -286,13 +290,25 @@ func (r *run) process(worker int, rt *route, b batch) {
 	r.stats.batchDone(retries)
 }
 
+// errRecut is what attempt returns for a batch that the lane did not
+// admit because it had become larger than a request may carry: it was not
+// sent, and goes back to be cut.
+var errRecut = &Error{Class: ClassRateLimited, Err: errStaleBatch}
+
 // attempt sends p once: it waits for the lane to admit it (rate tokens,
 // then a slot), then sends with the per-request timeout. It returns nil when
 // the index confirmed every record.
 func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	n := len(p.items)
-	perm, err := rt.lane.acquire(r.runCtx, n, r.slots, p.sizeProbe)
+	acquire := rt.lane.acquireOrRecut
+	if r.cfg.batchSize > 0 {
+		acquire = rt.lane.acquire // a pinned size is never cut
+	}
+	perm, err := acquire(r.runCtx, n, r.slots, p.sizeProbe)
 	p.sizeProbe = false
+	if errors.Is(err, errStaleBatch) && r.runCtx.Err() == nil {
+		return errRecut
+	}
 	if err != nil {
 		return r.describe(err)
 	}

@@ -780,7 +780,7 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 		// bucket filled and overflowed. The rate then moves past it
 		// sooner, as past a guess. Taken as a measure, a 3k records/s
 		// index (upsertbench's tight) got 2.7k for its first eight
-		// seconds: 95.0-95.8% efficiency over five runs, 96.6-98.2%
+		// seconds: 95.0-95.8% efficiency over four runs, 96.6-98.2%
 		// with this.
 		floorOnly = ln.cutRate < trustedCutShare*level
 	default:

@@ -41,44 +41,35 @@ type writeFunc func(ctx context.Context, idx *pinecone.IndexConnection, records 
 // strategies returns every strategy, in the order the benchmark runs them.
 func strategies() []strategy {
 	return []strategy{
-		{name: "upsert", reports: true, newRun: func() writeFunc { return writeUpsert }},
-		{name: "one-limiter", reports: true, severalOnly: true, newRun: func() writeFunc { return writeUpsertWith(upsert.NewLimiter()) }},
+		{name: "upsert", reports: true, newRun: func() writeFunc { return writeUpsert(nil) }},
+		{name: "one-limiter", reports: true, severalOnly: true, newRun: func() writeFunc { return writeUpsert(upsert.NewLimiter()) }},
 		{name: "article", newRun: func() writeFunc { return writeArticle }},
 		{name: "naive", newRun: func() writeFunc { return writeNaive }},
 	}
 }
 
 // writeUpsert is the library with its defaults: only the request timeout
-// is set, and only where the profile sets one.
-func writeUpsert(ctx context.Context, idx *pinecone.IndexConnection, records []*pinecone.Vector, timeout time.Duration) ([]string, error) {
-	return writeUpsertWith(nil)(ctx, idx, records, timeout)
-}
-
-// writeUpsertWith is writeUpsert with every client sharing lim, as writers
-// in one process can with upsert.WithLimiter; nil is writeUpsert.
-func writeUpsertWith(lim *upsert.Limiter) writeFunc {
+// is set, and only where the profile sets one. With lim, every client
+// shares it (upsert.WithLimiter), as writers in one process can.
+func writeUpsert(lim *upsert.Limiter) writeFunc {
 	return func(ctx context.Context, idx *pinecone.IndexConnection, records []*pinecone.Vector, timeout time.Duration) ([]string, error) {
-		return upsertAll(ctx, idx, records, timeout, lim)
+		opts := []upsert.Option{upsert.WithIndex(idx)}
+		if lim != nil {
+			opts = append(opts, upsert.WithLimiter(lim))
+		}
+		if timeout > 0 {
+			opts = append(opts, upsert.WithRequestTimeout(timeout))
+		}
+		res, err := upsert.All(ctx, records, opts...)
+		if errors.Is(err, upsert.ErrBadOption) {
+			return nil, err
+		}
+		failed := make([]string, len(res.Failed))
+		for i, f := range res.Failed {
+			failed[i] = f.ID
+		}
+		return failed, nil
 	}
-}
-
-func upsertAll(ctx context.Context, idx *pinecone.IndexConnection, records []*pinecone.Vector, timeout time.Duration, lim *upsert.Limiter) ([]string, error) {
-	opts := []upsert.Option{upsert.WithIndex(idx)}
-	if lim != nil {
-		opts = append(opts, upsert.WithLimiter(lim))
-	}
-	if timeout > 0 {
-		opts = append(opts, upsert.WithRequestTimeout(timeout))
-	}
-	res, err := upsert.All(ctx, records, opts...)
-	if errors.Is(err, upsert.ErrBadOption) {
-		return nil, err
-	}
-	failed := make([]string, len(res.Failed))
-	for i, f := range res.Failed {
-		failed[i] = f.ID
-	}
-	return failed, nil
 }
 
 // The parameters of the article's algorithm.

@@ -23,11 +23,17 @@ var errRateLimited = &Error{Class: ClassRateLimited, GRPCCode: codes.ResourceExh
 func capLane(r float64) (*lane, *fakeClock) {
 	clk := newFakeClock()
 	ln := newLane(clk)
+	capAt(ln, clk, r)
+	return ln, clk
+}
+
+// capAt puts ln in the state of a lane that measured the index at r
+// records/s and was just cut there.
+func capAt(ln *lane, clk *fakeClock, r float64) {
 	ln.records.SetLimitAt(clk.Now(), rate.Limit(r))
 	ln.wmax, ln.cutBeta, ln.recovery, ln.measured = r, rateCut, rateRecovery, true
 	ln.cutAt, ln.grownAt, ln.lastCut = clk.Now(), clk.Now(), clk.Now()
 	ln.slowStart = false
-	return ln, clk
 }
 
 func TestLimiterCutsOncePerRoundTrip(t *testing.T) {

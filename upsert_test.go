@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -337,6 +338,60 @@ func TestAllCutsBatchesFormedBeforeACeilingToIt(t *testing.T) {
 	for _, call := range fi.Calls() {
 		assert.LessOrEqual(t, len(call), 99, "no request carries the size known to be too large")
 	}
+}
+
+func TestAllRecutsABatchThatACutMadeTooLargeWhileItWaited(t *testing.T) {
+	// A lane capped at 2000 records/s cuts batches to 100. The first batch
+	// spends the bucket; the second waits for tokens, and a 429 elsewhere
+	// cuts the rate, and the size of a request with it, while it waits.
+	run := func(t *testing.T, opts ...Option) (Result, *fakeIndex) {
+		clk := &cuttingClock{fakeClock: newFakeClock()}
+		lim := &Limiter{clock: clk}
+		ln := lim.lane("", MaxBatchSize)
+		clk.ln = ln
+		capAt(ln, clk.fakeClock, 2000)
+		ln.batch, ln.sized = 100, 100
+		clk.Advance(time.Second) // the cut during the wait is a new episode
+		fi := newFakeIndex(nil)
+		// A pinned batch that were sent back to be cut would come back
+		// unchanged, for ever: the deadline ends that loop.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		opts = append([]Option{WithUpsertFunc(fi.Upsert), WithLimiter(lim), withClock(clk), withRand(maxRand), WithConcurrency(1)}, opts...)
+		res, err := All(ctx, vectors(1000, 2), opts...)
+		require.NoError(t, err)
+		require.True(t, clk.cut, "the rate was cut while a batch waited")
+		return res, fi
+	}
+	t.Run("a batch the limiter sized is cut to the new limit and sent without a retry", func(t *testing.T) {
+		res, fi := run(t)
+		assert.Equal(t, 1000, res.Upserted)
+		assert.Len(t, fi.Stored(), 1000)
+		assert.Zero(t, res.Stats.Retries, "the batch was never sent whole, so it is not retried")
+		assert.Zero(t, res.Stats.ErrorsByClass[ClassRateLimited])
+		calls := fi.Calls()
+		i := slices.IndexFunc(calls, func(ids []string) bool { return slices.Contains(ids, "v100") })
+		require.GreaterOrEqual(t, i, 1)
+		assert.Len(t, calls[0], 100, "the first batch went before the cut")
+		assert.Less(t, len(calls[i]), 100, "the second batch went out in pieces of the new size: %v", callSizes(fi))
+	})
+	t.Run("a pinned batch size is kept and waits for its tokens", func(t *testing.T) {
+		res, fi := run(t, WithBatchSize(100))
+		assert.Equal(t, 1000, res.Upserted)
+		assert.Len(t, fi.Stored(), 1000)
+		for _, call := range fi.Calls() {
+			assert.Len(t, call, 100)
+		}
+	})
+}
+
+// callSizes returns how many records each request to fi carried.
+func callSizes(fi *fakeIndex) []int {
+	var n []int
+	for _, ids := range fi.Calls() {
+		n = append(n, len(ids))
+	}
+	return n
 }
 
 func TestAllSplitsTooLargeRequests(t *testing.T) {

@@ -44,7 +44,7 @@ func TestLimiterCutsOncePerRoundTrip(t *testing.T) {
 
 	var inFlight []permit
 	for range 10 {
-		p, err := ln.acquire(ctx, 10, nil, false)
+		p, err := ln.acquire(ctx, 10, 0, nil, false)
 		require.NoError(t, err)
 		inFlight = append(inFlight, p)
 	}
@@ -58,7 +58,7 @@ func TestLimiterCutsOncePerRoundTrip(t *testing.T) {
 
 	rateAfterFirst := st.Rate
 	clk.Advance(time.Second)
-	p, err := ln.acquire(ctx, 10, nil, false)
+	p, err := ln.acquire(ctx, 10, 0, nil, false)
 	require.NoError(t, err)
 	ln.release(p, errRateLimited)
 	assert.Equal(t, 2, ln.cuts, "a 429 of a request sent after the cut is a new episode")
@@ -72,7 +72,7 @@ func TestLimiterLetsAnOverdrawnIndexRefillBeforeCuttingAgain(t *testing.T) {
 	ln.fullMean = float64(2 * time.Millisecond) // a fast index
 	clk.Advance(time.Second)
 	refuse := func() {
-		p, err := ln.acquire(ctx, 1, nil, false)
+		p, err := ln.acquire(ctx, 1, 0, nil, false)
 		require.NoError(t, err)
 		clk.Advance(2 * time.Millisecond)
 		ln.release(p, errRateLimited)
@@ -87,7 +87,7 @@ func TestLimiterLetsAnOverdrawnIndexRefillBeforeCuttingAgain(t *testing.T) {
 	clk.Advance(100 * time.Millisecond)
 	refuse()
 	assert.Equal(t, 1, ln.cuts, "while the index accepts nothing, one sent later is the same episode")
-	p, err := ln.acquire(ctx, 1, nil, false)
+	p, err := ln.acquire(ctx, 1, 0, nil, false)
 	require.NoError(t, err)
 	ln.release(p, nil)
 	refuse()
@@ -105,13 +105,13 @@ func TestLimiterFirstCutHalvesTheSendingRate(t *testing.T) {
 	own := make(chan struct{}, 1) // the caller's own slot: concurrency plays no part
 	// 50 requests of 100 records over a second: 5000 records/s, uncapped.
 	for range 50 {
-		p, err := ln.acquire(ctx, 100, own, false)
+		p, err := ln.acquire(ctx, 100, 0, own, false)
 		require.NoError(t, err)
 		clk.Advance(20 * time.Millisecond)
 		ln.release(p, nil)
 	}
 	assert.True(t, math.IsInf(ln.state().Rate, 1), "no cap before the index pushes back")
-	p, err := ln.acquire(ctx, 100, own, false)
+	p, err := ln.acquire(ctx, 100, 0, own, false)
 	require.NoError(t, err)
 	ln.release(p, errRateLimited)
 	assert.InDelta(t, 5000*slowStartCut, ln.state().Rate, 5000*slowStartCut*0.15)
@@ -123,7 +123,7 @@ func TestLimiterClimbsFromTheCutWhenTheIndexAcceptedNothingYet(t *testing.T) {
 	ln := newLane(clk)
 	var first []permit
 	for range startConcurrency { // slow start's first requests
-		p, err := ln.acquire(ctx, startBatchSize, nil, false)
+		p, err := ln.acquire(ctx, startBatchSize, 0, nil, false)
 		require.NoError(t, err)
 		first = append(first, p)
 	}
@@ -151,7 +151,7 @@ func sendEvery(t *testing.T, ln *lane, clk *fakeClock, n, size int, every time.D
 	t.Helper()
 	own := make(chan struct{}, 1) // the caller's own slot: concurrency plays no part
 	for range n {
-		p, err := ln.acquire(context.Background(), size, own, false)
+		p, err := ln.acquire(context.Background(), size, 0, own, false)
 		require.NoError(t, err)
 		clk.Advance(every)
 		ln.rateWaited = clk.Now()
@@ -226,12 +226,12 @@ func TestLimiterLevelIsWhatTheIndexAcceptedBetweenEpisodes(t *testing.T) {
 	own := make(chan struct{}, 1)
 	// Two seconds of 3000 records/s accepted since the last episode.
 	for range 60 {
-		p, err := ln.acquire(ctx, 100, own, false)
+		p, err := ln.acquire(ctx, 100, 0, own, false)
 		require.NoError(t, err)
 		clk.Advance(time.Second / 30)
 		ln.release(p, nil)
 	}
-	p, err := ln.acquire(ctx, 100, own, false)
+	p, err := ln.acquire(ctx, 100, 0, own, false)
 	require.NoError(t, err)
 	ln.release(p, errRateLimited)
 	assert.InDelta(t, 3000, ln.wmax, 150, "the level is the accepted rate")
@@ -437,7 +437,7 @@ func (c *simClock) acquire(t *testing.T, ln *lane, n int, slots chan struct{}, p
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c.cancel, c.wait = cancel, 0
-	p, err := ln.acquire(ctx, n, slots, probe)
+	p, err := ln.acquire(ctx, n, 0, slots, probe)
 	if err != nil {
 		require.Positive(t, c.wait, "acquire failed without waiting: %v", err)
 		return permit{}, c.wait
@@ -505,9 +505,9 @@ func TestLimiterRechecksAReservationAfterACut(t *testing.T) {
 	ln.records = rate.NewLimiter(100, 100)
 	ln.slowStart = false
 	start := clk.Now()
-	_, err := ln.waitRate(ctx, 100, false, false) // empties the bucket
+	_, err := ln.waitRate(ctx, 100, 0, false, false) // empties the bucket
 	require.NoError(t, err)
-	_, err = ln.waitRate(ctx, 100, false, false) // waits 1 s at 100/s, but the rate is cut meanwhile
+	_, err = ln.waitRate(ctx, 100, 0, false, false) // waits 1 s at 100/s, but the rate is cut meanwhile
 	require.NoError(t, err)
 	require.Len(t, clk.Sleeps(), 2, "the cut woke the waiter, which slept again")
 	want := 100 / float64(ln.records.Limit())
@@ -517,16 +517,16 @@ func TestLimiterRechecksAReservationAfterACut(t *testing.T) {
 func TestLimiterSendsBackABatchThatACutMadeTooLarge(t *testing.T) {
 	ctx := context.Background()
 	ln, _ := capLane(2000) // batches of up to 100 records
-	p, err := ln.acquireOrRecut(ctx, 100, nil, false)
+	p, err := ln.acquireOrRecut(ctx, 100, 0, nil, false)
 	require.NoError(t, err, "a batch within the limit is admitted")
 	ln.release(p, nil)
 	ln.mu.Lock()
 	ln.cut(ln.clock.Now(), 0) // while a batch of 100 waits its turn
 	ln.mu.Unlock()
 	require.Less(t, ln.sendLimit(100, false), 100)
-	_, err = ln.acquireOrRecut(ctx, 100, nil, false)
+	_, err = ln.acquireOrRecut(ctx, 100, 0, nil, false)
 	assert.ErrorIs(t, err, errStaleBatch, "not admitted: it would wait for 100 tokens at the new rate with the queue behind it")
-	_, err = ln.acquire(ctx, 100, nil, false)
+	_, err = ln.acquire(ctx, 100, 0, nil, false)
 	assert.NoError(t, err, "a pinned size is admitted whatever the limit")
 }
 
@@ -556,12 +556,12 @@ func TestLimiterNeverSpendsTokensFromBeforeACut(t *testing.T) {
 	ln, clk := capLane(1000)
 	ln.conc = 1
 	clk.Advance(time.Second) // a new episode, long after capLane's cut
-	held, err := ln.acquire(ctx, 1, nil, false)
+	held, err := ln.acquire(ctx, 1, 0, nil, false)
 	require.NoError(t, err)
 
 	got := make(chan permit)
 	go func() {
-		p, err := ln.acquire(ctx, 100, nil, false) // gets tokens, then waits for the slot
+		p, err := ln.acquire(ctx, 100, 0, nil, false) // gets tokens, then waits for the slot
 		if err == nil {
 			got <- p
 		}
@@ -585,7 +585,7 @@ func TestLimiterSpendsNoSavedTokensAfterSlowStart(t *testing.T) {
 	own := make(chan struct{}, 1) // the caller's own slot: concurrency plays no part
 	send := func(t *testing.T, ln *lane, n int, e *Error) {
 		t.Helper()
-		p, err := ln.acquire(ctx, n, own, false)
+		p, err := ln.acquire(ctx, n, 0, own, false)
 		require.NoError(t, err)
 		ln.release(p, e)
 	}
@@ -594,7 +594,7 @@ func TestLimiterSpendsNoSavedTokensAfterSlowStart(t *testing.T) {
 	waitAfter := func(t *testing.T, ln *lane, clk *fakeClock, n int) time.Duration {
 		t.Helper()
 		before := clk.Now()
-		p, err := ln.acquire(ctx, n, own, false)
+		p, err := ln.acquire(ctx, n, 0, own, false)
 		require.NoError(t, err)
 		ln.release(p, nil)
 		return clk.Now().Sub(before)
@@ -634,7 +634,7 @@ func TestLimiterConcurrency(t *testing.T) {
 		var inFlight []permit
 		fill := func() {
 			for ln.state().InFlight < ln.state().Concurrency {
-				p, err := ln.acquire(ctx, 100, nil, false)
+				p, err := ln.acquire(ctx, 100, 0, nil, false)
 				require.NoError(t, err)
 				inFlight = append(inFlight, p)
 			}
@@ -659,7 +659,7 @@ func TestLimiterConcurrency(t *testing.T) {
 		clk := newFakeClock()
 		ln := newLane(clk)
 		for range 20 {
-			p, err := ln.acquire(ctx, 100, nil, false) // one at a time: never all slots
+			p, err := ln.acquire(ctx, 100, 0, nil, false) // one at a time: never all slots
 			require.NoError(t, err)
 			clk.Advance(10 * time.Millisecond)
 			ln.release(p, nil)
@@ -675,7 +675,7 @@ func TestLimiterConcurrency(t *testing.T) {
 			if i == 20 {
 				lat = 40 * time.Millisecond
 			}
-			p, err := ln.acquire(ctx, 100, nil, false)
+			p, err := ln.acquire(ctx, 100, 0, nil, false)
 			require.NoError(t, err)
 			clk.Advance(lat)
 			ln.release(p, nil)
@@ -685,11 +685,11 @@ func TestLimiterConcurrency(t *testing.T) {
 	t.Run("a request beyond the limit waits for a slot", func(t *testing.T) {
 		ln := newLane(newFakeClock())
 		ln.conc = 1
-		first, err := ln.acquire(ctx, 1, nil, false)
+		first, err := ln.acquire(ctx, 1, 0, nil, false)
 		require.NoError(t, err)
 		got := make(chan permit)
 		go func() {
-			if p, err := ln.acquire(ctx, 1, nil, false); err == nil {
+			if p, err := ln.acquire(ctx, 1, 0, nil, false); err == nil {
 				got <- p
 			}
 		}()
@@ -704,12 +704,12 @@ func TestLimiterConcurrency(t *testing.T) {
 	t.Run("a canceled wait returns the context's error", func(t *testing.T) {
 		ln := newLane(newFakeClock())
 		ln.conc = 1
-		p, err := ln.acquire(ctx, 1, nil, false)
+		p, err := ln.acquire(ctx, 1, 0, nil, false)
 		require.NoError(t, err)
 		defer ln.release(p, nil)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		_, err = ln.acquire(cctx, 1, nil, false)
+		_, err = ln.acquire(cctx, 1, 0, nil, false)
 		assert.ErrorIs(t, err, context.Canceled)
 	})
 }
@@ -720,7 +720,7 @@ func TestLimiterBatchSize(t *testing.T) {
 	// latency(n).
 	send := func(ln *lane, clk *fakeClock, latency func(n int) time.Duration, e *Error) int {
 		n, probe := ln.nextBatch()
-		p, err := ln.acquire(ctx, n, nil, probe)
+		p, err := ln.acquire(ctx, n, 0, nil, probe)
 		require.NoError(t, err)
 		clk.Advance(latency(n))
 		ln.release(p, e)
@@ -756,7 +756,7 @@ func TestLimiterBatchSize(t *testing.T) {
 		clk := newFakeClock()
 		ln := newLane(clk)
 		ln.batch, ln.sized = 800, 800
-		p, err := ln.acquire(ctx, 800, nil, false)
+		p, err := ln.acquire(ctx, 800, 0, nil, false)
 		require.NoError(t, err)
 		ln.release(p, timeout)
 		assert.Equal(t, 800, ln.state().BatchSize)
@@ -766,7 +766,7 @@ func TestLimiterBatchSize(t *testing.T) {
 		ln := newLane(clk)
 		ln.batch, ln.sized = 800, 800
 		for range 2 {
-			p, err := ln.acquire(ctx, 800, nil, false)
+			p, err := ln.acquire(ctx, 800, 0, nil, false)
 			require.NoError(t, err)
 			ln.release(p, timeout)
 		}
@@ -782,7 +782,7 @@ func TestLimiterBatchSize(t *testing.T) {
 		ln.batch, ln.sized, ln.fullCount = 400, 400, 2
 		n, probe := ln.nextBatch()
 		require.True(t, probe)
-		p, err := ln.acquire(ctx, n, nil, probe)
+		p, err := ln.acquire(ctx, n, 0, nil, probe)
 		require.NoError(t, err)
 		ln.release(p, timeout)
 		assert.Equal(t, 400, ln.state().BatchSize)
@@ -799,7 +799,7 @@ func TestLimiterBatchSize(t *testing.T) {
 		}
 		n, probe := ln.nextBatch()
 		require.True(t, probe)
-		p, err := ln.acquire(ctx, n, nil, probe)
+		p, err := ln.acquire(ctx, n, 0, nil, probe)
 		require.NoError(t, err)
 		// The probe is 2× the size; no worse per record means ≤ 1.25 ×
 		// 14 ms + 5 ms. At 30 ms it is still out.
@@ -807,7 +807,7 @@ func TestLimiterBatchSize(t *testing.T) {
 		next, again := ln.nextBatch()
 		assert.True(t, again, "the probe slot is free at once")
 		assert.Equal(t, 150, next, "for a size between the current one and the one judged too large")
-		q, err := ln.acquire(ctx, next, nil, again)
+		q, err := ln.acquire(ctx, next, 0, nil, again)
 		require.NoError(t, err)
 		clk.Advance(affine(next))
 		ln.release(q, nil)
@@ -836,12 +836,12 @@ func TestLimiterBatchSize(t *testing.T) {
 		ln := newLane(clk)
 		n, probe := ln.nextBatch()
 		require.False(t, probe, "the first request is of the starting size")
-		first, err := ln.acquire(ctx, n, nil, false)
+		first, err := ln.acquire(ctx, n, 0, nil, false)
 		require.NoError(t, err)
 		n, probe = ln.nextBatch()
 		require.True(t, probe)
 		assert.Equal(t, MaxBatchSize, n, "slow start probes ten times the size")
-		p, err := ln.acquire(ctx, n, nil, probe)
+		p, err := ln.acquire(ctx, n, 0, nil, probe)
 		require.NoError(t, err)
 		clk.Advance(affine(startBatchSize))
 		ln.release(first, nil)
@@ -855,13 +855,13 @@ func TestLimiterBatchSize(t *testing.T) {
 		slow := func(n int) time.Duration { return 50*time.Millisecond + time.Duration(n)*500*time.Microsecond }
 		var out []permit
 		for range 3 {
-			p, err := ln.acquire(ctx, startBatchSize, nil, false)
+			p, err := ln.acquire(ctx, startBatchSize, 0, nil, false)
 			require.NoError(t, err)
 			out = append(out, p)
 		}
 		n, probe := ln.nextBatch()
 		require.True(t, probe)
-		p, err := ln.acquire(ctx, n, nil, probe)
+		p, err := ln.acquire(ctx, n, 0, nil, probe)
 		require.NoError(t, err)
 		clk.Advance(slow(startBatchSize))
 		for _, q := range out[:2] {
@@ -909,7 +909,7 @@ func TestLimiterBatchSize(t *testing.T) {
 			send(ln, clk, affine, nil) // a second at 4000 records/s
 		}
 		refuse := func() {
-			p, err := ln.acquire(ctx, 100, nil, false)
+			p, err := ln.acquire(ctx, 100, 0, nil, false)
 			require.NoError(t, err)
 			ln.release(p, errRateLimited)
 		}
@@ -949,12 +949,12 @@ func TestLimiterBatchSize(t *testing.T) {
 		clk := newFakeClock()
 		ln := newLane(clk)
 		first, _ := ln.nextBatch()
-		p, err := ln.acquire(ctx, first, nil, false)
+		p, err := ln.acquire(ctx, first, 0, nil, false)
 		require.NoError(t, err)
 		n, probe := ln.nextBatch()
 		require.True(t, probe)
 		require.Equal(t, 10*startBatchSize, n)
-		q, err := ln.acquire(ctx, n, nil, probe)
+		q, err := ln.acquire(ctx, n, 0, nil, probe)
 		require.NoError(t, err)
 		clk.Advance(5 * time.Millisecond)
 		ln.release(p, nil)
@@ -976,7 +976,7 @@ func TestLimiterBreaker(t *testing.T) {
 	ln.conc = 10
 	var ps []permit
 	for range breakerThreshold {
-		p, err := ln.acquire(ctx, 10, nil, false)
+		p, err := ln.acquire(ctx, 10, 0, nil, false)
 		require.NoError(t, err)
 		ps = append(ps, p)
 	}
@@ -987,7 +987,7 @@ func TestLimiterBreaker(t *testing.T) {
 
 	// The next request waits for the probe time and goes as the probe.
 	before := clk.Now()
-	p, err := ln.acquire(ctx, 10, nil, false)
+	p, err := ln.acquire(ctx, 10, 0, nil, false)
 	require.NoError(t, err)
 	assert.True(t, p.probe)
 	assert.GreaterOrEqual(t, clk.Now().Sub(before), probeEvery)
@@ -995,18 +995,18 @@ func TestLimiterBreaker(t *testing.T) {
 	t.Run("while the probe is out, others wait", func(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
 		defer cancel()
-		_, err := ln.acquire(cctx, 10, nil, false)
+		_, err := ln.acquire(cctx, 10, 0, nil, false)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 	})
 	t.Run("a failed probe keeps it open, a successful one closes it", func(t *testing.T) {
 		ln.release(p, serverErr)
 		assert.True(t, ln.state().Paused)
-		p2, err := ln.acquire(ctx, 10, nil, false)
+		p2, err := ln.acquire(ctx, 10, 0, nil, false)
 		require.NoError(t, err)
 		assert.True(t, p2.probe)
 		ln.release(p2, nil)
 		assert.False(t, ln.state().Paused)
-		p3, err := ln.acquire(ctx, 10, nil, false)
+		p3, err := ln.acquire(ctx, 10, 0, nil, false)
 		require.NoError(t, err)
 		assert.False(t, p3.probe)
 		ln.release(p3, nil)
@@ -1043,7 +1043,7 @@ func TestRetryBudget(t *testing.T) {
 func TestLimiterLearnsPerNamespace(t *testing.T) {
 	lim := &Limiter{clock: newFakeClock()}
 	a := lim.lane("a", MaxBatchSize)
-	p, err := a.acquire(context.Background(), 1, nil, false)
+	p, err := a.acquire(context.Background(), 1, 0, nil, false)
 	require.NoError(t, err)
 	a.release(p, errRateLimited)
 	assert.Less(t, lim.State("a").Concurrency, startConcurrency)
@@ -1060,12 +1060,12 @@ func TestZeroLimiterIsReady(t *testing.T) {
 }
 
 func TestLimiterKeepsPineconesRequestLimit(t *testing.T) {
-	// requestsIn counts the permits of one-record requests that the lane
-	// grants over d of fake time, each returned at once.
-	requestsIn := func(ln *lane, clk *fakeClock, d time.Duration) int {
+	// requestsOf counts the permits of one-record requests of bytes bytes
+	// that the lane grants over d of fake time, each returned at once.
+	requestsOf := func(bytes int, ln *lane, clk *fakeClock, d time.Duration) int {
 		end, n := clk.Now().Add(d), 0
 		for {
-			p, err := ln.acquire(context.Background(), 1, nil, false)
+			p, err := ln.acquire(context.Background(), 1, bytes, nil, false)
 			require.NoError(t, err)
 			if clk.Now().After(end) {
 				ln.release(p, nil)
@@ -1075,13 +1075,14 @@ func TestLimiterKeepsPineconesRequestLimit(t *testing.T) {
 			n++
 		}
 	}
+	requestsIn := func(ln *lane, clk *fakeClock, d time.Duration) int { return requestsOf(0, ln, clk, d) }
 	t.Run("a lane sends a tenth above 100 requests a second until the first 429, then 100", func(t *testing.T) {
 		clk := newFakeClock()
 		ln := newLane(clk)
 		ln.capRequests()
 		assert.InDelta(t, 10*firstRequestRate+requestBurst, requestsIn(ln, clk, 10*time.Second), 1)
 
-		p, err := ln.acquire(context.Background(), 1, nil, false)
+		p, err := ln.acquire(context.Background(), 1, 0, nil, false)
 		require.NoError(t, err)
 		ln.release(p, errRateLimited)
 		clk.Advance(time.Second) // past the rate's own cut: only the request limit binds
@@ -1091,12 +1092,58 @@ func TestLimiterKeepsPineconesRequestLimit(t *testing.T) {
 		ln.capRequests() // a later All call on the same Limiter
 		assert.InDelta(t, 10*maxRequestRate, requestsIn(ln, clk, 10*time.Second), 1, "it stays at 100")
 	})
+	t.Run("a lane sends a tenth above 50 MiB a second until the first 429, then 50 MiB", func(t *testing.T) {
+		const mib = 1 << 20 // 55 requests a second at most: the byte limit binds
+		clk := newFakeClock()
+		ln := newLane(clk)
+		ln.capRequests()
+		assert.InDelta(t, 10*firstByteRate/mib+MaxRequestBytes/mib, requestsOf(mib, ln, clk, 10*time.Second), 1)
+
+		p, err := ln.acquire(context.Background(), 1, mib, nil, false)
+		require.NoError(t, err)
+		ln.release(p, errRateLimited)
+		clk.Advance(time.Second)
+		ln.records.SetLimitAt(clk.Now(), rate.Inf)
+		assert.InDelta(t, 10*maxByteRate/mib+MaxRequestBytes/mib, requestsOf(mib, ln, clk, 10*time.Second), 1)
+	})
 	t.Run("a lane of another transport has no request limit, before or after a 429", func(t *testing.T) {
 		clk := newFakeClock()
 		ln := newLane(clk)
-		p, err := ln.acquire(context.Background(), 1, nil, false)
+		p, err := ln.acquire(context.Background(), 1, 0, nil, false)
 		require.NoError(t, err)
 		ln.release(p, errRateLimited)
 		assert.Equal(t, rate.Inf, ln.requests.Limit())
+		assert.Equal(t, rate.Inf, ln.bytes.Limit())
+	})
+	t.Run("slow start held at the byte limit ends with a regular cut", func(t *testing.T) {
+		// It sent a tenth above the limit, not a round trip's doubling:
+		// cutting it to 30% would idle most of the index for a second.
+		for _, tt := range []struct {
+			name   string
+			capped bool
+			beta   float64
+		}{
+			{"held at the cap", true, rateCut},
+			{"a lane without caps", false, slowStartCut},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				clk := newFakeClock()
+				ln := newLane(clk)
+				if tt.capped {
+					ln.capRequests()
+				}
+				for range 100 { // 100 requests of 1 MiB, each answered in 5 ms
+					p, err := ln.acquire(context.Background(), 100, 1<<20, nil, false)
+					require.NoError(t, err)
+					clk.Advance(5 * time.Millisecond)
+					ln.release(p, nil)
+				}
+				p, err := ln.acquire(context.Background(), 100, 1<<20, nil, false)
+				require.NoError(t, err)
+				ln.release(p, errRateLimited)
+				require.Equal(t, 1, ln.cuts)
+				assert.Equal(t, tt.beta, ln.cutBeta)
+			})
+		}
 	})
 }

@@ -304,17 +304,17 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	if r.cfg.batchSize > 0 {
 		acquire = rt.lane.acquire // a pinned size is never cut
 	}
-	perm, err := acquire(r.runCtx, n, r.slots, p.sizeProbe)
+	bytes := rt.overhead
+	for _, it := range p.items {
+		bytes += it.size
+	}
+	perm, err := acquire(r.runCtx, n, bytes, r.slots, p.sizeProbe)
 	p.sizeProbe = false
 	if errors.Is(err, errStaleBatch) && r.runCtx.Err() == nil {
 		return errRecut
 	}
 	if err != nil {
 		return r.describe(err)
-	}
-	bytes := rt.overhead
-	for _, it := range p.items {
-		bytes += it.size
 	}
 	p.attempts++
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.requestTimeout)

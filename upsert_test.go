@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/upsertlib/upsert/upserttest"
 )
 
 // requireAccounted checks the library's first promise: every record is
@@ -392,6 +394,28 @@ func callSizes(fi *fakeIndex) []int {
 		n = append(n, len(ids))
 	}
 	return n
+}
+
+func TestAllChargesPineconesByteLimitWithTheRequestsItSends(t *testing.T) {
+	srv := upserttest.NewServer()
+	t.Cleanup(srv.Close)
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "wide"})
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	recs := vectors(20, 1536) // one request of 120 KiB
+	res, err := All(context.Background(), recs, WithIndex(idx), WithLimiter(lim), withClock(clk))
+	require.NoError(t, err)
+	require.Equal(t, 20, res.Upserted)
+	require.Equal(t, 1, srv.Stats().Requests)
+
+	ln := lim.lane("wide", MaxBatchSize)
+	spent := float64(ln.bytes.Burst()) - ln.bytes.TokensAt(clk.Now())
+	assert.Equal(t, float64(encodedRequestSize(t, recs, "wide")), spent, "the byte bucket is charged with the request's wire size")
 }
 
 func TestAllSplitsTooLargeRequests(t *testing.T) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -88,7 +89,7 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 	perClient := p.recordsPerClient(scale)
 	clients := make([]*client, p.clients)
 	for i := range clients {
-		clients[i] = &client{records: makeRecords(i*perClient, perClient), calls: new(calls)}
+		clients[i] = &client{records: makeRecords(i*perClient, perClient, cmp.Or(p.dimension, dimension)), calls: new(calls)}
 	}
 
 	// The server is made last, since Outage counts from its start.

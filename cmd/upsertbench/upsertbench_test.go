@@ -9,6 +9,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // TestRun runs the tight profile at a very small scale (1800 records, about
@@ -45,7 +48,7 @@ func TestRun(t *testing.T) {
 func TestParseFlags(t *testing.T) {
 	cfg, err := parseFlags(nil)
 	require.NoError(t, err)
-	assert.Len(t, cfg.profiles, 9)
+	assert.Len(t, cfg.profiles, 10)
 	assert.Len(t, cfg.strategies, 4)
 	assert.Equal(t, 1.0, cfg.scale)
 	assert.Equal(t, 60*time.Second, cfg.deadline)
@@ -74,4 +77,22 @@ func TestQuantile(t *testing.T) {
 	assert.Equal(t, 50*time.Millisecond, quantile(d, 0.5))
 	assert.Equal(t, 99*time.Millisecond, quantile(d, 0.99))
 	assert.Zero(t, quantile(nil, 0.5))
+}
+
+func TestWideCapacityIsTheByteLimitInRecords(t *testing.T) {
+	mt, err := protoregistry.GlobalTypes.FindMessageByName("UpsertRequest")
+	require.NoError(t, err, "the SDK registers UpsertRequest")
+	req := mt.New()
+	vectors := req.Mutable(req.Descriptor().Fields().ByName("vectors")).List()
+	v := vectors.NewElement().Message()
+	fields := v.Descriptor().Fields()
+	rec := makeRecords(0, 1, 1536)[0]
+	v.Set(fields.ByName("id"), protoreflect.ValueOfString(rec.Id))
+	values := v.Mutable(fields.ByName("values")).List()
+	for _, x := range *rec.Values {
+		values.Append(protoreflect.ValueOfFloat32(x))
+	}
+	vectors.Append(protoreflect.ValueOfMessage(v))
+	assert.Equal(t, 6160, proto.Size(req.Interface()), "bytes a record adds to a request")
+	assert.InDelta(t, float64(50<<20)/6160, wideCapacity, 1e-9)
 }

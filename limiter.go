@@ -149,8 +149,8 @@ const (
 	// 1536-dimension records (6 KB each, 8.5k records/s) reached 2.3
 	// times the limit in slow start before its first 429 came back, with
 	// twenty 2 MB requests in flight that the emptied bucket then refused:
-	// 3-5% of a run's requests answered 429, 14 of 16 in its first two
-	// seconds.
+	// 1.8-5.1% of a run's requests answered 429 (14 of one run's 16 in
+	// its first two seconds); 0-0.2% with it.
 	maxByteRate   = 50 << 20
 	firstByteRate = 1.1 * maxByteRate
 	// cappedAccepted is the share of what slow start sent that the index

@@ -137,7 +137,9 @@ func (c *config) bad(format string, args ...any) {
 // [WithNamespaceOf] routes them: vectors with
 // [pinecone.IndexConnection.UpsertVectors] (a reply that confirms fewer
 // records than were sent counts as a server error and the batch is
-// retried), integrated records with UpsertRecords (see [Records]).
+// retried), integrated records with UpsertRecords (see [Records]). Requests
+// also stay under Pinecone serverless's limits per namespace, 100 upsert
+// requests and 50 MB of upsert data per second (see [Limiter]).
 func WithIndex(idx *pinecone.IndexConnection) Option {
 	return func(c *config) {
 		c.sources++

@@ -154,9 +154,10 @@ const (
 	maxByteRate   = 50 << 20
 	firstByteRate = 1.1 * maxByteRate
 	// cappedAccepted is the share of what slow start sent that the index
-	// must have accepted, while the byte cap held it, for its first 429
-	// episode to be a regular cut (see cut).
+	// must have accepted, and cappedFor how long the byte cap must have
+	// held it, for its first 429 episode to be a regular cut (see cut).
 	cappedAccepted = 0.8
+	cappedFor      = 2 * time.Second
 
 	// minRate keeps a cut rate from reaching zero: ten records per second
 	// still probe the index.
@@ -246,6 +247,7 @@ type lane struct {
 	requests         *rate.Limiter // requests per second
 	bytes            *rate.Limiter // request bytes per second
 	bytesWaited      time.Time     // when a request last waited for the byte cap
+	bytesHeld        time.Time     // when one first did; zero before
 	wmax             float64       // sending rate at the last 429 episode; 0 before
 	cutAt            time.Time     // origin of the growth curve: the last cut, shifted by idle time
 	cutBeta          float64       // the cut of the last episode
@@ -601,6 +603,9 @@ func (ln *lane) waitRate(ctx context.Context, n, bytes int, sizeProbe, recut boo
 		}
 		if br.DelayFrom(now) > 0 {
 			ln.bytesWaited = now
+			if ln.bytesHeld.IsZero() {
+				ln.bytesHeld = now
+			}
 		}
 		if ln.cutSignal == nil {
 			ln.cutSignal = make(chan struct{})
@@ -786,13 +791,19 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 		beta, uncapped = slowStartCut, true
 		if recent > 0 {
 			level = min(sent, recent)
-			if now.Sub(ln.bytesWaited) < window && recent >= cappedAccepted*sent {
+			if now.Sub(ln.bytesWaited) < window && now.Sub(ln.bytesHeld) >= cappedFor && recent >= cappedAccepted*sent {
 				// Slow start was held at Pinecone's byte limit (a
-				// tenth above it) and the index took nearly all of
+				// tenth above it) for seconds before the index's
+				// bucket ran dry, and the index took nearly all of
 				// it: the overshoot is that tenth, not a round
-				// trip's doubling. Not so for the request limit,
-				// which holds back slow start's first small batches
-				// on indexes that limit records well below it.
+				// trip's doubling. When the bucket ran dry sooner,
+				// other writers share the namespace, and together
+				// they overshoot by as many tenths as there are of
+				// them: four writers of 1536-dimension records cut
+				// to 85% went on refusing 6-8% of their requests.
+				// Not so for the request limit, which holds back
+				// slow start's first small batches on indexes that
+				// limit records well below it.
 				beta = rateCut
 			}
 		} else {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -371,11 +370,13 @@ func TestAllRecutsABatchThatACutMadeTooLargeWhileItWaited(t *testing.T) {
 		assert.Len(t, fi.Stored(), 1000)
 		assert.Zero(t, res.Stats.Retries, "the batch was never sent whole, so it is not retried")
 		assert.Zero(t, res.Stats.ErrorsByClass[ClassRateLimited])
+		// Which of the batches formed before the cut goes first is the
+		// scheduler's choice; the one behind it waited through the cut.
 		calls := fi.Calls()
-		i := slices.IndexFunc(calls, func(ids []string) bool { return slices.Contains(ids, "v100") })
-		require.GreaterOrEqual(t, i, 1)
 		assert.Len(t, calls[0], 100, "the first batch went before the cut")
-		assert.Less(t, len(calls[i]), 100, "the second batch went out in pieces of the new size: %v", callSizes(fi))
+		for _, call := range calls[1:] {
+			require.Less(t, len(call), 100, "batches formed before the cut went out in pieces of the new size: %v", callSizes(fi))
+		}
 	})
 	t.Run("a pinned batch size is kept and waits for its tokens", func(t *testing.T) {
 		res, fi := run(t, WithBatchSize(100))

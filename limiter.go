@@ -30,8 +30,9 @@ import (
 //     Pinecone's limits per namespace, 100 upsert requests and 50 MB
 //     (taken as MiB) of upsert data per second: a tenth above them until
 //     the first 429 (to take in the burst the index's buckets allow),
-//     at them after it. A first 429 while the byte limit held slow start
-//     cuts the rate as a later one does, not as slow start's overshoot.
+//     at them after it. A first 429 after the byte limit held slow start
+//     for seconds cuts the rate as a later one does, not as slow start's
+//     overshoot.
 //   - how many requests may be in flight: 4 at first, doubling each round
 //     trip while requests wait for a slot and latency holds (and at once
 //     as far as keeps the request rate when it adopts a larger batch),

@@ -1124,11 +1124,13 @@ func TestLimiterKeepsPineconesRequestLimit(t *testing.T) {
 			name     string
 			capped   bool
 			requests int // of 1 MiB, each answered in 5 ms: 55 a second at the cap
+			pauseAt  int // the producer pauses for two seconds after this many, if not 0
 			beta     float64
 		}{
-			{"held at the cap for four seconds", true, 220, rateCut},
-			{"held at the cap for less than a second", true, 40, slowStartCut},
-			{"a lane without caps", false, 100, slowStartCut},
+			{"held at the cap for four seconds", true, 220, 0, rateCut},
+			{"held at the cap for less than a second", true, 40, 0, slowStartCut},
+			{"held for three seconds, then again for one after a pause", true, 220, 165, slowStartCut},
+			{"a lane without caps", false, 100, 0, slowStartCut},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				clk := newFakeClock()
@@ -1136,7 +1138,10 @@ func TestLimiterKeepsPineconesRequestLimit(t *testing.T) {
 				if tt.capped {
 					ln.capRequests()
 				}
-				for range tt.requests {
+				for i := range tt.requests {
+					if i > 0 && i == tt.pauseAt {
+						clk.Advance(2 * time.Second)
+					}
 					p, err := ln.acquire(context.Background(), 100, 1<<20, nil, false)
 					require.NoError(t, err)
 					clk.Advance(5 * time.Millisecond)

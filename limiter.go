@@ -154,9 +154,10 @@ const (
 	// its first two seconds); 0-0.2% with it.
 	maxByteRate   = 50 << 20
 	firstByteRate = 1.1 * maxByteRate
-	// cappedAccepted is the share of what slow start sent that the index
-	// must have accepted, and cappedFor how long the byte cap must have
-	// held it, for its first 429 episode to be a regular cut (see cut).
+	// cappedAccepted is the share of what slow start sent over the meter
+	// window that the index must have accepted (the rest is in flight),
+	// and cappedFor how long the byte cap must have held it, for its
+	// first 429 episode to be a regular cut (see cut).
 	cappedAccepted = 0.8
 	cappedFor      = 2 * time.Second
 
@@ -796,8 +797,10 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 				// Slow start was held at Pinecone's byte limit (a
 				// tenth above it) for seconds before the index's
 				// bucket ran dry, and the index took nearly all of
-				// it: the overshoot is that tenth, not a round
-				// trip's doubling. When the bucket ran dry sooner,
+				// it (before a first 429 nothing else was refused,
+				// so what it has not taken is still in flight): the
+				// overshoot is that tenth, not a round trip's
+				// doubling. When the bucket ran dry sooner,
 				// other writers share the namespace, and together
 				// they overshoot by as many tenths as there are of
 				// them: four writers of 1536-dimension records cut

@@ -1125,12 +1125,14 @@ func TestLimiterKeepsPineconesRequestLimit(t *testing.T) {
 			capped   bool
 			requests int // of 1 MiB, each answered in 5 ms: 55 a second at the cap
 			pauseAt  int // the producer pauses for two seconds after this many, if not 0
+			inFlight int // requests of 1 MiB still out when the 429 comes
 			beta     float64
 		}{
-			{"held at the cap for four seconds", true, 220, 0, rateCut},
-			{"held at the cap for less than a second", true, 40, 0, slowStartCut},
-			{"held for three seconds, then again for one after a pause", true, 220, 165, slowStartCut},
-			{"a lane without caps", false, 100, 0, slowStartCut},
+			{"held at the cap for four seconds", true, 220, 0, 0, rateCut},
+			{"held at the cap for less than a second", true, 40, 0, 0, slowStartCut},
+			{"held for three seconds, then again for one after a pause", true, 220, 165, 0, slowStartCut},
+			{"held for four seconds, with most of what went out in the last 300 ms still out", true, 220, 0, 8, slowStartCut},
+			{"a lane without caps", false, 100, 0, 0, slowStartCut},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				clk := newFakeClock()
@@ -1146,6 +1148,10 @@ func TestLimiterKeepsPineconesRequestLimit(t *testing.T) {
 					require.NoError(t, err)
 					clk.Advance(5 * time.Millisecond)
 					ln.release(p, nil)
+				}
+				for range tt.inFlight {
+					_, err := ln.acquire(context.Background(), 100, 1<<20, make(chan struct{}, 1), false)
+					require.NoError(t, err)
 				}
 				p, err := ln.acquire(context.Background(), 100, 1<<20, nil, false)
 				require.NoError(t, err)

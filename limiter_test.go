@@ -283,7 +283,7 @@ func TestLimiterConvergesToTheIndexCapacity(t *testing.T) {
 				name += fmt.Sprintf(" by a writer pinned to %d request in flight", pinned)
 			}
 			t.Run(name, func(t *testing.T) {
-				rates, rejected := simulateSharedIndex(t, 1, tt.capacity, tt.burst, tt.latency, 2*time.Minute, time.Minute, pinned)
+				rates, rejected := simulateSharedIndex(t, 1, tt.capacity, tt.burst, tt.latency, 2*time.Minute, time.Minute, pinned, 0)
 				eff := rates[0] / tt.capacity
 				t.Logf("efficiency %.1f%%, refused %.2f%%", 100*eff, 100*rejected)
 				assert.GreaterOrEqual(t, eff, 0.95, "efficiency")
@@ -304,11 +304,11 @@ func TestLimiterConvergesToTheIndexCapacity(t *testing.T) {
 // Events are taken in time order, so that the buckets see time move
 // forward. It returns what each lane got accepted per second from
 // measureFrom to d, and the share of requests refused then.
-func simulateSharedIndex(t *testing.T, writers int, capacity float64, burst int, latency, d, measureFrom time.Duration, pinned int) (rates []float64, refusedShare float64) {
+func simulateSharedIndex(t *testing.T, writers int, capacity float64, burst int, latency, d, measureFrom time.Duration, pinned int, seed uint64) (rates []float64, refusedShare float64) {
 	t.Helper()
 	records := tokenbucket.New(capacity, burst)
 	requests := tokenbucket.New(maxRequestRate, maxRequestRate)
-	jitter := rand.New(rand.NewPCG(uint64(writers), uint64(capacity)))
+	jitter := rand.New(rand.NewPCG(uint64(writers), uint64(capacity)+seed))
 	type writer struct {
 		clk   *simClock
 		ln    *lane
@@ -452,8 +452,8 @@ func TestLimiterSharesAnIndexWithoutStarvingAWriter(t *testing.T) {
 		capacity float64
 		burst    int
 		pinned   int     // WithConcurrency, or 0 for the lane's own
-		total    float64 // the least share of the capacity used in total
-		refused  float64 // the most requests answered 429
+		total    float64 // the least share of the capacity used in total, in the median run
+		refused  float64 // the most requests answered 429, in the median run
 	}{
 		// Each writer finds the capacity on its own, so together they
 		// overshoot more often than one writer does, and the more of
@@ -467,8 +467,8 @@ func TestLimiterSharesAnIndexWithoutStarvingAWriter(t *testing.T) {
 		// Sixteen need batches of 200 records on average to take 20k
 		// records/s in 100 requests, and get there by trial and error;
 		// most of them climb from their first cut, as nothing of theirs
-		// was accepted before it (86-100% at the four latencies).
-		{"sixteen writers on an index of 20k records/s", 16, 20_000, 5_000, 0, 0.85, 0.10},
+		// was accepted before it (70-100% over 40 runs).
+		{"sixteen writers on an index of 20k records/s", 16, 20_000, 5_000, 0, 0.90, 0.10},
 		// With one request in flight, a writer's first level is what its
 		// slow start happened to get through before the index's bucket
 		// ran dry, and the climb, in proportion to each writer's level,
@@ -479,22 +479,47 @@ func TestLimiterSharesAnIndexWithoutStarvingAWriter(t *testing.T) {
 		{"four writers pinned to one request in flight on an index of 20k records/s", 4, 20_000, 5_000, 1, 0.95, 0.06},
 		{"four writers pinned to one request in flight on an index of 3k records/s", 4, 3_000, 750, 1, 0.95, 0.06},
 	}
+	// Writers that each find the capacity on their own are a chaotic
+	// system: the jitter of one answer changes who is cut when, and the
+	// shares 30 s later. A case run once passes or fails by luck (with
+	// rateCut at 0.849 instead of 0.85, sixteen writers used 81.5% of the
+	// index in one run; 70-100% over 40), so each case runs three seeds at
+	// four latencies and the medians carry the claims. Starvation, a
+	// writer held under a tenth of its share, is checked in every run.
 	for _, tt := range tests {
-		for _, latency := range []time.Duration{3 * time.Millisecond, 5 * time.Millisecond, 8 * time.Millisecond, 13 * time.Millisecond} {
-			name := fmt.Sprintf("%s answering in %v use %.0f%% of it or more, and each gets a third of its share or more", tt.name, latency, 100*tt.total)
-			t.Run(name, func(t *testing.T) {
-				rates, refused := simulateSharedIndex(t, tt.writers, tt.capacity, tt.burst, latency, 30*time.Second, 2*time.Second, tt.pinned)
-				total, fair := 0.0, tt.capacity/float64(tt.writers)
-				for i, r := range rates {
-					total += r
-					assert.GreaterOrEqual(t, r, fair/3, "writer %d of %v", i, rates)
+		name := fmt.Sprintf("%s use %.0f%% of it or more, the smallest share is 40%% of a fair one or more, and no writer starves", tt.name, 100*tt.total)
+		t.Run(name, func(t *testing.T) {
+			fair := tt.capacity / float64(tt.writers)
+			var totals, refusals, smallest []float64
+			for _, latency := range []time.Duration{3 * time.Millisecond, 5 * time.Millisecond, 8 * time.Millisecond, 13 * time.Millisecond} {
+				for seed := range uint64(3) {
+					rates, refused := simulateSharedIndex(t, tt.writers, tt.capacity, tt.burst, latency, 30*time.Second, 2*time.Second, tt.pinned, seed)
+					total := 0.0
+					for _, r := range rates {
+						total += r
+					}
+					least := slices.Min(rates)
+					assert.GreaterOrEqual(t, least, fair/10, "answering in %v, seed %d: %.0f", latency, seed, rates)
+					totals = append(totals, total/tt.capacity)
+					refusals = append(refusals, refused)
+					smallest = append(smallest, least/fair)
 				}
-				t.Logf("rates %.0f, total %.1f%%, refused %.2f%%", rates, 100*total/tt.capacity, 100*refused)
-				assert.GreaterOrEqual(t, total, tt.total*tt.capacity, "in total")
-				assert.LessOrEqual(t, refused, tt.refused, "share of requests answered 429")
-			})
-		}
+			}
+			t.Logf("in total %.2f, refused %.3f, the smallest writer's share %.2f", totals, refusals, smallest)
+			assert.GreaterOrEqual(t, median(totals), tt.total, "share of the capacity used in total")
+			assert.LessOrEqual(t, median(refusals), tt.refused, "share of requests answered 429")
+			assert.GreaterOrEqual(t, median(smallest), 0.4, "the smallest writer's rate over its share")
+		})
 	}
+}
+
+// median returns the median of xs, which must not be empty.
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func TestLimiterRechecksAReservationAfterACut(t *testing.T) {

@@ -266,7 +266,7 @@ type lane struct {
 	cuts             int           // rate cuts so far
 	cutSignal        chan struct{} // closed at a cut, to wake the head
 	pausedUntil      time.Time     // Retry-After of the last episode
-	peak             peakMeter     // records accepted and refused per second, over ten seconds
+	peak             peakMeter     // records accepted and refused per second, over ten seconds, of requests sent under a cap
 	sent             rateMeter     // records sent
 	goodput          rateMeter     // records accepted
 
@@ -326,6 +326,7 @@ type permit struct {
 	slots     chan struct{} // the caller's fixed slots, or nil for the lane's
 	probe     bool          // the breaker's probe
 	sizeProbe bool          // a probe of a larger batch size
+	capped    bool          // sent while the rate had a cap: not slow start's
 }
 
 func (ln *lane) state() LimiterState {
@@ -540,7 +541,7 @@ func (ln *lane) admit(ctx context.Context, n, bytes int, slots chan struct{}, si
 		ln.inFlight++
 		ln.issued++
 		ln.sent.add(ln.clock.Now(), n)
-		p := permit{gen: ln.issued, n: n, start: ln.clock.Now(), slots: slots, probe: probe, sizeProbe: sizeProbe}
+		p := permit{gen: ln.issued, n: n, start: ln.clock.Now(), slots: slots, probe: probe, sizeProbe: sizeProbe, capped: ln.records.Limit() != rate.Inf}
 		if sizeProbe && n == ln.probeSize {
 			ln.probeStart = p.start
 		}
@@ -718,7 +719,9 @@ func (ln *lane) release(p permit, e *Error) {
 		ln.pausedSinceCut += ln.breaker.success(now)
 		ln.budget.success(now)
 		ln.goodput.add(now, p.n)
-		ln.peak.add(now, p.n, 0)
+		if p.capped {
+			ln.peak.add(now, p.n, 0)
+		}
 		ln.acceptedSinceCut += p.n
 		ln.observeLatency(p, latency)
 		ln.growConcurrency(p)
@@ -729,7 +732,9 @@ func (ln *lane) release(p permit, e *Error) {
 	switch e.Class {
 	case ClassRateLimited:
 		ln.pausedSinceCut += ln.breaker.success(now) // the index answers
-		ln.peak.add(now, 0, p.n)
+		if p.capped {
+			ln.peak.add(now, 0, p.n)
+		}
 		// Once per round trip: not for requests sent before the last cut,
 		// nor for those that reached the index while it was still
 		// refusing the overshoot that the cut answered (a round trip, and
@@ -861,6 +866,11 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 	// refuses only a small share of what is sent, the level stays at least
 	// half the best rate it ever accepted in a second. When it refuses
 	// much more (its capacity fell, other clients came), the floor goes.
+	// Slow start's seconds do not count: an index with a large burst
+	// accepts many times its rate until the burst is spent. Counted, an
+	// index of 2000 records/s with a 15-second burst set the floor at
+	// 15k/s, and each time its 429s had faded out of the ten seconds a
+	// cut took the rate back there: a second storm.
 	if ln.peak.refusedShare(now) < smallRefusedShare {
 		level = max(level, peakShare*ln.peak.best)
 	}

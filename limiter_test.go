@@ -185,6 +185,32 @@ func TestLimiterLeavesAGuessedLevelSooner(t *testing.T) {
 	assert.Equal(t, rateRecovery, ln.recovery, "a measured level is approached slowly")
 }
 
+func TestLimiterFloorsTheLevelAtHalfTheBestSecondUnderACap(t *testing.T) {
+	t.Run("429s that come whatever the rate do not grind it down", func(t *testing.T) {
+		ln, clk := capLane(10_000)
+		sendEvery(t, ln, clk, 300, 100, 10*time.Millisecond, nil) // 10k records/s for 3 s
+		for range 10 {                                            // an episode every 200 ms
+			sendEvery(t, ln, clk, 20, 10, 10*time.Millisecond, nil)
+			sendEvery(t, ln, clk, 1, 10, 0, errRateLimited)
+		}
+		assert.Greater(t, ln.state().Rate, 0.4*10_000, "half the best second, cut once")
+	})
+	t.Run("a burst taken in slow start is no best second", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		// An index of 2000 records/s with a 15-second burst: slow start
+		// gets 30k records through in a second, then the burst is spent.
+		sendEvery(t, ln, clk, 30, 1000, 33*time.Millisecond, nil)
+		clk.Advance(10 * time.Millisecond)
+		sendEvery(t, ln, clk, 1, 100, 0, errRateLimited)
+		require.Equal(t, 1, ln.cuts)
+		// Twelve seconds at the index's rate, no 429 among them, then one.
+		sendEvery(t, ln, clk, 120, 200, 100*time.Millisecond, nil)
+		sendEvery(t, ln, clk, 1, 200, 0, errRateLimited)
+		assert.Less(t, ln.state().Rate, 2000.0, "cut below the index's rate, not to half the burst's")
+	})
+}
+
 func TestLimiterMeasuresNothingWhileClimbingBackToSlowStartsGuess(t *testing.T) {
 	clk := newFakeClock()
 	ln := newLane(clk)

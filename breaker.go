@@ -8,7 +8,8 @@ import "time"
 // lets one probe request through at a time until one succeeds. Its state is
 // guarded by the lane's mutex.
 type breaker struct {
-	failures  int // consecutive server failures
+	failures  int  // consecutive server failures
+	answered  bool // the index answered once: it is not dead or misconfigured
 	open      bool
 	openedAt  time.Time
 	nextProbe time.Time
@@ -26,6 +27,17 @@ const (
 	probeEvery   = 100 * time.Millisecond
 	probeFastFor = 5 * time.Second
 	probeMax     = 5 * time.Second
+	// outagePatience is how long the breaker stays open before a server
+	// error spends a retry of its batch again, when the index had
+	// answered before (an index that never did is dead or misconfigured,
+	// and its batches spend their retries from the start). Before, the
+	// error tells about the outage, which the breaker already knows of,
+	// not about the batch: probes every 100 ms spent a batch's four
+	// retries in half a second, and a 5-second outage failed eight
+	// batches of 1000 records that the index took a few seconds later.
+	// After, each probe spends one as any retry does, so that an index
+	// that died still ends the run.
+	outagePatience = time.Minute
 )
 
 // admit reports whether a request may go now and whether it is the
@@ -47,7 +59,7 @@ func (b *breaker) admit(now time.Time) (ok, probe bool, wait time.Duration) {
 // success closes the breaker: the index answers again. It returns how
 // long the breaker was open, or 0 if it was closed.
 func (b *breaker) success(now time.Time) time.Duration {
-	b.failures = 0
+	b.failures, b.answered = 0, true
 	if !b.open {
 		return 0
 	}
@@ -69,6 +81,12 @@ func (b *breaker) failure(now time.Time, probe bool) {
 		b.open, b.openedAt = true, now
 		b.nextProbe = now.Add(probeEvery)
 	}
+}
+
+// young reports whether the breaker has been open for less than
+// outagePatience, after the index had answered.
+func (b *breaker) young(now time.Time) bool {
+	return b.open && b.answered && now.Sub(b.openedAt) < outagePatience
 }
 
 // abandon releases the probe slot of a probe that ended without an answer

@@ -53,7 +53,8 @@ import (
 //     [MaxRequestBytes].
 //
 // It also holds a circuit breaker (after 5 server failures in a row, every
-// request waits while single probes test the index, every 100 ms at first)
+// request waits while single probes test the index, every 100 ms at first;
+// for the first minute, failures while it is open spend no retries)
 // and a retry budget (retries stay around a fifth of the requests; a retry
 // that finds the budget empty waits, it is never dropped).
 //
@@ -681,6 +682,15 @@ func (ln *lane) wakeSlots() {
 		close(ln.slotFreed)
 		ln.slotFreed = nil
 	}
+}
+
+// inYoungOutage reports whether the breaker has been open for less than
+// outagePatience after the index had answered: a server error then does
+// not spend a retry of its batch (see outagePatience).
+func (ln *lane) inYoungOutage() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.breaker.young(ln.clock.Now())
 }
 
 // awaitRetry waits until the retry budget allows one more retry.

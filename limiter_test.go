@@ -1070,6 +1070,23 @@ func TestLimiterBreaker(t *testing.T) {
 		assert.Greater(t, b.probeWait(now.Add(probeFastFor+time.Second)), probeEvery)
 		assert.Equal(t, probeMax, b.probeWait(now.Add(time.Hour)))
 	})
+	t.Run("an outage is young for a minute, once the index had answered", func(t *testing.T) {
+		var b breaker
+		now := clk.Now()
+		for range breakerThreshold {
+			b.failure(now, false)
+		}
+		require.True(t, b.open)
+		assert.False(t, b.young(now), "an index that never answered is dead or misconfigured")
+		b.success(now)
+		for range breakerThreshold {
+			b.failure(now, false)
+		}
+		assert.True(t, b.young(now.Add(outagePatience-time.Second)))
+		assert.False(t, b.young(now.Add(outagePatience)))
+		b.success(now.Add(outagePatience))
+		assert.False(t, b.young(now.Add(outagePatience)), "a closed breaker is no outage")
+	})
 }
 
 func TestRetryBudget(t *testing.T) {

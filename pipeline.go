@@ -209,6 +209,7 @@ type part struct {
 	attempts  int             // requests that carried these records
 	ambiguous bool            // some request ended without a clear answer
 	sizeProbe bool            // the batch probes a larger size (until first sent)
+	outage    bool            // its last request failed with a server error in a young outage: no retry spent
 }
 
 func (p *part) child(items []item) *part {
@@ -264,9 +265,11 @@ func (r *run) process(worker int, rt *route, b batch) {
 			r.cfg.observers.retry(RetryEvent{Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
 			a, b := split(p.items)
 			stack = append(stack, p.child(b), p.child(a))
-		case p.retries[c] < r.cfg.retry.maxRetries[c]:
+		case p.retries[c] < r.cfg.retry.maxRetries[c] || p.outage && r.cfg.retry.maxRetries[c] > 0:
 			wait := r.backoff(c, p.retries[c], e.RetryAfter)
-			p.retries[c]++
+			if !p.outage {
+				p.retries[c]++
+			}
 			retries++
 			r.stats.retry(c)
 			r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
@@ -332,6 +335,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 		}
 	}
 	rt.lane.release(perm, e)
+	p.outage = e != nil && e.Class == ClassServer && rt.lane.inYoungOutage()
 	r.stats.request(n, latency, e)
 	r.cfg.observers.requestDone(RequestEvent{
 		Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,

@@ -255,7 +255,10 @@ func WithRequestTimeout(d time.Duration) Option {
 // [ClassRateLimited], 4 for [ClassTimeout] and [ClassServer]. Other classes
 // are never retried unchanged (too-large and invalid batches are split
 // instead), so n must be for one of those three classes; 0 disables
-// retries of that class.
+// retries of that class. During the first minute of an outage (while the
+// [Limiter]'s circuit breaker is open) failures spend none of them, so
+// that a short outage fails no records; after it, each spends one, so
+// that a dead index still ends the run.
 func WithMaxRetries(class Class, n int) Option {
 	return func(c *config) {
 		switch {

@@ -163,6 +163,68 @@ func TestAllCutsBatchesByCountAndBytes(t *testing.T) {
 	})
 }
 
+func TestAllRidesOutAnOutage(t *testing.T) {
+	down := status.Error(codes.Unavailable, "down")
+	t.Run("records an outage of seconds held back land when it ends", func(t *testing.T) {
+		// The index answers, then fails 40 requests in a row: the first
+		// five open the breaker, the rest are its probes, 100 ms apart.
+		fi := newFakeIndex(func(call int, _ []string) error {
+			if call > 0 && call <= 40 {
+				return down
+			}
+			return nil
+		})
+		res, err := All(context.Background(), vectors(2000, 2), WithUpsertFunc(fi.Upsert), withClock(creepingClock{newFakeClock()}),
+			withRand(maxRand), WithBatchSize(100))
+		require.NoError(t, err, "no batch gave up: failures while the breaker was open spent no retries")
+		assert.Equal(t, 2000, res.Upserted)
+		assert.Len(t, fi.stored, 2000)
+	})
+	t.Run("an index that dies still ends the run", func(t *testing.T) {
+		fi := newFakeIndex(func(call int, _ []string) error {
+			if call < 2 {
+				return nil
+			}
+			return down
+		})
+		res, err := All(context.Background(), vectors(500, 2), testOpts(fi, WithBatchSize(100), WithConcurrency(1))...)
+		require.ErrorIs(t, err, ErrServer)
+		assert.Equal(t, 200, res.Upserted)
+		assert.Len(t, res.Failed, 300)
+	})
+	t.Run("an index that never answered is no outage: its batches spend their retries", func(t *testing.T) {
+		fi := newFakeIndex(func(int, []string) error { return down })
+		res, err := All(context.Background(), vectors(500, 2), testOpts(fi, WithBatchSize(100), WithConcurrency(1))...)
+		require.ErrorIs(t, err, ErrServer)
+		assert.Len(t, res.Failed, 500)
+		assert.Len(t, fi.calls, 5*5, "one attempt and four retries per batch")
+	})
+	t.Run("a batch pinned to no retries is not retried in an outage either", func(t *testing.T) {
+		fi := newFakeIndex(func(call int, _ []string) error {
+			if call == 0 {
+				return nil
+			}
+			return down
+		})
+		res, err := All(context.Background(), vectors(2000, 2), testOpts(fi, WithBatchSize(100), WithMaxRetries(ClassServer, 0), WithConcurrency(1))...)
+		require.ErrorIs(t, err, ErrServer)
+		assert.Len(t, res.Failed, 1900)
+		assert.Len(t, fi.calls, 20, "one request per batch")
+	})
+}
+
+// creepingClock is virtual time in which a Sleep moves the clock by a
+// millisecond at most, and returns early if it asked for more (callers
+// check again and sleep on). On a fakeClock every Sleep moves the clock,
+// so writers waiting side by side move it as many times over; on this one
+// they move it about as one would, and an outage of 40 probes stays a few
+// seconds long.
+type creepingClock struct{ *fakeClock }
+
+func (c creepingClock) Sleep(ctx context.Context, d time.Duration) error {
+	return c.fakeClock.Sleep(ctx, min(d, time.Millisecond))
+}
+
 func TestAllRetriesOnlyWhatFailed(t *testing.T) {
 	t.Run("a 429 is retried after a backoff and lands", func(t *testing.T) {
 		fi := newFakeIndex(func(call int, _ []string) error {

@@ -1,6 +1,9 @@
 package upsert
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // breaker pauses every request of a namespace together when the index
 // keeps failing (a run of server errors or timeouts with no success in
@@ -10,6 +13,7 @@ import "time"
 type breaker struct {
 	failures  int  // consecutive server failures
 	answered  bool // the index answered once: it is not dead or misconfigured
+	timedOut  bool // the last failure was a timeout, which says less about the index
 	open      bool
 	openedAt  time.Time
 	nextProbe time.Time
@@ -27,17 +31,26 @@ const (
 	probeEvery   = 100 * time.Millisecond
 	probeFastFor = 5 * time.Second
 	probeMax     = 5 * time.Second
-	// outagePatience is how long the breaker stays open before a server
-	// error spends a retry of its batch again, when the index had
-	// answered before (an index that never did is dead or misconfigured,
-	// and its batches spend their retries from the start). Before, the
-	// error tells about the outage, which the breaker already knows of,
-	// not about the batch: probes every 100 ms spent a batch's four
-	// retries in half a second, and a 5-second outage failed eight
-	// batches of 1000 records that the index took a few seconds later.
-	// After, each probe spends one as any retry does, so that an index
-	// that died still ends the run.
+	// outagePatience is how long requests wait out an outage: the
+	// breaker open after the index had answered. Until then a server
+	// error spends no retry of its batch: it tells about the outage,
+	// which the breaker already knows of, not about the batch (probes
+	// every 100 ms spent a batch's four retries in half a second, and a
+	// 5-second outage failed eight batches of 1000 records that the
+	// index took a few seconds later). After it, and at once when the
+	// index never answered (a wrong host, a dead index), the breaker
+	// gives up: requests other than its probes fail without being sent,
+	// so that the run ends in seconds rather than after every batch has
+	// spent its retries one probe at a time (hours, for a million
+	// records, at one probe every 5 s). Probes still go out, and the
+	// first success closes the breaker.
 	outagePatience = time.Minute
+)
+
+// The errors of requests that the breaker failed without sending them.
+var (
+	errNeverAnswered = &Error{Class: ClassServer, Err: errors.New("not sent: the index has answered nothing but server errors (circuit breaker open)")}
+	errOutageTooLong = &Error{Class: ClassServer, Err: errors.New("not sent: the index has answered only server errors for over a minute (circuit breaker open)")}
 )
 
 // admit reports whether a request may go now and whether it is the
@@ -68,9 +81,11 @@ func (b *breaker) success(now time.Time) time.Duration {
 	return now.Sub(b.openedAt)
 }
 
-// failure counts a server failure; probe tells whether it was the probe.
-func (b *breaker) failure(now time.Time, probe bool) {
+// failure counts a server failure or a timeout; probe tells whether it
+// was the probe.
+func (b *breaker) failure(now time.Time, probe, timeout bool) {
 	b.failures++
+	b.timedOut = timeout
 	if probe {
 		b.probing = false
 		b.nextProbe = now.Add(b.probeWait(now))
@@ -87,6 +102,22 @@ func (b *breaker) failure(now time.Time, probe bool) {
 // outagePatience, after the index had answered.
 func (b *breaker) young(now time.Time) bool {
 	return b.open && b.answered && now.Sub(b.openedAt) < outagePatience
+}
+
+// gaveUp returns the error that fails a request without sending it when
+// the breaker is open and no longer waits the outage out (see
+// outagePatience), or nil. Not after a timeout: requests too large for an
+// index that answers small ones in time time out from the first, and
+// their halves get through.
+func (b *breaker) gaveUp(now time.Time) *Error {
+	switch {
+	case !b.open || b.young(now) || b.timedOut:
+		return nil
+	case !b.answered:
+		return errNeverAnswered
+	default:
+		return errOutageTooLong
+	}
 }
 
 // abandon releases the probe slot of a probe that ended without an answer

@@ -54,7 +54,9 @@ import (
 //
 // It also holds a circuit breaker (after 5 server failures in a row, every
 // request waits while single probes test the index, every 100 ms at first;
-// for the first minute, failures while it is open spend no retries)
+// for the first minute, failures while it is open spend no retries; after
+// it, or at once if the index never answered, requests other than the
+// probes fail without being sent)
 // and a retry budget (retries stay around a fifth of the requests; a retry
 // that finds the budget empty waits, it is never dropped).
 //
@@ -552,15 +554,24 @@ func (ln *lane) admit(ctx context.Context, n, bytes int, slots chan struct{}, si
 }
 
 // waitBreaker waits while the breaker is open, and tells whether this
-// request is the breaker's probe.
+// request is the breaker's probe. Once the breaker has given up on the
+// index, a request that is not the probe fails at once with its error.
 func (ln *lane) waitBreaker(ctx context.Context) (probe bool, err error) {
 	for {
 		ln.mu.Lock()
-		ok, probe, wait := ln.breaker.admit(ln.clock.Now())
+		now := ln.clock.Now()
+		ok, probe, wait := ln.breaker.admit(now)
+		var down *Error
+		if !ok {
+			down = ln.breaker.gaveUp(now)
+		}
 		wake := ln.breaker.wake()
 		ln.mu.Unlock()
 		if ok {
 			return probe, nil
+		}
+		if down != nil {
+			return false, down
 		}
 		if err := sleepOrWake(ctx, ln.clock, wait, wake); err != nil && !errors.Is(err, errWoken) {
 			return false, err
@@ -756,7 +767,7 @@ func (ln *lane) release(p permit, e *Error) {
 			ln.cut(now, e.RetryAfter)
 		}
 	case ClassTimeout:
-		ln.breaker.failure(now, p.probe)
+		ln.breaker.failure(now, p.probe, true)
 		// A timeout says little about the size of the batch, unless the
 		// batch was larger than usual or timeouts keep hitting the usual
 		// size: one timeout in a hundred requests should not halve every
@@ -770,7 +781,7 @@ func (ln *lane) release(p permit, e *Error) {
 		}
 		ln.shrinkConcurrency(p, ln.conc-1)
 	case ClassServer:
-		ln.breaker.failure(now, p.probe)
+		ln.breaker.failure(now, p.probe, false)
 	case ClassTooLarge:
 		ln.pausedSinceCut += ln.breaker.success(now)
 		if p.n > 1 {

@@ -259,6 +259,9 @@ func (r *run) process(worker int, rt *route, b batch) {
 			r.halt(e)
 		case c == ClassCanceled:
 			r.failPart(p, e)
+		case e == errNeverAnswered || e == errOutageTooLong:
+			r.log(slog.LevelError, "index down; batch not sent", worker, rt, p, e)
+			r.failPart(p, e)
 		case len(p.items) > 1 && (c == ClassTimeout || c == ClassTooLarge || c == ClassInvalid):
 			r.stats.splits.Add(1)
 			r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)

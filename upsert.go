@@ -255,10 +255,13 @@ func WithRequestTimeout(d time.Duration) Option {
 // [ClassRateLimited], 4 for [ClassTimeout] and [ClassServer]. Other classes
 // are never retried unchanged (too-large and invalid batches are split
 // instead), so n must be for one of those three classes; 0 disables
-// retries of that class. During the first minute of an outage (while the
-// [Limiter]'s circuit breaker is open) failures spend none of them, so
-// that a short outage fails no records; after it, each spends one, so
-// that a dead index still ends the run.
+// retries of that class. During the first minute of an outage (the
+// [Limiter]'s circuit breaker open after the index had answered) server
+// errors spend none of them, so that a short outage fails no records.
+// After that minute, or as soon as the breaker opens when the index never
+// answered, records fail with [ErrServer] without being sent (only the
+// breaker's probes go out), so that a dead index or a wrong host ends the
+// run in seconds.
 func WithMaxRetries(class Class, n int) Option {
 	return func(c *config) {
 		switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -175,29 +176,45 @@ func TestAllRidesOutAnOutage(t *testing.T) {
 			return nil
 		})
 		res, err := All(context.Background(), vectors(2000, 2), WithUpsertFunc(fi.Upsert), withClock(creepingClock{newFakeClock()}),
-			withRand(maxRand), WithBatchSize(100))
+			withRand(maxRand), WithBatchSize(100), WithConcurrency(1))
 		require.NoError(t, err, "no batch gave up: failures while the breaker was open spent no retries")
 		assert.Equal(t, 2000, res.Upserted)
 		assert.Len(t, fi.stored, 2000)
 	})
-	t.Run("an index that dies still ends the run", func(t *testing.T) {
+	t.Run("after a minute of outage, records fail without being sent", func(t *testing.T) {
 		fi := newFakeIndex(func(call int, _ []string) error {
 			if call < 2 {
 				return nil
 			}
 			return down
 		})
-		res, err := All(context.Background(), vectors(500, 2), testOpts(fi, WithBatchSize(100), WithConcurrency(1))...)
+		res, err := All(context.Background(), vectors(5000, 2), testOpts(fi, WithBatchSize(100), WithConcurrency(1))...)
 		require.ErrorIs(t, err, ErrServer)
 		assert.Equal(t, 200, res.Upserted)
-		assert.Len(t, res.Failed, 300)
+		require.Len(t, res.Failed, 4800)
+		notSent := 0
+		for _, f := range res.Failed {
+			if errors.Is(f.Err, errOutageTooLong) {
+				notSent++
+			}
+		}
+		assert.Greater(t, notSent, 4000, "most batches were never sent")
+		assert.Less(t, len(fi.calls), 100, "one probe at a time, then none but the probes")
 	})
-	t.Run("an index that never answered is no outage: its batches spend their retries", func(t *testing.T) {
+	t.Run("an index that never answered is given up on as soon as the breaker opens", func(t *testing.T) {
 		fi := newFakeIndex(func(int, []string) error { return down })
-		res, err := All(context.Background(), vectors(500, 2), testOpts(fi, WithBatchSize(100), WithConcurrency(1))...)
+		res, err := All(context.Background(), vectors(5000, 2), testOpts(fi, WithBatchSize(100), WithConcurrency(1))...)
 		require.ErrorIs(t, err, ErrServer)
-		assert.Len(t, res.Failed, 500)
-		assert.Len(t, fi.calls, 5*5, "one attempt and four retries per batch")
+		require.Len(t, res.Failed, 5000)
+		notSent := 0
+		for _, f := range res.Failed {
+			if errors.Is(f.Err, errNeverAnswered) && f.Attempts == 0 {
+				notSent++
+				assert.False(t, f.MayHaveLanded)
+			}
+		}
+		assert.Greater(t, notSent, 4000, "most batches were never sent")
+		assert.Less(t, len(fi.calls), 20, "a wrong host costs the five requests that open the breaker and a few probes, not five per batch")
 	})
 	t.Run("a batch pinned to no retries is not retried in an outage either", func(t *testing.T) {
 		fi := newFakeIndex(func(call int, _ []string) error {
@@ -209,7 +226,13 @@ func TestAllRidesOutAnOutage(t *testing.T) {
 		res, err := All(context.Background(), vectors(2000, 2), testOpts(fi, WithBatchSize(100), WithMaxRetries(ClassServer, 0), WithConcurrency(1))...)
 		require.ErrorIs(t, err, ErrServer)
 		assert.Len(t, res.Failed, 1900)
-		assert.Len(t, fi.calls, 20, "one request per batch")
+		sent := map[string]int{}
+		for _, ids := range fi.calls {
+			sent[ids[0]]++
+		}
+		for id, n := range sent {
+			assert.Equal(t, 1, n, "the batch of %s was sent once", id)
+		}
 	})
 }
 
@@ -218,10 +241,12 @@ func TestAllRidesOutAnOutage(t *testing.T) {
 // check again and sleep on). On a fakeClock every Sleep moves the clock,
 // so writers waiting side by side move it as many times over; on this one
 // they move it about as one would, and an outage of 40 probes stays a few
-// seconds long.
+// seconds long. A Sleep yields first, so that waiters do not run the
+// clock on while the goroutine they wait for is not scheduled.
 type creepingClock struct{ *fakeClock }
 
 func (c creepingClock) Sleep(ctx context.Context, d time.Duration) error {
+	runtime.Gosched()
 	return c.fakeClock.Sleep(ctx, min(d, time.Millisecond))
 }
 
@@ -358,8 +383,11 @@ func TestAllSplitsTimedOutBatches(t *testing.T) {
 			}
 			return nil
 		})
-		lim := &Limiter{clock: newFakeClock()}
-		_, err := All(context.Background(), vectors(400, 2), testOpts(fi, WithLimiter(lim))...)
+		// Five timeouts in a row open the breaker; on a creepingClock the
+		// writers waiting on it do not move time past its minute.
+		clk := creepingClock{newFakeClock()}
+		lim := &Limiter{clock: clk}
+		_, err := All(context.Background(), vectors(400, 2), WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand), WithLimiter(lim))
 		require.NoError(t, err)
 		assert.LessOrEqual(t, lim.State("").BatchSize, 50, "batches stay below the size that timed out")
 	})

@@ -16,6 +16,9 @@
 //
 //	go run ./cmd/upsertbench [-profiles fast,slow,...] [-strategies upsert,one-limiter,article,naive] [-scale 1.0] [-deadline 60s] [-v]
 //
+// The default profiles are the ones of the issue the benchmark answers, and
+// a few more; others (extraProfiles) run only when named with -profiles.
+//
 // A run still going at the deadline is stopped and measured by what landed.
 // Unless -deadline is given, the deadline is 60 s × -scale, and at least
 // 10 s, so that -scale 0.1 takes about a minute and a half.
@@ -31,6 +34,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 )
@@ -74,7 +78,7 @@ func main() {
 // parseFlags reads the command line.
 func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("upsertbench", flag.ContinueOnError)
-	profileNames := fs.String("profiles", names(profiles(), profile.key), "comma-separated `profiles` to run")
+	profileNames := fs.String("profiles", names(profiles(), profile.key), "comma-separated `profiles` to run;\nalso, only when named: "+names(extraProfiles(), profile.key))
 	strategyNames := fs.String("strategies", names(strategies(), strategy.key), "comma-separated `strategies` to run")
 	scale := fs.Float64("scale", 1.0, "multiplies the record counts, for quick runs")
 	deadline := fs.Duration("deadline", defaultDeadline, "stop a run that has not finished after this long;\nunless given, scaled with -scale (at least "+minDeadline.String()+")")
@@ -96,7 +100,7 @@ func parseFlags(args []string) (config, error) {
 		cfg.deadline = max(minDeadline, time.Duration(float64(*deadline)**scale).Round(time.Second))
 	}
 	var err error
-	if cfg.profiles, err = pick(profiles(), profile.key, *profileNames); err != nil {
+	if cfg.profiles, err = pick(slices.Concat(profiles(), extraProfiles()), profile.key, *profileNames); err != nil {
 		return config{}, fmt.Errorf("-profiles: %w", err)
 	}
 	if cfg.strategies, err = pick(strategies(), strategy.key, *strategyNames); err != nil {

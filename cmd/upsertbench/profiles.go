@@ -187,6 +187,107 @@ func profiles() []profile {
 	}}
 }
 
+// extraProfiles returns profiles that run only when named with -profiles:
+// indexes nobody tuned the library for, measured in BENCHMARKS.md.
+func extraProfiles() []profile {
+	return []profile{{
+		name:     "hilat",
+		server:   "latency 300ms, 64 write slots, rate 20000 vectors/s burst 20000",
+		options:  []upserttest.Option{upserttest.WithLatency(300*time.Millisecond, 0), upserttest.WithSlots(64), upserttest.WithRate(20000, 20000)},
+		records:  600_000,
+		clients:  1,
+		capacity: 20000,
+		burst:    20000,
+		why:      "C = vector rate; B = its burst",
+	}, {
+		name:     "slowtight",
+		server:   "latency 100ms+100µs/vector, 16 write slots, rate 5000 vectors/s burst 1250",
+		options:  []upserttest.Option{upserttest.WithLatency(100*time.Millisecond, 100*time.Microsecond), upserttest.WithSlots(16), upserttest.WithRate(5000, 1250)},
+		records:  150_000,
+		clients:  1,
+		capacity: 5000,
+		burst:    1250,
+		why:      "C = vector rate; B = its burst",
+	}, {
+		name:     "mid",
+		server:   "latency 10ms+10µs/vector, rate 8000 vectors/s burst 2000",
+		options:  []upserttest.Option{upserttest.WithLatency(10*time.Millisecond, 10*time.Microsecond), upserttest.WithRate(8000, 2000)},
+		records:  240_000,
+		clients:  1,
+		capacity: 8000,
+		burst:    2000,
+		why:      "C = vector rate; B = its burst",
+	}, {
+		name:     "big",
+		server:   "latency 5ms+10µs/vector, rate 80000 vectors/s burst 20000",
+		options:  []upserttest.Option{upserttest.WithLatency(5*time.Millisecond, 10*time.Microsecond), upserttest.WithRate(80000, 20000)},
+		records:  2_400_000,
+		clients:  1,
+		capacity: 80000,
+		burst:    20000,
+		why:      "C = vector rate; B = its burst",
+	}, {
+		name:     "slowshared",
+		server:   "latency 40ms+50µs/vector, rate 10000 vectors/s burst 2500, 2 clients",
+		options:  []upserttest.Option{upserttest.WithLatency(40*time.Millisecond, 50*time.Microsecond), upserttest.WithRate(10000, 2500)},
+		records:  150_000,
+		clients:  2,
+		capacity: 10000,
+		burst:    2500,
+		why:      "C = vector rate, for both clients; B = its burst",
+	}, {
+		name:     "tightshared",
+		server:   "as tight, 2 clients",
+		options:  []upserttest.Option{upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond), upserttest.WithRate(3000, 750)},
+		records:  45_000,
+		clients:  2,
+		capacity: 3000,
+		burst:    750,
+		why:      "C = vector rate, for both clients; B = its burst",
+	}, {
+		name:     "slotted",
+		server:   "latency 20ms+100µs/vector, 8 write slots, rate 30000 vectors/s burst 7500",
+		options:  []upserttest.Option{upserttest.WithLatency(20*time.Millisecond, 100*time.Microsecond), upserttest.WithSlots(8), upserttest.WithRate(30000, 7500)},
+		records:  600_000,
+		clients:  1,
+		capacity: 30000,
+		burst:    7500,
+		why:      "C = vector rate (8 slots take 66k/s of 1000-vector batches); B = its burst",
+	}, {
+		name:      "widelow",
+		server:    "1536 dimensions, latency 10ms+50µs/vector, rate 1000 vectors/s burst 1000",
+		options:   []upserttest.Option{upserttest.WithLatency(10*time.Millisecond, 50*time.Microsecond), upserttest.WithRate(1000, 1000)},
+		records:   30_000,
+		clients:   1,
+		capacity:  1000,
+		burst:     1000,
+		why:       "C = vector rate; B = its burst",
+		dimension: 1536,
+	}, {
+		name:     "bigburst",
+		server:   "latency 5ms+10µs/vector, rate 2000 vectors/s burst 30000",
+		options:  []upserttest.Option{upserttest.WithLatency(5*time.Millisecond, 10*time.Microsecond), upserttest.WithRate(2000, 30000)},
+		records:  90_000,
+		clients:  1,
+		capacity: 2000,
+		burst:    30000,
+		why:      "C = vector rate; B = its burst (15 s of it)",
+	}, {
+		name:   "longoutage",
+		server: "as fast, plus 5 s of Unavailable every 15 s (from 10 s to 15 s, …)",
+		options: []upserttest.Option{
+			upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
+			upserttest.WithRate(20000, 5000),
+			upserttest.WithFaults(upserttest.Outage(15*time.Second, 5*time.Second, codes.Unavailable)),
+		},
+		records:  400_000,
+		clients:  1,
+		capacity: 20000 * 2 / 3.0,
+		burst:    5000,
+		why:      "C = 20000 × 2/3 available; B = the vector burst",
+	}}
+}
+
 // serverOptions returns the options of a fresh server for p.
 func (p profile) serverOptions() []upserttest.Option {
 	return append([]upserttest.Option{upserttest.Serverless()}, p.options...)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,14 @@ func TestParseFlags(t *testing.T) {
 
 	_, err = parseFlags([]string{"-profiles", "fast,nope"})
 	assert.ErrorContains(t, err, `"nope"`)
+	cfg, err = parseFlags([]string{"-profiles", "tight,bigburst"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"tight", "bigburst"}, []string{cfg.profiles[0].name, cfg.profiles[1].name}, "extra profiles run when named")
+	seen := map[string]bool{}
+	for _, p := range slices.Concat(profiles(), extraProfiles()) {
+		assert.False(t, seen[p.name], "%s is the name of one profile only", p.name)
+		seen[p.name] = true
+	}
 	_, err = parseFlags([]string{"-scale", "0"})
 	assert.Error(t, err)
 }

@@ -50,7 +50,7 @@ const (
 // The errors of requests that the breaker failed without sending them.
 var (
 	errNeverAnswered = &Error{Class: ClassServer, Err: errors.New("not sent: the index has answered nothing but server errors (circuit breaker open)")}
-	errOutageTooLong = &Error{Class: ClassServer, Err: errors.New("not sent: the index has answered only server errors for over a minute (circuit breaker open)")}
+	errOutageTooLong = &Error{Class: ClassServer, Err: errors.New("not sent: every request has failed (server errors or timeouts) for over a minute (circuit breaker open)")}
 )
 
 // admit reports whether a request may go now and whether it is the
@@ -106,17 +106,21 @@ func (b *breaker) young(now time.Time) bool {
 
 // gaveUp returns the error that fails a request without sending it when
 // the breaker is open and no longer waits the outage out (see
-// outagePatience), or nil. Not after a timeout: requests too large for an
+// outagePatience), or nil. An index that never answered is given up on at
+// once, unless its last failure was a timeout: requests too large for an
 // index that answers small ones in time time out from the first, and
-// their halves get through.
+// their halves get through; a host that drops every packet (all
+// timeouts) is given up on after outagePatience, as an outage is.
 func (b *breaker) gaveUp(now time.Time) *Error {
 	switch {
-	case !b.open || b.young(now) || b.timedOut:
+	case !b.open:
 		return nil
-	case !b.answered:
+	case !b.answered && !b.timedOut:
 		return errNeverAnswered
-	default:
+	case now.Sub(b.openedAt) >= outagePatience:
 		return errOutageTooLong
+	default:
+		return nil
 	}
 }
 

@@ -1117,8 +1117,13 @@ func TestLimiterBreaker(t *testing.T) {
 		}
 		assert.Nil(t, b.gaveUp(now.Add(outagePatience-time.Second)))
 		assert.Equal(t, errOutageTooLong, b.gaveUp(now.Add(outagePatience)))
-		b.failure(now.Add(outagePatience), true, true)
-		assert.Nil(t, b.gaveUp(now.Add(outagePatience)), "not after a timeout: the index may answer smaller requests")
+
+		var slow breaker
+		for range breakerThreshold {
+			slow.failure(now, false, true)
+		}
+		assert.Nil(t, slow.gaveUp(now), "not at once after timeouts: the index may answer smaller requests")
+		assert.Equal(t, errOutageTooLong, slow.gaveUp(now.Add(outagePatience)), "but after a minute of them")
 	})
 }
 

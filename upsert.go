@@ -259,9 +259,10 @@ func WithRequestTimeout(d time.Duration) Option {
 // [Limiter]'s circuit breaker open after the index had answered) server
 // errors spend none of them, so that a short outage fails no records.
 // After that minute, or as soon as the breaker opens when the index never
-// answered, records fail with [ErrServer] without being sent (only the
-// breaker's probes go out), so that a dead index or a wrong host ends the
-// run in seconds.
+// answered but with server errors, records fail with [ErrServer] without
+// being sent (only the breaker's probes go out), so that a dead index or
+// a wrong host ends the run in seconds, and one that drops every request
+// (all timeouts) in a minute.
 func WithMaxRetries(class Class, n int) Option {
 	return func(c *config) {
 		switch {

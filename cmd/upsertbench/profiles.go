@@ -59,10 +59,7 @@ type profile struct {
 // bytes, so it is 8511 vectors/s. B is the burst of the binding admission
 // bucket, in vectors.
 func profiles() []profile {
-	fast := []upserttest.Option{
-		upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
-		upserttest.WithRate(20000, 5000),
-	}
+	fast := fastIndex()
 	return []profile{{
 		name:     "fast",
 		server:   "latency 2ms+20µs/vector, rate 20000 vectors/s burst 5000",
@@ -107,12 +104,9 @@ func profiles() []profile {
 		burst:    5000,
 		why:      "C = vector rate (batches ≤ 300 suffice); B = its burst",
 	}, {
-		name:   "tight",
-		server: "latency 2ms+20µs/vector, rate 3000 vectors/s burst 750",
-		options: []upserttest.Option{
-			upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
-			upserttest.WithRate(3000, 750),
-		},
+		name:     "tight",
+		server:   "latency 2ms+20µs/vector, rate 3000 vectors/s burst 750",
+		options:  tightIndex(),
 		records:  90_000,
 		clients:  1,
 		capacity: 3000,
@@ -187,6 +181,24 @@ func profiles() []profile {
 	}}
 }
 
+// fastIndex is the server of the fast profile, which others build on:
+// 2 ms + 20 µs a vector, 20k vectors/s with a burst of 5000.
+func fastIndex() []upserttest.Option {
+	return []upserttest.Option{
+		upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
+		upserttest.WithRate(20000, 5000),
+	}
+}
+
+// tightIndex is the server of the tight profile: as fast, at 3k vectors/s
+// with a burst of 750.
+func tightIndex() []upserttest.Option {
+	return []upserttest.Option{
+		upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
+		upserttest.WithRate(3000, 750),
+	}
+}
+
 // extraProfiles returns profiles that run only when named with -profiles:
 // indexes nobody tuned the library for, measured in BENCHMARKS.md.
 func extraProfiles() []profile {
@@ -238,7 +250,7 @@ func extraProfiles() []profile {
 	}, {
 		name:     "tightshared",
 		server:   "as tight, 2 clients",
-		options:  []upserttest.Option{upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond), upserttest.WithRate(3000, 750)},
+		options:  tightIndex(),
 		records:  45_000,
 		clients:  2,
 		capacity: 3000,
@@ -275,11 +287,9 @@ func extraProfiles() []profile {
 	}, {
 		name:   "longoutage",
 		server: "as fast, plus 5 s of Unavailable every 15 s (from 10 s to 15 s, …)",
-		options: []upserttest.Option{
-			upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
-			upserttest.WithRate(20000, 5000),
+		options: slices.Concat(fastIndex(), []upserttest.Option{
 			upserttest.WithFaults(upserttest.Outage(15*time.Second, 5*time.Second, codes.Unavailable)),
-		},
+		}),
 		records:  400_000,
 		clients:  1,
 		capacity: 20000 * 2 / 3.0,

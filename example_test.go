@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"google.golang.org/grpc/codes"
@@ -105,9 +104,11 @@ func ExampleStream() {
 	// Output: 1000 <nil>
 }
 
-// Writers of one process that share a namespace share one Limiter: they
-// split what the index accepts evenly instead of each learning its share
-// from its own 429s.
+// A service that writes into an index call after call keeps one Limiter
+// for it, so that each call starts from what the earlier ones learned (the
+// rate the index accepts, the batch size and concurrency that suit it)
+// instead of finding it again. Calls that run at the same time share one
+// without being told.
 func ExampleWithLimiter() {
 	srv := upserttest.NewServer(upserttest.WithRate(20000, 5000))
 	defer srv.Close()
@@ -116,19 +117,18 @@ func ExampleWithLimiter() {
 	defer idx.Close()
 
 	lim := upsert.NewLimiter()
-	results := make([]upsert.Result, 2)
-	var wg sync.WaitGroup
-	for w := range results {
+	for call := range 3 {
 		vectors := make([]*pinecone.Vector, 1000)
 		for i := range vectors {
-			vectors[i] = &pinecone.Vector{Id: fmt.Sprintf("w%d-%d", w, i), Values: &[]float32{float32(i), 1}}
+			vectors[i] = &pinecone.Vector{Id: fmt.Sprintf("c%d-%d", call, i), Values: &[]float32{float32(i), 1}}
 		}
-		wg.Go(func() {
-			results[w], _ = upsert.All(context.Background(), vectors, upsert.WithIndex(idx), upsert.WithLimiter(lim))
-		})
+		res, err := upsert.All(context.Background(), vectors, upsert.WithIndex(idx), upsert.WithLimiter(lim))
+		fmt.Println("call", call, "upserted:", res.Upserted, err)
 	}
-	wg.Wait()
-	fmt.Println("upserted:", results[0].Upserted, results[1].Upserted, "stored:", srv.Count("docs"))
+	fmt.Println("stored:", srv.Count("docs"))
 	// Output:
-	// upserted: 1000 1000 stored: 2000
+	// call 0 upserted: 1000 <nil>
+	// call 1 upserted: 1000 <nil>
+	// call 2 upserted: 1000 <nil>
+	// stored: 3000
 }

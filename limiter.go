@@ -60,9 +60,10 @@ import (
 // and a retry budget (retries stay around a fifth of the requests; a retry
 // that finds the budget empty waits, it is never dropped).
 //
-// A Limiter is safe for concurrent use. Share one between [All] calls and
-// goroutines with [WithLimiter] so that a long-running service keeps what it
-// learned. The zero value is ready to use.
+// A Limiter is safe for concurrent use. Calls that write into one index at
+// the same time share one by default; pass one with [WithLimiter] so that a
+// long-running service keeps what it learned between calls. The zero value
+// is ready to use.
 type Limiter struct {
 	mu    sync.Mutex
 	lanes map[string]*lane

@@ -48,6 +48,10 @@ type run struct {
 	// them.
 	onSettle func(items []item, final bool)
 
+	// releaseLimiter ends the run's use of a Limiter shared by default
+	// with the other calls writing into its index (shared.go).
+	releaseLimiter func()
+
 	mu         sync.Mutex
 	failed     []Failure
 	keepFailed int // most failures kept for the result; < 0 keeps all
@@ -73,6 +77,15 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
 		keepFailed: -1,
 	}
 	r.runCtx, r.halt = context.WithCancelCause(ctx)
+	r.releaseLimiter = func() {}
+	if cfg.limiter == nil {
+		_, realTime := cfg.clock.(realClock)
+		if cfg.index != nil && realTime {
+			cfg.limiter, r.releaseLimiter = shareLimiter(cfg.index)
+		} else {
+			cfg.limiter = &Limiter{clock: cfg.clock}
+		}
+	}
 	r.lastProgress.Store(r.start.UnixNano())
 	maxInFlight := maxConcurrency
 	if cfg.concurrency > 0 {
@@ -501,6 +514,7 @@ func (r *run) finish() (Result, error) {
 		r.progressMu.Unlock()
 	}
 	s := r.snapshot()
+	r.releaseLimiter()
 	res := Result{Upserted: s.Upserted, Failed: r.failed, Duplicates: s.Duplicates, Stats: s}
 	slices.SortFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index })
 	r.cfg.logger.LogAttrs(r.ctx, slog.LevelInfo, "upsert finished",

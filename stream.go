@@ -52,6 +52,8 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	skip := 0
 	if cfg.checkpoint != nil {
 		if skip, err = in.resume(ctx); err != nil {
+			r.halt(nil)
+			r.releaseLimiter()
 			return Result{}, err
 		}
 		defer in.saveCheckpoint()

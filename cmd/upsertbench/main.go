@@ -1,9 +1,11 @@
 // Command upsertbench measures how close ways of writing vectors into a
 // Pinecone index come to what the index accepts, side by side: the upsert
 // library with its defaults, the algorithm of the engineering article it
-// started from, and a naive loop. Where several clients share a namespace,
-// the library also runs with the clients sharing one Limiter
-// ("one-limiter"), as writers in one process can with upsert.WithLimiter.
+// started from, and a naive loop. Where several clients share a namespace
+// (each with its own connection, started together), the library's clients
+// share a Limiter, as writers of one process do by default; it also runs
+// with a Limiter per client ("separate"), as writers in separate processes
+// have.
 //
 // Each run writes into a fresh simulated index (package upserttest, a
 // loopback Pinecone gRPC data plane with a capacity model) through the real
@@ -14,7 +16,7 @@
 //
 // Usage:
 //
-//	go run ./cmd/upsertbench [-profiles fast,slow,...] [-strategies upsert,one-limiter,article,naive] [-scale 1.0] [-deadline 60s] [-v]
+//	go run ./cmd/upsertbench [-profiles fast,slow,...] [-strategies upsert,separate,article,naive] [-scale 1.0] [-deadline 60s] [-v]
 //
 // The default profiles are the ones of the issue the benchmark answers, and
 // a few more; others (extraProfiles) run only when named with -profiles.

@@ -41,21 +41,23 @@ type writeFunc func(ctx context.Context, idx *pinecone.IndexConnection, records 
 // strategies returns every strategy, in the order the benchmark runs them.
 func strategies() []strategy {
 	return []strategy{
-		{name: "upsert", reports: true, newRun: func() writeFunc { return writeUpsert(nil) }},
-		{name: "one-limiter", reports: true, severalOnly: true, newRun: func() writeFunc { return writeUpsert(upsert.NewLimiter()) }},
+		{name: "upsert", reports: true, newRun: func() writeFunc { return writeUpsert(false) }},
+		{name: "separate", reports: true, severalOnly: true, newRun: func() writeFunc { return writeUpsert(true) }},
 		{name: "article", newRun: func() writeFunc { return writeArticle }},
 		{name: "naive", newRun: func() writeFunc { return writeNaive }},
 	}
 }
 
 // writeUpsert is the library with its defaults: only the request timeout
-// is set, and only where the profile sets one. With lim, every client
-// shares it (upsert.WithLimiter), as writers in one process can.
-func writeUpsert(lim *upsert.Limiter) writeFunc {
+// is set, and only where the profile sets one. The clients of a run, each
+// with its own connection, then share a Limiter, as writers of one process
+// do by default. With apart, each has a Limiter of its own, as writers in
+// separate processes have.
+func writeUpsert(apart bool) writeFunc {
 	return func(ctx context.Context, idx *pinecone.IndexConnection, records []*pinecone.Vector, timeout time.Duration) ([]string, error) {
 		opts := []upsert.Option{upsert.WithIndex(idx)}
-		if lim != nil {
-			opts = append(opts, upsert.WithLimiter(lim))
+		if apart {
+			opts = append(opts, upsert.WithLimiter(upsert.NewLimiter()))
 		}
 		if timeout > 0 {
 			opts = append(opts, upsert.WithRequestTimeout(timeout))

@@ -1,0 +1,113 @@
+package upsert
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// indexConn makes a connection to host the way a user does. Nothing is
+// dialled until a request is sent.
+func indexConn(t *testing.T, host, namespace string) *pinecone.IndexConnection {
+	t.Helper()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: namespace})
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+	return idx
+}
+
+// sharedCount is how many indexes have a shared Limiter now.
+func sharedCount() int {
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	return len(shared.limiters)
+}
+
+func TestShareLimiter(t *testing.T) {
+	t.Run("connections made separately to one index share a Limiter while both are in use", func(t *testing.T) {
+		a, releaseA := shareLimiter(indexConn(t, "http://127.0.0.1:1", "ns"))
+		b, releaseB := shareLimiter(indexConn(t, "http://127.0.0.1:1", "ns"))
+		assert.Same(t, a, b)
+		releaseA()
+		c, releaseC := shareLimiter(indexConn(t, "http://127.0.0.1:1", "ns"))
+		assert.Same(t, a, c, "one user left is enough to keep it")
+		releaseB()
+		releaseC()
+		assert.Zero(t, sharedCount())
+	})
+	t.Run("a connection to another namespace of the index shares it too, its lanes apart", func(t *testing.T) {
+		idx := indexConn(t, "http://127.0.0.1:1", "ns")
+		a, releaseA := shareLimiter(idx)
+		defer releaseA()
+		b, releaseB := shareLimiter(idx.WithNamespace("other"))
+		defer releaseB()
+		assert.Same(t, a, b)
+	})
+	t.Run("another index has its own", func(t *testing.T) {
+		a, releaseA := shareLimiter(indexConn(t, "http://127.0.0.1:1", "ns"))
+		defer releaseA()
+		b, releaseB := shareLimiter(indexConn(t, "http://127.0.0.1:2", "ns"))
+		defer releaseB()
+		assert.NotSame(t, a, b)
+	})
+	t.Run("a call that starts after every other ended starts with nothing learned", func(t *testing.T) {
+		a, release := shareLimiter(indexConn(t, "http://127.0.0.1:1", "ns"))
+		release()
+		release() // counted once
+		b, release := shareLimiter(indexConn(t, "http://127.0.0.1:1", "ns"))
+		defer release()
+		assert.NotSame(t, a, b)
+	})
+	t.Run("the key is the host the SDK keeps, not the connection", func(t *testing.T) {
+		// Fails if the SDK or gRPC renames the fields indexKey reads.
+		assert.Equal(t, "127.0.0.1:1", indexKey(indexConn(t, "http://127.0.0.1:1", "ns")))
+	})
+}
+
+func TestRunsShareTheLimiterOfTheirIndex(t *testing.T) {
+	ctx := context.Background()
+	t.Run("a Writer holds its index's Limiter until it is closed", func(t *testing.T) {
+		w, err := NewWriter(ctx, WithIndex(indexConn(t, "http://127.0.0.1:1", "ns")))
+		require.NoError(t, err)
+		other, release := shareLimiter(indexConn(t, "http://127.0.0.1:1", "ns"))
+		assert.Same(t, w.in.r.cfg.limiter, other)
+		release()
+		_, err = w.Close(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, sharedCount())
+	})
+	t.Run("All and Stream leave nothing behind, whatever their end", func(t *testing.T) {
+		idx := indexConn(t, "http://127.0.0.1:1", "ns")
+		_, err := All(ctx, nil, WithIndex(idx))
+		require.NoError(t, err)
+		_, err = Stream(ctx, func(func(*pinecone.Vector) bool) {}, WithIndex(idx), WithCheckpoint(brokenCheckpoint{}))
+		require.Error(t, err)
+		assert.Zero(t, sharedCount())
+	})
+	t.Run("a call given a Limiter or a clock of its own keeps it", func(t *testing.T) {
+		idx := indexConn(t, "http://127.0.0.1:1", "ns")
+		own := NewLimiter()
+		w, err := NewWriter(ctx, WithIndex(idx), WithLimiter(own))
+		require.NoError(t, err)
+		assert.Same(t, own, w.in.r.cfg.limiter)
+		clk := newFakeClock()
+		v, err := NewWriter(ctx, WithIndex(idx), withClock(clk))
+		require.NoError(t, err)
+		assert.Equal(t, clk, v.in.r.cfg.limiter.clock, "a test's virtual time reaches its limiter")
+		assert.Zero(t, sharedCount())
+		_, _ = w.Close(ctx)
+		_, _ = v.Close(ctx)
+	})
+}
+
+// brokenCheckpoint cannot be read.
+type brokenCheckpoint struct{}
+
+func (brokenCheckpoint) Load(context.Context) (int64, error) { return 0, errors.New("unreadable") }
+func (brokenCheckpoint) Save(context.Context, int64) error   { return nil }

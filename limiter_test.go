@@ -733,6 +733,24 @@ func TestLimiterConcurrency(t *testing.T) {
 		}
 		assert.Less(t, ln.state().Concurrency, 16)
 	})
+	t.Run("latency alone never takes concurrency below two", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk)
+		ln.conc, ln.slowStart = 8, false
+		for i := range 200 {
+			// A busy client: the best latency stays 10 ms, the average
+			// is four times that.
+			lat := 10 * time.Millisecond
+			if i%2 == 1 {
+				lat = 70 * time.Millisecond
+			}
+			p, err := ln.acquire(ctx, 100, 0, nil, false)
+			require.NoError(t, err)
+			clk.Advance(lat)
+			ln.release(p, nil)
+		}
+		assert.Equal(t, pipelined, ln.state().Concurrency)
+	})
 	t.Run("a request beyond the limit waits for a slot", func(t *testing.T) {
 		ln := newLane(newFakeClock())
 		ln.conc = 1

@@ -211,6 +211,43 @@ func TestLimiterFloorsTheLevelAtHalfTheBestSecondUnderACap(t *testing.T) {
 	})
 }
 
+func TestLimiterComesDownToWhatTheIndexAcceptsAfterABigBurst(t *testing.T) {
+	clk := newFakeClock()
+	ln := newLane(clk)
+	start := clk.Now()
+	// An index of 2000 records/s with a 15-second burst: slow start gets
+	// 30k records through in a second, then the burst is spent.
+	sendEvery(t, ln, clk, 30, 1000, 33*time.Millisecond, nil)
+	clk.Advance(10 * time.Millisecond)
+	sendEvery(t, ln, clk, 1, 100, 0, errRateLimited)
+	require.Equal(t, 1, ln.cuts)
+	// From now on the index takes a request of 1000 records every 500 ms
+	// and refuses the rest, as a bucket refilling at 2000 records/s does.
+	own := make(chan struct{}, 1)
+	var next time.Time
+	refusedLate := 0 // after the third second
+	for clk.Now().Before(start.Add(6 * time.Second)) {
+		p, err := ln.acquire(context.Background(), 1000, 0, own, false)
+		require.NoError(t, err)
+		clk.Advance(10 * time.Millisecond)
+		ln.rateWaited = clk.Now()
+		var e *Error
+		if clk.Now().Before(next) {
+			e = errRateLimited
+			if clk.Now().Sub(start) > 3*time.Second {
+				refusedLate++
+			}
+		} else {
+			next = clk.Now().Add(500 * time.Millisecond)
+		}
+		ln.release(p, e)
+	}
+	// Cut by 15% an episode from 9k records/s, the storm went on past
+	// the sixth second.
+	assert.Less(t, ln.state().Rate, 2500.0, "at the index's rate")
+	assert.LessOrEqual(t, refusedLate, 1, "the storm ended within three seconds")
+}
+
 func TestLimiterMeasuresNothingWhileClimbingBackToSlowStartsGuess(t *testing.T) {
 	clk := newFakeClock()
 	ln := newLane(clk)

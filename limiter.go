@@ -241,8 +241,8 @@ const (
 	// index's queue: 1536-dimension records under Pinecone's 50 MB/s
 	// (upsertbench's wide), whose 2 MB requests take 40 ms on a busy
 	// 2-core client, were shrunk to one in flight, which cannot carry
-	// 50 MB/s at that latency: 91.7-93.5% efficiency in three runs, 99.2
-	// and 99.5% with this.
+	// 50 MB/s at that latency: 85.0-93.5% efficiency in four runs,
+	// 99.0-99.6% in five with this.
 	pipelined = 2
 
 	// probeWorse is how much more a probe batch may cost per record than
@@ -713,15 +713,6 @@ func (ln *lane) wakeSlots() {
 	}
 }
 
-// inYoungOutage reports whether the breaker has been open for less than
-// outagePatience after the index had answered: a server error then does
-// not spend a retry of its batch (see outagePatience).
-func (ln *lane) inYoungOutage() bool {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	return ln.breaker.young(ln.clock.Now())
-}
-
 // awaitRetry waits until the retry budget allows one more retry.
 func (ln *lane) awaitRetry(ctx context.Context) error {
 	for {
@@ -739,8 +730,10 @@ func (ln *lane) awaitRetry(ctx context.Context) error {
 }
 
 // release returns p's slot and feeds its outcome to the controls; e is nil
-// for a success.
-func (ln *lane) release(p permit, e *Error) {
+// for a success. It reports whether e is a server error that came while the
+// breaker has been open for less than outagePatience after the index had
+// answered: such an error does not spend a retry of its batch.
+func (ln *lane) release(p permit, e *Error) (youngOutage bool) {
 	if p.slots != nil {
 		<-p.slots
 	}
@@ -766,7 +759,7 @@ func (ln *lane) release(p permit, e *Error) {
 		ln.growConcurrency(p)
 		ln.growRate(now)
 		ln.growPerSecond(now)
-		return
+		return false
 	}
 	switch e.Class {
 	case ClassRateLimited:
@@ -801,6 +794,7 @@ func (ln *lane) release(p permit, e *Error) {
 		ln.shrinkConcurrency(p, ln.conc-1)
 	case ClassServer:
 		ln.breaker.failure(now, p.probe, false)
+		youngOutage = ln.breaker.young(now)
 	case ClassTooLarge:
 		ln.pausedSinceCut += ln.breaker.success(now)
 		if p.n > 1 {
@@ -813,6 +807,7 @@ func (ln *lane) release(p permit, e *Error) {
 	default:
 		ln.breaker.abandon(p.probe)
 	}
+	return youngOutage
 }
 
 // cut lowers the rate and the concurrency once for a 429 episode.
@@ -886,8 +881,8 @@ func (ln *lane) cut(now time.Time, retryAfter time.Duration) {
 			// of 2000 records/s with a 15-second burst, which slow
 			// start leaves at 26k/s, held its level at nine tenths of
 			// what was sent, and came down by 15% an episode: ten
-			// seconds of 429s, 45% of its requests. 8-14% with this
-			// (three runs). Not for every lane that the index refuses
+			// seconds of 429s, 45% of its requests; 8-16% with this
+			// (four runs). Not for every lane that the index refuses
 			// more than it accepts: in a crowd of independent writers,
 			// the unlucky ones cut to their small share starve (the
 			// shared-index simulation: sixteen writers' smallest share

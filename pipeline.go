@@ -350,8 +350,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 			p.ambiguous = true
 		}
 	}
-	rt.lane.release(perm, e)
-	p.outage = e != nil && e.Class == ClassServer && rt.lane.inYoungOutage()
+	p.outage = rt.lane.release(perm, e)
 	r.stats.request(n, latency, e)
 	r.cfg.observers.requestDone(RequestEvent{
 		Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,

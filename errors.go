@@ -138,6 +138,10 @@ type Error struct {
 	// RetryAfter is how long the index asked the caller to wait (Retry-After
 	// or gRPC pushback), or 0 when it did not say.
 	RetryAfter time.Duration
+	// Limit is the limit of the index that a rate-limited answer names, so
+	// that the limiter lowers what was exceeded; [LimitUnknown] when the
+	// answer does not say, and for other classes.
+	Limit Limit
 	// Err is the underlying error; the API key never appears in it.
 	Err error
 }
@@ -171,6 +175,41 @@ func (e *Error) Is(target error) bool {
 		return true
 	}
 	return e.Class == ClassDenied && target == ErrInvalid
+}
+
+// Limit names a limit of the index that an answer says was reached.
+type Limit int
+
+// The limits Pinecone's rate-limited answers name.
+const (
+	// LimitUnknown: the answer does not say which limit (a bare 429 or
+	// RESOURCE_EXHAUSTED).
+	LimitUnknown Limit = iota
+	// LimitRequests: upsert requests per second of a namespace.
+	LimitRequests
+	// LimitBytes: upsert size (bytes) per second.
+	LimitBytes
+	// LimitEmbedTokens: embedding tokens per minute, for integrated records.
+	LimitEmbedTokens
+	// LimitInferenceRequests: embedding (inference) requests per second or
+	// per minute, for integrated records.
+	LimitInferenceRequests
+)
+
+var limitNames = [...]string{
+	LimitUnknown:           "unknown",
+	LimitRequests:          "requests",
+	LimitBytes:             "bytes",
+	LimitEmbedTokens:       "embed-tokens",
+	LimitInferenceRequests: "inference-requests",
+}
+
+// String returns the limit's name as used in logs, such as "requests".
+func (l Limit) String() string {
+	if l >= 0 && int(l) < len(limitNames) {
+		return limitNames[l]
+	}
+	return fmt.Sprintf("Limit(%d)", int(l))
 }
 
 // Code returns the error's code as logs show it: the HTTP status, else the

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -44,12 +43,10 @@ func WithRecordsFunc(f RecordsFunc) Option {
 // pacing and reporting of [Stream], whose rules apply. Each record needs
 // an "_id" or "id" field holding a string.
 //
-// The SDK ignores the HTTP status of that call: a 429 or a 400 comes back
-// as success and the records are lost. The index connection must
-// therefore come from a client made by [NewClient] (or with [HTTPClient]
-// as its RestClient), whose transport lets the library see every answer;
-// with another client, the first request fails with [ClassDenied] and
-// nothing is reported as landed that may not have.
+// Any client works: the SDK (since v5.4.1) returns every answer but 201 as
+// a *pinecone.PineconeError with the HTTP status. A client made by
+// [NewClient] (or with [HTTPClient] as its RestClient) also shows the
+// library the index's Retry-After, which the SDK's error does not carry.
 //
 // For a slice, pass slices.Values(records).
 func Records(ctx context.Context, seq iter.Seq[*pinecone.IntegratedRecord], opts ...Option) (Result, error) {
@@ -83,8 +80,8 @@ func checkRecord(r *pinecone.IntegratedRecord) (id string, size int, err error) 
 }
 
 // NewClient returns a Pinecone client whose REST calls go through
-// [HTTPClient], as [Records] needs. The params are used as given
-// otherwise.
+// [HTTPClient], so that [Records] sees the index's Retry-After. The params
+// are used as given otherwise.
 func NewClient(params pinecone.NewClientParams) (*pinecone.Client, error) {
 	params.RestClient = HTTPClient(params.RestClient)
 	return pinecone.NewClient(params)
@@ -102,12 +99,11 @@ func HTTPClient(c *http.Client) *http.Client {
 }
 
 // Transport returns an http.RoundTripper over base (http.DefaultTransport
-// when nil) that makes the answers of Pinecone's records upsert endpoint
-// visible, which the SDK's UpsertRecords ignores: a non-2xx answer becomes
-// an [*Error] (with the HTTP status and the Retry-After wait), so that
-// UpsertRecords returns an error instead of losing the records silently.
-// It also closes those responses' bodies, which the SDK leaves open. Every
-// other request passes through untouched.
+// when nil) that turns a non-2xx answer of Pinecone's records upsert
+// endpoint into an [*Error] with the HTTP status and the Retry-After wait,
+// which the SDK's own error for it does not carry. (SDK v5.2.0 ignored
+// those answers altogether and lost the records; the library required this
+// transport then.) Every other request passes through untouched.
 func Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -178,10 +174,6 @@ func snippet(b []byte) string {
 	return s
 }
 
-// errNoTransport is the failure of a records request that did not go
-// through Transport: its outcome cannot be known.
-var errNoTransport = errors.New("the Pinecone client's RestClient does not use upsert.Transport, so the HTTP status of UpsertRecords cannot be seen; make the client with upsert.NewClient")
-
 // upsertRecords calls UpsertRecords and tells what the index answered.
 func upsertRecords(ctx context.Context, conn *pinecone.IndexConnection, batch []*pinecone.IntegratedRecord) error {
 	o := &restOutcome{}
@@ -194,10 +186,10 @@ func (o *restOutcome) errorOf(sdkErr error) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	switch {
-	case !o.seen && sdkErr != nil:
-		return sdkErr // rejected before sending
 	case !o.seen:
-		return &Error{Class: ClassDenied, Err: errNoTransport}
+		// Rejected before sending, or a client without Transport: the
+		// SDK's own answer (a *pinecone.PineconeError for a non-201).
+		return sdkErr
 	case o.err != nil:
 		return o.err // the SDK flattens it to text; this keeps its type
 	case o.status/100 == 2:

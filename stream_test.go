@@ -376,9 +376,9 @@ func TestRecords(t *testing.T) {
 		_, err = All(ctx, vectors(1, 2), WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }))
 		assert.ErrorIs(t, err, ErrBadOption)
 	})
-	t.Run("a client without the library's transport is refused rather than trusted", func(t *testing.T) {
-		err := (&restOutcome{}).errorOf(nil)
-		assert.ErrorIs(t, err, ErrDenied)
-		assert.True(t, errors.Is(err, ErrDenied))
+	t.Run("a client without the library's transport is trusted: SDK v5.4.1 returns the HTTP status", func(t *testing.T) {
+		assert.NoError(t, (&restOutcome{}).errorOf(nil))
+		sdkErr := &pinecone.PineconeError{Code: 429, Msg: errors.New("slow down")}
+		assert.Equal(t, ClassRateLimited, Classify((&restOutcome{}).errorOf(sdkErr)))
 	})
 }

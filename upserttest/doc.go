@@ -68,11 +68,9 @@
 // namespace; [Request.REST] tells a fault script which API a request came
 // through. Any other path is answered 404.
 //
-// Beware that the SDK (v5.2.0) ignores the HTTP status of this call:
-// UpsertRecords returns nil for a 429 or a 400 as for a 201, and the
-// records are lost. It also never closes the response body, which keeps the
-// connection of an error answer busy until the call's context is done. Only
-// transport errors, such as a connection reset by a fault, reach the caller.
+// The SDK (since v5.4.1) returns a *pinecone.PineconeError whose Code is the
+// HTTP status for any answer but 201; v5.2.0 returned nil, and lost the
+// records silently.
 //
 // # Capacity
 //

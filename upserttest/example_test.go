@@ -2,8 +2,10 @@ package upserttest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"net/http"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
@@ -103,8 +105,9 @@ func ExampleWithLatency() {
 
 // Indexes with integrated embedding take text records through the SDK's
 // UpsertRecords, a REST call over HTTPS to the same host; the server's
-// Client trusts its certificate. The SDK (v5.2.0) ignores the HTTP status of
-// that call: a rate-limited upsert returns nil, and its records are lost.
+// Client trusts its certificate. The SDK returns a *pinecone.PineconeError
+// with the HTTP status for any answer but 201 (since v5.4.1; v5.2.0 returned
+// nil and the records were lost).
 func ExampleServer_Client() {
 	srv := upserttest.NewServer()
 	defer srv.Close()
@@ -128,12 +131,13 @@ func ExampleServer_Client() {
 	fmt.Println("stored:", srv.Records("docs"))
 
 	srv.SetFaults(upserttest.RateLimitBurst(2, 1))
-	err = idx.UpsertRecords(ctx, []*pinecone.IntegratedRecord{{"_id": "rec2", "chunk_text": "Lost."}})
-	fmt.Println("error:", err)
+	err = idx.UpsertRecords(ctx, []*pinecone.IntegratedRecord{{"_id": "rec2", "chunk_text": "Refused."}})
+	var pe *pinecone.PineconeError
+	fmt.Println("refused:", errors.As(err, &pe) && pe.Code == http.StatusTooManyRequests)
 	fmt.Println("records:", srv.RecordCount("docs"), "answers:", srv.Stats().HTTPCodes)
 	// Output:
 	// error: <nil>
 	// stored: map[rec1:map[category:nutrition chunk_text:Apples are rich in fiber.]]
-	// error: <nil>
+	// refused: true
 	// records: 1 answers: map[201:1 429:1]
 }

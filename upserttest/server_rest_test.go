@@ -238,11 +238,10 @@ func TestRecordsNamespaces(t *testing.T) {
 	}
 }
 
-// The SDK's UpsertRecords (v5.2.0) does not look at the HTTP status: an
-// error answer returns nil, and the records are silently lost. This test
-// documents the SDK bug that the upsert library works around with a
-// RoundTripper that turns non-2xx answers into errors.
-func TestSDKUpsertRecordsSilentlyLosesRecordsOnErrorStatus(t *testing.T) {
+// The SDK's UpsertRecords returns an error for an answer other than 201
+// since v5.4.1 (v5.2.0 returned nil, and the records were silently lost): a
+// *pinecone.PineconeError with the HTTP status as its Code.
+func TestSDKUpsertRecordsReturnsErrorStatus(t *testing.T) {
 	t.Run("429 with Retry-After", func(t *testing.T) {
 		srv := start(t, upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
 			return upserttest.Fault{Code: codes.ResourceExhausted, RetryAfter: 1500 * time.Millisecond}
@@ -251,7 +250,9 @@ func TestSDKUpsertRecordsSilentlyLosesRecordsOnErrorStatus(t *testing.T) {
 
 		err := idx.UpsertRecords(bg(t), records("r", 3))
 
-		assert.NoError(t, err, "the SDK swallows the 429")
+		var pe *pinecone.PineconeError
+		require.ErrorAs(t, err, &pe)
+		assert.Equal(t, http.StatusTooManyRequests, pe.Code)
 		assert.Zero(t, srv.RecordCount(ns), "nothing was stored")
 		x := rec.last(t)
 		assert.Equal(t, http.StatusTooManyRequests, x.status)
@@ -270,7 +271,9 @@ func TestSDKUpsertRecordsSilentlyLosesRecordsOnErrorStatus(t *testing.T) {
 		srv := start(t, upserttest.WithFaults(upserttest.RejectIDs("poison")))
 		idx, rec := connectREST(t, srv, "test", ns)
 		err := idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("ok"), record("poison")})
-		assert.NoError(t, err, "the SDK swallows the 400")
+		var pe *pinecone.PineconeError
+		require.ErrorAs(t, err, &pe)
+		assert.Equal(t, http.StatusBadRequest, pe.Code)
 		assert.Zero(t, srv.RecordCount(ns))
 		assert.Equal(t, http.StatusBadRequest, rec.last(t).status)
 		assert.Equal(t, "INVALID_ARGUMENT", decodeError(t, rec.last(t).respBody).Error.Code)
@@ -287,8 +290,8 @@ func TestRecordsValidation(t *testing.T) {
 		assert.Zero(t, srv.Stats().Requests)
 	})
 
-	// Each case goes through the SDK, which returns nil whatever the status,
-	// so the status is read from the recorder.
+	// Each case goes through the SDK, which returns an error for any status
+	// but 201; the status and body are read from the recorder.
 	tests := []struct {
 		name    string
 		records []*pinecone.IntegratedRecord
@@ -306,8 +309,15 @@ func TestRecordsValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := start(t)
 			idx, rec := connectREST(t, srv, "test", ns)
-			require.NoError(t, idx.UpsertRecords(bg(t), tt.records))
+			err := idx.UpsertRecords(bg(t), tt.records)
 			x := rec.last(t)
+			if tt.status == http.StatusCreated {
+				require.NoError(t, err)
+			} else {
+				var pe *pinecone.PineconeError
+				require.ErrorAs(t, err, &pe)
+				assert.Equal(t, tt.status, pe.Code)
+			}
 			require.Equal(t, tt.status, x.status, "body %s", x.respBody)
 			if tt.status == http.StatusCreated {
 				assert.Equal(t, len(tt.records), srv.RecordCount(ns))
@@ -369,7 +379,7 @@ func TestRecordsAPIKey(t *testing.T) {
 	srv := start(t, upserttest.WithAPIKey("secret"))
 
 	idx, rec := connectREST(t, srv, "wrong", ns)
-	require.NoError(t, idx.UpsertRecords(bg(t), records("r", 1)), "the SDK swallows the 401")
+	require.Error(t, idx.UpsertRecords(bg(t), records("r", 1)), "the SDK returns the 401")
 	x := rec.last(t)
 	assert.Equal(t, http.StatusUnauthorized, x.status)
 	assert.Equal(t, "UNAUTHENTICATED", decodeError(t, x.respBody).Error.Code)
@@ -440,7 +450,7 @@ func TestRecordsFaults(t *testing.T) {
 	t.Run("a partial write stores the first records and answers 500", func(t *testing.T) {
 		srv := start(t, upserttest.WithFaults(upserttest.PartialWrites(1, 3)))
 		idx, rec := connectREST(t, srv, "test", ns)
-		require.NoError(t, idx.UpsertRecords(bg(t), records("r", 4)))
+		require.Error(t, idx.UpsertRecords(bg(t), records("r", 4)))
 		assert.Equal(t, http.StatusInternalServerError, rec.last(t).status)
 		assert.Equal(t, 2, srv.RecordCount(ns))
 		_, ok := srv.Record(ns, "r-0")
@@ -489,7 +499,7 @@ func TestRecordsCapacity(t *testing.T) {
 		idx, rec := connectREST(t, srv, "test", ns)
 		require.NoError(t, idx.UpsertRecords(bg(t), records("a", 2)))
 		assert.Equal(t, http.StatusCreated, rec.last(t).status)
-		require.NoError(t, idx.UpsertRecords(bg(t), records("b", 1)))
+		require.Error(t, idx.UpsertRecords(bg(t), records("b", 1)))
 		x := rec.last(t)
 		assert.Equal(t, http.StatusTooManyRequests, x.status)
 		assert.Contains(t, decodeError(t, x.respBody).Error.Message, "max upsert size limit per second")

@@ -27,7 +27,7 @@ type run struct {
 	runCtx context.Context // ends with ctx, or when the index denies the caller
 	halt   context.CancelCauseFunc
 
-	routes    map[string]*route // by namespace; the producer's
+	routes    map[string]*route // by namespaceKey; the producer's
 	workers   chan int          // free worker ids; a batch in flight holds one
 	slots     chan struct{}     // when concurrency is fixed: one per request in flight
 	wg        sync.WaitGroup
@@ -102,14 +102,21 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
 	return r
 }
 
-// route returns the route of namespace, creating it on first use.
+// route returns the route of namespace, creating it on first use. "" and
+// "__default__" share one route, which sends under the name it first saw.
 func (r *run) route(namespace string) *route {
-	rt, ok := r.routes[namespace]
+	key := namespaceKey(namespace)
+	rt, ok := r.routes[key]
 	if !ok {
 		rt = &route{
 			namespace: namespace,
 			overhead:  r.kind.overhead(namespace),
-			lane:      r.cfg.limiter.lane(r.kind.lanePrefix+namespace, r.kind.maxBatch),
+			lane:      r.cfg.limiter.lane(r.kind.lanePrefix+key, r.kind.maxBatch),
+		}
+		if key == "" {
+			// Either name may go out (WithIndex sends its own): room
+			// for the longer.
+			rt.overhead = r.kind.overhead(defaultNamespace)
 		}
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
@@ -119,7 +126,7 @@ func (r *run) route(namespace string) *route {
 		if r.cfg.batchSize > 0 {
 			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
 		}
-		r.routes[namespace] = rt
+		r.routes[key] = rt
 	}
 	return rt
 }
@@ -439,7 +446,7 @@ func (r *run) settle(items []item, final bool) {
 func (r *run) snapshot() Stats {
 	s := r.stats.snapshot()
 	s.Elapsed = r.cfg.clock.Now().Sub(r.start)
-	s.Limiter = r.cfg.limiter.State(r.kind.lanePrefix + r.cfg.namespace)
+	s.Limiter = r.cfg.limiter.State(r.kind.lanePrefix + namespaceKey(r.cfg.namespace))
 	return s
 }
 

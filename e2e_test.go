@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -364,4 +365,42 @@ func TestTheAPIKeyNeverLeaks(t *testing.T) {
 		assert.NotContains(t, out, planted)
 		assert.NotContains(t, out, "0.765432", "no vector value is logged")
 	})
+}
+
+// A request that never reached the index cannot have landed: a host that
+// does not resolve or refuses the connection is named in the failure, and
+// no record is flagged as maybe landed.
+func TestAnUnreachableHostIsNamedAndNothingMayHaveLanded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedPort := ln.Addr().String()
+	ln.Close()
+	for _, tt := range []struct{ name, host, named string }{
+		// Go's resolver refuses .onion names without asking DNS (RFC 7686),
+		// so the test stays on loopback.
+		{"a host that does not resolve", "http://nohost.onion:443", "nohost.onion:443"},
+		{"a refused connection", "http://" + closedPort, closedPort},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+			require.NoError(t, err)
+			idx, err := pc.Index(pinecone.NewIndexConnParams{Host: tt.host})
+			require.NoError(t, err)
+			defer idx.Close()
+			fast := upsert.WithBackoff(time.Millisecond, 5*time.Millisecond)
+			res, err := upsert.All(context.Background(), e2eRecords(300), upsert.WithIndex(idx), fast)
+			require.ErrorIs(t, err, upsert.ErrServer)
+			require.Len(t, res.Failed, 300)
+			for _, f := range res.Failed {
+				require.Contains(t, f.Err.Error(), "cannot reach "+tt.named, "record %s", f.ID)
+				require.False(t, f.MayHaveLanded, "record %s was never sent", f.ID)
+			}
+			recs := []*pinecone.IntegratedRecord{{"_id": "a", "chunk_text": "x"}}
+			res, err = upsert.Records(context.Background(), slices.Values(recs), upsert.WithIndex(idx), fast)
+			require.ErrorIs(t, err, upsert.ErrServer)
+			require.Len(t, res.Failed, 1)
+			assert.Contains(t, res.Failed[0].Err.Error(), "cannot reach "+tt.named)
+			assert.False(t, res.Failed[0].MayHaveLanded)
+		})
+	}
 }

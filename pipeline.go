@@ -3,6 +3,7 @@ package upsert
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -64,6 +65,9 @@ type route struct {
 	lane      *lane
 	batcher   batcher
 	ready     batch // a full batch that could not be dispatched yet
+	// lastFailure is the last server error or timeout of a request, for
+	// the records the circuit breaker fails without sending them.
+	lastFailure atomic.Pointer[Error]
 }
 
 func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
@@ -273,15 +277,15 @@ func (r *run) process(worker int, rt *route, b batch) {
 		}
 		c := e.Class
 		switch {
-		case c == ClassDenied:
-			r.log(slog.LevelError, "index denied the caller; stopping", worker, rt, p, e)
+		case c == ClassDenied, c == ClassQuotaExceeded:
+			r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, e)
 			r.failPart(p, e)
 			r.halt(e)
 		case c == ClassCanceled:
 			r.failPart(p, e)
 		case e == errNeverAnswered || e == errOutageTooLong:
 			r.log(slog.LevelError, "index down; batch not sent", worker, rt, p, e)
-			r.failPart(p, e)
+			r.failPart(p, rt.withLastFailure(e))
 		case len(p.items) > 1 && (c == ClassTimeout || c == ClassTooLarge || c == ClassInvalid):
 			r.stats.splits.Add(1)
 			r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)
@@ -350,11 +354,11 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	var e *Error
 	if err != nil {
 		e = r.describe(err)
-		switch e.Class {
-		case ClassTimeout, ClassServer, ClassCanceled:
-			// The request reached the index, or may have: its records
-			// may have been written even though no success came back.
+		if r.mayHaveLanded(err) {
 			p.ambiguous = true
+		}
+		if e.Class == ClassServer || e.Class == ClassTimeout {
+			rt.lastFailure.Store(e)
 		}
 	}
 	p.outage = rt.lane.release(perm, e)
@@ -379,6 +383,30 @@ func (r *run) describe(err error) *Error {
 		e = &Error{Class: ClassServer, GRPCCode: e.GRPCCode, StatusCode: e.StatusCode, Err: e.Err}
 	}
 	return e
+}
+
+// mayHaveLanded reports whether a request that failed with err may have
+// written its records anyway: it reached the index, or may have, and no
+// answer said it was refused. A request cut off by the run's stop was in
+// flight, so it may have landed; one that could not connect cannot have.
+func (r *run) mayHaveLanded(err error) bool {
+	switch describe(err, r.cfg.classify).Class {
+	case ClassTimeout, ClassServer, ClassCanceled:
+		return !neverSent(err)
+	}
+	return false
+}
+
+// withLastFailure returns e, an error of a batch the circuit breaker
+// failed without sending it, with the last failure the namespace's
+// requests met, which says why the index is taken for down (the host
+// that does not resolve, the connection refused).
+func (rt *route) withLastFailure(e *Error) *Error {
+	last := rt.lastFailure.Load()
+	if last == nil {
+		return e
+	}
+	return &Error{Class: e.Class, Err: fmt.Errorf("%w; the last request failed with: %v", e.Err, last)}
 }
 
 // stopError is the error of records cut off because the run stopped: the

@@ -146,21 +146,22 @@ func WithIndex(idx *pinecone.IndexConnection) Option {
 		}
 		c.index, c.namespace = idx, idx.Namespace()
 		conn := func(namespace string) *pinecone.IndexConnection {
-			if namespace == idx.Namespace() {
+			if sameNamespace(namespace, idx.Namespace()) {
 				return idx
 			}
 			// Shares the gRPC connection.
 			return idx.WithNamespace(namespace)
 		}
+		host := indexHost(idx)
 		c.send = func(ctx context.Context, namespace string, batch []*pinecone.Vector) error {
 			n, err := conn(namespace).UpsertVectors(ctx, batch)
 			if err == nil && int(n) != len(batch) {
 				return &Error{Class: ClassServer, Err: fmt.Errorf("index confirmed %d of %d records", n, len(batch))}
 			}
-			return err
+			return unreachable(host, err)
 		}
 		c.sendRecords = func(ctx context.Context, namespace string, batch []*pinecone.IntegratedRecord) error {
-			return upsertRecords(ctx, conn(namespace), batch)
+			return unreachable(host, conn(namespace).UpsertRecords(ctx, batch))
 		}
 	}
 }

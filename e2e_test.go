@@ -8,12 +8,14 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -403,4 +405,40 @@ func TestAnUnreachableHostIsNamedAndNothingMayHaveLanded(t *testing.T) {
 			assert.False(t, res.Failed[0].MayHaveLanded)
 		})
 	}
+}
+
+// The index says its dimension before anything is sent, once per
+// connection: a wrong first record fails alone, unsent.
+func TestTheIndexIsAskedItsDimensionOncePerConnection(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithDimension(8))
+	defer srv.Close()
+	var describes atomic.Int32
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/DescribeIndexStats") {
+			describes.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+	require.NoError(t, err)
+	open := func() *pinecone.IndexConnection {
+		idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace}, grpc.WithChainUnaryInterceptor(count))
+		require.NoError(t, err)
+		t.Cleanup(func() { idx.Close() })
+		return idx
+	}
+	idx := open()
+	recs := append([]*pinecone.Vector{{Id: "short", Values: &[]float32{1, 2, 3}}}, e2eRecords(100)...)
+	for range 3 {
+		res, err := upsert.All(context.Background(), recs, upsert.WithIndex(idx))
+		require.ErrorIs(t, err, upsert.ErrInvalid)
+		require.Len(t, res.Failed, 1)
+		assert.Zero(t, res.Failed[0].Attempts, "refused before sending")
+		assert.Contains(t, res.Failed[0].Err.Error(), "the index's dimension is 8")
+		assert.Equal(t, 100, res.Upserted)
+	}
+	assert.Equal(t, int32(1), describes.Load(), "three calls through one connection ask once")
+	_, err = upsert.All(context.Background(), recs, upsert.WithIndex(open()))
+	require.ErrorIs(t, err, upsert.ErrInvalid)
+	assert.Equal(t, int32(2), describes.Load(), "a new connection asks again")
 }

@@ -28,7 +28,9 @@ func TestTheDefaultNamespaceHasOneName(t *testing.T) {
 		run  func(opts ...Option) (Result, error)
 	}{
 		{"All", func(opts ...Option) (Result, error) { return All(context.Background(), recs, opts...) }},
-		{"Stream", func(opts ...Option) (Result, error) { return Stream(context.Background(), slices.Values(recs), opts...) }},
+		{"Stream", func(opts ...Option) (Result, error) {
+			return Stream(context.Background(), slices.Values(recs), opts...)
+		}},
 	} {
 		t.Run(call.name, func(t *testing.T) {
 			var mu sync.Mutex

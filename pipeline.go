@@ -21,6 +21,7 @@ import (
 type run struct {
 	cfg   *config
 	kind  *kind
+	shape *indexShape // of the index, for vectors; nil for integrated records
 	start time.Time
 	total int // records expected, or -1 for a stream
 
@@ -89,6 +90,9 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
 		} else {
 			cfg.limiter = &Limiter{clock: cfg.clock}
 		}
+	}
+	if k == vectorKind {
+		r.shape = newIndexShape(ctx, cfg)
 	}
 	r.lastProgress.Store(r.start.UnixNano())
 	maxInFlight := maxConcurrency
@@ -271,6 +275,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 		}
 		r.maybeProgress()
 		if e == nil {
+			r.shape.learn(p.items)
 			r.stats.upserted.Add(int64(len(p.items)))
 			r.settle(p.items, true)
 			continue

@@ -48,6 +48,7 @@ type Option func(*config)
 
 type config struct {
 	index          *pinecone.IndexConnection
+	describe       func(ctx context.Context) (indexInfo, error) // nil: the index cannot be asked
 	send           UpsertFunc
 	sendRecords    RecordsFunc
 	sources        int // how many of WithIndex, WithUpsertFunc and WithRecordsFunc were given
@@ -137,6 +138,15 @@ func (c *config) bad(format string, args ...any) {
 // retried), integrated records with UpsertRecords (see [Records]). Requests
 // also stay under Pinecone serverless's limits per namespace, 100 upsert
 // requests and 50 MB of upsert data per second (see [Limiter]).
+//
+// Before sending vectors, a run asks the index its dimension and vector
+// type (DescribeIndexStats, at most 5 s), so that a record of another
+// dimension, with dense values for a sparse index or with sparse values
+// only for a dense one, fails alone before anything is sent. The answer is
+// kept for the life of idx (a process-wide cache that forgets idx when it
+// is garbage-collected): calls through one connection ask once. When the
+// index cannot be asked, the dimension is that of the first dense record
+// the index accepts.
 func WithIndex(idx *pinecone.IndexConnection) Option {
 	return func(c *config) {
 		c.sources++
@@ -152,6 +162,7 @@ func WithIndex(idx *pinecone.IndexConnection) Option {
 			// Shares the gRPC connection.
 			return idx.WithNamespace(namespace)
 		}
+		c.describe = func(ctx context.Context) (indexInfo, error) { return describeIndex(ctx, idx) }
 		host := indexHost(idx)
 		c.send = func(ctx context.Context, namespace string, batch []*pinecone.Vector) error {
 			n, err := conn(namespace).UpsertVectors(ctx, batch)

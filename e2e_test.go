@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,11 +28,11 @@ import (
 const e2eNamespace = "e2e"
 
 // connect opens an SDK index connection to srv, the way a user would.
-func connect(t *testing.T, srv *upserttest.Server) *pinecone.IndexConnection {
+func connect(t *testing.T, srv *upserttest.Server, dialOpts ...grpc.DialOption) *pinecone.IndexConnection {
 	t.Helper()
 	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
 	require.NoError(t, err)
-	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace}, upsert.PushbackDialOption())
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace}, append(dialOpts, upsert.PushbackDialOption())...)
 	require.NoError(t, err)
 	t.Cleanup(func() { idx.Close() })
 	return idx
@@ -441,4 +442,40 @@ func TestTheIndexIsAskedItsDimensionOncePerConnection(t *testing.T) {
 	_, err = upsert.All(context.Background(), recs, upsert.WithIndex(open()))
 	require.ErrorIs(t, err, upsert.ErrInvalid)
 	assert.Equal(t, int32(2), describes.Load(), "a new connection asks again")
+}
+
+// A project that spends its monthly write units mid-run: the run stops at
+// the first quota answer, every record is stored or reported with the
+// quota class, and none is retried.
+func TestAMonthlyQuotaStopsTheRunInSeconds(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithMonthlyWriteUnits(300))
+	defer srv.Close()
+	var mu sync.Mutex
+	var firstQuota time.Time
+	watch := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if upsert.Classify(err) == upsert.ClassQuotaExceeded {
+			mu.Lock()
+			if firstQuota.IsZero() {
+				firstQuota = time.Now()
+			}
+			mu.Unlock()
+		}
+		return err
+	}
+	recs := e2eRecords(30_000)
+	const inFlight = 4
+	res, err := upsert.All(context.Background(), recs, upsert.WithIndex(connect(t, srv, grpc.WithChainUnaryInterceptor(watch))),
+		upsert.WithConcurrency(inFlight), upsert.WithBatchSize(100))
+	ended := time.Now()
+	require.ErrorIs(t, err, upsert.ErrQuotaExceeded)
+	assert.ErrorIs(t, err, upsert.ErrDenied)
+	require.False(t, firstQuota.IsZero())
+	assert.Less(t, ended.Sub(firstQuota), 5*time.Second, "the run ends within seconds of the first quota answer")
+	requireEveryRecordAccounted(t, srv, recs, res, upsert.ClassQuotaExceeded)
+	assert.Positive(t, res.Upserted, "what the quota allowed landed")
+	assert.Zero(t, res.Stats.Retries, "nothing is retried past the first quota answer")
+	quotaAnswers := srv.Stats().QuotaExceeded
+	assert.Equal(t, quotaAnswers, res.Stats.ErrorsByClass[upsert.ClassQuotaExceeded])
+	assert.LessOrEqual(t, quotaAnswers, inFlight, "only the requests already in flight meet the quota: no request is sent after it")
 }

@@ -22,8 +22,11 @@ type run struct {
 	cfg   *config
 	kind  *kind
 	shape *indexShape // of the index, for vectors; nil for integrated records
-	start time.Time
-	total int // records expected, or -1 for a stream
+	// minute paces integrated records under per-minute limits; nil for
+	// vectors.
+	minute *minuteGate
+	start  time.Time
+	total  int // records expected, or -1 for a stream
 
 	ctx    context.Context // the caller's
 	runCtx context.Context // ends with ctx, or when the index denies the caller
@@ -93,6 +96,8 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
 	}
 	if k == vectorKind {
 		r.shape = newIndexShape(ctx, cfg)
+	} else {
+		r.minute = newMinuteGate(cfg.clock)
 	}
 	r.lastProgress.Store(r.start.UnixNano())
 	maxInFlight := maxConcurrency
@@ -343,8 +348,17 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	for _, it := range p.items {
 		bytes += it.size
 	}
+	// The per-minute limits first: a wait of up to a minute must not hold
+	// a slot of the lane.
+	pass, err := r.paceMinute(p.items)
+	if err != nil {
+		return r.describe(err)
+	}
 	perm, err := acquire(r.runCtx, n, bytes, r.slots, p.sizeProbe)
 	p.sizeProbe = false
+	if err != nil {
+		r.minute.withdraw(pass)
+	}
 	if errors.Is(err, errStaleBatch) && r.runCtx.Err() == nil {
 		return errRecut
 	}
@@ -352,6 +366,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 		return r.describe(err)
 	}
 	p.attempts++
+	r.minute.sending(pass)
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.requestTimeout)
 	err = r.kind.send(ctx, r.cfg, rt.namespace, p.items)
 	cancel()
@@ -367,12 +382,22 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 		}
 	}
 	p.outage = rt.lane.release(perm, e)
+	r.minute.done(pass, e)
 	r.stats.request(n, latency, e)
 	r.cfg.observers.requestDone(RequestEvent{
 		Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,
 		Attempt: p.attempts, Latency: latency, Err: e,
 	})
 	return e
+}
+
+// paceMinute waits until integrated records fit under the per-minute
+// limits learned so far (minutegate.go); vectors do not wait.
+func (r *run) paceMinute(items []item) (*minutePass, error) {
+	if r.minute == nil {
+		return nil, nil
+	}
+	return r.minute.wait(r.runCtx, estimateTokens(items))
 }
 
 // describe classifies err, knowing what the classifier cannot: whether the

@@ -317,8 +317,8 @@ func soakMakeInvalid(nBad, nReject int) func(recs []*pinecone.Vector, rng *rand.
 		taken := make(map[string]bool)
 		pick := func() int {
 			for {
-				// Not the first record (any will do; it was the one that fixed the dimension once),
-				// and not an id that appears more than once.
+				// Not the first record, and not an id that appears more
+				// than once.
 				i := 1 + rng.IntN(len(recs)-1)
 				if id := recs[i].Id; !taken[id] && soakCount(recs, id) == 1 {
 					taken[id] = true

@@ -401,11 +401,13 @@ type Failure struct {
 // defaults that suit most indexes.
 //
 // Every record is checked before it is sent: a nil record, one that
-// breaks Pinecone's rules (id, dimension, finite values, sparse values,
-// metadata types and size, request size) is never sent and fails alone
-// with [ClassInvalid]; the others are still sent. When an id appears more
-// than once, only its last valid occurrence is sent. The dense dimension
-// of a run is that of its first dense record. Sending starts after one
+// breaks Pinecone's rules (id, dimension and vector type of the index,
+// finite and not all-zero dense values, sparse values, metadata types and
+// size, request size) is never sent and fails alone with [ClassInvalid];
+// the others are still sent. When an id appears more than once, only its
+// last valid occurrence is sent. The dense dimension is the index's (see
+// [WithIndex]), or, when the index cannot say, that of the first dense
+// record it accepts. Sending starts after one
 // quick pass over the ids to find those that repeat (0.07 s per million
 // records on the machine of BENCHMARKS.md), not after every record was
 // checked.

@@ -5,14 +5,18 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -24,11 +28,11 @@ import (
 const e2eNamespace = "e2e"
 
 // connect opens an SDK index connection to srv, the way a user would.
-func connect(t *testing.T, srv *upserttest.Server) *pinecone.IndexConnection {
+func connect(t *testing.T, srv *upserttest.Server, dialOpts ...grpc.DialOption) *pinecone.IndexConnection {
 	t.Helper()
 	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
 	require.NoError(t, err)
-	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace}, upsert.PushbackDialOption())
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace}, append(dialOpts, upsert.PushbackDialOption())...)
 	require.NoError(t, err)
 	t.Cleanup(func() { idx.Close() })
 	return idx
@@ -364,4 +368,114 @@ func TestTheAPIKeyNeverLeaks(t *testing.T) {
 		assert.NotContains(t, out, planted)
 		assert.NotContains(t, out, "0.765432", "no vector value is logged")
 	})
+}
+
+// A request that never reached the index cannot have landed: a host that
+// does not resolve or refuses the connection is named in the failure, and
+// no record is flagged as maybe landed.
+func TestAnUnreachableHostIsNamedAndNothingMayHaveLanded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedPort := ln.Addr().String()
+	ln.Close()
+	for _, tt := range []struct{ name, host, named string }{
+		// Go's resolver refuses .onion names without asking DNS (RFC 7686),
+		// so the test stays on loopback.
+		{"a host that does not resolve", "http://nohost.onion:443", "nohost.onion:443"},
+		{"a refused connection", "http://" + closedPort, closedPort},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+			require.NoError(t, err)
+			idx, err := pc.Index(pinecone.NewIndexConnParams{Host: tt.host})
+			require.NoError(t, err)
+			defer idx.Close()
+			fast := upsert.WithBackoff(time.Millisecond, 5*time.Millisecond)
+			res, err := upsert.All(context.Background(), e2eRecords(300), upsert.WithIndex(idx), fast)
+			require.ErrorIs(t, err, upsert.ErrServer)
+			require.Len(t, res.Failed, 300)
+			for _, f := range res.Failed {
+				require.Contains(t, f.Err.Error(), "cannot reach "+tt.named, "record %s", f.ID)
+				require.False(t, f.MayHaveLanded, "record %s was never sent", f.ID)
+			}
+			recs := []*pinecone.IntegratedRecord{{"_id": "a", "chunk_text": "x"}}
+			res, err = upsert.Records(context.Background(), slices.Values(recs), upsert.WithIndex(idx), fast)
+			require.ErrorIs(t, err, upsert.ErrServer)
+			require.Len(t, res.Failed, 1)
+			assert.Contains(t, res.Failed[0].Err.Error(), "cannot reach "+tt.named)
+			assert.False(t, res.Failed[0].MayHaveLanded)
+		})
+	}
+}
+
+// The index says its dimension before anything is sent, once per
+// connection: a wrong first record fails alone, unsent.
+func TestTheIndexIsAskedItsDimensionOncePerConnection(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithDimension(8))
+	defer srv.Close()
+	var describes atomic.Int32
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/DescribeIndexStats") {
+			describes.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+	require.NoError(t, err)
+	open := func() *pinecone.IndexConnection {
+		idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace}, grpc.WithChainUnaryInterceptor(count))
+		require.NoError(t, err)
+		t.Cleanup(func() { idx.Close() })
+		return idx
+	}
+	idx := open()
+	recs := append([]*pinecone.Vector{{Id: "short", Values: &[]float32{1, 2, 3}}}, e2eRecords(100)...)
+	for range 3 {
+		res, err := upsert.All(context.Background(), recs, upsert.WithIndex(idx))
+		require.ErrorIs(t, err, upsert.ErrInvalid)
+		require.Len(t, res.Failed, 1)
+		assert.Zero(t, res.Failed[0].Attempts, "refused before sending")
+		assert.Contains(t, res.Failed[0].Err.Error(), "the index's dimension is 8")
+		assert.Equal(t, 100, res.Upserted)
+	}
+	assert.Equal(t, int32(1), describes.Load(), "three calls through one connection ask once")
+	_, err = upsert.All(context.Background(), recs, upsert.WithIndex(open()))
+	require.ErrorIs(t, err, upsert.ErrInvalid)
+	assert.Equal(t, int32(2), describes.Load(), "a new connection asks again")
+}
+
+// A project that spends its monthly write units mid-run: the run stops at
+// the first quota answer, every record is stored or reported with the
+// quota class, and none is retried.
+func TestAMonthlyQuotaStopsTheRunInSeconds(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithMonthlyWriteUnits(300))
+	defer srv.Close()
+	var mu sync.Mutex
+	var firstQuota time.Time
+	watch := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if upsert.Classify(err) == upsert.ClassQuotaExceeded {
+			mu.Lock()
+			if firstQuota.IsZero() {
+				firstQuota = time.Now()
+			}
+			mu.Unlock()
+		}
+		return err
+	}
+	recs := e2eRecords(30_000)
+	const inFlight = 4
+	res, err := upsert.All(context.Background(), recs, upsert.WithIndex(connect(t, srv, grpc.WithChainUnaryInterceptor(watch))),
+		upsert.WithConcurrency(inFlight), upsert.WithBatchSize(100))
+	ended := time.Now()
+	require.ErrorIs(t, err, upsert.ErrQuotaExceeded)
+	assert.ErrorIs(t, err, upsert.ErrDenied)
+	require.False(t, firstQuota.IsZero())
+	assert.Less(t, ended.Sub(firstQuota), 5*time.Second, "the run ends within seconds of the first quota answer")
+	requireEveryRecordAccounted(t, srv, recs, res, upsert.ClassQuotaExceeded)
+	assert.Positive(t, res.Upserted, "what the quota allowed landed")
+	assert.Zero(t, res.Stats.Retries, "nothing is retried past the first quota answer")
+	quotaAnswers := srv.Stats().QuotaExceeded
+	assert.Equal(t, quotaAnswers, res.Stats.ErrorsByClass[upsert.ClassQuotaExceeded])
+	assert.LessOrEqual(t, quotaAnswers, inFlight, "only the requests already in flight meet the quota: no request is sent after it")
 }

@@ -56,6 +56,17 @@ const (
 	// retried and records not yet written are reported with this class.
 	ClassCanceled
 
+	// ClassQuotaExceeded: the project's quota or plan forbids more writes:
+	// the monthly write units are spent (HTTP 429 or gRPC
+	// RESOURCE_EXHAUSTED "…reached your write unit limit for the current
+	// month…"), a quota such as storage or namespaces is reached (HTTP 403
+	// QUOTA_EXCEEDED, gRPC PERMISSION_DENIED with a quota message), or
+	// payment is required (HTTP 402). No retry can succeed before the
+	// quota changes, so the run stops at the first such answer and the
+	// remaining records fail with this class. It is a kind of denial: a
+	// quota error also matches [ErrDenied] and [ErrInvalid].
+	ClassQuotaExceeded
+
 	numClasses = iota + 1
 )
 
@@ -69,6 +80,8 @@ var (
 	ErrInvalid     = errors.New("invalid")
 	ErrDenied      = errors.New("denied")
 	ErrCanceled    = errors.New("canceled")
+	// ErrQuotaExceeded is also matched by errors.Is(err, ErrDenied).
+	ErrQuotaExceeded = errors.New("quota exceeded")
 )
 
 // ErrBadOption is matched (errors.Is) by the error [All] returns when an
@@ -76,23 +89,25 @@ var (
 var ErrBadOption = errors.New("upsert: bad option")
 
 var classNames = [numClasses]string{
-	ClassRateLimited: "rate-limited",
-	ClassTimeout:     "timeout",
-	ClassServer:      "server",
-	ClassTooLarge:    "too-large",
-	ClassInvalid:     "invalid",
-	ClassDenied:      "denied",
-	ClassCanceled:    "canceled",
+	ClassRateLimited:   "rate-limited",
+	ClassTimeout:       "timeout",
+	ClassServer:        "server",
+	ClassTooLarge:      "too-large",
+	ClassInvalid:       "invalid",
+	ClassDenied:        "denied",
+	ClassCanceled:      "canceled",
+	ClassQuotaExceeded: "quota-exceeded",
 }
 
 var classSentinels = [numClasses]error{
-	ClassRateLimited: ErrRateLimited,
-	ClassTimeout:     ErrTimeout,
-	ClassServer:      ErrServer,
-	ClassTooLarge:    ErrTooLarge,
-	ClassInvalid:     ErrInvalid,
-	ClassDenied:      ErrDenied,
-	ClassCanceled:    ErrCanceled,
+	ClassRateLimited:   ErrRateLimited,
+	ClassTimeout:       ErrTimeout,
+	ClassServer:        ErrServer,
+	ClassTooLarge:      ErrTooLarge,
+	ClassInvalid:       ErrInvalid,
+	ClassDenied:        ErrDenied,
+	ClassCanceled:      ErrCanceled,
+	ClassQuotaExceeded: ErrQuotaExceeded,
 }
 
 // String returns the class's name as used in logs and reports, such as
@@ -166,7 +181,8 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is reports whether target is the sentinel of e's class. A denied error is
-// also [ErrInvalid], since both are permanent.
+// also [ErrInvalid], since both are permanent, and a quota error is also
+// [ErrDenied] and [ErrInvalid].
 func (e *Error) Is(target error) bool {
 	if target == nil {
 		return false
@@ -174,7 +190,13 @@ func (e *Error) Is(target error) bool {
 	if target == e.Class.Err() {
 		return true
 	}
-	return e.Class == ClassDenied && target == ErrInvalid
+	switch e.Class {
+	case ClassQuotaExceeded:
+		return target == ErrDenied || target == ErrInvalid
+	case ClassDenied:
+		return target == ErrInvalid
+	}
+	return false
 }
 
 // Limit names a limit of the index that an answer says was reached.

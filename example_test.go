@@ -17,7 +17,7 @@ import (
 // Upsert a slice into an index, here the loopback one of upserttest,
 // through the real SDK.
 func ExampleAll() {
-	srv := upserttest.NewServer()
+	srv := upserttest.NewServer(upserttest.WithDimension(2))
 	defer srv.Close()
 	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
 	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
@@ -36,7 +36,7 @@ func ExampleAll() {
 	fmt.Println(errors.Is(err, upsert.ErrInvalid))
 	// Output:
 	// upserted: 2 stored: 2
-	// failed c (invalid): invalid: record 2 (id "c"): has 1 dense values; the index dimension for this run is 2
+	// failed c (invalid): invalid: record 2 (id "c"): has 1 dense values; the index's dimension is 2
 	// true
 }
 
@@ -97,7 +97,7 @@ func ExampleStream() {
 
 	records := make([]*pinecone.Vector, 1000)
 	for i := range records {
-		records[i] = &pinecone.Vector{Id: fmt.Sprint("doc-", i), Values: &[]float32{float32(i), 0}}
+		records[i] = &pinecone.Vector{Id: fmt.Sprint("doc-", i), Values: &[]float32{float32(i), 1}}
 	}
 	res, err := upsert.Stream(context.Background(), slices.Values(records), upsert.WithIndex(idx))
 	fmt.Println(res.Upserted, err)

@@ -42,7 +42,7 @@ type intake struct {
 }
 
 func newIntake(r *run, ordered bool) *intake {
-	in := &intake{r: r, ordered: ordered, seed: maphash.MakeSeed()}
+	in := &intake{r: r, ordered: ordered, seed: maphash.MakeSeed(), validator: validator{index: r.shape}}
 	if ordered {
 		in.inFlight = make(map[uint64]int32)
 	}

@@ -3,6 +3,7 @@ package upsert
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -20,14 +21,18 @@ import (
 type run struct {
 	cfg   *config
 	kind  *kind
-	start time.Time
-	total int // records expected, or -1 for a stream
+	shape *indexShape // of the index, for vectors; nil for integrated records
+	// minute paces integrated records under per-minute limits; nil for
+	// vectors.
+	minute *minuteGate
+	start  time.Time
+	total  int // records expected, or -1 for a stream
 
 	ctx    context.Context // the caller's
 	runCtx context.Context // ends with ctx, or when the index denies the caller
 	halt   context.CancelCauseFunc
 
-	routes    map[string]*route // by namespace; the producer's
+	routes    map[string]*route // by namespaceKey; the producer's
 	workers   chan int          // free worker ids; a batch in flight holds one
 	slots     chan struct{}     // when concurrency is fixed: one per request in flight
 	wg        sync.WaitGroup
@@ -64,6 +69,9 @@ type route struct {
 	lane      *lane
 	batcher   batcher
 	ready     batch // a full batch that could not be dispatched yet
+	// lastFailure is the last server error or timeout of a request, for
+	// the records the circuit breaker fails without sending them.
+	lastFailure atomic.Pointer[Error]
 }
 
 func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
@@ -86,6 +94,11 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
 			cfg.limiter = &Limiter{clock: cfg.clock}
 		}
 	}
+	if k == vectorKind {
+		r.shape = newIndexShape(ctx, cfg)
+	} else {
+		r.minute = newMinuteGate(cfg.clock)
+	}
 	r.lastProgress.Store(r.start.UnixNano())
 	maxInFlight := maxConcurrency
 	if cfg.concurrency > 0 {
@@ -102,14 +115,21 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
 	return r
 }
 
-// route returns the route of namespace, creating it on first use.
+// route returns the route of namespace, creating it on first use. "" and
+// "__default__" share one route, which sends under the name it first saw.
 func (r *run) route(namespace string) *route {
-	rt, ok := r.routes[namespace]
+	key := namespaceKey(namespace)
+	rt, ok := r.routes[key]
 	if !ok {
 		rt = &route{
 			namespace: namespace,
 			overhead:  r.kind.overhead(namespace),
-			lane:      r.cfg.limiter.lane(r.kind.lanePrefix+namespace, r.kind.maxBatch),
+			lane:      r.cfg.limiter.lane(r.kind.lanePrefix+key, r.kind.maxBatch),
+		}
+		if key == "" {
+			// Either name may go out (WithIndex sends its own): room
+			// for the longer.
+			rt.overhead = r.kind.overhead(defaultNamespace)
 		}
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
@@ -119,7 +139,7 @@ func (r *run) route(namespace string) *route {
 		if r.cfg.batchSize > 0 {
 			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
 		}
-		r.routes[namespace] = rt
+		r.routes[key] = rt
 	}
 	return rt
 }
@@ -260,21 +280,22 @@ func (r *run) process(worker int, rt *route, b batch) {
 		}
 		r.maybeProgress()
 		if e == nil {
+			r.shape.learn(p.items)
 			r.stats.upserted.Add(int64(len(p.items)))
 			r.settle(p.items, true)
 			continue
 		}
 		c := e.Class
 		switch {
-		case c == ClassDenied:
-			r.log(slog.LevelError, "index denied the caller; stopping", worker, rt, p, e)
+		case c == ClassDenied, c == ClassQuotaExceeded:
+			r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, e)
 			r.failPart(p, e)
 			r.halt(e)
 		case c == ClassCanceled:
 			r.failPart(p, e)
 		case e == errNeverAnswered || e == errOutageTooLong:
 			r.log(slog.LevelError, "index down; batch not sent", worker, rt, p, e)
-			r.failPart(p, e)
+			r.failPart(p, rt.withLastFailure(e))
 		case len(p.items) > 1 && (c == ClassTimeout || c == ClassTooLarge || c == ClassInvalid):
 			r.stats.splits.Add(1)
 			r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)
@@ -327,8 +348,17 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	for _, it := range p.items {
 		bytes += it.size
 	}
+	// The per-minute limits first: a wait of up to a minute must not hold
+	// a slot of the lane.
+	pass, err := r.paceMinute(p.items)
+	if err != nil {
+		return r.describe(err)
+	}
 	perm, err := acquire(r.runCtx, n, bytes, r.slots, p.sizeProbe)
 	p.sizeProbe = false
+	if err != nil {
+		r.minute.withdraw(pass)
+	}
 	if errors.Is(err, errStaleBatch) && r.runCtx.Err() == nil {
 		return errRecut
 	}
@@ -336,6 +366,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 		return r.describe(err)
 	}
 	p.attempts++
+	r.minute.sending(pass)
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.requestTimeout)
 	err = r.kind.send(ctx, r.cfg, rt.namespace, p.items)
 	cancel()
@@ -343,20 +374,30 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	var e *Error
 	if err != nil {
 		e = r.describe(err)
-		switch e.Class {
-		case ClassTimeout, ClassServer, ClassCanceled:
-			// The request reached the index, or may have: its records
-			// may have been written even though no success came back.
+		if r.mayHaveLanded(err) {
 			p.ambiguous = true
+		}
+		if e.Class == ClassServer || e.Class == ClassTimeout {
+			rt.lastFailure.Store(e)
 		}
 	}
 	p.outage = rt.lane.release(perm, e)
+	r.minute.done(pass, e)
 	r.stats.request(n, latency, e)
 	r.cfg.observers.requestDone(RequestEvent{
 		Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,
 		Attempt: p.attempts, Latency: latency, Err: e,
 	})
 	return e
+}
+
+// paceMinute waits until integrated records fit under the per-minute
+// limits learned so far (minutegate.go); vectors do not wait.
+func (r *run) paceMinute(items []item) (*minutePass, error) {
+	if r.minute == nil {
+		return nil, nil
+	}
+	return r.minute.wait(r.runCtx, estimateTokens(items))
 }
 
 // describe classifies err, knowing what the classifier cannot: whether the
@@ -372,6 +413,30 @@ func (r *run) describe(err error) *Error {
 		e = &Error{Class: ClassServer, GRPCCode: e.GRPCCode, StatusCode: e.StatusCode, Err: e.Err}
 	}
 	return e
+}
+
+// mayHaveLanded reports whether a request that failed with err may have
+// written its records anyway: it reached the index, or may have, and no
+// answer said it was refused. A request cut off by the run's stop was in
+// flight, so it may have landed; one that could not connect cannot have.
+func (r *run) mayHaveLanded(err error) bool {
+	switch describe(err, r.cfg.classify).Class {
+	case ClassTimeout, ClassServer, ClassCanceled:
+		return !neverSent(err)
+	}
+	return false
+}
+
+// withLastFailure returns e, an error of a batch the circuit breaker
+// failed without sending it, with the last failure the namespace's
+// requests met, which says why the index is taken for down (the host
+// that does not resolve, the connection refused).
+func (rt *route) withLastFailure(e *Error) *Error {
+	last := rt.lastFailure.Load()
+	if last == nil {
+		return e
+	}
+	return &Error{Class: e.Class, Err: fmt.Errorf("%w; the last request failed with: %v", e.Err, last)}
 }
 
 // stopError is the error of records cut off because the run stopped: the
@@ -439,7 +504,7 @@ func (r *run) settle(items []item, final bool) {
 func (r *run) snapshot() Stats {
 	s := r.stats.snapshot()
 	s.Elapsed = r.cfg.clock.Now().Sub(r.start)
-	s.Limiter = r.cfg.limiter.State(r.kind.lanePrefix + r.cfg.namespace)
+	s.Limiter = r.cfg.limiter.State(r.kind.lanePrefix + namespaceKey(r.cfg.namespace))
 	return s
 }
 

@@ -1,7 +1,6 @@
 package upsert
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"iter"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
@@ -101,9 +99,8 @@ func HTTPClient(c *http.Client) *http.Client {
 // Transport returns an http.RoundTripper over base (http.DefaultTransport
 // when nil) that turns a non-2xx answer of Pinecone's records upsert
 // endpoint into an [*Error] with the HTTP status and the Retry-After wait,
-// which the SDK's own error for it does not carry. (SDK v5.2.0 ignored
-// those answers altogether and lost the records; the library required this
-// transport then.) Every other request passes through untouched.
+// which the SDK's own error for it does not carry. Every other request
+// passes through untouched.
 func Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -116,53 +113,37 @@ func Transport(base http.RoundTripper) http.RoundTripper {
 
 type transport struct{ base http.RoundTripper }
 
-// restOutcome is where the transport tells the library what became of a
-// records request that the library sent.
-type restOutcome struct {
-	mu         sync.Mutex
-	seen       bool
-	status     int
-	retryAfter time.Duration
-	message    string
-	err        error // a transport failure
-}
-
-type outcomeKey struct{}
-
+// RoundTrip answers a records upsert that failed with an [*Error] instead
+// of the response: the SDK wraps the error it gets (since v5.4.1), so the
+// library finds it, Retry-After included, with errors.As.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	o, _ := req.Context().Value(outcomeKey{}).(*restOutcome)
-	records := req.Method == http.MethodPost && strings.HasPrefix(req.URL.Path, "/records/namespaces/") &&
-		strings.HasSuffix(req.URL.Path, "/upsert")
 	resp, err := t.base.RoundTrip(req)
-	if o != nil {
-		o.mu.Lock()
-		defer o.mu.Unlock()
-		o.seen, o.err = true, err
-	}
-	if err != nil || !records {
+	if err != nil || resp.StatusCode/100 == 2 || !isRecordsUpsert(req) {
 		return resp, err
 	}
-	// Read what little the endpoint answers, and close the body the SDK
-	// would leave open.
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	if resp.StatusCode/100 == 2 {
-		if o != nil {
-			o.status = resp.StatusCode
-		}
-		return resp, nil
-	}
+	return nil, httpError(resp.StatusCode, parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), body)
+}
+
+func isRecordsUpsert(req *http.Request) bool {
+	return req.Method == http.MethodPost && strings.HasPrefix(req.URL.Path, "/records/namespaces/") &&
+		strings.HasSuffix(req.URL.Path, "/upsert")
+}
+
+// httpError is the library's error for an HTTP answer with status code,
+// the wait it asked for and its body.
+func httpError(code int, retryAfter time.Duration, body []byte) *Error {
 	e := &Error{
-		Class:      classOfHTTP(resp.StatusCode),
-		StatusCode: resp.StatusCode,
-		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
-		Err:        fmt.Errorf("HTTP %d: %s", resp.StatusCode, snippet(body)),
+		Class:      classOfHTTP(code, string(body)),
+		StatusCode: code,
+		RetryAfter: retryAfter,
+		Err:        fmt.Errorf("HTTP %d: %s", code, snippet(body)),
 	}
-	if o != nil {
-		o.status, o.retryAfter, o.message = resp.StatusCode, e.RetryAfter, snippet(body)
+	if e.Class == ClassRateLimited {
+		e.Limit = limitNamed(string(body))
 	}
-	return nil, e
+	return e
 }
 
 // snippet returns the start of an error body, on one line.
@@ -172,32 +153,4 @@ func snippet(b []byte) string {
 		s = s[:300] + "…"
 	}
 	return s
-}
-
-// upsertRecords calls UpsertRecords and tells what the index answered.
-func upsertRecords(ctx context.Context, conn *pinecone.IndexConnection, batch []*pinecone.IntegratedRecord) error {
-	o := &restOutcome{}
-	return o.errorOf(conn.UpsertRecords(context.WithValue(ctx, outcomeKey{}, o), batch))
-}
-
-// errorOf returns the failure of the request, from what the transport saw
-// and what the SDK returned (sdkErr).
-func (o *restOutcome) errorOf(sdkErr error) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	switch {
-	case !o.seen:
-		// Rejected before sending, or a client without Transport: the
-		// SDK's own answer (a *pinecone.PineconeError for a non-201).
-		return sdkErr
-	case o.err != nil:
-		return o.err // the SDK flattens it to text; this keeps its type
-	case o.status/100 == 2:
-		return nil
-	default:
-		return &Error{
-			Class: classOfHTTP(o.status), StatusCode: o.status, RetryAfter: o.retryAfter,
-			Err: fmt.Errorf("HTTP %d: %s", o.status, o.message),
-		}
-	}
 }

@@ -40,7 +40,7 @@ func Classify(err error) Class {
 		return ClassInvalid
 	}
 	if code := httpStatus(err); code != 0 {
-		return classOfHTTP(code)
+		return classOfHTTP(code, err.Error())
 	}
 	if st, ok := grpcStatus(err); ok {
 		return classOfGRPC(st.Code(), st.Message())
@@ -58,13 +58,19 @@ func Classify(err error) Class {
 	return ClassServer
 }
 
-func classOfHTTP(code int) Class {
+// classOfHTTP returns the class of an HTTP answer with status code and
+// message msg (the body, or the error's text that holds it).
+func classOfHTTP(code int, msg string) Class {
 	switch {
+	case code == http.StatusPaymentRequired,
+		(code == http.StatusTooManyRequests || code == http.StatusForbidden) && isQuota(msg):
+		return ClassQuotaExceeded
 	case code == http.StatusTooManyRequests:
 		return ClassRateLimited
 	case code == http.StatusRequestTimeout, code == http.StatusGatewayTimeout:
 		return ClassTimeout
-	case code == http.StatusRequestEntityTooLarge:
+	case code == http.StatusRequestEntityTooLarge,
+		code/100 == 4 && strings.Contains(normalize(msg), tooLargePhrase):
 		return ClassTooLarge
 	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusNotFound:
 		return ClassDenied
@@ -85,16 +91,30 @@ func classOfGRPC(code codes.Code, msg string) Class {
 		// gRPC answers RESOURCE_EXHAUSTED itself when a message exceeds
 		// the size limit of either peer. Its status carries nothing but
 		// the text to tell that apart from the index's rate limit, so the
-		// text is matched here.
-		if strings.Contains(msg, "larger than max") {
+		// text is matched here; so is a monthly quota's.
+		switch {
+		case strings.Contains(msg, "larger than max"):
 			return ClassTooLarge
+		case isQuota(msg):
+			return ClassQuotaExceeded
 		}
 		return ClassRateLimited
 	case codes.DeadlineExceeded:
 		return ClassTimeout
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange, codes.AlreadyExists:
+		switch {
+		case isQuota(msg):
+			return ClassQuotaExceeded
+		case strings.Contains(normalize(msg), tooLargePhrase):
+			return ClassTooLarge
+		}
 		return ClassInvalid
-	case codes.Unauthenticated, codes.PermissionDenied, codes.NotFound, codes.Unimplemented:
+	case codes.PermissionDenied:
+		if isQuota(msg) {
+			return ClassQuotaExceeded
+		}
+		return ClassDenied
+	case codes.Unauthenticated, codes.NotFound, codes.Unimplemented:
 		return ClassDenied
 	case codes.Canceled:
 		return ClassCanceled
@@ -155,6 +175,9 @@ func describe(err error, classify func(error) Class) *Error {
 	e.StatusCode = httpStatus(err)
 	if st, ok := grpcStatus(err); ok {
 		e.GRPCCode = st.Code()
+	}
+	if e.Class == ClassRateLimited {
+		e.Limit = limitNamed(err.Error())
 	}
 	return e
 }

@@ -92,7 +92,8 @@ func TestErrorMatchesItsSentinel(t *testing.T) {
 		t.Run(c.String()+" matches its sentinel only", func(t *testing.T) {
 			err := fmt.Errorf("wrapped: %w", &Error{Class: c, Err: errors.New("cause")})
 			for _, other := range Classes() {
-				want := other == c || (c == ClassDenied && other == ClassInvalid)
+				permanent := c == ClassDenied || c == ClassQuotaExceeded
+				want := other == c || permanent && other == ClassInvalid || c == ClassQuotaExceeded && other == ClassDenied
 				assert.Equal(t, want, errors.Is(err, other.Err()), "errors.Is(%v, %v)", c, other)
 			}
 			var ue *Error

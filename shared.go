@@ -61,12 +61,21 @@ func shareLimiter(idx *pinecone.IndexConnection) (*Limiter, func()) {
 // each connection is its own key: writers share less, and nothing else
 // changes. TestShareLimiter pins the field names.
 func indexKey(idx *pinecone.IndexConnection) any {
+	if host := indexHost(idx); host != "" {
+		return host
+	}
+	return idx
+}
+
+// indexHost returns the host idx connects to ("name.svc.pinecone.io:443"),
+// read as indexKey says, or "" when it cannot be read.
+func indexHost(idx *pinecone.IndexConnection) string {
 	conn := reflect.ValueOf(idx).Elem().FieldByName("grpcConn")
 	if conn.Kind() == reflect.Pointer && !conn.IsNil() && conn.Elem().Kind() == reflect.Struct {
 		target := conn.Elem().FieldByName("target")
-		if target.Kind() == reflect.String && target.String() != "" {
+		if target.Kind() == reflect.String {
 			return target.String()
 		}
 	}
-	return idx
+	return ""
 }

@@ -317,8 +317,8 @@ func soakMakeInvalid(nBad, nReject int) func(recs []*pinecone.Vector, rng *rand.
 		taken := make(map[string]bool)
 		pick := func() int {
 			for {
-				// Not the first record, which fixes the run's dimension,
-				// and not an id that appears more than once.
+				// Not the first record, and not an id that appears more
+				// than once.
 				i := 1 + rng.IntN(len(recs)-1)
 				if id := recs[i].Id; !taken[id] && soakCount(recs, id) == 1 {
 					taken[id] = true
@@ -496,7 +496,11 @@ func soakRun(t *testing.T, sc soakScenario, out *soakTotals) {
 		})
 	}
 	var scripted atomic.Int64
-	srv := upserttest.NewServer(append(slices.Clone(sc.serverOpts), upserttest.WithFaults(soakCounted(upserttest.Chain(script...), &scripted)))...)
+	// The index has its dimension from the start, as a real one does, so
+	// that the run learns it before sending and refuses the records of
+	// another dimension unsent.
+	srv := upserttest.NewServer(append(slices.Clone(sc.serverOpts), upserttest.WithDimension(sc.dim),
+		upserttest.WithFaults(soakCounted(upserttest.Chain(script...), &scripted)))...)
 	defer srv.Close()
 
 	ns := "soak-" + tag

@@ -2,7 +2,6 @@ package upsert
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"path/filepath"
@@ -375,10 +374,5 @@ func TestRecords(t *testing.T) {
 		assert.ErrorIs(t, err, ErrBadOption)
 		_, err = All(ctx, vectors(1, 2), WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }))
 		assert.ErrorIs(t, err, ErrBadOption)
-	})
-	t.Run("a client without the library's transport is trusted: SDK v5.4.1 returns the HTTP status", func(t *testing.T) {
-		assert.NoError(t, (&restOutcome{}).errorOf(nil))
-		sdkErr := &pinecone.PineconeError{Code: 429, Msg: errors.New("slow down")}
-		assert.Equal(t, ClassRateLimited, Classify((&restOutcome{}).errorOf(sdkErr)))
 	})
 }

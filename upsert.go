@@ -48,6 +48,7 @@ type Option func(*config)
 
 type config struct {
 	index          *pinecone.IndexConnection
+	describe       func(ctx context.Context) (indexInfo, error) // nil: the index cannot be asked
 	send           UpsertFunc
 	sendRecords    RecordsFunc
 	sources        int // how many of WithIndex, WithUpsertFunc and WithRecordsFunc were given
@@ -137,6 +138,15 @@ func (c *config) bad(format string, args ...any) {
 // retried), integrated records with UpsertRecords (see [Records]). Requests
 // also stay under Pinecone serverless's limits per namespace, 100 upsert
 // requests and 50 MB of upsert data per second (see [Limiter]).
+//
+// Before sending vectors, a run asks the index its dimension and vector
+// type (DescribeIndexStats, at most 5 s), so that a record of another
+// dimension, with dense values for a sparse index or with sparse values
+// only for a dense one, fails alone before anything is sent. The answer is
+// kept for the life of idx (a process-wide cache that forgets idx when it
+// is garbage-collected): calls through one connection ask once. When the
+// index cannot be asked, the dimension is that of the first dense record
+// the index accepts.
 func WithIndex(idx *pinecone.IndexConnection) Option {
 	return func(c *config) {
 		c.sources++
@@ -146,21 +156,23 @@ func WithIndex(idx *pinecone.IndexConnection) Option {
 		}
 		c.index, c.namespace = idx, idx.Namespace()
 		conn := func(namespace string) *pinecone.IndexConnection {
-			if namespace == idx.Namespace() {
+			if sameNamespace(namespace, idx.Namespace()) {
 				return idx
 			}
 			// Shares the gRPC connection.
 			return idx.WithNamespace(namespace)
 		}
+		c.describe = func(ctx context.Context) (indexInfo, error) { return describeIndex(ctx, idx) }
+		host := indexHost(idx)
 		c.send = func(ctx context.Context, namespace string, batch []*pinecone.Vector) error {
 			n, err := conn(namespace).UpsertVectors(ctx, batch)
 			if err == nil && int(n) != len(batch) {
 				return &Error{Class: ClassServer, Err: fmt.Errorf("index confirmed %d of %d records", n, len(batch))}
 			}
-			return err
+			return unreachable(host, err)
 		}
 		c.sendRecords = func(ctx context.Context, namespace string, batch []*pinecone.IntegratedRecord) error {
-			return upsertRecords(ctx, conn(namespace), batch)
+			return unreachable(host, conn(namespace).UpsertRecords(ctx, batch))
 		}
 	}
 }
@@ -389,11 +401,13 @@ type Failure struct {
 // defaults that suit most indexes.
 //
 // Every record is checked before it is sent: a nil record, one that
-// breaks Pinecone's rules (id, dimension, finite values, sparse values,
-// metadata types and size, request size) is never sent and fails alone
-// with [ClassInvalid]; the others are still sent. When an id appears more
-// than once, only its last valid occurrence is sent. The dense dimension
-// of a run is that of its first dense record. Sending starts after one
+// breaks Pinecone's rules (id, dimension and vector type of the index,
+// finite and not all-zero dense values, sparse values, metadata types and
+// size, request size) is never sent and fails alone with [ClassInvalid];
+// the others are still sent. When an id appears more than once, only its
+// last valid occurrence is sent. The dense dimension is the index's (see
+// [WithIndex]), or, when the index cannot say, that of the first dense
+// record it accepts. Sending starts after one
 // quick pass over the ids to find those that repeat (0.07 s per million
 // records on the machine of BENCHMARKS.md), not after every record was
 // checked.

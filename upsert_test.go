@@ -194,7 +194,7 @@ func TestAllRidesOutAnOutage(t *testing.T) {
 		require.Len(t, res.Failed, 4800)
 		notSent := 0
 		for _, f := range res.Failed {
-			if errors.Is(f.Err, errOutageTooLong) {
+			if errors.Is(f.Err, errOutageTooLong.Err) {
 				notSent++
 			}
 		}
@@ -208,7 +208,7 @@ func TestAllRidesOutAnOutage(t *testing.T) {
 		require.Len(t, res.Failed, 5000)
 		notSent := 0
 		for _, f := range res.Failed {
-			if errors.Is(f.Err, errNeverAnswered) && f.Attempts == 0 {
+			if errors.Is(f.Err, errNeverAnswered.Err) && f.Attempts == 0 {
 				notSent++
 				assert.False(t, f.MayHaveLanded)
 			}
@@ -534,6 +534,49 @@ func TestAllStopsWhenTheIndexDeniesTheCaller(t *testing.T) {
 	for _, f := range res.Failed {
 		require.Equal(t, ClassDenied, f.Class)
 	}
+}
+
+func TestAllStopsAtTheFirstQuotaAnswer(t *testing.T) {
+	quota := status.Error(codes.ResourceExhausted, monthlyWriteUnitsMessage)
+	var calls, afterQuota atomic.Int64
+	var quotaSeen atomic.Bool
+	blocked := make(chan struct{})
+	fi := newFakeIndex(nil)
+	send := func(ctx context.Context, ns string, batch []*pinecone.Vector) error {
+		n := calls.Add(1)
+		if quotaSeen.Load() {
+			afterQuota.Add(1)
+		}
+		switch {
+		case n <= 10:
+			return fi.Upsert(ctx, ns, batch)
+		case n == 11:
+			// In flight when the quota answer comes: cut off by the stop.
+			close(blocked)
+			<-ctx.Done()
+			return ctx.Err()
+		default:
+			<-blocked
+			quotaSeen.Store(true)
+			return quota
+		}
+	}
+	recs := vectors(5000, 2)
+	res, err := All(context.Background(), recs, WithUpsertFunc(send), withClock(newFakeClock()), withRand(maxRand), WithBatchSize(10), WithConcurrency(2))
+	require.ErrorIs(t, err, ErrQuotaExceeded)
+	assert.ErrorIs(t, err, ErrDenied, "a quota is a denial")
+	requireAccounted(t, recs, res, fi.Stored())
+	assert.Equal(t, 100, res.Upserted)
+	assert.Zero(t, res.Stats.Retries, "no record is retried past the first quota answer")
+	assert.LessOrEqual(t, afterQuota.Load(), int64(1), "no request goes out after the quota answer but one already on its way")
+	cutOff := 0
+	for _, f := range res.Failed {
+		require.Equal(t, ClassQuotaExceeded, f.Class, "record %d", f.Index)
+		if f.MayHaveLanded {
+			cutOff++
+		}
+	}
+	assert.Equal(t, 10, cutOff, "the request in flight when the run stopped may have landed")
 }
 
 func TestAllReportsEveryRecordWhenCanceled(t *testing.T) {

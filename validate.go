@@ -22,11 +22,11 @@ const (
 // sent, so that one bad record fails alone and with a message naming it and
 // the rule, instead of failing its batch at the index.
 type validator struct {
-	dimension int // expected dense dimension; 0 until the first dense record fixes it
+	index *indexShape // the dimension and type the index takes; nil: unknown
 }
 
 // check returns the record's encoded size, or an error naming the rule it
-// breaks. It fixes the dimension from the first valid dense record.
+// breaks.
 func (v *validator) check(r *pinecone.Vector) (size int, err error) {
 	if r == nil {
 		return 0, fmt.Errorf("record is nil")
@@ -46,12 +46,15 @@ func (v *validator) check(r *pinecone.Vector) (size int, err error) {
 		if dense > MaxDimension {
 			return 0, fmt.Errorf("has %d dense values; Pinecone allows at most %d", dense, MaxDimension)
 		}
-		if v.dimension != 0 && dense != v.dimension {
-			return 0, fmt.Errorf("has %d dense values; the index dimension for this run is %d", dense, v.dimension)
-		}
 		if i, ok := firstNonFinite(*r.Values); ok {
 			return 0, fmt.Errorf("dense value at position %d is NaN or infinite; values must be finite", i)
 		}
+		if allZero(*r.Values) {
+			return 0, fmt.Errorf("dense values are all zero; Pinecone requires at least one non-zero value")
+		}
+	}
+	if err := v.index.accepts(dense, sparse); err != nil {
+		return 0, err
 	}
 	if sparse {
 		if err := checkSparse(r.SparseValues); err != nil {
@@ -64,11 +67,7 @@ func (v *validator) check(r *pinecone.Vector) (size int, err error) {
 			return 0, err
 		}
 	}
-	size = wireSize(r, metadataSize)
-	if dense > 0 && v.dimension == 0 {
-		v.dimension = dense
-	}
-	return size, nil
+	return wireSize(r, metadataSize), nil
 }
 
 func checkID(id string) error {
@@ -100,6 +99,18 @@ func firstNonFinite(vs []float32) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// allZero reports whether every value is zero, which Pinecone refuses in
+// dense values ("Dense vectors must contain at least one non-zero value").
+// Real embeddings stop the loop at the first value.
+func allZero(vs []float32) bool {
+	for _, f := range vs {
+		if f != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func checkSparse(s *pinecone.SparseValues) error {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestValidationNamesTheRecordAndTheRule(t *testing.T) {
@@ -26,7 +29,9 @@ func TestValidationNamesTheRecordAndTheRule(t *testing.T) {
 		{"an id with NUL is refused", &pinecone.Vector{Id: "a\x00b", Values: dense(1, 2, 3)}, "NUL"},
 		{"a record without values is refused", &pinecone.Vector{Id: "bad"}, "neither dense nor sparse"},
 		{"empty values are refused", &pinecone.Vector{Id: "bad", Values: dense()}, "neither dense nor sparse"},
-		{"a dimension unlike the run's is refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2)}, "dimension for this run is 3"},
+		{"a dimension unlike the index's is refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2)}, "the index's dimension is 3"},
+		{"all-zero dense values are refused", &pinecone.Vector{Id: "bad", Values: dense(0, 0, 0)}, "at least one non-zero value"},
+		{"all-zero dense values are refused beside sparse ones", &pinecone.Vector{Id: "bad", Values: dense(0, 0, 0), SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{1}}}, "all zero"},
 		{"a NaN is refused", &pinecone.Vector{Id: "bad", Values: dense(1, float32(math.NaN()), 3)}, "position 1 is NaN or infinite"},
 		{"an infinity is refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2, float32(math.Inf(1)))}, "must be finite"},
 		{"sparse indices and values of different lengths are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 2}, Values: []float32{1}}}, "must be equal"},
@@ -47,7 +52,7 @@ func TestValidationNamesTheRecordAndTheRule(t *testing.T) {
 		t.Run(tt.name+", and the valid records still land", func(t *testing.T) {
 			fi := newFakeIndex(nil)
 			recs := []*pinecone.Vector{{Id: "ok-1", Values: dense(1, 2, 3)}, tt.vec, {Id: "ok-2", Values: dense(4, 5, 6)}}
-			res, err := All(context.Background(), recs, testOpts(fi)...)
+			res, err := All(context.Background(), recs, testOpts(fi, withIndexInfo(indexInfo{dimension: 3}, nil))...)
 			require.ErrorIs(t, err, ErrInvalid)
 			require.Len(t, res.Failed, 1)
 			f := res.Failed[0]
@@ -89,4 +94,83 @@ func seq(n int) []uint32 {
 		out[i] = uint32(i)
 	}
 	return out
+}
+
+// withIndexInfo makes the run's index answer info and err when asked its
+// dimension and type, as DescribeIndexStats does through WithIndex.
+func withIndexInfo(info indexInfo, err error) Option {
+	return func(c *config) {
+		c.describe = func(context.Context) (indexInfo, error) { return info, err }
+	}
+}
+
+func TestValidationKnowsTheIndexsType(t *testing.T) {
+	dense := &pinecone.Vector{Id: "dense", Values: &[]float32{1, 2}}
+	sparse := &pinecone.Vector{Id: "sparse", SparseValues: &pinecone.SparseValues{Indices: []uint32{7}, Values: []float32{0.5}}}
+	hybrid := &pinecone.Vector{Id: "hybrid", Values: &[]float32{1, 2}, SparseValues: &pinecone.SparseValues{Indices: []uint32{7}, Values: []float32{0.5}}}
+	tests := []struct {
+		vectorType string
+		refused    map[string]string // id -> rule
+	}{
+		{"dense", map[string]string{"sparse": "the index is dense"}},
+		{"sparse", map[string]string{"dense": "the index is sparse", "hybrid": "the index is sparse"}},
+		{"", nil}, // not known: the index judges
+	}
+	for _, tt := range tests {
+		t.Run("a "+tt.vectorType+" index", func(t *testing.T) {
+			fi := newFakeIndex(nil)
+			recs := []*pinecone.Vector{dense, sparse, hybrid}
+			res, _ := All(context.Background(), recs, testOpts(fi, withIndexInfo(indexInfo{vectorType: tt.vectorType}, nil))...)
+			require.Len(t, res.Failed, len(tt.refused))
+			for _, f := range res.Failed {
+				assert.Contains(t, f.Err.Error(), tt.refused[f.ID], "record %s", f.ID)
+				assert.Zero(t, f.Attempts, "refused before sending")
+			}
+			assert.Len(t, fi.Stored(), len(recs)-len(tt.refused))
+		})
+	}
+}
+
+// When the index cannot say its dimension, a wrong first record must not
+// make the correct ones after it fail: the dimension is learned from the
+// first record the index accepts.
+func TestAWrongFirstRecordDoesNotFailTheRightOnes(t *testing.T) {
+	const dim = 4
+	// Answers as Pinecone does to a record of another dimension.
+	fi := newFakeIndex(nil)
+	var mu sync.Mutex
+	var sent int
+	send := func(ctx context.Context, ns string, batch []*pinecone.Vector) error {
+		mu.Lock()
+		sent++
+		mu.Unlock()
+		for _, v := range batch {
+			if n := len(*v.Values); n != dim {
+				return status.Errorf(codes.InvalidArgument, "Vector dimension %d does not match the dimension of the index %d", n, dim)
+			}
+		}
+		return fi.Upsert(ctx, ns, batch)
+	}
+	recs := append([]*pinecone.Vector{{Id: "wrong", Values: &[]float32{1, 2, 3}}}, vectors(2000, dim)...)
+	recs = append(recs, &pinecone.Vector{Id: "wrong-later", Values: &[]float32{1, 2, 3}})
+	for _, ask := range []struct {
+		name string
+		opt  Option
+	}{
+		{"the index cannot be asked", func(*config) {}},
+		{"asking the index failed", withIndexInfo(indexInfo{}, status.Error(codes.PermissionDenied, "no"))},
+	} {
+		t.Run(ask.name, func(t *testing.T) {
+			sent = 0
+			res, err := All(context.Background(), recs, WithUpsertFunc(send), withClock(newFakeClock()), withRand(maxRand), WithBatchSize(100), WithConcurrency(1), ask.opt)
+			require.ErrorIs(t, err, ErrInvalid)
+			require.Len(t, res.Failed, 2)
+			assert.Equal(t, "wrong", res.Failed[0].ID)
+			assert.Positive(t, res.Failed[0].Attempts, "the index judged the first record")
+			assert.Equal(t, "wrong-later", res.Failed[1].ID)
+			assert.Zero(t, res.Failed[1].Attempts, "once the index accepted a record, its dimension is known")
+			assert.Contains(t, res.Failed[1].Err.Error(), "the index's dimension is 4")
+			assert.Equal(t, 2000, res.Upserted)
+		})
+	}
 }

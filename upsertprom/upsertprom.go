@@ -17,7 +17,7 @@
 //     requests sent, retries included, by outcome. A request that succeeded
 //     has class "ok" and code "OK"; a failed one has the name of its
 //     [upsert.Class] ("rate-limited", "timeout", "server", "too-large",
-//     "invalid", "denied", "canceled") and the code of its [upsert.Error]
+//     "invalid", "denied", "canceled", "quota-exceeded") and the code of its [upsert.Error]
 //     as given by [upsert.Error.Code]: the HTTP status ("429"), else the gRPC
 //     code name ("ResourceExhausted", "Unavailable", ...), else the class.
 //   - upsert_request_duration_seconds{namespace} (histogram): the round

@@ -18,7 +18,7 @@ import (
 // Server.Reset refills its buckets but keeps its slots, which may be held by
 // requests in flight.
 type nsCapacity struct {
-	mu       sync.Mutex          // serializes admission, so that check-then-take is atomic
+	mu       sync.Mutex          // serializes admission (Server.take), so that check-then-take is atomic
 	vectors  *tokenbucket.Bucket // nil when disabled
 	bytes    *tokenbucket.Bucket
 	requests *tokenbucket.Bucket
@@ -42,20 +42,6 @@ func (c *nsCapacity) resetBuckets(cfg *config) {
 	c.vectors = newBucket(cfg.vectorRate)
 	c.bytes = newBucket(cfg.byteRate)
 	c.requests = newBucket(cfg.requestRate)
-}
-
-// admit reports whether a request of the given size is admitted at now. It
-// takes tokens from every bucket if, and only if, every bucket has enough.
-func (c *nsCapacity) admit(now time.Time, vectors, bytes int) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.vectors.Has(now, vectors) || !c.bytes.Has(now, bytes) || !c.requests.Has(now, 1) {
-		return false
-	}
-	c.vectors.Take(now, vectors)
-	c.bytes.Take(now, bytes)
-	c.requests.Take(now, 1)
-	return true
 }
 
 // newBucket returns a full bucket, or nil (which admits everything) when c

@@ -7,44 +7,38 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 )
 
 func TestAdmission(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 
 	t.Run("a rejection by one bucket takes no tokens from the others", func(t *testing.T) {
-		cfg := defaultConfig()
-		WithRate(1, 10)(&cfg)
-		WithRequestRate(1, 1)(&cfg)
-		c := newNSCapacity(&cfg)
+		admit := admitter(WithRate(1, 10), WithRequestRate(1, 1))
 
-		require.True(t, c.admit(t0, 6, 0))  // vectors 10 -> 4, requests 1 -> 0
-		require.False(t, c.admit(t0, 4, 0)) // no request token
+		require.True(t, admit(t0, 6, 0))  // vectors 10 -> 4, requests 1 -> 0
+		require.False(t, admit(t0, 4, 0)) // no request token
 		// One second later: one request token, and 4+1 vector tokens if the
 		// rejected request took none.
-		assert.True(t, c.admit(t0.Add(time.Second), 5, 0))
+		assert.True(t, admit(t0.Add(time.Second), 5, 0))
 	})
 
 	t.Run("a request larger than the burst waits for a full bucket and leaves a debt", func(t *testing.T) {
-		cfg := defaultConfig()
-		WithRate(10, 5)(&cfg)
-		c := newNSCapacity(&cfg)
+		admit := admitter(WithRate(10, 5))
 
-		assert.True(t, c.admit(t0, 50, 0), "a full bucket admits it")
-		assert.False(t, c.admit(t0.Add(4*time.Second), 1, 0), "45 tokens of debt, 40 repaid")
-		assert.True(t, c.admit(t0.Add(4600*time.Millisecond), 1, 0), "the rate is kept: 50 vectors cost 5 s")
-		assert.False(t, c.admit(t0.Add(4700*time.Millisecond), 50, 0), "a large request waits for a full bucket")
-		assert.True(t, c.admit(t0.Add(5100*time.Millisecond), 50, 0))
+		assert.True(t, admit(t0, 50, 0), "a full bucket admits it")
+		assert.False(t, admit(t0.Add(4*time.Second), 1, 0), "45 tokens of debt, 40 repaid")
+		assert.True(t, admit(t0.Add(4600*time.Millisecond), 1, 0), "the rate is kept: 50 vectors cost 5 s")
+		assert.False(t, admit(t0.Add(4700*time.Millisecond), 50, 0), "a large request waits for a full bucket")
+		assert.True(t, admit(t0.Add(5100*time.Millisecond), 50, 0))
 	})
 
 	t.Run("buckets refill at their rate", func(t *testing.T) {
-		cfg := defaultConfig()
-		WithByteRate(1000, 1000)(&cfg)
-		c := newNSCapacity(&cfg)
+		admit := admitter(WithByteRate(1000, 1000))
 
-		assert.True(t, c.admit(t0, 1, 1000))
-		assert.False(t, c.admit(t0.Add(100*time.Millisecond), 1, 200))
-		assert.True(t, c.admit(t0.Add(200*time.Millisecond), 1, 200))
+		assert.True(t, admit(t0, 1, 1000))
+		assert.False(t, admit(t0.Add(100*time.Millisecond), 1, 200))
+		assert.True(t, admit(t0.Add(200*time.Millisecond), 1, 200))
 	})
 
 	t.Run("a burst below 1 means one second's worth", func(t *testing.T) {
@@ -52,13 +46,26 @@ func TestAdmission(t *testing.T) {
 		assert.Equal(t, bucketConfig{}, newBucketConfig("x", 0, 10), "a zero rate disables the bucket")
 	})
 
-	t.Run("Serverless sets 50 MiB/s and 100 requests/s with a second of burst", func(t *testing.T) {
+	t.Run("Serverless sets 50 MB/s (10^6 bytes a MB) and 100 requests/s with a second of burst", func(t *testing.T) {
 		cfg := defaultConfig()
 		Serverless()(&cfg)
-		assert.Equal(t, bucketConfig{rate: 50 << 20, burst: 50 << 20}, cfg.byteRate)
+		assert.Equal(t, bucketConfig{rate: 50e6, burst: 50e6}, cfg.byteRate)
 		assert.Equal(t, bucketConfig{rate: 100, burst: 100}, cfg.requestRate)
 		assert.False(t, cfg.vectorRate.enabled())
 	})
+}
+
+// admitter returns the admission of a server with opts, for namespace "ns".
+func admitter(opts ...Option) func(now time.Time, vectors, bytes int) bool {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &Server{cfg: cfg, caps: make(map[string]*nsCapacity), stats: Stats{Codes: make(map[codes.Code]int)}}
+	s.limits.reset(&s.cfg)
+	return func(now time.Time, vectors, bytes int) bool {
+		return s.admit(admission{namespace: "ns", now: now, items: vectors, bytes: bytes}) == nil
+	}
 }
 
 func TestSlotPool(t *testing.T) {

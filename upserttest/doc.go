@@ -21,9 +21,20 @@
 // The server implements Upsert, Fetch and DescribeIndexStats; the other
 // VectorService methods answer codes.Unimplemented. It validates Upsert
 // requests against Pinecone's per-request limits (see [MaxVectorsPerRequest]
-// and the constants that follow it) and the dimension of the index
-// ([WithDimension]), and answers invalid ones with codes.InvalidArgument,
-// writing nothing of them.
+// and the constants that follow it: ASCII ids without NUL, no all-zero dense
+// values, metadata size and types), the dimension of the index
+// ([WithDimension]) and its vector type ([WithVectorType]), and answers
+// invalid ones with codes.InvalidArgument and Pinecone's message, writing
+// nothing of them.
+//
+// "" and "__default__" are one namespace, as on Pinecone since April 2025
+// (go-pinecone v5 sends "__default__" for the default namespace, v6 ""):
+// they share their stored vectors, records and limits, and the accessors
+// take either name. [Request.Namespace] is the name as received.
+//
+// DescribeIndexStats counts vectors at once by default. Pinecone's counts
+// lag behind writes: [WithStatsLag] makes the server's lag too, so that a
+// test can check that the code under test does not assume instant counts.
 //
 // # REST records (integrated embedding)
 //
@@ -72,14 +83,27 @@
 // HTTP status for any answer but 201; v5.2.0 returned nil, and lost the
 // records silently.
 //
-// # Capacity
+// # Capacity, rate limits and quotas
 //
 // Options model an index of limited capacity, per namespace as Pinecone's
 // limits are: admission token buckets on vectors, bytes and requests per
 // second ([WithRate], [WithByteRate], [WithRequestRate], or the [Serverless]
-// preset) that answer codes.ResourceExhausted; a number of write slots with
-// a FIFO queue ([WithSlots]); and a write latency ([WithLatency],
-// [WithByteLatency], [WithSlowAbove]). A write that holds a slot is applied
+// preset, which reads "MB" as 10^6 bytes) that answer
+// codes.ResourceExhausted (HTTP 429) with Pinecone's message for the limit:
+// the upsert size per second naming the index, the request rate naming the
+// namespace and its rate. Index-wide limits are shared by all namespaces:
+// write units per second ([WithWriteUnitRate]; 1 per KB of request, at
+// least 5 per request, counted in [Stats.WriteUnits]) and, for integrated
+// records, embedding tokens per minute ([WithEmbedTokensPerMinute]). Quotas
+// answer what no retry can change: the monthly write units
+// ([WithMonthlyWriteUnits], 429 "…write unit limit for the current
+// month…") and the namespaces of an index ([WithMaxNamespaces], 403
+// QUOTA_EXCEEDED). [WithClock] runs these limits on a test's virtual time,
+// so that a per-minute window passes in no time.
+//
+// Write slots with a FIFO queue ([WithSlots]) and a write latency
+// ([WithLatency], [WithByteLatency], [WithSlowAbove]) model the time a
+// write takes. A write that holds a slot is applied
 // even if its client has timed out, as on a real service, so a client
 // deadline shorter than the latency produces an ambiguous timeout: the
 // client sees codes.DeadlineExceeded, and the vectors land anyway.
@@ -105,6 +129,10 @@
 // codes.DeadlineExceeded 504 and codes.Canceled 499. A fault's RetryAfter
 // is sent as the Retry-After header.
 //
+// Where Pinecone publishes no message (the write units per second) or no
+// figure, the server's is written in the manner of the others, and says
+// so at its option.
+//
 // # Inspection
 //
 // [Server.Vector], [Server.Vectors], [Server.Count] and
@@ -112,7 +140,8 @@
 // [Server.Record], [Server.Records] and [Server.RecordCount] the records;
 // [Server.Stats] counts requests of both APIs, answers by gRPC code (and
 // REST answers by HTTP status), vectors and records written, bytes
-// received and the peak concurrency of writes; [Server.Reset] forgets both
+// received, write units metered, requests refused by a rate limit or a
+// quota, and the peak concurrency of writes; [Server.Reset] forgets both
 // between the phases of a test. [Server.Restart] drops every connection,
 // gRPC and HTTPS, and serves again on the same port, keeping the data.
 package upserttest

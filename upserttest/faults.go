@@ -55,7 +55,7 @@ type Fault struct {
 	// no error.
 	Code codes.Code
 	// Message is the status message. If empty, a default for Code is used:
-	// the rate-limit message of WithRate for codes.ResourceExhausted, and
+	// the upsert-size message of WithRate for codes.ResourceExhausted, and
 	// "upserttest: injected fault: <code>" for the others.
 	Message string
 	// RetryAfter, if positive, is sent as response metadata "retry-after"
@@ -121,7 +121,7 @@ func (f Fault) message() string {
 		return f.Message
 	}
 	if f.Code == codes.ResourceExhausted {
-		return rateLimitMessage
+		return upsertSizeMessage
 	}
 	return "upserttest: injected fault: " + f.Code.String()
 }

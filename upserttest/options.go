@@ -7,9 +7,10 @@ import (
 )
 
 // DefaultMaxRequestBytes is the default largest Upsert request, in encoded
-// bytes, that a [Server] accepts: 2 MiB, Pinecone's "2 MB" request limit.
-// See [WithMaxRequestBytes].
-const DefaultMaxRequestBytes = 2 * 1024 * 1024
+// bytes, that a [Server] accepts: Pinecone's "2 MB" request limit, read as
+// 2,000,000 bytes (its documentation gives no unit beyond "MB"; the
+// decimal reading is the safe one). See [WithMaxRequestBytes].
+const DefaultMaxRequestBytes = 2_000_000
 
 // An Option configures a [Server]. Options are applied in order by
 // [NewServer]; when two options set the same thing, the last one wins.
@@ -29,6 +30,16 @@ type config struct {
 	vectorRate  bucketConfig // vectors per second
 	byteRate    bucketConfig // request bytes per second
 	requestRate bucketConfig // requests per second
+
+	// Index-wide limits, shared by every namespace (limits.go).
+	writeUnitRate     bucketConfig // write units per second
+	embedTokens       bucketConfig // embedding tokens per second, a minute's worth of burst
+	monthlyWriteUnits int64        // 0: unlimited
+	maxNamespaces     int          // 0: unlimited
+
+	vectorType string        // "dense", "sparse", or "": either is accepted
+	statsLag   time.Duration // how long DescribeIndexStats takes to count a new record
+	now        func() time.Time
 
 	slots int // 0: unlimited
 
@@ -54,6 +65,7 @@ func defaultConfig() config {
 		maxRequestBytes: DefaultMaxRequestBytes,
 		slowAbove:       -1,
 		slowFactor:      1,
+		now:             time.Now,
 	}
 }
 
@@ -93,13 +105,14 @@ func WithAPIKey(key string) Option {
 
 // WithMaxRequestBytes sets the largest Upsert request the server accepts, in
 // bytes of the encoded protobuf message. The default is
-// [DefaultMaxRequestBytes] (2 MiB).
+// [DefaultMaxRequestBytes] (2,000,000).
 //
 // The limit is enforced by gRPC itself, as its maximum receive message size,
-// so a larger request gets exactly what the real service answers:
-// codes.ResourceExhausted with the message
+// so a larger request gets what gRPC answers (what Pinecone answers to a
+// gRPC request over 2 MB is not published): codes.ResourceExhausted with the
+// message
 //
-//	grpc: received message larger than max (2100000 vs. 2097152)
+//	grpc: received message larger than max (2100000 vs. 2000000)
 //
 // Such a request never reaches the service: it is not passed to the fault
 // script, gets no [Request.Seq], and its bytes are not counted in
@@ -127,9 +140,12 @@ func WithMaxRequestBytes(n int) Option {
 // if every configured bucket of its namespace ([WithRate], [WithByteRate],
 // [WithRequestRate]) holds enough tokens at its arrival; only then are tokens
 // taken from all of them. Otherwise it is answered codes.ResourceExhausted
-// with the message
+// with Pinecone's message for the limit (the vector and byte buckets
+// answer the upsert size's, the request bucket the request rate's, naming
+// the namespace and its rate):
 //
-//	Request failed. You've reached the max upsert size limit per second for index upserttest. Pace your upserts or contact Pinecone support to request a higher limit.
+//	Request failed. You've reached the max upsert size limit per second for index upserttest. Pace your upserts or contact Pinecone Support (https://app.pinecone.io/organizations/-/settings/support/ticket) to request a higher limit.
+//	Request failed. You've reached the upsert QPS limit for namespace docs (100 QPS). Pace your upsert requests or contact Pinecone Support (https://app.pinecone.io/organizations/-/settings/support/ticket) to request a higher limit.
 //
 // nothing is written, no tokens are taken, and [Stats.RateLimited] is
 // incremented. A request that needs more tokens than burst is admitted when
@@ -162,15 +178,15 @@ func WithRequestRate(perSecond float64, burst int) Option {
 }
 
 // Serverless returns an Option that applies the per-namespace upsert limits
-// of a Pinecone serverless index: 50 MB of upsert data per second (taken as
-// 50 MiB, like the 2 MB request limit is 2 MiB) and 100 Upsert requests per
-// second, each with a burst of one second's worth:
+// of a Pinecone serverless index: 50 MB of upsert data per second (read as
+// 50,000,000 bytes, as the 2 MB request limit is 2,000,000) and 100 Upsert
+// requests per second, each with a burst of one second's worth:
 //
-//	WithByteRate(50<<20, 50<<20), WithRequestRate(100, 100)
+//	WithByteRate(50e6, 50e6), WithRequestRate(100, 100)
 //
 // Options given after Serverless override it.
 func Serverless() Option {
-	bytes := WithByteRate(50<<20, 50<<20)
+	bytes := WithByteRate(50e6, 50e6)
 	requests := WithRequestRate(100, 100)
 	return func(c *config) {
 		bytes(c)
@@ -261,4 +277,116 @@ func WithSlowAbove(vectors int, factor float64) Option {
 // server runs with [Server.SetFaults]. The default, and nil, is no faults.
 func WithFaults(f FaultFunc) Option {
 	return func(c *config) { c.faults = f }
+}
+
+// WithWriteUnitRate limits the write units per second of the whole index,
+// shared by all its namespaces: Pinecone meters an upsert at 1 write unit
+// per KB (1,000 bytes, rounded up) of request, at least 5 per request (its
+// surcharge for the records an upsert overwrites is not modelled). It is an
+// admission bucket like [WithRate]'s, checked together with the
+// namespace's buckets; a request it refuses is answered
+// codes.ResourceExhausted (HTTP 429) with
+//
+//	Request failed. You've reached the max write units per second for index upserttest. Pace your upserts or contact Pinecone Support (https://app.pinecone.io/organizations/-/settings/support/ticket) to request a higher limit.
+//
+// Pinecone has such a limit but publishes neither its figure nor its
+// message: this one is written in the manner of its others. Off by
+// default; perSecond <= 0 turns it off.
+func WithWriteUnitRate(perSecond float64, burst int) Option {
+	b := newBucketConfig("WithWriteUnitRate", perSecond, burst)
+	return func(c *config) { c.writeUnitRate = b }
+}
+
+// WithMonthlyWriteUnits gives the project a monthly quota of write units
+// (Pinecone's Starter plan has 2,000,000, Builder 5,000,000), counted as
+// [WithWriteUnitRate] says over every admitted upsert request since
+// NewServer or [Server.Reset] ([Stats.WriteUnits]). Once they are spent,
+// every upsert request, of either API, is answered codes.ResourceExhausted
+// (HTTP 429) with Pinecone's message
+//
+//	Request failed. You've reached your write unit limit for the current month. To continue writing data, upgrade your plan.
+//
+// and counted in [Stats.QuotaExceeded]. The request that crosses the quota
+// is still admitted. Off by default; n <= 0 turns it off.
+func WithMonthlyWriteUnits(n int64) Option {
+	return func(c *config) { c.monthlyWriteUnits = max(n, 0) }
+}
+
+// WithMaxNamespaces limits the namespaces of the index that hold vectors
+// or records (Pinecone's Starter plan allows 100 per serverless index): an
+// upsert into a new namespace beyond n is answered
+// codes.PermissionDenied (HTTP 403, error code "QUOTA_EXCEEDED") with
+// Pinecone's message
+//
+//	Request failed. You've reached the max namespaces allowed in serverless index upserttest. To add more namespaces, upgrade your plan.
+//
+// and counted in [Stats.QuotaExceeded]. Off by default; n <= 0 turns it
+// off.
+func WithMaxNamespaces(n int) Option {
+	return func(c *config) { c.maxNamespaces = max(n, 0) }
+}
+
+// WithEmbedTokensPerMinute limits the embedding tokens per minute of REST
+// records upserts (integrated embedding), for the whole server, as Pinecone
+// limits them per model and project (llama-text-embed-v2 passages: 250,000
+// on Starter, 1,000,000 on Standard). A record costs a token per 4 bytes of
+// its string fields other than its id, rounded up, at least 1 (the server
+// embeds nothing; the count is an estimate of the same order as a
+// tokenizer's). It is an admission bucket refilling tokens/60 per second
+// that holds a minute's worth; a request it refuses is answered
+// codes.ResourceExhausted (HTTP 429) with Pinecone's message
+//
+//	Request failed. You've reached the max embedding tokens per minute (250000) model 'llama-text-embed-v2' and input type 'passage' for the current project. To increase this limit, upgrade your plan.
+//
+// and counted in [Stats.RateLimited]. Off by default; tokens <= 0 turns
+// it off.
+func WithEmbedTokensPerMinute(tokens int) Option {
+	b := newBucketConfig("WithEmbedTokensPerMinute", float64(tokens)/60, tokens)
+	return func(c *config) { c.embedTokens = b }
+}
+
+// WithVectorType makes the index dense or sparse, as Pinecone's indexes
+// are: a sparse index refuses a vector with dense values, a dense index
+// one with sparse values only, with codes.InvalidArgument; and
+// DescribeIndexStats says the type (VectorType). By default, and with "",
+// the server takes both kinds and says no type. WithVectorType panics on
+// another value.
+func WithVectorType(t string) Option {
+	if t != "" && t != VectorTypeDense && t != VectorTypeSparse {
+		panic(fmt.Sprintf("upserttest: WithVectorType(%q): want %q, %q or \"\"", t, VectorTypeDense, VectorTypeSparse))
+	}
+	return func(c *config) { c.vectorType = t }
+}
+
+// The vector types of [WithVectorType].
+const (
+	VectorTypeDense  = "dense"
+	VectorTypeSparse = "sparse"
+)
+
+// WithStatsLag makes DescribeIndexStats count a new vector only d after it
+// was written, as Pinecone's eventually consistent stats do: a test that
+// reads counts right after an upsert must wait for them, as it would with
+// a real index. [Server.Count] and the other accessors are not delayed.
+// The default is 0, counts at once, so that existing tests keep working;
+// turn it on to check that yours do not assume instant counts. It panics
+// if d is negative.
+func WithStatsLag(d time.Duration) Option {
+	if d < 0 {
+		panic(fmt.Sprintf("upserttest: WithStatsLag(%v): negative duration", d))
+	}
+	return func(c *config) { c.statsLag = d }
+}
+
+// WithClock makes the server read the time from now instead of time.Now
+// for its limits: the admission buckets, the embedding tokens per minute,
+// the stats lag, and [Request.Time] and [Request.Elapsed]. A test whose
+// client runs on virtual time can so meet per-minute limits without
+// waiting minutes. Latencies, delays and timeouts still pass in real time.
+// now must be safe for concurrent use and never go back; nil is time.Now.
+func WithClock(now func() time.Time) Option {
+	if now == nil {
+		now = time.Now
+	}
+	return func(c *config) { c.now = now }
 }

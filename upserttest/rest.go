@@ -55,7 +55,7 @@ func (r record) id() string {
 // Seq nor reaches the fault script.
 func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) {
 	s := g.s
-	arrival := time.Now()
+	arrival := s.cfg.now()
 	if !g.enter() {
 		// Restart or Close is closing the connection: answer nothing.
 		s.countUnprocessed(codes.Unavailable, 0)
@@ -86,8 +86,10 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 
 	ns := r.PathValue("namespace")
 	ids := make([]string, len(records))
+	tokens := 0
 	for i, rec := range records {
 		ids[i] = rec.id()
+		tokens += embedTokens(rec)
 	}
 	seq := s.arrive(len(body), true)
 	err = g.processUpsert(r.Context(), upsertCall{
@@ -100,6 +102,7 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 			Elapsed:   arrival.Sub(s.start),
 			REST:      true,
 		},
+		tokens:    tokens,
 		authorize: func() error { return s.checkAPIKey(r.Header.Values("Api-Key")) },
 		retryAfter: func(d time.Duration) {
 			sec, _ := retryAfterValues(d)
@@ -111,10 +114,10 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 
 	switch {
 	case err == nil:
-		s.answered(codes.OK, http.StatusCreated, false)
+		s.answered(nil, http.StatusCreated)
 		w.WriteHeader(http.StatusCreated) // an empty body, as Pinecone's
 	case err == errReset:
-		s.answered(codes.Unavailable, 0, false)
+		s.answered(errReset, 0)
 		// Close the connection with an RST, then abort the handler so that
 		// the HTTP server neither answers nor logs.
 		s.mux.reset(r.RemoteAddr)
@@ -123,11 +126,10 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 		// Restart or Close is closing the connection: a request it
 		// interrupts gets no answer, as with a real restart, rather than a
 		// 503 that could slip out before the connection is closed.
-		s.answered(codes.Unavailable, 0, false)
+		s.answered(errStopped, 0)
 		panic(http.ErrAbortHandler)
 	default:
-		code := status.Code(err)
-		s.answered(code, httpStatusFromCode(code), err == errRateLimited)
+		s.answered(err, httpStatusFromCode(status.Code(err)))
 		writeStatusError(w, err)
 	}
 }
@@ -174,11 +176,8 @@ func validateRecords(records []record) error {
 		if !ok {
 			return invalid("Record ID must be a string")
 		}
-		if len(id) == 0 {
-			return invalid("Record ID must not be empty")
-		}
-		if len(id) > MaxIDBytes {
-			return invalid("Record ID length %d exceeds the maximum length of %d bytes", len(id), MaxIDBytes)
+		if err := validID("Record", id); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -191,6 +190,7 @@ func (s *Server) applyRecords(namespace string, records []record) error {
 	if len(records) == 0 {
 		return nil
 	}
+	namespace = namespaceKey(namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.records[namespace]
@@ -220,15 +220,24 @@ type restError struct {
 	Status int `json:"status"`
 }
 
-// writeStatusError answers the gRPC status error err in HTTP.
+// writeStatusError answers the gRPC status error err in HTTP. A quota's
+// answer has the error code "QUOTA_EXCEEDED", as Pinecone's.
 func writeStatusError(w http.ResponseWriter, err error) {
 	st := status.Convert(err)
-	writeRESTError(w, httpStatusFromCode(st.Code()), st.Code(), st.Message())
+	name := codeName(st.Code())
+	if isQuotaAnswer(err) && st.Code() == codes.PermissionDenied {
+		name = "QUOTA_EXCEEDED"
+	}
+	writeREST(w, httpStatusFromCode(st.Code()), name, st.Message())
 }
 
 func writeRESTError(w http.ResponseWriter, httpStatus int, code codes.Code, message string) {
+	writeREST(w, httpStatus, codeName(code), message)
+}
+
+func writeREST(w http.ResponseWriter, httpStatus int, codeName, message string) {
 	var e restError
-	e.Error.Code = codeName(code)
+	e.Error.Code = codeName
 	e.Error.Message = message
 	e.Status = httpStatus
 	body, _ := json.Marshal(e)

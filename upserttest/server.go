@@ -14,6 +14,7 @@ import (
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -51,6 +52,9 @@ type Server struct {
 	queued   int
 	caps     map[string]*nsCapacity
 	faults   FaultFunc
+	recent   []newVectors // writes that DescribeIndexStats does not count yet (WithStatsLag)
+
+	limits indexLimits
 }
 
 // Stats counts what a [Server] has seen since it started, or since its last
@@ -89,9 +93,16 @@ type Stats struct {
 	HTTPCodes map[int]int
 	// RateLimited is the number of upsert requests answered
 	// codes.ResourceExhausted (HTTP 429) because an admission bucket
-	// (WithRate, WithByteRate, WithRequestRate) rejected them. Faults are
-	// not counted.
+	// (WithRate, WithByteRate, WithRequestRate, WithWriteUnitRate,
+	// WithEmbedTokensPerMinute) rejected them. Faults are not counted.
 	RateLimited int
+	// QuotaExceeded is the number of upsert requests refused by a quota
+	// (WithMonthlyWriteUnits, WithMaxNamespaces).
+	QuotaExceeded int
+	// WriteUnits is the write units metered for the admitted upsert
+	// requests: 1 per KB of request, at least 5 per request (see
+	// WithWriteUnitRate).
+	WriteUnits int64
 	// VectorsWritten is the number of vector writes applied by gRPC Upsert
 	// calls, overwrites included.
 	VectorsWritten int
@@ -149,7 +160,7 @@ func NewServer(opts ...Option) *Server {
 		cfg:       cfg,
 		mux:       newMuxListener(ln),
 		addr:      ln.Addr().String(),
-		start:     time.Now(),
+		start:     cfg.now(),
 		tlsConfig: tlsConfig,
 		cert:      cert,
 		client:    client,
@@ -160,6 +171,7 @@ func NewServer(opts ...Option) *Server {
 		caps:      make(map[string]*nsCapacity),
 		faults:    cfg.faults,
 	}
+	s.limits.reset(&s.cfg)
 	s.gen = s.startGeneration()
 	return s
 }
@@ -300,7 +312,7 @@ func (g *generation) leave() { g.handlers.Done() }
 func (s *Server) Vector(namespace, id string) (*pinecone.Vector, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.store[namespace][id]
+	v, ok := s.store[namespaceKey(namespace)][id]
 	if !ok {
 		return nil, false
 	}
@@ -312,6 +324,7 @@ func (s *Server) Vector(namespace, id string) (*pinecone.Vector, bool) {
 func (s *Server) Vectors(namespace string) map[string]*pinecone.Vector {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	namespace = namespaceKey(namespace)
 	out := make(map[string]*pinecone.Vector, len(s.store[namespace]))
 	for id, v := range s.store[namespace] {
 		out[id] = cloneVector(v)
@@ -323,7 +336,7 @@ func (s *Server) Vectors(namespace string) map[string]*pinecone.Vector {
 func (s *Server) Count(namespace string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.store[namespace])
+	return len(s.store[namespaceKey(namespace)])
 }
 
 // Record returns a deep copy of the fields of the record stored under id in
@@ -334,7 +347,7 @@ func (s *Server) Count(namespace string) int {
 func (s *Server) Record(namespace, id string) (map[string]any, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r, ok := s.records[namespace][id]
+	r, ok := s.records[namespaceKey(namespace)][id]
 	if !ok {
 		return nil, false
 	}
@@ -349,6 +362,7 @@ func (s *Server) Record(namespace, id string) (map[string]any, bool) {
 func (s *Server) Records(namespace string) map[string]map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	namespace = namespaceKey(namespace)
 	out := make(map[string]map[string]any, len(s.records[namespace]))
 	for id, r := range s.records[namespace] {
 		out[id] = cloneFields(r)
@@ -361,10 +375,12 @@ func (s *Server) Records(namespace string) map[string]map[string]any {
 func (s *Server) RecordCount(namespace string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.records[namespace])
+	return len(s.records[namespaceKey(namespace)])
 }
 
 // Namespaces returns the namespaces that hold at least one vector, sorted.
+// The default namespace, "" or "__default__" (one namespace, as on
+// Pinecone), is "__default__".
 func (s *Server) Namespaces() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -375,6 +391,23 @@ func (s *Server) Namespaces() []string {
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// namespacesLocked returns the namespaces that hold vectors or records;
+// s.mu is held.
+func (s *Server) namespacesLocked() map[string]bool {
+	out := make(map[string]bool)
+	for ns, vs := range s.store {
+		if len(vs) > 0 {
+			out[ns] = true
+		}
+	}
+	for ns, rs := range s.records {
+		if len(rs) > 0 {
+			out[ns] = true
+		}
+	}
 	return out
 }
 
@@ -390,7 +423,8 @@ func (s *Server) Stats() Stats {
 
 // Reset forgets every stored vector and record, the dimension learned from
 // the vectors (not one set with WithDimension), the stats, and the Seq
-// count, and refills every admission bucket. It keeps the options, the fault
+// count, refills every admission bucket and gives back the monthly write
+// units (WithMonthlyWriteUnits). It keeps the options, the fault
 // script, the certificate and the connections; requests in progress go on,
 // and are counted in the new stats.
 func (s *Server) Reset() {
@@ -398,6 +432,7 @@ func (s *Server) Reset() {
 	defer s.mu.Unlock()
 	s.store = make(map[string]map[string]*pinecone.Vector)
 	s.records = make(map[string]map[string]map[string]any)
+	s.recent = nil
 	s.dim = s.cfg.dimension
 	s.seq = 0
 	s.stats = Stats{
@@ -408,6 +443,7 @@ func (s *Server) Reset() {
 	for _, c := range s.caps {
 		c.resetBuckets(&s.cfg)
 	}
+	s.limits.reset(&s.cfg)
 }
 
 // SetFaults replaces the fault script, for the requests that arrive from now
@@ -439,6 +475,7 @@ func (s *Server) capacity(namespace string) *nsCapacity {
 // apply writes vectors into namespace, after checking all (the whole
 // request) against the dimension of the index.
 func (s *Server) apply(namespace string, vectors, all []*pinecone.Vector) error {
+	namespace = namespaceKey(namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := checkDimension(all, s.dim); err != nil {
@@ -453,9 +490,11 @@ func (s *Server) apply(namespace string, vectors, all []*pinecone.Vector) error 
 		m = make(map[string]*pinecone.Vector)
 		s.store[namespace] = m
 	}
+	added := len(m)
 	for _, v := range vectors {
 		m[v.Id] = v
 	}
+	s.noteNewVectors(namespace, len(m)-added)
 	s.stats.VectorsWritten += len(vectors)
 	return nil
 }
@@ -478,16 +517,27 @@ func (s *Server) arrive(bytes int, rest bool) int {
 // countUnprocessed, where 0 stands for a REST request answered by a reset.
 const noHTTPStatus = -1
 
-// answered counts the answer to a request counted by arrive. httpStatus is
-// the HTTP status sent to a REST request, or noHTTPStatus for gRPC.
-func (s *Server) answered(code codes.Code, httpStatus int, rateLimited bool) {
+// answered counts the answer err (nil for OK) to a request counted by
+// arrive. httpStatus is the HTTP status sent to a REST request, or
+// noHTTPStatus for gRPC.
+func (s *Server) answered(err error, httpStatus int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.stats.Codes[code]++
+	s.stats.Codes[status.Code(err)]++
 	s.countHTTP(httpStatus)
-	if rateLimited {
-		s.stats.RateLimited++
+	if le, ok := err.(*limitError); ok {
+		if le.quota {
+			s.stats.QuotaExceeded++
+		} else {
+			s.stats.RateLimited++
+		}
 	}
+}
+
+func (s *Server) countWriteUnits(wu int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.WriteUnits += int64(wu)
 }
 
 // countUnprocessed counts an upsert request answered before arrive.

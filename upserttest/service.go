@@ -46,6 +46,7 @@ type descriptors struct {
 	fetchRespVectors, fetchRespNS   protoreflect.FieldDescriptor
 	statsNamespaces, statsDimension protoreflect.FieldDescriptor
 	statsTotal, summaryVectorCount  protoreflect.FieldDescriptor
+	statsVectorType                 protoreflect.FieldDescriptor
 }
 
 func loadDescriptors() *descriptors {
@@ -91,6 +92,7 @@ func loadDescriptors() *descriptors {
 	d.statsNamespaces = field(d.statsResp.Descriptor(), "namespaces")
 	d.statsDimension = field(d.statsResp.Descriptor(), "dimension")
 	d.statsTotal = field(d.statsResp.Descriptor(), "total_vector_count")
+	d.statsVectorType = field(d.statsResp.Descriptor(), "vector_type")
 	d.summaryVectorCount = field(summary, "vector_count")
 	return d
 }
@@ -265,6 +267,7 @@ func (g *generation) fetch(ctx context.Context, req proto.Message) (proto.Messag
 	}
 	m := req.ProtoReflect()
 	ns := m.Get(desc.fetchNamespace).String()
+	key := namespaceKey(ns)
 	ids := m.Get(desc.fetchIDs).List()
 
 	resp := desc.fetchResp.New()
@@ -273,7 +276,7 @@ func (g *generation) fetch(ctx context.Context, req proto.Message) (proto.Messag
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	stored := s.store[ns]
+	stored := s.store[key]
 	for i := 0; i < ids.Len(); i++ {
 		id := ids.Get(i).String()
 		v, ok := stored[id]
@@ -287,8 +290,9 @@ func (g *generation) fetch(ctx context.Context, req proto.Message) (proto.Messag
 	return resp.Interface(), nil
 }
 
-// describeIndexStats answers the vector count of every non-empty namespace,
-// their total, and the dimension of the index if it is known.
+// describeIndexStats answers the vector count of every non-empty namespace
+// (WithStatsLag after the writes), their total, the dimension of the index
+// if it is known, and its vector type if set (WithVectorType).
 func (g *generation) describeIndexStats(ctx context.Context, _ proto.Message) (proto.Message, error) {
 	s := g.s
 	if err := s.authorizeGRPC(ctx); err != nil {
@@ -299,19 +303,24 @@ func (g *generation) describeIndexStats(ctx context.Context, _ proto.Message) (p
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	uncounted := s.uncounted()
 	total := 0
 	for ns, vs := range s.store {
-		if len(vs) == 0 {
+		n := len(vs) - uncounted[ns]
+		if n <= 0 {
 			continue
 		}
 		val := out.NewValue()
-		val.Message().Set(desc.summaryVectorCount, protoreflect.ValueOfUint32(uint32(len(vs))))
+		val.Message().Set(desc.summaryVectorCount, protoreflect.ValueOfUint32(uint32(n)))
 		out.Set(protoreflect.ValueOfString(ns).MapKey(), val)
-		total += len(vs)
+		total += n
 	}
 	resp.Set(desc.statsTotal, protoreflect.ValueOfUint32(uint32(total)))
 	if s.dim > 0 {
 		resp.Set(desc.statsDimension, protoreflect.ValueOfUint32(uint32(s.dim)))
+	}
+	if t := s.cfg.vectorType; t != "" {
+		resp.Set(desc.statsVectorType, protoreflect.ValueOfString(t))
 	}
 	return resp.Interface(), nil
 }

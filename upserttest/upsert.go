@@ -21,7 +21,9 @@ import (
 //     and fails is answered now, after its Delay;
 //  4. validation: per-request limits, then, for vectors, the dimension of
 //     the index;
-//  5. admission by the namespace's token buckets (WithRate, ...);
+//  5. admission (limits.go): the quotas (WithMaxNamespaces,
+//     WithMonthlyWriteUnits), then the namespace's token buckets (WithRate,
+//     ...) and the index's (WithWriteUnitRate, WithEmbedTokensPerMinute);
 //  6. waiting for a write slot of the namespace, in FIFO order (WithSlots);
 //     a request whose client gives up while it waits is dropped;
 //  7. write latency (WithLatency, ...), then the write, then the slot is
@@ -34,10 +36,7 @@ import (
 // and serveRecordsUpsert (rest.go) decode, count and answer in their
 // protocol.
 
-var (
-	errRateLimited = status.Error(codes.ResourceExhausted, rateLimitMessage)
-	errReset       = status.Error(codes.Unavailable, "upserttest: connection reset")
-)
+var errReset = status.Error(codes.Unavailable, "upserttest: connection reset")
 
 // upsertCall is an upsert request as processUpsert sees it, whatever its
 // protocol.
@@ -45,6 +44,9 @@ type upsertCall struct {
 	// req is what the fault script sees; len(req.IDs) is the number of
 	// items (vectors or records) of the request.
 	req Request
+	// tokens are the embedding tokens of a REST records upsert; 0 for
+	// vectors.
+	tokens int
 	// authorize checks the request's API key.
 	authorize func() error
 	// retryAfter sends a fault's RetryAfter with the answer, whatever it
@@ -58,7 +60,7 @@ type upsertCall struct {
 
 func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Message, error) {
 	s := g.s
-	arrival := time.Now()
+	arrival := s.cfg.now()
 	ns, vectors := decodeUpsert(req.ProtoReflect())
 	size := proto.Size(req)
 	seq := s.arrive(size, false)
@@ -80,7 +82,7 @@ func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Messa
 			grpc.SetTrailer(ctx, md)
 		},
 		validate: func() error {
-			if err := validate(vectors); err != nil {
+			if err := validate(vectors, s.cfg.vectorType); err != nil {
 				return err
 			}
 			s.mu.Lock()
@@ -91,7 +93,7 @@ func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Messa
 		},
 		write: func(k int) error { return s.apply(ns, vectors[:k], vectors) },
 	})
-	s.answered(status.Code(err), noHTTPStatus, err == errRateLimited)
+	s.answered(err, noHTTPStatus)
 	if err == errReset {
 		// After counting, so that Stats is up to date when the client sees
 		// the reset.
@@ -132,10 +134,11 @@ func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 	}
 
 	n := len(r.IDs)
-	caps := s.capacity(r.Namespace)
-	if !caps.admit(r.Time, n, r.Bytes) {
-		return errRateLimited
+	key := namespaceKey(r.Namespace)
+	if err := s.admit(admission{namespace: key, now: r.Time, items: n, bytes: r.Bytes, tokens: c.tokens}); err != nil {
+		return err
 	}
+	caps := s.capacity(key)
 
 	if err := caps.slots.acquire(ctx, g.stop, s.queuedDelta); err != nil {
 		if err == errStopped {
@@ -200,7 +203,7 @@ func (s *Server) checkAPIKey(values []string) error {
 		return nil
 	}
 	if len(values) == 0 || values[0] != s.cfg.apiKey {
-		return status.Error(codes.Unauthenticated, "Invalid API key")
+		return status.Error(codes.Unauthenticated, "Unauthorized")
 	}
 	return nil
 }

@@ -31,35 +31,35 @@ const (
 	MaxSparseValues = 2048
 )
 
-// Besides these limits, a vector must have dense values, sparse values or
-// both; its sparse indices and values must have the same length; all its
-// values must be finite (no NaN or ±Inf); and its metadata values must be
-// strings, finite numbers, booleans or lists of strings (no nested objects,
-// no nulls).
+// Besides these limits, a vector id must be ASCII without NUL; a vector
+// must have dense values, sparse values or both (only sparse values in a
+// sparse index, dense values in a dense one, see WithVectorType); its
+// dense values must not be all zero; its sparse indices and values must
+// have the same length; all its values must be finite (no NaN or ±Inf);
+// and its metadata values must be strings, finite numbers, booleans or
+// lists of strings (no nested objects, no nulls).
 
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
-// validate checks the per-request limits, not the dimension of the index.
-func validate(vectors []*pinecone.Vector) error {
+// validate checks the per-request limits and the index's vector type
+// ("" takes both), not the dimension of the index.
+func validate(vectors []*pinecone.Vector, vectorType string) error {
 	if len(vectors) > MaxVectorsPerRequest {
 		return invalid("Request contains %d vectors, which exceeds the limit of %d vectors per upsert request", len(vectors), MaxVectorsPerRequest)
 	}
 	for _, v := range vectors {
-		if err := validateVector(v); err != nil {
+		if err := validateVector(v, vectorType); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func validateVector(v *pinecone.Vector) error {
-	if len(v.Id) == 0 {
-		return invalid("Vector ID must not be empty")
-	}
-	if len(v.Id) > MaxIDBytes {
-		return invalid("Vector ID length %d exceeds the maximum length of %d bytes", len(v.Id), MaxIDBytes)
+func validateVector(v *pinecone.Vector, vectorType string) error {
+	if err := validID("Vector", v.Id); err != nil {
+		return err
 	}
 	dense := 0
 	if v.Values != nil {
@@ -84,6 +84,15 @@ func validateVector(v *pinecone.Vector) error {
 	if dense > 0 && !finite(*v.Values) {
 		return invalid("Dense vector values must be finite numbers, found NaN or Inf")
 	}
+	if dense > 0 && allZero(*v.Values) {
+		return invalid("Dense vectors must contain at least one non-zero value")
+	}
+	switch {
+	case vectorType == VectorTypeSparse && dense > 0:
+		return invalid("Sparse index does not support dense values")
+	case vectorType == VectorTypeDense && dense == 0:
+		return invalid("Dense index requires dense values")
+	}
 	if sparse > 0 && !finite(v.SparseValues.Values) {
 		return invalid("Sparse vector values must be finite numbers, found NaN or Inf")
 	}
@@ -93,6 +102,15 @@ func validateVector(v *pinecone.Vector) error {
 		}
 	}
 	return nil
+}
+
+func allZero(xs []float32) bool {
+	for _, x := range xs {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func finite(xs []float32) bool {
@@ -188,6 +206,3 @@ func checkDimension(vectors []*pinecone.Vector, dim int) (int, error) {
 // errStopped is returned by waits that end because the server is closing or
 // restarting.
 var errStopped = status.Error(codes.Unavailable, "upserttest: server is shutting down")
-
-// rateLimitMessage answers requests rejected by the admission buckets.
-const rateLimitMessage = "Request failed. You've reached the max upsert size limit per second for index upserttest. Pace your upserts or contact Pinecone support to request a higher limit."

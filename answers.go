@@ -1,0 +1,127 @@
+package upsert
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+
+	"google.golang.org/grpc/codes"
+)
+
+// Pinecone says more in the text of an answer than in its status: a 429 is
+// a rate limit or a monthly quota, and the rate limit it names is the
+// request rate, the upsert size or the embedding tokens. The phrases below
+// are those of Pinecone's documented messages (docs.pinecone.io, "Database
+// limits"); over gRPC the same texts are assumed to come with
+// RESOURCE_EXHAUSTED (429) and PERMISSION_DENIED (403). Texts are matched
+// in lower case, with runs of spaces and line breaks read as one space.
+
+// quotaPhrases mark an answer that no retry can change before the quota
+// does: the monthly write units or embedding tokens ("…limit for the
+// current month…", 429), the storage and namespace quotas (403
+// QUOTA_EXCEEDED), payment (402). "Upgrade your plan" alone is not one:
+// the per-minute embedding-token limit says it too.
+var quotaPhrases = []string{
+	"for the current month",
+	"quota_exceeded",
+	"quota exceeded",
+	"reached the max storage",
+	"reached the max namespaces",
+	"payment required",
+}
+
+// limitPhrases name the rate limit a 429 says was reached, checked in
+// order.
+var limitPhrases = []struct {
+	phrase string
+	limit  Limit
+}{
+	{"embedding tokens per minute", LimitEmbedTokens},
+	{"tokens per minute", LimitEmbedTokens},
+	{"upsert size limit", LimitBytes},
+	// Write units are counted per KB of request (an assumption: no
+	// message of Pinecone's per-index write-unit limit is published).
+	{"write units per second", LimitBytes},
+	{"qps limit", LimitRequests},
+	{"requests per second", LimitRequests},
+	{"inference", LimitInferenceRequests},
+	{"embed requests", LimitInferenceRequests},
+	{"requests per minute", LimitInferenceRequests},
+}
+
+// tooLargePhrase is REST's answer to a request over 2 MB ("Your request
+// is larger than the maximum supported size - 2MB").
+const tooLargePhrase = "larger than the maximum supported size"
+
+// normalize lower-cases msg and reads every run of white space as one
+// space.
+func normalize(msg string) string {
+	return strings.Join(strings.Fields(strings.ToLower(msg)), " ")
+}
+
+func hasPhrase(msg string, phrases []string) bool {
+	for _, p := range phrases {
+		if strings.Contains(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// isQuota reports whether msg says a quota of the project stops writes.
+func isQuota(msg string) bool { return hasPhrase(normalize(msg), quotaPhrases) }
+
+// limitNamed returns the rate limit msg says was reached.
+func limitNamed(msg string) Limit {
+	msg = normalize(msg)
+	for _, l := range limitPhrases {
+		if strings.Contains(msg, l.phrase) {
+			return l.limit
+		}
+	}
+	return LimitUnknown
+}
+
+// neverSentPhrases are in gRPC's UNAVAILABLE when the channel could not
+// connect: gRPC fails such a call before writing anything of it.
+var neverSentPhrases = []string{
+	"name resolver error",
+	"produced zero addresses",
+	"while dialing",
+	"connection refused",
+	"no such host",
+	"authentication handshake failed",
+}
+
+// neverSent reports whether err says that the request never reached the
+// index: its host did not resolve, the connection was refused or could
+// not be set up. Such a request cannot have written anything.
+func neverSent(err error) bool {
+	var dns *net.DNSError
+	var op *net.OpError
+	var cert *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &dns), errors.As(err, &cert):
+		return true
+	case errors.As(err, &op) && op.Op == "dial":
+		return true
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return true
+	}
+	if st, ok := grpcStatus(err); ok && st.Code() == codes.Unavailable {
+		return hasPhrase(strings.ToLower(st.Message()), neverSentPhrases)
+	}
+	return false
+}
+
+// unreachable names host in err when err says the request never reached
+// it: gRPC's "name resolver error: produced zero addresses" names nothing.
+func unreachable(host string, err error) error {
+	if err == nil || host == "" || !neverSent(err) {
+		return err
+	}
+	return fmt.Errorf("cannot reach %s (nothing was sent): %w", host, err)
+}

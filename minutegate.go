@@ -1,0 +1,324 @@
+package upsert
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Integrated-embedding records are also limited per minute: embedding
+// tokens per minute and inference requests per minute, per project and
+// model rather than per namespace (docs.pinecone.io, "Database limits").
+// A window of a minute outlasts the few seconds in which the Limiter
+// recovers from a 429, which then meets the limit again and again; the
+// minute gate paces records under what a minute admits instead.
+//
+// The policy, nextMinuteLimit, is a pure function of what the gate saw;
+// the mechanism, minuteGate, is a sliding window of the requests admitted
+// over the last minute, consulted before each records request is sent
+// (run.attempt). Nothing is known, and nothing held back, until an answer
+// names one of the limits (Error.Limit).
+
+// minuteWindow is the span of Pinecone's per-minute limits.
+const minuteWindow = time.Minute
+
+// minuteGrowth is how much a learned limit grows after minuteGrowAfter in
+// which the gate held requests back and the index refused none: a limit
+// learned while a neighbour used part of the project's tokens would
+// otherwise hold the run below the limit for good. Each growth probes the
+// limit, which costs a few 429s when it has not moved: a probe every few
+// minutes keeps them few.
+const (
+	minuteGrowth    = 0.1
+	minuteGrowAfter = 3 * minuteWindow
+)
+
+// minuteLimit is what the gate knows of one per-minute dimension (tokens
+// or requests): the limit it keeps to (0: none known), and the last one
+// the index took for minuteGrowAfter without a refusal, which a probe
+// above it falls back to.
+type minuteLimit struct{ limit, proven int }
+
+// minuteObservation is what the gate saw of one per-minute dimension
+// when it reconsiders its limit.
+type minuteObservation struct {
+	// refused: the index refused a request naming this limit.
+	refused bool
+	// inWindow is what the window holds besides the refused request:
+	// what the index took (or is taking) over the last minute.
+	inWindow int
+	// request is the refused request's size.
+	request int
+	// heldLong: minuteGrowAfter passed since the limit last changed, in
+	// which the gate held requests back and the index refused none.
+	heldLong bool
+}
+
+// nextMinuteLimit returns what the gate knows of one per-minute dimension
+// after an observation. A refusal of a probe (the limit above the proven
+// one) falls back to the proven limit. Any other refusal caps the limit at
+// what the window held when the index refused, at least one request's
+// worth: a window of a minute refuses when that much was taken, a bucket
+// that refills over a minute when that much or more was (up to twice as
+// much, when it started full), so the least seen is the safest. After
+// minuteGrowAfter held back without a refusal, the limit is proven and
+// grows by minuteGrowth. The estimate of a request's size may be off by
+// any factor; the limit is in the same unit, so the error cancels.
+func nextMinuteLimit(m minuteLimit, o minuteObservation) minuteLimit {
+	switch {
+	case o.refused && m.proven > 0 && m.limit > m.proven:
+		return minuteLimit{limit: m.proven, proven: m.proven}
+	case o.refused && m.limit > 0:
+		next := min(m.limit, max(o.inWindow, o.request, 1))
+		if next < m.proven {
+			m.proven = 0
+		}
+		return minuteLimit{limit: next, proven: m.proven}
+	case o.refused:
+		return minuteLimit{limit: max(o.inWindow, o.request, 1)}
+	case o.heldLong && m.limit > 0:
+		return minuteLimit{limit: m.limit + max(1, int(float64(m.limit)*minuteGrowth)), proven: m.limit}
+	default:
+		return m
+	}
+}
+
+// minuteUse is the size of a request, or of the window, in the two
+// dimensions the gate paces.
+type minuteUse struct{ tokens, requests int }
+
+// minutePass is a request the gate admitted.
+type minutePass struct {
+	at      time.Time // admitted, then sent: the window stays in order
+	sentAt  time.Time // zero until sent
+	size    minuteUse // zero once refused or withdrawn
+	counted bool      // in the window's sums: not yet a minute old, nor refused
+}
+
+// minuteGate is the mechanism: a sliding window over the requests admitted
+// in the last minute, and the limits learned. A nil *minuteGate admits
+// everything at once.
+type minuteGate struct {
+	clock clock
+	turn  chan struct{} // held by the one request waiting, so that waits do not overlap
+
+	mu sync.Mutex
+	// window holds the requests admitted in the last two minutes, oldest
+	// first: those of the last minute count in used; the older ones tell
+	// what the index had taken in the minute before a refused request
+	// was sent, when its answer comes late.
+	window   []*minutePass
+	used     minuteUse   // the sums of the last minute
+	tokens   minuteLimit // learned limits
+	requests minuteLimit
+	changed  time.Time // when a limit last changed
+	held     bool      // a request waited since then
+}
+
+func newMinuteGate(c clock) *minuteGate {
+	return &minuteGate{clock: c, turn: make(chan struct{}, 1), changed: c.Now()}
+}
+
+// wait returns when a request of tokens embedding tokens fits in the
+// window, or with ctx's error. The request counts in the window from now:
+// done or withdraw must follow.
+func (g *minuteGate) wait(ctx context.Context, tokens int) (*minutePass, error) {
+	if g == nil {
+		return nil, nil
+	}
+	select {
+	case g.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-g.turn }()
+	size := minuteUse{tokens: tokens, requests: 1}
+	for {
+		g.mu.Lock()
+		now := g.clock.Now()
+		g.advance(now)
+		d := g.delay(now, size)
+		if d <= 0 {
+			p := &minutePass{at: now, size: size, counted: true}
+			g.window = append(g.window, p)
+			g.used.tokens += size.tokens
+			g.used.requests++
+			g.mu.Unlock()
+			return p, nil
+		}
+		g.held = true
+		g.mu.Unlock()
+		// Re-checked after the sleep: a refusal meanwhile may have
+		// lowered the limit.
+		if err := g.clock.Sleep(ctx, d); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// done tells the gate how the index answered p; e is nil for a success.
+// A refusal takes p out of the window (nothing was embedded) and, when it
+// names a per-minute limit, sets that limit.
+func (g *minuteGate) done(p *minutePass, e *Error) {
+	if g == nil || p == nil || e == nil || e.Class != ClassRateLimited {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	size := p.size
+	g.remove(p)
+	taken := g.takenBefore(p.sentAt)
+	switch e.Limit {
+	case LimitEmbedTokens:
+		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{refused: true, inWindow: taken.tokens, request: size.tokens})
+	case LimitInferenceRequests:
+		g.requests = nextMinuteLimit(g.requests, minuteObservation{refused: true, inWindow: taken.requests, request: 1})
+	default:
+		return
+	}
+	now := g.clock.Now()
+	g.changed, g.held = now, false
+}
+
+// sending stamps p with the time its request goes out, which may be well
+// after the gate admitted it (the lane's own wait): the index counts it
+// from then.
+func (g *minuteGate) sending(p *minutePass) {
+	if g == nil || p == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p.sentAt = g.clock.Now()
+	g.restamp(p, p.sentAt)
+}
+
+// restamp moves p to the end of the window, at t, counted again if it had
+// left the last minute (a request can wait for the lane that long); g.mu
+// is held.
+func (g *minuteGate) restamp(p *minutePass, t time.Time) {
+	if p.size == (minuteUse{}) {
+		return
+	}
+	// p is near the end: admitted a moment ago.
+	for i := len(g.window) - 1; i >= 0; i-- {
+		if g.window[i] == p {
+			g.window = slices.Delete(g.window, i, i+1)
+			break
+		}
+	}
+	g.window = append(g.window, p)
+	p.at = t
+	if !p.counted {
+		g.used.tokens += p.size.tokens
+		g.used.requests += p.size.requests
+		p.counted = true
+	}
+}
+
+// withdraw takes back a pass whose request was not sent.
+func (g *minuteGate) withdraw(p *minutePass) {
+	if g == nil || p == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.remove(p)
+}
+
+// remove takes p out of the window: refused or not sent; g.mu is held.
+func (g *minuteGate) remove(p *minutePass) {
+	g.uncount(p)
+	p.size = minuteUse{}
+}
+
+// uncount takes p's size out of the sums of the last minute, once: a
+// request may be answered after it left that minute; g.mu is held.
+func (g *minuteGate) uncount(p *minutePass) {
+	if p.counted {
+		g.used.tokens -= p.size.tokens
+		g.used.requests -= p.size.requests
+		p.counted = false
+	}
+}
+
+// takenBefore returns what the requests sent in the minute before t, and
+// not refused, carried: what the index had taken when it judged a request
+// sent at t (those admitted but still waiting for the lane are not
+// there); g.mu is held.
+func (g *minuteGate) takenBefore(t time.Time) minuteUse {
+	var u minuteUse
+	for _, p := range g.window {
+		if !p.sentAt.IsZero() && !p.sentAt.After(t) && t.Sub(p.sentAt) < minuteWindow {
+			u.tokens += p.size.tokens
+			u.requests += p.size.requests
+		}
+	}
+	return u
+}
+
+// advance drops what left the window and lets the limits grow after
+// minuteGrowAfter held back without a refusal; g.mu is held.
+func (g *minuteGate) advance(now time.Time) {
+	for i := 0; i < len(g.window) && now.Sub(g.window[i].at) >= minuteWindow; i++ {
+		g.uncount(g.window[i])
+	}
+	old := 0
+	for old < len(g.window) && now.Sub(g.window[old].at) >= 2*minuteWindow {
+		old++
+	}
+	g.window = g.window[old:]
+	if g.held && now.Sub(g.changed) >= minuteGrowAfter {
+		o := minuteObservation{heldLong: true}
+		g.tokens, g.requests = nextMinuteLimit(g.tokens, o), nextMinuteLimit(g.requests, o)
+		g.changed, g.held = now, false
+	}
+}
+
+// delay returns how long until a request of size fits in the window: 0
+// when it fits now. A window with nothing in it takes any request, so
+// that one larger than a limit still goes; g.mu is held.
+func (g *minuteGate) delay(now time.Time, size minuteUse) time.Duration {
+	fits := func(u minuteUse) bool {
+		return u.requests == 0 ||
+			(g.tokens.limit == 0 || u.tokens+size.tokens <= g.tokens.limit) &&
+				(g.requests.limit == 0 || u.requests+size.requests <= g.requests.limit)
+	}
+	u := g.used
+	if fits(u) {
+		return 0
+	}
+	for _, p := range g.window {
+		if !p.counted {
+			continue
+		}
+		u.tokens -= p.size.tokens
+		u.requests -= p.size.requests
+		if fits(u) {
+			return max(p.at.Add(minuteWindow).Sub(now), time.Millisecond)
+		}
+	}
+	return minuteWindow
+}
+
+// estimateTokens estimates the embedding tokens of integrated records: a
+// token per 4 bytes of their string fields other than the id, rounded up,
+// at least 1 a record. Which field the index embeds is not known here;
+// the limit is learned in the same unit, so only the estimate's spread
+// from record to record matters, not its scale.
+func estimateTokens(items []item) int {
+	n := 0
+	for _, it := range items {
+		bytes := 0
+		if it.rec != nil {
+			for k, v := range *it.rec {
+				if s, ok := v.(string); ok && k != "_id" && k != "id" {
+					bytes += len(s)
+				}
+			}
+		}
+		n += max(1, (bytes+3)/4)
+	}
+	return n
+}

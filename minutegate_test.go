@@ -1,0 +1,289 @@
+package upsert
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+func TestNextMinuteLimit(t *testing.T) {
+	refused := func(inWindow, request int) minuteObservation {
+		return minuteObservation{refused: true, inWindow: inWindow, request: request}
+	}
+	held := minuteObservation{heldLong: true}
+	tests := []struct {
+		name string
+		m    minuteLimit
+		o    minuteObservation
+		want minuteLimit
+	}{
+		{"nothing seen: no limit", minuteLimit{}, minuteObservation{}, minuteLimit{}},
+		{"a refusal: what the window held", minuteLimit{}, refused(9000, 500), minuteLimit{limit: 9000}},
+		{"a refusal of an empty window: one request's worth", minuteLimit{}, refused(0, 500), minuteLimit{limit: 500}},
+		{"a refusal lowers a limit", minuteLimit{limit: 12000}, refused(9000, 500), minuteLimit{limit: 9000}},
+		{"a refusal does not raise one: a bucket that started full takes up to twice its minute", minuteLimit{limit: 5000}, refused(9000, 500), minuteLimit{limit: 5000}},
+		{"held back for minutes without a refusal: proven, and a tenth more", minuteLimit{limit: 9000}, held, minuteLimit{limit: 9900, proven: 9000}},
+		{"a tiny limit still grows", minuteLimit{limit: 3}, held, minuteLimit{limit: 4, proven: 3}},
+		{"no limit does not grow into one", minuteLimit{}, held, minuteLimit{}},
+		{"a refused probe falls back to the proven limit", minuteLimit{limit: 9900, proven: 9000}, refused(7000, 500), minuteLimit{limit: 9000, proven: 9000}},
+		{"a refusal at the proven limit lowers it, proven no more", minuteLimit{limit: 9000, proven: 9000}, refused(7000, 500), minuteLimit{limit: 7000}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, nextMinuteLimit(tt.m, tt.o))
+		})
+	}
+}
+
+func TestMinuteGate(t *testing.T) {
+	ctx := context.Background()
+	tokensRefused := &Error{Class: ClassRateLimited, Limit: LimitEmbedTokens}
+	// send passes a request of tokens through g, answered e.
+	send := func(t *testing.T, g *minuteGate, tokens int, e *Error) {
+		t.Helper()
+		p, err := g.wait(ctx, tokens)
+		require.NoError(t, err)
+		g.sending(p)
+		g.done(p, e)
+	}
+	t.Run("nothing is held back until a limit is named", func(t *testing.T) {
+		clk := newFakeClock()
+		g := newMinuteGate(clk)
+		for range 100 {
+			send(t, g, 1000, nil)
+		}
+		send(t, g, 1000, &Error{Class: ClassRateLimited, Limit: LimitBytes})
+		send(t, g, 1000, nil)
+		assert.Empty(t, clk.Sleeps(), "a byte limit is not the gate's")
+	})
+	t.Run("after a refusal, requests wait until the window has room", func(t *testing.T) {
+		clk := newFakeClock()
+		g := newMinuteGate(clk)
+		for range 3 { // 3000 tokens taken
+			send(t, g, 1000, nil)
+			clk.Advance(10 * time.Second)
+		}
+		send(t, g, 1000, tokensRefused) // the limit is the 3000 of the window
+		assert.Equal(t, 3000, g.tokens.limit)
+		send(t, g, 1000, nil)
+		assert.Equal(t, []time.Duration{30 * time.Second}, clk.Sleeps(), "until the first 1000 leave the window, a minute after they came")
+	})
+	t.Run("the limit is what the index had taken in the minute before the refused request went out", func(t *testing.T) {
+		clk := newFakeClock()
+		g := newMinuteGate(clk)
+		send(t, g, 1000, nil)
+		p, _ := g.wait(ctx, 1000)
+		g.sending(p)
+		admitted, _ := g.wait(ctx, 1000) // waits for the lane: not at the index
+		clk.Advance(2 * time.Minute)     // the answer comes late
+		g.done(p, tokensRefused)
+		g.withdraw(admitted)
+		assert.Equal(t, 1000, g.tokens.limit)
+	})
+	t.Run("a request that waited for the lane counts from when it went out", func(t *testing.T) {
+		clk := newFakeClock()
+		g := newMinuteGate(clk)
+		g.tokens.limit = 1000
+		p, _ := g.wait(ctx, 1000)
+		clk.Advance(90 * time.Second)
+		g.sending(p)
+		g.done(p, nil)
+		send(t, g, 1000, nil)
+		assert.Equal(t, []time.Duration{time.Minute}, clk.Sleeps())
+	})
+	t.Run("a request larger than the limit goes alone", func(t *testing.T) {
+		clk := newFakeClock()
+		g := newMinuteGate(clk)
+		g.tokens.limit = 100
+		send(t, g, 500, nil)
+		send(t, g, 500, nil)
+		assert.Equal(t, []time.Duration{time.Minute}, clk.Sleeps())
+	})
+	t.Run("a withdrawn request frees its room", func(t *testing.T) {
+		clk := newFakeClock()
+		g := newMinuteGate(clk)
+		g.tokens.limit = 1000
+		p, _ := g.wait(ctx, 1000)
+		g.withdraw(p)
+		send(t, g, 1000, nil)
+		assert.Empty(t, clk.Sleeps())
+	})
+	t.Run("held back for minutes without a refusal, the limit grows", func(t *testing.T) {
+		clk := newFakeClock()
+		g := newMinuteGate(clk)
+		send(t, g, 1000, nil)
+		send(t, g, 1000, tokensRefused)
+		for range 4 {
+			send(t, g, 1000, nil) // one a minute: each waits for the last
+		}
+		assert.Equal(t, 1100, g.tokens.limit)
+	})
+	t.Run("a wait ends with its context", func(t *testing.T) {
+		g := newMinuteGate(newFakeClock())
+		g.tokens.limit = 1000
+		send(t, g, 1000, nil)
+		canceled, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := g.wait(canceled, 1000)
+		assert.ErrorIs(t, err, context.Canceled)
+	})
+	t.Run("a nil gate admits everything", func(t *testing.T) {
+		var g *minuteGate
+		p, err := g.wait(ctx, 1e9)
+		require.NoError(t, err)
+		g.sending(p)
+		g.done(p, tokensRefused)
+		g.withdraw(p)
+	})
+}
+
+func TestEstimateTokens(t *testing.T) {
+	items := []item{
+		{rec: &pinecone.IntegratedRecord{"_id": "a-long-id-that-is-not-embedded", "chunk_text": strings.Repeat("x", 40), "n": 7.0}},
+		{rec: &pinecone.IntegratedRecord{"id": "b", "chunk_text": "xy", "title": "abc"}},
+		{rec: &pinecone.IntegratedRecord{"_id": "c"}},
+	}
+	assert.Equal(t, 10+2+1, estimateTokens(items), "a token per 4 bytes of string fields but the id, at least 1 a record")
+}
+
+// eventClock is virtual time that moves only when nothing else happens: a
+// Sleep returns when no request is in flight, no other sleeper wakes
+// earlier and nothing changed for a millisecond of real time (goroutines
+// about to act get to), and moves the clock to its end. Requests so take
+// no virtual time, and a long wait of one goroutine does not pass while
+// others work.
+type eventClock struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	now      time.Time
+	wakes    []time.Time // of the sleepers
+	inFlight int
+	events   int // sleeps begun and ended, requests sent and answered
+}
+
+func newEventClock() *eventClock {
+	c := &eventClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+func (c *eventClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *eventClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.cond.Broadcast()
+	})
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	wake := c.now.Add(d)
+	c.wakes = append(c.wakes, wake)
+	c.events++
+	defer func() {
+		i := slices.Index(c.wakes, wake)
+		c.wakes = slices.Delete(c.wakes, i, i+1)
+		c.events++
+		c.cond.Broadcast()
+	}()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if c.inFlight == 0 && !slices.ContainsFunc(c.wakes, func(w time.Time) bool { return w.Before(wake) }) {
+			seen := c.events
+			c.mu.Unlock()
+			time.Sleep(time.Millisecond)
+			c.mu.Lock()
+			if c.events != seen {
+				continue
+			}
+			if wake.After(c.now) {
+				c.now = wake
+			}
+			return nil
+		}
+		c.cond.Wait()
+	}
+}
+
+// transport counts the requests in flight, which hold the clock.
+func (c *eventClock) transport(base http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		c.mu.Lock()
+		c.inFlight++
+		c.events++
+		c.mu.Unlock()
+		defer func() {
+			c.mu.Lock()
+			c.inFlight--
+			c.events++
+			c.cond.Broadcast()
+			c.mu.Unlock()
+		}()
+		return base.RoundTrip(req)
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// A run into a tokens-per-minute limit finishes at that limit, with few
+// 429s and no record lost. The library and the server run on one virtual
+// clock, so that the minutes pass at once.
+func TestRecordsFinishAtATokensPerMinuteLimit(t *testing.T) {
+	const (
+		tokensPerMinute = 6000
+		n               = 3000
+		tokensEach      = 10 // 40 bytes of text
+	)
+	clk := newEventClock()
+	srv := upserttest.NewServer(upserttest.WithEmbedTokensPerMinute(tokensPerMinute), upserttest.WithClock(clk.Now))
+	defer srv.Close()
+	rest := &http.Client{Transport: clk.transport(srv.Client().Transport)}
+	pc, err := NewClient(pinecone.NewClientParams{ApiKey: "k", RestClient: rest})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	require.NoError(t, err)
+	defer idx.Close()
+	recs := make([]*pinecone.IntegratedRecord, n)
+	for i := range recs {
+		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("r", i), "chunk_text": fmt.Sprintf("%040d", i)}
+	}
+
+	start := clk.Now()
+	res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx), withClock(clk), withRand(maxRand))
+	elapsed := clk.Now().Sub(start)
+	require.NoError(t, err)
+	assert.Equal(t, n, res.Upserted)
+	assert.Equal(t, n, srv.RecordCount("docs"))
+
+	// The first minute's worth goes at once, the rest at the limit: 4
+	// minutes. A window of a minute sends a minute's worth at a time, and
+	// what it learned is up to one request below the limit, so the last
+	// tokens may wait for one more window.
+	ideal := time.Duration(float64(n*tokensEach-tokensPerMinute) / tokensPerMinute * float64(time.Minute))
+	t.Logf("virtual time %v (ideal %v), %d requests refused of %d", elapsed, ideal, srv.Stats().RateLimited, res.Stats.Requests)
+	assert.Less(t, elapsed, ideal+minuteWindow+ideal/10, "the run keeps to the limit")
+	assert.LessOrEqual(t, srv.Stats().RateLimited, 10, "few 429s: those in flight when the limit is first met")
+}

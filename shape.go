@@ -1,0 +1,146 @@
+package upsert
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+)
+
+// indexShape is what a run knows of the records its index takes: the
+// dense dimension and the vector type. The index says them when the
+// connection can ask (DescribeIndexStats, see [WithIndex]); otherwise the
+// dimension is that of the first dense record the index accepted, and the
+// type stays unknown. Until then, no record is refused for its dimension:
+// a guess from the first record given would make every correct record
+// after a wrong first one fail. A nil *indexShape knows nothing.
+type indexShape struct {
+	dimension  atomic.Int32 // 0 until known
+	vectorType string       // "dense", "sparse", or "" when unknown; set before the run starts
+}
+
+// Pinecone's vector types (DescribeIndexStatsResponse.VectorType).
+const (
+	vectorTypeDense  = "dense"
+	vectorTypeSparse = "sparse"
+)
+
+// accepts returns the rule of the index that a record with dense dense
+// values and sparse values (or none) breaks, or nil.
+func (s *indexShape) accepts(dense int, sparse bool) error {
+	if s == nil {
+		return nil
+	}
+	switch {
+	case s.vectorType == vectorTypeSparse && dense > 0:
+		return fmt.Errorf("has %d dense values; the index is sparse and takes sparse values only", dense)
+	case s.vectorType == vectorTypeDense && dense == 0 && sparse:
+		return fmt.Errorf("has sparse values only; the index is dense and needs dense values")
+	}
+	if dim := int(s.dimension.Load()); dim != 0 && dense > 0 && dense != dim {
+		return fmt.Errorf("has %d dense values; the index's dimension is %d", dense, dim)
+	}
+	return nil
+}
+
+// learn takes the dimension from a batch the index accepted, when it is
+// not known yet.
+func (s *indexShape) learn(items []item) {
+	if s == nil || s.dimension.Load() != 0 {
+		return
+	}
+	for _, it := range items {
+		if it.vec != nil && it.vec.Values != nil && len(*it.vec.Values) > 0 {
+			s.dimension.CompareAndSwap(0, int32(len(*it.vec.Values)))
+			return
+		}
+	}
+}
+
+// indexInfo is what DescribeIndexStats says of an index's records.
+type indexInfo struct {
+	dimension  int
+	vectorType string
+}
+
+// describeTimeout bounds the question: the answer saves a few rejected
+// requests, not worth holding a run up for longer.
+const describeTimeout = 5 * time.Second
+
+// described keeps what each connection's index said, so that repeated
+// calls through one connection ask once: an index's dimension and type
+// are fixed when it is created. An entry goes when its connection is
+// garbage-collected.
+var described struct {
+	mu    sync.Mutex
+	infos map[weak.Pointer[pinecone.IndexConnection]]indexInfo
+}
+
+// describeIndex returns what idx's index says of its records, asking it
+// only the first time.
+func describeIndex(ctx context.Context, idx *pinecone.IndexConnection) (indexInfo, error) {
+	key := weak.Make(idx)
+	described.mu.Lock()
+	info, ok := described.infos[key]
+	described.mu.Unlock()
+	if ok {
+		return info, nil
+	}
+	st, err := idx.DescribeIndexStats(ctx)
+	if err != nil {
+		return indexInfo{}, err
+	}
+	if st.Dimension != nil {
+		info.dimension = int(*st.Dimension)
+	}
+	if st.VectorType != nil {
+		info.vectorType = *st.VectorType
+	}
+	if info == (indexInfo{}) {
+		// An index that says nothing (a test server before its first
+		// record) may say more later: nothing is kept.
+		return info, nil
+	}
+	described.mu.Lock()
+	defer described.mu.Unlock()
+	if described.infos == nil {
+		described.infos = make(map[weak.Pointer[pinecone.IndexConnection]]indexInfo)
+	}
+	if _, ok := described.infos[key]; !ok {
+		runtime.AddCleanup(idx, forgetDescribed, key)
+	}
+	described.infos[key] = info
+	return info, nil
+}
+
+func forgetDescribed(key weak.Pointer[pinecone.IndexConnection]) {
+	described.mu.Lock()
+	defer described.mu.Unlock()
+	delete(described.infos, key)
+}
+
+// newIndexShape returns the shape of the run's index: what describe says
+// (cfg.describe, set by WithIndex), or nothing known when it cannot say.
+func newIndexShape(ctx context.Context, cfg *config) *indexShape {
+	s := &indexShape{}
+	if cfg.describe == nil {
+		return s
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(describeTimeout, cfg.requestTimeout))
+	defer cancel()
+	info, err := cfg.describe(ctx)
+	if err != nil {
+		cfg.logger.LogAttrs(ctx, slog.LevelWarn, "cannot ask the index its dimension; it is taken from the first record the index accepts",
+			slog.String("error", err.Error()))
+		return s
+	}
+	s.dimension.Store(int32(info.dimension))
+	s.vectorType = info.vectorType
+	return s
+}

@@ -1,0 +1,214 @@
+package upserttest
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/upsertlib/upsert/internal/tokenbucket"
+)
+
+// This file holds the limits of a Server that Pinecone answers with its
+// own messages (docs.pinecone.io, "Database limits"): the rate limits of a
+// namespace (capacity.go holds their buckets), the index-wide write units
+// per second and embedding tokens per minute, and the quotas: monthly
+// write units, namespaces per index.
+
+// supportURL ends Pinecone's rate-limit messages.
+const supportURL = "https://app.pinecone.io/organizations/-/settings/support/ticket"
+
+// indexName is the index that the messages name.
+const indexName = "upserttest"
+
+// Pinecone's messages, per limit.
+var (
+	upsertSizeMessage = "Request failed. You've reached the max upsert size limit per second for index " + indexName +
+		". Pace your upserts or contact Pinecone Support (" + supportURL + ") to request a higher limit."
+	writeUnitsMessage = "Request failed. You've reached the max write units per second for index " + indexName +
+		". Pace your upserts or contact Pinecone Support (" + supportURL + ") to request a higher limit."
+	monthlyWriteUnitsMessage = "Request failed. You've reached your write unit limit for the current month. To continue writing data, upgrade your plan."
+	namespacesMessage        = "Request failed. You've reached the max namespaces allowed in serverless index " + indexName +
+		". To add more namespaces, upgrade your plan."
+)
+
+func requestRateMessage(namespace string, perSecond float64) string {
+	return fmt.Sprintf("Request failed. You've reached the upsert QPS limit for namespace %s (%g QPS). "+
+		"Pace your upsert requests or contact Pinecone Support (%s) to request a higher limit.", namespace, perSecond, supportURL)
+}
+
+func embedTokensMessage(perMinute int) string {
+	return fmt.Sprintf("Request failed. You've reached the max embedding tokens per minute (%d) model 'llama-text-embed-v2' "+
+		"and input type 'passage' for the current project. To increase this limit, upgrade your plan.", perMinute)
+}
+
+// limitError is the answer to a request over a limit: a gRPC status, and
+// whether the limit is a quota (which the stats count apart from rate
+// limits).
+type limitError struct {
+	st    *status.Status
+	quota bool
+}
+
+func (e *limitError) Error() string              { return e.st.Err().Error() }
+func (e *limitError) GRPCStatus() *status.Status { return e.st }
+
+func rateLimited(msg string) error {
+	return &limitError{st: status.New(codes.ResourceExhausted, msg)}
+}
+
+func quotaExceeded(code codes.Code, msg string) error {
+	return &limitError{st: status.New(code, msg), quota: true}
+}
+
+// isQuotaAnswer reports whether err is a quota's answer, which the REST
+// API sends with the error code "QUOTA_EXCEEDED".
+func isQuotaAnswer(err error) bool {
+	le, ok := err.(*limitError)
+	return ok && le.quota
+}
+
+// writeUnits is what Pinecone meters for an upsert request of the given
+// size: 1 per KB, at least 5.
+func writeUnits(bytes int) int {
+	return max(5, (bytes+999)/1000)
+}
+
+// embedTokens estimates the embedding tokens of a record: one per 4 bytes
+// of its string fields but the id, rounded up, at least 1.
+func embedTokens(r record) int {
+	n := 0
+	for k, v := range r.fields {
+		if s, ok := v.(string); ok && k != r.idKey {
+			n += len(s)
+		}
+	}
+	return max(1, (n+3)/4)
+}
+
+// indexLimits is the state of the index-wide limits.
+type indexLimits struct {
+	mu          sync.Mutex
+	writeUnits  *tokenbucket.Bucket // nil when disabled
+	embedTokens *tokenbucket.Bucket
+	monthlyUsed int64 // write units admitted since NewServer or Reset
+}
+
+func (l *indexLimits) reset(cfg *config) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.writeUnits = newBucket(cfg.writeUnitRate)
+	l.embedTokens = newBucket(cfg.embedTokens)
+	l.monthlyUsed = 0
+}
+
+// admission is what a request asks of the limits.
+type admission struct {
+	namespace string
+	now       time.Time
+	items     int // vectors or records
+	bytes     int
+	tokens    int // embedding tokens, for REST records
+}
+
+// admit checks a request against the quotas and then every bucket, the
+// namespace's and the index's, taking from all of them only when all have
+// enough. It returns the answer of the first limit that refuses it, or
+// nil.
+func (s *Server) admit(a admission) error {
+	if err := s.checkNamespaceQuota(a.namespace); err != nil {
+		return err
+	}
+	wu, err := s.take(a)
+	if err == nil {
+		s.countWriteUnits(wu)
+	}
+	return err
+}
+
+// take takes a's tokens from every bucket if every bucket has enough, and
+// returns the write units charged.
+func (s *Server) take(a admission) (writeUnitsTaken int, err error) {
+	caps := s.capacity(a.namespace)
+	l := &s.limits
+	caps.mu.Lock()
+	defer caps.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q := s.cfg.monthlyWriteUnits; q > 0 && l.monthlyUsed >= q {
+		return 0, quotaExceeded(codes.ResourceExhausted, monthlyWriteUnitsMessage)
+	}
+	wu := writeUnits(a.bytes)
+	switch {
+	case !caps.vectors.Has(a.now, a.items), !caps.bytes.Has(a.now, a.bytes):
+		return 0, rateLimited(upsertSizeMessage)
+	case !caps.requests.Has(a.now, 1):
+		return 0, rateLimited(requestRateMessage(a.namespace, s.cfg.requestRate.rate))
+	case !l.writeUnits.Has(a.now, wu):
+		return 0, rateLimited(writeUnitsMessage)
+	case a.tokens > 0 && !l.embedTokens.Has(a.now, a.tokens):
+		return 0, rateLimited(embedTokensMessage(s.cfg.embedTokens.burst))
+	}
+	caps.vectors.Take(a.now, a.items)
+	caps.bytes.Take(a.now, a.bytes)
+	caps.requests.Take(a.now, 1)
+	l.writeUnits.Take(a.now, wu)
+	if a.tokens > 0 {
+		l.embedTokens.Take(a.now, a.tokens)
+	}
+	l.monthlyUsed += int64(wu)
+	return wu, nil
+}
+
+// checkNamespaceQuota refuses a request into a new namespace when the index
+// has as many as WithMaxNamespaces allows.
+func (s *Server) checkNamespaceQuota(namespace string) error {
+	max := s.cfg.maxNamespaces
+	if max <= 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.store[namespace]) > 0 || len(s.records[namespace]) > 0 {
+		return nil
+	}
+	n := 0
+	for ns := range s.namespacesLocked() {
+		if ns != namespace {
+			n++
+		}
+	}
+	if n >= max {
+		return quotaExceeded(codes.PermissionDenied, namespacesMessage)
+	}
+	return nil
+}
+
+// namespaceKey is the name under which the server keeps a namespace: ""
+// and "__default__" are one namespace, as on Pinecone since April 2025.
+func namespaceKey(namespace string) string {
+	if namespace == "" {
+		return defaultNamespace
+	}
+	return namespace
+}
+
+// defaultNamespace is Pinecone's name for the default namespace.
+const defaultNamespace = "__default__"
+
+// validID checks a vector or record id as Pinecone does: 1 to 512 ASCII
+// characters, no NUL. kind is "Vector" or "Record".
+func validID(kind, id string) error {
+	switch {
+	case len(id) == 0:
+		return invalid("%s ID must not be empty", kind)
+	case len(id) > MaxIDBytes:
+		return invalid("%s ID length %d exceeds the maximum length of %d bytes", kind, len(id), MaxIDBytes)
+	case strings.ContainsFunc(id, func(r rune) bool { return r == 0 || r >= 0x80 }):
+		return invalid("%s ID must contain only ASCII characters other than NUL", kind)
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package upserttest_test
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// virtualClock is time that moves only when the test says.
+type virtualClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newVirtualClock() *virtualClock { return &virtualClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *virtualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *virtualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// restStatus returns the HTTP status and the error of a failed SDK call.
+func restStatus(t *testing.T, err error) (int, string) {
+	t.Helper()
+	var pe *pinecone.PineconeError
+	require.True(t, errors.As(err, &pe), "a *pinecone.PineconeError: %v", err)
+	return pe.Code, pe.Error()
+}
+
+func TestRateLimitsAnswerPineconesMessages(t *testing.T) {
+	t.Run("the request rate names the namespace and its rate", func(t *testing.T) {
+		srv := start(t, upserttest.WithRequestRate(100, 1))
+		idx := connect(t, srv)
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1)})
+		require.NoError(t, err)
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("b", 1)})
+		require.Equal(t, codes.ResourceExhausted, code(err))
+		assert.Contains(t, status.Convert(err).Message(), "You've reached the upsert QPS limit for namespace ns (100 QPS)")
+		assert.Equal(t, 1, srv.Stats().RateLimited)
+	})
+	t.Run("the upsert size names the index", func(t *testing.T) {
+		srv := start(t, upserttest.WithByteRate(100, 100))
+		idx := connect(t, srv)
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{denseN("a", 30)})
+		require.NoError(t, err, "the first request may run the bucket into debt")
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{denseN("b", 30)})
+		require.Equal(t, codes.ResourceExhausted, code(err))
+		assert.Contains(t, status.Convert(err).Message(), "You've reached the max upsert size limit per second for index upserttest")
+	})
+	t.Run("write units per second are shared by every namespace of the index", func(t *testing.T) {
+		srv := start(t, upserttest.WithWriteUnitRate(10, 10)) // two small requests: 5 units each
+		_, err := connectAs(t, srv, "test", "a", nil...).UpsertVectors(bg(t), []*pinecone.Vector{dense("x", 1)})
+		require.NoError(t, err)
+		_, err = connectAs(t, srv, "test", "b", nil...).UpsertVectors(bg(t), []*pinecone.Vector{dense("x", 1)})
+		require.NoError(t, err)
+		_, err = connectAs(t, srv, "test", "c", nil...).UpsertVectors(bg(t), []*pinecone.Vector{dense("x", 1)})
+		require.Equal(t, codes.ResourceExhausted, code(err))
+		assert.Contains(t, status.Convert(err).Message(), "max write units per second for index upserttest")
+		assert.Equal(t, int64(10), srv.Stats().WriteUnits)
+	})
+	t.Run("a request costs a write unit per KB, at least 5", func(t *testing.T) {
+		srv := start(t)
+		idx := connect(t, srv)
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("x", 1)})
+		require.NoError(t, err)
+		assert.Equal(t, int64(5), srv.Stats().WriteUnits)
+		srv = start(t)
+		_, err = connect(t, srv).UpsertVectors(bg(t), batch("big", 10, 1000)) // 10 vectors of 4,000 bytes and more
+		require.NoError(t, err)
+		assert.Equal(t, int64(41), srv.Stats().WriteUnits, "40,2xx bytes: 41 units")
+	})
+}
+
+func TestQuotasAnswerPineconesMessages(t *testing.T) {
+	t.Run("the monthly write units, over gRPC and REST", func(t *testing.T) {
+		srv := start(t, upserttest.WithMonthlyWriteUnits(10))
+		idx := connect(t, srv)
+		for _, id := range []string{"a", "b"} {
+			_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense(id, 1)})
+			require.NoError(t, err)
+		}
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("c", 1)})
+		require.Equal(t, codes.ResourceExhausted, code(err))
+		assert.Equal(t, "Request failed. You've reached your write unit limit for the current month. To continue writing data, upgrade your plan.", status.Convert(err).Message())
+
+		rest, _ := connectREST(t, srv, "test", ns)
+		code, msg := restStatus(t, rest.UpsertRecords(bg(t), records("r", 1)))
+		assert.Equal(t, http.StatusTooManyRequests, code)
+		assert.Contains(t, msg, "write unit limit for the current month")
+		assert.Equal(t, 2, srv.Stats().QuotaExceeded)
+		assert.Zero(t, srv.Stats().RateLimited)
+
+		srv.Reset()
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("c", 1)})
+		assert.NoError(t, err, "Reset gives the month back")
+	})
+	t.Run("the namespaces of an index, as 403 QUOTA_EXCEEDED", func(t *testing.T) {
+		srv := start(t, upserttest.WithMaxNamespaces(1))
+		_, err := connectAs(t, srv, "test", "a", nil...).UpsertVectors(bg(t), []*pinecone.Vector{dense("x", 1)})
+		require.NoError(t, err)
+		_, err = connectAs(t, srv, "test", "a", nil...).UpsertVectors(bg(t), []*pinecone.Vector{dense("y", 1)})
+		require.NoError(t, err, "the namespace exists")
+		_, err = connectAs(t, srv, "test", "b", nil...).UpsertVectors(bg(t), []*pinecone.Vector{dense("x", 1)})
+		require.Equal(t, codes.PermissionDenied, code(err))
+		assert.Contains(t, status.Convert(err).Message(), "You've reached the max namespaces allowed in serverless index upserttest")
+
+		status, _, body := post(t, srv, "/records/namespaces/c/upsert", "", `{"_id":"r","chunk_text":"t"}`)
+		assert.Equal(t, http.StatusForbidden, status)
+		assert.Equal(t, "QUOTA_EXCEEDED", decodeError(t, body).Error.Code)
+	})
+}
+
+func TestEmbedTokensPerMinute(t *testing.T) {
+	clk := newVirtualClock()
+	srv := start(t, upserttest.WithEmbedTokensPerMinute(100), upserttest.WithClock(clk.Now))
+	idx, _ := connectREST(t, srv, "test", ns)
+	text := strings.Repeat("word ", 16) // 80 bytes: 20 tokens
+	rec := func(id string) *pinecone.IntegratedRecord { return record(id, "chunk_text", text) }
+
+	require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{rec("a"), rec("b"), rec("c"), rec("d"), rec("e")}), "a minute's worth")
+	code, msg := restStatus(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{rec("f")}))
+	assert.Equal(t, http.StatusTooManyRequests, code)
+	assert.Contains(t, msg, "You've reached the max embedding tokens per minute (100) model 'llama-text-embed-v2'")
+	assert.Equal(t, 1, srv.Stats().RateLimited)
+
+	clk.Advance(12 * time.Second) // 20 tokens come back
+	require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{rec("f")}))
+	code, _ = restStatus(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{rec("g")}))
+	assert.Equal(t, http.StatusTooManyRequests, code)
+	assert.Equal(t, 6, srv.RecordCount(ns))
+}
+
+func TestValidationAsPinecone(t *testing.T) {
+	tests := []struct {
+		name    string
+		opts    []upserttest.Option
+		vec     *pinecone.Vector
+		message string
+	}{
+		{"a non-ASCII id", nil, dense("café", 1), "ASCII"},
+		{"an id with NUL", nil, dense("a\x00b", 1), "ASCII"},
+		{"all-zero dense values", nil, dense("z", 0, 0), "Dense vectors must contain at least one non-zero value"},
+		{"dense values in a sparse index", []upserttest.Option{upserttest.WithVectorType(upserttest.VectorTypeSparse)}, dense("d", 1), "Sparse index"},
+		{"sparse values only in a dense index", []upserttest.Option{upserttest.WithVectorType(upserttest.VectorTypeDense)},
+			&pinecone.Vector{Id: "s", SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{1}}}, "Dense index"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" is refused", func(t *testing.T) {
+			srv := start(t, tt.opts...)
+			_, err := connect(t, srv).UpsertVectors(bg(t), []*pinecone.Vector{dense("ok", 1), tt.vec})
+			require.Equal(t, codes.InvalidArgument, code(err))
+			assert.Contains(t, status.Convert(err).Message(), tt.message)
+			assert.Zero(t, srv.Count(ns), "the whole request is refused")
+		})
+	}
+	t.Run("a non-ASCII record id is refused", func(t *testing.T) {
+		srv := start(t)
+		idx, _ := connectREST(t, srv, "test", ns)
+		code, _ := restStatus(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("café", "chunk_text", "t")}))
+		assert.Equal(t, http.StatusBadRequest, code)
+	})
+	t.Run("a bad key is Unauthorized", func(t *testing.T) {
+		srv := start(t, upserttest.WithAPIKey("right"))
+		_, err := connectAs(t, srv, "wrong", ns).UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1)})
+		require.Equal(t, codes.Unauthenticated, code(err))
+		assert.Equal(t, "Unauthorized", status.Convert(err).Message())
+	})
+	t.Run("DescribeIndexStats says the vector type", func(t *testing.T) {
+		srv := start(t, upserttest.WithVectorType(upserttest.VectorTypeSparse))
+		st, err := connect(t, srv).DescribeIndexStats(bg(t))
+		require.NoError(t, err)
+		require.NotNil(t, st.VectorType)
+		assert.Equal(t, "sparse", *st.VectorType)
+	})
+}
+
+func TestTheDefaultNamespaceHasTwoNames(t *testing.T) {
+	srv := start(t, upserttest.WithRequestRate(1, 1))
+	def := connectAs(t, srv, "test", "") // the SDK sends "__default__"
+	_, err := def.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1)})
+	require.NoError(t, err)
+	_, err = def.WithNamespace("").UpsertVectors(bg(t), []*pinecone.Vector{dense("b", 1)}) // sends ""
+	require.Equal(t, codes.ResourceExhausted, code(err), "one namespace, one request bucket")
+	assert.Contains(t, status.Convert(err).Message(), "namespace __default__")
+
+	srv = start(t)
+	def = connectAs(t, srv, "test", "")
+	_, err = def.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1)})
+	require.NoError(t, err)
+	_, err = def.WithNamespace("").UpsertVectors(bg(t), []*pinecone.Vector{dense("b", 1)})
+	require.NoError(t, err)
+	assert.Equal(t, 2, srv.Count(""))
+	assert.Equal(t, 2, srv.Count("__default__"))
+	assert.Equal(t, []string{"__default__"}, srv.Namespaces())
+	st, err := def.DescribeIndexStats(bg(t))
+	require.NoError(t, err)
+	assert.Len(t, st.Namespaces, 1)
+	assert.Equal(t, uint32(2), st.TotalVectorCount)
+}
+
+func TestStatsLag(t *testing.T) {
+	clk := newVirtualClock()
+	srv := start(t, upserttest.WithStatsLag(10*time.Second), upserttest.WithClock(clk.Now))
+	idx := connect(t, srv)
+	_, err := idx.UpsertVectors(bg(t), batch("v", 5, 2))
+	require.NoError(t, err)
+	count := func() uint32 {
+		st, err := idx.DescribeIndexStats(bg(t))
+		require.NoError(t, err)
+		return st.TotalVectorCount
+	}
+	assert.Zero(t, count(), "new vectors are not counted at once")
+	assert.Equal(t, 5, srv.Count(ns), "the accessors are not delayed")
+	clk.Advance(5 * time.Second)
+	_, err = idx.UpsertVectors(bg(t), batch("w", 3, 2))
+	require.NoError(t, err)
+	clk.Advance(5 * time.Second)
+	assert.Equal(t, uint32(5), count(), "the first write counts after the lag")
+	clk.Advance(5 * time.Second)
+	assert.Equal(t, uint32(8), count())
+}

@@ -412,7 +412,7 @@ func All(ctx context.Context, records []*pinecone.Vector, opts ...Option) (Resul
 	if err != nil {
 		return Result{}, err
 	}
-	r := newRun(ctx, cfg, vectorKind, len(records))
+	r := newRun(ctx, cfg, vectorKind, len(records), "All")
 	in := newIntake(r, false)
 	in.admitAll(records)
 	return in.close()

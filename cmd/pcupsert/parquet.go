@@ -49,13 +49,15 @@ func newParquetSource(f io.ReaderAt, size int64) (*parquetSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := file.Schema().Lookup("id"); !ok {
-		return nil, errors.New(`not Pinecone's import layout: no "id" column`)
+	columns := map[string]bool{}
+	for _, f := range file.Schema().Fields() {
+		columns[f.Name()] = true
 	}
-	if _, ok := file.Schema().Lookup("values"); !ok {
-		if _, ok := file.Schema().Lookup("sparse_values"); !ok {
-			return nil, errors.New(`not Pinecone's import layout: no "values" or "sparse_values" column`)
-		}
+	switch {
+	case !columns["id"]:
+		return nil, errors.New(`not Pinecone's import layout: no "id" column`)
+	case !columns["values"] && !columns["sparse_values"]:
+		return nil, errors.New(`not Pinecone's import layout: no "values" or "sparse_values" column`)
 	}
 	return &parquetSource{r: parquet.NewGenericReader[parquetRow](file), total: file.NumRows(), rows: make([]parquetRow, parquetBatch)}, nil
 }

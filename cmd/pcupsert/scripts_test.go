@@ -137,7 +137,7 @@ func TestAParquetFileRoundTrips(t *testing.T) {
 	rows := []parquetRow{
 		{ID: "dense", Values: []float32{0.1, 0.2, 0.3}, Metadata: &md},
 		{ID: "hybrid", Values: []float32{1, 2, 3}, SparseValues: &parquetSparse{Indices: []uint32{4, 9}, Values: []float32{0.5, 0.25}}},
-		{ID: "", Values: []float32{1, 1, 1}},                    // no id: a bad row
+		{ID: "", Values: []float32{1, 1, 1}},                                     // no id: a bad row
 		{ID: "bad-metadata", Values: []float32{1, 1, 1}, Metadata: ptr("[1,2]")}, // not an object
 	}
 	for i := range 1000 {

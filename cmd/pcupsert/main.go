@@ -488,14 +488,11 @@ func finishSummary(s *summary, dead *deadLetters, causes *causes, tgt *target, r
 func dryRunInput(ctx context.Context, o options, e *env, in *input, name string, notice func(string)) (int, error) {
 	in.onBad = func(b *badEntry) { notice(b.err.Error()) }
 	onInvalid := func(f upsert.Failure) {
-		var ue *upsert.Error
-		if errors.As(f.Err, &ue) {
-			if rule := errors.Unwrap(ue.Err); rule != nil {
-				notice(fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), rule))
-				return
-			}
+		var why any = f.Err
+		if rule := rejectedRule(f); rule != nil {
+			why = rule
 		}
-		notice(fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), f.Err))
+		notice(fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), why))
 	}
 	rep, err := dryRun(ctx, o, in, onInvalid)
 	if err != nil {

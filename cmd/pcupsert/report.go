@@ -66,12 +66,7 @@ func (d *deadLetters) Failure(f upsert.Failure) {
 	if f.Class == upsert.ClassCanceled && d.resumable {
 		return
 	}
-	var ue *upsert.Error
-	if f.Attempts == 0 && f.Class == upsert.ClassInvalid && errors.As(f.Err, &ue) && d.invalid != nil {
-		rule := errors.Unwrap(ue.Err) // "record N (id …): <rule>"
-		if rule == nil {
-			rule = ue.Err
-		}
+	if rule := rejectedRule(f); rule != nil && d.invalid != nil {
 		d.mu.Lock()
 		if d.rejected == nil {
 			d.rejected = make(map[string]int)
@@ -88,6 +83,21 @@ func (d *deadLetters) Failure(f upsert.Failure) {
 	if dl := d.file(); dl != nil {
 		dl.Write(f)
 	}
+}
+
+// rejectedRule returns the rule that a record rejected before sending
+// broke, without the library's "record N (id …)", which names it by its
+// position among the records rather than in the input; nil for any other
+// failure.
+func rejectedRule(f upsert.Failure) error {
+	var ue *upsert.Error
+	if f.Attempts > 0 || f.Class != upsert.ClassInvalid || !errors.As(f.Err, &ue) {
+		return nil
+	}
+	if rule := errors.Unwrap(ue.Err); rule != nil {
+		return rule
+	}
+	return ue.Err
 }
 
 func (d *deadLetters) count(f upsert.Failure) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -161,18 +162,18 @@ func (s *ndjsonSource) consumed() float64 {
 	if s.size <= 0 {
 		return -1
 	}
-	return min(1, float64(s.read.n.Load())/float64(s.size))
+	return min(1, float64(s.read.n)/float64(s.size))
 }
 
 // countingReader counts the bytes read through it.
 type countingReader struct {
 	r io.Reader
-	n atomic.Int64
+	n int64
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
+	c.n += int64(n)
 	return n, err
 }
 
@@ -196,6 +197,17 @@ type input struct {
 	ended       bool  // the input was read to its end
 	positionsMu sync.Mutex
 	positions   []position // where the record numbering jumps
+
+	// For the progress display, which runs on other goroutines: read,
+	// and the share of the input read, as float64 bits.
+	progressRead     atomic.Int64
+	progressConsumed atomic.Uint64
+}
+
+// progress returns how many records were read and the share of the input
+// read (-1 when its size is unknown); it is safe for concurrent use.
+func (in *input) progress() (read int, consumed float64) {
+	return int(in.progressRead.Load()), math.Float64frombits(in.progressConsumed.Load())
 }
 
 // position says that record index is at line or row pos, and those after
@@ -229,6 +241,7 @@ func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 func (in *input) next() (*pinecone.Vector, bool) {
 	for {
 		v, bad, err := in.src.next()
+		in.progressConsumed.Store(math.Float64bits(in.src.consumed()))
 		switch {
 		case bad != nil:
 			if in.read < in.skip {
@@ -247,6 +260,7 @@ func (in *input) next() (*pinecone.Vector, bool) {
 		default:
 			in.note(in.read, in.src.pos())
 			in.read++
+			in.progressRead.Store(int64(in.read))
 			return v, true
 		}
 	}

@@ -347,8 +347,7 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 	if lvl, _ := logLevel(o.logLevel); o.logLevel != "off" {
 		opts = append(opts, upsert.WithLogger(slog.New(slog.NewTextHandler(e.con, &slog.HandlerOptions{Level: lvl}))))
 	}
-	progressOf := func() (int, float64) { return in.read, src.consumed() }
-	if p := newProgress(o.progress, e.terminal, e.con, progressOf); p != nil {
+	if p := newProgress(o.progress, e.terminal, e.con, in.progress); p != nil {
 		opts = append(opts, upsert.WithProgress(p.interval(), p.show))
 	}
 	if o.checkpoint != "" {

@@ -272,3 +272,13 @@ func TestTheEmbeddedIndexTakesItsDimensionFromTheFlag(t *testing.T) {
 	res = runCmd(t, nil, strings.NewReader(b.String()), "--dimension", "3", "--host", "http://127.0.0.1:1")
 	assert.Equal(t, exitUsage, res.status)
 }
+
+func TestTheProgressBarOfAFileShowsAPercentage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.ndjson")
+	require.NoError(t, os.WriteFile(path, []byte(records(t, 4000)), 0o600))
+	res := runCmd(t, nil, nil, "--dead-letter", deadLetterPath(t), "--progress", "bar", "--rate", "2000", "--batch-size", "100", path)
+	require.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+	assert.Contains(t, res.stderr, "100% |")
+	assert.Contains(t, res.stderr, "(4000/4000,")
+	assert.Regexp(t, `\d+% \|[^|]*\| \(\d+/4000, \d+ rec/s\) \[\d+s:\d+s\]`, res.stderr, "a bar under way, with its ETA")
+}

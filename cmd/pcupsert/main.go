@@ -333,26 +333,9 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 		}
 	}
 	causes := &causes{mask: e.mask}
-	opts := []upsert.Option{
+	opts := append(runOptions(o, e, in),
 		upsert.WithIndex(tgt.idx),
-		upsert.WithObserver(upsert.Observer{Failure: dead.Failure, RequestDone: causes.requestDone}),
-		upsert.WithRequestTimeout(o.timeout),
-	}
-	if o.batchSize > 0 {
-		opts = append(opts, upsert.WithBatchSize(o.batchSize))
-	}
-	if o.concurrency > 0 {
-		opts = append(opts, upsert.WithConcurrency(o.concurrency))
-	}
-	if lvl, _ := logLevel(o.logLevel); o.logLevel != "off" {
-		opts = append(opts, upsert.WithLogger(slog.New(slog.NewTextHandler(e.con, &slog.HandlerOptions{Level: lvl}))))
-	}
-	if p := newProgress(o.progress, e.terminal, e.con, in.progress); p != nil {
-		opts = append(opts, upsert.WithProgress(p.interval(), p.show))
-	}
-	if o.checkpoint != "" {
-		opts = append(opts, upsert.WithCheckpoint(upsert.FileCheckpoint(o.checkpoint)))
-	}
+		upsert.WithObserver(upsert.Observer{Failure: dead.Failure, RequestDone: causes.requestDone}))
 	runCtx := ctx
 	if o.maxFailure > 0 {
 		w := &watchdog{limit: time.Duration(o.maxFailure * float64(time.Second))}
@@ -389,6 +372,27 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 		s.write(e.stdout)
 	}
 	return s.ExitStatus, nil
+}
+
+// runOptions are the options of the run that the flags give.
+func runOptions(o options, e *env, in *input) []upsert.Option {
+	opts := []upsert.Option{upsert.WithRequestTimeout(o.timeout)}
+	if o.batchSize > 0 {
+		opts = append(opts, upsert.WithBatchSize(o.batchSize))
+	}
+	if o.concurrency > 0 {
+		opts = append(opts, upsert.WithConcurrency(o.concurrency))
+	}
+	if lvl, _ := logLevel(o.logLevel); o.logLevel != "off" {
+		opts = append(opts, upsert.WithLogger(slog.New(slog.NewTextHandler(e.con, &slog.HandlerOptions{Level: lvl}))))
+	}
+	if p := newProgress(o.progress, e.terminal, e.con, in.progress); p != nil {
+		opts = append(opts, upsert.WithProgress(p.interval(), p.show))
+	}
+	if o.checkpoint != "" {
+		opts = append(opts, upsert.WithCheckpoint(upsert.FileCheckpoint(o.checkpoint)))
+	}
+	return opts
 }
 
 // summarize gathers the figures of the final report.

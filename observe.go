@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"context"
 	"time"
 )
 
@@ -10,6 +11,14 @@ import (
 // safe for concurrent use and return quickly, since a slow observer slows
 // the run. [WithObserver] may be given several times; each observer gets
 // every event.
+//
+// StartRun, StartRequest and RunDone carry the caller's context through
+// the run, for tracing (package upsertotel): a span started in StartRun
+// and StartRequest nests under the caller's own spans, and the request is
+// sent with the context StartRequest returned, so that a span the
+// transport starts (an otelgrpc-instrumented connection's) nests under
+// the request's. A run without these three functions spends nothing on
+// them.
 type Observer struct {
 	// RequestDone is called after every upsert request, successful or not.
 	RequestDone func(RequestEvent)
@@ -21,11 +30,51 @@ type Observer struct {
 	// ndjson.DeadLetters (package github.com/upsertlib/upsert/ndjson)
 	// fits.
 	Failure func(Failure)
+
+	// StartRun is called once as a run starts, with the caller's context:
+	// the one given to All, Stream or Records, or to NewWriter for a
+	// Writer, whose run lasts until Close. It returns the run's context,
+	// ctx or one derived from it, which the run's requests descend from
+	// and the other events carry.
+	StartRun func(ctx context.Context, e RunEvent) context.Context
+	// StartRequest is called just before each upsert request, with the
+	// run's context. It returns the request's context, ctx or one derived
+	// from it: the request is sent with it (under the per-request
+	// timeout), and RequestDone finds it in [RequestEvent].Context. Its
+	// event has no Latency and no Err yet.
+	StartRequest func(ctx context.Context, e RequestEvent) context.Context
+	// RunDone is called once when the run ends, after every other event
+	// of the run, with its final figures and error.
+	RunDone func(RunEvent)
+}
+
+// RunEvent describes a run: a call of [All], [Stream] or [Records], or the
+// life of a [Writer], from [NewWriter] to [Writer.Close].
+type RunEvent struct {
+	// Context is the run's context: the caller's, as StartRun returned it.
+	// It does not end with the run.
+	Context context.Context
+	// Operation is "All", "Stream", "Records" or "Writer".
+	Operation string
+	// Namespace is the run's namespace (the index connection's); with
+	// [WithNamespaceOf], records may go to others as well.
+	Namespace string
+	// LimiterState returns what the run's [Limiter] has learned about
+	// Namespace, now. It may be called from any goroutine, during the run
+	// and after it.
+	LimiterState func() LimiterState
+	// Stats and Err are the run's final figures and error, as the call
+	// returns them (for a Writer, Close); set for RunDone only.
+	Stats Stats
+	Err   error
 }
 
 // RequestEvent describes one upsert request. It never holds vector values
 // or metadata.
 type RequestEvent struct {
+	// Context is the context the request was sent with (before the
+	// per-request timeout): the run's, or what StartRequest returned.
+	Context   context.Context
 	Namespace string
 	// Worker identifies the batch slot that sent the request, for logs.
 	Worker int
@@ -43,6 +92,8 @@ type RequestEvent struct {
 
 // RetryEvent describes a failed batch that is about to be resent.
 type RetryEvent struct {
+	// Context is the run's context, as StartRun returned it.
+	Context   context.Context
 	Namespace string
 	Worker    int
 	// Records is the size of the batch that failed.
@@ -124,6 +175,52 @@ func (os observers) retry(e RetryEvent) {
 	for _, o := range os {
 		if o.Retry != nil {
 			o.Retry(e)
+		}
+	}
+}
+
+// traceRequests reports whether an observer starts something per request:
+// only then does a request pay for StartRequest's event.
+func (os observers) traceRequests() bool {
+	for _, o := range os {
+		if o.StartRequest != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// startRun passes ctx through every StartRun in turn.
+func (os observers) startRun(ctx context.Context, e RunEvent) context.Context {
+	for _, o := range os {
+		if o.StartRun != nil {
+			e.Context = ctx
+			if c := o.StartRun(ctx, e); c != nil {
+				ctx = c
+			}
+		}
+	}
+	return ctx
+}
+
+// startRequest passes e.Context through every StartRequest in turn.
+func (os observers) startRequest(e RequestEvent) context.Context {
+	ctx := e.Context
+	for _, o := range os {
+		if o.StartRequest != nil {
+			e.Context = ctx
+			if c := o.StartRequest(ctx, e); c != nil {
+				ctx = c
+			}
+		}
+	}
+	return ctx
+}
+
+func (os observers) runDone(e RunEvent) {
+	for _, o := range os {
+		if o.RunDone != nil {
+			o.RunDone(e)
 		}
 	}
 }

@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/upsertlib/upsert"
 	"github.com/upsertlib/upsert/upserttest"
@@ -188,4 +192,169 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.Write(p)
+}
+
+// ctxKey marks contexts in the tests of the tracing hooks.
+type ctxKey string
+
+// hookLog records what the tracing hooks and the events saw.
+type hookLog struct {
+	mu       sync.Mutex
+	events   []string // in order: run, request, done, retry, split, end
+	runs     []upsert.RunEvent
+	starts   []upsert.RequestEvent
+	dones    []upsert.RequestEvent
+	retries  []upsert.RetryEvent
+	runDones []upsert.RunEvent
+	sent     []context.Context // the contexts the requests were sent with
+}
+
+func (h *hookLog) add(event string, f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, event)
+	f()
+}
+
+// observer marks the run's context with "run" and each request's with
+// "request" = its number.
+func (h *hookLog) observer() upsert.Observer {
+	requests := 0
+	return upsert.Observer{
+		StartRun: func(ctx context.Context, e upsert.RunEvent) context.Context {
+			h.add("run", func() { h.runs = append(h.runs, e) })
+			return context.WithValue(ctx, ctxKey("run"), e.Operation)
+		},
+		StartRequest: func(ctx context.Context, e upsert.RequestEvent) context.Context {
+			var n int
+			h.add("request", func() {
+				h.starts = append(h.starts, e)
+				requests++
+				n = requests
+			})
+			return context.WithValue(ctx, ctxKey("request"), n)
+		},
+		RequestDone: func(e upsert.RequestEvent) { h.add("done", func() { h.dones = append(h.dones, e) }) },
+		Retry: func(e upsert.RetryEvent) {
+			h.add(map[bool]string{true: "split", false: "retry"}[e.Split], func() { h.retries = append(h.retries, e) })
+		},
+		RunDone: func(e upsert.RunEvent) { h.add("end", func() { h.runDones = append(h.runDones, e) }) },
+	}
+}
+
+// send is an UpsertFunc that records its context and answers by script: a
+// 429 to the first request, a timeout to the second, OK to the others.
+func (h *hookLog) send(ctx context.Context, _ string, _ []*pinecone.Vector) error {
+	h.mu.Lock()
+	h.sent = append(h.sent, ctx)
+	n := len(h.sent)
+	h.mu.Unlock()
+	switch n {
+	case 1:
+		return status.Error(codes.ResourceExhausted, "slow down")
+	case 2:
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func TestTracingHooksCarryTheCallersContextThroughTheRun(t *testing.T) {
+	var h hookLog
+	ctx := context.WithValue(context.Background(), ctxKey("caller"), "service span")
+	recs := e2eRecords(4)
+	res, err := upsert.All(ctx, recs, upsert.WithUpsertFunc(h.send), upsert.WithObserver(h.observer()),
+		upsert.WithBatchSize(4), upsert.WithConcurrency(1), upsert.WithBackoff(time.Millisecond, time.Millisecond))
+	require.NoError(t, err)
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Equal(t, []string{
+		"run",
+		"request", "done", "retry", // 429: resent whole
+		"request", "done", "split", // timeout: split in halves
+		"request", "done", "request", "done",
+		"end",
+	}, h.events)
+
+	require.Len(t, h.runs, 1)
+	assert.Equal(t, "All", h.runs[0].Operation)
+	assert.Equal(t, "service span", h.runs[0].Context.Value(ctxKey("caller")), "StartRun gets the caller's context")
+
+	require.Len(t, h.starts, 4)
+	for i, e := range h.starts {
+		assert.Equal(t, "service span", e.Context.Value(ctxKey("caller")), "request %d descends from the caller's context", i)
+		assert.Equal(t, "All", e.Context.Value(ctxKey("run")), "and from the run's")
+		assert.Nil(t, e.Context.Value(ctxKey("request")), "not from another request's")
+		assert.Nil(t, e.Err)
+		assert.Zero(t, e.Latency)
+	}
+	assert.Equal(t, []int{1, 2, 3, 3}, []int{h.starts[0].Attempt, h.starts[1].Attempt, h.starts[2].Attempt, h.starts[3].Attempt},
+		"the halves of a split continue the count")
+	assert.Equal(t, []int{4, 4, 2, 2}, []int{h.starts[0].Records, h.starts[1].Records, h.starts[2].Records, h.starts[3].Records})
+
+	require.Len(t, h.sent, 4)
+	require.Len(t, h.dones, 4)
+	for i := range 4 {
+		assert.Equal(t, i+1, h.sent[i].Value(ctxKey("request")), "request %d is sent with StartRequest's context", i)
+		_, hasDeadline := h.sent[i].Deadline()
+		assert.True(t, hasDeadline, "under the per-request timeout")
+		assert.Equal(t, i+1, h.dones[i].Context.Value(ctxKey("request")), "RequestDone carries it")
+	}
+	assert.ErrorIs(t, h.dones[0].Err, upsert.ErrRateLimited)
+	assert.ErrorIs(t, h.dones[1].Err, upsert.ErrTimeout)
+
+	require.Len(t, h.retries, 2)
+	for _, e := range h.retries {
+		assert.Equal(t, "All", e.Context.Value(ctxKey("run")), "retry events carry the run's context")
+	}
+
+	require.Len(t, h.runDones, 1)
+	end := h.runDones[0]
+	assert.Equal(t, "All", end.Context.Value(ctxKey("run")))
+	assert.NoError(t, end.Context.Err(), "the run's context as StartRun returned it, not ended by the run")
+	assert.Equal(t, res.Stats, end.Stats, "RunDone gets the final figures")
+	assert.NoError(t, end.Err)
+	assert.Equal(t, res.Stats.Limiter.Concurrency, end.LimiterState().Concurrency)
+}
+
+func TestAWritersRequestsDescendFromNewWritersContext(t *testing.T) {
+	var h hookLog
+	ctx := context.WithValue(context.Background(), ctxKey("caller"), "writer")
+	w, err := upsert.NewWriter(ctx, upsert.WithUpsertFunc(h.send), upsert.WithObserver(h.observer()),
+		upsert.WithBatchSize(1), upsert.WithBackoff(time.Millisecond, time.Millisecond))
+	require.NoError(t, err)
+	addCtx := context.WithValue(context.Background(), ctxKey("caller"), "add")
+	for _, v := range e2eRecords(3) {
+		require.NoError(t, w.Add(addCtx, v))
+	}
+	_, err = w.Close(context.Background())
+	require.NoError(t, err)
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.Len(t, h.runs, 1)
+	assert.Equal(t, "Writer", h.runs[0].Operation)
+	require.NotEmpty(t, h.sent)
+	for _, c := range h.sent {
+		assert.Equal(t, "writer", c.Value(ctxKey("caller")))
+	}
+	assert.Len(t, h.runDones, 1, "the run ends at Close")
+}
+
+// failingCheckpoint cannot be read.
+type failingCheckpoint struct{}
+
+func (failingCheckpoint) Load(context.Context) (int64, error) { return 0, errors.New("disk on fire") }
+func (failingCheckpoint) Save(context.Context, int64) error   { return nil }
+
+func TestRunDoneEndsARunThatCouldNotStart(t *testing.T) {
+	var h hookLog
+	_, err := upsert.Stream(context.Background(), slices.Values(e2eRecords(3)), upsert.WithUpsertFunc(h.send),
+		upsert.WithObserver(h.observer()), upsert.WithCheckpoint(failingCheckpoint{}))
+	require.Error(t, err)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.Equal(t, []string{"run", "end"}, h.events)
+	assert.Equal(t, "Stream", h.runs[0].Operation)
+	assert.ErrorContains(t, h.runDones[0].Err, "disk on fire")
 }

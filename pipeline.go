@@ -29,8 +29,11 @@ type run struct {
 	total  int // records expected, or -1 for a stream
 
 	ctx    context.Context // the caller's
-	runCtx context.Context // ends with ctx, or when the index denies the caller
+	obsCtx context.Context // the caller's, as the observers' StartRun returned it
+	runCtx context.Context // obsCtx's, ending with ctx or when the index denies the caller
 	halt   context.CancelCauseFunc
+	op     string // the RunEvent's Operation
+	traced bool   // an observer starts something per request
 
 	routes    map[string]*route // by namespaceKey; the producer's
 	workers   chan int          // free worker ids; a batch in flight holds one
@@ -74,17 +77,20 @@ type route struct {
 	lastFailure atomic.Pointer[Error]
 }
 
-func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
+// newRun starts a run; op names the call ("All", "Stream", "Records" or
+// "Writer") for the observers.
+func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *run {
 	r := &run{
 		cfg:        cfg,
 		kind:       k,
 		start:      cfg.clock.Now(),
 		total:      total,
 		ctx:        ctx,
+		op:         op,
+		traced:     cfg.observers.traceRequests(),
 		routes:     make(map[string]*route),
 		keepFailed: -1,
 	}
-	r.runCtx, r.halt = context.WithCancelCause(ctx)
 	r.releaseLimiter = func() {}
 	if cfg.limiter == nil {
 		_, realTime := cfg.clock.(realClock)
@@ -99,6 +105,8 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
 	} else {
 		r.minute = newMinuteGate(cfg.clock)
 	}
+	r.obsCtx = cfg.observers.startRun(ctx, r.runEvent(Stats{}, nil))
+	r.runCtx, r.halt = context.WithCancelCause(r.obsCtx)
 	r.lastProgress.Store(r.start.UnixNano())
 	maxInFlight := maxConcurrency
 	if cfg.concurrency > 0 {
@@ -299,7 +307,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 		case len(p.items) > 1 && (c == ClassTimeout || c == ClassTooLarge || c == ClassInvalid):
 			r.stats.splits.Add(1)
 			r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)
-			r.cfg.observers.retry(RetryEvent{Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
+			r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
 			a, b := split(p.items)
 			stack = append(stack, p.child(b), p.child(a))
 		case p.retries[c] < r.cfg.retry.maxRetries[c] || p.outage && r.cfg.retry.maxRetries[c] > 0:
@@ -310,7 +318,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 			retries++
 			r.stats.retry(c)
 			r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
-			r.cfg.observers.retry(RetryEvent{Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
+			r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
 			r.rest(+1)
 			err := r.cfg.clock.Sleep(r.runCtx, wait)
 			if err == nil {
@@ -365,9 +373,23 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	if err != nil {
 		return r.describe(err)
 	}
+	if r.runCtx.Err() != nil {
+		// Admitted as the run stopped (a slot freed by the answer that
+		// stopped it): not sent.
+		r.minute.withdraw(pass)
+		rt.lane.release(perm, &Error{Class: ClassCanceled})
+		return r.stopError()
+	}
 	p.attempts++
+	ev := RequestEvent{
+		Context: r.runCtx, Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,
+		Attempt: p.attempts,
+	}
+	if r.traced {
+		ev.Context = r.cfg.observers.startRequest(ev)
+	}
 	r.minute.sending(pass)
-	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.requestTimeout)
+	ctx, cancel := context.WithTimeout(ev.Context, r.cfg.requestTimeout)
 	err = r.kind.send(ctx, r.cfg, rt.namespace, p.items)
 	cancel()
 	latency := r.cfg.clock.Now().Sub(perm.start)
@@ -380,14 +402,17 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 		if e.Class == ClassServer || e.Class == ClassTimeout {
 			rt.lastFailure.Store(e)
 		}
+		if e.Class == ClassDenied || e.Class == ClassQuotaExceeded {
+			// Stop before the slot is released, so that no request
+			// waiting for it goes out after the answer.
+			r.halt(e)
+		}
 	}
 	p.outage = rt.lane.release(perm, e)
 	r.minute.done(pass, e)
 	r.stats.request(n, latency, e)
-	r.cfg.observers.requestDone(RequestEvent{
-		Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,
-		Attempt: p.attempts, Latency: latency, Err: e,
-	})
+	ev.Latency, ev.Err = latency, e
+	r.cfg.observers.requestDone(ev)
 	return e
 }
 
@@ -504,7 +529,7 @@ func (r *run) settle(items []item, final bool) {
 func (r *run) snapshot() Stats {
 	s := r.stats.snapshot()
 	s.Elapsed = r.cfg.clock.Now().Sub(r.start)
-	s.Limiter = r.cfg.limiter.State(r.kind.lanePrefix + namespaceKey(r.cfg.namespace))
+	s.Limiter = r.limiterState()
 	return s
 }
 
@@ -592,10 +617,32 @@ func (r *run) finish() (Result, error) {
 		slog.Int("splits", s.Splits),
 		slog.Duration("p99_latency", s.Latency.P99),
 		slog.Duration("elapsed", s.Elapsed))
-	if s.Failed == 0 {
-		return res, nil
+	var err error
+	if s.Failed > 0 {
+		err = newRunError(res.Failed, s.Records)
 	}
-	return res, newRunError(res.Failed, s.Records)
+	r.cfg.observers.runDone(r.runEvent(s, err))
+	return res, err
+}
+
+// abandon ends a run that stopped before taking any record in, with err.
+func (r *run) abandon(err error) {
+	r.halt(nil)
+	r.releaseLimiter()
+	r.cfg.observers.runDone(r.runEvent(r.snapshot(), err))
+}
+
+// runEvent describes the run for the observers.
+func (r *run) runEvent(s Stats, err error) RunEvent {
+	return RunEvent{
+		Context: r.obsCtx, Operation: r.op, Namespace: r.cfg.namespace,
+		LimiterState: r.limiterState, Stats: s, Err: err,
+	}
+}
+
+// limiterState returns the state of the run's namespace in its Limiter.
+func (r *run) limiterState() LimiterState {
+	return r.cfg.limiter.State(r.kind.lanePrefix + namespaceKey(r.cfg.namespace))
 }
 
 func newRunError(failed []Failure, total int) *RunError {

@@ -126,9 +126,11 @@ func forgetDescribed(key weak.Pointer[pinecone.IndexConnection]) {
 }
 
 // newIndexShape returns the shape of the run's index: what describe says
-// (cfg.describe, set by WithIndex), or nothing known when it cannot say.
+// (cfg.describe, set by WithIndex), else the dimension of WithDimension,
+// or nothing known.
 func newIndexShape(ctx context.Context, cfg *config) *indexShape {
 	s := &indexShape{}
+	s.dimension.Store(int32(cfg.dimension))
 	if cfg.describe == nil {
 		return s
 	}
@@ -140,7 +142,9 @@ func newIndexShape(ctx context.Context, cfg *config) *indexShape {
 			slog.String("error", err.Error()))
 		return s
 	}
-	s.dimension.Store(int32(info.dimension))
+	if info.dimension != 0 {
+		s.dimension.Store(int32(info.dimension))
+	}
 	s.vectorType = info.vectorType
 	return s
 }

@@ -44,7 +44,11 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	if err != nil {
 		return Result{}, err
 	}
-	r := newRun(ctx, cfg, k, -1)
+	op := "Stream"
+	if k == recordKind {
+		op = "Records"
+	}
+	r := newRun(ctx, cfg, k, -1, op)
 	in := newIntake(r, true)
 	if observersHaveFailure(cfg.observers) {
 		r.keepFailed = failuresKept
@@ -52,8 +56,7 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	skip := 0
 	if cfg.checkpoint != nil {
 		if skip, err = in.resume(ctx); err != nil {
-			r.halt(nil)
-			r.releaseLimiter()
+			r.abandon(err)
 			return Result{}, err
 		}
 		defer in.saveCheckpoint()
@@ -159,12 +162,16 @@ type Writer struct {
 // NewWriter returns a Writer that sends with opts, which must name the
 // index ([WithIndex] or [WithUpsertFunc]). ctx bounds the Writer's whole
 // life: when it ends, records not yet landed fail with [ClassCanceled].
+// The Writer's requests descend from ctx (through the observers'
+// StartRun), not from the contexts given to Add, since a request carries
+// the records of many Add calls: trace context and values for the
+// requests go in ctx.
 func NewWriter(ctx context.Context, opts ...Option) (*Writer, error) {
 	cfg, err := newConfig(opts, vectorKind)
 	if err != nil {
 		return nil, err
 	}
-	r := newRun(ctx, cfg, vectorKind, -1)
+	r := newRun(ctx, cfg, vectorKind, -1, "Writer")
 	in := newIntake(r, true)
 	if observersHaveFailure(cfg.observers) {
 		r.keepFailed = failuresKept

@@ -49,6 +49,7 @@ type Option func(*config)
 type config struct {
 	index          *pinecone.IndexConnection
 	describe       func(ctx context.Context) (indexInfo, error) // nil: the index cannot be asked
+	dimension      int                                          // from WithDimension; 0: unknown
 	send           UpsertFunc
 	sendRecords    RecordsFunc
 	sources        int // how many of WithIndex, WithUpsertFunc and WithRecordsFunc were given
@@ -215,6 +216,22 @@ func WithNamespaceOf[T *pinecone.Vector | *pinecone.IntegratedRecord](f func(T) 
 			}
 			return nil
 		}
+	}
+}
+
+// WithDimension tells the run the index's dense dimension, for transports
+// that cannot ask the index ([WithUpsertFunc]): records of another dense
+// dimension fail alone as [ClassInvalid] before they are sent. Through
+// [WithIndex] the index's own answer (DescribeIndexStats) takes precedence.
+// Without either, the dimension is that of the first dense record the
+// index accepts, and records sent before then are checked by the index.
+func WithDimension(d int) Option {
+	return func(c *config) {
+		if d < 1 || d > MaxDimension {
+			c.bad("WithDimension(%d): want 1 to %d", d, MaxDimension)
+			return
+		}
+		c.dimension = d
 	}
 }
 
@@ -426,7 +443,7 @@ func All(ctx context.Context, records []*pinecone.Vector, opts ...Option) (Resul
 	if err != nil {
 		return Result{}, err
 	}
-	r := newRun(ctx, cfg, vectorKind, len(records))
+	r := newRun(ctx, cfg, vectorKind, len(records), "All")
 	in := newIntake(r, false)
 	in.admitAll(records)
 	return in.close()

@@ -2,6 +2,8 @@ package ndjson
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
@@ -36,7 +38,19 @@ type DeadLetters struct {
 // applied to an existing file). It returns the error of os.OpenFile or
 // Chmod, having closed the file.
 func CreateDeadLetters(path string) (*DeadLetters, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	return openDeadLetters(path, os.O_TRUNC)
+}
+
+// AppendDeadLetters opens the dead-letter file at path to add letters
+// after those it holds, creating it if it does not exist, as
+// [CreateDeadLetters] does otherwise: for a run that resumes an
+// interrupted one, whose letters the file keeps.
+func AppendDeadLetters(path string) (*DeadLetters, error) {
+	return openDeadLetters(path, os.O_APPEND)
+}
+
+func openDeadLetters(path string, mode int) (*DeadLetters, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|mode, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +162,27 @@ func (d *DeadLetters) WriteBad(line int, raw []byte, err error) {
 		return
 	}
 	d.write(b)
+}
+
+// BadLine reports whether raw, a line of input, is the dead letter of a
+// bad line as [DeadLetters.WriteBad] writes it, and returns the line
+// number and the content it holds: a run that replays a dead-letter file
+// then deals with the original line (which may have been fixed since)
+// instead of taking the letter for a record without an id.
+func BadLine(raw []byte) (line int, content []byte, ok bool) {
+	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte(`{"line":`)) {
+		return 0, nil, false
+	}
+	var l struct {
+		Line  *int    `json:"line"`
+		Raw   *string `json:"raw"`
+		Error *string `json:"error"`
+		ID    any     `json:"id"`
+	}
+	if json.Unmarshal(raw, &l) != nil || l.Line == nil || l.Raw == nil || l.Error == nil || l.ID != nil {
+		return 0, nil, false
+	}
+	return *l.Line, []byte(*l.Raw), true
 }
 
 func (d *DeadLetters) write(line []byte) {

@@ -287,3 +287,55 @@ func TestDeadLettersHoldNoAPIKey(t *testing.T) {
 		})
 	}
 }
+
+func TestBadLineRecognisesItsOwnLetters(t *testing.T) {
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	dl.WriteBad(6, []byte(`not json, "quoted"`), errors.New("line 6: invalid JSON at byte 2"))
+	require.NoError(t, dl.Close())
+	letter, err := os.ReadFile(path)
+	require.NoError(t, err)
+
+	tests := []struct {
+		name    string
+		raw     string
+		line    int
+		content string
+		ok      bool
+	}{
+		{"a letter of WriteBad", strings.TrimSpace(string(letter)), 6, `not json, "quoted"`, true},
+		{"a record", `{"id":"a","values":[1]}`, 0, "", false},
+		{"a record letter", `{"id":"a","values":[1],"class":"invalid","error":"x","attempts":0,"may_have_landed":false,"index":3}`, 0, "", false},
+		{"a record with fields named alike", `{"line":1,"raw":"x","error":"y","id":"a"}`, 0, "", false},
+		{"not JSON", `{"line":`, 0, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			line, content, ok := ndjson.BadLine([]byte(tt.raw))
+			assert.Equal(t, tt.ok, ok)
+			assert.Equal(t, tt.line, line)
+			assert.Equal(t, tt.content, string(content))
+		})
+	}
+}
+
+func TestAppendDeadLettersKeepsWhatTheFileHolds(t *testing.T) {
+	path := tempPath(t)
+	dl, err := ndjson.AppendDeadLetters(path) // creates it
+	require.NoError(t, err)
+	dl.WriteBad(1, []byte("first"), nil)
+	require.NoError(t, dl.Close())
+	dl, err = ndjson.AppendDeadLetters(path)
+	require.NoError(t, err)
+	dl.WriteBad(2, []byte("second"), nil)
+	require.NoError(t, dl.Close())
+
+	got := lines(t, path)
+	require.Len(t, got, 2)
+	assert.Equal(t, "first", got[0]["raw"])
+	assert.Equal(t, "second", got[1]["raw"])
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}

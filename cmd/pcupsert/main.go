@@ -1,6 +1,6 @@
-// Command pcupsert upserts records from an NDJSON file into a Pinecone
-// index, without losing any: every record lands, or goes to a dead-letter
-// file that can be fed back in to replay it.
+// Command pcupsert upserts records from an NDJSON or Parquet file into a
+// Pinecone index, without losing any: every record lands, or goes to a
+// dead-letter file that can be fed back in to replay it.
 //
 // Usage:
 //
@@ -8,22 +8,28 @@
 //
 // Records are read from file, or from stdin when file is "-" or absent, one
 // JSON object per line with the field names of Pinecone's REST API (see
-// package github.com/upsertlib/upsert/ndjson). With PINECONE_API_KEY set and
+// package github.com/upsertlib/upsert/ndjson), or from a Parquet file in
+// the layout of Pinecone's bulk import. With PINECONE_API_KEY set and
 // --host or --index given, pcupsert writes to that index; otherwise to an
 // embedded loopback index (package upserttest), where --fault and --rate
 // show how the library deals with rate limits and errors.
 //
 // Run pcupsert --help for the flags. The exit status is 0 when every record
 // landed, 1 when a record failed or a line was bad, and 2 for usage errors.
+// For scripts, --json writes the final report as one JSON object,
+// --max-failure-seconds gives up on an index that accepts nothing, and
+// --dry-run checks the input without sending anything.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -68,6 +74,11 @@ type options struct {
 	logLevel    string
 	fault       string
 	rate        float64
+	dimension   int
+	format      string // "" (by extension), ndjson or parquet
+	json        bool
+	dryRun      bool
+	maxFailure  float64 // seconds; 0: never give up
 }
 
 // usageError is a wrong command line: exit status 2.
@@ -96,6 +107,11 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", "off", "log retries, splits and failures on stderr from `LEVEL`: off, error, warn, info or debug")
 	fs.StringVar(&o.fault, "fault", "", "embedded index only: faults to inject, a comma-separated `LIST` of\n"+faultHelp)
 	fs.Float64Var(&o.rate, "rate", 0, "embedded index only: the vectors per second `N` it admits, answering 429 above\n(default 0: unlimited)")
+	fs.IntVar(&o.dimension, "dimension", 0, "the index's dimension `N`: the embedded index's, as a real index has one from its creation\n(default 0: that of the first valid record), and what --dry-run checks records against\n(default 0: not checked); replaying dead letters, give your index's")
+	fs.StringVar(&o.format, "format", "", "the input's `FORMAT`: ndjson, or parquet (Pinecone's import layout: columns id, values,\nsparse_values, metadata as a JSON string) (default: parquet for a .parquet file, else ndjson)")
+	fs.BoolVar(&o.json, "json", false, "write the final report on stdout as one JSON object (the same figures), for scripts")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check the input, say what would be sent (records, batches, namespaces,\nbad lines and invalid records), and send nothing: no index is opened")
+	fs.Float64Var(&o.maxFailure, "max-failure-seconds", 0, "give up when records wait and none has landed for `N` seconds: what was not sent\ngoes to the dead-letter file, read or not, and the exit status is 1 (default 0: never)")
 	return fs
 }
 
@@ -132,6 +148,12 @@ func parseArgs(args []string) (options, error) {
 		return o, usagef("--rate %v: want 0 or more", o.rate)
 	case o.deadLetter == "":
 		return o, usagef("--dead-letter: want a path")
+	case o.dimension < 0 || o.dimension > upsert.MaxDimension:
+		return o, usagef("--dimension %d: want 1 to %d, or 0 for that of the first valid record", o.dimension, upsert.MaxDimension)
+	case o.format != "" && o.format != formatNDJSON && o.format != formatParquet:
+		return o, usagef("--format %q: want ndjson or parquet", o.format)
+	case !(o.maxFailure >= 0):
+		return o, usagef("--max-failure-seconds %v: want 0 or more", o.maxFailure)
 	}
 	if _, ok := logLevel(o.logLevel); !ok {
 		return o, usagef("--log-level %q: want off, error, warn, info or debug", o.logLevel)
@@ -153,16 +175,21 @@ optional):
 
   {"id":"a","values":[0.1,0.2],"sparse_values":{"indices":[1,5],"values":[0.5,0.25]},"metadata":{"genre":"x"}}
 
+or a Parquet file in the layout of Pinecone's bulk import (see --format).
+
 With PINECONE_API_KEY set and --host or --index given, it writes to that
 index. Otherwise it writes to an embedded loopback index, to try things out
 (see --fault and --rate), and checks at the end that it holds every record.
 
 Rate limits, timeouts and server errors are retried; records that still
 fail, and lines that cannot be read, go to the dead-letter file. Feed it back
-in as input (with another --dead-letter) to replay them.
+in as input (with another --dead-letter) to replay them. With --checkpoint,
+records canceled by an interruption are left to the next run, which appends
+to the dead-letter file.
 
-Exit status: 0 when every record landed, 1 when a record failed or a line
-was bad, 2 for usage errors.
+Exit status: 0 when every record landed (for --dry-run: when every line is
+a valid record), 1 when a record failed or a line was bad, 2 for usage
+errors.
 
 Flags:
 `)
@@ -174,7 +201,7 @@ Flags:
 			fmt.Fprintf(w, " %s", name)
 		}
 		fmt.Fprintf(w, "\n    \t%s", strings.ReplaceAll(usage, "\n", "\n    \t"))
-		if f.DefValue != "" && f.DefValue != "0" && !strings.Contains(usage, "(default") {
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && !strings.Contains(usage, "(default") {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)
 		}
 		fmt.Fprintln(w)
@@ -264,11 +291,26 @@ type env struct {
 // input, upserts it, reports and returns the exit status. An error means
 // that nothing was upserted.
 func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, error) {
-	in, name, closeIn, err := openInput(o, e.stdin, e.con)
+	src, name, closeIn, err := openInput(o, e.stdin, e.con)
 	if err != nil {
 		return 0, err
 	}
 	defer closeIn()
+	in := &input{src: src, unit: "line"}
+	if formatOf(o) == formatParquet {
+		in.unit = "row"
+	}
+	notice := noticeReporter(e.con, o.deadLetter)
+	if o.dryRun {
+		return dryRunInput(ctx, o, e, in, name, notice)
+	}
+	if o.checkpoint != "" {
+		n, err := upsert.FileCheckpoint(o.checkpoint).Load(ctx)
+		if err != nil {
+			return 0, err
+		}
+		in.skip = int(n)
+	}
 
 	tgt, err := openTarget(ctx, o, e.key, e.con)
 	if err != nil {
@@ -276,17 +318,65 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 	}
 	defer tgt.Close()
 
-	dead := &deadLetters{path: o.deadLetter, mask: e.mask}
-	showBad := badLineReporter(e.con, o.deadLetter)
-	src := newInput(in, func(line int, raw []byte, err error) {
-		dead.Bad(line, raw, err)
-		showBad(err)
-	})
-	opts := []upsert.Option{
-		upsert.WithIndex(tgt.idx),
-		upsert.WithObserver(upsert.Observer{Failure: dead.Failure}),
-		upsert.WithRequestTimeout(o.timeout),
+	dead := &deadLetters{path: o.deadLetter, append: in.skip > 0, mask: e.mask, resumable: o.checkpoint != ""}
+	dead.invalid = func(f upsert.Failure, rule error) string {
+		msg := fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), rule)
+		notice(msg)
+		return msg
 	}
+	in.onBad = func(b *badEntry) {
+		dead.Bad(b.pos, b.raw, b.err)
+		if b.replayed {
+			notice(fmt.Sprintf("%v (a bad line replayed from a dead letter, kept as it was)", b.err))
+		} else {
+			notice(b.err.Error())
+		}
+	}
+	causes := &causes{mask: e.mask}
+	opts := append(runOptions(o, e, in),
+		upsert.WithIndex(tgt.idx),
+		upsert.WithObserver(upsert.Observer{Failure: dead.Failure, RequestDone: causes.requestDone}))
+	runCtx := ctx
+	if o.maxFailure > 0 {
+		w := &watchdog{limit: time.Duration(o.maxFailure * float64(time.Second))}
+		var stop func()
+		runCtx, stop = w.watch(ctx)
+		defer stop()
+		in.onRead = w.read
+		opts = append(opts, upsert.WithObserver(w.observer()))
+	}
+
+	// Records are read as they are sent: memory stays bounded whatever
+	// the input's size, and reading pauses while the index cannot keep up.
+	res, err := upsert.Stream(runCtx, in.records(runCtx), opts...)
+	if in.err != nil {
+		dead.Close()
+		return 0, fmt.Errorf("reading %s: %w", name, in.err)
+	}
+	if errors.Is(err, upsert.ErrBadOption) {
+		dead.Close()
+		return 0, &usageError{err.Error()}
+	}
+	s := summarize(o, tgt, name, in, res, start)
+	s.GaveUp = ctx.Err() == nil && runCtx.Err() != nil
+	s.Interrupted = ctx.Err() != nil
+	s.Stopped = in.stopped && !s.GaveUp && !s.Interrupted
+	tellHowItEnded(e.con, o, name, in, res, s)
+	if s.GaveUp && !dead.resumable {
+		drain(in, dead, context.Cause(runCtx))
+	}
+	finishSummary(&s, dead, causes, tgt, res)
+	if o.json {
+		s.writeJSON(e.stdout)
+	} else {
+		s.write(e.stdout)
+	}
+	return s.ExitStatus, nil
+}
+
+// runOptions are the options of the run that the flags give.
+func runOptions(o options, e *env, in *input) []upsert.Option {
+	opts := []upsert.Option{upsert.WithRequestTimeout(o.timeout)}
 	if o.batchSize > 0 {
 		opts = append(opts, upsert.WithBatchSize(o.batchSize))
 	}
@@ -296,49 +386,131 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 	if lvl, _ := logLevel(o.logLevel); o.logLevel != "off" {
 		opts = append(opts, upsert.WithLogger(slog.New(slog.NewTextHandler(e.con, &slog.HandlerOptions{Level: lvl}))))
 	}
-	if p := newProgress(o.progress, e.terminal, e.con); p != nil {
+	if p := newProgress(o.progress, e.terminal, e.con, in.progress); p != nil {
 		opts = append(opts, upsert.WithProgress(p.interval(), p.show))
 	}
 	if o.checkpoint != "" {
 		opts = append(opts, upsert.WithCheckpoint(upsert.FileCheckpoint(o.checkpoint)))
 	}
+	return opts
+}
 
-	// Records are read as they are sent: memory stays bounded whatever
-	// the input's size, and reading pauses while the index cannot keep up.
-	res, err := upsert.Stream(ctx, src.records(ctx), opts...)
-	if src.err != nil {
-		dead.Close()
-		return 0, fmt.Errorf("reading %s: %w", name, src.err)
+// summarize gathers the figures of the final report.
+func summarize(o options, tgt *target, name string, in *input, res upsert.Result, start time.Time) summary {
+	st := res.Stats
+	s := summary{
+		Input: name, Format: formatOf(o), Host: tgt.host, Namespace: tgt.idx.Namespace(),
+		RecordsRead: in.read, BadLines: in.bad, Skipped: st.Skipped,
+		Upserted: res.Upserted, Failed: st.Failed, Duplicates: res.Duplicates,
+		Requests: st.Requests, Retries: st.Retries, RetriesByClass: classNames(st.RetriesByClass),
+		Splits: st.Splits, ErrorsByCode: st.ErrorsByCode,
+		LatencySeconds:   latency{P50: st.Latency.P50.Seconds(), P95: st.Latency.P95.Seconds(), P99: st.Latency.P99.Seconds()},
+		BatchSizeMean:    st.BatchSizes.Mean,
+		ElapsedSeconds:   time.Since(start).Seconds(),
+		UpsertingSeconds: st.Elapsed.Seconds(),
 	}
-	fmt.Fprintf(e.con, "pcupsert: read %d records from %s%s\n", src.read, name, plural(src.bad, " (%d bad line%s)"))
+	if st.Elapsed > 0 {
+		s.RecordsPerSecond = float64(res.Upserted) / st.Elapsed.Seconds()
+	}
+	return s
+}
+
+// tellHowItEnded says on con what was read, and why the run ended early
+// if it did.
+func tellHowItEnded(con io.Writer, o options, name string, in *input, res upsert.Result, s summary) {
+	fmt.Fprintf(con, "pcupsert: read %d records from %s%s\n", in.read, name, plural(in.bad, " (%d bad line%s)"))
 	if res.Stats.Skipped > 0 {
-		fmt.Fprintf(e.con, "pcupsert: skipped the first %d records of %s, which the checkpoint says a previous run settled\n", res.Stats.Skipped, name)
+		fmt.Fprintf(con, "pcupsert: skipped the first %d records of %s, which the checkpoint says a previous run settled%s\n",
+			res.Stats.Skipped, name, plural(in.skippedBad, ", and %d bad line%s it reported"))
 	}
-	if errors.Is(err, upsert.ErrBadOption) {
-		dead.Close()
-		return 0, &usageError{err.Error()}
+	unsent := "records read but not landed go to the dead-letter file"
+	if o.checkpoint != "" {
+		unsent = "records read but not landed are left to the next run with the same --checkpoint"
 	}
 	switch {
-	case ctx.Err() != nil:
-		fmt.Fprintf(e.con, "pcupsert: interrupted at line %d of %s; records read but not landed go to the dead-letter file%s\n",
-			src.r.Line(), name, map[bool]string{true: ", and --checkpoint resumes after what landed", false: ""}[o.checkpoint != ""])
-	case src.stopped:
+	case s.Interrupted:
+		fmt.Fprintf(con, "pcupsert: interrupted at %s %d of %s; %s\n", in.unit, in.src.pos(), name, unsent)
+	case s.GaveUp:
+		if o.checkpoint == "" {
+			unsent = "what was not sent, read or not, goes to the dead-letter file"
+		}
+		fmt.Fprintf(con, "pcupsert: gave up at %s %d of %s: no record landed for %gs; %s\n", in.unit, in.src.pos(), name, o.maxFailure, unsent)
+	case s.Stopped:
 		// A failure that no retry can fix (a denied key) stops the run:
 		// reading on would only fail the rest the same way.
-		fmt.Fprintf(e.con, "pcupsert: the run stopped at line %d of %s; the rest of it was not read, and is not in the dead-letter file\n",
-			src.r.Line(), name)
+		fmt.Fprintf(con, "pcupsert: the run stopped at %s %d of %s; the rest of it was not read, and is not in the dead-letter file\n",
+			in.unit, in.src.pos(), name)
 	}
+}
 
-	rep := report{read: src.read, bad: src.bad, res: res, elapsed: time.Since(start), deadLetterPath: o.deadLetter}
-	rep.failedByClass, rep.mayHaveLanded = dead.failed()
+// drain writes the records the run did not read to the dead-letter file,
+// after it gave up, so that replaying the file sends everything that was
+// not sent.
+func drain(in *input, dead *deadLetters, cause error) {
+	e := &upsert.Error{Class: upsert.ClassCanceled, Err: cause}
+	for {
+		v, ok := in.next()
+		if !ok {
+			return
+		}
+		dead.NotSent(upsert.Failure{Index: in.read - 1, ID: v.Id, Record: v, Class: upsert.ClassCanceled, Err: e})
+	}
+}
+
+// finishSummary adds what the dead letters, the causes and the embedded
+// index say, and the exit status.
+func finishSummary(s *summary, dead *deadLetters, causes *causes, tgt *target, res upsert.Result) {
+	byClass, landed := func() (map[upsert.Class]int, int) {
+		dead.mu.Lock()
+		defer dead.mu.Unlock()
+		s.LeftToResume, s.NotSent = dead.toResume, dead.notSent
+		return maps.Clone(dead.byClass), dead.landed
+	}()
+	s.FailedByClass, s.MayHaveLanded = classNames(byClass), landed
+	dead.mu.Lock()
+	rejected := maps.Clone(dead.rejected)
+	dead.mu.Unlock()
+	s.Causes = causes.top(tgt.host, rejected)
 	if tgt.srv != nil {
-		rep.embedded, rep.stored = true, tgt.srv.Count(tgt.idx.Namespace())
+		stored := tgt.srv.Count(tgt.idx.Namespace())
+		s.Embedded = &embedded{Stored: stored, AsExpected: storedAsExpected(stored, res.Upserted, landed)}
 	}
-	rep.deadLetters, rep.deadLetterErr = dead.Close()
-	rep.write(e.stdout)
+	n, err := dead.Close()
+	s.DeadLetters = deadLetterSummary{Path: dead.path, Count: n}
+	if err != nil {
+		s.DeadLetters.Error = err.Error()
+	}
+	s.ExitStatus = exitOK
+	if s.Failed > 0 || s.BadLines > 0 || s.NotSent > 0 || s.Interrupted || s.GaveUp || err != nil || (s.Embedded != nil && !s.Embedded.AsExpected) {
+		s.ExitStatus = exitFailed
+	}
+}
 
-	if res.Stats.Failed > 0 || src.bad > 0 || ctx.Err() != nil || rep.deadLetterErr != nil || !rep.storedAsExpected() {
-		return exitFailed, nil
+// dryRunInput is upsertInput for --dry-run: nothing is opened but the
+// input, and nothing is written but the report.
+func dryRunInput(ctx context.Context, o options, e *env, in *input, name string, notice func(string)) (int, error) {
+	in.onBad = func(b *badEntry) { notice(b.err.Error()) }
+	onInvalid := func(f upsert.Failure) {
+		var why any = f.Err
+		if rule := rejectedRule(f); rule != nil {
+			why = rule
+		}
+		notice(fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), why))
 	}
-	return exitOK, nil
+	rep, err := dryRun(ctx, o, in, onInvalid)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", name, err)
+	}
+	rep.Input, rep.Format = name, formatOf(o)
+	if rep.BadLines > 0 || rep.Invalid > 0 {
+		rep.ExitStatus = exitFailed
+	}
+	if o.json {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetEscapeHTML(false)
+		enc.Encode(rep)
+	} else {
+		rep.write(e.stdout)
+	}
+	return rep.ExitStatus, nil
 }

@@ -3,10 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/schollz/progressbar/v3"
 
 	"github.com/upsertlib/upsert"
 )
@@ -16,18 +17,7 @@ import (
 const (
 	barInterval  = 100 * time.Millisecond
 	lineInterval = 3 * time.Second
-	barWidth     = 30
 )
-
-// isTerminal reports whether f is a terminal (a character device).
-func isTerminal(f any) bool {
-	file, ok := f.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := file.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
 
 // console is stderr, shared by the progress bar and the other messages: a
 // message erases the bar, is written, and the bar is drawn again below it.
@@ -35,7 +25,7 @@ func isTerminal(f any) bool {
 type console struct {
 	mu  sync.Mutex
 	w   io.Writer
-	bar string // as last drawn; "" when no bar is shown
+	bar *progressbar.ProgressBar // while one is shown
 }
 
 func newConsole(w io.Writer) *console { return &console{w: w} }
@@ -44,31 +34,31 @@ func newConsole(w io.Writer) *console { return &console{w: w} }
 func (c *console) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bar != "" {
-		io.WriteString(c.w, "\r\x1b[K")
+	if c.bar != nil {
+		c.bar.Clear()
 	}
 	n, err := c.w.Write(p)
-	if c.bar != "" {
-		io.WriteString(c.w, c.bar)
+	if c.bar != nil {
+		c.bar.RenderBlank()
 	}
 	return n, err
 }
 
-// drawBar replaces the bar on the last line with s.
-func (c *console) drawBar(s string) {
+// draw updates the bar, under the console's lock.
+func (c *console) draw(bar *progressbar.ProgressBar, f func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	io.WriteString(c.w, "\r"+s+"\x1b[K")
-	c.bar = s
+	c.bar = bar
+	f()
 }
 
 // endBar leaves the bar as drawn and moves below it.
 func (c *console) endBar() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.bar != "" {
+	if c.bar != nil {
 		io.WriteString(c.w, "\n")
-		c.bar = ""
+		c.bar = nil
 	}
 }
 
@@ -100,22 +90,28 @@ func (m *maskingWriter) Write(p []byte) (int, error) {
 	return m.w.Write(p)
 }
 
-// progress shows upsert.Progress on the console, as a bar or as lines.
+// progress shows upsert.Progress on the console: a bar (schollz/progressbar)
+// on a terminal, lines otherwise.
 type progress struct {
 	con *console
 	bar bool
+	// input returns how many records were read and the share of the
+	// input read (-1 when its size is unknown), to estimate the total.
+	input func() (read int, consumed float64)
+
+	pb *progressbar.ProgressBar // made at the first report
 }
 
 // newProgress returns the progress display that mode asks for (auto: a bar
 // when stderr is a terminal, lines otherwise), or nil for off.
-func newProgress(mode string, terminal bool, con *console) *progress {
+func newProgress(mode string, terminal bool, con *console, input func() (int, float64)) *progress {
 	switch mode {
 	case "off":
 		return nil
 	case "auto":
-		return &progress{con: con, bar: terminal}
+		return &progress{con: con, bar: terminal, input: input}
 	default:
-		return &progress{con: con, bar: mode == "bar"}
+		return &progress{con: con, bar: mode == "bar", input: input}
 	}
 }
 
@@ -129,45 +125,101 @@ func (p *progress) interval() time.Duration {
 
 // show displays pr; it is the function given to upsert.WithProgress.
 func (p *progress) show(pr upsert.Progress) {
+	st := newStatus(pr, p.input)
 	if !p.bar {
-		fmt.Fprintf(p.con, "pcupsert: %s\n", progressText(pr))
+		fmt.Fprintf(p.con, "pcupsert: %s\n", st.line())
 		return
 	}
-	p.con.drawBar(progressText(pr))
+	p.con.draw(p.pb, func() {
+		if p.pb == nil {
+			p.pb = newBar(p.con.w, st.total)
+			p.con.bar = p.pb
+		}
+		if st.total >= 0 {
+			p.pb.ChangeMax64(int64(max(st.total, 1)))
+		}
+		p.pb.Describe(st.counts())
+		p.pb.Set64(int64(st.done))
+	})
 	if pr.Final {
 		p.con.endBar()
 	}
 }
 
-// progressText formats pr as
-//
-//	[=====>     ] 45% 450000/1000000 12.3k rec/s ETA 44s retries 12 429s 3
-//
-// leaving out the bar and percentage when the total is unknown, the ETA
-// when unknown or final, and the failures when there are none.
-func progressText(pr upsert.Progress) string {
-	var b strings.Builder
-	if pr.Total > 0 {
-		frac := min(1, float64(pr.Done)/float64(pr.Total))
-		full := int(frac * barWidth)
-		head := ""
-		if full < barWidth {
-			head = ">"
+// newBar returns a bar of total records, or a spinner when total < 0.
+func newBar(w io.Writer, total int) *progressbar.ProgressBar {
+	return progressbar.NewOptions64(int64(total),
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(0), // the library paces the reports
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("rec"),
+		progressbar.OptionSetPredictTime(total >= 0),
+		progressbar.OptionShowDescriptionAtLineEnd(),
+		progressbar.OptionSpinnerType(14),
+	)
+}
+
+// status is what a progress report shows.
+type status struct {
+	done, total int // total is -1 when unknown
+	rate        float64
+	eta         time.Duration
+	final       bool
+	retries     int
+	rateLimited int
+	failed      int
+}
+
+// newStatus reads pr, estimating the total from the share of the input
+// read: the records read so far divided by that share. The input is read
+// as records are sent, so the estimate firms up as the run goes, and is
+// exact once the input was read to its end.
+func newStatus(pr upsert.Progress, input func() (int, float64)) status {
+	st := status{
+		done: pr.Done, total: -1, rate: pr.Rate, final: pr.Final,
+		retries: pr.Stats.Retries, rateLimited: pr.Stats.ErrorsByClass[upsert.ClassRateLimited], failed: pr.Stats.Failed,
+	}
+	if input != nil {
+		if read, consumed := input(); consumed > 0 {
+			st.total = max(pr.Done, int(float64(read)/consumed+0.5))
 		}
-		fmt.Fprintf(&b, "[%s%s%s] %d%% %d/%d", strings.Repeat("=", full), head,
-			strings.Repeat(" ", max(0, barWidth-full-len(head))), int(100*frac), pr.Done, pr.Total)
+	}
+	if st.total >= 0 && st.rate > 0 && !st.final {
+		st.eta = time.Duration(float64(st.total-st.done) / st.rate * float64(time.Second))
+	}
+	return st
+}
+
+// line formats st as
+//
+//	45% 450000/1000000 12.3k rec/s ETA 44s retries 12 429s 3
+//
+// leaving out the percentage and total when unknown, the ETA when unknown
+// or final, and the failures when there are none.
+func (st status) line() string {
+	var b strings.Builder
+	if st.total > 0 {
+		fmt.Fprintf(&b, "%d%% %d/%d", int(100*min(1, float64(st.done)/float64(st.total))), st.done, st.total)
 	} else {
-		fmt.Fprintf(&b, "%d done", pr.Done)
+		fmt.Fprintf(&b, "%d done", st.done)
 	}
-	fmt.Fprintf(&b, " %s rec/s", si(pr.Rate))
-	if pr.ETA > 0 && !pr.Final {
-		fmt.Fprintf(&b, " ETA %v", max(time.Second, pr.ETA.Round(time.Second)))
+	fmt.Fprintf(&b, " %s rec/s", si(st.rate))
+	if st.eta > 0 && !st.final {
+		fmt.Fprintf(&b, " ETA %v", max(time.Second, st.eta.Round(time.Second)))
 	}
-	fmt.Fprintf(&b, " retries %d 429s %d", pr.Stats.Retries, pr.Stats.ErrorsByClass[upsert.ClassRateLimited])
-	if pr.Stats.Failed > 0 {
-		fmt.Fprintf(&b, " failed %d", pr.Stats.Failed)
-	}
+	b.WriteString(" " + st.counts())
 	return b.String()
+}
+
+// counts formats the retries and failures: "retries 12 429s 3 failed 1".
+func (st status) counts() string {
+	s := fmt.Sprintf("retries %d 429s %d", st.retries, st.rateLimited)
+	if st.failed > 0 {
+		s += fmt.Sprintf(" failed %d", st.failed)
+	}
+	return s
 }
 
 // si formats x with about three significant digits and a k or M suffix:

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	grpcstatus "google.golang.org/grpc/status"
+
 	"github.com/upsertlib/upsert"
 	"github.com/upsertlib/upsert/ndjson"
 )
@@ -19,14 +23,26 @@ import (
 // It also counts the failed records, since with a streaming run
 // Result.Failed keeps only the first ones. It is safe for concurrent use.
 type deadLetters struct {
-	path string
-	mask func(string) string // masks the API key in error messages
+	path   string
+	append bool                // keep what the file holds: the run resumes another
+	mask   func(string) string // masks the API key in error messages
+	// resumable: records canceled by the end of the run are not letters,
+	// since the checkpoint makes the next run send them.
+	resumable bool
+	// invalid is told of each record rejected before it was sent, with
+	// the rule it breaks, and returns the message naming the record by
+	// its place in the input.
+	invalid func(f upsert.Failure, rule error) string
 
-	mu      sync.Mutex
-	dl      *ndjson.DeadLetters
-	err     error // creating the file failed
-	byClass map[upsert.Class]int
-	landed  int // failed records that may have landed
+	mu        sync.Mutex
+	dl        *ndjson.DeadLetters
+	err       error // creating the file failed
+	byClass   map[upsert.Class]int
+	landed    int // failed records that may have landed
+	toResume  int // canceled records left to the next run
+	notSent   int // records never read by the run, written after it gave up
+	rejected  map[string]int
+	rejectedN int
 }
 
 // file returns the file, creating it on first use; nil if that failed.
@@ -34,7 +50,11 @@ func (d *deadLetters) file() *ndjson.DeadLetters {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.dl == nil && d.err == nil {
-		d.dl, d.err = ndjson.CreateDeadLetters(d.path)
+		open := ndjson.CreateDeadLetters
+		if d.append {
+			open = ndjson.AppendDeadLetters
+		}
+		d.dl, d.err = open(d.path)
 	}
 	return d.dl
 }
@@ -42,12 +62,64 @@ func (d *deadLetters) file() *ndjson.DeadLetters {
 // Failure writes the dead letter of a record that did not land; it is the
 // upsert.Observer.Failure hook.
 func (d *deadLetters) Failure(f upsert.Failure) {
+	d.count(f)
+	if f.Class == upsert.ClassCanceled && d.resumable {
+		return
+	}
+	if rule := rejectedRule(f); rule != nil && d.invalid != nil {
+		d.mu.Lock()
+		if d.rejected == nil {
+			d.rejected = make(map[string]int)
+		}
+		d.rejected[rule.Error()]++
+		d.mu.Unlock()
+		f.Err = &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New(d.invalid(f, rule))}
+	} else if f.Class == upsert.ClassInvalid && d.invalid != nil {
+		// Refused by the index: named by its line too, with the index's words.
+		why := fmt.Errorf("the index refused it: %s", indexMessage(f.Err))
+		f.Err = &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New(d.invalid(f, why))}
+	}
 	if f.Err != nil {
 		if msg := d.mask(f.Err.Error()); msg != f.Err.Error() {
 			f.Err = errors.New(msg)
 		}
 	}
+	if dl := d.file(); dl != nil {
+		dl.Write(f)
+	}
+}
+
+// rejectedRule returns the rule that a record rejected before sending
+// broke, without the library's "record N (id …)", which names it by its
+// position among the records rather than in the input; nil for any other
+// failure.
+func rejectedRule(f upsert.Failure) error {
+	var ue *upsert.Error
+	if f.Attempts > 0 || f.Class != upsert.ClassInvalid || !errors.As(f.Err, &ue) {
+		return nil
+	}
+	if rule := errors.Unwrap(ue.Err); rule != nil {
+		return rule
+	}
+	return ue.Err
+}
+
+// indexMessage returns what the index said of a failure: the gRPC status's
+// message when there is one, else the error's text.
+func indexMessage(err error) string {
+	var ue *upsert.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		err = ue.Err
+	}
+	if st, ok := grpcstatus.FromError(err); ok && st.Message() != "" {
+		return st.Message()
+	}
+	return err.Error()
+}
+
+func (d *deadLetters) count(f upsert.Failure) {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.byClass == nil {
 		d.byClass = make(map[upsert.Class]int)
 	}
@@ -55,17 +127,20 @@ func (d *deadLetters) Failure(f upsert.Failure) {
 	if f.MayHaveLanded {
 		d.landed++
 	}
+	if f.Class == upsert.ClassCanceled && d.resumable {
+		d.toResume++
+	}
+}
+
+// NotSent writes the dead letter of a record the run never read, after it
+// gave up.
+func (d *deadLetters) NotSent(f upsert.Failure) {
+	d.mu.Lock()
+	d.notSent++
 	d.mu.Unlock()
 	if dl := d.file(); dl != nil {
 		dl.Write(f)
 	}
-}
-
-// failed returns the failed records by class, and how many may have landed.
-func (d *deadLetters) failed() (byClass map[upsert.Class]int, mayHaveLanded int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return maps.Clone(d.byClass), d.landed
 }
 
 // Bad writes the dead letter of an input line that is not a record.
@@ -89,85 +164,233 @@ func (d *deadLetters) Close() (int, error) {
 	return d.dl.Count(), d.dl.Close()
 }
 
-// report is what a run did, for the final report on stdout.
-type report struct {
-	read, bad int // records read and bad lines
-	res       upsert.Result
-	elapsed   time.Duration // the whole run's
+// maxCauseChars bounds an error message in the report.
+const maxCauseChars = 200
 
-	failedByClass map[upsert.Class]int
-	mayHaveLanded int // failed records that may have landed
+// causesShown is how many messages the report gives per class.
+const causesShown = 3
 
-	embedded bool // the target is the embedded index, which holds stored
-	stored   int
-
-	deadLetterPath string
-	deadLetters    int
-	deadLetterErr  error
+// causes counts the error messages of failed requests, by class, for the
+// report: the counts by code say how often, the messages say why.
+type causes struct {
+	mask func(string) string
+	mu   sync.Mutex
+	n    map[upsert.Class]map[string]int
 }
 
-// write writes the report as an aligned table, then what the embedded index
-// holds and where the dead letters are.
-func (r report) write(w io.Writer) {
-	s := r.res.Stats
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(name, format string, args ...any) {
-		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, args...)...)
+// requestDone is the upsert.Observer.RequestDone hook.
+func (c *causes) requestDone(e upsert.RequestEvent) {
+	if e.Err == nil {
+		return
 	}
-	row("records read", "%d", r.read)
-	row("bad lines", "%d", r.bad)
-	row("upserted", "%d", r.res.Upserted)
-	row("failed", "%d%s", s.Failed, byClass(s.Failed, r.failedByClass))
-	row("duplicates", "%d", r.res.Duplicates)
-	row("requests", "%d", s.Requests)
-	row("retries", "%d%s", s.Retries, byClass(s.Retries, s.RetriesByClass))
-	row("splits", "%d", s.Splits)
-	row("errors by code", "%s", byCode(s.ErrorsByCode))
-	row("latency p50/p95/p99", "%v / %v / %v", round(s.Latency.P50), round(s.Latency.P95), round(s.Latency.P99))
-	row("batch size mean", "%.1f", s.BatchSizes.Mean)
-	row("elapsed", "%v (upserting %v)", round(r.elapsed), round(s.Elapsed))
-	throughput := 0.0
-	if s.Elapsed > 0 {
-		throughput = float64(r.res.Upserted) / s.Elapsed.Seconds()
+	msg := e.Err.Class.String()
+	if e.Err.Err != nil {
+		msg = indexMessage(e.Err.Err)
 	}
-	row("throughput", "%s rec/s", si(throughput))
-	tw.Flush()
+	if len(msg) > maxCauseChars {
+		msg = msg[:maxCauseChars] + "…"
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = make(map[upsert.Class]map[string]int)
+	}
+	if c.n[e.Err.Class] == nil {
+		c.n[e.Err.Class] = make(map[string]int)
+	}
+	c.n[e.Err.Class][c.mask(msg)]++
+}
 
-	switch {
-	case !r.embedded:
-	case r.stored == r.res.Upserted:
-		fmt.Fprintf(w, "embedded index: holds %d records, as many as upserted\n", r.stored)
-	case r.storedAsExpected():
-		fmt.Fprintf(w, "embedded index: holds %d records, %d more than upserted: failed records that may have landed did\n", r.stored, r.stored-r.res.Upserted)
-	default:
-		fmt.Fprintf(w, "embedded index: holds %d records but %d were upserted: MISMATCH\n", r.stored, r.res.Upserted)
+// cause is an error message and how many times it came, in the report.
+type cause struct {
+	Class   string `json:"class"`
+	Count   int    `json:"count"`
+	Message string `json:"message"`
+	// Host is the index that answered it; "" for records rejected before
+	// they were sent.
+	Host string `json:"host"`
+}
+
+// top returns the most frequent messages of each class, in class order,
+// those of requests that host answered, then those of records rejected
+// before sending.
+func (c *causes) top(host string, rejected map[string]int) []cause {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []cause
+	add := func(class upsert.Class, msgs map[string]int, host string) {
+		keys := slices.SortedFunc(maps.Keys(msgs), func(a, b string) int {
+			return cmp.Or(msgs[b]-msgs[a], strings.Compare(a, b))
+		})
+		for _, m := range keys[:min(len(keys), causesShown)] {
+			out = append(out, cause{Class: class.String(), Count: msgs[m], Message: m, Host: host})
+		}
 	}
-	switch {
-	case r.deadLetterErr != nil:
-		fmt.Fprintf(w, "dead letters: %d, but writing %s failed: %v\n", r.deadLetters, r.deadLetterPath, r.deadLetterErr)
-	case r.deadLetters > 0:
-		fmt.Fprintf(w, "dead letters: %d in %s\n", r.deadLetters, r.deadLetterPath)
+	for _, cl := range upsert.Classes() {
+		add(cl, c.n[cl], host)
 	}
+	add(upsert.ClassInvalid, rejected, "")
+	return out
+}
+
+// summary is the final report: the human one is written from it, and
+// --json writes it as is.
+type summary struct {
+	Input     string `json:"input"`
+	Format    string `json:"format"`
+	Host      string `json:"host"`
+	Namespace string `json:"namespace"`
+
+	RecordsRead int `json:"records_read"`
+	BadLines    int `json:"bad_lines"`
+	// Skipped are the records at the start of the input that the
+	// checkpoint says an earlier run settled (counted in RecordsRead).
+	Skipped        int            `json:"skipped"`
+	Upserted       int            `json:"upserted"`
+	Failed         int            `json:"failed"`
+	FailedByClass  map[string]int `json:"failed_by_class"`
+	MayHaveLanded  int            `json:"may_have_landed"`
+	LeftToResume   int            `json:"left_to_resume"`
+	NotSent        int            `json:"not_sent"`
+	Duplicates     int            `json:"duplicates"`
+	Requests       int            `json:"requests"`
+	Retries        int            `json:"retries"`
+	RetriesByClass map[string]int `json:"retries_by_class"`
+	Splits         int            `json:"splits"`
+	ErrorsByCode   map[string]int `json:"errors_by_code"`
+	Causes         []cause        `json:"causes"`
+
+	LatencySeconds   latency `json:"latency_seconds"`
+	BatchSizeMean    float64 `json:"batch_size_mean"`
+	ElapsedSeconds   float64 `json:"elapsed_seconds"`
+	UpsertingSeconds float64 `json:"upserting_seconds"`
+	RecordsPerSecond float64 `json:"records_per_second"`
+
+	// Embedded is what the embedded index holds; nil for a real index.
+	Embedded *embedded `json:"embedded_index,omitempty"`
+
+	DeadLetters deadLetterSummary `json:"dead_letters"`
+	// Interrupted: the run was stopped by a signal; GaveUp: by
+	// --max-failure-seconds; Stopped: by a failure no retry can fix (a
+	// denied key), with the rest of the input not read.
+	Interrupted bool `json:"interrupted"`
+	GaveUp      bool `json:"gave_up"`
+	Stopped     bool `json:"stopped"`
+	ExitStatus  int  `json:"exit_status"`
+}
+
+type latency struct {
+	P50 float64 `json:"p50"`
+	P95 float64 `json:"p95"`
+	P99 float64 `json:"p99"`
+}
+
+type embedded struct {
+	Stored     int  `json:"stored"`
+	AsExpected bool `json:"as_expected"`
+}
+
+type deadLetterSummary struct {
+	Path  string `json:"path"`
+	Count int    `json:"count"`
+	Error string `json:"error,omitempty"`
+}
+
+// classNames turns counts by class into counts by class name.
+func classNames(m map[upsert.Class]int) map[string]int {
+	out := make(map[string]int, len(m))
+	for c, n := range m {
+		out[c.String()] = n
+	}
+	return out
 }
 
 // storedAsExpected reports whether the embedded index holds every record
 // upserted, and no more than the failed records that may have landed
-// explain; true for a real index, which is not checked.
-func (r report) storedAsExpected() bool {
-	return !r.embedded || (r.stored >= r.res.Upserted && r.stored-r.res.Upserted <= r.mayHaveLanded)
+// explain.
+func storedAsExpected(stored, upserted, mayHaveLanded int) bool {
+	return stored >= upserted && stored-upserted <= mayHaveLanded
 }
 
-// byClass formats counts by class, in class order, as " (rate-limited 3,
-// server 1)"; "" when total is 0.
-func byClass(total int, m map[upsert.Class]int) string {
-	if total == 0 {
-		return ""
+// writeJSON writes s as one JSON object on a line.
+func (s *summary) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(s)
+}
+
+// write writes s as an aligned table, then what the embedded index holds
+// and where the dead letters are.
+func (s *summary) write(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(name, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, args...)...)
 	}
+	row("records read", "%d", s.RecordsRead)
+	if s.Skipped > 0 {
+		row("skipped", "%d (settled by an earlier run: --checkpoint)", s.Skipped)
+	}
+	row("bad lines", "%d", s.BadLines)
+	row("upserted", "%d", s.Upserted)
+	row("failed", "%d%s", s.Failed, byClass(s.FailedByClass))
+	if s.LeftToResume > 0 {
+		row("left to resume", "%d (canceled; not dead letters: run again with the same --checkpoint)", s.LeftToResume)
+	}
+	if s.NotSent > 0 {
+		row("not sent", "%d (read after giving up, into the dead-letter file)", s.NotSent)
+	}
+	row("duplicates", "%d", s.Duplicates)
+	row("requests", "%d", s.Requests)
+	row("retries", "%d%s", s.Retries, byClass(s.RetriesByClass))
+	row("splits", "%d", s.Splits)
+	row("errors by code", "%s", byCode(s.ErrorsByCode))
+	if len(s.Causes) > 0 {
+		row("causes", "from %s", s.Host)
+		for _, c := range s.Causes {
+			where := ""
+			if c.Host == "" {
+				where = "before sending: "
+			}
+			row(fmt.Sprintf("  %s ×%d", c.Class, c.Count), "%s%s", where, c.Message)
+		}
+	}
+	row("latency p50/p95/p99", "%v / %v / %v", round(seconds(s.LatencySeconds.P50)), round(seconds(s.LatencySeconds.P95)), round(seconds(s.LatencySeconds.P99)))
+	row("batch size mean", "%.1f", s.BatchSizeMean)
+	row("elapsed", "%v (upserting %v)", round(seconds(s.ElapsedSeconds)), round(seconds(s.UpsertingSeconds)))
+	row("throughput", "%s rec/s", si(s.RecordsPerSecond))
+	tw.Flush()
+
+	if e := s.Embedded; e != nil {
+		switch {
+		case e.Stored == s.Upserted:
+			fmt.Fprintf(w, "embedded index: holds %d records, as many as upserted\n", e.Stored)
+		case e.AsExpected:
+			fmt.Fprintf(w, "embedded index: holds %d records, %d more than upserted: failed records that may have landed did\n", e.Stored, e.Stored-s.Upserted)
+		default:
+			fmt.Fprintf(w, "embedded index: holds %d records but %d were upserted: MISMATCH\n", e.Stored, s.Upserted)
+		}
+	}
+	switch d := s.DeadLetters; {
+	case d.Error != "":
+		fmt.Fprintf(w, "dead letters: %d, but writing %s failed: %s\n", d.Count, d.Path, d.Error)
+	case d.Count > 0:
+		fmt.Fprintf(w, "dead letters: %d in %s\n", d.Count, d.Path)
+	}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// byClass formats counts by class name, in class order, as " (rate-limited
+// 3, server 1)"; "" when there are none.
+func byClass(m map[string]int) string {
 	var parts []string
 	for _, c := range upsert.Classes() {
-		if m[c] > 0 {
-			parts = append(parts, fmt.Sprintf("%v %d", c, m[c]))
+		if n := m[c.String()]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%v %d", c, n))
 		}
+	}
+	if len(parts) == 0 {
+		return ""
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
 }

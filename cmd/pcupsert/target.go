@@ -20,8 +20,9 @@ import (
 
 // target is the index the records go to.
 type target struct {
-	idx *pinecone.IndexConnection
-	srv *upserttest.Server // the embedded index, or nil for a real one
+	idx  *pinecone.IndexConnection
+	host string
+	srv  *upserttest.Server // the embedded index, or nil for a real one
 }
 
 // describeTimeout bounds the lookup of an index's host by name.
@@ -36,8 +37,8 @@ func openTarget(ctx context.Context, o options, key string, con io.Writer) (*tar
 		return nil, usagef("--host and --index need the API key in PINECONE_API_KEY")
 	case !remote:
 		return openEmbedded(o, con)
-	case o.fault != "" || o.rate != 0:
-		return nil, usagef("--fault and --rate apply to the embedded index only, not with --host or --index")
+	case o.fault != "" || o.rate != 0 || o.dimension != 0:
+		return nil, usagef("--fault, --rate and --dimension apply to the embedded index only, not with --host or --index")
 	}
 	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: key, SourceTag: "pcupsert"})
 	if err != nil {
@@ -62,7 +63,7 @@ func openTarget(ctx context.Context, o options, key string, con io.Writer) (*tar
 		return nil, err
 	}
 	fmt.Fprintf(con, "pcupsert: writing to %s, namespace %q\n", host, idx.Namespace())
-	return &target{idx: idx}, nil
+	return &target{idx: idx, host: host}, nil
 }
 
 // openEmbedded starts the embedded loopback index with the options' faults
@@ -77,14 +78,17 @@ func openEmbedded(o options, con io.Writer) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := upserttest.NewServer(upserttest.WithFaults(faults), upserttest.WithRate(o.rate, 0))
+	// Without --dimension, the index takes the dimension of the first
+	// record stored, which is the first valid one: the library rejects
+	// the records that do not share it before sending them.
+	srv := upserttest.NewServer(upserttest.WithFaults(faults), upserttest.WithRate(o.rate, 0), upserttest.WithDimension(o.dimension))
 	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: o.namespace}, upsert.PushbackDialOption())
 	if err != nil {
 		srv.Close()
 		return nil, err
 	}
 	fmt.Fprintf(con, "pcupsert: no PINECONE_API_KEY/--host: writing to an embedded loopback index at %s\n", srv.Host())
-	return &target{idx: idx, srv: srv}, nil
+	return &target{idx: idx, host: srv.Host(), srv: srv}, nil
 }
 
 // Close closes the connection and stops the embedded index.

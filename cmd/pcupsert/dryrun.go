@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+
+	"github.com/upsertlib/upsert"
+)
+
+// dryRunReport is what a dry run found, for the human and the JSON
+// report.
+type dryRunReport struct {
+	DryRun      bool   `json:"dry_run"`
+	Input       string `json:"input"`
+	Format      string `json:"format"`
+	RecordsRead int    `json:"records_read"`
+	BadLines    int    `json:"bad_lines"`
+	Invalid     int    `json:"invalid"`
+	Duplicates  int    `json:"duplicates"`
+	// Records and Batches are what would be sent, by namespace: batches
+	// of BatchSize records at most (and 2 MB).
+	Records    int            `json:"records"`
+	Batches    int            `json:"batches"`
+	BatchSize  int            `json:"batch_size"`
+	Namespaces map[string]int `json:"namespaces"`
+	ExitStatus int            `json:"exit_status"`
+}
+
+// dryRun checks the input as a run would, with the library's own rules
+// and batching, but hands the batches to a function that counts them
+// instead of sending them: nothing reaches an index, and none is opened.
+// Batches are counted at --batch-size, or at the largest size (1000) when
+// it is adaptive: a real run starts at 100 and grows while the index
+// keeps up, so it sends at least as many.
+func dryRun(ctx context.Context, o options, in *input, onInvalid func(upsert.Failure)) (dryRunReport, error) {
+	rep := dryRunReport{DryRun: true, BatchSize: o.batchSize, Namespaces: map[string]int{}}
+	if rep.BatchSize == 0 {
+		rep.BatchSize = upsert.MaxBatchSize
+	}
+	namespace := o.namespace
+	if namespace == "" {
+		namespace = "__default__" // what the SDK sends for it
+	}
+	var mu sync.Mutex
+	count := func(_ context.Context, _ string, batch []*pinecone.Vector) error {
+		mu.Lock()
+		defer mu.Unlock()
+		rep.Batches++
+		rep.Records += len(batch)
+		rep.Namespaces[namespace] += len(batch)
+		return nil
+	}
+	opts := []upsert.Option{upsert.WithUpsertFunc(count), upsert.WithBatchSize(rep.BatchSize),
+		upsert.WithObserver(upsert.Observer{Failure: onInvalid})}
+	if o.dimension > 0 {
+		opts = append(opts, upsert.WithDimension(o.dimension))
+	}
+	res, err := upsert.Stream(ctx, in.records(ctx), opts...)
+	if in.err != nil {
+		return rep, in.err
+	}
+	if err != nil && ctx.Err() != nil {
+		return rep, ctx.Err()
+	}
+	rep.RecordsRead, rep.BadLines = in.read, in.bad
+	rep.Invalid, rep.Duplicates = res.Stats.Failed, res.Duplicates
+	return rep, nil
+}
+
+// write writes the dry run's findings.
+func (r dryRunReport) write(w io.Writer) {
+	fmt.Fprintf(w, "dry run: nothing was sent\n")
+	fmt.Fprintf(w, "records read   %d\n", r.RecordsRead)
+	fmt.Fprintf(w, "bad lines      %d\n", r.BadLines)
+	fmt.Fprintf(w, "invalid        %d\n", r.Invalid)
+	fmt.Fprintf(w, "duplicates     %d\n", r.Duplicates)
+	fmt.Fprintf(w, "would send     %d records in %d batches of up to %d\n", r.Records, r.Batches, r.BatchSize)
+	for _, ns := range slices.Sorted(maps.Keys(r.Namespaces)) {
+		fmt.Fprintf(w, "  namespace %q: %d records\n", ns, r.Namespaces[ns])
+	}
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/upsertlib/upsert"
+)
+
+// errGaveUp is the cause of a run given up by --max-failure-seconds.
+type errGaveUp struct{ limit time.Duration }
+
+func (e errGaveUp) Error() string {
+	return fmt.Sprintf("gave up: no record landed for %v (--max-failure-seconds)", e.limit)
+}
+
+// watchdog gives a run up when records wait and none has landed for limit:
+// an index that accepts nothing is not waited on forever, whatever the
+// retries and the circuit breaker would still try. A run whose records
+// all settled is not waiting, so a slow input never trips it.
+type watchdog struct {
+	limit time.Duration
+
+	mu      sync.Mutex
+	waiting int       // records read and not settled
+	since   time.Time // the last landing, or when records began to wait
+}
+
+// watch returns a context that ends with ctx, or with errGaveUp when w
+// gives up; stop ends the watch.
+func (w *watchdog) watch(ctx context.Context) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(min(w.limit/4, time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				if w.idle(now) {
+					cancel(errGaveUp{w.limit})
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		<-stopped
+		cancel(nil)
+	}
+}
+
+// idle reports whether records have waited for limit without any landing.
+func (w *watchdog) idle(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waiting > 0 && now.Sub(w.since) >= w.limit
+}
+
+// read counts a record read.
+func (w *watchdog) read() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiting == 0 {
+		w.since = time.Now()
+	}
+	w.waiting++
+}
+
+// observer counts records that land or fail.
+func (w *watchdog) observer() upsert.Observer {
+	return upsert.Observer{
+		RequestDone: func(e upsert.RequestEvent) {
+			if e.Err != nil {
+				return
+			}
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.waiting -= e.Records
+			w.since = time.Now()
+		},
+		Failure: func(upsert.Failure) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.waiting--
+		},
+	}
+}

@@ -1,0 +1,239 @@
+// Package upsertotel traces and measures [upsert] runs with OpenTelemetry.
+// The upsert package itself never imports OpenTelemetry; this package
+// turns its [upsert.Observer] into spans and metric instruments:
+//
+//	tel, err := upsertotel.New(upsertotel.WithServerAddress(host))
+//	if err != nil { ... }
+//	res, err := upsert.All(ctx, records, upsert.WithIndex(idx), upsert.WithObserver(tel.Observer()))
+//
+// By default the spans go to the global TracerProvider and the metrics to
+// the global MeterProvider (otel.GetTracerProvider, otel.GetMeterProvider);
+// [WithTracerProvider] and [WithMeterProvider] choose others. One
+// Telemetry serves any number of runs, concurrent ones included.
+//
+// # Spans
+//
+// A run of [upsert.All], [upsert.Stream] or [upsert.Records] is a span
+// named after the call ("upsert.All", ...), of kind internal, started from
+// the caller's context: it nests under the service's own span. Each
+// upsert request is a span of kind client, child of the run's, named after
+// the operation and the namespace ("upsert docs"), and the request is sent
+// with that span's context, so that the span of an otelgrpc-instrumented
+// connection nests under it. A batch resent after a backoff, and one split
+// in halves, is an event of the run's span, "upsert.retry" or
+// "upsert.split".
+//
+// A [upsert.Writer] gets no run span: it may live for days, and one trace
+// would hold every request it ever sent. Its request spans descend from the
+// context given to [upsert.NewWriter] (the roots of their own traces when
+// it holds no span).
+//
+// # Attributes
+//
+// From OpenTelemetry's semantic conventions (database client spans and
+// metrics, v1.43.0):
+//
+//   - db.system.name: "pinecone" (no registered value exists; the
+//     conventions allow a custom one).
+//   - db.operation.name: "upsert" for vectors (gRPC Upsert), "upsert_records"
+//     for integrated records (REST).
+//   - db.namespace: the Pinecone namespace of the request, left out when
+//     empty.
+//   - server.address, server.port: the index host given to
+//     [WithServerAddress]; left out without it.
+//   - error.type: the [upsert.Class] of a failed request ("rate-limited",
+//     "timeout", ...): low-cardinality, and what the library did about it.
+//   - db.response.status_code: the HTTP status ("429") or the gRPC code
+//     ("RESOURCE_EXHAUSTED") the index answered, when it answered one.
+//   - rpc.response.status_code (gRPC) or http.response.status_code (REST):
+//     the same code, under the transport's own convention.
+//
+// db.operation.batch.size is not set: the conventions say that a call is
+// not a batch because one operation takes many operands (rows, documents,
+// points), and an upsert of many vectors is one operation. The library's
+// own attributes carry that and the rest, under the "upsert." prefix:
+//
+//   - upsert.request.records, upsert.request.bytes, upsert.attempt on request
+//     spans (attempt counts from 1, the halves of a split continuing it);
+//   - on the run span's events: upsert.request.records and upsert.attempt
+//     of the failed request, error.type, and upsert.retry.wait (seconds) for
+//     a retry;
+//   - on the run span, when it ends: upsert.run.records, upsert.run.upserted,
+//     upsert.run.failed, upsert.run.duplicates, upsert.run.requests,
+//     upsert.run.retries and upsert.run.splits, the figures of
+//     [upsert.Stats].
+//
+// A failed request's span and a run that returned an error have status
+// Error with the error's message. Vector values, metadata and the API key
+// never appear.
+//
+// # Metrics
+//
+//   - db.client.operation.duration (histogram, s): each request's round trip
+//     ([upsert.RequestEvent].Latency), with db.system.name,
+//     db.operation.name, db.namespace, server.address and port, and, when it
+//     failed, error.type and db.response.status_code. Its count is the
+//     number of requests ([upsert.Stats].Requests), by outcome.
+//   - upsert.records.upserted (counter, {record}): records the index
+//     confirmed ([upsert.Stats].Upserted), with db.operation.name and
+//     db.namespace.
+//   - upsert.records.failed (counter, {record}): records that did not land,
+//     by error.type, the class of their final failure ([upsert.Stats].Failed;
+//     a failure carries no namespace).
+//   - upsert.retries (counter, {retry}): failed batches sent again, by
+//     error.type and upsert.retry.kind: "backoff" when resent whole after a
+//     wait (the sum is [upsert.Stats].Retries, by class RetriesByClass),
+//     "split" when split in halves ([upsert.Stats].Splits).
+//   - upsert.limiter.rate ({record}/s), upsert.limiter.concurrency
+//     ({request}) and upsert.limiter.batch_size ({record}) (gauges): the
+//     [upsert.LimiterState] of each running call's namespace, by
+//     db.operation.name and db.namespace, read when the metrics are
+//     collected. The rate is left out while it is unlimited (before the
+//     index first answered 429).
+package upsertotel
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/upsertlib/upsert"
+)
+
+// ScopeName is the instrumentation scope of the tracer and the meter.
+const ScopeName = "github.com/upsertlib/upsert/upsertotel"
+
+// SystemName is the value of db.system.name.
+const SystemName = "pinecone"
+
+// Option configures [New].
+type Option func(*config)
+
+type config struct {
+	tp    trace.TracerProvider
+	mp    metric.MeterProvider
+	attrs []attribute.KeyValue // server.address and server.port
+	err   error
+}
+
+// WithTracerProvider sends the spans to tp instead of the global
+// TracerProvider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tp = tp }
+}
+
+// WithMeterProvider sends the metrics to mp instead of the global
+// MeterProvider.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.mp = mp }
+}
+
+// WithServerAddress sets server.address and server.port from the index's
+// host, as given to pinecone.NewIndexConnParams ("https://NAME.svc.pinecone.io",
+// or a host and port without a scheme). The index connection does not tell
+// its host, so without this option the attributes are left out. New
+// returns an error for a host it cannot read.
+func WithServerAddress(host string) Option {
+	return func(c *config) {
+		s := host
+		if !strings.Contains(s, "://") {
+			s = "https://" + s
+		}
+		u, err := url.Parse(s)
+		if err != nil || u.Hostname() == "" {
+			c.err = fmt.Errorf("upsertotel: WithServerAddress(%q): want an index host such as https://NAME.svc.REGION.pinecone.io", host)
+			return
+		}
+		c.attrs = []attribute.KeyValue{semconv.ServerAddress(u.Hostname())}
+		port := u.Port()
+		if port == "" && u.Scheme == "https" {
+			port = "443"
+		}
+		if p, err := strconv.Atoi(port); err == nil {
+			c.attrs = append(c.attrs, semconv.ServerPort(p))
+		}
+	}
+}
+
+// Telemetry turns the events of upsert runs into spans and metrics. Pass
+// [Telemetry.Observer] to [upsert.WithObserver]. It is safe for concurrent
+// use.
+type Telemetry struct {
+	tracer trace.Tracer
+	server []attribute.KeyValue // server.address and server.port, if known
+	instruments
+
+	mu   sync.Mutex
+	runs map[*runState]struct{} // running calls, for the limiter gauges
+}
+
+// New returns a Telemetry with its instruments created from the meter of
+// the MeterProvider. It returns the error of an option or of the
+// MeterProvider.
+func New(opts ...Option) (*Telemetry, error) {
+	cfg := config{tp: otel.GetTracerProvider(), mp: otel.GetMeterProvider()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	t := &Telemetry{
+		tracer: cfg.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		server: cfg.attrs,
+		runs:   make(map[*runState]struct{}),
+	}
+	meter := cfg.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	if err := t.instruments.init(meter, t.observeLimiters); err != nil {
+		return nil, fmt.Errorf("upsertotel: %w", err)
+	}
+	return t, nil
+}
+
+// Observer returns the observer that feeds t, for [upsert.WithObserver].
+// The same observer may be given to any number of runs.
+func (t *Telemetry) Observer() upsert.Observer {
+	return upsert.Observer{
+		StartRun:     t.startRun,
+		StartRequest: t.startRequest,
+		RequestDone:  t.requestDone,
+		Retry:        t.retry,
+		Failure:      t.failure,
+		RunDone:      t.runDone,
+	}
+}
+
+// grpcCodeNames are the canonical names of the gRPC status codes, as
+// rpc.response.status_code spells them (codes.Code's String is CamelCase).
+var grpcCodeNames = [...]string{
+	"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+	"ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+	"ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+	"UNAUTHENTICATED",
+}
+
+// errorAttrs returns the attributes of a failed request, in this order:
+// error.type, then the code the index answered, if any, under the
+// database's convention and under the transport's.
+func errorAttrs(e *upsert.Error) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{semconv.ErrorTypeKey.String(e.Class.String())}
+	switch c := int(e.GRPCCode); {
+	case e.StatusCode != 0:
+		attrs = append(attrs,
+			semconv.DBResponseStatusCode(strconv.Itoa(e.StatusCode)),
+			semconv.HTTPResponseStatusCode(e.StatusCode))
+	case c > 0 && c < len(grpcCodeNames):
+		attrs = append(attrs,
+			semconv.DBResponseStatusCode(grpcCodeNames[c]),
+			semconv.RPCResponseStatusCode(grpcCodeNames[c]))
+	}
+	return attrs
+}

@@ -1,0 +1,338 @@
+package upsertotel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/upsertotel"
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+const namespace = "docs"
+
+// telemetry is an upsertotel.Telemetry recording to the SDK's in-memory
+// exporters.
+type telemetry struct {
+	*upsertotel.Telemetry
+	tp     *sdktrace.TracerProvider
+	spans  *tracetest.InMemoryExporter
+	reader *sdkmetric.ManualReader
+}
+
+func newTelemetry(t *testing.T, opts ...upsertotel.Option) *telemetry {
+	t.Helper()
+	tel := &telemetry{spans: tracetest.NewInMemoryExporter(), reader: sdkmetric.NewManualReader()}
+	tel.tp = sdktrace.NewTracerProvider(sdktrace.WithSyncer(tel.spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(tel.reader))
+	var err error
+	tel.Telemetry, err = upsertotel.New(append([]upsertotel.Option{
+		upsertotel.WithTracerProvider(tel.tp), upsertotel.WithMeterProvider(mp),
+	}, opts...)...)
+	require.NoError(t, err)
+	return tel
+}
+
+// metrics collects the metrics, by name.
+func (tel *telemetry) metrics(t *testing.T) map[string]metricdata.Aggregation {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, tel.reader.Collect(context.Background(), &rm))
+	out := make(map[string]metricdata.Aggregation)
+	for _, sm := range rm.ScopeMetrics {
+		assert.Equal(t, upsertotel.ScopeName, sm.Scope.Name)
+		for _, m := range sm.Metrics {
+			out[m.Name] = m.Data
+		}
+	}
+	return out
+}
+
+// sums adds up the points of a counter by the value of key ("" for all).
+func sums(t *testing.T, data metricdata.Aggregation, key attribute.Key) map[string]int {
+	t.Helper()
+	sum, ok := data.(metricdata.Sum[int64])
+	require.True(t, ok, "a counter: %T", data)
+	out := make(map[string]int)
+	for _, p := range sum.DataPoints {
+		v, _ := p.Attributes.Value(key)
+		out[v.Emit()] += int(p.Value)
+	}
+	return out
+}
+
+// spanRecorder is a gRPC interceptor that keeps the span of each call's
+// context, as otelgrpc would start its own span from it.
+type spanRecorder struct {
+	mu    sync.Mutex
+	spans []trace.SpanContext
+}
+
+func (r *spanRecorder) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if !strings.HasSuffix(method, "/Upsert") {
+		// The run also asks DescribeIndexStats, from the run's context.
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	r.mu.Lock()
+	r.spans = append(r.spans, trace.SpanContextFromContext(ctx))
+	r.mu.Unlock()
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func connect(t *testing.T, srv *upserttest.Server, opts ...grpc.DialOption) *pinecone.IndexConnection {
+	t.Helper()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: namespace}, append(opts, upsert.PushbackDialOption())...)
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+	return idx
+}
+
+func records(n, dim int) []*pinecone.Vector {
+	vs := make([]*pinecone.Vector, n)
+	for i := range vs {
+		vals := make([]float32, dim)
+		for j := range vals {
+			vals[j] = float32(i*dim+j+1) / 7
+		}
+		vs[i] = &pinecone.Vector{Id: fmt.Sprintf("v%d", i), Values: &vals}
+	}
+	return vs
+}
+
+// retryThenSplit answers the first request 429 and lets the second outlast
+// the client's timeout (its records land), so that a batch is retried and
+// then split.
+func retryThenSplit(r upserttest.Request) upserttest.Fault {
+	switch r.Seq {
+	case 1:
+		return upserttest.Fault{Code: codes.ResourceExhausted}
+	case 2:
+		return upserttest.Fault{Delay: 300 * time.Millisecond}
+	}
+	return upserttest.Fault{}
+}
+
+func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
+	m := make(map[attribute.Key]attribute.Value, len(kvs))
+	for _, kv := range kvs {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+func TestSpansNestUnderTheCallerAndCountWhatStatsCount(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithDimension(4), upserttest.WithFaults(retryThenSplit))
+	defer srv.Close()
+	var grpcSpans spanRecorder
+	idx := connect(t, srv, grpc.WithUnaryInterceptor(grpcSpans.intercept))
+	tel := newTelemetry(t, upsertotel.WithServerAddress(srv.Host()))
+
+	ctx, service := tel.tp.Tracer("service").Start(context.Background(), "ingest")
+	recs := records(9, 4)
+	*recs[8].Values = (*recs[8].Values)[:3] // the wrong dimension: fails before sending
+	res, err := upsert.All(ctx, recs, upsert.WithIndex(idx), upsert.WithObserver(tel.Observer()),
+		upsert.WithBatchSize(8), upsert.WithConcurrency(1),
+		upsert.WithRequestTimeout(100*time.Millisecond), upsert.WithBackoff(time.Millisecond, time.Millisecond))
+	service.End()
+	require.ErrorIs(t, err, upsert.ErrInvalid)
+	s := res.Stats
+	require.Equal(t, 8, s.Upserted)
+	require.Equal(t, 1, s.Retries)
+	require.Equal(t, 1, s.Splits)
+	require.Equal(t, 4, s.Requests, "the first, its retry, and two halves")
+
+	var run tracetest.SpanStub
+	var requests []tracetest.SpanStub
+	for _, sp := range tel.spans.GetSpans() {
+		switch sp.Name {
+		case "upsert.All":
+			run = sp
+		case "upsert " + namespace:
+			requests = append(requests, sp)
+		}
+	}
+	require.True(t, run.SpanContext.IsValid(), "a run span")
+	assert.Equal(t, service.SpanContext().SpanID(), run.Parent.SpanID(), "the run nests under the caller's span")
+	assert.Equal(t, trace.SpanKindInternal, run.SpanKind)
+	ra := attrs(run.Attributes)
+	for key, want := range map[attribute.Key]int{
+		"upsert.run.records": 9, "upsert.run.upserted": s.Upserted, "upsert.run.failed": s.Failed,
+		"upsert.run.requests": s.Requests, "upsert.run.retries": s.Retries, "upsert.run.splits": s.Splits,
+	} {
+		assert.Equal(t, int64(want), ra[key].AsInt64(), key)
+	}
+	assert.Equal(t, otelcodes.Error, run.Status.Code, "the run returned an error")
+	var events []string
+	for _, ev := range run.Events {
+		events = append(events, ev.Name+" "+attrs(ev.Attributes)["error.type"].AsString())
+	}
+	assert.Equal(t, []string{"upsert.retry rate-limited", "upsert.split timeout"}, events)
+
+	require.Len(t, requests, s.Requests, "a span per request")
+	var attempts []int64
+	for i, sp := range requests {
+		assert.Equal(t, run.SpanContext.SpanID(), sp.Parent.SpanID(), "request %d nests under the run", i)
+		assert.Equal(t, trace.SpanKindClient, sp.SpanKind)
+		a := attrs(sp.Attributes)
+		assert.Equal(t, "pinecone", a["db.system.name"].AsString())
+		assert.Equal(t, "upsert", a["db.operation.name"].AsString())
+		assert.Equal(t, namespace, a["db.namespace"].AsString())
+		assert.Equal(t, "127.0.0.1", a["server.address"].AsString())
+		assert.Positive(t, a["server.port"].AsInt64())
+		assert.Positive(t, a["upsert.request.bytes"].AsInt64())
+		attempts = append(attempts, a["upsert.attempt"].AsInt64())
+	}
+	assert.Equal(t, []int64{1, 2, 3, 3}, attempts)
+	first := attrs(requests[0].Attributes)
+	assert.Equal(t, int64(8), first["upsert.request.records"].AsInt64())
+	assert.Equal(t, "rate-limited", first["error.type"].AsString())
+	assert.Equal(t, "RESOURCE_EXHAUSTED", first["rpc.response.status_code"].AsString())
+	assert.Equal(t, "RESOURCE_EXHAUSTED", first["db.response.status_code"].AsString())
+	assert.Equal(t, otelcodes.Error, requests[0].Status.Code)
+	assert.Equal(t, "timeout", attrs(requests[1].Attributes)["error.type"].AsString())
+	assert.Equal(t, otelcodes.Unset, requests[2].Status.Code)
+
+	grpcSpans.mu.Lock()
+	require.Len(t, grpcSpans.spans, s.Requests)
+	for i, sc := range grpcSpans.spans {
+		assert.Equal(t, requests[i].SpanContext.SpanID(), sc.SpanID(), "gRPC call %d is made with its request span's context", i)
+	}
+	grpcSpans.mu.Unlock()
+
+	m := tel.metrics(t)
+	hist, ok := m["db.client.operation.duration"].(metricdata.Histogram[float64])
+	require.True(t, ok)
+	byClass := map[string]int{}
+	for _, p := range hist.DataPoints {
+		v, _ := p.Attributes.Value("error.type")
+		byClass[v.AsString()] += int(p.Count)
+		sys, _ := p.Attributes.Value("db.system.name")
+		assert.Equal(t, "pinecone", sys.AsString())
+	}
+	want := map[string]int{"": s.Requests - len(s.ErrorsByClass)}
+	for c, n := range s.ErrorsByClass {
+		want[c.String()] = n
+	}
+	assert.Equal(t, want, byClass, "requests by outcome, as Stats counts them")
+	assert.Equal(t, map[string]int{namespace: s.Upserted}, sums(t, m["upsert.records.upserted"], "db.namespace"))
+	assert.Equal(t, map[string]int{"invalid": s.Failed}, sums(t, m["upsert.records.failed"], "error.type"))
+	retries := map[string]int{}
+	for c, n := range s.RetriesByClass {
+		retries[c.String()+" "+upsertotel.RetryKindBackoff] = n
+	}
+	retries["timeout "+upsertotel.RetryKindSplit] = s.Splits
+	got := map[string]int{}
+	for _, p := range m["upsert.retries"].(metricdata.Sum[int64]).DataPoints {
+		class, _ := p.Attributes.Value("error.type")
+		kind, _ := p.Attributes.Value("upsert.retry.kind")
+		got[class.AsString()+" "+kind.AsString()] += int(p.Value)
+	}
+	assert.Equal(t, retries, got, "retries by class and kind, as Stats counts them")
+}
+
+func TestLimiterGaugesFollowAWriterWhichHasNoRunSpan(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	tel := newTelemetry(t)
+	lim := upsert.NewLimiter()
+	ctx, service := tel.tp.Tracer("service").Start(context.Background(), "consumer")
+	w, err := upsert.NewWriter(ctx, upsert.WithIndex(connect(t, srv)), upsert.WithLimiter(lim), upsert.WithObserver(tel.Observer()))
+	require.NoError(t, err)
+	for _, v := range records(300, 4) {
+		require.NoError(t, w.Add(context.Background(), v))
+	}
+	require.NoError(t, w.Flush(context.Background()))
+
+	st := lim.State(namespace)
+	m := tel.metrics(t)
+	for name, want := range map[string]int64{"upsert.limiter.concurrency": int64(st.Concurrency), "upsert.limiter.batch_size": int64(st.BatchSize)} {
+		g, ok := m[name].(metricdata.Gauge[int64])
+		require.True(t, ok, name)
+		require.Len(t, g.DataPoints, 1, name)
+		assert.Equal(t, want, g.DataPoints[0].Value, name)
+		ns, _ := g.DataPoints[0].Attributes.Value("db.namespace")
+		assert.Equal(t, namespace, ns.AsString())
+	}
+	if _, ok := m["upsert.limiter.rate"]; ok {
+		assert.Empty(t, m["upsert.limiter.rate"].(metricdata.Gauge[float64]).DataPoints, "no rate before the first 429")
+	}
+
+	_, err = w.Close(context.Background())
+	require.NoError(t, err)
+	service.End()
+	spans := tel.spans.GetSpans()
+	require.NotEmpty(t, spans)
+	requests := 0
+	for _, sp := range spans {
+		assert.NotContains(t, sp.Name, "upsert.Writer", "a Writer has no run span")
+		if sp.Name == "upsert "+namespace {
+			requests++
+			assert.Equal(t, service.SpanContext().SpanID(), sp.Parent.SpanID(), "its requests descend from NewWriter's context")
+		}
+	}
+	assert.Positive(t, requests)
+	if g, ok := tel.metrics(t)["upsert.limiter.concurrency"].(metricdata.Gauge[int64]); ok {
+		assert.Empty(t, g.DataPoints, "a closed Writer is no longer observed")
+	}
+}
+
+func TestIntegratedRecordsCarryTheHTTPStatus(t *testing.T) {
+	tel := newTelemetry(t)
+	calls := 0
+	send := func(ctx context.Context, ns string, batch []*pinecone.IntegratedRecord) error {
+		calls++
+		if calls == 1 {
+			return &pinecone.PineconeError{Code: 429, Msg: errors.New("slow down")}
+		}
+		return nil
+	}
+	recs := []*pinecone.IntegratedRecord{{"_id": "a", "text": "hello"}, {"_id": "b", "text": "world"}}
+	res, err := upsert.Records(context.Background(), func(yield func(*pinecone.IntegratedRecord) bool) {
+		for _, r := range recs {
+			if !yield(r) {
+				return
+			}
+		}
+	}, upsert.WithRecordsFunc(send), upsert.WithObserver(tel.Observer()), upsert.WithBackoff(time.Millisecond, time.Millisecond))
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Upserted)
+
+	var names []string
+	var failed tracetest.SpanStub
+	for _, sp := range tel.spans.GetSpans() {
+		names = append(names, sp.Name)
+		if sp.Status.Code == otelcodes.Error {
+			failed = sp
+		}
+	}
+	assert.ElementsMatch(t, []string{"upsert_records", "upsert_records", "upsert.Records"}, names)
+	a := attrs(failed.Attributes)
+	assert.Equal(t, int64(429), a["http.response.status_code"].AsInt64())
+	assert.Equal(t, "429", a["db.response.status_code"].AsString())
+	assert.Equal(t, "upsert_records", a["db.operation.name"].AsString())
+}
+
+func TestNewRefusesAHostItCannotRead(t *testing.T) {
+	_, err := upsertotel.New(upsertotel.WithServerAddress("https://"))
+	assert.ErrorContains(t, err, "WithServerAddress")
+}

@@ -103,6 +103,17 @@ func TestRedisFlushed(t *testing.T) {
 	assert.Zero(t, s.Stats().Fallbacks, "a flush is no failure")
 	assert.Equal(t, 1, logs.lines("state was missing"))
 	assert.Len(t, keys(t, rdb, t.Name()), 2)
+	assert.Zero(t, v.Accepted, "records are counted from the rebuild")
+	assert.WithinDuration(t, time.Now(), v.AcceptedSince, time.Second)
+
+	// A writer that knew nothing rebuilds the state first: the next
+	// writer that knew more restores it.
+	require.NoError(t, rdb.FlushAll(context.Background()).Err())
+	c := join(t, s)
+	assert.Equal(t, uint64(0), c.View().Epoch)
+	assert.Equal(t, before.Epoch, exchange(t, a).Epoch, "the lane does not forget its episodes")
+	assert.Equal(t, before.Rate, exchange(t, c).Rate)
+	assert.Equal(t, int64(2), s.Stats().Resets)
 }
 
 // TestSlowRedis puts 5 ms of latency each way between the writers and

@@ -144,7 +144,7 @@ func (m *member) sync(ctx context.Context) error {
 // reply is a script's answer (see prelude).
 type reply struct {
 	now     int64    // Redis's clock, ms
-	created bool     // the state was missing and made from the seed
+	created bool     // the state was rebuilt from the seed (see prelude)
 	fields  []string // stateFields
 	extra   []string // what the script adds after them
 }
@@ -285,16 +285,17 @@ func viewOf(r reply, mid time.Time) share.View {
 	}
 	epoch, _ := strconv.ParseUint(f["epoch"], 10, 64)
 	v := share.View{
-		Shared:           true,
-		Epoch:            epoch,
-		Rate:             num("rate"),
-		Level:            num("level"),
-		Recovery:         time.Duration(num("recovery")) * time.Millisecond,
-		CutAt:            at("cut_at"),
-		PausedUntil:      at("paused_until"),
-		AcceptedSinceCut: int64(num("accepted") - num("accepted_at_cut")),
-		OpenSince:        at("open_since"),
-		Answered:         f["answered"] == "1",
+		Shared:        true,
+		Epoch:         epoch,
+		Rate:          num("rate"),
+		Level:         num("level"),
+		Recovery:      time.Duration(num("recovery")) * time.Millisecond,
+		CutAt:         at("cut_at"),
+		PausedUntil:   at("paused_until"),
+		Accepted:      int64(num("accepted") - num("accepted_at_cut")),
+		AcceptedSince: at("counted_from"),
+		OpenSince:     at("open_since"),
+		Answered:      f["answered"] == "1",
 	}
 	if v.Epoch == 0 || v.Rate <= 0 {
 		v.Rate = math.Inf(1)

@@ -36,34 +36,39 @@ func laneKeys(prefix, host, namespace string) (state, writers string) {
 //	open_since       when the current outage's first breaker opened; 0 when closed
 //	answered         1 once the index answered any writer
 //	accepted         records the writers reported accepted, in all
-//	accepted_at_cut  accepted at the last cut
-var stateFields = []string{"epoch", "rate", "level", "recovery", "cut_at", "paused_until", "open_since", "answered", "accepted", "accepted_at_cut"}
+//	accepted_at_cut  accepted at the last cut, or when the state was rebuilt
+//	counted_from     when that was
+var stateFields = []string{"epoch", "rate", "level", "recovery", "cut_at", "paused_until", "open_since", "answered", "accepted", "accepted_at_cut", "counted_from"}
 
 // prelude is shared by every script. ARGV[1] is the keys' TTL in ms,
 // ARGV[2..9] a seed of the state (the fields of stateFields up to
-// answered, from the caller's last view): when the state key is missing,
-// because the lane is new or Redis lost it (flushed, restarted, evicted),
-// the state is made anew from the seed, so that writers carry on from what
-// they last knew instead of from nothing. Scripts then reply with
-// {now, created, <stateFields>...}, all as strings.
+// answered, from the caller's last view). The state is rebuilt from the
+// seed when its key is missing (the lane is new, or Redis lost it:
+// flushed, restarted, evicted), and when the seed has seen more episodes
+// than the state (Redis lost it and a writer that remembered nothing
+// rebuilt it first, or a failover lost writes): writers carry on from the
+// latest they knew instead of from nothing. Records accepted are then
+// counted from that moment. Scripts reply with
+// {now, rebuilt, <stateFields>...}, all as strings.
 const prelude = `
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local FIELDS = {'epoch', 'rate', 'level', 'recovery', 'cut_at', 'paused_until', 'open_since', 'answered', 'accepted', 'accepted_at_cut'}
+local FIELDS = {'epoch', 'rate', 'level', 'recovery', 'cut_at', 'paused_until', 'open_since', 'answered', 'accepted', 'accepted_at_cut', 'counted_from'}
 local ttl = ARGV[1]
+local function num(field)
+  return tonumber(redis.call('HGET', KEYS[1], field)) or 0
+end
 local created = 0
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if redis.call('EXISTS', KEYS[1]) == 0 or tonumber(ARGV[2]) > num('epoch') then
   created = 1
   local seed = {}
   for i = 1, 8 do
     seed[#seed + 1] = FIELDS[i]
     seed[#seed + 1] = ARGV[i + 1]
   end
-  redis.call('HSET', KEYS[1], 'accepted', 0, 'accepted_at_cut', 0, unpack(seed))
-end
-local function num(field)
-  return tonumber(redis.call('HGET', KEYS[1], field)) or 0
+  local accepted = num('accepted')
+  redis.call('HSET', KEYS[1], 'accepted', accepted, 'accepted_at_cut', accepted, 'counted_from', now, unpack(seed))
 end
 local function ms(x)
   return string.format('%.0f', x)
@@ -122,7 +127,7 @@ if seen < epoch or sent < num('cut_at') + tonumber(ARGV[12]) then
   return reply({'0'})
 end
 redis.call('HSET', KEYS[1], 'epoch', ms(math.max(epoch, seen) + 1), 'rate', ARGV[13], 'level', ARGV[14],
-  'recovery', ARGV[15], 'cut_at', ms(now), 'accepted_at_cut', num('accepted'),
+  'recovery', ARGV[15], 'cut_at', ms(now), 'accepted_at_cut', num('accepted'), 'counted_from', ms(now),
   'paused_until', ms(math.max(num('paused_until'), now + tonumber(ARGV[16]))))
 return reply({'1'})
 `)

@@ -115,13 +115,15 @@ func TestAcceptedAndRetryAfterAreShared(t *testing.T) {
 	exchange(t, a)
 	b.Accepted(200)
 	v := exchange(t, b)
-	assert.Equal(t, int64(500), v.AcceptedSinceCut, "records accepted from every writer")
+	assert.Equal(t, int64(500), v.Accepted, "records accepted from every writer")
+	assert.WithinDuration(t, time.Now(), v.AcceptedSince, time.Second, "counted since the lane began")
 	assert.True(t, v.Answered)
 
 	v, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 400, RetryAfter: time.Minute})
 	require.NoError(t, err)
 	require.True(t, applied)
-	assert.Zero(t, v.AcceptedSinceCut, "counted from the cut")
+	assert.Zero(t, v.Accepted, "counted from the cut")
+	assert.Equal(t, v.CutAt, v.AcceptedSince)
 	assert.WithinDuration(t, time.Now().Add(time.Minute), v.PausedUntil, time.Second)
 	assert.Equal(t, v.PausedUntil.Round(time.Second), exchange(t, b).PausedUntil.Round(time.Second), "the pause is the lane's")
 }

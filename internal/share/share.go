@@ -109,9 +109,13 @@ type View struct {
 	CutAt time.Time
 	// PausedUntil is the end of the last Retry-After; zero when none.
 	PausedUntil time.Time
-	// AcceptedSinceCut is how many records all writers reported accepted
-	// since the last cut (as of each one's last exchange with the store).
-	AcceptedSinceCut int64
+	// Accepted is how many records all writers reported accepted since
+	// AcceptedSince (as of each one's last exchange with the store): the
+	// last cut, or when the store rebuilt the lane's state after losing
+	// it. Accepted over the time since is what the index took from all
+	// of them.
+	Accepted      int64
+	AcceptedSince time.Time
 	// OpenSince is when the first writer's breaker opened in the
 	// current outage; zero while no breaker is open.
 	OpenSince time.Time

@@ -82,7 +82,8 @@ type procResult struct {
 	spread              float64       // max/min of the running writers' throughputs
 	takeUp              time.Duration // one-stops: see scenarios; -1 when never
 	stopped             bool
-	sharedWriters       int // with Redis: the most writers a writer saw in its lane
+	cpu                 time.Duration // user and system time of the index and writer processes
+	sharedWriters       int           // with Redis: the most writers a writer saw in its lane
 	redisExchanges      int64
 	redisFailures       int64
 	redisRoundTripsPerS float64
@@ -113,8 +114,9 @@ func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer
 	for _, sc := range scenarios() {
 		fmt.Fprintf(w, "%s: %s.\n", sc.name, sc.about)
 	}
-	fmt.Fprintf(w, "\n| writers | scenario | strategy | efficiency | 429 share | requests | max/min | take-up | lost | reported failed | elapsed |\n")
-	fmt.Fprintf(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "cores: the CPU time of the index and writer processes over the elapsed time (the machine has %d).\n", runtime.NumCPU())
+	fmt.Fprintf(w, "\n| writers | scenario | strategy | efficiency | 429 share | requests | max/min | take-up | lost | reported failed | elapsed | cores |\n")
+	fmt.Fprintf(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, n := range cfg.procs {
 		for _, sc := range scenarios() {
 			r, err := runProcs(ctx, p, sc, n, cfg, redisSocket, progress)
@@ -139,9 +141,9 @@ func writeProcRow(w io.Writer, r procResult) {
 	if r.stopped {
 		lost = "stopped"
 	}
-	fmt.Fprintf(w, "| %d | %s | %s | %.1f%% | %.2f%% | %d | %.2f | %s | %s | %d | %s |\n",
+	fmt.Fprintf(w, "| %d | %s | %s | %.1f%% | %.2f%% | %d | %.2f | %s | %s | %d | %s | %.2f |\n",
 		r.writers, r.scenario, r.strategy, 100*r.efficiency, 100*fraction(r.limited, r.requests), r.requests,
-		r.spread, takeUp, lost, r.reported, formatDuration(r.elapsed))
+		r.spread, takeUp, lost, r.reported, formatDuration(r.elapsed), r.cpu.Seconds()/r.elapsed.Seconds())
 }
 
 func fraction(part, whole int) float64 {
@@ -214,7 +216,11 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, re
 	if err != nil {
 		return procResult{}, fmt.Errorf("index process: %w", err)
 	}
-	return summarizeProcs(p, sc, n, per, ideal, start, outs, rep), nil
+	r := summarizeProcs(p, sc, n, per, ideal, start, outs, rep)
+	for _, c := range append(writers, srv) {
+		r.cpu += c.stop()
+	}
+	return r, nil
 }
 
 // summarizeProcs turns the writers' and the index's reports into a row.
@@ -317,10 +323,14 @@ func (c *child) readLine() (string, error) {
 	return strings.TrimSuffix(line, "\n"), err
 }
 
-// stop closes the child's stdin, which ends it, and waits for it.
-func (c *child) stop() {
-	c.stdin.Close()
-	_ = c.cmd.Wait()
+// stop closes the child's stdin, which ends it, waits for it, and returns
+// the CPU time it used. It may be called more than once.
+func (c *child) stop() time.Duration {
+	if c.cmd.ProcessState == nil {
+		c.stdin.Close()
+		_ = c.cmd.Wait()
+	}
+	return c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime()
 }
 
 // report asks the index process what it holds of the n writers' ranges.

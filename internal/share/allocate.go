@@ -1,7 +1,6 @@
 package share
 
 import (
-	"cmp"
 	"math"
 	"slices"
 )
@@ -14,49 +13,65 @@ import (
 // water-filling). With every demand +Inf, it is total over Writers. A view
 // that is not Shared keeps the split of its last exchange with the store,
 // so that a writer left alone starts from its part, not the whole; a view
-// that names no other writer returns total.
+// that names no other writer returns total. It does not allocate: a lane
+// may call it per request.
 func (v View) Allocation(total float64) float64 {
-	if len(v.demands) <= 1 {
+	if len(v.sorted) <= 1 {
 		return total
 	}
-	return Allocate(total, v.demands)[0]
+	level, spare := waterLevel(total, v.sorted)
+	return min(v.own, level) + spare
 }
 
 // Allocate splits total between the demands (records per second each; +Inf
-// for a writer that takes all it is given) by max-min fairness, and spreads
-// what nobody asks for equally over every writer. It returns one allocation
-// per demand, in their order; they add up to total. NaN and negative
-// demands count as 0.
+// for a writer that takes all it is given) as [View.Allocation] does, and
+// returns one allocation per demand, in their order; they add up to total.
+// NaN and negative demands count as 0.
 func Allocate(total float64, demands []float64) []float64 {
-	n := len(demands)
-	out := make([]float64, n)
-	if n == 0 || !(total > 0) {
-		return out
-	}
-	if math.IsInf(total, 1) {
-		for i := range out {
-			out[i] = total
-		}
-		return out
-	}
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	want := func(i int) float64 {
-		if d := demands[i]; d > 0 {
-			return d
-		}
-		return 0
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(want(a), want(b)) })
-	left := total
-	for k, i := range order {
-		out[i] = min(want(i), left/float64(n-k))
-		left -= out[i]
-	}
-	for i := range out {
-		out[i] += left / float64(n)
+	sorted := sortDemands(demands)
+	level, spare := waterLevel(total, sorted)
+	out := make([]float64, len(demands))
+	for i, d := range demands {
+		out[i] = min(want(d), level) + spare
 	}
 	return out
+}
+
+// waterLevel returns the most that any writer is given out of total when
+// the sorted demands are met from the smallest up (+Inf when every demand
+// is met), and what is then left for each writer on top.
+func waterLevel(total float64, sorted []float64) (level, spare float64) {
+	n := len(sorted)
+	if n == 0 || !(total > 0) {
+		return 0, 0
+	}
+	if math.IsInf(total, 1) {
+		return total, total // no cap to split
+	}
+	left := total
+	for k, d := range sorted {
+		if fair := left / float64(n-k); d >= fair {
+			return fair, 0
+		}
+		left -= d
+	}
+	return math.Inf(1), left / float64(n)
+}
+
+// sortDemands returns the demands as want takes them, in increasing order.
+func sortDemands(demands []float64) []float64 {
+	out := make([]float64, len(demands))
+	for i, d := range demands {
+		out[i] = want(d)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// want is a demand as the split takes it: NaN and negative ones are 0.
+func want(d float64) float64 {
+	if d > 0 {
+		return d
+	}
+	return 0
 }

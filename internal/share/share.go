@@ -123,15 +123,17 @@ type View struct {
 	Answered bool
 	// Writers is the number of live writers, this one included.
 	Writers int
-	// demands are the writers' demands, this writer's first.
-	demands []float64
+	// own is this writer's demand, sorted every writer's (see want).
+	own    float64
+	sorted []float64
 }
 
 // WithDemands returns v naming the writers' demands, this writer's first:
 // for stores building a View.
 func (v View) WithDemands(own float64, others []float64) View {
-	v.demands = append(append(make([]float64, 0, 1+len(others)), own), others...)
-	v.Writers = len(v.demands)
+	v.own = want(own)
+	v.sorted = sortDemands(append([]float64{own}, others...))
+	v.Writers = len(v.sorted)
 	return v
 }
 

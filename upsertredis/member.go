@@ -27,10 +27,12 @@ type member struct {
 	view     atomic.Pointer[share.View]
 	accepted atomic.Int64  // records accepted since the last exchange
 	demand   atomic.Uint64 // float64 bits
+	sent     atomic.Uint64 // exchanges started, numbering them
 
 	mu      sync.Mutex
 	seed    []string  // the lane's state as Redis last gave it: seedArgs-1 fields of stateFields
 	others  []float64 // the other live writers' demands, at the last sync
+	adopted uint64    // the number of the latest exchange adopted
 	joined  bool      // Redis answered once
 	alone   bool      // the last exchange failed: deciding alone
 	changed chan struct{}
@@ -167,6 +169,7 @@ func (m *member) exchange(ctx context.Context, script *redis.Script, keys []stri
 	}
 	all = append(all, args...)
 
+	seq := m.sent.Add(1)
 	start := time.Now()
 	out, err := m.store.call(ctx, func(ctx context.Context) ([]string, error) {
 		return script.Run(ctx, m.store.rdb, keys, all...).StringSlice()
@@ -180,7 +183,7 @@ func (m *member) exchange(ctx context.Context, script *redis.Script, keys []stri
 		m.failed(err)
 		return reply{}, fmt.Errorf("%w: %w", share.ErrUnavailable, err)
 	}
-	m.adopt(r, start.Add(end.Sub(start)/2), script == syncScript)
+	m.adopt(r, seq, start.Add(end.Sub(start)/2), script == syncScript)
 	return r, nil
 }
 
@@ -214,13 +217,20 @@ func (m *member) failed(err error) {
 	m.store.log(slog.LevelWarn, "upsertredis: Redis failed; the writer goes on alone with what it learned", m.lane, m.id, slog.String("error", err.Error()))
 }
 
-// adopt makes r the member's view; mid is the local time of the middle of
-// the round trip, taken as the moment of Redis's clock r.now. A sync's
-// reply also names the other writers' demands.
-func (m *member) adopt(r reply, mid time.Time, fromSync bool) {
+// adopt makes r, the answer to exchange number seq, the member's view;
+// mid is the local time of the middle of the round trip, taken as the
+// moment of Redis's clock r.now. A sync's reply also names the other
+// writers' demands. The answer to an exchange older than one adopted
+// already is dropped: a sync sent before a cut and answered after it would
+// take the view back to the episode before.
+func (m *member) adopt(r reply, seq uint64, mid time.Time, fromSync bool) {
 	m.store.stats.exchanges.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if seq < m.adopted {
+		return
+	}
+	m.adopted = seq
 	old := m.View()
 	if fromSync {
 		m.others = parseDemands(r.extra)

@@ -29,6 +29,11 @@ func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// report reports the commands sent since before, per operation of b.
+func (r *roundTrips) report(b *testing.B, before int64) {
+	b.ReportMetric(float64(r.n.Load()-before)/float64(b.N), "roundtrips/op")
+}
+
 // benchLane returns a member of a lane with 16 writers (the reply of an
 // exchange names 15 demands), through a client whose commands are counted.
 func benchLane(b *testing.B) (*member, *roundTrips) {
@@ -56,7 +61,7 @@ func BenchmarkHotPath(b *testing.B) {
 		m.Accepted(100)
 		_ = m.View().Allocation(20000)
 	}
-	b.ReportMetric(float64(count.n.Load()-before)/float64(b.N), "roundtrips/op")
+	count.report(b, before)
 }
 
 // BenchmarkExchange is a writer's periodic exchange (every interval).
@@ -71,7 +76,7 @@ func BenchmarkExchange(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(count.n.Load()-before)/float64(b.N), "roundtrips/op")
+	count.report(b, before)
 }
 
 // BenchmarkCut is a writer's proposal for a 429 episode, which the others'
@@ -86,5 +91,5 @@ func BenchmarkCut(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(float64(count.n.Load()-before)/float64(b.N), "roundtrips/op")
+	count.report(b, before)
 }

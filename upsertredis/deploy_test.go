@@ -2,14 +2,9 @@ package upsertredis
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upsertlib/upsert/internal/redistest"
+	"github.com/upsertlib/upsert/internal/selfsigned"
 	"github.com/upsertlib/upsert/internal/share"
 )
 
@@ -98,31 +94,16 @@ func TestPasswordAndTLS(t *testing.T) {
 // selfSigned writes a self-signed certificate for 127.0.0.1 and its key to
 // dir, and returns a pool that trusts it.
 func selfSigned(t *testing.T, dir string) *x509.CertPool {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, err := selfsigned.Certificate("upsertredis test", time.Hour)
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "upsertredis test"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
 	require.NoError(t, err)
 	write := func(name, typ string, b []byte) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600))
 	}
-	write("cert.pem", "CERTIFICATE", der)
-	write("key.pem", "EC PRIVATE KEY", keyDER)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
+	write("cert.pem", "CERTIFICATE", cert.Certificate[0])
+	write("key.pem", "PRIVATE KEY", key)
 	pool := x509.NewCertPool()
-	pool.AddCert(cert)
+	pool.AddCert(cert.Leaf)
 	return pool
 }

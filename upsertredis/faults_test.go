@@ -121,11 +121,7 @@ func TestRedisFlushed(t *testing.T) {
 // not answer at all costs a writer's cut one timeout, then it goes on
 // alone, and comes back when Redis answers.
 func TestSlowRedis(t *testing.T) {
-	proxy, err := redistest.NewProxy(shared.Socket(), 5*time.Millisecond)
-	require.NoError(t, err)
-	t.Cleanup(proxy.Close)
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { rdb.Close() })
+	proxy, rdb := proxied(t, 5*time.Millisecond)
 	s := newStore(t, rdb)
 	a, b := join(t, s), join(t, s)
 	require.True(t, a.View().Shared && b.View().Shared)
@@ -150,15 +146,22 @@ func TestSlowRedis(t *testing.T) {
 // TestTimeoutBelowLatency: a Redis slower than the timeout is a Redis that
 // is down, for the writers.
 func TestTimeoutBelowLatency(t *testing.T) {
-	proxy, err := redistest.NewProxy(shared.Socket(), 5*time.Millisecond)
+	_, rdb := proxied(t, 5*time.Millisecond)
+	s := newStore(t, rdb, WithTimeout(2*time.Millisecond))
+	a := join(t, s)
+	assert.False(t, a.View().Shared)
+	err := a.sync(context.Background())
+	assert.True(t, errors.Is(err, share.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded), "%v", err)
+	assert.Equal(t, 1000.0, a.View().Allocation(1000), "alone from the start: the writer's own decisions")
+}
+
+// proxied returns a proxy to the shared server that adds latency each way,
+// and a client through it, both closed at the end of t.
+func proxied(t *testing.T, latency time.Duration) (*redistest.Proxy, *redis.Client) {
+	proxy, err := redistest.NewProxy(shared.Socket(), latency)
 	require.NoError(t, err)
 	t.Cleanup(proxy.Close)
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	s := newStore(t, rdb, WithTimeout(2*time.Millisecond))
-	a := join(t, s)
-	assert.False(t, a.View().Shared)
-	err = a.sync(context.Background())
-	assert.True(t, errors.Is(err, share.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded), "%v", err)
-	assert.Equal(t, 1000.0, a.View().Allocation(1000), "alone from the start: the writer's own decisions")
+	return proxy, rdb
 }

@@ -28,7 +28,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
 	require.NoError(t, err)
 	require.True(t, applied)
-	require.Eventually(t, func() bool { return b.View().Epoch == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return b.View().Epoch == 1 && a.View().Writers == 2 }, 5*time.Second, time.Millisecond)
 	changed := a.Changed()
 
 	srv.Kill()
@@ -56,7 +56,9 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	require.Eventually(t, func() bool { return a.View().Shared && b.View().Shared }, 5*time.Second, time.Millisecond)
 	assert.Equal(t, int64(2), s.Stats().Rejoins)
 	assert.Equal(t, 2, logs.lines("Redis answers again"))
-	assert.Equal(t, int64(1), s.Stats().Resets, "the first writer back rebuilt the state")
+	// The first writer back rebuilt the state; the other may rebuild it
+	// again if its view was one exchange newer.
+	assert.GreaterOrEqual(t, s.Stats().Resets, int64(1))
 	require.Eventually(t, func() bool { return a.View().Writers == 2 && b.View().Writers == 2 }, 5*time.Second, time.Millisecond)
 	for _, m := range []*member{a, b} {
 		v := m.View()

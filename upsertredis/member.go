@@ -27,12 +27,11 @@ type member struct {
 	view     atomic.Pointer[share.View]
 	accepted atomic.Int64  // records accepted since the last exchange
 	demand   atomic.Uint64 // float64 bits
-	sent     atomic.Uint64 // exchanges started, numbering them
 
 	mu      sync.Mutex
-	seed    []string  // the lane's state as Redis last gave it: seedArgs-1 fields of stateFields
+	seed    []string  // the lane's state as Redis last gave it: the first seedFields of stateFields
 	others  []float64 // the other live writers' demands, at the last sync
-	adopted uint64    // the number of the latest exchange adopted
+	version int64     // the state's version in the view
 	joined  bool      // Redis answered once
 	alone   bool      // the last exchange failed: deciding alone
 	changed chan struct{}
@@ -43,7 +42,7 @@ type member struct {
 
 // newSeed is the state of a lane that nothing was learned about.
 func newSeed() []string {
-	s := make([]string, seedArgs-1)
+	s := make([]string, seedFields)
 	for i := range s {
 		s[i] = "0"
 	}
@@ -169,7 +168,6 @@ func (m *member) exchange(ctx context.Context, script *redis.Script, keys []stri
 	}
 	all = append(all, args...)
 
-	seq := m.sent.Add(1)
 	start := time.Now()
 	out, err := m.store.call(ctx, func(ctx context.Context) ([]string, error) {
 		return script.Run(ctx, m.store.rdb, keys, all...).StringSlice()
@@ -183,7 +181,7 @@ func (m *member) exchange(ctx context.Context, script *redis.Script, keys []stri
 		m.failed(err)
 		return reply{}, fmt.Errorf("%w: %w", share.ErrUnavailable, err)
 	}
-	m.adopt(r, seq, start.Add(end.Sub(start)/2), script == syncScript)
+	m.adopt(r, start.Add(end.Sub(start)/2), script == syncScript)
 	return r, nil
 }
 
@@ -217,20 +215,21 @@ func (m *member) failed(err error) {
 	m.store.log(slog.LevelWarn, "upsertredis: Redis failed; the writer goes on alone with what it learned", m.lane, m.id, slog.String("error", err.Error()))
 }
 
-// adopt makes r, the answer to exchange number seq, the member's view;
-// mid is the local time of the middle of the round trip, taken as the
-// moment of Redis's clock r.now. A sync's reply also names the other
-// writers' demands. The answer to an exchange older than one adopted
-// already is dropped: a sync sent before a cut and answered after it would
-// take the view back to the episode before.
-func (m *member) adopt(r reply, seq uint64, mid time.Time, fromSync bool) {
+// adopt makes r the member's view; mid is the local time of the middle of
+// the round trip, taken as the moment of Redis's clock r.now. A sync's
+// reply also names the other writers' demands. An answer older than the
+// view (its state's version is lower: a sync that Redis ran before a cut
+// whose answer came first) is dropped, or it would take the view back to
+// the episode before.
+func (m *member) adopt(r reply, mid time.Time, fromSync bool) {
 	m.store.stats.exchanges.Add(1)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if seq < m.adopted {
+	version, _ := strconv.ParseInt(r.fields[0], 10, 64)
+	if version < m.version {
 		return
 	}
-	m.adopted = seq
+	m.version = version
 	old := m.View()
 	if fromSync {
 		m.others = parseDemands(r.extra)
@@ -248,7 +247,7 @@ func (m *member) adopt(r reply, seq uint64, mid time.Time, fromSync bool) {
 	m.joined = true
 	moved := !old.Shared || differs(m.seed, r.fields) || old.Writers != v.Writers ||
 		math.Abs(old.Allocation(1)-v.Allocation(1)) > shareTolerance
-	m.seed = r.fields[:seedArgs-1]
+	m.seed = r.fields[:seedFields]
 	m.view.Store(&v)
 	if moved {
 		m.signal()
@@ -263,7 +262,7 @@ const shareTolerance = 0.01
 // differs reports whether the fields that a writer acts on at once (a
 // cut, a Retry-After, the breaker) changed.
 func differs(old, fields []string) bool {
-	for _, i := range []int{0, 5, 6} { // epoch, paused_until, open_since
+	for _, i := range []int{1, 6, 7} { // epoch, paused_until, open_since
 		if old[i] != fields[i] {
 			return true
 		}

@@ -28,6 +28,7 @@ func laneKeys(prefix, host, namespace string) (state, writers string) {
 // scripts reply with them. Times are Redis's (milliseconds since the Unix
 // epoch); rate and level are opaque strings to the scripts.
 //
+//	version          exchanges that found the state, counting up across rebuilds
 //	epoch            429 episodes cut so far
 //	rate, level      the last cut's rate and the level it climbs back to ("0": no cut yet)
 //	recovery         how long the climb takes, ms
@@ -38,38 +39,45 @@ func laneKeys(prefix, host, namespace string) (state, writers string) {
 //	accepted         records the writers reported accepted, in all
 //	accepted_at_cut  accepted at the last cut, or when the state was rebuilt
 //	counted_from     when that was
-var stateFields = []string{"epoch", "rate", "level", "recovery", "cut_at", "paused_until", "open_since", "answered", "accepted", "accepted_at_cut", "counted_from"}
+var stateFields = []string{"version", "epoch", "rate", "level", "recovery", "cut_at", "paused_until", "open_since", "answered", "accepted", "accepted_at_cut", "counted_from"}
+
+// seedFields is how many of stateFields, from the first, a seed holds.
+const seedFields = 9
 
 // prelude is shared by every script. ARGV[1] is the keys' TTL in ms,
-// ARGV[2..9] a seed of the state (the fields of stateFields up to
-// answered, from the caller's last view). The state is rebuilt from the
-// seed when its key is missing (the lane is new, or Redis lost it:
-// flushed, restarted, evicted), and when the seed has seen more episodes
-// than the state (Redis lost it and a writer that remembered nothing
-// rebuilt it first, or a failover lost writes): writers carry on from the
-// latest they knew instead of from nothing. Records accepted are then
-// counted from that moment. Scripts reply with
-// {now, rebuilt, <stateFields>...}, all as strings.
+// ARGV[2..10] a seed of the state (its fields up to answered, from the
+// caller's last view); a script's own arguments start at ARGV[base]. The
+// state is rebuilt from the seed when its key is missing (the lane is new,
+// or Redis lost it: flushed, restarted, evicted), and when the seed's
+// version is above the state's (Redis lost it and a writer that knew
+// nothing rebuilt it first, or a failover lost writes): writers carry on
+// from the latest they knew instead of from nothing. Records accepted are
+// then counted from that moment. Every script adds one to the version, so
+// that a writer can tell an answer older than one it has (see adopt).
+// Scripts reply with {now, rebuilt, <stateFields>...}, all as strings.
 const prelude = `
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local FIELDS = {'epoch', 'rate', 'level', 'recovery', 'cut_at', 'paused_until', 'open_since', 'answered', 'accepted', 'accepted_at_cut', 'counted_from'}
+local FIELDS = {'version', 'epoch', 'rate', 'level', 'recovery', 'cut_at', 'paused_until', 'open_since', 'answered', 'accepted', 'accepted_at_cut', 'counted_from'}
+local SEED = 9
+local base = SEED + 2
 local ttl = ARGV[1]
 local function num(field)
   return tonumber(redis.call('HGET', KEYS[1], field)) or 0
 end
 local created = 0
-if redis.call('EXISTS', KEYS[1]) == 0 or tonumber(ARGV[2]) > num('epoch') then
+if redis.call('EXISTS', KEYS[1]) == 0 or tonumber(ARGV[2]) > num('version') then
   created = 1
   local seed = {}
-  for i = 1, 8 do
+  for i = 1, SEED do
     seed[#seed + 1] = FIELDS[i]
     seed[#seed + 1] = ARGV[i + 1]
   end
   local accepted = num('accepted')
   redis.call('HSET', KEYS[1], 'accepted', accepted, 'accepted_at_cut', accepted, 'counted_from', now, unpack(seed))
 end
+redis.call('HINCRBY', KEYS[1], 'version', 1)
 local function ms(x)
   return string.format('%.0f', x)
 end
@@ -84,7 +92,7 @@ end
 `
 
 // seedArgs is the number of ARGV the prelude takes.
-const seedArgs = 9
+const seedArgs = 1 + seedFields
 
 // syncScript is a writer's periodic exchange. KEYS: state, writers. ARGV
 // after the prelude's: writer id, heartbeat in ms, records accepted since
@@ -93,7 +101,7 @@ const seedArgs = 9
 // renews this one's, and replies with the other live writers' demands
 // after the state.
 var syncScript = redis.NewScript(prelude + `
-local id, heartbeat, accepted, demand = ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12]), ARGV[13]
+local id, heartbeat, accepted, demand = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), ARGV[base + 3]
 if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'accepted', accepted)
   redis.call('HSET', KEYS[1], 'answered', 1)
@@ -121,14 +129,14 @@ return reply(others)
 // Retry-After (ms). It replies with "1" after the state when it cut, "0"
 // when the request belonged to the last episode.
 var cutScript = redis.NewScript(prelude + `
-local seen, sent = tonumber(ARGV[10]), now - tonumber(ARGV[11])
+local seen, sent = tonumber(ARGV[base]), now - tonumber(ARGV[base + 1])
 local epoch = num('epoch')
-if seen < epoch or sent < num('cut_at') + tonumber(ARGV[12]) then
+if seen < epoch or sent < num('cut_at') + tonumber(ARGV[base + 2]) then
   return reply({'0'})
 end
-redis.call('HSET', KEYS[1], 'epoch', ms(math.max(epoch, seen) + 1), 'rate', ARGV[13], 'level', ARGV[14],
-  'recovery', ARGV[15], 'cut_at', ms(now), 'accepted_at_cut', num('accepted'), 'counted_from', ms(now),
-  'paused_until', ms(math.max(num('paused_until'), now + tonumber(ARGV[16]))))
+redis.call('HSET', KEYS[1], 'epoch', ms(math.max(epoch, seen) + 1), 'rate', ARGV[base + 3], 'level', ARGV[base + 4],
+  'recovery', ARGV[base + 5], 'cut_at', ms(now), 'accepted_at_cut', num('accepted'), 'counted_from', ms(now),
+  'paused_until', ms(math.max(num('paused_until'), now + tonumber(ARGV[base + 6]))))
 return reply({'1'})
 `)
 
@@ -137,7 +145,7 @@ return reply({'1'})
 // writer whose breaker opens, and ends for all with the first that closes
 // (the index answered it).
 var breakerScript = redis.NewScript(prelude + `
-if ARGV[10] == '1' then
+if ARGV[base] == '1' then
   if num('open_since') == 0 then redis.call('HSET', KEYS[1], 'open_since', ms(now)) end
 else
   redis.call('HSET', KEYS[1], 'open_since', 0, 'answered', 1)

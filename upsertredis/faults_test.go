@@ -23,7 +23,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	t.Parallel() // a server of its own
 	srv := redistest.Run(t)
 	var logs logBuffer
-	s := newStore(t, client(t, srv), WithInterval(2*time.Millisecond), WithLogger(logs.logger()))
+	s := newStore(t, client(t, srv), WithInterval(2*time.Millisecond), WithTimeout(DefaultTimeout), WithLogger(logs.logger()))
 	a, b := join(t, s), join(t, s)
 	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
 	require.NoError(t, err)
@@ -119,12 +119,12 @@ func TestRedisFlushed(t *testing.T) {
 }
 
 // TestSlowRedis puts 5 ms of latency each way between the writers and
-// Redis: well within the timeout, they share as before. A Redis that does
-// not answer at all costs a writer's cut one timeout, then it goes on
-// alone, and comes back when Redis answers.
+// Redis: well within the default timeout, they share as before. A Redis
+// that does not answer at all costs a writer's cut one timeout, then it
+// goes on alone, and comes back when Redis answers.
 func TestSlowRedis(t *testing.T) {
 	proxy, rdb := proxied(t, 5*time.Millisecond)
-	s := newStore(t, rdb)
+	s := newStore(t, rdb, WithTimeout(DefaultTimeout))
 	a, b := join(t, s), join(t, s)
 	require.True(t, a.View().Shared && b.View().Shared)
 	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800})

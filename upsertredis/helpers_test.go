@@ -52,11 +52,12 @@ func client(t *testing.T, srv *redistest.Server) *redis.Client {
 	return rdb
 }
 
-// newStore returns a Store through rdb whose keys start with t's name, and
-// whose members exchange only when the test says so unless opts set an
-// interval.
+// newStore returns a Store through rdb whose keys start with t's name,
+// whose members exchange only when the test says so, and whose timeout
+// leaves room for a machine busy with other tests, unless opts say
+// otherwise.
 func newStore(t *testing.T, rdb redis.UniversalClient, opts ...Option) *Store {
-	opts = append([]Option{WithPrefix(t.Name() + ":"), WithInterval(manual)}, opts...)
+	opts = append([]Option{WithPrefix(t.Name() + ":"), WithInterval(manual), WithTimeout(time.Second)}, opts...)
 	return New(rdb, opts...)
 }
 

@@ -209,7 +209,7 @@ func writeChild(args []string) error {
 	leave := func() {}
 	if *redisSocket != "" {
 		var opt upsert.Option
-		opt, leave = joinLane(runCtx, *redisSocket, *prefix, *host, &out)
+		opt, leave = joinLane(*redisSocket, *prefix, *host, &out)
 		opts = append(opts, opt)
 	}
 	res, err := upsert.All(runCtx, records, opts...)
@@ -235,22 +235,27 @@ func writeChild(args []string) error {
 // function that leaves the lane and fills out's Redis figures. The Limiter
 // does not read the lane's view yet (issue 21, phase 2): this measures the
 // store's traffic and membership, not its effect.
-func joinLane(ctx context.Context, socket, prefix, host string, out *writerOutcome) (upsert.Option, func()) {
+func joinLane(socket, prefix, host string, out *writerOutcome) (upsert.Option, func()) {
 	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: socket})
 	store := upsertredis.New(rdb, upsertredis.WithPrefix(prefix))
-	m := store.Join(ctx, share.Lane{Host: host, Namespace: namespace})
+	m := store.Join(context.Background(), share.Lane{Host: host, Namespace: namespace})
 	var most atomic.Int64
-	opt := upsert.WithObserver(upsert.Observer{RequestDone: func(e upsert.RequestEvent) {
-		if e.Err == nil {
-			m.Accepted(e.Records)
-		}
+	seen := func() {
 		for w := int64(m.View().Writers); ; {
 			if old := most.Load(); w <= old || most.CompareAndSwap(old, w) {
 				break
 			}
 		}
+	}
+	seen()
+	opt := upsert.WithObserver(upsert.Observer{RequestDone: func(e upsert.RequestEvent) {
+		if e.Err == nil {
+			m.Accepted(e.Records)
+		}
+		seen()
 	}})
 	return opt, func() {
+		seen()
 		_ = m.Leave(context.Background())
 		rdb.Close()
 		stats := store.Stats()

@@ -14,6 +14,12 @@
 // when several processes write into the same namespace of an index at the
 // same time; one process gains nothing from it.
 //
+// Not yet: the library's Limiter does not take a Store yet (issue 21 is
+// built in two phases; docs/redis-sharing.md says how it will plug in).
+// What is here is the Redis side, complete and tested against a real
+// redis-server: the shared state, its scripts, and its behaviour when
+// Redis fails.
+//
 // # What is shared
 //
 // Per lane (an index host and a namespace), in two Redis keys:

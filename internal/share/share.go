@@ -143,7 +143,7 @@ type Cut struct {
 	// Seen is the Epoch of the view in force when the refused request was
 	// sent.
 	Seen uint64
-	// Sent is when the refused request was sent.
+	// Sent is when the refused request was sent; zero means now.
 	Sent time.Time
 	// MinGap is how long after a cut a request must have been sent to
 	// start a new episode (a round trip, as the lane measures it: requests

@@ -115,8 +115,9 @@ func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer
 		fmt.Fprintf(w, "%s: %s.\n", sc.name, sc.about)
 	}
 	fmt.Fprintf(w, "cores: the CPU time of the index and writer processes over the elapsed time (the machine has %d).\n", runtime.NumCPU())
-	fmt.Fprintf(w, "\n| writers | scenario | strategy | efficiency | 429 share | requests | max/min | take-up | lost | reported failed | elapsed | cores |\n")
-	fmt.Fprintf(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "redis: exchanges per writer per second, those that failed, and the most writers a writer saw in its lane.\n")
+	fmt.Fprintf(w, "\n| writers | scenario | strategy | efficiency | 429 share | requests | max/min | take-up | lost | reported failed | elapsed | cores | redis |\n")
+	fmt.Fprintf(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, n := range cfg.procs {
 		for _, sc := range scenarios() {
 			r, err := runProcs(ctx, p, sc, n, cfg, redisSocket, progress)
@@ -141,9 +142,13 @@ func writeProcRow(w io.Writer, r procResult) {
 	if r.stopped {
 		lost = "stopped"
 	}
-	fmt.Fprintf(w, "| %d | %s | %s | %.1f%% | %.2f%% | %d | %.2f | %s | %s | %d | %s | %.2f |\n",
+	redis := "–"
+	if r.redisExchanges > 0 || r.redisFailures > 0 {
+		redis = fmt.Sprintf("%.1f/s, %d failed, saw %d", float64(r.redisExchanges)/float64(r.writers)/r.elapsed.Seconds(), r.redisFailures, r.sharedWriters)
+	}
+	fmt.Fprintf(w, "| %d | %s | %s | %.1f%% | %.2f%% | %d | %.2f | %s | %s | %d | %s | %.2f | %s |\n",
 		r.writers, r.scenario, r.strategy, 100*r.efficiency, 100*fraction(r.limited, r.requests), r.requests,
-		r.spread, takeUp, lost, r.reported, formatDuration(r.elapsed), r.cpu.Seconds()/r.elapsed.Seconds())
+		r.spread, takeUp, lost, r.reported, formatDuration(r.elapsed), r.cpu.Seconds()/r.elapsed.Seconds(), redis)
 }
 
 func fraction(part, whole int) float64 {

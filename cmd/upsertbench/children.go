@@ -149,7 +149,6 @@ type writerOutcome struct {
 	EndNanos int64 // when it was done (Unix ns)
 	Reported int   // records reported failed
 	Deadline bool  // stopped at the deadline
-	Err      string
 	// With -redis: the most writers the lane counted, and the store's
 	// round trips.
 	SharedWriters                 int

@@ -165,7 +165,7 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, re
 		return procResult{}, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := startChild(ctx, "serve", "-dimension", strconv.Itoa(dimension))
+	srv, err := startChild(ctx, "serve")
 	if err != nil {
 		return procResult{}, err
 	}
@@ -213,9 +213,6 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, re
 		if err != nil {
 			return procResult{}, fmt.Errorf("writer %d: %w", i+1, err)
 		}
-		if outs[i].Err != "" {
-			return procResult{}, fmt.Errorf("writer %d: %s", i+1, outs[i].Err)
-		}
 	}
 	rep, err := srv.report(per, n, dir)
 	if err != nil {
@@ -230,7 +227,7 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, re
 
 // summarizeProcs turns the writers' and the index's reports into a row.
 func summarizeProcs(p profile, sc scenario, n, per int, ideal time.Duration, start time.Time, outs []writerOutcome, rep indexReport) procResult {
-	r := procResult{writers: n, scenario: sc.name, records: per * n, requests: rep.Requests, limited: rep.RateLimited, takeUp: 0, spread: 1}
+	r := procResult{writers: n, scenario: sc.name, records: per * n, requests: rep.Requests, limited: rep.RateLimited, spread: 1}
 	var lo, hi float64
 	for i, o := range outs {
 		r.landed += rep.Landed[i]

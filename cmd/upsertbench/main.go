@@ -54,9 +54,16 @@ type config struct {
 	scale      float64
 	deadline   time.Duration
 	verbose    bool
+	// procs, when set, runs the process benchmark (procs.go) with these
+	// numbers of writers instead; redis joins them through upsertredis.
+	procs []int
+	redis bool
 }
 
 func main() {
+	if runChild(os.Args[1:]) {
+		return
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -71,7 +78,11 @@ func main() {
 	if cfg.verbose {
 		progress = os.Stderr
 	}
-	if err := bench(ctx, cfg, os.Stdout, progress); err != nil {
+	run := bench
+	if cfg.procs != nil {
+		run = benchProcs
+	}
+	if err := run(ctx, cfg, os.Stdout, progress); err != nil {
 		fmt.Fprintln(os.Stderr, "upsertbench:", err)
 		os.Exit(1)
 	}
@@ -85,6 +96,8 @@ func parseFlags(args []string) (config, error) {
 	scale := fs.Float64("scale", 1.0, "multiplies the record counts, for quick runs")
 	deadline := fs.Duration("deadline", defaultDeadline, "stop a run that has not finished after this long;\nunless given, scaled with -scale (at least "+minDeadline.String()+")")
 	verbose := fs.Bool("v", false, "report progress to stderr")
+	procs := fs.String("procs", "", "comma-separated `numbers` of writers to run as separate processes\n(the process benchmark, instead of -profiles and -strategies)")
+	withRedis := fs.Bool("redis", false, "with -procs: writers join their lane through upsertredis\n(on a redis-server the benchmark starts)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -97,11 +110,14 @@ func parseFlags(args []string) (config, error) {
 	if *deadline <= 0 {
 		return config{}, fmt.Errorf("-deadline must be positive, not %v", *deadline)
 	}
-	cfg := config{scale: *scale, deadline: *deadline, verbose: *verbose}
+	cfg := config{scale: *scale, deadline: *deadline, verbose: *verbose, redis: *withRedis}
 	if !isSet(fs, "deadline") {
 		cfg.deadline = max(minDeadline, time.Duration(float64(*deadline)**scale).Round(time.Second))
 	}
 	var err error
+	if cfg.procs, err = parseProcs(*procs); err != nil {
+		return config{}, fmt.Errorf("-procs: %w", err)
+	}
 	if cfg.profiles, err = pick(slices.Concat(profiles(), extraProfiles()), profile.key, *profileNames); err != nil {
 		return config{}, fmt.Errorf("-profiles: %w", err)
 	}

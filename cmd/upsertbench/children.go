@@ -1,0 +1,264 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/internal/share"
+	"github.com/upsertlib/upsert/upsertredis"
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// childPrefix starts the hidden subcommands by which the process benchmark
+// runs this program again as the index or a writer.
+const childPrefix = "-child-"
+
+// runChild runs the hidden subcommand in args, if any, and reports whether
+// there was one. A child talks to its parent by lines on stdin and stdout,
+// and ends when its stdin closes.
+func runChild(args []string) bool {
+	if len(args) == 0 || !strings.HasPrefix(args[0], childPrefix) {
+		return false
+	}
+	var err error
+	switch role := strings.TrimPrefix(args[0], childPrefix); role {
+	case "serve":
+		err = serveChild()
+	case "write":
+		err = writeChild(args[1:])
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "upsertbench child:", err)
+		os.Exit(1)
+	}
+	return true
+}
+
+// sampleEvery is how often the index process counts the records it holds.
+const sampleEvery = 100 * time.Millisecond
+
+// sample is the index's record count at a moment (Unix ns).
+type sample struct{ At, Count int64 }
+
+// indexReport is what the index process answers to "report".
+type indexReport struct {
+	Requests, RateLimited int
+	// Landed and Lost are per writer: records stored, and records neither
+	// stored nor reported failed.
+	Landed, Lost []int
+	Samples      []sample
+}
+
+// serveChild serves the process benchmark's index: it prints its host,
+// then answers "report <per writer> <writers> <dir>" with an indexReport
+// until its stdin closes.
+func serveChild() error {
+	srv := upserttest.NewServer(procsProfile().serverOptions()...)
+	defer srv.Close()
+	var (
+		mu      sync.Mutex
+		samples []sample
+	)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		tick := time.NewTicker(sampleEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case now := <-tick.C:
+				n := srv.Count(namespace)
+				mu.Lock()
+				samples = append(samples, sample{now.UnixNano(), int64(n)})
+				mu.Unlock()
+			case <-done:
+				return
+			}
+		}
+	}()
+	fmt.Println(srv.Host())
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		var per, n int
+		var dir string
+		if _, err := fmt.Sscanf(in.Text(), "report %d %d %s", &per, &n, &dir); err != nil {
+			return fmt.Errorf("command %q: %w", in.Text(), err)
+		}
+		settle(srv)
+		stats := srv.Stats()
+		rep := indexReport{Requests: stats.Requests, RateLimited: stats.Codes[codes.ResourceExhausted]}
+		for i := range n {
+			landed, lost, err := holds(srv, i*per, per, filepath.Join(dir, fmt.Sprintf("failed-%d", i)))
+			if err != nil {
+				return err
+			}
+			rep.Landed, rep.Lost = append(rep.Landed, landed), append(rep.Lost, lost)
+		}
+		mu.Lock()
+		rep.Samples = samples
+		err := json.NewEncoder(os.Stdout).Encode(rep)
+		mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return in.Err()
+}
+
+// holds counts the records of the range (as makeRecords names them) that
+// srv stored, and those neither stored nor listed in the file failed.
+func holds(srv *upserttest.Server, first, n int, failed string) (landed, lost int, err error) {
+	b, err := os.ReadFile(failed)
+	if err != nil {
+		return 0, 0, err
+	}
+	reported := make(map[string]bool)
+	for id := range strings.FieldsSeq(string(b)) {
+		reported[id] = true
+	}
+	for i := range n {
+		id := fmt.Sprintf("r%07d", first+i+1)
+		if _, ok := srv.Vector(namespace, id); ok {
+			landed++
+		} else if !reported[id] {
+			lost++
+		}
+	}
+	return landed, lost, nil
+}
+
+// writerOutcome is what a writer process prints when it is done.
+type writerOutcome struct {
+	EndNanos int64 // when it was done (Unix ns)
+	Reported int   // records reported failed
+	Deadline bool  // stopped at the deadline
+	// With -redis: the most writers the lane counted, and the store's
+	// round trips.
+	SharedWriters                 int
+	RedisExchanges, RedisFailures int64
+}
+
+// writeChild is a writer process: it prepares its records, prints "ready",
+// waits for "go <start, Unix ns>", writes from start + -start-after, and
+// prints its writerOutcome.
+func writeChild(args []string) error {
+	fs := flag.NewFlagSet("write", flag.ContinueOnError)
+	host := fs.String("host", "", "index host")
+	first := fs.Int("first", 0, "first record")
+	n := fs.Int("n", 0, "records")
+	failed := fs.String("failed", "", "file for the ids reported failed")
+	startAfter := fs.Duration("start-after", 0, "start this long after the common start")
+	stopAfter := fs.Duration("stop-after", 0, "stop this long after the common start (0: never)")
+	deadline := fs.Duration("deadline", defaultDeadline, "stop the run this long after the common start")
+	redisSocket := fs.String("redis", "", "Redis unix socket: join the lane with upsertredis")
+	prefix := fs.String("prefix", upsertredis.DefaultPrefix, "upsertredis key prefix")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	records := makeRecords(*first, *n, dimension)
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "bench"})
+	if err != nil {
+		return err
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: *host, Namespace: namespace})
+	if err != nil {
+		return err
+	}
+	defer idx.Close()
+
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	var startNanos int64
+	if !in.Scan() {
+		return errors.New("no go")
+	}
+	if _, err := fmt.Sscanf(in.Text(), "go %d", &startNanos); err != nil {
+		return err
+	}
+	start := time.Unix(0, startNanos)
+	time.Sleep(time.Until(start.Add(*startAfter)))
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(*deadline))
+	defer cancel()
+	runCtx := ctx
+	if *stopAfter > 0 {
+		var stop context.CancelFunc
+		runCtx, stop = context.WithDeadline(ctx, start.Add(*stopAfter))
+		defer stop()
+	}
+
+	var out writerOutcome
+	opts := []upsert.Option{upsert.WithIndex(idx)}
+	leave := func() {}
+	if *redisSocket != "" {
+		var opt upsert.Option
+		opt, leave = joinLane(*redisSocket, *prefix, *host, &out)
+		opts = append(opts, opt)
+	}
+	res, err := upsert.All(runCtx, records, opts...)
+	out.EndNanos = time.Now().UnixNano()
+	leave()
+	if errors.Is(err, upsert.ErrBadOption) {
+		return err
+	}
+	out.Reported = len(res.Failed)
+	out.Deadline = ctx.Err() != nil
+	var ids strings.Builder
+	for _, f := range res.Failed {
+		ids.WriteString(f.ID + "\n")
+	}
+	if err := os.WriteFile(*failed, []byte(ids.String()), 0o600); err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(&out)
+}
+
+// joinLane makes the writer a member of its lane in Redis, fed with what
+// the index accepted, and returns the option that feeds it and the
+// function that leaves the lane and fills out's Redis figures. The Limiter
+// does not read the lane's view yet (issue 21, phase 2): this measures the
+// store's traffic and membership, not its effect.
+func joinLane(socket, prefix, host string, out *writerOutcome) (upsert.Option, func()) {
+	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: socket})
+	store := upsertredis.New(rdb, upsertredis.WithPrefix(prefix))
+	m := store.Join(context.Background(), share.Lane{Host: host, Namespace: namespace})
+	var most atomic.Int64
+	seen := func() {
+		for w := int64(m.View().Writers); ; {
+			if old := most.Load(); w <= old || most.CompareAndSwap(old, w) {
+				break
+			}
+		}
+	}
+	seen()
+	opt := upsert.WithObserver(upsert.Observer{RequestDone: func(e upsert.RequestEvent) {
+		if e.Err == nil {
+			m.Accepted(e.Records)
+		}
+		seen()
+	}})
+	return opt, func() {
+		seen()
+		_ = m.Leave(context.Background())
+		rdb.Close()
+		stats := store.Stats()
+		out.SharedWriters = int(most.Load())
+		out.RedisExchanges, out.RedisFailures = stats.Exchanges, stats.Failures
+	}
+}

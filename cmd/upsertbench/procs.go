@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/upsertlib/upsert/internal/redistest"
+)
+
+// The process benchmark (-procs) runs each writer as a separate OS process,
+// as separate pods or machines would, against one upserttest index served
+// by another process: every writer runs the library with its defaults, and
+// so has a Limiter of its own. The index is the fast profile's (20k
+// vectors/s, burst 5000, Serverless's per-namespace limits), as in the
+// shared and crowd profiles, and the writers split procsRecords between
+// them.
+
+// A scenario is how the writers of a process run start and stop.
+type scenario struct {
+	name, about string
+	// startAt is when writer i of n starts, after the first; stopAt when
+	// it stops before it is done (0: it runs to the end). ideal is the
+	// ideal time of all the records.
+	startAt, stopAt func(i, n int, ideal time.Duration) time.Duration
+}
+
+func never(int, int, time.Duration) time.Duration { return 0 }
+
+// scenarios returns the scenarios run for each number of writers.
+func scenarios() []scenario {
+	return []scenario{{
+		name: "together", about: "all writers start together",
+		startAt: never, stopAt: never,
+	}, {
+		name: "staggered", about: "writer i starts i × ideal/(2n) after the first",
+		startAt: func(i, n int, ideal time.Duration) time.Duration {
+			return time.Duration(i) * ideal / time.Duration(2*n)
+		},
+		stopAt: never,
+	}, {
+		name: "one-stops", about: "writer 1 stops at ideal/2; take-up: from then until the index accepts ≥ 0.9 C over 500 ms",
+		startAt: never,
+		stopAt: func(i, n int, ideal time.Duration) time.Duration {
+			if i == 0 {
+				return ideal / 2
+			}
+			return 0
+		},
+	}}
+}
+
+// procsProfile is the index of the process benchmark.
+func procsProfile() profile {
+	i := slices.IndexFunc(profiles(), func(p profile) bool { return p.name == "fast" })
+	return profiles()[i]
+}
+
+// procsRecords is the number of records of all the writers of a run at
+// scale 1: as many as the shared and crowd profiles'.
+const procsRecords = 600_000
+
+// procResult is the outcome of one process run.
+type procResult struct {
+	writers             int
+	scenario, strategy  string
+	records, landed     int
+	reported, lost      int
+	requests, limited   int
+	elapsed             time.Duration
+	efficiency          float64
+	spread              float64       // max/min of the running writers' throughputs
+	takeUp              time.Duration // one-stops: see scenarios; -1 when never
+	stopped             bool
+	cpu                 time.Duration // user and system time of the index and writer processes
+	sharedWriters       int           // with Redis: the most writers a writer saw in its lane
+	redisExchanges      int64
+	redisFailures       int64
+	redisRoundTripsPerS float64
+}
+
+// benchProcs runs every number of writers of cfg.procs in every scenario,
+// and writes the table to w.
+func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer) error {
+	strategy := "separate"
+	var redisSocket string
+	if cfg.redis {
+		srv, err := redistest.Start()
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		redisSocket, strategy = srv.Socket(), "separate+redis"
+	}
+	p := procsProfile()
+	fmt.Fprintf(w, "# upsertbench -procs\n\n%s, %s, scale %g, deadline %v per run.\n\n", time.Now().Format(time.RFC3339), runtime.Version(), cfg.scale, cfg.deadline)
+	if rev := buildRevision(); rev != "" {
+		fmt.Fprintf(w, "Built from %s.\n\n", rev)
+	}
+	fmt.Fprintf(w, "Each writer is a separate process running upsert.All with defaults (a Limiter of its own); the index, served by another process, is upserttest.Serverless() with %s (C = %.0f vectors/s, B = %d); %d records split evenly between the writers. Efficiency, 429 share and lost as in the profiles' table; max/min of the throughputs of the writers that run to the end, each over its own run.\n", p.server, p.capacity, p.burst, int(procsRecords*cfg.scale))
+	if cfg.redis {
+		fmt.Fprintf(w, "separate+redis: each writer also joins its lane through upsertredis (a redis-server on a unix socket) and reports what the index accepted; the Limiter does not use the lane's view yet (issue 21, phase 2).\n")
+	}
+	for _, sc := range scenarios() {
+		fmt.Fprintf(w, "%s: %s.\n", sc.name, sc.about)
+	}
+	fmt.Fprintf(w, "cores: the CPU time of the index and writer processes over the elapsed time (the machine has %d).\n", runtime.NumCPU())
+	fmt.Fprintf(w, "redis: exchanges per writer per second, those that failed, and the most writers a writer saw in its lane.\n")
+	fmt.Fprintf(w, "\n| writers | scenario | strategy | efficiency | 429 share | requests | max/min | take-up | lost | reported failed | elapsed | cores | redis |\n")
+	fmt.Fprintf(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, n := range cfg.procs {
+		for _, sc := range scenarios() {
+			r, err := runProcs(ctx, p, sc, n, cfg, redisSocket, progress)
+			if err != nil {
+				return fmt.Errorf("%d writers, %s: %w", n, sc.name, err)
+			}
+			r.strategy = strategy
+			writeProcRow(w, r)
+		}
+	}
+	return nil
+}
+
+func writeProcRow(w io.Writer, r procResult) {
+	takeUp := "–"
+	if r.takeUp > 0 {
+		takeUp = r.takeUp.Round(100 * time.Millisecond).String()
+	} else if r.takeUp < 0 {
+		takeUp = "never"
+	}
+	lost := fmt.Sprint(r.lost)
+	if r.stopped {
+		lost = "stopped"
+	}
+	redis := "–"
+	if r.redisExchanges > 0 || r.redisFailures > 0 {
+		redis = fmt.Sprintf("%.1f/s, %d failed, saw %d", float64(r.redisExchanges)/float64(r.writers)/r.elapsed.Seconds(), r.redisFailures, r.sharedWriters)
+	}
+	fmt.Fprintf(w, "| %d | %s | %s | %.1f%% | %.2f%% | %d | %.2f | %s | %s | %d | %s | %.2f | %s |\n",
+		r.writers, r.scenario, r.strategy, 100*r.efficiency, 100*fraction(r.limited, r.requests), r.requests,
+		r.spread, takeUp, lost, r.reported, formatDuration(r.elapsed), r.cpu.Seconds()/r.elapsed.Seconds(), redis)
+}
+
+func fraction(part, whole int) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return float64(part) / float64(whole)
+}
+
+// runProcs runs one scenario with n writer processes and measures it.
+func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, redisSocket string, progress io.Writer) (procResult, error) {
+	dir, err := os.MkdirTemp("", "upsertbench")
+	if err != nil {
+		return procResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := startChild(ctx, "serve")
+	if err != nil {
+		return procResult{}, err
+	}
+	defer srv.stop()
+	host, err := srv.readLine()
+	if err != nil {
+		return procResult{}, fmt.Errorf("index process: %w", err)
+	}
+
+	total := int(procsRecords * cfg.scale)
+	per := total / n
+	ideal := p.idealTime(per * n)
+	writers := make([]*child, n)
+	for i := range writers {
+		args := []string{"-host", host, "-first", strconv.Itoa(i * per), "-n", strconv.Itoa(per),
+			"-failed", filepath.Join(dir, fmt.Sprintf("failed-%d", i)),
+			"-start-after", sc.startAt(i, n, ideal).String(), "-stop-after", sc.stopAt(i, n, ideal).String(),
+			"-deadline", cfg.deadline.String()}
+		if redisSocket != "" {
+			args = append(args, "-redis", redisSocket, "-prefix", fmt.Sprintf("upsertbench:%d:%s:", n, sc.name))
+		}
+		if writers[i], err = startChild(ctx, "write", args...); err != nil {
+			return procResult{}, err
+		}
+		defer writers[i].stop()
+	}
+	for i, wr := range writers {
+		if line, err := wr.readLine(); err != nil || line != "ready" {
+			return procResult{}, fmt.Errorf("writer %d: %q, %v", i+1, line, err)
+		}
+	}
+	start := time.Now().Add(100 * time.Millisecond)
+	if progress != nil {
+		fmt.Fprintf(progress, "procs: %d writers, %s: %d records each\n", n, sc.name, per)
+	}
+	for _, wr := range writers {
+		fmt.Fprintf(wr.stdin, "go %d\n", start.UnixNano())
+	}
+	outs := make([]writerOutcome, n)
+	for i, wr := range writers {
+		line, err := wr.readLine()
+		if err == nil {
+			err = json.Unmarshal([]byte(line), &outs[i])
+		}
+		if err != nil {
+			return procResult{}, fmt.Errorf("writer %d: %w", i+1, err)
+		}
+	}
+	rep, err := srv.report(per, n, dir)
+	if err != nil {
+		return procResult{}, fmt.Errorf("index process: %w", err)
+	}
+	r := summarizeProcs(p, sc, n, per, ideal, start, outs, rep)
+	for _, c := range append(writers, srv) {
+		r.cpu += c.stop()
+	}
+	return r, nil
+}
+
+// summarizeProcs turns the writers' and the index's reports into a row.
+func summarizeProcs(p profile, sc scenario, n, per int, ideal time.Duration, start time.Time, outs []writerOutcome, rep indexReport) procResult {
+	r := procResult{writers: n, scenario: sc.name, records: per * n, requests: rep.Requests, limited: rep.RateLimited, spread: 1}
+	var lo, hi float64
+	for i, o := range outs {
+		r.landed += rep.Landed[i]
+		r.lost += rep.Lost[i]
+		r.reported += o.Reported
+		r.stopped = r.stopped || o.Deadline
+		end := time.Duration(o.EndNanos - start.UnixNano())
+		r.elapsed = max(r.elapsed, end)
+		r.sharedWriters = max(r.sharedWriters, o.SharedWriters)
+		r.redisExchanges += o.RedisExchanges
+		r.redisFailures += o.RedisFailures
+		if sc.stopAt(i, n, ideal) > 0 {
+			continue // the writer that stops is no measure of a share
+		}
+		ran := end - sc.startAt(i, n, ideal)
+		if ran <= 0 {
+			continue
+		}
+		t := float64(rep.Landed[i]) / ran.Seconds()
+		if lo == 0 || t < lo {
+			lo = t
+		}
+		hi = max(hi, t)
+	}
+	if lo > 0 {
+		r.spread = hi / lo
+	}
+	r.efficiency = efficiency(p, r.landed, r.elapsed)
+	for i := range n {
+		if at := sc.stopAt(i, n, ideal); at > 0 {
+			r.takeUp = takeUp(rep.Samples, start.Add(at), 0.9*p.capacity)
+		}
+	}
+	return r
+}
+
+// takeUpWindow is the span over which the index's accepted rate is
+// measured for the take-up time.
+const takeUpWindow = 500 * time.Millisecond
+
+// takeUp returns how long after stop the index first accepted at least
+// rate records per second over a takeUpWindow that starts at or after
+// stop, measured to the end of that window; -1 if it never did. samples
+// are the index's record counts, every sampleEvery.
+func takeUp(samples []sample, stop time.Time, rate float64) time.Duration {
+	for i, a := range samples {
+		if a.At < stop.UnixNano() {
+			continue
+		}
+		for _, b := range samples[i+1:] {
+			span := time.Duration(b.At - a.At)
+			if span < takeUpWindow {
+				continue
+			}
+			if float64(b.Count-a.Count)/span.Seconds() >= rate {
+				return time.Duration(b.At - stop.UnixNano())
+			}
+			break
+		}
+	}
+	return -1
+}
+
+// child is a process of the benchmark: this program run again with a
+// hidden subcommand (see runChild).
+type child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+}
+
+func startChild(ctx context.Context, role string, args ...string) (*child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe, append([]string{childPrefix + role}, args...)...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &child{cmd: cmd, stdin: stdin, stdout: bufio.NewReaderSize(stdout, 1<<20)}, nil
+}
+
+func (c *child) readLine() (string, error) {
+	line, err := c.stdout.ReadString('\n')
+	return strings.TrimSuffix(line, "\n"), err
+}
+
+// stop closes the child's stdin, which ends it, waits for it, and returns
+// the CPU time it used. It may be called more than once.
+func (c *child) stop() time.Duration {
+	if c.cmd.ProcessState == nil {
+		c.stdin.Close()
+		_ = c.cmd.Wait()
+	}
+	return c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime()
+}
+
+// report asks the index process what it holds of the n writers' ranges.
+func (c *child) report(per, n int, dir string) (indexReport, error) {
+	fmt.Fprintf(c.stdin, "report %d %d %s\n", per, n, dir)
+	line, err := c.readLine()
+	if err != nil {
+		return indexReport{}, err
+	}
+	var rep indexReport
+	err = json.Unmarshal([]byte(line), &rep)
+	return rep, err
+}
+
+// parseProcs reads -procs: comma-separated positive numbers, or "" for
+// none.
+func parseProcs(list string) ([]int, error) {
+	if list == "" {
+		return nil, nil
+	}
+	var out []int
+	for f := range strings.SplitSeq(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a number of writers", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert/internal/redistest"
+)
+
+// TestMain lets the process benchmark run this test binary as its index
+// and writer processes.
+func TestMain(m *testing.M) {
+	if runChild(os.Args[1:]) {
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestProcs runs two writer processes joined through Redis against an
+// index process at a very small scale (6000 records), one of them stopping
+// early, and checks that every record is accounted for and that the
+// writers saw each other.
+func TestProcs(t *testing.T) {
+	cfg, err := parseFlags([]string{"-procs", "2", "-scale", "0.01", "-redis"})
+	require.NoError(t, err)
+	assert.Equal(t, []int{2}, cfg.procs)
+	assert.True(t, cfg.redis)
+	srv := redistest.Run(t)
+	r, err := runProcs(context.Background(), procsProfile(), scenarios()[2], 2, cfg, srv.Socket(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, 6000, r.records)
+	assert.Zero(t, r.lost, "records neither stored nor reported")
+	assert.Equal(t, r.records, r.landed+r.reported, "the writer that stops reports what it did not write")
+	assert.Positive(t, r.requests)
+	assert.Positive(t, r.elapsed)
+	assert.Equal(t, 2, r.sharedWriters, "the writers met in their lane")
+	assert.Positive(t, r.redisExchanges)
+}
+
+func TestParseProcs(t *testing.T) {
+	got, err := parseProcs("2, 4,8,16")
+	require.NoError(t, err)
+	assert.Equal(t, []int{2, 4, 8, 16}, got)
+	got, err = parseProcs("")
+	require.NoError(t, err)
+	assert.Nil(t, got)
+	for _, bad := range []string{"0", "x", "2,,4", "-1"} {
+		_, err := parseProcs(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestTakeUp(t *testing.T) {
+	base := time.Unix(100, 0)
+	at := func(ms int, count int64) sample {
+		return sample{At: base.Add(time.Duration(ms) * time.Millisecond).UnixNano(), Count: count}
+	}
+	// 10 records per 100 ms (100/s) until 1 s, then 20 per 100 ms.
+	var samples []sample
+	count := int64(0)
+	for ms := 0; ms <= 3000; ms += 100 {
+		samples = append(samples, at(ms, count))
+		if ms < 1000 {
+			count += 10
+		} else {
+			count += 20
+		}
+	}
+	stop := base.Add(500 * time.Millisecond)
+	assert.Equal(t, 1000*time.Millisecond, takeUp(samples, stop, 200), "the first full window at 200/s starts at 1 s and ends at 1.5 s")
+	assert.Equal(t, 500*time.Millisecond, takeUp(samples, stop, 100), "already there: one window")
+	assert.Equal(t, time.Duration(-1), takeUp(samples, stop, 300), "never")
+}

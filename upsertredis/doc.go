@@ -1,0 +1,66 @@
+// Package upsertredis shares what the upsert library learns about an index
+// between writers in separate processes, through Redis.
+//
+// # When to use it
+//
+// Writers of one process that write into one index at the same time
+// already share what they learn (one Limiter per index). Writers in
+// separate processes — pods of a deployment, consumers of a topic, shards
+// of a backfill — each learn alone from their own 429s, and at a low 429
+// rate they cannot agree on their shares: BENCHMARKS.md measures four such
+// writers at 92% of the index in total with their throughputs 1.1 to 1.6
+// times apart, eight at 88.6% with 10.8% of requests refused. A Store gives
+// them the signal in common that Pinecone's answers do not carry. Use it
+// when several processes write into the same namespace of an index at the
+// same time; one process gains nothing from it.
+//
+// Not yet: the library's Limiter does not take a Store yet (issue 21 is
+// built in two phases; docs/redis-sharing.md says how it will plug in).
+// What is here is the Redis side, complete and tested against a real
+// redis-server: the shared state, its scripts, and its behaviour when
+// Redis fails.
+//
+// # What is shared
+//
+// Per lane (an index host and a namespace), in two Redis keys:
+//
+//   - the admitted rate of the whole lane, as the anchors of its curve:
+//     the rate the last 429 episode set, the level it climbs back to, when
+//     the cut was made and how long the climb takes. Every writer computes
+//     the lane's rate from them and enforces its own part locally, so that
+//     no request waits for Redis;
+//   - the 429 episodes, counted once for all writers: the first writer to
+//     see a 429 proposes the cut; a 429 of a request sent before the
+//     writer knew of the last cut, or within a round trip of it, belongs to
+//     that episode and cuts nothing;
+//   - a Retry-After, which pauses every writer of the lane;
+//   - the circuit breaker's outage: when the first writer's breaker opened,
+//     and whether the index ever answered anyone;
+//   - the live writers and what each could send (its demand): each
+//     writer's part of the rate is a max-min fair split, so a writer that
+//     joins gets its part at once and the others take up the part of one
+//     that leaves, or dies (its heartbeat expires).
+//
+// Each writer exchanges with Redis every [DefaultInterval] (one script call,
+// off the hot path), and once per 429 episode it proposes; nothing is
+// written per record or per request. Keys carry a TTL, are renewed by live
+// writers, hold nothing that grows with the records written, and share a
+// Redis Cluster hash tag per lane.
+//
+// # When Redis fails
+//
+// Redis is a helper, never a dependency of correctness: no record is lost
+// or failed because of it. Each call is bounded by [DefaultTimeout]
+// whatever the client's own timeouts. When a call fails or times out, the
+// writer goes on alone from what it learned (its last view of the lane, its
+// part of the rate), and says so once through [WithLogger]; [Store.Stats]
+// counts it. While alone it tries Redis again once a second, and rejoins
+// when it answers. When Redis lost the lane's state (flushed, restarted,
+// evicted), the first writer to exchange rebuilds it from its last view, so
+// the lane carries on where it was. A writer that cannot reach Redis at
+// start starts alone.
+//
+// The Store is given any [github.com/redis/go-redis/v9.UniversalClient]:
+// a single node, a cluster or a failover client, with the password, TLS
+// and pool settings the caller chose.
+package upsertredis

@@ -1,0 +1,169 @@
+package upsertredis
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert/internal/redistest"
+	"github.com/upsertlib/upsert/internal/share"
+)
+
+// TestRedisKilledAndRestarted kills Redis under two writers that exchange
+// every few milliseconds: they go on alone from what they had learned
+// (logged once each), a cut fails at once without a round trip, and when
+// Redis comes back, empty, they rejoin and rebuild the lane's state from
+// their views.
+func TestRedisKilledAndRestarted(t *testing.T) {
+	t.Parallel() // a server of its own
+	srv := redistest.Run(t)
+	var logs logBuffer
+	s := newStore(t, client(t, srv), WithInterval(2*time.Millisecond), WithTimeout(DefaultTimeout), WithLogger(logs.logger()))
+	a, b := join(t, s), join(t, s)
+	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
+	require.NoError(t, err)
+	require.True(t, applied)
+	require.Eventually(t, func() bool { return b.View().Epoch == 1 && a.View().Writers == 2 }, 5*time.Second, time.Millisecond)
+	changed := a.Changed()
+
+	srv.Kill()
+	require.Eventually(t, func() bool { return !a.View().Shared && !b.View().Shared }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, uint64(1), a.View().Epoch, "a writer alone keeps what it learned")
+	assert.Equal(t, 800.0, a.View().Rate)
+	assert.Equal(t, 2, a.View().Writers, "and its part of the rate")
+	select {
+	case <-changed:
+	default:
+		t.Error("going alone did not fire Changed")
+	}
+	failures := s.Stats().Failures
+	_, _, err = a.Cut(context.Background(), share.Cut{Seen: 1, Sent: time.Now(), Rate: 500})
+	require.ErrorIs(t, err, share.ErrUnavailable, "a cut while alone is the writer's own")
+	_, err = a.Breaker(context.Background(), true)
+	require.ErrorIs(t, err, share.ErrUnavailable)
+	assert.LessOrEqual(t, s.Stats().Failures-failures, int64(2), "no round trip for a cut or a breaker while alone (the syncs may fail meanwhile)")
+
+	require.Eventually(t, func() bool { return s.Stats().Failures >= failures+10 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, int64(2), s.Stats().Fallbacks, "one fallback per writer, however many exchanges fail")
+	assert.Equal(t, 2, logs.lines("Redis failed"), "logged once per writer")
+
+	require.NoError(t, srv.Restart())
+	require.Eventually(t, func() bool { return a.View().Shared && b.View().Shared }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, int64(2), s.Stats().Rejoins)
+	assert.Equal(t, 2, logs.lines("Redis answers again"))
+	// The first writer back rebuilt the state; the other may rebuild it
+	// again if its view was one exchange newer.
+	assert.GreaterOrEqual(t, s.Stats().Resets, int64(1))
+	require.Eventually(t, func() bool { return a.View().Writers == 2 && b.View().Writers == 2 }, 5*time.Second, time.Millisecond)
+	for _, m := range []*member{a, b} {
+		v := m.View()
+		assert.Equal(t, uint64(1), v.Epoch, "the lane carries on from the writers' views")
+		assert.Equal(t, 800.0, v.Rate)
+		assert.Equal(t, 1000.0, v.Level)
+	}
+	_, applied, err = b.Cut(context.Background(), share.Cut{Seen: 1, Sent: time.Now(), Rate: 600})
+	require.NoError(t, err)
+	assert.True(t, applied, "episodes go on from the epoch before the restart")
+	assert.Equal(t, uint64(2), b.View().Epoch)
+}
+
+// TestRedisFlushed flushes Redis between two exchanges: the next writer to
+// exchange rebuilds the lane's state from its view, and every writer
+// registers again.
+func TestRedisFlushed(t *testing.T) {
+	rdb := client(t, nil) // the tests do not run in parallel: the flush spares theirs
+	var logs logBuffer
+	s := newStore(t, rdb, WithLogger(logs.logger()))
+	a, b := join(t, s), join(t, s)
+	a.Accepted(100)
+	exchange(t, a)
+	_, _, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000, Recovery: time.Second})
+	require.NoError(t, err)
+	_, err = a.Breaker(context.Background(), true)
+	require.NoError(t, err)
+	before := exchange(t, b)
+
+	require.NoError(t, rdb.FlushAll(context.Background()).Err())
+	v := exchange(t, b)
+	assert.True(t, v.Shared)
+	assert.Equal(t, before.Epoch, v.Epoch)
+	assert.Equal(t, before.Rate, v.Rate)
+	assert.Equal(t, before.Level, v.Level)
+	assert.Equal(t, before.Recovery, v.Recovery)
+	assert.WithinDuration(t, before.CutAt, v.CutAt, 5*time.Millisecond)
+	assert.WithinDuration(t, before.OpenSince, v.OpenSince, 5*time.Millisecond)
+	assert.True(t, v.Answered)
+	assert.Equal(t, 1, v.Writers, "a has not exchanged since")
+	assert.Equal(t, 2, exchange(t, a).Writers)
+	assert.Equal(t, 2, exchange(t, b).Writers)
+	assert.Equal(t, int64(1), s.Stats().Resets)
+	assert.Zero(t, s.Stats().Fallbacks, "a flush is no failure")
+	assert.Equal(t, 1, logs.lines("state was missing"))
+	assert.Len(t, keys(t, rdb, t.Name()), 2)
+	assert.Zero(t, v.Accepted, "records are counted from the rebuild")
+	assert.WithinDuration(t, time.Now(), v.AcceptedSince, time.Second)
+
+	// A writer that knew nothing rebuilds the state first: the next
+	// writer that knew more restores it.
+	require.NoError(t, rdb.FlushAll(context.Background()).Err())
+	c := join(t, s)
+	assert.Equal(t, uint64(0), c.View().Epoch)
+	assert.Equal(t, before.Epoch, exchange(t, a).Epoch, "the lane does not forget its episodes")
+	assert.Equal(t, before.Rate, exchange(t, c).Rate)
+	assert.Equal(t, int64(2), s.Stats().Resets)
+}
+
+// TestSlowRedis puts 5 ms of latency each way between the writers and
+// Redis: well within the default timeout, they share as before. A Redis
+// that does not answer at all costs a writer's cut one timeout, then it
+// goes on alone, and comes back when Redis answers.
+func TestSlowRedis(t *testing.T) {
+	proxy, rdb := proxied(t, 5*time.Millisecond)
+	s := newStore(t, rdb, WithTimeout(DefaultTimeout))
+	a, b := join(t, s), join(t, s)
+	require.True(t, a.View().Shared && b.View().Shared)
+	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800})
+	require.NoError(t, err)
+	assert.True(t, applied)
+	assert.Equal(t, uint64(1), exchange(t, b).Epoch)
+	assert.Zero(t, s.Stats().Failures)
+
+	proxy.Hold()
+	_, _, err = b.Cut(context.Background(), share.Cut{Seen: 1, Sent: time.Now(), Rate: 600})
+	require.ErrorIs(t, err, share.ErrUnavailable)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "bounded by the store's timeout")
+	assert.False(t, b.View().Shared)
+	assert.Equal(t, uint64(1), b.View().Epoch)
+	proxy.Release()
+	require.Eventually(t, func() bool { return b.sync(context.Background()) == nil }, 5*time.Second, time.Millisecond)
+	assert.True(t, b.View().Shared)
+	assert.Equal(t, int64(1), s.Stats().Rejoins)
+}
+
+// TestTimeoutBelowLatency: a Redis slower than the timeout is a Redis that
+// is down, for the writers.
+func TestTimeoutBelowLatency(t *testing.T) {
+	_, rdb := proxied(t, 5*time.Millisecond)
+	s := newStore(t, rdb, WithTimeout(2*time.Millisecond))
+	a := join(t, s)
+	assert.False(t, a.View().Shared)
+	err := a.sync(context.Background())
+	assert.True(t, errors.Is(err, share.ErrUnavailable) && errors.Is(err, context.DeadlineExceeded), "%v", err)
+	assert.Equal(t, 1000.0, a.View().Allocation(1000), "alone from the start: the writer's own decisions")
+}
+
+// proxied returns a proxy to the shared server that adds latency each way,
+// and a client through it, both closed at the end of t.
+func proxied(t *testing.T, latency time.Duration) (*redistest.Proxy, *redis.Client) {
+	proxy, err := redistest.NewProxy(shared.Socket(), latency)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	return proxy, rdb
+}

@@ -1,0 +1,117 @@
+package upsertredis
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert/internal/redistest"
+	"github.com/upsertlib/upsert/internal/share"
+)
+
+// shared is the redis-server of the tests that neither kill, restart nor
+// flush it; each test keeps to keys of its own prefix.
+var shared *redistest.Server
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(helperEnv); addr != "" {
+		writerProcess(addr) // never returns
+	}
+	var err error
+	if shared, err = redistest.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	redis.SetLogger(quiet{}) // the clients of the fault tests would log every failed dial
+	code := m.Run()
+	shared.Close()
+	os.Exit(code)
+}
+
+// manual is an interval long enough that the background exchange never
+// runs during a test: the test calls sync itself.
+const manual = time.Hour
+
+// client returns a client of srv (the shared server when nil), closed at
+// the end of t.
+func client(t *testing.T, srv *redistest.Server) *redis.Client {
+	if srv == nil {
+		srv = shared
+	}
+	rdb := srv.Client(nil)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// newStore returns a Store through rdb whose keys start with t's name,
+// whose members exchange only when the test says so, and whose timeout
+// leaves room for a machine busy with other tests, unless opts say
+// otherwise.
+func newStore(t *testing.T, rdb redis.UniversalClient, opts ...Option) *Store {
+	opts = append([]Option{WithPrefix(t.Name() + ":"), WithInterval(manual), WithTimeout(time.Second)}, opts...)
+	return New(rdb, opts...)
+}
+
+var lane = share.Lane{Host: "http://127.0.0.1:5081", Namespace: "docs"}
+
+// join joins lane through s; the member leaves at the end of t.
+func join(t *testing.T, s *Store) *member {
+	m := s.Join(context.Background(), lane).(*member)
+	t.Cleanup(func() { _ = m.Leave(context.Background()) })
+	return m
+}
+
+func exchange(t *testing.T, m *member) share.View {
+	t.Helper()
+	require.NoError(t, m.sync(context.Background()))
+	return m.View()
+}
+
+// crash stops m's exchanges without leaving, as a process that dies.
+func crash(m *member) {
+	m.leave.Do(func() {
+		close(m.stop)
+		<-m.done
+	})
+}
+
+// keys returns the keys of prefix on rdb.
+func keys(t *testing.T, rdb *redis.Client, prefix string) []string {
+	ks, err := rdb.Keys(context.Background(), prefix+"*").Result()
+	require.NoError(t, err)
+	return ks
+}
+
+// logBuffer collects log lines, safe for concurrent use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) lines(substr string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.buf.String(), substr)
+}
+
+func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
+
+// quiet is a go-redis logger that drops everything.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}

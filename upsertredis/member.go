@@ -1,0 +1,332 @@
+package upsertredis
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/upsertlib/upsert/internal/share"
+)
+
+// member is one writer's membership of a lane (see [share.Member]). Its
+// view is replaced whole at each answer from Redis, so that View is an
+// atomic load; the rest of its state is guarded by mu.
+type member struct {
+	store *Store
+	lane  share.Lane
+	id    string
+	keys  []string // state, writers
+
+	view     atomic.Pointer[share.View]
+	accepted atomic.Int64  // records accepted since the last exchange
+	demand   atomic.Uint64 // float64 bits
+
+	mu      sync.Mutex
+	seed    []string  // the lane's state as Redis last gave it: the first seedFields of stateFields
+	others  []float64 // the other live writers' demands, at the last sync
+	version int64     // the state's version in the view
+	joined  bool      // Redis answered once
+	alone   bool      // the last exchange failed: deciding alone
+	changed chan struct{}
+
+	leave      sync.Once
+	stop, done chan struct{}
+}
+
+// newSeed is the state of a lane that nothing was learned about.
+func newSeed() []string {
+	s := make([]string, seedFields)
+	for i := range s {
+		s[i] = "0"
+	}
+	return s
+}
+
+func (m *member) View() share.View { return *m.view.Load() }
+
+func (m *member) Changed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+func (m *member) Accepted(n int) { m.accepted.Add(int64(n)) }
+
+func (m *member) Demand(perSecond float64) { m.demand.Store(math.Float64bits(perSecond)) }
+
+func (m *member) Cut(ctx context.Context, c share.Cut) (share.View, bool, error) {
+	ago := time.Duration(0)
+	if !c.Sent.IsZero() {
+		ago = max(0, time.Since(c.Sent))
+	}
+	reply, err := m.exchange(ctx, cutScript, m.keys[:1],
+		c.Seen, ago.Milliseconds(), c.MinGap.Milliseconds(), formatFloat(c.Rate), formatFloat(c.Level),
+		c.Recovery.Milliseconds(), max(0, c.RetryAfter).Milliseconds())
+	if err != nil {
+		return m.View(), false, err
+	}
+	applied := reply.extra[0] == "1"
+	if applied {
+		m.store.stats.cuts.Add(1)
+	} else {
+		m.store.stats.sameEpisode.Add(1)
+	}
+	return m.View(), applied, nil
+}
+
+func (m *member) Breaker(ctx context.Context, open bool) (share.View, error) {
+	flag := "0"
+	if open {
+		flag = "1"
+	}
+	_, err := m.exchange(ctx, breakerScript, m.keys[:1], flag)
+	return m.View(), err
+}
+
+func (m *member) Leave(ctx context.Context) error {
+	var err error
+	m.leave.Do(func() {
+		close(m.stop)
+		<-m.done
+		// When this fails, the writer's heartbeat expires instead.
+		_, err = m.store.call(ctx, func(ctx context.Context) ([]string, error) {
+			return nil, leaveScript.Run(ctx, m.store.rdb, m.keys, m.id).Err()
+		})
+	})
+	return err
+}
+
+// loop exchanges with Redis every interval until Leave.
+func (m *member) loop() {
+	defer close(m.done)
+	tick := time.NewTicker(m.store.opts.interval)
+	defer tick.Stop()
+	skip := 0
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+			if skip > 0 {
+				skip--
+			} else if m.sync(context.Background()) != nil {
+				skip = aloneEvery - 1
+			}
+		}
+	}
+}
+
+// aloneEvery is how many intervals apart a member that Redis failed tries
+// it again: a Redis that is down or hung gets one try a second from each
+// writer rather than ten, and writers rejoin within a second of its return.
+const aloneEvery = 10
+
+// sync is the periodic exchange: the records accepted since the last one
+// and the writer's demand go out, the lane's state and the other writers'
+// demands come back. Records reported in an exchange that failed are not
+// counted again (Redis may have applied it before the answer was lost):
+// the lane's measure of what the index accepted then misses an interval's
+// worth, which lowers a level rather than raising it.
+func (m *member) sync(ctx context.Context) error {
+	n := m.accepted.Swap(0)
+	o := m.store.opts
+	_, err := m.exchange(ctx, syncScript, m.keys, m.id, o.heartbeat.Milliseconds(), n,
+		formatFloat(math.Float64frombits(m.demand.Load())))
+	return err
+}
+
+// reply is a script's answer (see prelude).
+type reply struct {
+	now     int64    // Redis's clock, ms
+	created bool     // the state was rebuilt from the seed (see prelude)
+	fields  []string // stateFields
+	extra   []string // what the script adds after them
+}
+
+// exchange runs script with the seed and args, within the store's timeout,
+// and adopts its answer. While the member is alone, only the periodic sync
+// tries Redis: a writer's cut or breaker call fails at once, without a
+// round trip, rather than wait out a timeout on every 429 of an outage.
+func (m *member) exchange(ctx context.Context, script *redis.Script, keys []string, args ...any) (reply, error) {
+	m.mu.Lock()
+	alone, seed := m.alone, m.seed
+	m.mu.Unlock()
+	if alone && script != syncScript {
+		return reply{}, share.ErrUnavailable
+	}
+	all := make([]any, 0, seedArgs+len(args))
+	all = append(all, m.store.opts.ttl.Milliseconds())
+	for _, s := range seed {
+		all = append(all, s)
+	}
+	all = append(all, args...)
+
+	start := time.Now()
+	out, err := m.store.call(ctx, func(ctx context.Context) ([]string, error) {
+		return script.Run(ctx, m.store.rdb, keys, all...).StringSlice()
+	})
+	end := time.Now()
+	var r reply
+	if err == nil {
+		r, err = parseReply(out)
+	}
+	if err != nil {
+		m.failed(err)
+		return reply{}, fmt.Errorf("%w: %w", share.ErrUnavailable, err)
+	}
+	m.adopt(r, start.Add(end.Sub(start)/2), script == syncScript)
+	return r, nil
+}
+
+func parseReply(out []string) (reply, error) {
+	n := len(stateFields)
+	if len(out) < 2+n {
+		return reply{}, fmt.Errorf("upsertredis: a script replied with %d values, want at least %d", len(out), 2+n)
+	}
+	now, err := strconv.ParseInt(out[0], 10, 64)
+	if err != nil {
+		return reply{}, fmt.Errorf("upsertredis: a script replied with the time %q", out[0])
+	}
+	return reply{now: now, created: out[1] == "1", fields: out[2 : 2+n], extra: out[2+n:]}, nil
+}
+
+// failed makes the member decide alone after a failed exchange, and says so
+// once.
+func (m *member) failed(err error) {
+	m.store.stats.failures.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.alone {
+		return
+	}
+	m.alone = true
+	m.store.stats.fallbacks.Add(1)
+	v := m.View()
+	v.Shared = false
+	m.view.Store(&v)
+	m.signal()
+	m.store.log(slog.LevelWarn, "upsertredis: Redis failed; the writer goes on alone with what it learned", m.lane, m.id, slog.String("error", err.Error()))
+}
+
+// adopt makes r the member's view; mid is the local time of the middle of
+// the round trip, taken as the moment of Redis's clock r.now. A sync's
+// reply also names the other writers' demands. An answer older than the
+// view (its state's version is lower: a sync that Redis ran before a cut
+// whose answer came first) is dropped, or it would take the view back to
+// the episode before.
+func (m *member) adopt(r reply, mid time.Time, fromSync bool) {
+	m.store.stats.exchanges.Add(1)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	version, _ := strconv.ParseInt(r.fields[0], 10, 64)
+	if version < m.version {
+		return
+	}
+	m.version = version
+	old := m.View()
+	if fromSync {
+		m.others = parseDemands(r.extra)
+	}
+	v := viewOf(r, mid).WithDemands(math.Float64frombits(m.demand.Load()), m.others)
+	if r.created && m.joined {
+		m.store.stats.resets.Add(1)
+		m.store.log(slog.LevelWarn, "upsertredis: the lane's state was missing (Redis flushed or restarted); rebuilt from this writer's view", m.lane, m.id)
+	}
+	if m.alone {
+		m.alone = false
+		m.store.stats.rejoins.Add(1)
+		m.store.log(slog.LevelInfo, "upsertredis: Redis answers again; the writer shares the lane's state", m.lane, m.id)
+	}
+	m.joined = true
+	moved := !old.Shared || differs(m.seed, r.fields) || old.Writers != v.Writers ||
+		math.Abs(old.Allocation(1)-v.Allocation(1)) > shareTolerance
+	m.seed = r.fields[:seedFields]
+	m.view.Store(&v)
+	if moved {
+		m.signal()
+	}
+}
+
+// shareTolerance is the change of a writer's part of the rate (as a
+// fraction of the whole) below which Changed does not fire: demands move a
+// little at every exchange.
+const shareTolerance = 0.01
+
+// differs reports whether the fields that a writer acts on at once (a
+// cut, a Retry-After, the breaker) changed.
+func differs(old, fields []string) bool {
+	for _, i := range []int{1, 6, 7} { // epoch, paused_until, open_since
+		if old[i] != fields[i] {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *member) signal() {
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// viewOf turns a reply into a view, mapping Redis's clock to the local one.
+func viewOf(r reply, mid time.Time) share.View {
+	f := make(map[string]string, len(stateFields))
+	for i, name := range stateFields {
+		f[name] = r.fields[i]
+	}
+	at := func(name string) time.Time {
+		ms, _ := strconv.ParseInt(f[name], 10, 64)
+		if ms <= 0 {
+			return time.Time{}
+		}
+		return mid.Add(time.Duration(ms-r.now) * time.Millisecond)
+	}
+	num := func(name string) float64 {
+		x, _ := strconv.ParseFloat(f[name], 64)
+		return x
+	}
+	epoch, _ := strconv.ParseUint(f["epoch"], 10, 64)
+	v := share.View{
+		Shared:        true,
+		Epoch:         epoch,
+		Rate:          num("rate"),
+		Level:         num("level"),
+		Recovery:      time.Duration(num("recovery")) * time.Millisecond,
+		CutAt:         at("cut_at"),
+		PausedUntil:   at("paused_until"),
+		Accepted:      int64(num("accepted") - num("accepted_at_cut")),
+		AcceptedSince: at("counted_from"),
+		OpenSince:     at("open_since"),
+		Answered:      f["answered"] == "1",
+	}
+	if v.Epoch == 0 || v.Rate <= 0 {
+		v.Rate = math.Inf(1)
+	}
+	if !v.PausedUntil.After(mid) {
+		v.PausedUntil = time.Time{}
+	}
+	return v
+}
+
+func parseDemands(s []string) []float64 {
+	out := make([]float64, 0, len(s))
+	for _, d := range s {
+		x, err := strconv.ParseFloat(d, 64)
+		if err != nil {
+			x = math.Inf(1)
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+
+var _ share.Member = (*member)(nil)

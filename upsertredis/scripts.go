@@ -1,0 +1,172 @@
+package upsertredis
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Each lane has two keys, named by a hash tag of its host and namespace so
+// that they share a Redis Cluster slot (the scripts touch both):
+//
+//	<prefix>{<tag>}:state    hash: the lane's control state (stateFields)
+//	<prefix>{<tag>}:writers  hash: writer id -> "<expiry ms> <demand>"
+//
+// The tag is a digest rather than the names themselves: a namespace may
+// hold braces, which would end the tag early, and up to 512 bytes. Every
+// script renews both keys' TTL; nothing in them grows with the records
+// written, and the writers hash holds only live writers (each exchange
+// purges the expired).
+func laneKeys(prefix, host, namespace string) (state, writers string) {
+	sum := sha256.Sum256([]byte(host + "\x00" + namespace))
+	tag := prefix + "{" + hex.EncodeToString(sum[:12]) + "}"
+	return tag + ":state", tag + ":writers"
+}
+
+// stateFields are the fields of a lane's state hash, in the order the
+// scripts reply with them. Times are Redis's (milliseconds since the Unix
+// epoch); rate and level are opaque strings to the scripts.
+//
+//	version          exchanges that found the state, counting up across rebuilds
+//	epoch            429 episodes cut so far
+//	rate, level      the last cut's rate and the level it climbs back to ("0": no cut yet)
+//	recovery         how long the climb takes, ms
+//	cut_at           when the last cut was made
+//	paused_until     end of the last Retry-After
+//	open_since       when the current outage's first breaker opened; 0 when closed
+//	answered         1 once the index answered any writer
+//	accepted         records the writers reported accepted, in all
+//	accepted_at_cut  accepted at the last cut, or when the state was rebuilt
+//	counted_from     when that was
+var stateFields = []string{"version", "epoch", "rate", "level", "recovery", "cut_at", "paused_until", "open_since", "answered", "accepted", "accepted_at_cut", "counted_from"}
+
+// seedFields is how many of stateFields, from the first, a seed holds.
+const seedFields = 9
+
+// prelude is shared by every script. ARGV[1] is the keys' TTL in ms,
+// ARGV[2..10] a seed of the state (its fields up to answered, from the
+// caller's last view); a script's own arguments start at ARGV[base]. The
+// state is rebuilt from the seed when its key is missing (the lane is new,
+// or Redis lost it: flushed, restarted, evicted), and when the seed's
+// version is above the state's (Redis lost it and a writer that knew
+// nothing rebuilt it first, or a failover lost writes): writers carry on
+// from the latest they knew instead of from nothing. Records accepted are
+// then counted from that moment. Every script adds one to the version, so
+// that a writer can tell an answer older than one it has (see adopt).
+// Scripts reply with {now, rebuilt, <stateFields>...}, all as strings.
+const prelude = `
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local FIELDS = {'version', 'epoch', 'rate', 'level', 'recovery', 'cut_at', 'paused_until', 'open_since', 'answered', 'accepted', 'accepted_at_cut', 'counted_from'}
+local SEED = 9
+local base = SEED + 2
+local ttl = ARGV[1]
+local function num(field)
+  return tonumber(redis.call('HGET', KEYS[1], field)) or 0
+end
+local created = 0
+if redis.call('EXISTS', KEYS[1]) == 0 or tonumber(ARGV[2]) > num('version') then
+  created = 1
+  local seed = {}
+  for i = 1, SEED do
+    seed[#seed + 1] = FIELDS[i]
+    seed[#seed + 1] = ARGV[i + 1]
+  end
+  local accepted = num('accepted')
+  redis.call('HSET', KEYS[1], 'accepted', accepted, 'accepted_at_cut', accepted, 'counted_from', now, unpack(seed))
+end
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+local function ms(x)
+  return string.format('%.0f', x)
+end
+local function reply(extra)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  local out = {ms(now), tostring(created)}
+  local v = redis.call('HMGET', KEYS[1], unpack(FIELDS))
+  for i = 1, #FIELDS do out[#out + 1] = v[i] or '0' end
+  for i = 1, #extra do out[#out + 1] = extra[i] end
+  return out
+end
+`
+
+// seedArgs is the number of ARGV the prelude takes.
+const seedArgs = 1 + seedFields
+
+// syncScript is a writer's periodic exchange. KEYS: state, writers. ARGV
+// after the prelude's: writer id, heartbeat in ms, records accepted since
+// the last exchange, demand. It adds the records, marks the index as
+// answered when there are any, drops the writers whose heartbeat expired,
+// renews this one's, and replies with the other live writers' demands
+// after the state.
+var syncScript = redis.NewScript(prelude + `
+local id, heartbeat, accepted, demand = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), ARGV[base + 3]
+if accepted > 0 then
+  redis.call('HINCRBY', KEYS[1], 'accepted', accepted)
+  redis.call('HSET', KEYS[1], 'answered', 1)
+end
+local others = {}
+local w = redis.call('HGETALL', KEYS[2])
+for i = 1, #w, 2 do
+  local expiry, d = string.match(w[i + 1], '^(%d+) (.*)$')
+  if tonumber(expiry) < now then
+    redis.call('HDEL', KEYS[2], w[i])
+  elseif w[i] ~= id then
+    others[#others + 1] = d
+  end
+end
+redis.call('HSET', KEYS[2], id, ms(now + heartbeat) .. ' ' .. demand)
+redis.call('PEXPIRE', KEYS[2], ttl)
+return reply(others)
+`)
+
+// cutScript applies a writer's proposal for a 429 episode, unless the
+// refused request belongs to an episode already cut. KEYS: state. ARGV
+// after the prelude's: the epoch the writer saw when it sent the request,
+// how long ago it sent it (ms), the least gap after a cut for a new
+// episode (ms), then the proposed rate, level, recovery (ms) and
+// Retry-After (ms). It replies with "1" after the state when it cut, "0"
+// when the request belonged to the last episode.
+var cutScript = redis.NewScript(prelude + `
+local seen, sent = tonumber(ARGV[base]), now - tonumber(ARGV[base + 1])
+local epoch = num('epoch')
+if seen < epoch or sent < num('cut_at') + tonumber(ARGV[base + 2]) then
+  return reply({'0'})
+end
+redis.call('HSET', KEYS[1], 'epoch', ms(math.max(epoch, seen) + 1), 'rate', ARGV[base + 3], 'level', ARGV[base + 4],
+  'recovery', ARGV[base + 5], 'cut_at', ms(now), 'accepted_at_cut', num('accepted'), 'counted_from', ms(now),
+  'paused_until', ms(math.max(num('paused_until'), now + tonumber(ARGV[base + 6]))))
+return reply({'1'})
+`)
+
+// breakerScript records a writer's breaker opening (ARGV after the
+// prelude's: "1") or closing ("0"). The outage starts with the first
+// writer whose breaker opens, and ends for all with the first that closes
+// (the index answered it).
+var breakerScript = redis.NewScript(prelude + `
+if ARGV[base] == '1' then
+  if num('open_since') == 0 then redis.call('HSET', KEYS[1], 'open_since', ms(now)) end
+else
+  redis.call('HSET', KEYS[1], 'open_since', 0, 'answered', 1)
+end
+return reply({})
+`)
+
+// leaveScript removes a writer (KEYS: state, writers; ARGV: id), and the
+// lane's keys when no live writer is left. It replies with the number of
+// live writers left.
+var leaveScript = redis.NewScript(`
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('HDEL', KEYS[2], ARGV[1])
+local live = 0
+local w = redis.call('HGETALL', KEYS[2])
+for i = 1, #w, 2 do
+  local expiry = string.match(w[i + 1], '^(%d+) ')
+  if tonumber(expiry) < now then redis.call('HDEL', KEYS[2], w[i]) else live = live + 1 end
+end
+if live == 0 then redis.call('DEL', KEYS[1], KEYS[2]) end
+return live
+`)

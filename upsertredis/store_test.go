@@ -1,0 +1,204 @@
+package upsertredis
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert/internal/share"
+)
+
+func TestLaneKeys(t *testing.T) {
+	tag := func(key string) string {
+		open := strings.IndexByte(key, '{')
+		return key[open : open+strings.IndexByte(key[open:], '}')+1]
+	}
+	state, writers := laneKeys("upsert:", lane.Host, lane.Namespace)
+	assert.True(t, strings.HasPrefix(state, "upsert:{"))
+	assert.True(t, strings.HasSuffix(state, ":state"))
+	assert.True(t, strings.HasSuffix(writers, ":writers"))
+	assert.Equal(t, tag(state), tag(writers), "one lane's keys share a cluster slot")
+
+	other, _ := laneKeys("upsert:", lane.Host, "other")
+	assert.NotEqual(t, tag(state), tag(other), "lanes of other namespaces are apart")
+	other, _ = laneKeys("upsert:", "http://127.0.0.1:5082", lane.Namespace)
+	assert.NotEqual(t, tag(state), tag(other), "lanes of other hosts are apart")
+	weird, weirdWriters := laneKeys("upsert:", "h", "a}{b:"+strings.Repeat("x", 512))
+	assert.Equal(t, tag(weird), tag(weirdWriters), "braces in a namespace do not end the tag")
+	assert.Less(t, len(weird), 64, "key names are bounded whatever the namespace")
+	a, _ := laneKeys("upsert:", "ab", "c")
+	b, _ := laneKeys("upsert:", "a", "bc")
+	assert.NotEqual(t, a, b, "host and namespace are kept apart")
+}
+
+func TestWritersSplitTheRate(t *testing.T) {
+	s := newStore(t, client(t, nil))
+	a := join(t, s)
+	assert.True(t, a.View().Shared)
+	assert.Equal(t, 1, a.View().Writers)
+	assert.Equal(t, 1000.0, a.View().Allocation(1000), "a writer alone has the whole rate")
+
+	b := join(t, s)
+	assert.Equal(t, 2, b.View().Writers, "a writer that joins sees the others at once")
+	assert.Equal(t, 2, exchange(t, a).Writers, "the others see it at their next exchange")
+	assert.Equal(t, 500.0, a.View().Allocation(1000))
+
+	a.Demand(100) // a's producer is slower than its part
+	exchange(t, a)
+	assert.InDelta(t, 900, exchange(t, b).Allocation(1000), 1e-9, "b takes what a does not ask for")
+	assert.InDelta(t, 100, exchange(t, a).Allocation(1000), 1e-9)
+
+	require.NoError(t, b.Leave(context.Background()))
+	require.NoError(t, b.Leave(context.Background()), "Leave is idempotent")
+	assert.Equal(t, 1, exchange(t, a).Writers, "a writer that leaves is gone at once")
+	assert.Equal(t, 1000.0, a.View().Allocation(1000))
+}
+
+func TestCutOncePerEpisode(t *testing.T) {
+	s := newStore(t, client(t, nil))
+	a, b := join(t, s), join(t, s)
+	assert.True(t, math.IsInf(a.View().Rate, 1), "no cap before the first cut")
+	changed := b.Changed()
+
+	v, applied, err := a.Cut(context.Background(), share.Cut{Seen: 0, Sent: time.Now(), Rate: 800, Level: 1000, Recovery: 4 * time.Second})
+	require.NoError(t, err)
+	assert.True(t, applied, "the first 429 cuts")
+	assert.Equal(t, uint64(1), v.Epoch)
+	assert.Equal(t, 800.0, v.Rate)
+	assert.Equal(t, 1000.0, v.Level)
+	assert.Equal(t, 4*time.Second, v.Recovery)
+	assert.WithinDuration(t, time.Now(), v.CutAt, time.Second)
+
+	cases := []struct {
+		name    string
+		cut     share.Cut
+		applied bool
+	}{
+		{"a request sent before the writer knew of the cut belongs to its episode", share.Cut{Seen: 0, Sent: time.Now(), Rate: 500}, false},
+		{"a request sent before the cut belongs to its episode", share.Cut{Seen: 1, Sent: time.Now().Add(-time.Minute), Rate: 500}, false},
+		{"a request sent within the gap after the cut belongs to its episode", share.Cut{Seen: 1, Sent: time.Now(), MinGap: time.Hour, Rate: 500}, false},
+		{"a request sent after the cut, under it, starts a new episode", share.Cut{Seen: 1, Sent: time.Now(), Rate: 600, Level: 700}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v, applied, err := b.Cut(context.Background(), c.cut)
+			require.NoError(t, err)
+			assert.Equal(t, c.applied, applied)
+			if !applied {
+				assert.Equal(t, uint64(1), v.Epoch, "the writer adopts the cut of the episode")
+				assert.Equal(t, 800.0, v.Rate)
+			}
+		})
+	}
+	select {
+	case <-changed:
+	default:
+		t.Error("a cut by another writer did not fire Changed")
+	}
+	v = exchange(t, a)
+	assert.Equal(t, uint64(2), v.Epoch, "the other writer sees the new episode at its next exchange")
+	assert.Equal(t, 600.0, v.Rate)
+	assert.Equal(t, int64(2), s.Stats().Cuts)
+	assert.Equal(t, int64(3), s.Stats().SameEpisode)
+}
+
+func TestAcceptedAndRetryAfterAreShared(t *testing.T) {
+	s := newStore(t, client(t, nil))
+	a, b := join(t, s), join(t, s)
+	assert.False(t, a.View().Answered)
+	a.Accepted(300)
+	exchange(t, a)
+	b.Accepted(200)
+	v := exchange(t, b)
+	assert.Equal(t, int64(500), v.Accepted, "records accepted from every writer")
+	assert.WithinDuration(t, time.Now(), v.AcceptedSince, time.Second, "counted since the lane began")
+	assert.True(t, v.Answered)
+
+	v, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 400, RetryAfter: time.Minute})
+	require.NoError(t, err)
+	require.True(t, applied)
+	assert.Zero(t, v.Accepted, "counted from the cut")
+	assert.Equal(t, v.CutAt, v.AcceptedSince)
+	assert.WithinDuration(t, time.Now().Add(time.Minute), v.PausedUntil, time.Second)
+	assert.Equal(t, v.PausedUntil.Round(time.Second), exchange(t, b).PausedUntil.Round(time.Second), "the pause is the lane's")
+}
+
+func TestBreakerIsShared(t *testing.T) {
+	s := newStore(t, client(t, nil))
+	a, b := join(t, s), join(t, s)
+	v, err := a.Breaker(context.Background(), true)
+	require.NoError(t, err)
+	opened := v.OpenSince
+	require.False(t, opened.IsZero())
+	assert.False(t, v.Answered, "an index that never answered")
+
+	v, err = b.Breaker(context.Background(), true)
+	require.NoError(t, err)
+	assert.WithinDuration(t, opened, v.OpenSince, 5*time.Millisecond, "the outage started with the first breaker that opened")
+	assert.WithinDuration(t, opened, exchange(t, a).OpenSince, 5*time.Millisecond)
+
+	v, err = b.Breaker(context.Background(), false)
+	require.NoError(t, err)
+	assert.True(t, v.OpenSince.IsZero(), "the first writer the index answers ends the outage for all")
+	assert.True(t, v.Answered)
+	assert.True(t, exchange(t, a).OpenSince.IsZero())
+}
+
+func TestEveryKeyExpires(t *testing.T) {
+	rdb := client(t, nil)
+	s := newStore(t, rdb, WithTTL(30*time.Second))
+	a, b := join(t, s), join(t, s)
+	_, _, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 100})
+	require.NoError(t, err)
+	_, err = b.Breaker(context.Background(), true)
+	require.NoError(t, err)
+	ks := keys(t, rdb, t.Name())
+	require.Len(t, ks, 2, "a lane has two keys, whatever was written: %v", ks)
+	for _, k := range ks {
+		ttl, err := rdb.PTTL(context.Background(), k).Result()
+		require.NoError(t, err)
+		assert.Greater(t, ttl, time.Duration(0), "%s has no TTL", k)
+		assert.LessOrEqual(t, ttl, 30*time.Second, k)
+	}
+
+	require.NoError(t, a.Leave(context.Background()))
+	assert.Len(t, keys(t, rdb, t.Name()), 2, "a lane with writers left keeps its state")
+	require.NoError(t, b.Leave(context.Background()))
+	assert.Empty(t, keys(t, rdb, t.Name()), "the last writer out drops the lane's state")
+}
+
+func TestADeadWritersHeartbeatExpires(t *testing.T) {
+	rdb := client(t, nil)
+	s := newStore(t, rdb, WithHeartbeat(20*time.Millisecond))
+	a, b := join(t, s), join(t, s)
+	assert.Equal(t, 2, exchange(t, a).Writers)
+	crash(b)
+	require.Eventually(t, func() bool { return exchange(t, a).Writers == 1 }, 5*time.Second, time.Millisecond,
+		"a writer that stopped exchanging still counts")
+	state, writers := laneKeys(t.Name()+":", lane.Host, lane.Namespace)
+	n, err := rdb.HLen(context.Background(), writers).Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "the dead writer's entry is purged")
+	require.NoError(t, a.Leave(context.Background()))
+	assert.Zero(t, rdb.Exists(context.Background(), state, writers).Val(), "the last live writer out drops the lane, dead ones aside")
+}
+
+// TestAnOlderAnswerIsDropped: an answer older than the view (a sync that
+// Redis ran before a cut, answered after it) does not take the view back.
+func TestAnOlderAnswerIsDropped(t *testing.T) {
+	s := newStore(t, client(t, nil))
+	a := join(t, s)
+	joined := a.seed
+	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800})
+	require.NoError(t, err)
+	require.True(t, applied)
+	stale := reply{now: time.Now().UnixMilli(), fields: append(append([]string(nil), joined...), "0", "0", "0")}
+	a.adopt(stale, time.Now(), true)
+	assert.Equal(t, uint64(1), a.View().Epoch, "the cut's answer stands")
+	assert.Equal(t, uint64(1), exchange(t, a).Epoch)
+}

@@ -147,6 +147,9 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e == nil {
+		return errTypedNil.Error()
+	}
 	var b strings.Builder
 	b.WriteString(e.Class.String())
 	switch {
@@ -163,18 +166,42 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the underlying error.
-func (e *Error) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // Is reports whether target is the sentinel of e's class. A denied error is
 // also [ErrInvalid], since both are permanent.
 func (e *Error) Is(target error) bool {
-	if target == nil {
+	if e == nil || target == nil {
 		return false
 	}
 	if target == e.Class.Err() {
 		return true
 	}
 	return e.Class == ClassDenied && target == ErrInvalid
+}
+
+// errTypedNil is the cause given to a nil *Error found in an error chain:
+// a function declared to return error that returned a nil *Error ("var e
+// *Error; return e") handed over a non-nil error that says nothing.
+var errTypedNil = errors.New("a nil *upsert.Error was returned as an error (a typed nil); treated as an unknown failure")
+
+// asError returns the first *Error in err's chain, or nil. A typed nil
+// *Error is replaced by a server-class *Error that says what it was, so that
+// no caller dereferences nil.
+func asError(err error) *Error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return nil
+	}
+	if e == nil {
+		return &Error{Class: ClassServer, Err: errTypedNil}
+	}
+	return e
 }
 
 // Limit names a limit of the index that an answer says was reached.
@@ -216,6 +243,8 @@ func (l Limit) String() string {
 // gRPC code name, else the class.
 func (e *Error) Code() string {
 	switch {
+	case e == nil:
+		return ClassServer.String()
 	case e.StatusCode != 0:
 		return fmt.Sprint(e.StatusCode)
 	case e.GRPCCode != codes.OK:

@@ -2,7 +2,6 @@ package upsert
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
@@ -280,8 +279,8 @@ func (in *intake) refuse(it item, err error) {
 	case it.rec != nil:
 		it.id, _, _ = checkRecord(it.rec)
 	}
-	var e *Error
-	if !errors.As(err, &e) {
+	e := asError(err)
+	if e == nil {
 		e = &Error{Class: ClassCanceled, Err: err}
 	}
 	in.r.report([]Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e}})

@@ -380,8 +380,7 @@ func (r *run) stopError() *Error {
 	if err := r.ctx.Err(); err != nil {
 		return &Error{Class: ClassCanceled, Err: context.Cause(r.ctx)}
 	}
-	var e *Error
-	if errors.As(context.Cause(r.runCtx), &e) {
+	if e := asError(context.Cause(r.runCtx)); e != nil {
 		return e
 	}
 	return &Error{Class: ClassCanceled, Err: context.Cause(r.runCtx)}

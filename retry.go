@@ -31,8 +31,7 @@ func Classify(err error) Class {
 	if err == nil {
 		return 0
 	}
-	var ue *Error
-	if errors.As(err, &ue) && ue.Class.valid() {
+	if ue := asError(err); ue != nil && ue.Class.valid() {
 		return ue.Class
 	}
 	var pe *backoff.PermanentError
@@ -109,8 +108,7 @@ func httpStatus(err error) int {
 	if errors.As(err, &pe) && pe.Code >= 100 {
 		return pe.Code
 	}
-	var ue *Error
-	if errors.As(err, &ue) {
+	if ue := asError(err); ue != nil {
 		return ue.StatusCode
 	}
 	return 0
@@ -134,8 +132,7 @@ func retryAfterOf(err error) time.Duration {
 	if errors.As(err, &ra) {
 		return max(ra.RetryAfter(), 0)
 	}
-	var ue *Error
-	if errors.As(err, &ue) {
+	if ue := asError(err); ue != nil {
 		return ue.RetryAfter
 	}
 	return 0
@@ -144,8 +141,7 @@ func retryAfterOf(err error) time.Duration {
 // describe turns any error from a request into the library's [*Error],
 // using classify for the class.
 func describe(err error, classify func(error) Class) *Error {
-	var ue *Error
-	if errors.As(err, &ue) && ue.Class.valid() {
+	if ue := asError(err); ue != nil && ue.Class.valid() {
 		return ue
 	}
 	e := &Error{Class: classify(err), Err: err, RetryAfter: retryAfterOf(err)}

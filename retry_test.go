@@ -212,3 +212,28 @@ func TestRateLimitedWaitsLonger(t *testing.T) {
 		assert.Greater(t, rl.NextBackOff(), srv.NextBackOff(), "retry %d", n)
 	}
 }
+
+// A typed nil *Error in an error interface is a Go trap: a function that
+// returns one means "no error" but hands over a non-nil error. It must be a
+// failure the library survives, never a crash on one of its goroutines.
+func TestATypedNilErrorIsAFailureNotACrash(t *testing.T) {
+	var typedNil *Error
+	t.Run("Classify and the methods of a nil *Error do not panic", func(t *testing.T) {
+		assert.Equal(t, ClassServer, Classify(typedNil))
+		assert.Equal(t, ClassServer, Classify(fmt.Errorf("wrapped: %w", typedNil)))
+		assert.False(t, errors.Is(typedNil, ErrServer))
+		assert.Nil(t, typedNil.Unwrap())
+		assert.NotEmpty(t, typedNil.Error())
+		assert.NotEmpty(t, typedNil.Code())
+		e := describe(typedNil, Classify)
+		require.NotNil(t, e)
+		assert.Equal(t, ClassServer, e.Class)
+	})
+	t.Run("an UpsertFunc returning one fails its records, with a message that says so", func(t *testing.T) {
+		send := func(context.Context, string, []*pinecone.Vector) error { return typedNil }
+		res, err := All(context.Background(), vectors(3, 2), WithUpsertFunc(send), withClock(newFakeClock()), withRand(maxRand))
+		require.ErrorIs(t, err, ErrServer)
+		require.Len(t, res.Failed, 3)
+		assert.Contains(t, res.Failed[0].Err.Error(), "nil *upsert.Error")
+	})
+}

@@ -136,7 +136,9 @@ type Error struct {
 	// the failure was not a gRPC status.
 	GRPCCode codes.Code
 	// RetryAfter is how long the index asked the caller to wait (Retry-After
-	// or gRPC pushback), or 0 when it did not say.
+	// or gRPC pushback), or 0 when it did not say. The library counts at
+	// most a minute of it, also when an UpsertFunc returns an *Error with a
+	// longer one.
 	RetryAfter time.Duration
 	// Limit is the limit of the index that a rate-limited answer names, so
 	// that the limiter lowers what was exceeded; [LimitUnknown] when the

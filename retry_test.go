@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -236,4 +237,26 @@ func TestATypedNilErrorIsAFailureNotACrash(t *testing.T) {
 		require.Len(t, res.Failed, 3)
 		assert.Contains(t, res.Failed[0].Err.Error(), "nil *upsert.Error")
 	})
+}
+
+// The index's wait counts up to maxServerWait, whichever way it comes: a
+// gRPC pushback of 1000 hours, an HTTP Retry-After of 25 hours and an
+// *Error's RetryAfter from a custom transport all wait the same bounded
+// time, and a larger ask never waits less than a smaller one.
+func TestServerWaitsHaveOneBound(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	hours := func(h int) time.Duration { return time.Duration(h) * time.Hour }
+	assert.Equal(t, maxServerWait, pushbackOf(metadata.Pairs("grpc-retry-pushback-ms", fmt.Sprint(hours(1000).Milliseconds()))), "gRPC pushback")
+	assert.Equal(t, maxServerWait, pushbackOf(metadata.Pairs("retry-after", "90000")), "retry-after over gRPC")
+	assert.Equal(t, maxServerWait, parseRetryAfter("90000", now), "HTTP Retry-After in seconds")
+	assert.Equal(t, maxServerWait, parseRetryAfter(now.Add(hours(1000)).Format(http1123), now), "HTTP Retry-After as a date")
+	assert.Equal(t, maxServerWait, describe(&Error{Class: ClassRateLimited, RetryAfter: hours(1000)}, Classify).RetryAfter, "an *Error's RetryAfter")
+	assert.Equal(t, maxServerWait, describe(&pushbackError{err: status.Error(codes.ResourceExhausted, "x"), after: hours(1000)}, Classify).RetryAfter)
+	assert.Equal(t, 2*time.Second, pushbackOf(metadata.Pairs("grpc-retry-pushback-ms", "2000")), "a wait under the bound is kept")
+	prev := time.Duration(0)
+	for _, s := range []string{"1", "30", "59", "60", "61", "3600", "86400", "86401", "1e12"} {
+		d := parseRetryAfter(s, now)
+		assert.GreaterOrEqual(t, d, prev, "Retry-After %s", s)
+		prev = d
+	}
 }

@@ -276,7 +276,9 @@ func WithMaxRetries(class Class, n int) Option {
 // WithBackoff sets the waits between retries: before the n-th retry (n
 // from 0) the wait is uniformly random in [0, min(max, base·2^n)] ("full
 // jitter"). A 429 uses twice base, and never waits less than the index's
-// Retry-After. Defaults: base 250 ms, max 30 s.
+// Retry-After or gRPC pushback, counted up to a minute (a longer ask, which
+// Pinecone's per-second and per-minute limits do not explain, waits a
+// minute). Defaults: base 250 ms, max 30 s.
 func WithBackoff(base, max time.Duration) Option {
 	return func(c *config) {
 		if base <= 0 || max < base {

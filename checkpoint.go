@@ -76,7 +76,9 @@ func (f FileCheckpoint) Save(_ context.Context, n int64) error {
 
 // WithCheckpoint keeps a stream's progress in cp: [Stream] and [Records]
 // skip the records that cp says an earlier run settled, and save their own
-// watermark every second and at the end. See [Checkpoint].
+// watermark every second and at the end. See [Checkpoint]. [All] and
+// [NewWriter] reject it with [ErrBadOption]: their input cannot be
+// replayed in order.
 func WithCheckpoint(cp Checkpoint) Option {
 	return func(c *config) {
 		if cp == nil {

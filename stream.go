@@ -40,7 +40,7 @@ func Stream(ctx context.Context, seq iter.Seq[*pinecone.Vector], opts ...Option)
 const failuresKept = 1000
 
 func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(T) item, opts []Option) (Result, error) {
-	cfg, err := newConfig(opts, k)
+	cfg, err := newConfig(opts, k, entryStream)
 	if err != nil {
 		return Result{}, err
 	}
@@ -157,10 +157,12 @@ type Writer struct {
 }
 
 // NewWriter returns a Writer that sends with opts, which must name the
-// index ([WithIndex] or [WithUpsertFunc]). ctx bounds the Writer's whole
+// index ([WithIndex] or [WithUpsertFunc]). An option a Writer cannot use
+// ([WithCheckpoint]: a Writer has no input to replay) is an error matching
+// [ErrBadOption]. ctx bounds the Writer's whole
 // life: when it ends, records not yet landed fail with [ClassCanceled].
 func NewWriter(ctx context.Context, opts ...Option) (*Writer, error) {
-	cfg, err := newConfig(opts, vectorKind)
+	cfg, err := newConfig(opts, vectorKind, entryWriter)
 	if err != nil {
 		return nil, err
 	}

@@ -79,7 +79,20 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 )
 
-func newConfig(opts []Option, k *kind) (*config, error) {
+// entry is the function a configuration is for, so that an option it
+// cannot use is an error rather than ignored.
+type entry struct {
+	name       string
+	replayable bool // its input can be replayed in order: a checkpoint means something
+}
+
+var (
+	entryAll    = entry{name: "All"}
+	entryStream = entry{name: "Stream and Records", replayable: true}
+	entryWriter = entry{name: "NewWriter"}
+)
+
+func newConfig(opts []Option, k *kind, use entry) (*config, error) {
 	c := &config{
 		maxDelay:       DefaultMaxDelay,
 		requestTimeout: DefaultRequestTimeout,
@@ -102,6 +115,9 @@ func newConfig(opts []Option, k *kind) (*config, error) {
 		c.errs = append(c.errs, fmt.Errorf("WithRecordsFunc sends integrated records: use Records, or pass WithUpsertFunc"))
 	case k == recordKind && c.sendRecords == nil && c.index == nil && len(c.errs) == 0:
 		c.errs = append(c.errs, fmt.Errorf("WithUpsertFunc sends vectors: use All or Stream, or pass WithRecordsFunc"))
+	}
+	if c.checkpoint != nil && !use.replayable {
+		c.bad("WithCheckpoint: %s cannot use it; it applies to Stream and Records, whose input can be replayed in order", use.name)
 	}
 	if c.nsOf != nil {
 		c.namespaceOf = c.nsOf(k)
@@ -407,10 +423,7 @@ type Failure struct {
 // sent and the error matches [ErrBadOption]. When ctx ends, All returns
 // promptly: records not confirmed by then fail with [ClassCanceled].
 func All(ctx context.Context, records []*pinecone.Vector, opts ...Option) (Result, error) {
-	cfg, err := newConfig(opts, vectorKind)
-	if err == nil && cfg.checkpoint != nil {
-		err = fmt.Errorf("%w: WithCheckpoint applies to Stream and Records, whose input can be replayed in order", ErrBadOption)
-	}
+	cfg, err := newConfig(opts, vectorKind, entryAll)
 	if err != nil {
 		return Result{}, err
 	}

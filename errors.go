@@ -289,3 +289,27 @@ func (e *RunError) Error() string {
 
 // Unwrap returns one error per failure class.
 func (e *RunError) Unwrap() []error { return e.Errs }
+
+// PanicError is the cause of a batch's failure when the function sending it
+// (an [UpsertFunc], a [RecordsFunc], the SDK under [WithIndex]) or the
+// classifier of [WithClassifier] panicked. The library recovers the panic
+// on its own goroutine, where it would kill the process, and fails the
+// batch at once with a server-class [*Error] wrapping this: a panic is a
+// bug, which a retry would repeat, and the batch may have been sent before
+// it. Read it with errors.As from [Failure.Err] or the run's error.
+type PanicError struct {
+	// Value is what the function panicked with.
+	Value any
+	// Stack is the panicking goroutine's stack, for a bug report.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("upsert: the send function panicked: %v", e.Value)
+}
+
+// Unwrap returns the panic's value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}

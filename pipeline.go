@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -272,6 +273,9 @@ func (r *run) process(worker int, rt *route, b batch) {
 			r.halt(e)
 		case c == ClassCanceled:
 			r.failPart(p, e)
+		case isPanic(e):
+			r.log(slog.LevelError, "send function panicked; batch failed", worker, rt, p, e)
+			r.failPart(p, e) // a retry would panic again
 		case e == errNeverAnswered || e == errOutageTooLong:
 			r.log(slog.LevelError, "index down; batch not sent", worker, rt, p, e)
 			r.failPart(p, e)
@@ -309,6 +313,12 @@ func (r *run) process(worker int, rt *route, b batch) {
 	r.stats.batchDone(retries)
 }
 
+// isPanic reports whether e is a recovered panic (see [PanicError]).
+func isPanic(e *Error) bool {
+	_, ok := e.Err.(*PanicError)
+	return ok
+}
+
 // errRecut is what attempt returns for a batch that the lane did not
 // admit because it had become larger than a request may carry: it was not
 // sent, and goes back to be cut.
@@ -337,10 +347,10 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	}
 	p.attempts++
 	ctx, cancel := context.WithTimeout(r.runCtx, r.cfg.requestTimeout)
-	err = r.kind.send(ctx, r.cfg, rt.namespace, p.items)
+	var e *Error
+	err = recovered(func() error { return r.kind.send(ctx, r.cfg, rt.namespace, p.items) })
 	cancel()
 	latency := r.cfg.clock.Now().Sub(perm.start)
-	var e *Error
 	if err != nil {
 		e = r.describe(err)
 		switch e.Class {
@@ -359,13 +369,27 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	return e
 }
 
+// recovered calls f, the caller's code on a library goroutine, and turns a
+// panic into a server-class [*Error] wrapping a [*PanicError].
+func recovered(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &Error{Class: ClassServer, Err: &PanicError{Value: v, Stack: debug.Stack()}}
+		}
+	}()
+	return f()
+}
+
 // describe classifies err, knowing what the classifier cannot: whether the
 // caller's context ended or the run was halted.
 func (r *run) describe(err error) *Error {
 	if r.runCtx.Err() != nil {
 		return r.stopError()
 	}
-	e := describe(err, r.cfg.classify)
+	var e *Error
+	if perr := recovered(func() error { e = describe(err, r.cfg.classify); return nil }); perr != nil {
+		e = perr.(*Error)
+	}
 	if e.Class == ClassCanceled {
 		// The caller's context is alive, so the transport canceled the
 		// request on its own: worth another try.

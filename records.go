@@ -21,7 +21,8 @@ const MaxRecordsBatchSize = 96
 
 // RecordsFunc sends one batch of integrated-embedding records to a
 // namespace; see [WithRecordsFunc]. It must return an error the classifier
-// understands when the batch was not written.
+// understands when the batch was not written. A panic in it fails the
+// batch at once with a [*PanicError]; the process survives.
 type RecordsFunc func(ctx context.Context, namespace string, batch []*pinecone.IntegratedRecord) error
 
 // WithRecordsFunc sends integrated-embedding records with f instead of an

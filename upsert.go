@@ -40,7 +40,8 @@ import (
 // all of them were written. [WithUpsertFunc] takes one, for transports
 // other than [pinecone.IndexConnection] and for tests. It must return an
 // error the classifier understands (see [Classify]) when the batch was not
-// written, and must not keep batch after it returns.
+// written, and must not keep batch after it returns. A panic in it fails
+// the batch at once with a [*PanicError]; the process survives.
 type UpsertFunc func(ctx context.Context, namespace string, batch []*pinecone.Vector) error
 
 // Option configures [All].

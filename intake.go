@@ -72,6 +72,9 @@ func (in *intake) check(it *item, rt *route) error {
 	} else {
 		it.id, it.size, err = checkRecord(it.rec)
 	}
+	if err == nil && rt.invalid != nil {
+		err = rt.invalid
+	}
 	if err == nil && rt.overhead+it.size > in.r.kind.maxBytes {
 		err = fmt.Errorf("encodes to %d bytes; a request may carry at most %d", it.size, in.r.kind.maxBytes-rt.overhead)
 	}

@@ -63,6 +63,7 @@ type route struct {
 	namespace string
 	overhead  int // request bytes besides the records
 	lane      *lane
+	invalid   error // the rule the namespace breaks: its records fail before sending
 	batcher   batcher
 	ready     batch // a full batch that could not be dispatched yet
 }
@@ -110,6 +111,7 @@ func (r *run) route(namespace string) *route {
 		rt = &route{
 			namespace: namespace,
 			overhead:  r.kind.overhead(namespace),
+			invalid:   checkNamespace(namespace),
 			lane:      r.cfg.limiter.lane(r.kind.lanePrefix+namespace, r.kind.maxBatch),
 		}
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 )
@@ -77,7 +78,45 @@ func checkRecord(r *pinecone.IntegratedRecord) (id string, size int, err error) 
 	if err != nil {
 		return id, 0, fmt.Errorf("cannot be encoded as JSON: %w", err)
 	}
+	// encoding/json writes bytes that are not UTF-8 as \ufffd: look for
+	// the cause only when that is in the output.
+	if bytes.Contains(b, []byte(`\ufffd`)) {
+		if path, bad := notUTF8(map[string]any(*r)); bad {
+			return id, 0, fmt.Errorf("field %s is not valid UTF-8; it would be sent altered", path)
+		}
+	}
 	return id, len(b) + 1, nil
+}
+
+// notUTF8 finds a key or string in v that is not valid UTF-8 and returns
+// its path, such as "meta"."tags"[2].
+func notUTF8(v any) (path string, bad bool) {
+	switch x := v.(type) {
+	case string:
+		return "", !utf8.ValidString(x)
+	case map[string]any:
+		for k, e := range x {
+			if !utf8.ValidString(k) {
+				return fmt.Sprintf("key %q", k), true
+			}
+			if p, bad := notUTF8(e); bad {
+				return fmt.Sprintf("%q", k) + p, true
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if p, bad := notUTF8(e); bad {
+				return fmt.Sprintf("[%d]", i) + p, true
+			}
+		}
+	case []string:
+		for i, e := range x {
+			if !utf8.ValidString(e) {
+				return fmt.Sprintf("[%d]", i), true
+			}
+		}
+	}
+	return "", false
 }
 
 // NewClient returns a Pinecone client whose REST calls go through

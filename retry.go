@@ -42,6 +42,9 @@ func Classify(err error) Class {
 		return classOfHTTP(code)
 	}
 	if st, ok := grpcStatus(err); ok {
+		if clientMarshalFailed(st) {
+			return ClassInvalid
+		}
 		return classOfGRPC(st.Code(), st.Message())
 	}
 	switch {
@@ -100,6 +103,14 @@ func classOfGRPC(code codes.Code, msg string) Class {
 	default: // Unavailable, Internal, Unknown, Aborted, DataLoss
 		return ClassServer
 	}
+}
+
+// clientMarshalFailed reports gRPC's own INTERNAL error for a request it
+// could not encode (a string that is not UTF-8, say): nothing was sent,
+// and resending the same records fails the same way, so the batch is
+// bisected as invalid. Validation refuses what it knows of first.
+func clientMarshalFailed(st *status.Status) bool {
+	return st.Code() == codes.Internal && strings.HasPrefix(st.Message(), "grpc: error while marshaling")
 }
 
 // httpStatus returns the HTTP status carried by err, or 0.

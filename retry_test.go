@@ -53,6 +53,7 @@ func TestClassify(t *testing.T) {
 		{"gRPC DEADLINE_EXCEEDED is a timeout", grpcErr(codes.DeadlineExceeded, "context deadline exceeded"), ClassTimeout},
 		{"gRPC UNAVAILABLE is a server error", grpcErr(codes.Unavailable, "connection reset"), ClassServer},
 		{"gRPC INTERNAL is a server error", grpcErr(codes.Internal, "oops"), ClassServer},
+		{"gRPC's own marshal failure is invalid: nothing was sent", grpcErr(codes.Internal, "grpc: error while marshaling: string field contains invalid UTF-8"), ClassInvalid},
 		{"gRPC UNKNOWN is a server error", grpcErr(codes.Unknown, "?"), ClassServer},
 		{"gRPC ABORTED is a server error", grpcErr(codes.Aborted, "conflict"), ClassServer},
 		{"gRPC DATA_LOSS is a server error", grpcErr(codes.DataLoss, "lost"), ClassServer},

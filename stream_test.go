@@ -370,6 +370,25 @@ func TestRecords(t *testing.T) {
 		assert.Contains(t, res.Failed[0].Err.Error(), `"_id"`)
 		assert.Equal(t, 2, res.Upserted)
 	})
+	t.Run("a record with a string that is not UTF-8 fails alone instead of landing altered", func(t *testing.T) {
+		// encoding/json would replace the bad bytes with U+FFFD: the text
+		// embedded would not be the text given.
+		recs := mk(3)
+		(*recs[1])["chunk_text"] = "caf\xe9"
+		(*recs[2])["chunk_text"] = "a real \ufffd is fine"
+		var sent []string
+		res, err := Records(ctx, slices.Values(recs), WithRecordsFunc(func(_ context.Context, _ string, b []*pinecone.IntegratedRecord) error {
+			for _, r := range b {
+				sent = append(sent, (*r)["_id"].(string))
+			}
+			return nil
+		}))
+		require.ErrorIs(t, err, ErrInvalid)
+		require.Len(t, res.Failed, 1)
+		assert.Equal(t, "r1", res.Failed[0].ID)
+		assert.Contains(t, res.Failed[0].Err.Error(), `field "chunk_text" is not valid UTF-8`)
+		assert.ElementsMatch(t, []string{"r0", "r2"}, sent)
+	})
 	t.Run("a function for the other kind is a bad option", func(t *testing.T) {
 		_, err := Records(ctx, slices.Values(mk(1)), WithUpsertFunc(newFakeIndex(nil).Upsert))
 		assert.ErrorIs(t, err, ErrBadOption)

@@ -409,8 +409,9 @@ type Failure struct {
 //
 // Every record is checked before it is sent: a nil record, one that
 // breaks Pinecone's rules (id, dimension, finite values, sparse values,
-// metadata types and size, request size) is never sent and fails alone
-// with [ClassInvalid]; the others are still sent. When an id appears more
+// metadata types and size as compact JSON, strings and namespace in valid
+// UTF-8, request size) is never sent and fails alone with [ClassInvalid];
+// the others are still sent. When an id appears more
 // than once, only its last valid occurrence is sent. The dense dimension
 // of a run is that of its first dense record. Sending starts after one
 // quick pass over the ids to find those that repeat (0.07 s per million

@@ -143,17 +143,31 @@ func (in *intake) saveCheckpoint() {
 }
 
 // watermark tracks which input positions have settled, out of order, and
-// the first one that has not.
+// the first one that has not. Memory is a bit per position from that one
+// on.
 type watermark struct {
-	mu   sync.Mutex
-	base int      // every position below base has settled
-	bits []uint64 // bit i of word w: position base+64w+i has settled
+	mu      sync.Mutex
+	base    int           // every position below base has settled
+	bits    []uint64      // bit i of word w: position base+64w+i has settled
+	moved   chan struct{} // closed and replaced when the value grows, while someone waits
+	waiting int           // calls in wait
 }
 
-// done marks pos as settled.
-func (w *watermark) done(pos int) {
+// done marks the positions of items as settled.
+func (w *watermark) done(items []item) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	before := w.valueLocked()
+	for _, it := range items {
+		w.mark(it.seq)
+	}
+	if w.moved != nil && w.valueLocked() > before {
+		close(w.moved)
+		w.moved = nil
+	}
+}
+
+func (w *watermark) mark(pos int) {
 	i := pos - w.base
 	if i < 0 {
 		return
@@ -176,8 +190,38 @@ func (w *watermark) done(pos int) {
 func (w *watermark) value() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.valueLocked()
+}
+
+func (w *watermark) valueLocked() int {
 	if len(w.bits) == 0 {
 		return w.base
 	}
 	return w.base + bits.TrailingZeros64(^w.bits[0])
+}
+
+// wait waits until every position below pos has settled, or ctx ends.
+func (w *watermark) wait(ctx context.Context, pos int) error {
+	w.mu.Lock()
+	w.waiting++
+	defer func() {
+		w.mu.Lock()
+		w.waiting--
+		w.mu.Unlock()
+	}()
+	for w.valueLocked() < pos {
+		if w.moved == nil {
+			w.moved = make(chan struct{})
+		}
+		ch := w.moved
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		w.mu.Lock()
+	}
+	w.mu.Unlock()
+	return nil
 }

@@ -28,14 +28,19 @@ type run struct {
 	runCtx context.Context // ends with ctx, or when the index denies the caller
 	halt   context.CancelCauseFunc
 
-	routes    map[string]*route // by namespace; the producer's
-	workers   chan int          // free worker ids; a batch in flight holds one
-	slots     chan struct{}     // when concurrency is fixed: one per request in flight
-	wg        sync.WaitGroup
-	active    atomic.Int64  // batches in flight
-	resting   atomic.Int64  // of which waiting out a backoff or the retry budget
-	doneMu    sync.Mutex    // guards batchDone
-	batchDone chan struct{} // closed and replaced when a batch finishes
+	routes map[string]*route // by namespace; the producer's
+	// forgetIdleRoutes drops the routes with nothing waiting when the map
+	// has doubled, so that a stream over many namespaces holds few: their
+	// lanes live on in the Limiter. All keeps its routes, which it compares.
+	forgetIdleRoutes bool
+	sweepAt          int           // the size of routes at which to drop the idle ones
+	workers          chan int      // free worker ids; a batch in flight holds one
+	slots            chan struct{} // when concurrency is fixed: one per request in flight
+	wg               sync.WaitGroup
+	active           atomic.Int64  // batches in flight
+	resting          atomic.Int64  // of which waiting out a backoff or the retry budget
+	doneMu           sync.Mutex    // guards batchDone
+	batchDone        chan struct{} // closed and replaced when a batch finishes
 
 	stats        counters
 	lastProgress atomic.Int64 // clock time of the last progress report, in ns
@@ -66,6 +71,7 @@ type route struct {
 	invalid   error // the rule the namespace breaks: its records fail before sending
 	batcher   batcher
 	ready     batch // a full batch that could not be dispatched yet
+	stalled   bool  // in the intake's list of routes whose ready batch waits
 }
 
 func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
@@ -108,6 +114,9 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int) *run {
 func (r *run) route(namespace string) *route {
 	rt, ok := r.routes[namespace]
 	if !ok {
+		if r.forgetIdleRoutes && len(r.routes) >= r.sweepAt {
+			r.dropIdleRoutes()
+		}
 		rt = &route{
 			namespace: namespace,
 			overhead:  r.kind.overhead(namespace),
@@ -127,6 +136,21 @@ func (r *run) route(namespace string) *route {
 	return rt
 }
 
+// dropIdleRoutes forgets the routes with no records waiting, and sets the
+// size at which to look again: twice what is left, at least minRoutes.
+func (r *run) dropIdleRoutes() {
+	for ns, rt := range r.routes {
+		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 {
+			delete(r.routes, ns)
+		}
+	}
+	r.sweepAt = max(minRoutes, 2*len(r.routes))
+}
+
+// minRoutes is the most routes a stream keeps without looking for idle
+// ones.
+const minRoutes = 1024
+
 // dispatch hands a batch to a worker once fewer batches are ready to send
 // than the lane lets requests in flight, plus two: enough to keep every
 // slot busy, few enough that a new batch size takes effect at once.
@@ -136,16 +160,23 @@ func (r *run) route(namespace string) *route {
 // It returns ctx's error, with b not dispatched, when ctx ends first; when
 // the run has stopped it fails b's records and returns the stop error.
 func (r *run) dispatch(ctx context.Context, rt *route, b batch) error {
-	for {
+	if r.runCtx.Err() != nil {
+		return r.failStopped(b.items)
+	}
+	room := func() bool {
 		conc := r.cfg.concurrency
 		if conc == 0 {
 			conc = rt.lane.concurrency()
 		}
-		if r.active.Load()-r.resting.Load() < int64(conc+2) {
-			break
+		return r.active.Load()-r.resting.Load() < int64(conc+2)
+	}
+	for !room() {
+		finished := r.batchFinished()
+		if room() {
+			break // a batch finished before the channel existed, and closed none
 		}
 		select {
-		case <-r.batchFinished():
+		case <-finished:
 		case <-r.runCtx.Done():
 			return r.failStopped(b.items)
 		case <-ctx.Done():

@@ -274,13 +274,13 @@ func TestStreamResumesFromItsCheckpoint(t *testing.T) {
 func TestWatermarkAdvancesOverSettledPositions(t *testing.T) {
 	w := &watermark{base: 10}
 	for _, p := range []int{11, 12, 75, 9} {
-		w.done(p)
+		w.done([]item{{seq: p}})
 	}
 	assert.Equal(t, 10, w.value(), "position 10 has not settled")
-	w.done(10)
+	w.done([]item{{seq: 10}})
 	assert.Equal(t, 13, w.value())
 	for p := 13; p < 75; p++ {
-		w.done(p)
+		w.done([]item{{seq: p}})
 	}
 	assert.Equal(t, 76, w.value())
 	assert.LessOrEqual(t, len(w.bits), 1, "settled words are dropped")

@@ -430,7 +430,15 @@ func All(ctx context.Context, records []*pinecone.Vector, opts ...Option) (Resul
 		return Result{}, err
 	}
 	r := newRun(ctx, cfg, vectorKind, len(records))
-	in := newIntake(r, false)
+	in := newIntake(r, forAll)
+	ended := false
+	defer func() {
+		if !ended { // the caller's namespace function panicked
+			in.abort(nil)
+		}
+	}()
 	in.admitAll(records)
-	return in.close()
+	res, err := in.close()
+	ended = true
+	return res, err
 }

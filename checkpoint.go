@@ -17,11 +17,18 @@ import (
 // Checkpoint remembers how far a stream's input has been settled, so that
 // a backfill that was interrupted resumes where it stopped instead of
 // sending (and paying for) everything again. The position it holds is a
-// watermark: every record before it has landed or failed (and was then
-// passed to the observers, such as a dead-letter file); records after it
-// may have landed too, and will be sent again, which upserts allow.
+// watermark: every record before it has landed or failed for good, and
+// was then passed to the observers (such as a dead-letter file). Failed
+// for good means for a cause of its own: a rule it broke (invalid, too
+// large), or retries that ran out after it was sent. A record that failed
+// because the run stopped (its context ended, the index denied the
+// caller) or because the index was down (the circuit breaker gave up on
+// it, sent or not) stops the watermark: the resumed run sends it. Records
+// after the watermark may have landed too, and will be sent again, which
+// upserts allow.
 //
-// The input must come back in the same order on the next run.
+// The input must come back in the same order on the next run. A
+// checkpoint past its end is an error ([ErrCheckpointPastEnd]).
 type Checkpoint interface {
 	// Load returns how many records at the start of the input an earlier
 	// run settled, or 0 when there was none.
@@ -29,6 +36,13 @@ type Checkpoint interface {
 	// Save records that the first n records of the input have settled.
 	Save(ctx context.Context, n int64) error
 }
+
+// ErrCheckpointPastEnd is matched by the error of a stream whose input
+// ended before the position its checkpoint holds: the input is not the
+// one the checkpoint was saved for (it changed, or the checkpoint belongs
+// to another input). Nothing was sent and the checkpoint is left as it
+// was.
+var ErrCheckpointPastEnd = errors.New("upsert: the checkpoint is past the end of the input")
 
 // FileCheckpoint is a [Checkpoint] kept in a small file at the path, as
 // decimal text. Save replaces the file atomically (a temporary file, then
@@ -101,6 +115,7 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("upsert: loading the checkpoint: %w", err)
 	}
 	in.next = int(n)
+	in.loaded = n
 	in.marks = &watermark{base: int(n)}
 	in.r.stats.skipped.Store(n)
 	done := make(chan struct{})
@@ -135,6 +150,9 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 // saveCheckpoint stops the periodic saves and saves the final watermark.
 func (in *intake) saveCheckpoint() {
 	in.stopSaver()
+	if int64(in.marks.value()) == in.loaded {
+		return // nothing settled for good: the checkpoint stays as it was
+	}
 	// The caller's context may have ended: the final save must happen
 	// anyway, or the run's progress is lost.
 	if err := in.r.cfg.checkpoint.Save(context.WithoutCancel(in.r.ctx), int64(in.marks.value())); err != nil {

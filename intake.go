@@ -37,6 +37,7 @@ type intake struct {
 	unsettled atomic.Int64 // records a stream or writer took in and that have not settled
 	settled   *watermark   // input positions settled, for Writer.Flush; nil for All and Stream
 	marks     *watermark   // input positions settled for good, when a checkpoint is kept
+	loaded    int64        // the position the checkpoint held at the start
 	stopSaver func()       // stops the periodic checkpoint saves
 }
 
@@ -403,8 +404,8 @@ func (in *intake) awaitSettled(ctx context.Context, rt *route, h uint64) error {
 }
 
 // settle is told by the run of records that landed or failed; final is
-// false for records cut off by the run's end, which the checkpoint must
-// not count.
+// false for those that did not settle for good (settlesForGood), which
+// the checkpoint must not pass.
 func (in *intake) settle(items []item, final bool) {
 	if in.ordered {
 		in.flightMu.Lock()

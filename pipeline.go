@@ -49,9 +49,9 @@ type run struct {
 
 	// onSettle, when set, is told of every record that landed or failed,
 	// from the workers: the intake's bookkeeping of ids in flight,
-	// outstanding records and the checkpoint. final is false for records
-	// that failed only because the run stopped: a resumed run must send
-	// them.
+	// settled positions and the checkpoint. final is false for records
+	// that did not settle for good (settlesForGood): a resumed run must
+	// send them.
 	onSettle func(items []item, final bool)
 
 	// releaseLimiter ends the run's use of a Limiter shared by default
@@ -465,7 +465,25 @@ func (r *run) failAll(items []item, e *Error, attempts int, ambiguous bool) {
 		}
 	}
 	r.report(fs)
-	r.settle(items, e.Class != ClassCanceled)
+	r.settle(items, settlesForGood(e, attempts))
+}
+
+// settlesForGood reports whether a failure settles its records for good,
+// so that a checkpoint may pass them (see [Checkpoint]): a rule they
+// broke, or retries that ran out after they were sent. A run that
+// stopped, or an index that was down, says nothing about the records:
+// the resumed run must send them.
+func settlesForGood(e *Error, attempts int) bool {
+	switch {
+	case e.Class == ClassCanceled || e.Class == ClassDenied:
+		return false
+	case e == errNeverAnswered || e == errOutageTooLong:
+		return false // the circuit breaker gave up on them, sent before or not
+	case e.Class == ClassInvalid || e.Class == ClassTooLarge:
+		return true
+	default:
+		return attempts > 0
+	}
 }
 
 // report records failures: counted, passed to the observers, kept for the

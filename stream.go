@@ -3,6 +3,7 @@ package upsert
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"log/slog"
 	"time"
@@ -81,6 +82,11 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	stop()
 	res, err := in.close()
 	ended = true
+	if skip > 0 {
+		res.Stats.Skipped -= skip
+		return res, fmt.Errorf("%w: it says %d records settled, and the input has %d records: the input changed, or the checkpoint belongs to another",
+			ErrCheckpointPastEnd, in.loaded, res.Stats.Skipped)
+	}
 	return res, err
 }
 

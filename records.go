@@ -42,7 +42,8 @@ func WithRecordsFunc(f RecordsFunc) Option {
 // Records upserts integrated-embedding records, whose text the index
 // embeds itself, through [pinecone.IndexConnection.UpsertRecords], at most
 // [MaxRecordsBatchSize] per request, with the classes, retries, splitting,
-// pacing and reporting of [Stream], whose rules apply. Each record needs
+// pacing and reporting of [Stream], whose rules apply (each record is
+// copied, down through its maps and lists, as it is pulled). Each record needs
 // an "_id" or "id" field holding a string.
 //
 // Any client works: the SDK (since v5.4.1) returns every answer but 201 as
@@ -52,7 +53,7 @@ func WithRecordsFunc(f RecordsFunc) Option {
 //
 // For a slice, pass slices.Values(records).
 func Records(ctx context.Context, seq iter.Seq[*pinecone.IntegratedRecord], opts ...Option) (Result, error) {
-	return streamOf(ctx, seq, recordKind, func(r *pinecone.IntegratedRecord) item { return item{rec: r} }, opts)
+	return streamOf(ctx, seq, recordKind, func(r *pinecone.IntegratedRecord) item { return item{rec: cloneRecord(r)} }, opts)
 }
 
 // checkRecord returns an integrated record's id and its size in an NDJSON

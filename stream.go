@@ -24,6 +24,10 @@ import (
 // that replaces one still waiting in the current batch takes its place
 // (that one counts as a duplicate): either way the last one wins.
 //
+// Stream copies each record as it pulls it (its values, sparse values and
+// metadata): the iterator may reuse or change a record once it resumes,
+// as a decoder reusing its buffers does. [Failure.Record] is that copy.
+//
 // With [WithCheckpoint], Stream skips the records that an earlier run with
 // the same checkpoint settled, and saves its own progress as it goes: a
 // backfill that was interrupted resumes where it stopped.
@@ -35,7 +39,7 @@ import (
 // with [ClassCanceled]. A panic in seq or in the namespace function reaches
 // the caller once Stream has stopped everything it started.
 func Stream(ctx context.Context, seq iter.Seq[*pinecone.Vector], opts ...Option) (Result, error) {
-	return streamOf(ctx, seq, vectorKind, func(v *pinecone.Vector) item { return item{vec: v} }, opts)
+	return streamOf(ctx, seq, vectorKind, func(v *pinecone.Vector) item { return item{vec: cloneVector(v)} }, opts)
 }
 
 // failuresKept is how many failures a stream keeps for its result when an

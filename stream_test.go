@@ -366,7 +366,7 @@ func TestRecords(t *testing.T) {
 		res, err := Records(ctx, slices.Values(recs), WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }))
 		require.ErrorIs(t, err, ErrInvalid)
 		require.Len(t, res.Failed, 1)
-		assert.Same(t, recs[1], res.Failed[0].Integrated)
+		assert.Equal(t, recs[1], res.Failed[0].Integrated, "a copy of the record as given")
 		assert.Contains(t, res.Failed[0].Err.Error(), `"_id"`)
 		assert.Equal(t, 2, res.Upserted)
 	})

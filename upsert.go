@@ -384,8 +384,10 @@ type Failure struct {
 	Index int
 	// ID is the record's id ("" for a nil record).
 	ID string
-	// Record is the vector as given, so that it can be replayed; nil for a
-	// nil record and for integrated records.
+	// Record is the vector as given, so that it can be replayed: the
+	// caller's own for All, the copy taken when the record was handed over
+	// for Stream and Writer; nil for a nil record and for integrated
+	// records.
 	Record *pinecone.Vector
 	// Integrated is the integrated record as given, for [Records].
 	Integrated *pinecone.IntegratedRecord
@@ -403,7 +405,9 @@ type Failure struct {
 	MayHaveLanded bool
 }
 
-// All upserts records and returns when each one has landed or failed. The
+// All upserts records and returns when each one has landed or failed. It
+// reads the records in place, without copying them: they must not change
+// until All returns. The
 // index comes from [WithIndex] or [WithUpsertFunc]; the other options have
 // defaults that suit most indexes.
 //

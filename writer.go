@@ -56,15 +56,21 @@ func NewWriter(ctx context.Context, opts ...Option) (*Writer, error) {
 	return &Writer{in: in, stopFlusher: in.startFlusher(cfg.maxDelay), closing: make(chan struct{}, 1)}, nil
 }
 
-// Add takes v in; it is sent within a batch soon after, at most the max
-// delay ([WithMaxDelay]) after the first record of its batch was added.
+// Add takes a copy of v in (its values, sparse values and metadata): the
+// caller may reuse or change v as soon as Add returns. The copy is sent
+// within a batch soon after, at most the max delay ([WithMaxDelay]) after
+// the first record of its batch was added, and is what [Failure.Record]
+// holds if it fails.
 // Add blocks while the index cannot take more. It returns an error, with v
 // not taken, when ctx ends first (also while another Add waits for room),
 // after Close was called ([ErrClosed]), or when the run stopped (the index
 // denied the caller, or the Writer's context ended): then the error is the
 // [*Error] that stopped it.
 func (w *Writer) Add(ctx context.Context, v *pinecone.Vector) error {
-	return w.in.push(ctx, item{vec: v})
+	if w.in.closed.Load() {
+		return ErrClosed // before copying
+	}
+	return w.in.push(ctx, item{vec: cloneVector(v)})
 }
 
 // Flush sends every record added before it was called, however few, and

@@ -151,23 +151,20 @@ func (in *intake) admitAll(records []*pinecone.Vector) {
 	})
 
 	var held map[string]item // the latest valid occurrence of an id that comes again
-	var stopped []item       // valid records not sent because the run stopped
 	send := func(rt *route, it item) {
-		if r.runCtx.Err() == nil && in.makeRoom(r.runCtx, it.size) == nil && r.runCtx.Err() == nil {
+		if in.makeRoom(r.runCtx, it.size) == nil && r.runCtx.Err() == nil {
 			in.enqueue(r.runCtx, rt, it)
 			return
 		}
-		// The run stopped: what follows is never handed over. It fails in
-		// chunks, so that a canceled run over a huge slice does not first
-		// copy the rest of it.
-		stopped = append(stopped, it)
-		if len(stopped) == 4096 {
-			r.failAll(stopped, r.stopError(), 0, false)
-			stopped = stopped[:0]
-		}
+		r.failAll([]item{it}, r.stopError(), 0, false)
 	}
 	var it item // reused: in.check takes its address
 	for i, v := range records {
+		if r.runCtx.Err() != nil {
+			// Nothing more is looked at: the rest fails as it is.
+			in.failUntaken(records, i, held)
+			return
+		}
 		it = item{seq: i, vec: v}
 		rt := routeOf(i)
 		err := in.check(&it, rt)
@@ -203,8 +200,33 @@ func (in *intake) admitAll(records []*pinecone.Vector) {
 			}
 		}
 	}
-	if len(stopped) > 0 {
-		r.failAll(stopped, r.stopError(), 0, false)
+}
+
+// failUntaken fails, after the run stopped, the records of All from
+// position from on, which were never looked at, and those held back for a
+// later occurrence of their id. The records' failures are built only once
+// the result is, in one piece and in order (see run.untaken): a canceled
+// run over millions of records returns at once.
+func (in *intake) failUntaken(records []*pinecone.Vector, from int, held map[string]item) {
+	r := in.r
+	e := r.stopError()
+	waiting := make([]item, 0, len(held))
+	for _, it := range held {
+		waiting = append(waiting, it)
+	}
+	r.failAll(waiting, e, 0, false)
+	r.untaken = untaken{records: records[from:], from: from, err: e}
+	n := len(records) - from
+	var samples []Failure
+	for i := range min(n, maxFailureSamples) {
+		samples = append(samples, r.untaken.failure(i))
+	}
+	r.stats.fail(samples)
+	r.stats.failed.Add(int64(n - len(samples)))
+	if observersHaveFailure(r.cfg.observers) {
+		for i := range n {
+			r.cfg.observers.failure(r.untaken.failure(i))
+		}
 	}
 }
 

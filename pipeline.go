@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 )
 
 // run is the streaming core under All: records flow in through add, are cut
@@ -60,7 +62,34 @@ type run struct {
 
 	mu         sync.Mutex
 	failed     []Failure
-	keepFailed int // most failures kept for the result; < 0 keeps all
+	keepFailed int     // most failures kept for the result; < 0 keeps all
+	untaken    untaken // records All never looked at because the run stopped
+}
+
+// untaken are the last records of All's slice, from position from on,
+// which failed with err when the run stopped before they were looked at.
+type untaken struct {
+	records []*pinecone.Vector
+	from    int
+	err     *Error
+}
+
+// failure returns the failure of the i-th of them.
+func (u untaken) failure(i int) Failure {
+	f := Failure{Index: u.from + i, Record: u.records[i], Class: u.err.Class, Err: u.err}
+	if v := u.records[i]; v != nil {
+		f.ID = v.Id
+	}
+	return f
+}
+
+// appendTo appends their failures to fs, in order, growing it once.
+func (u untaken) appendTo(fs []Failure) []Failure {
+	fs = slices.Grow(fs, len(u.records))
+	for i := range u.records {
+		fs = append(fs, u.failure(i))
+	}
+	return fs
 }
 
 // route is where the records of one namespace go.
@@ -590,6 +619,7 @@ func (r *run) finish() (Result, error) {
 	r.releaseLimiter()
 	res := Result{Upserted: s.Upserted, Failed: r.failed, Duplicates: s.Duplicates, Stats: s}
 	slices.SortFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index })
+	res.Failed = r.untaken.appendTo(res.Failed) // all after the others
 	r.cfg.logger.LogAttrs(r.ctx, slog.LevelInfo, "upsert finished",
 		slog.String("namespace", r.cfg.namespace),
 		slog.Int("records", s.Records),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -554,6 +555,34 @@ func TestAllReportsEveryRecordWhenCanceled(t *testing.T) {
 	for _, f := range res.Failed {
 		require.Equal(t, ClassCanceled, f.Class)
 	}
+}
+
+// Once the run stops, All looks at no further record: the rest of the
+// slice fails as canceled without being checked (which made a cancel of
+// two million records take seconds), and Result.Failed is still complete
+// and in input order.
+func TestAllStopsLookingAtRecordsWhenCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	fi := newFakeIndex(func(call int, _ []string) error {
+		if call == 2 {
+			cancel()
+		}
+		return nil
+	})
+	recs := vectors(10_000, 2)
+	recs[9000] = nil                                // invalid, but never looked at
+	recs[9500] = &pinecone.Vector{Id: recs[100].Id} // a duplicate of an early record, never looked at
+	res, err := All(ctx, recs, testOpts(fi, WithBatchSize(10), WithConcurrency(1))...)
+	require.ErrorIs(t, err, ErrCanceled)
+	require.Len(t, res.Failed, len(recs)-res.Upserted-res.Duplicates)
+	assert.True(t, slices.IsSortedFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index }), "in input order")
+	for i, f := range res.Failed {
+		require.Equal(t, ClassCanceled, f.Class, "failure %d (record %d)", i, f.Index)
+		if f.Index >= 9000 {
+			assert.Equal(t, recs[f.Index], f.Record)
+		}
+	}
+	assert.Equal(t, len(res.Failed), res.Stats.Failed)
 }
 
 func TestAllValidatesRecordsAndSendsTheValidOnes(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 )
@@ -33,6 +34,7 @@ type intake struct {
 	flightMu   sync.Mutex
 	inFlight   map[uint64]int32 // records in the pipeline, by hash of namespace and id
 	flightDone chan struct{}    // closed and replaced when one of them settles
+	ambiguous  ambiguousIDs     // ids whose last record settled after a request without an answer
 
 	unsettled atomic.Int64 // records a stream or writer took in and that have not settled
 	settled   *watermark   // input positions settled, for Writer.Flush; nil for All and Stream
@@ -318,6 +320,9 @@ func (in *intake) push(ctx context.Context, it item) error {
 		}
 		in.flightMu.Lock()
 		in.inFlight[it.hash]++
+		if pos, ok := in.ambiguous.lookup(r.cfg.clock.Now(), it.hash); ok {
+			it.earlier = pos + 1
+		}
 		in.flightMu.Unlock()
 	}
 	in.take()
@@ -385,6 +390,7 @@ func (in *intake) replacePending(rt *route, it item) bool {
 	for i := range items {
 		if items[i].hash == it.hash && items[i].id == it.id {
 			old := items[i]
+			it.earlier = old.earlier // the earlier record's exposure is this one's now
 			rt.batcher.bytes += it.size - old.size
 			in.hold.bytes += it.size - old.size
 			items[i] = it
@@ -425,17 +431,27 @@ func (in *intake) awaitSettled(ctx context.Context, rt *route, h uint64) error {
 	}
 }
 
-// settle is told by the run of records that landed or failed; final is
-// false for those that did not settle for good (settlesForGood), which
-// the checkpoint must not pass.
-func (in *intake) settle(items []item, final bool) {
+// settle is told by the run of records that landed or failed, and how.
+// Records that did not settle for good (settlesForGood) are not passed by
+// the checkpoint.
+func (in *intake) settle(items []item, o outcome) {
 	if in.ordered {
+		if o.landed {
+			in.r.reportStale(items)
+		}
 		in.flightMu.Lock()
+		now := time.Time{}
+		if o.ambiguous {
+			now = in.r.cfg.clock.Now()
+		}
 		for _, it := range items {
 			if n := in.inFlight[it.hash] - 1; n > 0 {
 				in.inFlight[it.hash] = n
 			} else {
 				delete(in.inFlight, it.hash)
+			}
+			if o.ambiguous {
+				in.ambiguous.add(now, it.hash, it.seq)
 			}
 		}
 		if in.flightDone != nil {
@@ -444,7 +460,7 @@ func (in *intake) settle(items []item, final bool) {
 		}
 		in.flightMu.Unlock()
 	}
-	in.positionsSettled(items, final)
+	in.positionsSettled(items, o.final)
 }
 
 // positionsSettled marks the input positions of items as settled: for

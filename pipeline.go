@@ -51,10 +51,8 @@ type run struct {
 
 	// onSettle, when set, is told of every record that landed or failed,
 	// from the workers: the intake's bookkeeping of ids in flight,
-	// settled positions and the checkpoint. final is false for records
-	// that did not settle for good (settlesForGood): a resumed run must
-	// send them.
-	onSettle func(items []item, final bool)
+	// settled positions, the checkpoint and ids that may be stale.
+	onSettle func(items []item, o outcome)
 
 	// releaseLimiter ends the run's use of a Limiter shared by default
 	// with the other calls writing into its index (shared.go).
@@ -62,8 +60,16 @@ type run struct {
 
 	mu         sync.Mutex
 	failed     []Failure
-	keepFailed int     // most failures kept for the result; < 0 keeps all
+	keepFailed int     // most failures (and stale records) kept for the result; < 0 keeps all
 	untaken    untaken // records All never looked at because the run stopped
+	stale      []Stale
+}
+
+// outcome is how records settled.
+type outcome struct {
+	landed    bool // the index confirmed them
+	final     bool // they settled for good (settlesForGood): a checkpoint may pass them
+	ambiguous bool // a request carrying them ended without an answer: it may be applied yet
 }
 
 // untaken are the last records of All's slice, from position from on,
@@ -324,7 +330,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 		r.maybeProgress()
 		if e == nil {
 			r.stats.upserted.Add(int64(len(p.items)))
-			r.settle(p.items, true)
+			r.settle(p.items, outcome{landed: true, final: true, ambiguous: p.ambiguous})
 			continue
 		}
 		c := e.Class
@@ -494,7 +500,7 @@ func (r *run) failAll(items []item, e *Error, attempts int, ambiguous bool) {
 		}
 	}
 	r.report(fs)
-	r.settle(items, settlesForGood(e, attempts))
+	r.settle(items, outcome{final: settlesForGood(e, attempts), ambiguous: ambiguous})
 }
 
 // settlesForGood reports whether a failure settles its records for good,
@@ -532,9 +538,9 @@ func (r *run) report(fs []Failure) {
 }
 
 // settle tells the intake that items landed or failed.
-func (r *run) settle(items []item, final bool) {
+func (r *run) settle(items []item, o outcome) {
 	if r.onSettle != nil {
-		r.onSettle(items, final)
+		r.onSettle(items, o)
 	}
 }
 
@@ -617,7 +623,7 @@ func (r *run) finish() (Result, error) {
 	}
 	s := r.snapshot()
 	r.releaseLimiter()
-	res := Result{Upserted: s.Upserted, Failed: r.failed, Duplicates: s.Duplicates, Stats: s}
+	res := Result{Upserted: s.Upserted, Failed: r.failed, Duplicates: s.Duplicates, MayBeStale: r.sortedStale(), Stats: s}
 	slices.SortFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index })
 	res.Failed = r.untaken.appendTo(res.Failed) // all after the others
 	r.cfg.logger.LogAttrs(r.ctx, slog.LevelInfo, "upsert finished",

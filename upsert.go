@@ -374,6 +374,12 @@ type Result struct {
 	// Duplicates counts records skipped because a later record in the same
 	// call has the same id: the last one wins and is sent once.
 	Duplicates int
+	// MayBeStale lists, in input order, records that landed (they count in
+	// Upserted) while a request carrying an earlier record of their id had
+	// ended without an answer, so that the index may keep the earlier one;
+	// see [Stale]. Only the first 1000 are kept when an [Observer] receives
+	// failures; Stats.MayBeStale counts all.
+	MayBeStale []Stale
 	// Stats are the run's final figures; Stats.Upserted equals Upserted.
 	Stats Stats
 }

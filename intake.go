@@ -82,9 +82,10 @@ func (in *intake) lock(ctx context.Context) error {
 
 func (in *intake) unlock() { <-in.turn }
 
-// namespace returns the namespace of it.
+// namespace returns the namespace of it. A nil record, which fails as
+// invalid, is not shown to the caller's namespace function.
 func (in *intake) namespace(it *item) string {
-	if in.nsOf != nil {
+	if in.nsOf != nil && (it.vec != nil || it.rec != nil) {
 		return in.nsOf(it)
 	}
 	return in.r.cfg.namespace

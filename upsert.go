@@ -69,6 +69,7 @@ type config struct {
 	progressEvery  time.Duration
 	clock          clock
 	rand           func(n int64) int64
+	maxHeld        int // records held undispatched; 0: maxHeld(kind) (tests set less)
 	errs           []error
 }
 
@@ -200,7 +201,10 @@ func WithUpsertFunc(f UpsertFunc) Option {
 // with its own batches and its own [Limiter] state, since Pinecone's limits
 // are per namespace. With [WithIndex], the namespaces share the index
 // connection. T is *pinecone.Vector for [All], [Stream] and [Writer], and
-// *pinecone.IntegratedRecord for [Records].
+// *pinecone.IntegratedRecord for [Records]. f is never called with a nil
+// record (which fails as invalid). A panic in f reaches the caller of All,
+// Stream, Records or Writer.Add, once everything the call started has
+// stopped.
 func WithNamespaceOf[T *pinecone.Vector | *pinecone.IntegratedRecord](f func(T) string) Option {
 	return func(c *config) {
 		if f == nil {

@@ -710,3 +710,27 @@ func TestAllUsesTheCustomClassifier(t *testing.T) {
 	require.ErrorIs(t, err, errQuota, "the cause stays in the chain")
 	assert.Equal(t, 1, res.Failed[0].Attempts, "an invalid record is not retried")
 }
+
+// A nil record fails as invalid before anything else looks at it: the
+// caller's namespace function is never called with nil.
+func TestANamespaceFunctionNeverSeesANilRecord(t *testing.T) {
+	recs := vectors(3, 2)
+	recs[1] = nil
+	nsOf := func(v *pinecone.Vector) string { return "ns-" + v.Id[:1] }
+	for name, run := range map[string]func() (Result, error){
+		"All": func() (Result, error) {
+			return All(context.Background(), recs, testOpts(newFakeIndex(nil), WithNamespaceOf(nsOf))...)
+		},
+		"Stream": func() (Result, error) {
+			return Stream(context.Background(), slices.Values(recs), testOpts(newFakeIndex(nil), WithNamespaceOf(nsOf))...)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, err := run()
+			require.ErrorIs(t, err, ErrInvalid)
+			require.Len(t, res.Failed, 1)
+			assert.Equal(t, 1, res.Failed[0].Index)
+			assert.Equal(t, 2, res.Upserted)
+		})
+	}
+}

@@ -24,12 +24,8 @@ type item struct {
 	id   string // the record's id
 	size int    // bytes the record adds to its encoded request
 	hash uint64 // of namespace and id, when the intake keeps ids in order
-	// earlier is 1 + the position of an earlier record of the same id
-	// whose request ended without an answer, or 0: if this one lands, the
-	// index may still keep that one (see Stale).
-	earlier int
-	vec     *pinecone.Vector
-	rec     *pinecone.IntegratedRecord
+	vec  *pinecone.Vector
+	rec  *pinecone.IntegratedRecord
 }
 
 // Field numbers of the SDK's gRPC messages (db_data_2025-10.proto). The

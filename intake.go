@@ -35,6 +35,7 @@ type intake struct {
 	inFlight   map[uint64]int32 // records in the pipeline, by hash of namespace and id
 	flightDone chan struct{}    // closed and replaced when one of them settles
 	ambiguous  ambiguousIDs     // ids whose last record settled after a request without an answer
+	exposed    map[int]int      // by position: a record taken after such a record of its id, and that one's position
 
 	unsettled atomic.Int64 // records a stream or writer took in and that have not settled
 	settled   *watermark   // input positions settled, for Writer.Flush; nil for All and Stream
@@ -322,7 +323,10 @@ func (in *intake) push(ctx context.Context, it item) error {
 		in.flightMu.Lock()
 		in.inFlight[it.hash]++
 		if pos, ok := in.ambiguous.lookup(r.cfg.clock.Now(), it.hash); ok {
-			it.earlier = pos + 1
+			if in.exposed == nil {
+				in.exposed = make(map[int]int)
+			}
+			in.exposed[it.seq] = pos
 		}
 		in.flightMu.Unlock()
 	}
@@ -391,7 +395,12 @@ func (in *intake) replacePending(rt *route, it item) bool {
 	for i := range items {
 		if items[i].hash == it.hash && items[i].id == it.id {
 			old := items[i]
-			it.earlier = old.earlier // the earlier record's exposure is this one's now
+			in.flightMu.Lock()
+			if pos, ok := in.exposed[old.seq]; ok { // the replaced record's exposure is this one's now
+				delete(in.exposed, old.seq)
+				in.exposed[it.seq] = pos
+			}
+			in.flightMu.Unlock()
 			rt.batcher.bytes += it.size - old.size
 			in.hold.bytes += it.size - old.size
 			items[i] = it
@@ -437,10 +446,11 @@ func (in *intake) awaitSettled(ctx context.Context, rt *route, h uint64) error {
 // the checkpoint.
 func (in *intake) settle(items []item, o outcome) {
 	if in.ordered {
-		if o.landed {
-			in.r.reportStale(items)
-		}
 		in.flightMu.Lock()
+		var stale []Stale
+		if len(in.exposed) > 0 {
+			stale = in.settleExposed(items, o.landed)
+		}
 		now := time.Time{}
 		if o.ambiguous {
 			now = in.r.cfg.clock.Now()
@@ -460,8 +470,26 @@ func (in *intake) settle(items []item, o outcome) {
 			in.flightDone = nil
 		}
 		in.flightMu.Unlock()
+		in.r.reportStale(stale)
 	}
 	in.positionsSettled(items, o.final)
+}
+
+// settleExposed forgets the exposure of items and returns, when they
+// landed, those that may be stale. flightMu is held.
+func (in *intake) settleExposed(items []item, landed bool) []Stale {
+	var stale []Stale
+	for _, it := range items {
+		pos, ok := in.exposed[it.seq]
+		if !ok {
+			continue
+		}
+		delete(in.exposed, it.seq)
+		if landed {
+			stale = append(stale, Stale{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Earlier: pos})
+		}
+	}
+	return stale
 }
 
 // positionsSettled marks the input positions of items as settled: for

@@ -73,24 +73,19 @@ func (a *ambiguousIDs) lookup(now time.Time, h uint64) (pos int, ok bool) {
 	return pos, ok
 }
 
-// reportStale records items that landed while an earlier record of their
-// id may still be applied after them (item.earlier).
-func (r *run) reportStale(items []item) {
-	first := slices.IndexFunc(items, func(it item) bool { return it.earlier != 0 })
-	if first < 0 {
+// reportStale records records that landed while an earlier record of
+// their id may still be applied after them.
+func (r *run) reportStale(stale []Stale) {
+	if len(stale) == 0 {
 		return
 	}
+	r.stats.mayBeStale.Add(int64(len(stale)))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, it := range items[first:] {
-		if it.earlier == 0 {
-			continue
-		}
-		r.stats.mayBeStale.Add(1)
-		if r.keepFailed < 0 || len(r.stale) < r.keepFailed {
-			r.stale = append(r.stale, Stale{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Earlier: it.earlier - 1})
-		}
+	if r.keepFailed >= 0 {
+		stale = stale[:max(0, min(len(stale), r.keepFailed-len(r.stale)))]
 	}
+	r.stale = append(r.stale, stale...)
 }
 
 // sortedStale returns the stale records in input order.

@@ -13,14 +13,6 @@ import (
 func maxHeld(k *kind) int      { return 4 * k.maxBatch }
 func maxHeldBytes(k *kind) int { return 4 * k.maxBytes }
 
-// heldLimit is the run's bound on records held undispatched: maxHeld, or
-// the smaller one a test sets to make the bound bite.
-func (in *intake) heldLimit() int {
-	if n := in.r.cfg.maxHeld; n > 0 {
-		return n
-	}
-	return maxHeld(in.r.kind)
-}
 
 // holding tracks what waits in the intake before it is dispatched: how many
 // records and bytes, the routes whose current batch holds records in the
@@ -28,7 +20,8 @@ func (in *intake) heldLimit() int {
 // be dispatched before its caller's context ended. The intake's turn
 // guards it.
 type holding struct {
-	records, bytes int
+	records, bytes       int
+	maxRecords, maxBytes int // maxHeld and maxHeldBytes, or less in tests
 	queue          []pendingBatch // oldest first; entries of batches since taken are stale
 	head           int
 	stalled        []*route
@@ -102,7 +95,7 @@ func (h *holding) stall(rt *route) {
 // be held within the bounds. It returns ctx's error when ctx ends first.
 func (in *intake) makeRoom(ctx context.Context, size int) error {
 	h := &in.hold
-	for h.records > 0 && (h.records >= in.heldLimit() || h.bytes+size > maxHeldBytes(in.r.kind)) {
+	for h.records > 0 && (h.records >= h.maxRecords || h.bytes+size > h.maxBytes) {
 		rt, ok := h.oldest(time.Time{})
 		if !ok {
 			return nil

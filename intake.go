@@ -62,6 +62,10 @@ func newIntake(r *run, mode intakeMode) *intake {
 	if mode == forWriter {
 		in.settled = &watermark{}
 	}
+	in.hold.maxRecords, in.hold.maxBytes = maxHeld(r.kind), maxHeldBytes(r.kind)
+	if n := r.cfg.maxHeld; n > 0 {
+		in.hold.maxRecords = n // a test's, to make the bound bite
+	}
 	if f := r.cfg.namespaceOf; f != nil {
 		in.nsOf = f
 	}

@@ -13,7 +13,6 @@ import (
 func maxHeld(k *kind) int      { return 4 * k.maxBatch }
 func maxHeldBytes(k *kind) int { return 4 * k.maxBytes }
 
-
 // holding tracks what waits in the intake before it is dispatched: how many
 // records and bytes, the routes whose current batch holds records in the
 // order those batches started, and the routes whose ready batch could not
@@ -21,10 +20,10 @@ func maxHeldBytes(k *kind) int { return 4 * k.maxBytes }
 // guards it.
 type holding struct {
 	records, bytes       int
-	maxRecords, maxBytes int // maxHeld and maxHeldBytes, or less in tests
-	queue          []pendingBatch // oldest first; entries of batches since taken are stale
-	head           int
-	stalled        []*route
+	maxRecords, maxBytes int            // maxHeld and maxHeldBytes, or less in tests
+	queue                []pendingBatch // oldest first; entries of batches since taken are stale
+	head                 int
+	stalled              []*route
 }
 
 // pendingBatch is the current batch of rt when its gen started, at since.
@@ -94,6 +93,14 @@ func (h *holding) stall(rt *route) {
 // makeRoom dispatches the oldest batches until a record of size bytes can
 // be held within the bounds. It returns ctx's error when ctx ends first.
 func (in *intake) makeRoom(ctx context.Context, size int) error {
+	if h := &in.hold; h.records < h.maxRecords && h.bytes+size <= h.maxBytes {
+		return nil // inlined: the path of nearly every record
+	}
+	return in.dispatchOldest(ctx, size)
+}
+
+// dispatchOldest is makeRoom's loop.
+func (in *intake) dispatchOldest(ctx context.Context, size int) error {
 	h := &in.hold
 	for h.records > 0 && (h.records >= h.maxRecords || h.bytes+size > h.maxBytes) {
 		rt, ok := h.oldest(time.Time{})

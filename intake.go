@@ -160,15 +160,14 @@ func (in *intake) admitAll(records []*pinecone.Vector) {
 
 	var held map[string]item // the latest valid occurrence of an id that comes again
 	send := func(rt *route, it item) {
-		if in.makeRoom(r.runCtx, it.size) == nil && r.runCtx.Err() == nil {
-			in.enqueue(r.runCtx, rt, it)
-			return
-		}
-		r.failAll([]item{it}, r.stopError(), 0, false)
+		// With the run's context, makeRoom fails nothing; once the run
+		// stops, the batches that the record joins fail.
+		_ = in.makeRoom(r.runCtx, it.size)
+		in.enqueue(r.runCtx, rt, it)
 	}
 	var it item // reused: in.check takes its address
 	for i, v := range records {
-		if r.runCtx.Err() != nil {
+		if i%64 == 0 && r.runCtx.Err() != nil {
 			// Nothing more is looked at: the rest fails as it is.
 			in.failUntaken(records, i, held)
 			return

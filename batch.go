@@ -101,6 +101,7 @@ type batcher struct {
 	maxBytes int                           // for the records alone: MaxRequestBytes less the request's overhead
 	next     func() (size int, probe bool) // the size of the next batch, and whether it probes a larger size
 	cur      batch
+	gen      int // counts the batches started: tells a batch from the next one of its route
 	target   int
 	bytes    int
 }
@@ -109,6 +110,7 @@ type batcher struct {
 // (see lane.nextBatch).
 type batch struct {
 	items []item
+	bytes int // the records' encoded size
 	probe bool
 }
 
@@ -121,6 +123,7 @@ func (b *batcher) add(it item) (full batch, ok bool) {
 		full, ok = b.take(), true
 	}
 	if len(b.cur.items) == 0 {
+		b.gen++
 		b.target, b.cur.probe = b.next()
 		b.cur.items = make([]item, 0, b.target)
 	}
@@ -135,6 +138,7 @@ func (b *batcher) add(it item) (full batch, ok bool) {
 // take returns the pending batch, possibly empty, and starts a new one.
 func (b *batcher) take() batch {
 	full := b.cur
+	full.bytes = b.bytes
 	b.cur, b.bytes = batch{}, 0
 	return full
 }

@@ -17,11 +17,18 @@ import (
 // Checkpoint remembers how far a stream's input has been settled, so that
 // a backfill that was interrupted resumes where it stopped instead of
 // sending (and paying for) everything again. The position it holds is a
-// watermark: every record before it has landed or failed (and was then
-// passed to the observers, such as a dead-letter file); records after it
-// may have landed too, and will be sent again, which upserts allow.
+// watermark: every record before it has landed or failed for good, and
+// was then passed to the observers (such as a dead-letter file). Failed
+// for good means for a cause of its own: a rule it broke (invalid, too
+// large), or retries that ran out after it was sent. A record that failed
+// because the run stopped (its context ended, the index denied the
+// caller) or because the index was down (the circuit breaker gave up on
+// it, sent or not) stops the watermark: the resumed run sends it. Records
+// after the watermark may have landed too, and will be sent again, which
+// upserts allow.
 //
-// The input must come back in the same order on the next run.
+// The input must come back in the same order on the next run. A
+// checkpoint past its end is an error ([ErrCheckpointPastEnd]).
 type Checkpoint interface {
 	// Load returns how many records at the start of the input an earlier
 	// run settled, or 0 when there was none.
@@ -29,6 +36,13 @@ type Checkpoint interface {
 	// Save records that the first n records of the input have settled.
 	Save(ctx context.Context, n int64) error
 }
+
+// ErrCheckpointPastEnd is matched by the error of a stream whose input
+// ended before the position its checkpoint holds: the input is not the
+// one the checkpoint was saved for (it changed, or the checkpoint belongs
+// to another input). Nothing was sent and the checkpoint is left as it
+// was.
+var ErrCheckpointPastEnd = errors.New("upsert: the checkpoint is past the end of the input")
 
 // FileCheckpoint is a [Checkpoint] kept in a small file at the path, as
 // decimal text. Save replaces the file atomically (a temporary file, then
@@ -76,7 +90,9 @@ func (f FileCheckpoint) Save(_ context.Context, n int64) error {
 
 // WithCheckpoint keeps a stream's progress in cp: [Stream] and [Records]
 // skip the records that cp says an earlier run settled, and save their own
-// watermark every second and at the end. See [Checkpoint].
+// watermark every second and at the end. See [Checkpoint]. [All] and
+// [NewWriter] reject it with [ErrBadOption]: their input cannot be
+// replayed in order.
 func WithCheckpoint(cp Checkpoint) Option {
 	return func(c *config) {
 		if cp == nil {
@@ -99,6 +115,7 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("upsert: loading the checkpoint: %w", err)
 	}
 	in.next = int(n)
+	in.loaded = n
 	in.marks = &watermark{base: int(n)}
 	in.r.stats.skipped.Store(n)
 	done := make(chan struct{})
@@ -133,6 +150,9 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 // saveCheckpoint stops the periodic saves and saves the final watermark.
 func (in *intake) saveCheckpoint() {
 	in.stopSaver()
+	if int64(in.marks.value()) == in.loaded {
+		return // nothing settled for good: the checkpoint stays as it was
+	}
 	// The caller's context may have ended: the final save must happen
 	// anyway, or the run's progress is lost.
 	if err := in.r.cfg.checkpoint.Save(context.WithoutCancel(in.r.ctx), int64(in.marks.value())); err != nil {
@@ -141,17 +161,31 @@ func (in *intake) saveCheckpoint() {
 }
 
 // watermark tracks which input positions have settled, out of order, and
-// the first one that has not.
+// the first one that has not. Memory is a bit per position from that one
+// on.
 type watermark struct {
-	mu   sync.Mutex
-	base int      // every position below base has settled
-	bits []uint64 // bit i of word w: position base+64w+i has settled
+	mu      sync.Mutex
+	base    int           // every position below base has settled
+	bits    []uint64      // bit i of word w: position base+64w+i has settled
+	moved   chan struct{} // closed and replaced when the value grows, while someone waits
+	waiting int           // calls in wait
 }
 
-// done marks pos as settled.
-func (w *watermark) done(pos int) {
+// done marks the positions of items as settled.
+func (w *watermark) done(items []item) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	before := w.valueLocked()
+	for _, it := range items {
+		w.mark(it.seq)
+	}
+	if w.moved != nil && w.valueLocked() > before {
+		close(w.moved)
+		w.moved = nil
+	}
+}
+
+func (w *watermark) mark(pos int) {
 	i := pos - w.base
 	if i < 0 {
 		return
@@ -174,8 +208,38 @@ func (w *watermark) done(pos int) {
 func (w *watermark) value() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.valueLocked()
+}
+
+func (w *watermark) valueLocked() int {
 	if len(w.bits) == 0 {
 		return w.base
 	}
 	return w.base + bits.TrailingZeros64(^w.bits[0])
+}
+
+// wait waits until every position below pos has settled, or ctx ends.
+func (w *watermark) wait(ctx context.Context, pos int) error {
+	w.mu.Lock()
+	w.waiting++
+	defer func() {
+		w.mu.Lock()
+		w.waiting--
+		w.mu.Unlock()
+	}()
+	for w.valueLocked() < pos {
+		if w.moved == nil {
+			w.moved = make(chan struct{})
+		}
+		ch := w.moved
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		w.mu.Lock()
+	}
+	w.mu.Unlock()
+	return nil
 }

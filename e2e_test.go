@@ -479,3 +479,43 @@ func TestAMonthlyQuotaStopsTheRunInSeconds(t *testing.T) {
 	assert.Equal(t, quotaAnswers, res.Stats.ErrorsByClass[upsert.ClassQuotaExceeded])
 	assert.LessOrEqual(t, quotaAnswers, inFlight, "only the requests already in flight meet the quota: no request is sent after it")
 }
+
+// A string that is not valid UTF-8 cannot be encoded by gRPC at all: the
+// SDK's marshal fails on the client for the whole request. Such a record
+// must fail alone, as invalid and before sending; the others land.
+func TestEndToEndInvalidUTF8FailsOnlyItsRecord(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	idx := connect(t, srv)
+	t.Run("in metadata", func(t *testing.T) {
+		recs := e2eRecords(300)
+		bad := recs[150]
+		bad.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{"title": structpb.NewStringValue("caf\xe9")}} // Latin-1, not UTF-8
+		res, err := upsert.All(context.Background(), recs, upsert.WithIndex(idx))
+		require.ErrorIs(t, err, upsert.ErrInvalid)
+		require.Len(t, res.Failed, 1, "only the bad record fails")
+		f := res.Failed[0]
+		assert.Equal(t, bad.Id, f.ID)
+		assert.Equal(t, upsert.ClassInvalid, f.Class)
+		assert.Zero(t, f.Attempts, "refused before sending")
+		assert.Contains(t, f.Err.Error(), "UTF-8")
+		assert.Equal(t, 299, res.Upserted)
+		assert.Zero(t, res.Stats.Retries)
+	})
+	t.Run("in a namespace", func(t *testing.T) {
+		recs := e2eRecords(20)
+		nsOf := func(v *pinecone.Vector) string {
+			if v.Id == recs[3].Id {
+				return "tenant-\xff"
+			}
+			return e2eNamespace
+		}
+		res, err := upsert.All(context.Background(), recs, upsert.WithIndex(idx), upsert.WithNamespaceOf(nsOf))
+		require.ErrorIs(t, err, upsert.ErrInvalid)
+		require.Len(t, res.Failed, 1)
+		assert.Equal(t, recs[3].Id, res.Failed[0].ID)
+		assert.Zero(t, res.Failed[0].Attempts)
+		assert.Contains(t, res.Failed[0].Err.Error(), "namespace")
+		assert.Equal(t, 19, res.Upserted)
+	})
+}

@@ -151,7 +151,9 @@ type Error struct {
 	// the failure was not a gRPC status.
 	GRPCCode codes.Code
 	// RetryAfter is how long the index asked the caller to wait (Retry-After
-	// or gRPC pushback), or 0 when it did not say.
+	// or gRPC pushback), or 0 when it did not say. The library counts at
+	// most a minute of it, also when an UpsertFunc returns an *Error with a
+	// longer one.
 	RetryAfter time.Duration
 	// Limit is the limit of the index that a rate-limited answer names, so
 	// that the limiter lowers what was exceeded; [LimitUnknown] when the
@@ -162,6 +164,9 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
+	if e == nil {
+		return errTypedNil.Error()
+	}
 	var b strings.Builder
 	b.WriteString(e.Class.String())
 	switch {
@@ -178,13 +183,18 @@ func (e *Error) Error() string {
 }
 
 // Unwrap returns the underlying error.
-func (e *Error) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // Is reports whether target is the sentinel of e's class. A denied error is
 // also [ErrInvalid], since both are permanent, and a quota error is also
 // [ErrDenied] and [ErrInvalid].
 func (e *Error) Is(target error) bool {
-	if target == nil {
+	if e == nil || target == nil {
 		return false
 	}
 	if target == e.Class.Err() {
@@ -197,6 +207,25 @@ func (e *Error) Is(target error) bool {
 		return target == ErrInvalid
 	}
 	return false
+}
+
+// errTypedNil is the cause given to a nil *Error found in an error chain:
+// a function declared to return error that returned a nil *Error ("var e
+// *Error; return e") handed over a non-nil error that says nothing.
+var errTypedNil = errors.New("a nil *upsert.Error was returned as an error (a typed nil); treated as an unknown failure")
+
+// asError returns the first *Error in err's chain, or nil. A typed nil
+// *Error is replaced by a server-class *Error that says what it was, so that
+// no caller dereferences nil.
+func asError(err error) *Error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return nil
+	}
+	if e == nil {
+		return &Error{Class: ClassServer, Err: errTypedNil}
+	}
+	return e
 }
 
 // Limit names a limit of the index that an answer says was reached.
@@ -238,6 +267,8 @@ func (l Limit) String() string {
 // gRPC code name, else the class.
 func (e *Error) Code() string {
 	switch {
+	case e == nil:
+		return ClassServer.String()
 	case e.StatusCode != 0:
 		return fmt.Sprint(e.StatusCode)
 	case e.GRPCCode != codes.OK:
@@ -280,3 +311,27 @@ func (e *RunError) Error() string {
 
 // Unwrap returns one error per failure class.
 func (e *RunError) Unwrap() []error { return e.Errs }
+
+// PanicError is the cause of a batch's failure when the function sending it
+// (an [UpsertFunc], a [RecordsFunc], the SDK under [WithIndex]) or the
+// classifier of [WithClassifier] panicked. The library recovers the panic
+// on its own goroutine, where it would kill the process, and fails the
+// batch at once with a server-class [*Error] wrapping this: a panic is a
+// bug, which a retry would repeat, and the batch may have been sent before
+// it. Read it with errors.As from [Failure.Err] or the run's error.
+type PanicError struct {
+	// Value is what the function panicked with.
+	Value any
+	// Stack is the panicking goroutine's stack, for a bug report.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("upsert: the send function panicked: %v", e.Value)
+}
+
+// Unwrap returns the panic's value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}

@@ -15,6 +15,7 @@ package upsert
 // A failing input is written to testdata/fuzz/<FuzzName>/; keep it there.
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -28,7 +29,7 @@ import (
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/stretchr/testify/require"
@@ -228,7 +229,7 @@ func allFinite(vs []float32) bool {
 }
 
 // metadataProblem returns why md breaks Pinecone's metadata rules, or "".
-// The size is measured as the validator measures it, with protojson.
+// The size is that of compact JSON, as encoding/json writes it.
 func metadataProblem(md *structpb.Struct) string {
 	for k, v := range md.GetFields() {
 		switch x := v.GetKind().(type) {
@@ -247,12 +248,17 @@ func metadataProblem(md *structpb.Struct) string {
 			return fmt.Sprintf("field %q is a %T", k, x)
 		}
 	}
-	js, err := protojson.Marshal(md)
-	if err != nil {
+	if _, err := proto.Marshal(md); err != nil {
+		return fmt.Sprintf("cannot be encoded: %v", err) // a string that is not UTF-8
+	}
+	var js bytes.Buffer
+	enc := json.NewEncoder(&js)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(md.AsMap()); err != nil {
 		return fmt.Sprintf("cannot be encoded: %v", err)
 	}
-	if len(js) > MaxMetadataBytes {
-		return fmt.Sprintf("is %d bytes as JSON, more than %d", len(js), MaxMetadataBytes)
+	if n := js.Len() - 1; n > MaxMetadataBytes { // less the newline Encode adds
+		return fmt.Sprintf("is %d bytes as compact JSON, more than %d", n, MaxMetadataBytes)
 	}
 	return ""
 }

@@ -20,6 +20,7 @@ require (
 	golang.org/x/time v0.16.0
 	google.golang.org/grpc v1.65.0
 	google.golang.org/protobuf v1.36.8
+	pgregory.net/rapid v1.3.0
 )
 
 require (

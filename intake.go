@@ -2,12 +2,12 @@ package upsert
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 )
@@ -18,44 +18,79 @@ import (
 // keeps ids in order instead: a record whose id is still in flight waits
 // for the earlier one to settle, so that the last one wins.
 //
-// Producers take turns on mu: Writer.Add may be called from many
+// Producers take turns (see lock): Writer.Add may be called from many
 // goroutines, and a background flush sends batches that waited too long.
 type intake struct {
 	r         *run
-	mu        sync.Mutex
+	turn      chan struct{} // holds a token while a producer has its turn
+	closed    atomic.Bool   // Writer.Close began: no record is taken after its flush
 	validator validator
 	nsOf      func(it *item) string // nil: every record goes to cfg.namespace
 	next      int                   // input position of the next record
 	ordered   bool                  // keep ids in flight in order (streams)
 	seed      maphash.Seed
+	hold      holding // what waits before dispatch (holding.go)
 
 	flightMu   sync.Mutex
 	inFlight   map[uint64]int32 // records in the pipeline, by hash of namespace and id
 	flightDone chan struct{}    // closed and replaced when one of them settles
+	ambiguous  ambiguousIDs     // ids whose last record settled after a request without an answer
+	exposed    map[int]int      // by position: a record taken after such a record of its id, and that one's position
 
-	outstanding atomic.Int64  // records taken in and not yet settled
-	idle        chan struct{} // closed and replaced when outstanding drops to 0
-	idleMu      sync.Mutex
-
-	marks     *watermark // input positions settled, when a checkpoint is kept
-	stopSaver func()     // stops the periodic checkpoint saves
+	unsettled atomic.Int64 // records a stream or writer took in and that have not settled
+	settled   *watermark   // input positions settled, for Writer.Flush; nil for All and Stream
+	marks     *watermark   // input positions settled for good, when a checkpoint is kept
+	loaded    int64        // the position the checkpoint held at the start
+	stopSaver func()       // stops the periodic checkpoint saves
 }
 
-func newIntake(r *run, ordered bool) *intake {
-	in := &intake{r: r, ordered: ordered, seed: maphash.MakeSeed(), validator: validator{index: r.shape}}
-	if ordered {
+// intakeMode says what an intake keeps for its caller.
+type intakeMode int
+
+const (
+	forAll    intakeMode = iota // a slice: ids sent once, nothing kept in order
+	forStream                   // ids kept in order
+	forWriter                   // ids in order, and settled positions for Flush
+)
+
+func newIntake(r *run, mode intakeMode) *intake {
+	in := &intake{r: r, ordered: mode != forAll, seed: maphash.MakeSeed(), turn: make(chan struct{}, 1), validator: validator{index: r.shape}}
+	if in.ordered {
 		in.inFlight = make(map[uint64]int32)
+		r.forgetIdleRoutes = true
+	}
+	if mode == forWriter {
+		in.settled = &watermark{}
+	}
+	in.hold.maxRecords, in.hold.maxBytes = maxHeld(r.kind), maxHeldBytes(r.kind)
+	if n := r.cfg.maxHeld; n > 0 {
+		in.hold.maxRecords = n // a test's, to make the bound bite
 	}
 	if f := r.cfg.namespaceOf; f != nil {
 		in.nsOf = f
 	}
-	r.onSettle = in.settled
+	r.onSettle = in.settle
 	return in
 }
 
-// namespace returns the namespace of it.
+// lock waits for the producers' turn, or until ctx ends. A producer may
+// hold the turn while it waits for room in the pipeline; the others wait
+// no longer than their contexts allow.
+func (in *intake) lock(ctx context.Context) error {
+	select {
+	case in.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (in *intake) unlock() { <-in.turn }
+
+// namespace returns the namespace of it. A nil record, which fails as
+// invalid, is not shown to the caller's namespace function.
 func (in *intake) namespace(it *item) string {
-	if in.nsOf != nil {
+	if in.nsOf != nil && (it.vec != nil || it.rec != nil) {
 		return in.nsOf(it)
 	}
 	return in.r.cfg.namespace
@@ -72,6 +107,9 @@ func (in *intake) check(it *item, rt *route) error {
 		}
 	} else {
 		it.id, it.size, err = checkRecord(it.rec)
+	}
+	if err == nil && rt.invalid != nil {
+		err = rt.invalid
 	}
 	if err == nil && rt.overhead+it.size > in.r.kind.maxBytes {
 		err = fmt.Errorf("encodes to %d bytes; a request may carry at most %d", it.size, in.r.kind.maxBytes-rt.overhead)
@@ -121,23 +159,19 @@ func (in *intake) admitAll(records []*pinecone.Vector) {
 	})
 
 	var held map[string]item // the latest valid occurrence of an id that comes again
-	var stopped []item       // valid records not sent because the run stopped
 	send := func(rt *route, it item) {
-		if r.runCtx.Err() == nil {
-			in.enqueue(r.runCtx, rt, it)
-			return
-		}
-		// The run stopped: what follows is never handed over. It fails in
-		// chunks, so that a canceled run over a huge slice does not first
-		// copy the rest of it.
-		stopped = append(stopped, it)
-		if len(stopped) == 4096 {
-			r.failAll(stopped, r.stopError(), 0, false)
-			stopped = stopped[:0]
-		}
+		// With the run's context, makeRoom fails nothing; once the run
+		// stops, the batches that the record joins fail.
+		_ = in.makeRoom(r.runCtx, it.size)
+		in.enqueue(r.runCtx, rt, it)
 	}
 	var it item // reused: in.check takes its address
 	for i, v := range records {
+		if i%64 == 0 && r.runCtx.Err() != nil {
+			// Nothing more is looked at: the rest fails as it is.
+			in.failUntaken(records, i, held)
+			return
+		}
 		it = item{seq: i, vec: v}
 		rt := routeOf(i)
 		err := in.check(&it, rt)
@@ -173,8 +207,33 @@ func (in *intake) admitAll(records []*pinecone.Vector) {
 			}
 		}
 	}
-	if len(stopped) > 0 {
-		r.failAll(stopped, r.stopError(), 0, false)
+}
+
+// failUntaken fails, after the run stopped, the records of All from
+// position from on, which were never looked at, and those held back for a
+// later occurrence of their id. The records' failures are built only once
+// the result is, in one piece and in order (see run.untaken): a canceled
+// run over millions of records returns at once.
+func (in *intake) failUntaken(records []*pinecone.Vector, from int, held map[string]item) {
+	r := in.r
+	e := r.stopError()
+	waiting := make([]item, 0, len(held))
+	for _, it := range held {
+		waiting = append(waiting, it)
+	}
+	r.failAll(waiting, e, 0, false)
+	r.untaken = untaken{records: records[from:], from: from, err: e}
+	n := len(records) - from
+	var samples []Failure
+	for i := range min(n, maxFailureSamples) {
+		samples = append(samples, r.untaken.failure(i))
+	}
+	r.stats.fail(samples)
+	r.stats.failed.Add(int64(n - len(samples)))
+	if observersHaveFailure(r.cfg.observers) {
+		for i := range n {
+			r.cfg.observers.failure(r.untaken.failure(i))
+		}
 	}
 }
 
@@ -223,11 +282,20 @@ func repeats(hashes []uint64, same func(i, j int) bool) []uint8 {
 }
 
 // push takes one record of a stream in. It returns an error, with the
-// record not taken, when ctx ends before there is room for it or before an
-// earlier record of its id has settled, or when the run has stopped.
+// record not taken, when ctx ends before it is the caller's turn, before
+// there is room for the record or before an earlier record of its id has
+// settled; when the run has stopped; or [ErrClosed] after Writer.Close.
 func (in *intake) push(ctx context.Context, it item) error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	if in.closed.Load() { // at once, also while another call has the turn
+		return ErrClosed
+	}
+	if err := in.lock(ctx); err != nil {
+		return err
+	}
+	defer in.unlock()
+	if in.closed.Load() { // Close began while this call waited
+		return ErrClosed
+	}
 	r := in.r
 	if err := r.runCtx.Err(); err != nil {
 		return r.stopError()
@@ -243,17 +311,26 @@ func (in *intake) push(ctx context.Context, it item) error {
 		in.reject(&it, err)
 		return nil
 	}
+	if err := in.makeRoom(ctx, it.size); err != nil {
+		return err
+	}
 	if in.ordered {
 		it.hash = maphash.String(in.seed, rt.namespace) ^ maphash.String(in.seed, it.id)
 		if replaced := in.replacePending(rt, it); replaced {
 			in.take()
 			return nil
 		}
-		if err := in.awaitSettled(ctx, it.hash); err != nil {
+		if err := in.awaitSettled(ctx, rt, it.hash); err != nil {
 			return err
 		}
 		in.flightMu.Lock()
 		in.inFlight[it.hash]++
+		if pos, ok := in.ambiguous.lookup(r.cfg.clock.Now(), it.hash); ok {
+			if in.exposed == nil {
+				in.exposed = make(map[int]int)
+			}
+			in.exposed[it.seq] = pos
+		}
 		in.flightMu.Unlock()
 	}
 	in.take()
@@ -265,13 +342,14 @@ func (in *intake) push(ctx context.Context, it item) error {
 func (in *intake) take() {
 	in.next++
 	in.r.stats.records.Add(1)
+	in.unsettled.Add(1)
 }
 
 // refuse reports a record that a stream pulled from its input but could
 // not take in, because err stopped it: it fails with that cause.
 func (in *intake) refuse(it item, err error) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
+	_ = in.lock(context.Background())
+	defer in.unlock()
 	it.seq = in.next
 	in.take()
 	switch {
@@ -280,59 +358,31 @@ func (in *intake) refuse(it item, err error) {
 	case it.rec != nil:
 		it.id, _, _ = checkRecord(it.rec)
 	}
-	var e *Error
-	if !errors.As(err, &e) {
+	e := asError(err)
+	if e == nil {
 		e = &Error{Class: ClassCanceled, Err: err}
 	}
 	in.r.report([]Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e}})
+	in.positionsSettled([]item{it}, false)
 }
 
 // enqueue puts it in its route's batch and dispatches the batch when it is
 // full. A batch that cannot be dispatched before ctx ends stays ready for
-// the next push or flush; the record is taken either way.
+// the next push, flush or the flusher; the record is taken either way.
 func (in *intake) enqueue(ctx context.Context, rt *route, it item) {
-	in.outstanding.Add(1)
+	gen := rt.batcher.gen
 	full, ok := rt.batcher.add(it)
+	in.hold.records++
+	in.hold.bytes += it.size
+	if rt.batcher.gen != gen && len(rt.batcher.cur.items) > 0 {
+		in.hold.started(rt, in.r.cfg.clock.Now())
+	}
 	if !ok {
 		return
 	}
+	in.hold.trim()
 	rt.ready = full
 	_ = in.dispatchReady(ctx, rt)
-}
-
-// dispatchReady dispatches rt's ready batch, if any.
-func (in *intake) dispatchReady(ctx context.Context, rt *route) error {
-	if len(rt.ready.items) == 0 {
-		return nil
-	}
-	err := in.r.dispatch(ctx, rt, rt.ready)
-	if err == nil || in.r.runCtx.Err() != nil {
-		// Dispatched, or failed for good because the run stopped.
-		rt.ready = batch{}
-	}
-	return err
-}
-
-// flush dispatches every route's ready and current batches.
-func (in *intake) flush(ctx context.Context) error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.flushLocked(ctx)
-}
-
-func (in *intake) flushLocked(ctx context.Context) error {
-	for _, rt := range in.r.routes {
-		if err := in.dispatchReady(ctx, rt); err != nil && in.r.runCtx.Err() == nil {
-			return err
-		}
-		if b := rt.batcher.take(); len(b.items) > 0 {
-			rt.ready = b
-			if err := in.dispatchReady(ctx, rt); err != nil && in.r.runCtx.Err() == nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // replacePending replaces a record of the same id waiting in rt's current
@@ -348,20 +398,26 @@ func (in *intake) replacePending(rt *route, it item) bool {
 	for i := range items {
 		if items[i].hash == it.hash && items[i].id == it.id {
 			old := items[i]
+			in.flightMu.Lock()
+			if pos, ok := in.exposed[old.seq]; ok { // the replaced record's exposure is this one's now
+				delete(in.exposed, old.seq)
+				in.exposed[it.seq] = pos
+			}
+			in.flightMu.Unlock()
 			rt.batcher.bytes += it.size - old.size
+			in.hold.bytes += it.size - old.size
 			items[i] = it
 			in.r.stats.duplicates.Add(1)
-			if in.marks != nil {
-				in.marks.done(old.seq)
-			}
+			in.positionsSettled([]item{old}, true)
 			return true
 		}
 	}
 	return false
 }
 
-// awaitSettled waits until no record of hash h is in flight.
-func (in *intake) awaitSettled(ctx context.Context, h uint64) error {
+// awaitSettled waits until no record of hash h, whose route is rt, is in
+// flight.
+func (in *intake) awaitSettled(ctx context.Context, rt *route, h uint64) error {
 	for {
 		in.flightMu.Lock()
 		n := in.inFlight[h]
@@ -375,13 +431,8 @@ func (in *intake) awaitSettled(ctx context.Context, h uint64) error {
 		ch := in.flightDone
 		in.flightMu.Unlock()
 		// The earlier record may be in a batch not yet sent: send it.
-		for _, rt := range in.r.routes {
-			if b := rt.batcher.take(); len(b.items) > 0 {
-				rt.ready = b
-			}
-			if err := in.dispatchReady(ctx, rt); err != nil {
-				return err
-			}
+		if err := in.dispatchRoute(ctx, rt); err != nil {
+			return err
 		}
 		select {
 		case <-ch:
@@ -393,17 +444,28 @@ func (in *intake) awaitSettled(ctx context.Context, h uint64) error {
 	}
 }
 
-// settled is told by the run of records that landed or failed; final is
-// false for records cut off by the run's end, which the checkpoint must
-// not count.
-func (in *intake) settled(items []item, final bool) {
+// settle is told by the run of records that landed or failed, and how.
+// Records that did not settle for good (settlesForGood) are not passed by
+// the checkpoint.
+func (in *intake) settle(items []item, o outcome) {
 	if in.ordered {
 		in.flightMu.Lock()
+		var stale []Stale
+		if len(in.exposed) > 0 {
+			stale = in.settleExposed(items, o.landed)
+		}
+		now := time.Time{}
+		if o.ambiguous {
+			now = in.r.cfg.clock.Now()
+		}
 		for _, it := range items {
 			if n := in.inFlight[it.hash] - 1; n > 0 {
 				in.inFlight[it.hash] = n
 			} else {
 				delete(in.inFlight, it.hash)
+			}
+			if o.ambiguous {
+				in.ambiguous.add(now, it.hash, it.seq)
 			}
 		}
 		if in.flightDone != nil {
@@ -411,66 +473,53 @@ func (in *intake) settled(items []item, final bool) {
 			in.flightDone = nil
 		}
 		in.flightMu.Unlock()
+		in.r.reportStale(stale)
 	}
-	if in.marks != nil && final {
-		for _, it := range items {
-			in.marks.done(it.seq)
-		}
-	}
-	if in.outstanding.Add(-int64(len(items))) == 0 {
-		in.idleMu.Lock()
-		if in.idle != nil {
-			close(in.idle)
-			in.idle = nil
-		}
-		in.idleMu.Unlock()
-	}
+	in.positionsSettled(items, o.final)
 }
 
-// awaitIdle waits until every record taken in has settled.
-func (in *intake) awaitIdle(ctx context.Context) error {
-	for {
-		in.idleMu.Lock()
-		if in.outstanding.Load() <= 0 {
-			in.idleMu.Unlock()
-			return nil
+// settleExposed forgets the exposure of items and returns, when they
+// landed, those that may be stale. flightMu is held.
+func (in *intake) settleExposed(items []item, landed bool) []Stale {
+	var stale []Stale
+	for _, it := range items {
+		pos, ok := in.exposed[it.seq]
+		if !ok {
+			continue
 		}
-		if in.idle == nil {
-			in.idle = make(chan struct{})
-		}
-		ch := in.idle
-		in.idleMu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
+		delete(in.exposed, it.seq)
+		if landed {
+			stale = append(stale, Stale{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Earlier: pos})
 		}
 	}
+	return stale
+}
+
+// positionsSettled marks the input positions of items as settled: for
+// Flush, and, when final, for the checkpoint.
+func (in *intake) positionsSettled(items []item, final bool) {
+	if in.marks != nil && final {
+		in.marks.done(items)
+	}
+	if in.settled != nil {
+		in.settled.done(items)
+	}
+	in.unsettled.Add(-int64(len(items)))
 }
 
 // reject reports a record that broke a rule; it is never sent.
 func (in *intake) reject(it *item, cause error) {
 	err := &Error{Class: ClassInvalid, Err: fmt.Errorf("record %d (id %q): %w", it.seq, it.id, cause)}
 	in.r.report([]Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: ClassInvalid, Err: err}})
-	if in.marks != nil {
-		in.marks.done(it.seq)
-	}
+	in.positionsSettled([]item{*it}, true)
 }
 
 // close sends whatever is left and waits for the run to end.
 func (in *intake) close() (Result, error) {
-	_ = in.flush(in.r.runCtx)
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	// What could not be dispatched because the run stopped is failed.
-	for _, rt := range in.r.routes {
-		if len(rt.ready.items) > 0 {
-			in.r.failStopped(rt.ready.items)
-			rt.ready = batch{}
-		}
-		if b := rt.batcher.take(); len(b.items) > 0 {
-			in.r.failStopped(b.items)
-		}
-	}
+	_ = in.lock(context.Background())
+	defer in.unlock()
+	// Waits for room; what cannot be dispatched because the run stopped
+	// fails.
+	_ = in.flushAll(in.r.runCtx)
 	return in.r.finish()
 }

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 )
 
 // run is the streaming core under All: records flow in through add, are cut
@@ -35,14 +38,19 @@ type run struct {
 	op     string // the RunEvent's Operation
 	traced bool   // an observer starts something per request
 
-	routes    map[string]*route // by namespaceKey; the producer's
-	workers   chan int          // free worker ids; a batch in flight holds one
-	slots     chan struct{}     // when concurrency is fixed: one per request in flight
-	wg        sync.WaitGroup
-	active    atomic.Int64  // batches in flight
-	resting   atomic.Int64  // of which waiting out a backoff or the retry budget
-	doneMu    sync.Mutex    // guards batchDone
-	batchDone chan struct{} // closed and replaced when a batch finishes
+	routes map[string]*route // by namespaceKey; the producer's
+	// forgetIdleRoutes drops the routes with nothing waiting when the map
+	// has doubled, so that a stream over many namespaces holds few: their
+	// lanes live on in the Limiter. All keeps its routes, which it compares.
+	forgetIdleRoutes bool
+	sweepAt          int           // the size of routes at which to drop the idle ones
+	workers          chan int      // free worker ids; a batch in flight holds one
+	slots            chan struct{} // when concurrency is fixed: one per request in flight
+	wg               sync.WaitGroup
+	active           atomic.Int64  // batches in flight
+	resting          atomic.Int64  // of which waiting out a backoff or the retry budget
+	doneMu           sync.Mutex    // guards batchDone
+	batchDone        chan struct{} // closed and replaced when a batch finishes
 
 	stats        counters
 	lastProgress atomic.Int64 // clock time of the last progress report, in ns
@@ -51,10 +59,8 @@ type run struct {
 
 	// onSettle, when set, is told of every record that landed or failed,
 	// from the workers: the intake's bookkeeping of ids in flight,
-	// outstanding records and the checkpoint. final is false for records
-	// that failed only because the run stopped: a resumed run must send
-	// them.
-	onSettle func(items []item, final bool)
+	// settled positions, the checkpoint and ids that may be stale.
+	onSettle func(items []item, o outcome)
 
 	// releaseLimiter ends the run's use of a Limiter shared by default
 	// with the other calls writing into its index (shared.go).
@@ -62,7 +68,42 @@ type run struct {
 
 	mu         sync.Mutex
 	failed     []Failure
-	keepFailed int // most failures kept for the result; < 0 keeps all
+	keepFailed int     // most failures (and stale records) kept for the result; < 0 keeps all
+	untaken    untaken // records All never looked at because the run stopped
+	stale      []Stale
+}
+
+// outcome is how records settled.
+type outcome struct {
+	landed    bool // the index confirmed them
+	final     bool // they settled for good (settlesForGood): a checkpoint may pass them
+	ambiguous bool // a request carrying them ended without an answer: it may be applied yet
+}
+
+// untaken are the last records of All's slice, from position from on,
+// which failed with err when the run stopped before they were looked at.
+type untaken struct {
+	records []*pinecone.Vector
+	from    int
+	err     *Error
+}
+
+// failure returns the failure of the i-th of them.
+func (u untaken) failure(i int) Failure {
+	f := Failure{Index: u.from + i, Record: u.records[i], Class: u.err.Class, Err: u.err}
+	if v := u.records[i]; v != nil {
+		f.ID = v.Id
+	}
+	return f
+}
+
+// appendTo appends their failures to fs, in order, growing it once.
+func (u untaken) appendTo(fs []Failure) []Failure {
+	fs = slices.Grow(fs, len(u.records))
+	for i := range u.records {
+		fs = append(fs, u.failure(i))
+	}
+	return fs
 }
 
 // route is where the records of one namespace go.
@@ -70,8 +111,10 @@ type route struct {
 	namespace string
 	overhead  int // request bytes besides the records
 	lane      *lane
+	invalid   error // the rule the namespace breaks: its records fail before sending
 	batcher   batcher
 	ready     batch // a full batch that could not be dispatched yet
+	stalled   bool  // in the intake's list of routes whose ready batch waits
 	// lastFailure is the last server error or timeout of a request, for
 	// the records the circuit breaker fails without sending them.
 	lastFailure atomic.Pointer[Error]
@@ -129,9 +172,13 @@ func (r *run) route(namespace string) *route {
 	key := namespaceKey(namespace)
 	rt, ok := r.routes[key]
 	if !ok {
+		if r.forgetIdleRoutes && len(r.routes) >= r.sweepAt {
+			r.dropIdleRoutes()
+		}
 		rt = &route{
 			namespace: namespace,
 			overhead:  r.kind.overhead(namespace),
+			invalid:   checkNamespace(namespace),
 			lane:      r.cfg.limiter.lane(r.kind.lanePrefix+key, r.kind.maxBatch),
 		}
 		if key == "" {
@@ -152,6 +199,21 @@ func (r *run) route(namespace string) *route {
 	return rt
 }
 
+// dropIdleRoutes forgets the routes with no records waiting, and sets the
+// size at which to look again: twice what is left, at least minRoutes.
+func (r *run) dropIdleRoutes() {
+	for ns, rt := range r.routes {
+		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 {
+			delete(r.routes, ns)
+		}
+	}
+	r.sweepAt = max(minRoutes, 2*len(r.routes))
+}
+
+// minRoutes is the most routes a stream keeps without looking for idle
+// ones.
+const minRoutes = 1024
+
 // dispatch hands a batch to a worker once fewer batches are ready to send
 // than the lane lets requests in flight, plus two: enough to keep every
 // slot busy, few enough that a new batch size takes effect at once.
@@ -161,16 +223,23 @@ func (r *run) route(namespace string) *route {
 // It returns ctx's error, with b not dispatched, when ctx ends first; when
 // the run has stopped it fails b's records and returns the stop error.
 func (r *run) dispatch(ctx context.Context, rt *route, b batch) error {
-	for {
+	if r.runCtx.Err() != nil {
+		return r.failStopped(b.items)
+	}
+	room := func() bool {
 		conc := r.cfg.concurrency
 		if conc == 0 {
 			conc = rt.lane.concurrency()
 		}
-		if r.active.Load()-r.resting.Load() < int64(conc+2) {
-			break
+		return r.active.Load()-r.resting.Load() < int64(conc+2)
+	}
+	for !room() {
+		finished := r.batchFinished()
+		if room() {
+			break // a batch finished before the channel existed, and closed none
 		}
 		select {
-		case <-r.batchFinished():
+		case <-finished:
 		case <-r.runCtx.Done():
 			return r.failStopped(b.items)
 		case <-ctx.Done():
@@ -290,7 +359,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 		if e == nil {
 			r.shape.learn(p.items)
 			r.stats.upserted.Add(int64(len(p.items)))
-			r.settle(p.items, true)
+			r.settle(p.items, outcome{landed: true, final: true, ambiguous: p.ambiguous})
 			continue
 		}
 		c := e.Class
@@ -301,6 +370,9 @@ func (r *run) process(worker int, rt *route, b batch) {
 			r.halt(e)
 		case c == ClassCanceled:
 			r.failPart(p, e)
+		case isPanic(e):
+			r.log(slog.LevelError, "send function panicked; batch failed", worker, rt, p, e)
+			r.failPart(p, e) // a retry would panic again
 		case e == errNeverAnswered || e == errOutageTooLong:
 			r.log(slog.LevelError, "index down; batch not sent", worker, rt, p, e)
 			r.failPart(p, rt.withLastFailure(e))
@@ -336,6 +408,12 @@ func (r *run) process(worker int, rt *route, b batch) {
 		}
 	}
 	r.stats.batchDone(retries)
+}
+
+// isPanic reports whether e is a recovered panic (see [PanicError]).
+func isPanic(e *Error) bool {
+	_, ok := e.Err.(*PanicError)
+	return ok
 }
 
 // errRecut is what attempt returns for a batch that the lane did not
@@ -390,13 +468,13 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	}
 	r.minute.sending(pass)
 	ctx, cancel := context.WithTimeout(ev.Context, r.cfg.requestTimeout)
-	err = r.kind.send(ctx, r.cfg, rt.namespace, p.items)
+	var e *Error
+	err = recovered(func() error { return r.kind.send(ctx, r.cfg, rt.namespace, p.items) })
 	cancel()
 	latency := r.cfg.clock.Now().Sub(perm.start)
-	var e *Error
 	if err != nil {
 		e = r.describe(err)
-		if r.mayHaveLanded(err) {
+		if r.mayHaveLanded(err, e) {
 			p.ambiguous = true
 		}
 		if e.Class == ClassServer || e.Class == ClassTimeout {
@@ -425,13 +503,27 @@ func (r *run) paceMinute(items []item) (*minutePass, error) {
 	return r.minute.wait(r.runCtx, estimateTokens(items))
 }
 
+// recovered calls f, the caller's code on a library goroutine, and turns a
+// panic into a server-class [*Error] wrapping a [*PanicError].
+func recovered(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &Error{Class: ClassServer, Err: &PanicError{Value: v, Stack: debug.Stack()}}
+		}
+	}()
+	return f()
+}
+
 // describe classifies err, knowing what the classifier cannot: whether the
 // caller's context ended or the run was halted.
 func (r *run) describe(err error) *Error {
 	if r.runCtx.Err() != nil {
 		return r.stopError()
 	}
-	e := describe(err, r.cfg.classify)
+	var e *Error
+	if perr := recovered(func() error { e = describe(err, r.cfg.classify); return nil }); perr != nil {
+		e = perr.(*Error)
+	}
 	if e.Class == ClassCanceled {
 		// The caller's context is alive, so the transport canceled the
 		// request on its own: worth another try.
@@ -444,12 +536,23 @@ func (r *run) describe(err error) *Error {
 // written its records anyway: it reached the index, or may have, and no
 // answer said it was refused. A request cut off by the run's stop was in
 // flight, so it may have landed; one that could not connect cannot have.
-func (r *run) mayHaveLanded(err error) bool {
-	switch describe(err, r.cfg.classify).Class {
+// e is what describe made of err.
+func (r *run) mayHaveLanded(err error, e *Error) bool {
+	if r.runCtx.Err() != nil {
+		return !neverSent(err) // cut off in flight, whatever e says of the stop
+	}
+	switch e.Class {
 	case ClassTimeout, ClassServer, ClassCanceled:
 		return !neverSent(err)
 	}
 	return false
+}
+
+// breakerGaveUp reports whether e is the circuit breaker's failure of a
+// request it did not send (see breaker.gaveUp), also with the last
+// failure added (withLastFailure).
+func breakerGaveUp(e *Error) bool {
+	return errors.Is(e.Err, errNeverAnswered.Err) || errors.Is(e.Err, errOutageTooLong.Err)
 }
 
 // withLastFailure returns e, an error of a batch the circuit breaker
@@ -470,8 +573,7 @@ func (r *run) stopError() *Error {
 	if err := r.ctx.Err(); err != nil {
 		return &Error{Class: ClassCanceled, Err: context.Cause(r.ctx)}
 	}
-	var e *Error
-	if errors.As(context.Cause(r.runCtx), &e) {
+	if e := asError(context.Cause(r.runCtx)); e != nil {
 		return e
 	}
 	return &Error{Class: ClassCanceled, Err: context.Cause(r.runCtx)}
@@ -499,7 +601,25 @@ func (r *run) failAll(items []item, e *Error, attempts int, ambiguous bool) {
 		}
 	}
 	r.report(fs)
-	r.settle(items, e.Class != ClassCanceled)
+	r.settle(items, outcome{final: settlesForGood(e, attempts), ambiguous: ambiguous})
+}
+
+// settlesForGood reports whether a failure settles its records for good,
+// so that a checkpoint may pass them (see [Checkpoint]): a rule they
+// broke, or retries that ran out after they were sent. A run that
+// stopped, or an index that was down, says nothing about the records:
+// the resumed run must send them.
+func settlesForGood(e *Error, attempts int) bool {
+	switch {
+	case e.Class == ClassCanceled || e.Class == ClassDenied || e.Class == ClassQuotaExceeded:
+		return false
+	case breakerGaveUp(e):
+		return false // the circuit breaker gave up on them, sent before or not
+	case e.Class == ClassInvalid || e.Class == ClassTooLarge:
+		return true
+	default:
+		return attempts > 0
+	}
 }
 
 // report records failures: counted, passed to the observers, kept for the
@@ -519,9 +639,9 @@ func (r *run) report(fs []Failure) {
 }
 
 // settle tells the intake that items landed or failed.
-func (r *run) settle(items []item, final bool) {
+func (r *run) settle(items []item, o outcome) {
 	if r.onSettle != nil {
-		r.onSettle(items, final)
+		r.onSettle(items, o)
 	}
 }
 
@@ -604,8 +724,9 @@ func (r *run) finish() (Result, error) {
 	}
 	s := r.snapshot()
 	r.releaseLimiter()
-	res := Result{Upserted: s.Upserted, Failed: r.failed, Duplicates: s.Duplicates, Stats: s}
+	res := Result{Upserted: s.Upserted, Failed: r.failed, Duplicates: s.Duplicates, MayBeStale: r.sortedStale(), Stats: s}
 	slices.SortFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index })
+	res.Failed = r.untaken.appendTo(res.Failed) // all after the others
 	r.cfg.logger.LogAttrs(r.ctx, slog.LevelInfo, "upsert finished",
 		slog.String("namespace", r.cfg.namespace),
 		slog.Int("records", s.Records),

@@ -13,7 +13,8 @@ import (
 // pushback visible to the retry loop: when a call fails and the response
 // header or trailer carries "retry-after" (seconds or an HTTP date) or
 // "grpc-retry-pushback-ms", the error gains a RetryAfter() method and the
-// library waits at least that long before retrying. Pass it to
+// library waits at least that long before retrying (up to a minute: a
+// longer ask waits a minute, as an HTTP Retry-After does). Pass it to
 // [pinecone.Client.Index]:
 //
 //	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: host}, upsert.PushbackDialOption())
@@ -42,7 +43,8 @@ func pushbackOf(mds ...metadata.MD) time.Duration {
 	for _, md := range mds {
 		if v := md.Get("grpc-retry-pushback-ms"); len(v) > 0 {
 			if ms, err := strconv.ParseInt(v[0], 10, 64); err == nil && ms > 0 {
-				return time.Duration(ms) * time.Millisecond
+				// Bounded before the conversion, which would overflow.
+				return serverWait(time.Duration(min(ms, maxServerWait.Milliseconds())) * time.Millisecond)
 			}
 		}
 		if v := md.Get("retry-after"); len(v) > 0 {

@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 )
@@ -19,7 +21,8 @@ const MaxRecordsBatchSize = 96
 
 // RecordsFunc sends one batch of integrated-embedding records to a
 // namespace; see [WithRecordsFunc]. It must return an error the classifier
-// understands when the batch was not written.
+// understands when the batch was not written. A panic in it fails the
+// batch at once with a [*PanicError]; the process survives.
 type RecordsFunc func(ctx context.Context, namespace string, batch []*pinecone.IntegratedRecord) error
 
 // WithRecordsFunc sends integrated-embedding records with f instead of an
@@ -38,7 +41,8 @@ func WithRecordsFunc(f RecordsFunc) Option {
 // Records upserts integrated-embedding records, whose text the index
 // embeds itself, through [pinecone.IndexConnection.UpsertRecords], at most
 // [MaxRecordsBatchSize] per request, with the classes, retries, splitting,
-// pacing and reporting of [Stream], whose rules apply. Each record needs
+// pacing and reporting of [Stream], whose rules apply (each record is
+// copied, down through its maps and lists, as it is pulled). Each record needs
 // an "_id" or "id" field holding a string.
 //
 // Any client works: the SDK (since v5.4.1) returns every answer but 201 as
@@ -48,7 +52,7 @@ func WithRecordsFunc(f RecordsFunc) Option {
 //
 // For a slice, pass slices.Values(records).
 func Records(ctx context.Context, seq iter.Seq[*pinecone.IntegratedRecord], opts ...Option) (Result, error) {
-	return streamOf(ctx, seq, recordKind, func(r *pinecone.IntegratedRecord) item { return item{rec: r} }, opts)
+	return streamOf(ctx, seq, recordKind, func(r *pinecone.IntegratedRecord) item { return item{rec: cloneRecord(r)} }, opts)
 }
 
 // checkRecord returns an integrated record's id and its size in an NDJSON
@@ -74,7 +78,45 @@ func checkRecord(r *pinecone.IntegratedRecord) (id string, size int, err error) 
 	if err != nil {
 		return id, 0, fmt.Errorf("cannot be encoded as JSON: %w", err)
 	}
+	// encoding/json writes bytes that are not UTF-8 as \ufffd: look for
+	// the cause only when that is in the output.
+	if bytes.Contains(b, []byte(`\ufffd`)) {
+		if path, bad := notUTF8(map[string]any(*r)); bad {
+			return id, 0, fmt.Errorf("field %s is not valid UTF-8; it would be sent altered", path)
+		}
+	}
 	return id, len(b) + 1, nil
+}
+
+// notUTF8 finds a key or string in v that is not valid UTF-8 and returns
+// its path, such as "meta"."tags"[2].
+func notUTF8(v any) (path string, bad bool) {
+	switch x := v.(type) {
+	case string:
+		return "", !utf8.ValidString(x)
+	case map[string]any:
+		for k, e := range x {
+			if !utf8.ValidString(k) {
+				return fmt.Sprintf("key %q", k), true
+			}
+			if p, bad := notUTF8(e); bad {
+				return fmt.Sprintf("%q", k) + p, true
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if p, bad := notUTF8(e); bad {
+				return fmt.Sprintf("[%d]", i) + p, true
+			}
+		}
+	case []string:
+		for i, e := range x {
+			if !utf8.ValidString(e) {
+				return fmt.Sprintf("[%d]", i), true
+			}
+		}
+	}
+	return "", false
 }
 
 // NewClient returns a Pinecone client whose REST calls go through

@@ -31,8 +31,7 @@ func Classify(err error) Class {
 	if err == nil {
 		return 0
 	}
-	var ue *Error
-	if errors.As(err, &ue) && ue.Class.valid() {
+	if ue := asError(err); ue != nil && ue.Class.valid() {
 		return ue.Class
 	}
 	var pe *backoff.PermanentError
@@ -43,6 +42,9 @@ func Classify(err error) Class {
 		return classOfHTTP(code, err.Error())
 	}
 	if st, ok := grpcStatus(err); ok {
+		if clientMarshalFailed(st) {
+			return ClassInvalid
+		}
 		return classOfGRPC(st.Code(), st.Message())
 	}
 	switch {
@@ -123,14 +125,21 @@ func classOfGRPC(code codes.Code, msg string) Class {
 	}
 }
 
+// clientMarshalFailed reports gRPC's own INTERNAL error for a request it
+// could not encode (a string that is not UTF-8, say): nothing was sent,
+// and resending the same records fails the same way, so the batch is
+// bisected as invalid. Validation refuses what it knows of first.
+func clientMarshalFailed(st *status.Status) bool {
+	return st.Code() == codes.Internal && strings.HasPrefix(st.Message(), "grpc: error while marshaling")
+}
+
 // httpStatus returns the HTTP status carried by err, or 0.
 func httpStatus(err error) int {
 	var pe *pinecone.PineconeError
 	if errors.As(err, &pe) && pe.Code >= 100 {
 		return pe.Code
 	}
-	var ue *Error
-	if errors.As(err, &ue) {
+	if ue := asError(err); ue != nil {
 		return ue.StatusCode
 	}
 	return 0
@@ -146,17 +155,30 @@ func grpcStatus(err error) (*status.Status, bool) {
 	return st, st != nil && st.Code() != codes.OK
 }
 
+// maxServerWait bounds the wait an index asks for, however it asks
+// (Retry-After, grpc-retry-pushback-ms, an [*Error]'s RetryAfter): a
+// Retry-After pauses every request of the namespace, and Pinecone's limits
+// are per second and per minute, so a longer ask is not about them and
+// would stall the run until its context ends.
+const maxServerWait = time.Minute
+
+// serverWait is the one rule for a wait the index asked for: nothing for
+// none or a negative one, at most maxServerWait (a larger ask never waits
+// less than a smaller one).
+func serverWait(d time.Duration) time.Duration {
+	return min(max(d, 0), maxServerWait)
+}
+
 // retryAfterOf returns the wait the index asked for, from any error in the
 // chain that has a RetryAfter() time.Duration method (the library's gRPC
 // interceptor and REST transport add one), or 0.
 func retryAfterOf(err error) time.Duration {
 	var ra interface{ RetryAfter() time.Duration }
 	if errors.As(err, &ra) {
-		return max(ra.RetryAfter(), 0)
+		return serverWait(ra.RetryAfter())
 	}
-	var ue *Error
-	if errors.As(err, &ue) {
-		return ue.RetryAfter
+	if ue := asError(err); ue != nil {
+		return serverWait(ue.RetryAfter)
 	}
 	return 0
 }
@@ -164,9 +186,13 @@ func retryAfterOf(err error) time.Duration {
 // describe turns any error from a request into the library's [*Error],
 // using classify for the class.
 func describe(err error, classify func(error) Class) *Error {
-	var ue *Error
-	if errors.As(err, &ue) && ue.Class.valid() {
-		return ue
+	if ue := asError(err); ue != nil && ue.Class.valid() {
+		if ue.RetryAfter == serverWait(ue.RetryAfter) {
+			return ue
+		}
+		bounded := *ue
+		bounded.RetryAfter = serverWait(ue.RetryAfter)
+		return &bounded
 	}
 	e := &Error{Class: classify(err), Err: err, RetryAfter: retryAfterOf(err)}
 	if !e.Class.valid() {
@@ -182,21 +208,23 @@ func describe(err error, classify func(error) Class) *Error {
 	return e
 }
 
-// parseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date.
-// It returns 0 when v is empty or unreadable.
+// parseRetryAfter reads a Retry-After value, delay-seconds or an HTTP
+// date, bounded by [serverWait]. It returns 0 when v is empty or
+// unreadable.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0
 	}
 	if s, err := strconv.ParseFloat(v, 64); err == nil {
-		if s <= 0 || math.IsNaN(s) || s > 24*3600 {
+		if math.IsNaN(s) {
 			return 0
 		}
-		return time.Duration(s * float64(time.Second))
+		// Bounded before the conversion, which would overflow.
+		return serverWait(time.Duration(min(s, maxServerWait.Seconds()) * float64(time.Second)))
 	}
 	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0)
+		return serverWait(t.Sub(now))
 	}
 	return 0
 }

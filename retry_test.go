@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -52,6 +53,7 @@ func TestClassify(t *testing.T) {
 		{"gRPC DEADLINE_EXCEEDED is a timeout", grpcErr(codes.DeadlineExceeded, "context deadline exceeded"), ClassTimeout},
 		{"gRPC UNAVAILABLE is a server error", grpcErr(codes.Unavailable, "connection reset"), ClassServer},
 		{"gRPC INTERNAL is a server error", grpcErr(codes.Internal, "oops"), ClassServer},
+		{"gRPC's own marshal failure is invalid: nothing was sent", grpcErr(codes.Internal, "grpc: error while marshaling: string field contains invalid UTF-8"), ClassInvalid},
 		{"gRPC UNKNOWN is a server error", grpcErr(codes.Unknown, "?"), ClassServer},
 		{"gRPC ABORTED is a server error", grpcErr(codes.Aborted, "conflict"), ClassServer},
 		{"gRPC DATA_LOSS is a server error", grpcErr(codes.DataLoss, "lost"), ClassServer},
@@ -211,5 +213,52 @@ func TestRateLimitedWaitsLonger(t *testing.T) {
 	srv := p.backoffFor(ClassServer, maxRand)
 	for n := range 5 {
 		assert.Greater(t, rl.NextBackOff(), srv.NextBackOff(), "retry %d", n)
+	}
+}
+
+// A typed nil *Error in an error interface is a Go trap: a function that
+// returns one means "no error" but hands over a non-nil error. It must be a
+// failure the library survives, never a crash on one of its goroutines.
+func TestATypedNilErrorIsAFailureNotACrash(t *testing.T) {
+	var typedNil *Error
+	t.Run("Classify and the methods of a nil *Error do not panic", func(t *testing.T) {
+		assert.Equal(t, ClassServer, Classify(typedNil))
+		assert.Equal(t, ClassServer, Classify(fmt.Errorf("wrapped: %w", typedNil)))
+		assert.False(t, errors.Is(typedNil, ErrServer))
+		assert.Nil(t, typedNil.Unwrap())
+		assert.NotEmpty(t, typedNil.Error())
+		assert.NotEmpty(t, typedNil.Code())
+		e := describe(typedNil, Classify)
+		require.NotNil(t, e)
+		assert.Equal(t, ClassServer, e.Class)
+	})
+	t.Run("an UpsertFunc returning one fails its records, with a message that says so", func(t *testing.T) {
+		send := func(context.Context, string, []*pinecone.Vector) error { return typedNil }
+		res, err := All(context.Background(), vectors(3, 2), WithUpsertFunc(send), withClock(newFakeClock()), withRand(maxRand))
+		require.ErrorIs(t, err, ErrServer)
+		require.Len(t, res.Failed, 3)
+		assert.Contains(t, res.Failed[0].Err.Error(), "nil *upsert.Error")
+	})
+}
+
+// The index's wait counts up to maxServerWait, whichever way it comes: a
+// gRPC pushback of 1000 hours, an HTTP Retry-After of 25 hours and an
+// *Error's RetryAfter from a custom transport all wait the same bounded
+// time, and a larger ask never waits less than a smaller one.
+func TestServerWaitsHaveOneBound(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	hours := func(h int) time.Duration { return time.Duration(h) * time.Hour }
+	assert.Equal(t, maxServerWait, pushbackOf(metadata.Pairs("grpc-retry-pushback-ms", fmt.Sprint(hours(1000).Milliseconds()))), "gRPC pushback")
+	assert.Equal(t, maxServerWait, pushbackOf(metadata.Pairs("retry-after", "90000")), "retry-after over gRPC")
+	assert.Equal(t, maxServerWait, parseRetryAfter("90000", now), "HTTP Retry-After in seconds")
+	assert.Equal(t, maxServerWait, parseRetryAfter(now.Add(hours(1000)).Format(http1123), now), "HTTP Retry-After as a date")
+	assert.Equal(t, maxServerWait, describe(&Error{Class: ClassRateLimited, RetryAfter: hours(1000)}, Classify).RetryAfter, "an *Error's RetryAfter")
+	assert.Equal(t, maxServerWait, describe(&pushbackError{err: status.Error(codes.ResourceExhausted, "x"), after: hours(1000)}, Classify).RetryAfter)
+	assert.Equal(t, 2*time.Second, pushbackOf(metadata.Pairs("grpc-retry-pushback-ms", "2000")), "a wait under the bound is kept")
+	prev := time.Duration(0)
+	for _, s := range []string{"1", "30", "59", "60", "61", "3600", "86400", "86401", "1e12"} {
+		d := parseRetryAfter(s, now)
+		assert.GreaterOrEqual(t, d, prev, "Retry-After %s", s)
+		prev = d
 	}
 }

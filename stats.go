@@ -21,6 +21,9 @@ type Stats struct {
 	// confirmed by the index, Failed were reported failed, Duplicates were
 	// skipped for a later record with the same id.
 	Upserted, Failed, Duplicates int
+	// MayBeStale counts records that landed while an earlier record of
+	// their id may still be applied after them (see [Stale]).
+	MayBeStale int
 
 	// Requests is how many upsert requests were sent, retries included.
 	Requests int
@@ -73,7 +76,7 @@ const maxFailureSamples = 5
 // concurrent use.
 type counters struct {
 	records, upserted, failed, duplicates atomic.Int64
-	skipped                               atomic.Int64
+	skipped, mayBeStale                   atomic.Int64
 	requests, retries, splits             atomic.Int64
 	sentRecords                           atomic.Int64
 	minBatch, maxBatch                    atomic.Int64
@@ -151,6 +154,7 @@ func (c *counters) snapshot() Stats {
 		Upserted:       int(c.upserted.Load()),
 		Failed:         int(c.failed.Load()),
 		Duplicates:     int(c.duplicates.Load()),
+		MayBeStale:     int(c.mayBeStale.Load()),
 		Requests:       int(c.requests.Load()),
 		Retries:        int(c.retries.Load()),
 		Splits:         int(c.splits.Load()),

@@ -273,13 +273,13 @@ func TestStreamResumesFromItsCheckpoint(t *testing.T) {
 func TestWatermarkAdvancesOverSettledPositions(t *testing.T) {
 	w := &watermark{base: 10}
 	for _, p := range []int{11, 12, 75, 9} {
-		w.done(p)
+		w.done([]item{{seq: p}})
 	}
 	assert.Equal(t, 10, w.value(), "position 10 has not settled")
-	w.done(10)
+	w.done([]item{{seq: 10}})
 	assert.Equal(t, 13, w.value())
 	for p := 13; p < 75; p++ {
-		w.done(p)
+		w.done([]item{{seq: p}})
 	}
 	assert.Equal(t, 76, w.value())
 	assert.LessOrEqual(t, len(w.bits), 1, "settled words are dropped")
@@ -365,9 +365,28 @@ func TestRecords(t *testing.T) {
 		res, err := Records(ctx, slices.Values(recs), WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }))
 		require.ErrorIs(t, err, ErrInvalid)
 		require.Len(t, res.Failed, 1)
-		assert.Same(t, recs[1], res.Failed[0].Integrated)
+		assert.Equal(t, recs[1], res.Failed[0].Integrated, "a copy of the record as given")
 		assert.Contains(t, res.Failed[0].Err.Error(), `"_id"`)
 		assert.Equal(t, 2, res.Upserted)
+	})
+	t.Run("a record with a string that is not UTF-8 fails alone instead of landing altered", func(t *testing.T) {
+		// encoding/json would replace the bad bytes with U+FFFD: the text
+		// embedded would not be the text given.
+		recs := mk(3)
+		(*recs[1])["chunk_text"] = "caf\xe9"
+		(*recs[2])["chunk_text"] = "a real \ufffd is fine"
+		var sent []string
+		res, err := Records(ctx, slices.Values(recs), WithRecordsFunc(func(_ context.Context, _ string, b []*pinecone.IntegratedRecord) error {
+			for _, r := range b {
+				sent = append(sent, (*r)["_id"].(string))
+			}
+			return nil
+		}))
+		require.ErrorIs(t, err, ErrInvalid)
+		require.Len(t, res.Failed, 1)
+		assert.Equal(t, "r1", res.Failed[0].ID)
+		assert.Contains(t, res.Failed[0].Err.Error(), `field "chunk_text" is not valid UTF-8`)
+		assert.ElementsMatch(t, []string{"r0", "r2"}, sent)
 	})
 	t.Run("a function for the other kind is a bad option", func(t *testing.T) {
 		_, err := Records(ctx, slices.Values(mk(1)), WithUpsertFunc(newFakeIndex(nil).Upsert))

@@ -40,7 +40,8 @@ import (
 // all of them were written. [WithUpsertFunc] takes one, for transports
 // other than [pinecone.IndexConnection] and for tests. It must return an
 // error the classifier understands (see [Classify]) when the batch was not
-// written, and must not keep batch after it returns.
+// written, and must not keep batch after it returns. A panic in it fails
+// the batch at once with a [*PanicError]; the process survives.
 type UpsertFunc func(ctx context.Context, namespace string, batch []*pinecone.Vector) error
 
 // Option configures [All].
@@ -70,6 +71,7 @@ type config struct {
 	progressEvery  time.Duration
 	clock          clock
 	rand           func(n int64) int64
+	maxHeld        int // records held undispatched; 0: maxHeld(kind) (tests set less)
 	errs           []error
 }
 
@@ -81,7 +83,20 @@ const (
 	DefaultRequestTimeout = 30 * time.Second
 )
 
-func newConfig(opts []Option, k *kind) (*config, error) {
+// entry is the function a configuration is for, so that an option it
+// cannot use is an error rather than ignored.
+type entry struct {
+	name       string
+	replayable bool // its input can be replayed in order: a checkpoint means something
+}
+
+var (
+	entryAll    = entry{name: "All"}
+	entryStream = entry{name: "Stream and Records", replayable: true}
+	entryWriter = entry{name: "NewWriter"}
+)
+
+func newConfig(opts []Option, k *kind, use entry) (*config, error) {
 	c := &config{
 		maxDelay:       DefaultMaxDelay,
 		requestTimeout: DefaultRequestTimeout,
@@ -104,6 +119,9 @@ func newConfig(opts []Option, k *kind) (*config, error) {
 		c.errs = append(c.errs, fmt.Errorf("WithRecordsFunc sends integrated records: use Records, or pass WithUpsertFunc"))
 	case k == recordKind && c.sendRecords == nil && c.index == nil && len(c.errs) == 0:
 		c.errs = append(c.errs, fmt.Errorf("WithUpsertFunc sends vectors: use All or Stream, or pass WithRecordsFunc"))
+	}
+	if c.checkpoint != nil && !use.replayable {
+		c.bad("WithCheckpoint: %s cannot use it; it applies to Stream and Records, whose input can be replayed in order", use.name)
 	}
 	if c.nsOf != nil {
 		c.namespaceOf = c.nsOf(k)
@@ -196,7 +214,10 @@ func WithUpsertFunc(f UpsertFunc) Option {
 // with its own batches and its own [Limiter] state, since Pinecone's limits
 // are per namespace. With [WithIndex], the namespaces share the index
 // connection. T is *pinecone.Vector for [All], [Stream] and [Writer], and
-// *pinecone.IntegratedRecord for [Records].
+// *pinecone.IntegratedRecord for [Records]. f is never called with a nil
+// record (which fails as invalid). A panic in f reaches the caller of All,
+// Stream, Records or Writer.Add, once everything the call started has
+// stopped.
 func WithNamespaceOf[T *pinecone.Vector | *pinecone.IntegratedRecord](f func(T) string) Option {
 	return func(c *config) {
 		if f == nil {
@@ -305,7 +326,9 @@ func WithMaxRetries(class Class, n int) Option {
 // WithBackoff sets the waits between retries: before the n-th retry (n
 // from 0) the wait is uniformly random in [0, min(max, base·2^n)] ("full
 // jitter"). A 429 uses twice base, and never waits less than the index's
-// Retry-After. Defaults: base 250 ms, max 30 s.
+// Retry-After or gRPC pushback, counted up to a minute (a longer ask, which
+// Pinecone's per-second and per-minute limits do not explain, waits a
+// minute). Defaults: base 250 ms, max 30 s.
 func WithBackoff(base, max time.Duration) Option {
 	return func(c *config) {
 		if base <= 0 || max < base {
@@ -384,6 +407,12 @@ type Result struct {
 	// Duplicates counts records skipped because a later record in the same
 	// call has the same id: the last one wins and is sent once.
 	Duplicates int
+	// MayBeStale lists, in input order, records that landed (they count in
+	// Upserted) while a request carrying an earlier record of their id had
+	// ended without an answer, so that the index may keep the earlier one;
+	// see [Stale]. Only the first 1000 are kept when an [Observer] receives
+	// failures; Stats.MayBeStale counts all.
+	MayBeStale []Stale
 	// Stats are the run's final figures; Stats.Upserted equals Upserted.
 	Stats Stats
 }
@@ -394,8 +423,10 @@ type Failure struct {
 	Index int
 	// ID is the record's id ("" for a nil record).
 	ID string
-	// Record is the vector as given, so that it can be replayed; nil for a
-	// nil record and for integrated records.
+	// Record is the vector as given, so that it can be replayed: the
+	// caller's own for All, the copy taken when the record was handed over
+	// for Stream and Writer; nil for a nil record and for integrated
+	// records.
 	Record *pinecone.Vector
 	// Integrated is the integrated record as given, for [Records].
 	Integrated *pinecone.IntegratedRecord
@@ -413,18 +444,21 @@ type Failure struct {
 	MayHaveLanded bool
 }
 
-// All upserts records and returns when each one has landed or failed. The
+// All upserts records and returns when each one has landed or failed. It
+// reads the records in place, without copying them: they must not change
+// until All returns. The
 // index comes from [WithIndex] or [WithUpsertFunc]; the other options have
 // defaults that suit most indexes.
 //
 // Every record is checked before it is sent: a nil record, one that
 // breaks Pinecone's rules (id, dimension and vector type of the index,
 // finite and not all-zero dense values, sparse values, metadata types and
-// size, request size) is never sent and fails alone with [ClassInvalid];
-// the others are still sent. When an id appears more than once, only its
-// last valid occurrence is sent. The dense dimension is the index's (see
-// [WithIndex]), or, when the index cannot say, that of the first dense
-// record it accepts. Sending starts after one
+// size as compact JSON, strings and namespace in valid UTF-8, request size)
+// is never sent and fails alone with [ClassInvalid]; the others are still
+// sent. When an id appears more than once, only its last valid occurrence
+// is sent. The dense dimension is the index's (see [WithIndex]), or, when
+// the index cannot say, that of the first dense record it accepts (or
+// [WithDimension]'s). Sending starts after one
 // quick pass over the ids to find those that repeat (0.07 s per million
 // records on the machine of BENCHMARKS.md), not after every record was
 // checked.
@@ -436,15 +470,20 @@ type Failure struct {
 // sent and the error matches [ErrBadOption]. When ctx ends, All returns
 // promptly: records not confirmed by then fail with [ClassCanceled].
 func All(ctx context.Context, records []*pinecone.Vector, opts ...Option) (Result, error) {
-	cfg, err := newConfig(opts, vectorKind)
-	if err == nil && cfg.checkpoint != nil {
-		err = fmt.Errorf("%w: WithCheckpoint applies to Stream and Records, whose input can be replayed in order", ErrBadOption)
-	}
+	cfg, err := newConfig(opts, vectorKind, entryAll)
 	if err != nil {
 		return Result{}, err
 	}
 	r := newRun(ctx, cfg, vectorKind, len(records), "All")
-	in := newIntake(r, false)
+	in := newIntake(r, forAll)
+	ended := false
+	defer func() {
+		if !ended { // the caller's namespace function panicked
+			in.abort(nil)
+		}
+	}()
 	in.admitAll(records)
-	return in.close()
+	res, err := in.close()
+	ended = true
+	return res, err
 }

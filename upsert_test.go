@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -599,6 +600,34 @@ func TestAllReportsEveryRecordWhenCanceled(t *testing.T) {
 	}
 }
 
+// Once the run stops, All looks at no further record: the rest of the
+// slice fails as canceled without being checked (which made a cancel of
+// two million records take seconds), and Result.Failed is still complete
+// and in input order.
+func TestAllStopsLookingAtRecordsWhenCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	fi := newFakeIndex(func(call int, _ []string) error {
+		if call == 2 {
+			cancel()
+		}
+		return nil
+	})
+	recs := vectors(10_000, 2)
+	recs[9000] = nil                                // invalid, but never looked at
+	recs[9500] = &pinecone.Vector{Id: recs[100].Id} // a duplicate of an early record, never looked at
+	res, err := All(ctx, recs, testOpts(fi, WithBatchSize(10), WithConcurrency(1))...)
+	require.ErrorIs(t, err, ErrCanceled)
+	require.Len(t, res.Failed, len(recs)-res.Upserted-res.Duplicates)
+	assert.True(t, slices.IsSortedFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index }), "in input order")
+	for i, f := range res.Failed {
+		require.Equal(t, ClassCanceled, f.Class, "failure %d (record %d)", i, f.Index)
+		if f.Index >= 9000 {
+			assert.Equal(t, recs[f.Index], f.Record)
+		}
+	}
+	assert.Equal(t, len(res.Failed), res.Stats.Failed)
+}
+
 func TestAllValidatesRecordsAndSendsTheValidOnes(t *testing.T) {
 	fi := newFakeIndex(nil)
 	recs := vectors(6, 3)
@@ -723,4 +752,28 @@ func TestAllUsesTheCustomClassifier(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 	require.ErrorIs(t, err, errQuota, "the cause stays in the chain")
 	assert.Equal(t, 1, res.Failed[0].Attempts, "an invalid record is not retried")
+}
+
+// A nil record fails as invalid before anything else looks at it: the
+// caller's namespace function is never called with nil.
+func TestANamespaceFunctionNeverSeesANilRecord(t *testing.T) {
+	recs := vectors(3, 2)
+	recs[1] = nil
+	nsOf := func(v *pinecone.Vector) string { return "ns-" + v.Id[:1] }
+	for name, run := range map[string]func() (Result, error){
+		"All": func() (Result, error) {
+			return All(context.Background(), recs, testOpts(newFakeIndex(nil), WithNamespaceOf(nsOf))...)
+		},
+		"Stream": func() (Result, error) {
+			return Stream(context.Background(), slices.Values(recs), testOpts(newFakeIndex(nil), WithNamespaceOf(nsOf))...)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, err := run()
+			require.ErrorIs(t, err, ErrInvalid)
+			require.Len(t, res.Failed, 1)
+			assert.Equal(t, 1, res.Failed[0].Index)
+			assert.Equal(t, 2, res.Upserted)
+		})
+	}
 }

@@ -3,9 +3,10 @@ package upsert
 import (
 	"fmt"
 	"math"
+	"strconv"
+	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -13,7 +14,7 @@ import (
 // Pinecone's per-record limits (docs.pinecone.io, database limits).
 const (
 	MaxIDBytes        = 512       // record id: 1 to 512 ASCII characters, no NUL
-	MaxMetadataBytes  = 40 * 1024 // metadata per record, measured as JSON
+	MaxMetadataBytes  = 40 * 1024 // metadata per record, measured as compact JSON
 	MaxDimension      = 20_000    // dense values per record
 	MaxSparseNonZeros = 2_048     // sparse values per record
 )
@@ -154,28 +155,59 @@ func firstDuplicate(idx []uint32) (int, bool) {
 	return 0, false
 }
 
-// smallMetadataBytes is a protobuf size under which the JSON form of a
-// Struct cannot reach MaxMetadataBytes, so that the costly JSON encoding is
-// skipped below it. JSON spends at most six times the protobuf bytes: a
-// control character in a string is one byte in protobuf and six in JSON
-// (\u00XX), a double 9 bytes against at most 24 characters.
-const smallMetadataBytes = MaxMetadataBytes / 6
-
-// checkMetadata checks the value types Pinecone accepts and the size, and
-// returns the protobuf size of md.
+// checkMetadata checks the value types Pinecone accepts, that every string
+// is valid UTF-8 (protobuf cannot encode it otherwise: gRPC would fail the
+// whole request on the client) and the size, and returns the protobuf size
+// of md.
 func checkMetadata(md *structpb.Struct) (int, error) {
+	size, err := metadataJSONSize(md)
+	if err != nil {
+		return 0, err
+	}
+	if size > MaxMetadataBytes {
+		return 0, fmt.Errorf("metadata is %d bytes as JSON; Pinecone allows at most %d", size, MaxMetadataBytes)
+	}
+	return proto.Size(md), nil
+}
+
+// metadataJSONSize returns the size of md as compact JSON, the way
+// encoding/json writes it without HTML escapes: the same for every build of
+// a program (protojson, the obvious tool, inserts spaces at random on
+// purpose), and what a server that re-encodes metadata measures. It
+// returns the rule a field breaks instead, when one does.
+func metadataJSONSize(md *structpb.Struct) (int, error) {
+	size := len("{}") + max(len(md.GetFields())-1, 0) // braces and commas
 	for k, v := range md.GetFields() {
+		n, ok := jsonStringSize(k)
+		if !ok {
+			return 0, fmt.Errorf("metadata key %q: key is not valid UTF-8", k)
+		}
+		size += n + len(":")
 		switch x := v.GetKind().(type) {
-		case *structpb.Value_StringValue, *structpb.Value_BoolValue:
+		case *structpb.Value_StringValue:
+			if n, ok = jsonStringSize(x.StringValue); !ok {
+				return 0, fmt.Errorf("metadata field %q is not valid UTF-8", k)
+			}
+			size += n
+		case *structpb.Value_BoolValue:
+			size += len(strconv.FormatBool(x.BoolValue))
 		case *structpb.Value_NumberValue:
 			if math.IsNaN(x.NumberValue) || math.IsInf(x.NumberValue, 0) {
 				return 0, fmt.Errorf("metadata field %q is NaN or infinite; numbers must be finite", k)
 			}
+			size += jsonNumberSize(x.NumberValue)
 		case *structpb.Value_ListValue:
-			for i, e := range x.ListValue.GetValues() {
-				if _, ok := e.GetKind().(*structpb.Value_StringValue); !ok {
+			vs := x.ListValue.GetValues()
+			size += len("[]") + max(len(vs)-1, 0)
+			for i, e := range vs {
+				s, isString := e.GetKind().(*structpb.Value_StringValue)
+				if !isString {
 					return 0, fmt.Errorf("metadata field %q: list element %d is not a string; Pinecone accepts lists of strings only", k, i)
 				}
+				if n, ok = jsonStringSize(s.StringValue); !ok {
+					return 0, fmt.Errorf("metadata field %q: list element %d is not valid UTF-8", k, i)
+				}
+				size += n
 			}
 		case *structpb.Value_StructValue:
 			return 0, fmt.Errorf("metadata field %q is an object; Pinecone accepts strings, numbers, booleans and lists of strings", k)
@@ -185,15 +217,60 @@ func checkMetadata(md *structpb.Struct) (int, error) {
 			return 0, fmt.Errorf("metadata field %q has no value", k)
 		}
 	}
-	n := proto.Size(md)
-	if n > smallMetadataBytes {
-		js, err := protojson.Marshal(md)
-		if err != nil {
-			return 0, fmt.Errorf("metadata cannot be encoded: %w", err)
+	return size, nil
+}
+
+// jsonStringSize returns the size of s as a JSON string, quotes included,
+// or false when s is not valid UTF-8.
+func jsonStringSize(s string) (int, bool) {
+	n := len(`""`)
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' || c == '\r' || c == '\t':
+				n += 2
+			case c < 0x20:
+				n += len(`\u0000`)
+			default:
+				n++
+			}
+			i++
+			continue
 		}
-		if len(js) > MaxMetadataBytes {
-			return 0, fmt.Errorf("metadata is %d bytes as JSON; Pinecone allows at most %d", len(js), MaxMetadataBytes)
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			return 0, false
 		}
+		i += size
+		if r == '\u2028' || r == '\u2029' {
+			size = len(`\u2028`) // escaped for JavaScript
+		}
+		n += size
 	}
-	return n, nil
+	return n, true
+}
+
+// jsonNumberSize returns the size of f as encoding/json writes a float64:
+// the shortest form, exponent notation outside [1e-6, 1e21).
+func jsonNumberSize(f float64) int {
+	var buf [32]byte
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	b := strconv.AppendFloat(buf[:0], f, format, -1, 64)
+	if n := len(b); format == 'e' && n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+		return n - 1 // e-07 is written e-7
+	}
+	return len(b)
+}
+
+// checkNamespace returns the rule a namespace breaks, or nil: every record
+// routed to it fails with that rule before sending.
+func checkNamespace(ns string) error {
+	if !utf8.ValidString(ns) {
+		return fmt.Errorf("namespace %q is not valid UTF-8", ns)
+	}
+	return nil
 }

@@ -1,8 +1,12 @@
 package upsert
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 func TestValidationNamesTheRecordAndTheRule(t *testing.T) {
@@ -43,6 +48,9 @@ func TestValidationNamesTheRecordAndTheRule(t *testing.T) {
 		{"a list of numbers in metadata is refused", withMetadata(good(), map[string]any{"a": []any{1.0, 2.0}}), "lists of strings only"},
 		{"a null in metadata is refused", withMetadata(good(), map[string]any{"a": nil}), "is null"},
 		{"metadata over 40 KB is refused", withMetadata(good(), map[string]any{"a": strings.Repeat("x", 41_000)}), "40960"},
+		{"invalid UTF-8 in a metadata string is refused", withRawMetadata(good(), "a", structpb.NewStringValue("ok \xff")), `metadata field "a" is not valid UTF-8`},
+		{"invalid UTF-8 in a metadata list is refused", withRawMetadata(good(), "a", structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStringValue("x"), structpb.NewStringValue("\xc3(")}})), `"a": list element 1 is not valid UTF-8`},
+		{"invalid UTF-8 in a metadata key is refused", withRawMetadata(good(), "k\xff", structpb.NewBoolValue(true)), "key is not valid UTF-8"},
 		{"a dimension over 20000 is refused", &pinecone.Vector{Id: "bad", Values: new([]float32)}, ""},
 	}
 	big := make([]float32, 20_001)
@@ -86,6 +94,89 @@ func TestValidationAcceptsWhatPineconeAccepts(t *testing.T) {
 			assert.NoError(t, err)
 		})
 	}
+}
+
+// withRawMetadata sets one metadata field without structpb.NewStruct's
+// checks, as a decoder filling the struct directly would.
+func withRawMetadata(v *pinecone.Vector, key string, val *structpb.Value) *pinecone.Vector {
+	v.Metadata = &structpb.Struct{Fields: map[string]*structpb.Value{key: val}}
+	return v
+}
+
+// The size of metadata is that of its compact JSON, the same for every
+// build of a program: protojson, which the check used to measure with,
+// inserts spaces at random on purpose.
+func TestMetadataSizeIsItsCompactJSON(t *testing.T) {
+	t.Run("the size is what encoding/json writes, compact and without HTML escapes", func(t *testing.T) {
+		r := rand.New(rand.NewPCG(1, 2))
+		strs := []string{"", "plain", "quote\" and \\ backslash", "tab\tnew\nline\r", "ctl\x01\x1f\x7f", "<html> & stuff", "café ☕ 𝄞", "\u2028\u2029"}
+		nums := []float64{0, 1, -1, 0.1, 1.5e-7, 1e-6, 123456789, 1e20, 1e21, -3.25e300, math.SmallestNonzeroFloat64, math.MaxFloat64, 100, 0.000001}
+		for range 300 {
+			fields := map[string]any{}
+			for range r.IntN(6) {
+				key := strs[r.IntN(len(strs))] + string(rune('a'+r.IntN(26)))
+				switch r.IntN(4) {
+				case 0:
+					fields[key] = strs[r.IntN(len(strs))]
+				case 1:
+					fields[key] = nums[r.IntN(len(nums))] * float64(1-2*r.IntN(2))
+				case 2:
+					fields[key] = r.IntN(2) == 0
+				default:
+					l := []any{}
+					for range r.IntN(3) {
+						l = append(l, strs[r.IntN(len(strs))])
+					}
+					fields[key] = l
+				}
+			}
+			md, err := structpb.NewStruct(fields)
+			require.NoError(t, err)
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			require.NoError(t, enc.Encode(md.AsMap()))
+			size, err := metadataJSONSize(md)
+			require.NoError(t, err)
+			assert.Equal(t, buf.Len()-1, size, "%s", buf.String())
+		}
+	})
+	t.Run("40960 bytes pass and 40961 fail, whatever their shape", func(t *testing.T) {
+		for _, fields := range []int{1, 40, 1000} {
+			for _, extra := range []int{0, 1} {
+				md := metadataOfJSONSize(t, MaxMetadataBytes+extra, fields)
+				_, err := checkMetadata(md)
+				if extra == 0 {
+					assert.NoError(t, err, "%d fields", fields)
+				} else {
+					assert.ErrorContains(t, err, "40961 bytes as JSON", "%d fields", fields)
+				}
+			}
+		}
+	})
+}
+
+// metadataOfJSONSize builds metadata of n string fields whose compact JSON
+// is exactly size bytes.
+func metadataOfJSONSize(t *testing.T, size, n int) *structpb.Struct {
+	fields := make(map[string]any, n)
+	// {"kNNNN":"…",…}: 2 braces, n-1 commas, each field 10 bytes and its value.
+	per := 10
+	left := size - 2 - (n - 1) - n*per
+	require.Positive(t, left)
+	for i := range n {
+		l := left / n
+		if i == 0 {
+			l += left % n
+		}
+		fields[fmt.Sprintf("k%04d", i)] = strings.Repeat("x", l)
+	}
+	md, err := structpb.NewStruct(fields)
+	require.NoError(t, err)
+	b, err := json.Marshal(md.AsMap())
+	require.NoError(t, err)
+	require.Len(t, b, size)
+	return md
 }
 
 func seq(n int) []uint32 {

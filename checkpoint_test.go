@@ -1,0 +1,123 @@
+package upsert
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The checkpoint passes only records that landed or failed for good (a
+// rule they broke, or retries that ran out after they were sent): never
+// records that failed unsent because the run stopped or the index was
+// down, which a resumed run must send.
+func TestACheckpointNeverPassesARecordThatWasNotTried(t *testing.T) {
+	ctx := context.Background()
+	recs := vectors(200, 2)
+	t.Run("a key the index refuses midway", func(t *testing.T) {
+		cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
+		var requests atomic.Int64
+		send := func(context.Context, string, []*pinecone.Vector) error {
+			if requests.Add(1) > 7 {
+				return status.Error(codes.Unauthenticated, "Unauthorized")
+			}
+			return nil
+		}
+		res, err := Stream(ctx, slices.Values(recs), WithUpsertFunc(send), WithBatchSize(10), WithConcurrency(1),
+			WithCheckpoint(cp), withClock(newFakeClock()))
+		require.ErrorIs(t, err, ErrDenied)
+		assert.Equal(t, 70, res.Upserted)
+		mark, err := cp.Load(ctx)
+		require.NoError(t, err)
+		assert.EqualValues(t, res.Failed[0].Index, mark, "the first record that did not land stops the checkpoint")
+
+		landed := make(map[string]bool)
+		resumed, err := Stream(ctx, slices.Values(recs), WithUpsertFunc(func(_ context.Context, _ string, b []*pinecone.Vector) error {
+			for _, v := range b {
+				landed[v.Id] = true
+			}
+			return nil
+		}), WithCheckpoint(cp), withClock(newFakeClock()))
+		require.NoError(t, err)
+		assert.Equal(t, len(recs)-int(mark), resumed.Upserted)
+		for _, f := range res.Failed {
+			v := recs[f.Index]
+			assert.True(t, landed[v.Id], "%s lands on the resumed run", v.Id)
+		}
+	})
+	t.Run("an index that never answers", func(t *testing.T) {
+		cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
+		send := func(context.Context, string, []*pinecone.Vector) error {
+			return status.Error(codes.Unavailable, "connection refused")
+		}
+		res, err := Stream(ctx, slices.Values(recs), WithUpsertFunc(send), WithBatchSize(10),
+			WithCheckpoint(cp), withClock(newFakeClock()), withRand(maxRand))
+		require.ErrorIs(t, err, ErrServer)
+		assert.Zero(t, res.Upserted)
+		mark, err := cp.Load(ctx)
+		require.NoError(t, err)
+		require.Len(t, res.Failed, len(recs))
+		unsent := 0
+		for _, f := range res.Failed {
+			if e := asError(f.Err); e != nil && breakerGaveUp(e) {
+				unsent++
+				assert.LessOrEqual(t, mark, int64(f.Index), "record %d failed because the index was down, and the checkpoint passed it", f.Index)
+			} else {
+				assert.Positive(t, f.Attempts, "record %d", f.Index)
+			}
+		}
+		assert.Greater(t, unsent, len(recs)/2, "the breaker gave up on most records")
+	})
+	t.Run("invalid records and records whose retries ran out are passed: the dead letters hold them", func(t *testing.T) {
+		cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
+		recs := vectors(30, 2)
+		recs[3] = nil
+		send := func(_ context.Context, _ string, b []*pinecone.Vector) error {
+			for _, v := range b {
+				if v.Id == "v5" {
+					return status.Error(codes.ResourceExhausted, "slow down")
+				}
+			}
+			return nil
+		}
+		res, err := Stream(ctx, slices.Values(recs), WithUpsertFunc(send), WithBatchSize(1), WithMaxRetries(ClassRateLimited, 1),
+			WithCheckpoint(cp), withClock(newFakeClock()), withRand(maxRand))
+		require.Error(t, err)
+		assert.Len(t, res.Failed, 2)
+		mark, err := cp.Load(ctx)
+		require.NoError(t, err)
+		assert.EqualValues(t, 30, mark)
+	})
+}
+
+// A checkpoint beyond the end of the input means the input is not the one
+// the checkpoint was saved for: an error, not a run that skips everything
+// and says all is well.
+func TestACheckpointPastTheEndOfTheInputIsAnError(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "cp")
+	require.NoError(t, os.WriteFile(path, []byte("9223372036854775807\n"), 0o600))
+	fi := newFakeIndex(nil)
+	res, err := Stream(ctx, slices.Values(vectors(10, 2)), WithUpsertFunc(fi.Upsert), WithCheckpoint(FileCheckpoint(path)))
+	require.ErrorIs(t, err, ErrCheckpointPastEnd)
+	assert.Contains(t, err.Error(), "9223372036854775807")
+	assert.Contains(t, err.Error(), "10 records")
+	assert.Empty(t, fi.Calls())
+	assert.Equal(t, 10, res.Stats.Skipped)
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, "9223372036854775807\n", string(b), "the checkpoint is left as it was")
+
+	require.NoError(t, os.WriteFile(path, []byte("10\n"), 0o600))
+	res, err = Stream(ctx, slices.Values(vectors(10, 2)), WithUpsertFunc(fi.Upsert), WithCheckpoint(FileCheckpoint(path)))
+	require.NoError(t, err, "a checkpoint at the end is a finished run")
+	assert.Equal(t, 10, res.Stats.Skipped)
+}

@@ -1,0 +1,110 @@
+package upsert
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// lateIndex stores what it accepts, except that the first request carrying
+// id late times out on the client while the index applies it later, when
+// applyLate is called: the "ambiguous timeout" of a real index.
+type lateIndex struct {
+	mu      sync.Mutex
+	stored  map[string]float32
+	late    []*pinecone.Vector
+	delayed bool
+	id      string
+}
+
+func (l *lateIndex) Upsert(ctx context.Context, _ string, batch []*pinecone.Vector) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, v := range batch {
+		if v.Id == l.id && !l.delayed {
+			l.delayed = true
+			l.late = append(l.late, batch...)
+			return context.DeadlineExceeded
+		}
+	}
+	for _, v := range batch {
+		l.stored[v.Id] = (*v.Values)[0]
+	}
+	return nil
+}
+
+func (l *lateIndex) applyLate() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, v := range l.late {
+		l.stored[v.Id] = (*v.Values)[0]
+	}
+}
+
+// A later record of an id lands while an earlier record's request, which
+// timed out, may still be applied after it: the run cannot prevent the
+// index from keeping the earlier one, so it says so (Result.MayBeStale
+// and Stats.MayBeStale), instead of reporting a plain success.
+func TestALaterVersionThatMayBeOverwrittenIsReported(t *testing.T) {
+	mk := func(id string, val float32) *pinecone.Vector {
+		return &pinecone.Vector{Id: id, Values: &[]float32{val, 1}}
+	}
+	recs := []*pinecone.Vector{mk("x", 1), mk("y", 1), mk("z", 1), mk("x", 3)}
+	t.Run("Stream", func(t *testing.T) {
+		idx := &lateIndex{stored: map[string]float32{}, id: "x"}
+		res, err := Stream(context.Background(), slices.Values(recs), WithUpsertFunc(idx.Upsert), WithBatchSize(1), WithConcurrency(1),
+			withClock(newFakeClock()), withRand(maxRand))
+		require.NoError(t, err, "every record landed")
+		idx.applyLate()
+		assert.Equal(t, float32(1), idx.stored["x"], "the index kept the earlier record: what the report is for")
+		require.Len(t, res.MayBeStale, 1)
+		s := res.MayBeStale[0]
+		assert.Equal(t, "x", s.ID)
+		assert.Equal(t, 3, s.Index)
+		assert.Equal(t, 0, s.Earlier)
+		assert.Equal(t, float32(3), (*s.Record.Values)[0])
+		assert.Equal(t, 1, res.Stats.MayBeStale)
+		assert.Equal(t, 4, res.Upserted)
+	})
+	t.Run("Writer", func(t *testing.T) {
+		idx := &lateIndex{stored: map[string]float32{}, id: "x"}
+		w, err := NewWriter(context.Background(), WithUpsertFunc(idx.Upsert), WithBatchSize(1), WithConcurrency(1),
+			withClock(newFakeClock()), withRand(maxRand))
+		require.NoError(t, err)
+		for _, v := range recs {
+			require.NoError(t, w.Add(context.Background(), v))
+		}
+		res, err := w.Close(context.Background())
+		require.NoError(t, err)
+		require.Len(t, res.MayBeStale, 1)
+		assert.Equal(t, 3, res.MayBeStale[0].Index)
+	})
+	t.Run("nothing is reported without an earlier ambiguous request", func(t *testing.T) {
+		fi := newFakeIndex(nil)
+		res, err := Stream(context.Background(), slices.Values(recs), WithUpsertFunc(fi.Upsert), WithBatchSize(1))
+		require.NoError(t, err)
+		assert.Empty(t, res.MayBeStale)
+		assert.Zero(t, res.Stats.MayBeStale)
+	})
+}
+
+func TestAmbiguousIDsAreForgottenAfterTheWindow(t *testing.T) {
+	clock := newFakeClock()
+	var a ambiguousIDs
+	a.add(clock.Now(), 7, 3)
+	clock.Advance(staleWindow / 2)
+	pos, ok := a.lookup(clock.Now(), 7)
+	assert.True(t, ok)
+	assert.Equal(t, 3, pos)
+	clock.Advance(staleWindow)
+	_, ok = a.lookup(clock.Now(), 7)
+	assert.True(t, ok, "kept for at least the window")
+	clock.Advance(staleWindow)
+	_, ok = a.lookup(clock.Now(), 7)
+	assert.False(t, ok, "forgotten after twice the window at most")
+}

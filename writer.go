@@ -1,0 +1,147 @@
+package upsert
+
+import (
+	"context"
+	"errors"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+)
+
+// ErrClosed is returned by [Writer.Add] and [Writer.Flush] once
+// [Writer.Close] has been called.
+var ErrClosed = errors.New("upsert: writer closed")
+
+// Writer upserts records that a service produces continuously, in the
+// manner of a bulk indexer: Add records as they come, Flush when a
+// checkpoint of the caller's needs them landed, Close at the end. It
+// batches, paces and retries exactly as [All] does, with one [Limiter]
+// for its whole life.
+//
+// Add blocks while the index cannot take more (every batch slot busy, the
+// index down): memory stays bounded, and the producer slows down to the
+// index's pace. Failures are reported as they happen to the Failure
+// function of an [Observer], if one was given (a dead-letter file), and
+// are in the Result that Close returns (only the first 1000 of them when
+// an observer receives them all).
+//
+// A Writer is safe for concurrent use, and every method returns when its
+// context ends, also while another call waits for room. When the Writer's
+// own context ends, it fails what it holds and stops by itself: nothing is
+// left running even if Close is never called.
+type Writer struct {
+	in          *intake
+	stopFlusher func()
+
+	closing chan struct{} // holds a token while a Close runs
+	done    bool          // the run has ended and res, err are final
+	res     Result
+	err     error
+}
+
+// NewWriter returns a Writer that sends with opts, which must name the
+// index ([WithIndex] or [WithUpsertFunc]). An option a Writer cannot use
+// ([WithCheckpoint]: a Writer has no input to replay) is an error matching
+// [ErrBadOption]. ctx bounds the Writer's whole life: when it ends,
+// records not yet landed fail with [ClassCanceled]. The Writer's requests
+// descend from ctx (through the observers' StartRun), not from the
+// contexts given to Add, since a request carries the records of many Add
+// calls: trace context and values for the requests go in ctx.
+func NewWriter(ctx context.Context, opts ...Option) (*Writer, error) {
+	cfg, err := newConfig(opts, vectorKind, entryWriter)
+	if err != nil {
+		return nil, err
+	}
+	r := newRun(ctx, cfg, vectorKind, -1, "Writer")
+	in := newIntake(r, forWriter)
+	if observersHaveFailure(cfg.observers) {
+		r.keepFailed = failuresKept
+	}
+	return &Writer{in: in, stopFlusher: in.startFlusher(cfg.maxDelay), closing: make(chan struct{}, 1)}, nil
+}
+
+// Add takes a copy of v in (its values, sparse values and metadata): the
+// caller may reuse or change v as soon as Add returns. The copy is sent
+// within a batch soon after, at most the max delay ([WithMaxDelay]) after
+// the first record of its batch was added, and is what [Failure.Record]
+// holds if it fails.
+// Add blocks while the index cannot take more. It returns an error, with v
+// not taken, when ctx ends first (also while another Add waits for room),
+// after Close was called ([ErrClosed]), or when the run stopped (the index
+// denied the caller, or the Writer's context ended): then the error is the
+// [*Error] that stopped it.
+func (w *Writer) Add(ctx context.Context, v *pinecone.Vector) error {
+	if w.in.closed.Load() {
+		return ErrClosed // before copying
+	}
+	return w.in.push(ctx, item{vec: cloneVector(v)})
+}
+
+// Flush sends every record added before it was called, however few, and
+// waits until each of them has landed or failed, or ctx ends. Records
+// added while it waits are not waited for. It returns ctx's error when ctx
+// ends first, [ErrClosed] after Close, and the error that stopped the run
+// when the Writer's context ended or the index denied the caller.
+func (w *Writer) Flush(ctx context.Context) error {
+	in := w.in
+	if in.closed.Load() {
+		return ErrClosed
+	}
+	if err := in.lock(ctx); err != nil {
+		return err
+	}
+	if in.closed.Load() {
+		in.unlock()
+		return ErrClosed
+	}
+	err := in.flushAll(ctx)
+	added := in.next
+	in.unlock()
+	if err != nil {
+		return err
+	}
+	if err := in.settled.wait(ctx, added); err != nil {
+		return err
+	}
+	if in.r.runCtx.Err() != nil {
+		return in.r.stopError()
+	}
+	return nil
+}
+
+// Close stops taking records (Add and Flush return [ErrClosed] from the
+// moment it is called), sends what is left, waits until every record has
+// landed or failed, and returns the result of the Writer's whole life, as
+// [All] does. ctx bounds the wait: when it ends first, Close returns ctx's
+// error and the Writer goes on sending in the background until its own
+// context ends; a later Close waits again. Calling Close after it returned
+// gives the same result.
+func (w *Writer) Close(ctx context.Context) (Result, error) {
+	select {
+	case w.closing <- struct{}{}:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	defer func() { <-w.closing }()
+	if w.done {
+		return w.res, w.err
+	}
+	in := w.in
+	in.closed.Store(true)
+	if err := in.lock(ctx); err != nil {
+		return Result{}, err
+	}
+	// Taken under the turn after closed was set: no record comes after.
+	err := in.flushAll(ctx)
+	added := in.next
+	in.unlock()
+	if err != nil {
+		return Result{}, err
+	}
+	if err := in.settled.wait(ctx, added); err != nil {
+		return Result{}, err
+	}
+	w.stopFlusher()
+	w.res, w.err = in.close()
+	w.done = true
+	return w.res, w.err
+}

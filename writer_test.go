@@ -1,0 +1,331 @@
+package upsert
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// generous bounds a wait that must end long before it: a test that hits it
+// has found a hang, not a slow machine.
+const generous = 10 * time.Second
+
+func TestNewWriterRejectsOptionsItCannotUse(t *testing.T) {
+	cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
+	w, err := NewWriter(context.Background(), WithUpsertFunc(newFakeIndex(nil).Upsert), WithCheckpoint(cp))
+	assert.ErrorIs(t, err, ErrBadOption, "a Writer has no input to replay: a checkpoint would mean nothing")
+	assert.Nil(t, w)
+}
+
+// Adds racing Close: each Add either is refused with ErrClosed or its
+// record is in Close's result, and Close returns.
+func TestWriterCloseRacingAdds(t *testing.T) {
+	for run := range 20 {
+		fi := newFakeIndex(nil)
+		w, err := NewWriter(context.Background(), WithUpsertFunc(fi.Upsert))
+		require.NoError(t, err)
+		var taken atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for g := range 16 {
+			wg.Go(func() {
+				<-start
+				for i := 0; ; i++ {
+					err := w.Add(context.Background(), &pinecone.Vector{Id: fmt.Sprintf("g%d-%d", g, i), Values: &[]float32{1, 2}})
+					if errors.Is(err, ErrClosed) {
+						return
+					}
+					if assert.NoError(t, err) {
+						taken.Add(1)
+					}
+				}
+			})
+		}
+		close(start)
+		time.Sleep(time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), generous)
+		res, err := w.Close(ctx)
+		cancel()
+		require.NoError(t, err, "run %d: Close must not hang on a racing Add", run)
+		wg.Wait()
+		assert.Equal(t, int(taken.Load()), res.Upserted, "run %d: every record Add took is in the result", run)
+	}
+}
+
+// blockingWriter is a Writer with concurrency 1 and batch size 1 whose
+// sends wait for release: after three Adds (one sending, two queued), the
+// fourth holds the Writer while it waits for room.
+func blockingWriter(t *testing.T) (w *Writer, release func(), added *atomic.Int64) {
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	send := func(ctx context.Context, _ string, _ []*pinecone.Vector) error {
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithConcurrency(1), WithBatchSize(1))
+	require.NoError(t, err)
+	added = new(atomic.Int64)
+	for _, v := range vectors(3, 2) {
+		require.NoError(t, w.Add(context.Background(), v))
+		added.Add(1)
+	}
+	go func() {
+		if w.Add(context.Background(), &pinecone.Vector{Id: "fourth", Values: &[]float32{1, 2}}) == nil {
+			added.Add(1)
+		}
+	}()
+	require.Eventually(t, w.in.busy, generous, time.Millisecond, "the fourth Add holds the Writer")
+	return w, release, added
+}
+
+// While one Add waits for room, the other calls end with their context.
+func TestWriterCallsEndWithTheirContextWhileAnAddWaits(t *testing.T) {
+	short := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		t.Cleanup(cancel)
+		return ctx
+	}
+	w, release, added := blockingWriter(t)
+	var released atomic.Bool
+	safety := time.AfterFunc(generous, func() { // the old code waited for this
+		released.Store(true)
+		release()
+	})
+	defer safety.Stop()
+	err := w.Add(short(), &pinecone.Vector{Id: "other", Values: &[]float32{1, 2}})
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "Add")
+	assert.False(t, released.Load(), "Add returned only when the blocked Add went on")
+	assert.ErrorIs(t, w.Flush(short()), context.DeadlineExceeded, "Flush")
+	assert.False(t, released.Load(), "Flush returned only when the blocked Add went on")
+	_, err = w.Close(short())
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "Close")
+	assert.False(t, released.Load(), "Close returned only when the blocked Add went on")
+
+	assert.ErrorIs(t, w.Add(context.Background(), vectors(1, 2)[0]), ErrClosed, "a Close that ran out of time still closed the Writer")
+	release()
+	res, err := w.Close(context.Background())
+	require.NoError(t, err)
+	assert.EqualValues(t, added.Load(), res.Upserted, "what was taken lands")
+}
+
+// Flush waits for the records added before it, not for those added while
+// it waits.
+func TestWriterFlushWaitsOnlyForRecordsAddedBeforeIt(t *testing.T) {
+	early, late := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(late) })
+	send := func(ctx context.Context, _ string, batch []*pinecone.Vector) error {
+		gate := early
+		if batch[0].Id == "late" {
+			gate = late
+		}
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithBatchSize(1))
+	require.NoError(t, err)
+	require.NoError(t, w.Add(context.Background(), &pinecone.Vector{Id: "early", Values: &[]float32{1, 2}}))
+	flushed := make(chan error, 1)
+	go func() { flushed <- w.Flush(context.Background()) }()
+	require.Eventually(t, func() bool { return w.in.flushWaiters() > 0 }, generous, time.Millisecond, "Flush waits for the early record")
+	require.NoError(t, w.Add(context.Background(), &pinecone.Vector{Id: "late", Values: &[]float32{1, 2}}))
+	close(early)
+	select {
+	case err := <-flushed:
+		assert.NoError(t, err)
+	case <-time.After(generous):
+		t.Fatal("Flush waits for a record added after it was called")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = w.Close(ctx)
+	assert.ErrorIs(t, err, context.Canceled, "the late record is still in flight")
+	late <- struct{}{}
+	_, err = w.Close(context.Background())
+	require.NoError(t, err)
+}
+
+// Under a trickle faster than the max delay, batches still go out within
+// it: the delay counts from a batch's first record, not from the last
+// pause in the input.
+func TestWriterHonoursMaxDelayUnderATrickle(t *testing.T) {
+	var sent atomic.Int64
+	send := func(_ context.Context, _ string, batch []*pinecone.Vector) error {
+		sent.Add(int64(len(batch)))
+		return nil
+	}
+	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithBatchSize(MaxBatchSize), WithMaxDelay(100*time.Millisecond))
+	require.NoError(t, err)
+	added := 0
+	for ; added < MaxBatchSize/2 && sent.Load() == 0; added++ { // never a full batch
+		require.NoError(t, w.Add(context.Background(), &pinecone.Vector{Id: fmt.Sprint("t", added), Values: &[]float32{1, 2}}))
+		time.Sleep(2 * time.Millisecond) // a record every 2 ms: the input never pauses for half the delay
+	}
+	assert.Positive(t, sent.Load(), "a batch went out while the trickle went on (%d records added)", added)
+	res, err := w.Close(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, added, res.Upserted)
+}
+
+// One namespace per record: what the library holds is bounded by its
+// limits, not by the number of namespaces, and routes that went idle are
+// forgotten.
+func TestManyNamespacesHoldBoundedMemory(t *testing.T) {
+	const n = 20_000
+	var sent atomic.Int64
+	send := func(_ context.Context, _ string, batch []*pinecone.Vector) error {
+		sent.Add(int64(len(batch)))
+		return nil
+	}
+	nsOfID := func(v *pinecone.Vector) string { return "ns-" + v.Id }
+	bound := int64(maxHeld(vectorKind) + (2*maxConcurrency+2)*1 + 1) // held in batches, in flight (one record each), the one being pulled
+	t.Run("a stream", func(t *testing.T) {
+		var pulled, worst int64
+		seq := func(yield func(*pinecone.Vector) bool) {
+			for i := range n {
+				pulled++
+				worst = max(worst, pulled-sent.Load())
+				if !yield(&pinecone.Vector{Id: fmt.Sprint(i), Values: &[]float32{1, 2}}) {
+					return
+				}
+			}
+		}
+		sent.Store(0)
+		res, err := Stream(context.Background(), seq, WithUpsertFunc(send), WithNamespaceOf(nsOfID))
+		require.NoError(t, err)
+		assert.Equal(t, n, res.Upserted)
+		assert.LessOrEqual(t, worst, bound, "records pulled and not yet sent")
+	})
+	t.Run("a writer", func(t *testing.T) {
+		sent.Store(0)
+		w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithNamespaceOf(nsOfID))
+		require.NoError(t, err)
+		worstHeld, worstRoutes := int64(0), 0
+		for i := range n {
+			require.NoError(t, w.Add(context.Background(), &pinecone.Vector{Id: fmt.Sprint(i), Values: &[]float32{1, 2}}))
+			worstHeld = max(worstHeld, int64(i+1)-sent.Load())
+			worstRoutes = max(worstRoutes, len(w.in.r.routes))
+		}
+		res, err := w.Close(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, n, res.Upserted)
+		assert.LessOrEqual(t, worstHeld, bound)
+		assert.LessOrEqual(t, worstRoutes, 4*int(bound), "routes of idle namespaces are forgotten")
+	})
+}
+
+// A panic in the caller's iterator or namespace function goes back to the
+// caller, after the call has stopped everything it started and let go of
+// the Limiter it shares.
+func TestAPanicInTheCallersCodeLeavesNothingRunning(t *testing.T) {
+	verifyNoLeak(t)
+	idx := indexConn(t, "http://127.0.0.1:1", "ns") // nothing listens: nothing is sent before the panic
+	recs := vectors(5, 2)
+	tests := []struct {
+		name string
+		run  func()
+	}{
+		{"Stream, the iterator", func() {
+			Stream(context.Background(), func(yield func(*pinecone.Vector) bool) {
+				yield(recs[0])
+				panic("iterator bug")
+			}, WithIndex(idx))
+		}},
+		{"Stream, the namespace function", func() {
+			Stream(context.Background(), func(yield func(*pinecone.Vector) bool) {
+				for _, v := range recs {
+					yield(v)
+				}
+			}, WithIndex(idx), WithNamespaceOf(func(v *pinecone.Vector) string {
+				if v.Id == "v3" {
+					panic("namespace bug")
+				}
+				return "ns"
+			}))
+		}},
+		{"All, the namespace function", func() {
+			All(context.Background(), recs, WithIndex(idx), WithNamespaceOf(func(v *pinecone.Vector) string {
+				if v.Id == "v3" {
+					panic("namespace bug")
+				}
+				return "ns"
+			}))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Panics(t, tt.run, "the panic reaches the caller")
+			assert.Zero(t, sharedCount(), "the shared Limiter was let go")
+		})
+	}
+	t.Run("Writer.Add, the namespace function, and the Writer goes on", func(t *testing.T) {
+		fi := newFakeIndex(nil)
+		w, err := NewWriter(context.Background(), WithUpsertFunc(fi.Upsert), WithNamespaceOf(func(v *pinecone.Vector) string {
+			if v.Id == "v3" {
+				panic("namespace bug")
+			}
+			return "ns"
+		}))
+		require.NoError(t, err)
+		for _, v := range recs {
+			if v.Id == "v3" {
+				assert.Panics(t, func() { w.Add(context.Background(), v) })
+				continue
+			}
+			require.NoError(t, w.Add(context.Background(), v))
+		}
+		res, err := w.Close(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, 4, res.Upserted)
+	})
+}
+
+// A Writer whose context ends stops by itself, even if Close is never
+// called.
+func TestAWriterWhoseContextEndsStopsWithoutClose(t *testing.T) {
+	verifyNoLeak(t)
+	idx := indexConn(t, "http://127.0.0.1:1", "ns")
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := NewWriter(ctx, WithIndex(idx))
+	require.NoError(t, err)
+	require.NoError(t, w.Add(context.Background(), vectors(1, 2)[0]))
+	cancel()
+	require.Eventually(t, func() bool { return sharedCount() == 0 }, generous, time.Millisecond, "the shared Limiter was let go")
+}
+
+// verifyNoLeak checks, when the test and its cleanups (such as closing a
+// connection) are done, that no goroutine it started is left.
+func verifyNoLeak(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+}
+
+// busy reports whether a producer has its turn.
+func (in *intake) busy() bool { return len(in.turn) > 0 }
+
+// flushWaiters is how many calls wait for the Writer's positions to settle.
+func (in *intake) flushWaiters() int {
+	w := in.settled
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waiting
+}

@@ -35,7 +35,10 @@ func TestProcs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 6000, r.records)
 	assert.Zero(t, r.lost, "records neither stored nor reported")
-	assert.Equal(t, r.records, r.landed+r.reported, "the writer that stops reports what it did not write")
+	// A record the stopping writer reports canceled may still have landed
+	// (its request was in flight): landed and reported may overlap.
+	assert.GreaterOrEqual(t, r.landed+r.reported, r.records, "the writer that stops reports what it did not write")
+	assert.Less(t, r.landed, r.records, "the writer that stops leaves records unwritten")
 	assert.Positive(t, r.requests)
 	assert.Positive(t, r.elapsed)
 	assert.Equal(t, 2, r.sharedWriters, "the writers met in their lane")

@@ -79,6 +79,19 @@ func TestMinuteGate(t *testing.T) {
 		send(t, g, 1000, nil)
 		assert.Equal(t, []time.Duration{30 * time.Second}, clk.Sleeps(), "until the first 1000 leave the window, a minute after they came")
 	})
+	t.Run("a refusal naming inference requests limits the requests of a minute, not the tokens", func(t *testing.T) {
+		clk := newFakeClock()
+		g := newMinuteGate(clk)
+		for range 3 { // 3 requests taken
+			send(t, g, 1, nil)
+			clk.Advance(10 * time.Second)
+		}
+		send(t, g, 1, &Error{Class: ClassRateLimited, Limit: LimitInferenceRequests})
+		assert.Equal(t, 3, g.requests.limit)
+		assert.Zero(t, g.tokens.limit, "the tokens were not what the index refused")
+		send(t, g, 1, nil)
+		assert.Equal(t, []time.Duration{30 * time.Second}, clk.Sleeps(), "until the first request leaves the window, a minute after it went")
+	})
 	t.Run("the limit is what the index had taken in the minute before the refused request went out", func(t *testing.T) {
 		clk := newFakeClock()
 		g := newMinuteGate(clk)

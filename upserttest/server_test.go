@@ -349,7 +349,10 @@ func TestOversizedRequest(t *testing.T) {
 		opts    []upserttest.Option
 		vectors []*pinecone.Vector
 	}{
-		{"a request over the default 2 MiB gets gRPC's own error", nil, batch("big", 1000, 600)},
+		{"a request well over the default 2 MB gets gRPC's own error", nil, batch("big", 1000, 600)},
+		// 26 vectors of 20,000 dimensions encode to about 2,080,000 bytes:
+		// over 2 MB read as 10^6 bytes, under 2 MiB (2,097,152).
+		{"a request between 2 MB and 2 MiB gets gRPC's own error: a MB is 10^6 bytes", nil, batch("mib", 26, upserttest.MaxDimension)},
 		{"a request over WithMaxRequestBytes gets gRPC's own error", []upserttest.Option{upserttest.WithMaxRequestBytes(1000)}, batch("small", 10, 30)},
 	}
 	for _, tt := range tests {
@@ -368,6 +371,12 @@ func TestOversizedRequest(t *testing.T) {
 			assert.Zero(t, srv.Stats().RateLimited)
 		})
 	}
+	t.Run("a request just under 2,000,000 bytes is accepted", func(t *testing.T) {
+		srv := start(t)
+		_, err := connect(t, srv).UpsertVectors(bg(t), batch("under", 24, upserttest.MaxDimension)) // about 1,920,000 bytes
+		require.NoError(t, err)
+		assert.Equal(t, 24, srv.Count(ns))
+	})
 }
 
 func TestRateLimits(t *testing.T) {

@@ -67,31 +67,30 @@ func TestMinuteGate(t *testing.T) {
 		send(t, g, 1000, nil)
 		assert.Empty(t, clk.Sleeps(), "a byte limit is not the gate's")
 	})
-	t.Run("after a refusal, requests wait until the window has room", func(t *testing.T) {
-		clk := newFakeClock()
-		g := newMinuteGate(clk)
-		for range 3 { // 3000 tokens taken
+	// A refusal sets the limit it names, and only that one, at what the
+	// window held: three requests of 1000 tokens.
+	for _, tt := range []struct {
+		limit        Limit
+		named, other func(g *minuteGate) int
+		want         int
+	}{
+		{LimitEmbedTokens, func(g *minuteGate) int { return g.tokens.limit }, func(g *minuteGate) int { return g.requests.limit }, 3000},
+		{LimitInferenceRequests, func(g *minuteGate) int { return g.requests.limit }, func(g *minuteGate) int { return g.tokens.limit }, 3},
+	} {
+		t.Run("after a refusal naming "+tt.limit.String()+", requests wait until the window has room", func(t *testing.T) {
+			clk := newFakeClock()
+			g := newMinuteGate(clk)
+			for range 3 {
+				send(t, g, 1000, nil)
+				clk.Advance(10 * time.Second)
+			}
+			send(t, g, 1000, &Error{Class: ClassRateLimited, Limit: tt.limit})
+			assert.Equal(t, tt.want, tt.named(g))
+			assert.Zero(t, tt.other(g), "the other limit was not what the index refused")
 			send(t, g, 1000, nil)
-			clk.Advance(10 * time.Second)
-		}
-		send(t, g, 1000, tokensRefused) // the limit is the 3000 of the window
-		assert.Equal(t, 3000, g.tokens.limit)
-		send(t, g, 1000, nil)
-		assert.Equal(t, []time.Duration{30 * time.Second}, clk.Sleeps(), "until the first 1000 leave the window, a minute after they came")
-	})
-	t.Run("a refusal naming inference requests limits the requests of a minute, not the tokens", func(t *testing.T) {
-		clk := newFakeClock()
-		g := newMinuteGate(clk)
-		for range 3 { // 3 requests taken
-			send(t, g, 1, nil)
-			clk.Advance(10 * time.Second)
-		}
-		send(t, g, 1, &Error{Class: ClassRateLimited, Limit: LimitInferenceRequests})
-		assert.Equal(t, 3, g.requests.limit)
-		assert.Zero(t, g.tokens.limit, "the tokens were not what the index refused")
-		send(t, g, 1, nil)
-		assert.Equal(t, []time.Duration{30 * time.Second}, clk.Sleeps(), "until the first request leaves the window, a minute after it went")
-	})
+			assert.Equal(t, []time.Duration{30 * time.Second}, clk.Sleeps(), "until the first request leaves the window, a minute after it went")
+		})
+	}
 	t.Run("the limit is what the index had taken in the minute before the refused request went out", func(t *testing.T) {
 		clk := newFakeClock()
 		g := newMinuteGate(clk)

@@ -57,7 +57,6 @@ type summary struct {
 	ErrorsByClass             map[upsert.Class]int // of the requests, seen by the Writers
 	Splits                    int
 	ServerCodes               map[codes.Code]int
-	NaiveCommitsNotYetStored  int // only with naive: what acknowledgements prevent
 	FinalOffsets, LogPerTopic []int
 }
 
@@ -97,7 +96,7 @@ func runWith(o options, out io.Writer) (summary, error) {
 		fmt.Fprintf(out, "run %d: from offsets %v, added %d, %s; committed up to %v in %d commits\n",
 			i+1, start, r.added, k, store.offsetsNow(), r.commits)
 	}
-	s.Early, s.NaiveCommitsNotYetStored = store.early, store.early
+	s.Early = store.early
 	s.Lost = store.lost()
 	s.DeadLetters, s.Recheck = len(store.dead), len(store.recheck)
 	s.FinalOffsets = store.offsetsNow()

@@ -117,6 +117,9 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 	in.next = int(n)
 	in.loaded = n
 	in.marks = &watermark{base: int(n)}
+	if in.acks != nil {
+		in.acks.start(int(n))
+	}
 	in.r.stats.skipped.Store(n)
 	done := make(chan struct{})
 	stopped := make(chan struct{})

@@ -318,16 +318,23 @@ func (e *RunError) Unwrap() []error { return e.Errs }
 // on its own goroutine, where it would kill the process, and fails the
 // batch at once with a server-class [*Error] wrapping this: a panic is a
 // bug, which a retry would repeat, and the batch may have been sent before
-// it. Read it with errors.As from [Failure.Err] or the run's error.
+// it. Read it with errors.As from [Failure.Err] or the run's error. A
+// panic of the function of [WithAcks] stops the run with a canceled-class
+// [*Error] wrapping one.
 type PanicError struct {
 	// Value is what the function panicked with.
 	Value any
 	// Stack is the panicking goroutine's stack, for a bug report.
 	Stack []byte
+	fn    string // the function that panicked, when not the send function
 }
 
 func (e *PanicError) Error() string {
-	return fmt.Sprintf("upsert: the send function panicked: %v", e.Value)
+	fn := e.fn
+	if fn == "" {
+		fn = "send function"
+	}
+	return fmt.Sprintf("upsert: the %s panicked: %v", fn, e.Value)
 }
 
 // Unwrap returns the panic's value when it is an error.

@@ -132,3 +132,59 @@ func ExampleWithLimiter() {
 	// call 2 upserted: 1000 <nil>
 	// stored: 3000
 }
+
+// A service that consumes a log (Kafka, Pub/Sub, a CDC stream) commits a
+// source offset only once every record up to it has landed or gone to the
+// dead letters: the acks say so, in the order the records were added.
+func ExampleWithAcks() {
+	srv := upserttest.NewServer(upserttest.WithDimension(2))
+	defer srv.Close()
+	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "events"})
+	defer idx.Close()
+
+	type message struct {
+		offset int64
+		vector *pinecone.Vector
+	}
+	committed := int64(-1) // every message up to it has landed or is a dead letter
+	stuck := false         // a record to send again: nothing past it is committed until a restart reads it again
+	var deadLetters []upsert.Failure
+	onAcks := func(acks []upsert.Ack) {
+		for _, a := range acks {
+			m := a.Tag.(*message)
+			if stuck || a.Resend {
+				stuck = true
+				continue
+			}
+			if a.Failure != nil {
+				deadLetters = append(deadLetters, *a.Failure)
+			}
+			committed = m.offset
+			fmt.Printf("offset %d: landed %v\n", m.offset, a.Landed())
+		}
+		// Commit the offset and the dead letters here, in one step.
+	}
+
+	ctx := context.Background()
+	w, err := upsert.NewWriter(ctx, upsert.WithIndex(idx), upsert.WithAcks(onAcks))
+	if err != nil {
+		panic(err)
+	}
+	for i, values := range [][]float32{{1, 2}, {3, 4}, {5}, {7, 8}} {
+		m := &message{offset: int64(100 + i), vector: &pinecone.Vector{Id: fmt.Sprint("e", i), Values: &values}}
+		if err := w.AddTagged(ctx, m.vector, m); err != nil {
+			panic(err)
+		}
+	}
+	_, err = w.Close(ctx) // returns once every ack was delivered
+	fmt.Println("committed up to offset", committed)
+	fmt.Println("dead letters:", len(deadLetters), deadLetters[0].ID, deadLetters[0].Class, errors.Is(err, upsert.ErrInvalid))
+	// Output:
+	// offset 100: landed true
+	// offset 101: landed true
+	// offset 102: landed false
+	// offset 103: landed true
+	// committed up to offset 103
+	// dead letters: 1 e2 invalid true
+}

@@ -42,6 +42,7 @@ type intake struct {
 	marks     *watermark   // input positions settled for good, when a checkpoint is kept
 	loaded    int64        // the position the checkpoint held at the start
 	stopSaver func()       // stops the periodic checkpoint saves
+	acks      *acker       // delivers the acks of WithAcks; nil without it
 }
 
 // intakeMode says what an intake keeps for its caller.
@@ -61,6 +62,9 @@ func newIntake(r *run, mode intakeMode) *intake {
 	}
 	if mode == forWriter {
 		in.settled = &watermark{}
+	}
+	if r.cfg.acks.f != nil && mode != forAll {
+		in.acks = newAcker(r.cfg.acks, func(e *Error) { r.halt(e) })
 	}
 	in.hold.maxRecords, in.hold.maxBytes = maxHeld(r.kind), maxHeldBytes(r.kind)
 	if n := r.cfg.maxHeld; n > 0 {
@@ -281,11 +285,12 @@ func repeats(hashes []uint64, same func(i, j int) bool) []uint8 {
 	return flags
 }
 
-// push takes one record of a stream in. It returns an error, with the
-// record not taken, when ctx ends before it is the caller's turn, before
-// there is room for the record or before an earlier record of its id has
+// push takes one record of a stream in, with the tag of its ack. It
+// returns an error, with the record not taken, when ctx ends before it is
+// the caller's turn, before there is room for the record (in the pipeline,
+// in the window of acks) or before an earlier record of its id has
 // settled; when the run has stopped; or [ErrClosed] after Writer.Close.
-func (in *intake) push(ctx context.Context, it item) error {
+func (in *intake) push(ctx context.Context, it item, tag any) error {
 	if in.closed.Load() { // at once, also while another call has the turn
 		return ErrClosed
 	}
@@ -300,6 +305,11 @@ func (in *intake) push(ctx context.Context, it item) error {
 	if err := r.runCtx.Err(); err != nil {
 		return r.stopError()
 	}
+	if in.acks != nil && in.acks.full(in.next) {
+		if err := in.waitAckRoom(ctx); err != nil {
+			return err
+		}
+	}
 	it.seq = in.next
 	rt := r.route(in.namespace(&it))
 	// Room first: the record is taken only once its batch can move.
@@ -307,7 +317,7 @@ func (in *intake) push(ctx context.Context, it item) error {
 		return err
 	}
 	if err := in.check(&it, rt); err != nil {
-		in.take()
+		in.take(tag)
 		in.reject(&it, err)
 		return nil
 	}
@@ -317,7 +327,7 @@ func (in *intake) push(ctx context.Context, it item) error {
 	if in.ordered {
 		it.hash = maphash.String(in.seed, rt.namespace) ^ maphash.String(in.seed, it.id)
 		if replaced := in.replacePending(rt, it); replaced {
-			in.take()
+			in.take(tag)
 			return nil
 		}
 		if err := in.awaitSettled(ctx, rt, it.hash); err != nil {
@@ -333,13 +343,17 @@ func (in *intake) push(ctx context.Context, it item) error {
 		}
 		in.flightMu.Unlock()
 	}
-	in.take()
+	in.take(tag)
 	in.enqueue(ctx, rt, it)
 	return nil
 }
 
-// take counts a record as taken in, at the next input position.
-func (in *intake) take() {
+// take counts a record as taken in, at the next input position, with the
+// tag of its ack.
+func (in *intake) take(tag any) {
+	if in.acks != nil {
+		in.acks.take(in.next, tag)
+	}
 	in.next++
 	in.r.stats.records.Add(1)
 	in.unsettled.Add(1)
@@ -351,7 +365,7 @@ func (in *intake) refuse(it item, err error) {
 	_ = in.lock(context.Background())
 	defer in.unlock()
 	it.seq = in.next
-	in.take()
+	in.take(nil)
 	switch {
 	case it.vec != nil:
 		it.id = it.vec.Id
@@ -362,8 +376,10 @@ func (in *intake) refuse(it item, err error) {
 	if e == nil {
 		e = &Error{Class: ClassCanceled, Err: err}
 	}
-	in.r.report([]Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e}})
+	fs := []Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e}}
+	in.r.report(fs)
 	in.positionsSettled([]item{it}, false)
+	in.ackSettled([]item{it}, fs, nil, ackFailed, !settlesForGood(e, 0))
 }
 
 // enqueue puts it in its route's batch and dispatches the batch when it is
@@ -409,6 +425,7 @@ func (in *intake) replacePending(rt *route, it item) bool {
 			items[i] = it
 			in.r.stats.duplicates.Add(1)
 			in.positionsSettled([]item{old}, true)
+			in.ackSettled([]item{old}, nil, nil, ackReplaced, false)
 			return true
 		}
 	}
@@ -448,9 +465,9 @@ func (in *intake) awaitSettled(ctx context.Context, rt *route, h uint64) error {
 // Records that did not settle for good (settlesForGood) are not passed by
 // the checkpoint.
 func (in *intake) settle(items []item, o outcome) {
+	var stale []Stale
 	if in.ordered {
 		in.flightMu.Lock()
-		var stale []Stale
 		if len(in.exposed) > 0 {
 			stale = in.settleExposed(items, o.landed)
 		}
@@ -476,6 +493,11 @@ func (in *intake) settle(items []item, o outcome) {
 		in.r.reportStale(stale)
 	}
 	in.positionsSettled(items, o.final)
+	state := ackLanded
+	if !o.landed {
+		state = ackFailed
+	}
+	in.ackSettled(items, o.failures, stale, state, !o.final)
 }
 
 // settleExposed forgets the exposure of items and returns, when they
@@ -510,16 +532,25 @@ func (in *intake) positionsSettled(items []item, final bool) {
 // reject reports a record that broke a rule; it is never sent.
 func (in *intake) reject(it *item, cause error) {
 	err := &Error{Class: ClassInvalid, Err: fmt.Errorf("record %d (id %q): %w", it.seq, it.id, cause)}
-	in.r.report([]Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: ClassInvalid, Err: err}})
+	fs := []Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: ClassInvalid, Err: err}}
+	in.r.report(fs)
 	in.positionsSettled([]item{*it}, true)
+	in.ackSettled([]item{*it}, fs, nil, ackFailed, false)
 }
 
-// close sends whatever is left and waits for the run to end.
+// close sends whatever is left and waits for the run to end, and for the
+// last ack to be delivered.
 func (in *intake) close() (Result, error) {
 	_ = in.lock(context.Background())
 	defer in.unlock()
 	// Waits for room; what cannot be dispatched because the run stopped
 	// fails.
 	_ = in.flushAll(in.r.runCtx)
-	return in.r.finish()
+	if in.acks == nil {
+		return in.r.finish()
+	}
+	in.r.wg.Wait()
+	_ = in.acks.wait(context.Background(), nil, in.next, true)
+	res, err := in.r.finish()
+	return res, in.acks.err(err)
 }

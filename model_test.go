@@ -17,6 +17,10 @@ package upsert
 //     measured in bytes);
 //   - a checkpoint never passes a record that did not land or fail for
 //     good;
+//   - with acks: every record taken is acked exactly once, in input order
+//     (the records of one producer in the order it added them), a landed
+//     ack only once the index confirmed the record, a failed one with the
+//     failure the observer saw, and none after a panic of the ack function;
 //   - no goroutine is left behind.
 //
 // Short mode runs 100 runs of each (the README's test command); the long
@@ -31,6 +35,7 @@ import (
 	"hash/maphash"
 	"iter"
 	"maps"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -302,9 +307,10 @@ func (m *modelIndex) settledTokens() map[int]bool {
 
 // taken is a record the run took in.
 type taken struct {
-	tok  int
-	kind shape
-	key  string // namespace and id, as deduplicated
+	tok      int
+	kind     shape
+	key      string // namespace and id, as deduplicated
+	producer int    // the goroutine that added it, for a Writer
 }
 
 // checkAccounts checks the model's first promises on the records taken:
@@ -418,7 +424,8 @@ func TestModelWriter(t *testing.T) {
 		scripts, total := drawScripts(t)
 		wctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		w, err := NewWriter(wctx, p.options(ix)...)
+		acks := drawAcks(t, ix)
+		w, err := NewWriter(wctx, append(p.options(ix), acks.options()...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -456,7 +463,8 @@ func TestModelWriter(t *testing.T) {
 		case <-time.After(modelBound):
 			t.Fatal("the producers hang after Close")
 		}
-		run.check(t, res)
+		replaced := run.check(t, res)
+		acks.check(t, run.records, replaced, res, err, true)
 		if err := goleak.Find(leaks); err != nil {
 			t.Fatal(err)
 		}
@@ -548,11 +556,11 @@ func (r *writerRun) produce(g int, script []modelOp) {
 		if v != nil {
 			key = idKey(v, r.ix.p.namespaceOf(v))
 		}
-		err := r.w.Add(op.ctx, v)
+		err := r.w.AddTagged(op.ctx, v, tok)
 		switch {
 		case err == nil:
 			r.mu.Lock()
-			r.records = append(r.records, taken{tok: tok, kind: op.kind, key: key})
+			r.records = append(r.records, taken{tok: tok, kind: op.kind, key: key, producer: g})
 			r.mu.Unlock()
 			if v != nil { // a nil record fails at once, and carries no token
 				mine[tok] = true
@@ -567,8 +575,9 @@ func (r *writerRun) produce(g int, script []modelOp) {
 	}
 }
 
-// check checks the run against the model.
-func (r *writerRun) check(t *rapid.T, res Result) {
+// check checks the run against the model, and returns the tokens that
+// were replaced.
+func (r *writerRun) check(t *rapid.T, res Result) map[int]bool {
 	for _, pr := range r.problems {
 		t.Error(pr)
 	}
@@ -593,6 +602,7 @@ func (r *writerRun) check(t *rapid.T, res Result) {
 	}
 	var pe *PanicError
 	note("send panicked", slices.ContainsFunc(res.Failed, func(f Failure) bool { return errors.As(f.Err, &pe) }))
+	return replaced
 }
 
 // modelExpected reports the errors a call may return in a run: its own
@@ -645,12 +655,14 @@ func TestModelStream(t *testing.T) {
 		defer cancel()
 		cp := &memCheckpoint{}
 		var res Result
+		var err error
+		acks := drawAcks(t, ix)
 		panicked := false
 		finished := make(chan struct{})
 		go func() {
 			defer close(finished)
 			defer func() { panicked = recover() != nil }()
-			res, _ = Stream(ctx, in.seq(ix, cancel), append(p.options(ix), WithCheckpoint(cp))...)
+			res, err = Stream(ctx, in.seq(ix, cancel), append(append(p.options(ix), WithCheckpoint(cp)), acks.options()...)...)
 		}()
 		select {
 		case <-finished:
@@ -660,10 +672,12 @@ func TestModelStream(t *testing.T) {
 		if panicked && in.panicAt < 0 {
 			t.Fatal("Stream panicked, and the iterator did not")
 		}
+		var replaced map[int]bool
 		if !panicked { // a panic returns no Result
-			ix.checkAccounts(t, in.pulled, res)
+			replaced = ix.checkAccounts(t, in.pulled, res)
 		}
 		ix.checkCheckpoint(t, in.pulled, cp)
+		acks.check(t, in.pulled, replaced, res, err, !panicked)
 		if err := goleak.Find(leaks); err != nil {
 			t.Fatal(err)
 		}
@@ -765,4 +779,170 @@ func (m *modelIndex) checkCheckpoint(t *rapid.T, pulled []taken, cp *memCheckpoi
 			}
 		}
 	}
+}
+
+// modelAcks is the acknowledgement function of a run, if it has one: it
+// checks each ack against what the index and the observer saw when it
+// comes, and keeps them for the checks at the end.
+type modelAcks struct {
+	ix      *modelIndex
+	on      bool
+	window  int  // 0: the default
+	slow    bool // the function yields on every call, so that acks pile up
+	panicAt int  // the call that panics, or -1
+
+	mu       sync.Mutex
+	calls    int
+	next     int   // the position due
+	order    []int // tokens in the order acked
+	acks     map[int][]Ack
+	problems []string
+	panicked bool
+}
+
+func drawAcks(t *rapid.T, ix *modelIndex) *modelAcks {
+	m := &modelAcks{ix: ix, panicAt: -1, acks: map[int][]Ack{}}
+	if m.on = rapid.IntRange(0, 3).Draw(t, "acks?") != 0; !m.on {
+		return m
+	}
+	m.window = rapid.SampledFrom([]int{0, 1, 3, 16}).Draw(t, "ackWindow")
+	m.slow = rapid.Bool().Draw(t, "slowAcks")
+	if rapid.IntRange(0, 9).Draw(t, "ackPanic?") == 0 {
+		m.panicAt = rapid.IntRange(0, 5).Draw(t, "ackPanicAt")
+	}
+	return m
+}
+
+func (m *modelAcks) options() []Option {
+	if !m.on {
+		return nil
+	}
+	opts := []Option{WithAcks(m.f)}
+	if m.window > 0 {
+		opts = append(opts, WithAckWindow(m.window))
+	}
+	return opts
+}
+
+func (m *modelAcks) problem(format string, args ...any) {
+	m.problems = append(m.problems, fmt.Sprintf(format, args...))
+}
+
+func (m *modelAcks) f(acks []Ack) {
+	m.mu.Lock()
+	call := m.calls
+	m.calls++
+	if m.panicked {
+		m.problem("the ack function was called after it panicked")
+	}
+	for _, a := range acks {
+		if a.Position != m.next {
+			m.problem("ack of position %d where %d was due", a.Position, m.next)
+		}
+		m.next = a.Position + 1
+		tok := a.Position // a stream's token is its position
+		if a.Tag != nil {
+			tok = a.Tag.(int)
+		}
+		m.order = append(m.order, tok)
+		m.acks[tok] = append(m.acks[tok], a)
+		m.checkNow(tok, a)
+	}
+	if call == m.panicAt {
+		m.panicked = true
+	}
+	m.mu.Unlock()
+	if m.slow {
+		runtime.Gosched()
+	}
+	if call == m.panicAt {
+		panic("ack function bug")
+	}
+}
+
+// checkNow checks an ack against what the index and the observer have
+// seen when it comes. m.mu is held.
+func (m *modelAcks) checkNow(tok int, a Ack) {
+	m.ix.mu.Lock()
+	defer m.ix.mu.Unlock()
+	confirmed, fs := m.ix.confirmed[tok], m.ix.failures[tok]
+	switch {
+	case a.Failure != nil:
+		if a.Failure.Index != a.Position {
+			m.problem("the ack of position %d carries the failure of %d", a.Position, a.Failure.Index)
+		}
+		if a.Failure.Record == nil {
+			return // a nil record: the observer has no token for it
+		}
+		if len(fs) == 0 || fs[0].Err != a.Failure.Err {
+			m.problem("record %d acked failed (%v) before the observer saw its failure", tok, a.Failure.Err)
+		} else if a.Resend == modelFailedForGood(fs[0]) {
+			m.problem("record %d failed as %v after %d attempts, and its ack says Resend %v", tok, fs[0].Class, fs[0].Attempts, a.Resend)
+		}
+	case a.Replaced:
+		if confirmed > 0 || len(fs) > 0 {
+			m.problem("record %d acked replaced, and it was confirmed %d times, failed %d times", tok, confirmed, len(fs))
+		}
+	default:
+		if confirmed == 0 {
+			m.problem("record %d acked landed before the index confirmed it", tok)
+		}
+		if a.Stale != nil && a.Stale.Index != a.Position {
+			m.problem("the ack of position %d carries the Stale of %d", a.Position, a.Stale.Index)
+		}
+	}
+}
+
+// check checks, once the run is over, that every record taken was acked
+// exactly once (only those before the function's panic when it panicked),
+// each producer's in the order it added them, and that the outcomes agree
+// with the result. complete is false when the run returned no Result.
+func (m *modelAcks) check(t *rapid.T, records []taken, replaced map[int]bool, res Result, err error, complete bool) {
+	if !m.on {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.problems {
+		t.Error(p)
+	}
+	note("acks", true)
+	note("ack function panicked", m.panicked)
+	if m.panicked {
+		var pe *PanicError
+		if complete && !errors.As(err, &pe) {
+			t.Errorf("the ack function panicked, and the run's error is %v", err)
+		}
+	}
+	byTok := make(map[int]taken, len(records))
+	for _, r := range records {
+		byTok[r.tok] = r
+		if n := len(m.acks[r.tok]); n > 1 || n == 0 && !m.panicked {
+			t.Errorf("record %d acked %d times", r.tok, n)
+		}
+	}
+	last := map[int]int{} // the last token acked of each producer
+	stale := 0
+	for _, tok := range m.order {
+		r, ok := byTok[tok]
+		if !ok {
+			t.Errorf("token %d acked and not taken", tok)
+			continue
+		}
+		if prev, ok := last[r.producer]; ok && prev > tok {
+			t.Errorf("producer %d's record %d acked after its later record %d", r.producer, tok, prev)
+		}
+		last[r.producer] = tok
+		a := m.acks[tok][0]
+		if a.Replaced != replaced[tok] && complete {
+			t.Errorf("record %d: acked replaced %v, replaced %v", tok, a.Replaced, replaced[tok])
+		}
+		if a.Stale != nil {
+			stale++
+		}
+	}
+	if complete && !m.panicked && stale != len(res.MayBeStale) {
+		t.Errorf("%d acks say stale, the result lists %d", stale, len(res.MayBeStale))
+	}
+	note("stale acked", stale > 0)
 }

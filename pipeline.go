@@ -78,6 +78,9 @@ type outcome struct {
 	landed    bool // the index confirmed them
 	final     bool // they settled for good (settlesForGood): a checkpoint may pass them
 	ambiguous bool // a request carrying them ended without an answer: it may be applied yet
+
+	// failures are the items' own, when they failed (for their acks).
+	failures []Failure
 }
 
 // untaken are the last records of All's slice, from position from on,
@@ -601,7 +604,7 @@ func (r *run) failAll(items []item, e *Error, attempts int, ambiguous bool) {
 		}
 	}
 	r.report(fs)
-	r.settle(items, outcome{final: settlesForGood(e, attempts), ambiguous: ambiguous})
+	r.settle(items, outcome{final: settlesForGood(e, attempts), ambiguous: ambiguous, failures: fs})
 }
 
 // settlesForGood reports whether a failure settles its records for good,

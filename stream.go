@@ -30,7 +30,9 @@ import (
 //
 // With [WithCheckpoint], Stream skips the records that an earlier run with
 // the same checkpoint settled, and saves its own progress as it goes: a
-// backfill that was interrupted resumes where it stopped.
+// backfill that was interrupted resumes where it stopped. With [WithAcks],
+// Stream acknowledges each record it pulled, in input order, before it
+// returns.
 //
 // Result.Failed holds every failure, unless an [Observer] with a Failure
 // function was given: then the observer is where failures go, and
@@ -80,7 +82,7 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 			skip--
 			continue
 		}
-		if err := in.push(ctx, toItem(v)); err != nil {
+		if err := in.push(ctx, toItem(v), nil); err != nil {
 			// Pulled, so it must be accounted for.
 			in.refuse(toItem(v), err)
 			break

@@ -57,6 +57,7 @@ type config struct {
 	namespace      string
 	namespaceOf    func(it *item) string
 	checkpoint     Checkpoint
+	acks           ackOptions
 	maxDelay       time.Duration
 	batchSize      int // 0: adaptive
 	concurrency    int // 0: adaptive
@@ -123,6 +124,7 @@ func newConfig(opts []Option, k *kind, use entry) (*config, error) {
 	if c.checkpoint != nil && !use.replayable {
 		c.bad("WithCheckpoint: %s cannot use it; it applies to Stream and Records, whose input can be replayed in order", use.name)
 	}
+	c.checkAcks(use)
 	if c.nsOf != nil {
 		c.namespaceOf = c.nsOf(k)
 		if c.namespaceOf == nil {

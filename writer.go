@@ -22,7 +22,9 @@ var ErrClosed = errors.New("upsert: writer closed")
 // index's pace. Failures are reported as they happen to the Failure
 // function of an [Observer], if one was given (a dead-letter file), and
 // are in the Result that Close returns (only the first 1000 of them when
-// an observer receives them all).
+// an observer receives them all). To learn, record by record and in the
+// order they were added, which records have landed (to commit a source's
+// offsets as they do), pass [WithAcks] and add with [Writer.AddTagged].
 //
 // A Writer is safe for concurrent use, and every method returns when its
 // context ends, also while another call waits for room. When the Writer's
@@ -64,20 +66,31 @@ func NewWriter(ctx context.Context, opts ...Option) (*Writer, error) {
 // within a batch soon after, at most the max delay ([WithMaxDelay]) after
 // the first record of its batch was added, and is what [Failure.Record]
 // holds if it fails.
-// Add blocks while the index cannot take more. It returns an error, with v
+// Add blocks while the index cannot take more (and, with [WithAcks], while
+// the window of acks is full). It returns an error, with v
 // not taken, when ctx ends first (also while another Add waits for room),
 // after Close was called ([ErrClosed]), or when the run stopped (the index
 // denied the caller, or the Writer's context ended): then the error is the
 // [*Error] that stopped it.
 func (w *Writer) Add(ctx context.Context, v *pinecone.Vector) error {
+	return w.AddTagged(ctx, v, nil)
+}
+
+// AddTagged is [Writer.Add], and with [WithAcks] the record's [Ack]
+// carries tag: the source's message or offset, so that the ack says what
+// to commit. A pointer costs no allocation; an integer or a struct does
+// (as any conversion to an interface does). The tag is kept until the ack
+// is delivered. Without WithAcks, the tag is dropped.
+func (w *Writer) AddTagged(ctx context.Context, v *pinecone.Vector, tag any) error {
 	if w.in.closed.Load() {
 		return ErrClosed // before copying
 	}
-	return w.in.push(ctx, item{vec: cloneVector(v)})
+	return w.in.push(ctx, item{vec: cloneVector(v)}, tag)
 }
 
 // Flush sends every record added before it was called, however few, and
-// waits until each of them has landed or failed, or ctx ends. Records
+// waits until each of them has landed or failed (and, with [WithAcks], its
+// ack has been delivered), or ctx ends. Records
 // added while it waits are not waited for. It returns ctx's error when ctx
 // ends first, [ErrClosed] after Close, and the error that stopped the run
 // when the Writer's context ended or the index denied the caller.
@@ -102,6 +115,9 @@ func (w *Writer) Flush(ctx context.Context) error {
 	if err := in.settled.wait(ctx, added); err != nil {
 		return err
 	}
+	if err := in.waitAcked(ctx, added); err != nil {
+		return err
+	}
 	if in.r.runCtx.Err() != nil {
 		return in.r.stopError()
 	}
@@ -110,7 +126,8 @@ func (w *Writer) Flush(ctx context.Context) error {
 
 // Close stops taking records (Add and Flush return [ErrClosed] from the
 // moment it is called), sends what is left, waits until every record has
-// landed or failed, and returns the result of the Writer's whole life, as
+// landed or failed (and, with [WithAcks], its ack has been delivered), and
+// returns the result of the Writer's whole life, as
 // [All] does. ctx bounds the wait: when it ends first, Close returns ctx's
 // error and the Writer goes on sending in the background until its own
 // context ends; a later Close waits again. Calling Close after it returned
@@ -138,6 +155,9 @@ func (w *Writer) Close(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	if err := in.settled.wait(ctx, added); err != nil {
+		return Result{}, err
+	}
+	if err := in.waitAcked(ctx, added); err != nil {
 		return Result{}, err
 	}
 	w.stopFlusher()

@@ -421,7 +421,8 @@ func TestAllCutsBatchesFormedBeforeACeilingToIt(t *testing.T) {
 	// already formed. They are cut before they are sent.
 	lim := &Limiter{clock: newFakeClock()}
 	ln := lim.lane("", MaxBatchSize)
-	ln.batch, ln.sized, ln.ceilSize, ln.ceilUntil = 400, 400, 100, ln.clock.Now().Add(time.Hour)
+	ln.batch.size, ln.batch.base.size, ln.size = 400, 400, 400
+	ln.batch.ceil, ln.batch.ceilUntil = 100, ln.clock.Now().Add(time.Hour)
 	fi := newFakeIndex(nil)
 	res, err := All(context.Background(), vectors(1200, 2), WithUpsertFunc(fi.Upsert), WithLimiter(lim))
 	require.NoError(t, err)
@@ -442,7 +443,7 @@ func TestAllRecutsABatchThatACutMadeTooLargeWhileItWaited(t *testing.T) {
 		ln := lim.lane("", MaxBatchSize)
 		clk.ln = ln
 		capAt(ln, clk.fakeClock, 2000)
-		ln.batch, ln.sized = 100, 100
+		ln.batch.size, ln.batch.base.size = 100, 100
 		clk.Advance(time.Second) // the cut during the wait is a new episode
 		fi := newFakeIndex(nil)
 		// A pinned batch that were sent back to be cut would come back
@@ -506,7 +507,8 @@ func TestAllChargesPineconesByteLimitWithTheRequestsItSends(t *testing.T) {
 	require.Equal(t, 1, srv.Stats().Requests)
 
 	ln := lim.lane("wide", MaxBatchSize)
-	spent := float64(ln.bytes.Burst()) - ln.bytes.TokensAt(clk.Now())
+	b := ln.dims[dimBytes].bucket
+	spent := float64(b.Burst()) - b.TokensAt(clk.Now())
 	assert.Equal(t, float64(encodedRequestSize(t, recs, "wide")), spent, "the byte bucket is charged with the request's wire size")
 }
 

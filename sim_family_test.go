@@ -1,0 +1,347 @@
+package upsert
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// drawSimIndex draws one index of the family from seed, with the ranges of
+// issue 19.
+func drawSimIndex(seed uint64) simIndex {
+	r := rand.New(rand.NewPCG(seed, 19))
+	logU := func(lo, hi float64) float64 { return lo * math.Pow(hi/lo, r.Float64()) }
+	chance := func(p float64) bool { return r.Float64() < p }
+	dims := int(logU(8, 4096))
+	ix := simIndex{
+		recordBytes: 4*dims + 40,
+		base:        time.Duration(logU(1e6, 300e6)),
+		perRecord:   time.Duration(logU(1e3, 200e3)),
+		perMB:       time.Duration(r.Float64() * 50e6),
+		sigma:       r.Float64(),
+		timeout:     2 * time.Second,
+	}
+	if !chance(0.2) {
+		ix.vecRate = logU(300, 100_000)
+		ix.vecBurst = max(1, int(ix.vecRate*logU(0.1, 1)))
+	}
+	if chance(0.5) {
+		ix.slots = int(logU(1, 257))
+	}
+	if chance(0.3) {
+		ix.slowAbove, ix.slowFactor = 50+r.IntN(850), logU(2, 20)
+	}
+	switch r.IntN(3) {
+	case 0:
+		ix.reqRate, ix.byteRate = 100, 50e6
+	case 1:
+		f := 2 + 8*r.Float64()
+		ix.reqRate, ix.byteRate = 100*f, 50e6*f
+	}
+	if chance(0.3) {
+		ix.changeAt, ix.changeBy = time.Duration(2e9+r.Float64()*13e9), logU(0.25, 4)
+	}
+	if chance(0.2) {
+		ix.outageEvery = time.Duration(3e9 + r.Float64()*12e9)
+		ix.outageFor = time.Duration(2e8 + r.Float64()*18e8)
+	}
+	if chance(0.3) {
+		ix.flaky = 0.05 * r.Float64()
+	}
+	// What this machine can serve: at most 100k records and 80 MB a
+	// second.
+	if c, _ := ix.capacity(1); c > 100_000 || c*float64(ix.recordBytes) > 80e6 {
+		bound := min(100_000, 80e6/float64(ix.recordBytes))
+		ix.vecRate, ix.vecBurst = bound, max(1, int(bound*logU(0.1, 1)))
+	}
+	// A run of 5 to 45 s at the index's capacity, within 10k to 1M
+	// records.
+	c, _ := ix.capacity(1)
+	ix.records = min(1_000_000, max(10_000, int(c*logU(5, 45))))
+	ix.vecBurst = min(ix.vecBurst, max(1, ix.records/10))
+	return ix
+}
+
+// meanLatency is the mean write latency of a request of n records.
+func (ix simIndex) meanLatency(n int) float64 {
+	d := float64(ix.base+time.Duration(n)*ix.perRecord) + float64(ix.perMB)*float64(n*ix.recordBytes)/1e6
+	if ix.slowAbove > 0 && n > ix.slowAbove {
+		d *= ix.slowFactor
+	}
+	return d / 1e9
+}
+
+// capacity is the most records a second the index takes, with its rates
+// multiplied by scale (without its vector rate when noVec: what it takes
+// while its vector bucket still holds a burst), and the batch size that
+// gets it.
+func (ix simIndex) capacity(scale float64, noVec ...bool) (float64, int) {
+	best, at := 0.0, 1
+	maxN := min(MaxBatchSize, 2_000_000/ix.recordBytes)
+	tail := math.Exp(2.33*ix.sigma - ix.sigma*ix.sigma/2)
+	for n := 1; n <= maxN; n++ {
+		lat := ix.meanLatency(n)
+		if lat*tail > ix.timeout.Seconds() {
+			continue
+		}
+		c := 64 * float64(n) / lat
+		if ix.slots > 0 {
+			c = min(c, float64(ix.slots*n)/lat)
+		}
+		if ix.vecRate > 0 && len(noVec) == 0 {
+			c = min(c, ix.vecRate*scale)
+		}
+		if ix.byteRate > 0 {
+			c = min(c, ix.byteRate*scale/float64(ix.recordBytes))
+		}
+		if ix.reqRate > 0 {
+			c = min(c, ix.reqRate*scale*float64(n))
+		}
+		if c > best {
+			best, at = c, n
+		}
+	}
+	return best, at
+}
+
+// ideal is the time a client that knew the index would take to write n
+// records: one round trip, then what the index takes, faster while its
+// vector bucket holds a burst, none during outages.
+func (ix simIndex) ideal(n int) time.Duration {
+	c1, at := ix.capacity(1)
+	c2 := c1
+	if ix.changeAt > 0 {
+		c2, _ = ix.capacity(ix.changeBy)
+	}
+	fast, _ := ix.capacity(1, true)
+	burst := float64(ix.vecBurst)
+	if ix.vecRate <= 0 || fast <= ix.vecRate {
+		burst = 0
+	}
+	left := float64(n)
+	const step = 10 * time.Millisecond
+	t := time.Duration(ix.meanLatency(at) * 1e9)
+	for el := time.Duration(0); left > 0; el += step {
+		c := c1
+		if ix.changeAt > 0 && el >= ix.changeAt {
+			c = c2
+		}
+		if burst > 0 {
+			// Faster while the bucket holds a burst, but by no more
+			// than the burst.
+			extra := min(burst, (fast-c)*step.Seconds())
+			burst -= extra
+			left -= extra
+		}
+		if ix.outageEvery > 0 && el%ix.outageEvery >= ix.outageEvery-ix.outageFor {
+			c = 0
+		}
+		left -= c * step.Seconds()
+		t += step
+		if t > time.Hour {
+			break
+		}
+	}
+	return t
+}
+
+func (ix simIndex) String() string {
+	var b strings.Builder
+	c, n := ix.capacity(1)
+	fmt.Fprintf(&b, "%d rec × %dB, C=%.0f/s at n=%d", ix.records, ix.recordBytes, c, n)
+	if ix.vecRate > 0 {
+		fmt.Fprintf(&b, ", vec %.0f/s burst %d", ix.vecRate, ix.vecBurst)
+	}
+	if ix.reqRate > 0 {
+		fmt.Fprintf(&b, ", pinecone ×%.1f", ix.reqRate/100)
+	}
+	if ix.slots > 0 {
+		fmt.Fprintf(&b, ", %d slots", ix.slots)
+	}
+	fmt.Fprintf(&b, ", lat %v+%v/rec+%v/MB σ=%.2f", ix.base.Round(time.Millisecond/10), ix.perRecord.Round(time.Microsecond), ix.perMB.Round(time.Millisecond), ix.sigma)
+	if ix.slowAbove > 0 {
+		fmt.Fprintf(&b, ", ×%.1f above %d", ix.slowFactor, ix.slowAbove)
+	}
+	if ix.changeAt > 0 {
+		fmt.Fprintf(&b, ", ×%.2f at %v", ix.changeBy, ix.changeAt.Round(time.Second))
+	}
+	if ix.outageEvery > 0 {
+		fmt.Fprintf(&b, ", out %v every %v", ix.outageFor.Round(time.Millisecond*100), ix.outageEvery.Round(time.Second))
+	}
+	if ix.flaky > 0 {
+		fmt.Fprintf(&b, ", flaky %.1f%%", 100*ix.flaky)
+	}
+	return b.String()
+}
+
+// simOutcome is one index's figures.
+type simOutcome struct {
+	seed       uint64
+	ix         simIndex
+	res        simResult
+	ideal      time.Duration
+	efficiency float64
+	refused    float64
+	article    float64 // the article's efficiency
+}
+
+// simNamed are hand-made indexes, run by UPSERT_SIM_SEED=-1, -2, ...:
+// upsertbench's fast and tight profiles.
+var simNamed = []simIndex{
+	{records: 600_000, recordBytes: 104, vecRate: 20000, vecBurst: 5000, reqRate: 100, byteRate: 50e6, base: 2 * time.Millisecond, perRecord: 20 * time.Microsecond, timeout: 2 * time.Second},
+	{records: 90_000, recordBytes: 104, vecRate: 3000, vecBurst: 750, reqRate: 100, byteRate: 50e6, base: 2 * time.Millisecond, perRecord: 20 * time.Microsecond, timeout: 2 * time.Second},
+}
+
+func simulate(seed uint64, t *tuning) simOutcome {
+	ix := drawSimIndex(seed)
+	if int64(seed) < 0 {
+		ix = simNamed[-int64(seed)-1]
+	}
+	res := runSim(ix, seed, t)
+	o := simOutcome{seed: seed, ix: ix, res: res, ideal: ix.ideal(ix.records)}
+	if res.landed > 0 && res.elapsed > 0 {
+		o.efficiency = ix.ideal(res.landed).Seconds() / res.elapsed.Seconds()
+	}
+	if res.requests > 0 {
+		o.refused = float64(res.refusd) / float64(res.requests)
+	}
+	if a := runArticle(ix, seed); a.landed > 0 && a.elapsed > 0 {
+		o.article = ix.ideal(a.landed).Seconds() / a.elapsed.Seconds()
+	}
+	return o
+}
+
+func quantile(xs []float64, q float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// TestSimFamily runs the simulated family: UPSERT_SIM=N indexes (seeds 1
+// to N), or UPSERT_SIM_SEED=s for one, printing each and the distribution.
+func TestSimFamily(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("UPSERT_SIM"))
+	oneSigned, _ := strconv.ParseInt(os.Getenv("UPSERT_SIM_SEED"), 10, 64)
+	one := uint64(oneSigned)
+	if n == 0 && one == 0 {
+		t.Skip("UPSERT_SIM=N or UPSERT_SIM_SEED=s runs the simulated family")
+	}
+	seeds := []uint64{one}
+	if one == 0 {
+		seeds = seeds[:0]
+		for s := 1; s <= n; s++ {
+			seeds = append(seeds, uint64(s))
+		}
+	}
+	if len(seeds) == 1 && os.Getenv("UPSERT_SIM_TRACE") != "" {
+		simTrace = t.Logf
+		debugLane = t.Logf
+		defer func() { simTrace, debugLane = nil, nil }()
+	}
+	tn := simTuning(t)
+	var eff, ref, art, ratio []float64
+	var outs []simOutcome
+	for _, s := range seeds {
+		o := simulate(s, &tn)
+		outs = append(outs, o)
+		eff = append(eff, o.efficiency)
+		ref = append(ref, o.refused)
+		art = append(art, o.article)
+		ratio = append(ratio, o.efficiency-o.article)
+		if f := os.Getenv("UPSERT_SIM_CSV"); f != "" {
+			appendCSV(f, o)
+		}
+		if len(seeds) == 1 || os.Getenv("UPSERT_SIM_V") != "" {
+			t.Logf("seed %d: eff %.3f (article %.3f), 429 %.2f%%, %v (ideal %v), landed %d failed %d, %d requests, %d timeouts: %v",
+				s, o.efficiency, o.article, 100*o.refused, o.res.elapsed.Round(time.Millisecond), o.ideal.Round(time.Millisecond),
+				o.res.landed, o.res.failed, o.res.requests, o.res.timeouts, o.ix)
+		}
+	}
+	slices.SortFunc(outs, func(a, b simOutcome) int { return cmpFloat(a.efficiency, b.efficiency) })
+	for _, o := range outs[:min(10, len(outs))] {
+		t.Logf("worst: seed %d eff %.3f (article %.3f) 429 %.2f%% failed %d: %v", o.seed, o.efficiency, o.article, 100*o.refused, o.res.failed, o.ix)
+	}
+	behind := 0
+	for _, d := range ratio {
+		if d < -0.02 {
+			behind++
+		}
+	}
+	t.Logf("efficiency median %.3f p10 %.3f min %.3f; 429 median %.2f%% p90 %.2f%%; article median %.3f p10 %.3f; behind the article by > 0.02 on %d",
+		quantile(eff, 0.5), quantile(eff, 0.1), quantile(eff, 0), 100*quantile(ref, 0.5), 100*quantile(ref, 0.9),
+		quantile(art, 0.5), quantile(art, 0.1), behind)
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// appendCSV appends o to the file at path, a line of comma-separated
+// figures.
+func appendCSV(path string, o simOutcome) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	ix := o.ix
+	c, _ := ix.capacity(1)
+	fmt.Fprintf(f, "%d,%.4f,%.4f,%.4f,%d,%d,%.0f,%.0f,%d,%.4f,%.4f,%d,%.2f,%.2f,%.1f,%.2f,%.4f,%d,%.3f\n",
+		o.seed, o.efficiency, o.article, o.refused, ix.records, ix.recordBytes, c, ix.vecRate, ix.slots,
+		ix.base.Seconds(), ix.perRecord.Seconds()*1e6, ix.slowAbove, ix.slowFactor, ix.changeBy, ix.outageFor.Seconds(),
+		ix.sigma, ix.flaky, int(ix.reqRate), o.ideal.Seconds())
+}
+
+// simTuning is defaultTuning with the fields UPSERT_SIM_TUNE names
+// ("recovery=1.5s,probeGain=0.2") set, for sweeps.
+func simTuning(t *testing.T) tuning {
+	tn := defaultTuning
+	v := reflect.ValueOf(&tn).Elem()
+	for _, kv := range strings.Split(os.Getenv("UPSERT_SIM_TUNE"), ",") {
+		name, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			continue
+		}
+		f := v.FieldByName(name)
+		if f.IsValid() {
+			f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem() // unexported
+		}
+		switch {
+		case !f.IsValid():
+			t.Fatalf("no tuning field %s", name)
+		case f.Type() == reflect.TypeOf(time.Duration(0)):
+			d, err := time.ParseDuration(val)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.SetInt(int64(d))
+		case f.Kind() == reflect.Float64:
+			x, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.SetFloat(x)
+		case f.Kind() == reflect.Int:
+			x, err := strconv.Atoi(val)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.SetInt(int64(x))
+		}
+	}
+	return tn
+}

@@ -72,9 +72,9 @@ func newBatchControl(limit int, t *tuning) batchControl {
 }
 
 // next returns the size of the next batch to form and whether it is a
-// trial batch. No trial starts while concTrial (one experiment at a time);
-// spread is the index's, pooled.
-func (c *batchControl) next(now time.Time, caps sizeCaps, concTrial bool, spread float64, t *tuning) (int, bool) {
+// trial batch. A trial starts only when mayTry (the lane runs one
+// experiment at a time); spread is the index's, pooled.
+func (c *batchControl) next(now time.Time, caps sizeCaps, mayTry bool, spread float64, t *tuning) (int, bool) {
 	c.expire(now)
 	cap := c.maxSize(caps, t)
 	if c.trial.size > 0 {
@@ -88,7 +88,7 @@ func (c *batchControl) next(now time.Time, caps sizeCaps, concTrial bool, spread
 		}
 		return min(c.size, cap), false
 	}
-	if n := c.nextTrial(cap, t); n > 0 && !concTrial {
+	if n := c.nextTrial(cap, t); n > 0 && mayTry {
 		c.trial = sizeStats{size: n, sent: 1}
 		return n, true
 	}
@@ -147,11 +147,17 @@ func (c *batchControl) trialSamples(t *tuning) int {
 	return t.batchSamples
 }
 
+// eager reports whether a trial would start if it may.
+func (c *batchControl) eager(caps sizeCaps, t *tuning) bool {
+	return c.trial.size == 0 && c.nextTrial(c.maxSize(caps, t), t) > 0
+}
+
 // nextTrial returns a size to try, or 0. In slow start the trial goes out
-// right behind the first batch: its answers come back before the larger
-// one's.
+// once the first batch is answered (an index that refuses it would refuse
+// the larger one too, and leave its bucket in debt for it), and is judged
+// on one sample against it.
 func (c *batchControl) nextTrial(cap int, t *tuning) int {
-	if !c.slowStart && c.base.n < t.batchSamples || c.size >= cap {
+	if c.base.n < c.trialSamples(t) || c.size >= cap {
 		return 0
 	}
 	growth := 2

@@ -88,7 +88,7 @@ type concSample struct {
 	loaded      bool    // for a timeout: no request sent after it was answered in good time
 	slotBound   bool    // a request waited for a slot since the last sample
 	rateBound   bool    // a rate held a request back within tuning.boundFor
-	sizeTrial   bool    // a batch size is being tried: one experiment at a time
+	mayTry      bool    // a trial may start: the lane runs one experiment at a time
 	spread      float64 // of the index's log latency, pooled
 }
 
@@ -133,9 +133,9 @@ func (c *concControl) answer(s concSample, t *tuning) concReason {
 		return concHeld
 	}
 	if c.trial.level > 0 {
-		return c.judge(s.issued, s.sizeTrial, t)
+		return c.judge(s.issued, s.mayTry, t)
 	}
-	return c.next(s.issued, s.sizeTrial, t)
+	return c.next(s.issued, s.mayTry, t)
 }
 
 // current returns the stats that the next full answer adds to.
@@ -177,15 +177,20 @@ func (c *concControl) step(t *tuning) int {
 	}
 }
 
+// eager reports whether the next epoch's end would start a trial, if it
+// may.
+func (c *concControl) eager(t *tuning) bool {
+	return c.trial.level == 0 && c.base.bound && !c.base.rated && c.hold <= 1 && c.step(t) != c.base.level
+}
+
 // next ends an epoch at the level kept: another is tried when every slot
-// was taken, no rate held requests back, no hold is left and no batch size
-// is being tried.
-func (c *concControl) next(issued uint64, sizeTrial bool, t *tuning) concReason {
+// was taken, no rate held requests back, no hold is left and it may.
+func (c *concControl) next(issued uint64, mayTry bool, t *tuning) concReason {
 	bound := c.base.bound && !c.base.rated
 	if c.hold > 0 {
 		c.hold--
 	}
-	if step := c.step(t); !bound || sizeTrial || c.hold > 0 || step == c.base.level {
+	if step := c.step(t); !bound || !mayTry || c.hold > 0 || step == c.base.level {
 		c.base = levelStats{level: c.base.level}
 		return concHeld
 	}
@@ -203,7 +208,7 @@ func (c *concControl) try(issued uint64, t *tuning) {
 // would bring an index far from saturated; a lower one when it lost less
 // than that share of what the requests taken away would. A level kept is
 // followed by the next step the same way at once.
-func (c *concControl) judge(issued uint64, sizeTrial bool, t *tuning) concReason {
+func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 	tr, b := c.trial, c.base
 	if b.n == 0 {
 		return c.abandon(issued)
@@ -214,7 +219,7 @@ func (c *concControl) judge(issued uint64, sizeTrial bool, t *tuning) concReason
 	if tr.throughput() >= b.throughput()*(1+t.minGain*(ratio-1)) {
 		c.base = levelStats{level: tr.level, n: tr.n, sum: tr.sum, sumSq: tr.sumSq, bound: tr.bound, rated: tr.rated}
 		c.holdFor = t.holdEpochs
-		if tr.bound && !tr.rated && !sizeTrial && c.step(t) != c.base.level {
+		if tr.bound && !tr.rated && (mayTry || c.slowStart) && c.step(t) != c.base.level {
 			c.try(issued, t)
 		}
 		return concKept

@@ -40,6 +40,7 @@ type lane struct {
 	jitter      spreadMeter
 	lastUse     time.Time
 	limitsSet   bool
+	sizeTurn    bool // the batch size's turn to be tried; else the concurrency's
 	signals     laneSignals
 }
 
@@ -165,7 +166,9 @@ func (ln *lane) nextBatch() (size int, trial bool) {
 	now := ln.clock.Now()
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	size, trial = ln.batch.next(now, ln.sizeCaps(), ln.conc.trial.level > 0, ln.spread(), ln.tuning)
+	caps := ln.sizeCaps()
+	may := ln.conc.trial.level == 0 && (ln.sizeTurn || !ln.conc.eager(ln.tuning))
+	size, trial = ln.batch.next(now, caps, may, ln.spread(), ln.tuning)
 	if !trial && size != ln.size {
 		ln.size = size
 		ln.conc.reset(ln.issued) // latencies of another size measure nothing here

@@ -67,7 +67,7 @@ func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
 		reason := d.ctl.answer(s, ln.tuning, d.floor)
 		if debugLane != nil && reason != rateHeld && reason != rateGrew {
 			r, n := d.ctl.recent.count()
-			debugLane("dim %d: %v limit %.0f level %.0f noise %.4f recent %d/%d", i, reason, d.ctl.limit, d.ctl.level, d.ctl.noise, r, n)
+			debugLane("dim %d: %v limit %.0f level %.0f noise %.4f recent %d/%d", i, reason, d.ctl.limit, d.ctl.level, d.ctl.noise(ln.tuning), r, n)
 		}
 		switch reason {
 		case rateFirstCut, rateCut, rateDipped, rateHalved:
@@ -108,7 +108,7 @@ func refusedDim(limit Limit) int {
 
 // answerBatch feeds the outcome to the batch size's controller.
 func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, class Class) {
-	before := ln.batch.size
+	before, trying := ln.batch.size, ln.batch.trial.size > 0
 	verdict := ln.batch.answer(batchSample{
 		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe,
 		spread: ln.spread(),
@@ -131,6 +131,9 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 	if ln.batch.size != before {
 		ln.conc.reset(ln.issued)
 	}
+	if trying && ln.batch.trial.size == 0 {
+		ln.sizeTurn = false // the concurrency's turn
+	}
 }
 
 // answerConc feeds the outcome to the concurrency's controller; more room
@@ -148,12 +151,16 @@ func (ln *lane) answerConc(p permit, latency time.Duration, class Class) {
 	if class == 0 && full && p.seq > ln.conc.seq {
 		ln.jitter.add(ln.conc.current().deviation(latency))
 	}
-	before := ln.conc.limit
+	before, trying := ln.conc.limit, ln.conc.trial.level > 0
+	may := ln.batch.trial.size == 0 && (!ln.sizeTurn || ln.conc.slowStart || !ln.batch.eager(ln.sizeCaps(), ln.tuning))
 	reason := ln.conc.answer(concSample{
 		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, loaded: !ln.fastAt.After(p.start),
 		slotBound: p.waitedSlot || ln.slotWaited, rateBound: rateBound,
-		sizeTrial: ln.batch.trial.size > 0, spread: ln.spread(),
+		mayTry: may, spread: ln.spread(),
 	}, ln.tuning)
+	if trying && ln.conc.trial.level == 0 && !ln.conc.slowStart {
+		ln.sizeTurn = true // the batch size's turn
+	}
 	ln.slotWaited = false
 	if ln.conc.limit != before {
 		ln.batch.forget() // latencies at another level measure nothing here

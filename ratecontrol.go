@@ -38,7 +38,7 @@ type rateControl struct {
 	accepted int       // answers accepted since the last cut, of requests sent after it
 	takenAt  float64   // amount accepted since the last cut, of any request
 	recent   answers   // the last answers, refused or not
-	noise    float64   // the share of answers refused, over the long run
+	quiet    struct{ answers, refused float64 } // answers while climbing, when a token bucket refuses nothing
 	sent     meter     // amount sent
 	taken    meter     // amount the index accepted
 }
@@ -121,11 +121,13 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	// what it refuses then, it refuses whatever the rate.
 	climbing := c.episodes > 0 && c.limit < c.capacity
 	if after && climbing && c.accepted > 0 && s.now.Sub(c.cutAt) >= t.drainFor {
-		x := 0.0
+		c.quiet.answers++
 		if s.refused {
-			x = 1
+			c.quiet.refused++
 		}
-		c.noise += (x - c.noise) / t.noiseAnswers
+		if c.quiet.answers > 4*t.noiseAnswers {
+			c.quiet.answers, c.quiet.refused = c.quiet.answers/2, c.quiet.refused/2 // the index may change
+		}
 	}
 	if !s.refused {
 		c.taken.add(s.now, s.amount)
@@ -143,8 +145,8 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	if c.episodes > 0 && c.accepted == 0 && since < t.drainFor {
 		return rateDraining
 	}
-	strong, weak := c.excess(since, t)
-	if climbing && !(strong && c.recent.refusals() >= 3) || !strong && !weak {
+	strong, _ := c.excess(since, t)
+	if climbing && !(strong && c.recent.refusals() >= 3) || !strong {
 		// While climbing, refusals teach the index's usual share; only
 		// several, beyond it, say the cut was not enough.
 		return rateNoise
@@ -159,15 +161,23 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 // many once tuning.episodeGap has passed since the last cut.
 func (c *rateControl) excess(since time.Duration, t *tuning) (strong, weak bool) {
 	r, n := c.recent.count()
-	noise := c.noise
-	if noise*t.noiseAnswers < 3 {
-		noise = 0 // one or two refusals while climbing are no share
-	}
-	expected := noise * float64(n)
+	expected := c.noise(t) * float64(n)
 	if poissonTail(expected, r) < t.significance {
 		return true, false
 	}
 	return false, since >= t.episodeGap && float64(r) > 2*expected
+}
+
+// noise is the share of answers the index refuses whatever the rate: of
+// those it gave while the limit climbed back after a cut, weighed against
+// tuning.noiseAnswers answers of an index that refuses nothing (most do
+// not), so that a few refusals of a bucket refilling late do not pass for
+// a share; and none at all below three refusals.
+func (c *rateControl) noise(t *tuning) float64 {
+	if c.quiet.refused < 3 {
+		return 0
+	}
+	return c.quiet.refused / (c.quiet.answers + t.noiseAnswers)
 }
 
 // poissonTail is the chance of k or more events when lambda are expected.

@@ -198,6 +198,8 @@ type simOutcome struct {
 var simNamed = []simIndex{
 	{records: 600_000, recordBytes: 104, vecRate: 20000, vecBurst: 5000, reqRate: 100, byteRate: 50e6, base: 2 * time.Millisecond, perRecord: 20 * time.Microsecond, timeout: 2 * time.Second},
 	{records: 90_000, recordBytes: 104, vecRate: 3000, vecBurst: 750, reqRate: 100, byteRate: 50e6, base: 2 * time.Millisecond, perRecord: 20 * time.Microsecond, timeout: 2 * time.Second},
+	{records: 600_000, recordBytes: 104, vecRate: 20000, vecBurst: 5000, reqRate: 100, byteRate: 50e6, base: 2 * time.Millisecond, perRecord: 20 * time.Microsecond, timeout: 2 * time.Second, flaky: 0.03},
+	{records: 600_000, recordBytes: 104, reqRate: 100, byteRate: 50e6, slots: 8, base: 20 * time.Millisecond, perRecord: 50 * time.Microsecond, timeout: 2 * time.Second, flaky: 0.03},
 }
 
 func simulate(seed uint64, t *tuning) simOutcome {

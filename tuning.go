@@ -25,8 +25,9 @@ type tuning struct {
 	// cutMargin is how far a limit dips on weak evidence: refusals that
 	// come whatever the rate cost little.
 	cutMargin float64
-	// noiseAnswers is how many answers the share of refusals an index
-	// makes anyway is averaged over: enough to tell it from an episode.
+	// noiseAnswers is about how many answers the share of refusals an
+	// index makes anyway is measured over (up to four times as many):
+	// enough to tell it from an episode, few enough to follow a change.
 	noiseAnswers float64
 	// significance is how rarely refusals at the index's usual share
 	// may start an episode by chance.
@@ -138,5 +139,5 @@ var defaultTuning = tuning{
 	timeoutCeilingFor: time.Minute,
 	requestsPerSecond: 20,
 	requestShare:      0.8,
-	latencyShare:      0.5,
+	latencyShare:      0.75,
 }

@@ -176,3 +176,35 @@ func ExampleDrawIndex() {
 	// 203k records of 282 dims; 5.11k/s burst 396; 64.441ms+15.34µs/rec σ0.47; ×3.0 above 573; 33 slots; capacity ×0.75 at 10.6s; capacity ×2.75 at 20.5s; serverless limits ×5.4
 	// ideal 28.605s: 5111 records/s in batches of 1000 at the start
 }
+
+func TestScaledKeepsTheIndex(t *testing.T) {
+	ix := upserttest.DrawIndex(1)
+	require.Len(t, ix.Changes, 2)
+	half := ix.Scaled(0.5)
+	assert.Equal(t, (ix.Records+1)/2, half.Records)
+	for i, ch := range half.Changes {
+		assert.Equal(t, (ix.Changes[i].At / 2).Round(time.Millisecond), ch.At, "the changes keep their share of the run")
+		assert.Equal(t, ix.Changes[i].Factor, ch.Factor)
+	}
+	small := ix.Scaled(0.001)
+	assert.Equal(t, 203, small.Records)
+	assert.Equal(t, 50, small.VectorBurst, "a burst of at most a quarter of the run")
+	small.Records, small.Changes, small.VectorBurst = ix.Records, ix.Changes, ix.VectorBurst
+	assert.Equal(t, ix, small, "nothing else changes")
+	assert.Panics(t, func() { ix.Scaled(0) })
+}
+
+func TestShortened(t *testing.T) {
+	for seed := uint64(1); seed <= 100; seed++ {
+		ix := upserttest.DrawIndex(seed)
+		short := ix.Shortened(10 * time.Second)
+		ideal := ix.IdealTime(ix.Records, upserttest.FamilyTimeout)
+		if ideal <= 10*time.Second {
+			assert.Equal(t, ix, short, "seed %d: short enough already", seed)
+			continue
+		}
+		got := short.IdealTime(short.Records, upserttest.FamilyTimeout)
+		assert.LessOrEqual(t, got, 10*time.Second, "seed %d", seed)
+		assert.Greater(t, got, 8*time.Second, "seed %d: not much shorter than asked", seed)
+	}
+}

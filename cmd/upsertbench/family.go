@@ -44,9 +44,13 @@ type familyIndex struct {
 	results []result // in the order of the strategies
 }
 
-// newFamilyIndex draws the index of seed and prepares its run at scale.
-func newFamilyIndex(seed uint64, scale float64) *familyIndex {
-	ix := upserttest.DrawIndex(seed)
+// newFamilyIndex draws the index of seed and prepares its run at scale,
+// shortened to an ideal time of maxIdeal if it is positive.
+func newFamilyIndex(seed uint64, scale float64, maxIdeal time.Duration) *familyIndex {
+	ix := upserttest.DrawIndex(seed).Scaled(scale)
+	if maxIdeal > 0 {
+		ix = ix.Shortened(maxIdeal)
+	}
 	ix.Namespace = namespace // the ideal counts the namespace in the request bytes
 	p := profile{
 		name:      fmt.Sprintf("seed %d", seed),
@@ -57,7 +61,7 @@ func newFamilyIndex(seed uint64, scale float64) *familyIndex {
 		dimension: ix.Dimension,
 		index:     &ix,
 	}
-	fi := &familyIndex{ix: ix, p: p, records: p.recordsPerClient(scale)}
+	fi := &familyIndex{ix: ix, p: p, records: ix.Records}
 	fi.ideal = ix.IdealTime(fi.records, familyTimeout)
 	fi.deadline = max(stopFactor*fi.ideal, fi.ideal+stopAfter)
 	fi.start, fi.batch = ix.Throughput(1, familyTimeout)
@@ -97,12 +101,12 @@ func benchFamily(ctx context.Context, cfg config, w io.Writer, progress io.Write
 	writeFamilyTableHead(w, cfg.strategies)
 	var done []*familyIndex
 	for _, seed := range cfg.family {
-		fi := newFamilyIndex(seed, cfg.scale)
+		fi := newFamilyIndex(seed, cfg.scale, cfg.maxIdeal)
 		if progress != nil {
 			fmt.Fprintf(progress, "seed %d: %v; %d records, ideal %v, stop at %v\n", seed, fi.ix, fi.records, fi.ideal.Round(time.Millisecond), fi.deadline.Round(time.Second))
 		}
 		for _, s := range cfg.strategies {
-			r, err := run(ctx, fi.p, s, cfg.scale, fi.deadline, progress)
+			r, err := run(ctx, fi.p, s, 1, fi.deadline, progress) // fi.p is the scaled run
 			if err != nil {
 				return err
 			}
@@ -125,8 +129,12 @@ func benchFamily(ctx context.Context, cfg config, w io.Writer, progress io.Write
 // writeFamilyHeader writes the conditions of the family benchmark.
 func writeFamilyHeader(w io.Writer, cfg config) {
 	fmt.Fprintf(w, "# upsertbench -family\n\n")
-	fmt.Fprintf(w, "%s, %s, GOMAXPROCS %d, scale %g, %d indexes (seeds %s), strategies %s.\n\n",
-		time.Now().Format(time.RFC3339), runtime.Version(), runtime.GOMAXPROCS(0), cfg.scale,
+	shortened := ""
+	if cfg.maxIdeal > 0 {
+		shortened = fmt.Sprintf(", runs shortened to an ideal of at most %v (Index.Shortened)", cfg.maxIdeal)
+	}
+	fmt.Fprintf(w, "%s, %s, GOMAXPROCS %d, scale %g%s, %d indexes (seeds %s), strategies %s.\n\n",
+		time.Now().Format(time.RFC3339), runtime.Version(), runtime.GOMAXPROCS(0), cfg.scale, shortened,
 		len(cfg.family), formatSeeds(cfg.family), names(cfg.strategies, strategy.key))
 	if rev := buildRevision(); rev != "" {
 		fmt.Fprintf(w, "Built from %s.\n\n", rev)

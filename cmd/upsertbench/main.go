@@ -17,14 +17,16 @@
 // Usage:
 //
 //	go run ./cmd/upsertbench [-profiles fast,slow,...] [-strategies upsert,separate,article,naive] [-scale 1.0] [-deadline 60s] [-v]
-//	go run ./cmd/upsertbench -family 20 [-seeds 1-10,15 | -seed 7] [-family-out runs.jsonl] [-strategies upsert,article] [-scale 1.0] [-v]
+//	go run ./cmd/upsertbench -family 20 [-seeds 1-10,15 | -seed 7] [-family-out runs.jsonl] [-strategies upsert,article] [-scale 1.0] [-max-ideal 15s] [-v]
 //
 // -family runs the library and the article's algorithm on indexes drawn
 // by upserttest.DrawIndex (one per seed, each on a fresh server, with a
 // request timeout of 2 s), and prints a row per index and the distribution
 // of the efficiencies, 429 shares and the ratio of the two; a run still
 // going at max(4 × ideal, ideal + 10 s) is stopped and measured by what
-// landed. -deadline does not apply to it.
+// landed. -deadline does not apply to it. -scale scales each run with
+// upserttest.Index.Scaled (its capacity changes with it), -max-ideal
+// shortens the longer runs with Index.Shortened.
 //
 // The default profiles are the ones of the issue the benchmark answers, and
 // a few more; others (extraProfiles) run only when named with -profiles.
@@ -70,6 +72,7 @@ type config struct {
 	// seeds instead; familyOut names its JSON lines file.
 	family    []uint64
 	familyOut string
+	maxIdeal  time.Duration
 }
 
 func main() {
@@ -117,6 +120,7 @@ func parseFlags(args []string) (config, error) {
 	seeds := fs.String("seeds", "", "run the family benchmark on these `seeds` (such as 1-10,15)")
 	seed := fs.Uint64("seed", 0, "run the family benchmark on this `seed` alone (with -v: with progress)")
 	familyOut := fs.String("family-out", "", "with the family benchmark: write one JSON object per index and strategy to `file`")
+	maxIdeal := fs.Duration("max-ideal", 0, "with the family benchmark: shorten each run to an ideal time of at most this `long`\n(the same indexes, capacity changes at the same shares of the run; at least 2s)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -148,7 +152,7 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.family != nil {
 		cfg.strategies = familyStrategies(cfg.strategies, isSet(fs, "strategies"))
-		cfg.familyOut = *familyOut
+		cfg.familyOut, cfg.maxIdeal = *familyOut, *maxIdeal
 	}
 	return cfg, nil
 }

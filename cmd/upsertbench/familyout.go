@@ -11,7 +11,9 @@ import (
 
 // This file holds -family-out: one JSON object per index and strategy.
 
-// familyLine is one line of -family-out. Durations in Index are in
+// familyLine is one line of -family-out: every drawn parameter (Index)
+// and every measured figure of one run, a field each, for analysis
+// elsewhere (hence more than 20 fields). Durations in Index are in
 // nanoseconds (Go's encoding of time.Duration); the others say their unit.
 type familyLine struct {
 	Seed        uint64           `json:"seed"`

@@ -166,7 +166,7 @@ func (c *batchControl) nextTrial(cap int, t *tuning) int {
 	}
 	n := min(growth*c.size, cap)
 	if c.ceil > 0 {
-		if c.ceil-c.size <= max(1, c.size/20) {
+		if c.ceil-c.size <= max(1, c.size/8) {
 			return 0 // close enough to the size known too large
 		}
 		n = min(n, (c.size+c.ceil)/2)

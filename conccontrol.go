@@ -178,9 +178,9 @@ func (c *concControl) step(t *tuning) int {
 }
 
 // eager reports whether the next epoch's end would start a trial, if it
-// may.
-func (c *concControl) eager(t *tuning) bool {
-	return c.trial.level == 0 && c.base.bound && !c.base.rated && c.hold <= 1 && c.step(t) != c.base.level
+// may, given whether the slots limit the lane now.
+func (c *concControl) eager(slotBound bool, t *tuning) bool {
+	return c.trial.level == 0 && slotBound && c.hold <= 1 && c.step(t) != c.base.level
 }
 
 // next ends an epoch at the level kept: another is tried when every slot

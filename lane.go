@@ -36,6 +36,7 @@ type lane struct {
 	recordBytes float64   // smoothed bytes per record sent
 	slotWaited  bool      // a request waited for a slot since the last answer
 	fastAt      time.Time // when a success last came in a quarter of its timeout
+	slotFullAt  time.Time // when a request last took the last slot or waited for one
 	size        int       // the size of the batches handed out last
 	jitter      spreadMeter
 	lastUse     time.Time
@@ -167,7 +168,7 @@ func (ln *lane) nextBatch() (size int, trial bool) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	caps := ln.sizeCaps()
-	may := ln.conc.trial.level == 0 && (ln.sizeTurn || !ln.conc.eager(ln.tuning))
+	may := ln.conc.trial.level == 0 && (ln.sizeTurn || !ln.conc.eager(ln.slotBound(now), ln.tuning))
 	size, trial = ln.batch.next(now, caps, may, ln.spread(), ln.tuning)
 	if !trial && size != ln.size {
 		ln.size = size
@@ -187,9 +188,13 @@ func (ln *lane) sendLimit() int {
 	return ln.batch.sendLimit(now, ln.sizeCaps(), ln.tuning)
 }
 
+// slotBound reports whether the lane's slots held requests back within
+// tuning.boundFor.
+func (ln *lane) slotBound(now time.Time) bool { return now.Sub(ln.slotFullAt) < ln.tuning.boundFor }
+
 // spread is the index's latency spread (of log latency), pooled over
-// sizes and levels; 0.5 until measured.
-func (ln *lane) spread() float64 { return ln.jitter.spread(0.5) }
+// sizes and levels; 0.3 until measured.
+func (ln *lane) spread() float64 { return ln.jitter.spread(0.3) }
 
 // sizeCaps are the rates that bound a batch: the record rate, or what the
 // byte rate allows in records, whichever is lower, and the request rate.
@@ -410,6 +415,9 @@ func (ln *lane) takeSlot(ctx context.Context, slots chan struct{}) (waited bool,
 				waited = true // the last free slot: concurrency is what limits
 			}
 			ln.slotWaited = ln.slotWaited || waited
+			if waited {
+				ln.slotFullAt = ln.clock.Now()
+			}
 			ln.mu.Unlock()
 			return waited, nil
 		}

@@ -76,10 +76,10 @@ func (m *spreadMeter) add(dev float64, n int) {
 	m.var_ += (x - m.var_) * w
 }
 
-// spread returns the estimate, or fallback while fewer than 8 deviations
+// spread returns the estimate, or fallback while fewer than 4 deviations
 // were seen.
 func (m *spreadMeter) spread(fallback float64) float64 {
-	if m.n < 8 {
+	if m.n < 4 {
 		return fallback
 	}
 	return math.Sqrt(m.var_)

@@ -3,7 +3,6 @@ package upsert
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"reflect"
 	"slices"
@@ -12,62 +11,22 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/upsertlib/upsert/upserttest"
 )
 
-// drawSimIndex draws one index of the family from seed, with the ranges of
-// issue 19.
+// drawSimIndex is upserttest's drawn index of seed, for the simulation.
 func drawSimIndex(seed uint64) simIndex {
-	r := rand.New(rand.NewPCG(seed, 19))
-	logU := func(lo, hi float64) float64 { return lo * math.Pow(hi/lo, r.Float64()) }
-	chance := func(p float64) bool { return r.Float64() < p }
-	dims := int(logU(8, 4096))
-	ix := simIndex{
-		recordBytes: 4*dims + 40,
-		base:        time.Duration(logU(1e6, 300e6)),
-		perRecord:   time.Duration(logU(1e3, 200e3)),
-		perMB:       time.Duration(r.Float64() * 50e6),
-		sigma:       r.Float64(),
-		timeout:     2 * time.Second,
+	ix := upserttest.DrawIndex(seed)
+	timeout := upserttest.FamilyTimeout
+	return simIndex{
+		records: ix.Records, recordBytes: ix.RecordBytes(), vecRate: ix.VectorRate, vecBurst: ix.VectorBurst,
+		reqRate: 100 * ix.PineconeLimits, byteRate: 50e6 * ix.PineconeLimits, slots: ix.Slots,
+		base: ix.Latency, perRecord: ix.PerRecord, perMB: ix.PerMiB * 1e6 / (1 << 20),
+		sigma: ix.Jitter, slowAbove: ix.SlowAbove, slowFactor: ix.SlowFactor, changes: ix.Changes,
+		outageEvery: ix.OutageEvery, outageFor: ix.OutageLength, flaky: ix.RandomRateLimited, timeout: timeout,
+		idealFn: func(n int) time.Duration { return ix.IdealTime(n, timeout) },
 	}
-	if !chance(0.2) {
-		ix.vecRate = logU(300, 100_000)
-		ix.vecBurst = max(1, int(ix.vecRate*logU(0.1, 1)))
-	}
-	if chance(0.5) {
-		ix.slots = int(logU(1, 257))
-	}
-	if chance(0.3) {
-		ix.slowAbove, ix.slowFactor = 50+r.IntN(850), logU(2, 20)
-	}
-	switch r.IntN(3) {
-	case 0:
-		ix.reqRate, ix.byteRate = 100, 50e6
-	case 1:
-		f := 2 + 8*r.Float64()
-		ix.reqRate, ix.byteRate = 100*f, 50e6*f
-	}
-	if chance(0.3) {
-		ix.changeAt, ix.changeBy = time.Duration(2e9+r.Float64()*13e9), logU(0.25, 4)
-	}
-	if chance(0.2) {
-		ix.outageEvery = time.Duration(3e9 + r.Float64()*12e9)
-		ix.outageFor = time.Duration(2e8 + r.Float64()*18e8)
-	}
-	if chance(0.3) {
-		ix.flaky = 0.05 * r.Float64()
-	}
-	// What this machine can serve: at most 100k records and 80 MB a
-	// second.
-	if c, _ := ix.capacity(1); c > 100_000 || c*float64(ix.recordBytes) > 80e6 {
-		bound := min(100_000, 80e6/float64(ix.recordBytes))
-		ix.vecRate, ix.vecBurst = bound, max(1, int(bound*logU(0.1, 1)))
-	}
-	// A run of 5 to 45 s at the index's capacity, within 10k to 1M
-	// records.
-	c, _ := ix.capacity(1)
-	ix.records = min(1_000_000, max(10_000, int(c*logU(5, 45))))
-	ix.vecBurst = min(ix.vecBurst, max(1, ix.records/10))
-	return ix
 }
 
 // meanLatency is the mean write latency of a request of n records.
@@ -114,13 +73,13 @@ func (ix simIndex) capacity(scale float64, noVec ...bool) (float64, int) {
 
 // ideal is the time a client that knew the index would take to write n
 // records: one round trip, then what the index takes, faster while its
-// vector bucket holds a burst, none during outages.
+// vector bucket holds a burst, none during outages (upserttest's, for a
+// drawn index).
 func (ix simIndex) ideal(n int) time.Duration {
-	c1, at := ix.capacity(1)
-	c2 := c1
-	if ix.changeAt > 0 {
-		c2, _ = ix.capacity(ix.changeBy)
+	if ix.idealFn != nil {
+		return ix.idealFn(n)
 	}
+	c1, at := ix.capacity(1)
 	fast, _ := ix.capacity(1, true)
 	burst := float64(ix.vecBurst)
 	if ix.vecRate <= 0 || fast <= ix.vecRate {
@@ -131,9 +90,6 @@ func (ix simIndex) ideal(n int) time.Duration {
 	t := time.Duration(ix.meanLatency(at) * 1e9)
 	for el := time.Duration(0); left > 0; el += step {
 		c := c1
-		if ix.changeAt > 0 && el >= ix.changeAt {
-			c = c2
-		}
 		if burst > 0 {
 			// Faster while the bucket holds a burst, but by no more
 			// than the burst.
@@ -170,8 +126,8 @@ func (ix simIndex) String() string {
 	if ix.slowAbove > 0 {
 		fmt.Fprintf(&b, ", ×%.1f above %d", ix.slowFactor, ix.slowAbove)
 	}
-	if ix.changeAt > 0 {
-		fmt.Fprintf(&b, ", ×%.2f at %v", ix.changeBy, ix.changeAt.Round(time.Second))
+	for _, ch := range ix.changes {
+		fmt.Fprintf(&b, ", ×%.2f at %v", ch.Factor, ch.At.Round(time.Second))
 	}
 	if ix.outageEvery > 0 {
 		fmt.Fprintf(&b, ", out %v every %v", ix.outageFor.Round(time.Millisecond*100), ix.outageEvery.Round(time.Second))
@@ -304,7 +260,7 @@ func appendCSV(path string, o simOutcome) {
 	c, _ := ix.capacity(1)
 	fmt.Fprintf(f, "%d,%.4f,%.4f,%.4f,%d,%d,%.0f,%.0f,%d,%.4f,%.4f,%d,%.2f,%.2f,%.1f,%.2f,%.4f,%d,%.3f\n",
 		o.seed, o.efficiency, o.article, o.refused, ix.records, ix.recordBytes, c, ix.vecRate, ix.slots,
-		ix.base.Seconds(), ix.perRecord.Seconds()*1e6, ix.slowAbove, ix.slowFactor, ix.changeBy, ix.outageFor.Seconds(),
+		ix.base.Seconds(), ix.perRecord.Seconds()*1e6, ix.slowAbove, ix.slowFactor, float64(len(ix.changes)), ix.outageFor.Seconds(),
 		ix.sigma, ix.flaky, int(ix.reqRate), o.ideal.Seconds())
 }
 

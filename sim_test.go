@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/upsertlib/upsert/upserttest"
 )
 
 // This file is a discrete-event simulation of one writer and one index,
@@ -39,8 +41,8 @@ type simIndex struct {
 	sigma       float64 // lognormal jitter
 	slowAbove   int     // 0: none
 	slowFactor  float64
-	changeAt    time.Duration // capacity change; 0: none
-	changeBy    float64
+	changes     []upserttest.CapacityChange
+	idealFn     func(records int) time.Duration // nil: simIndex.ideal
 	outageEvery time.Duration // 0: none
 	outageFor   time.Duration
 	flaky       float64 // share of requests answered 429 whatever the rate
@@ -266,13 +268,16 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		}
 		ln.breaker.abandon(probe)
 		if d == 0 {
-			ln.slotWaited = true
+			ln.slotWaited, ln.slotFullAt = true, now
 		}
 		return d, false
 	}
 	ln.slotsUsed++
 	waited := ln.slotsUsed == ln.conc.limit
 	ln.slotWaited = ln.slotWaited || waited
+	if waited {
+		ln.slotFullAt = now
+	}
 	p := ln.issue(q, probe, waited)
 	s.res.requests++
 	s.idx.arrive(p.n, p.bytes, p.start, func(e *Error) { s.answer(b, p, e) })
@@ -348,16 +353,16 @@ func (s *sim) settle(b *simBatch, landed bool) {
 
 // simServer is the index.
 type simServer struct {
-	s        *sim
-	cfg      simIndex
-	vec      *simBucket
-	bytes    *simBucket
-	reqs     *simBucket
-	busy     int
-	queue    []*simJob
-	rng      *rand.Rand
-	changed  bool
-	received int
+	s       *sim
+	cfg     simIndex
+	vec     *simBucket
+	bytes   *simBucket
+	reqs    *simBucket
+	rates   [3]float64 // the buckets' configured rates
+	busy    int
+	queue   []*simJob
+	rng     *rand.Rand
+	changed int // capacity changes applied
 }
 
 type simJob struct {
@@ -379,6 +384,7 @@ func newSimServer(s *sim, ix simIndex) *simServer {
 	if ix.reqRate > 0 {
 		v.reqs = newSimBucket(now, ix.reqRate, int(ix.reqRate))
 	}
+	v.rates = [3]float64{ix.vecRate, ix.byteRate, ix.reqRate}
 	return v
 }
 
@@ -420,14 +426,14 @@ func (v *simServer) down(now time.Time) bool {
 }
 
 func (v *simServer) maybeChange(now time.Time) {
-	if v.changed || v.cfg.changeAt <= 0 || now.Sub(v.s.start) < v.cfg.changeAt {
-		return
-	}
-	v.changed = true
-	for _, b := range []*simBucket{v.vec, v.bytes, v.reqs} {
-		if b != nil {
-			b.refill(now)
-			b.rate *= v.cfg.changeBy
+	for v.changed < len(v.cfg.changes) && now.Sub(v.s.start) >= v.cfg.changes[v.changed].At {
+		f := v.cfg.changes[v.changed].Factor
+		v.changed++
+		for i, b := range []*simBucket{v.vec, v.bytes, v.reqs} {
+			if b != nil {
+				b.refill(now)
+				b.rate = v.rates[i] * f
+			}
 		}
 	}
 }

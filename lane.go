@@ -168,7 +168,7 @@ func (ln *lane) nextBatch() (size int, trial bool) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	caps := ln.sizeCaps()
-	may := ln.conc.trial.level == 0 && (ln.sizeTurn || !ln.conc.eager(ln.slotBound(now), ln.tuning))
+	may := ln.mayTrySize(now)
 	size, trial = ln.batch.next(now, caps, may, ln.spread(), ln.tuning)
 	if !trial && size != ln.size {
 		ln.size = size
@@ -186,6 +186,37 @@ func (ln *lane) sendLimit() int {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	return ln.batch.sendLimit(now, ln.sizeCaps(), ln.tuning)
+}
+
+// The lane runs one experiment at a time: the batch size's first trial
+// (ten times the size, one round trip), then the concurrency's slow
+// start, then each in turn, a controller taking the other's turn when that
+// one has nothing to try.
+
+// mayTrySize reports whether the batch size may start a trial.
+func (ln *lane) mayTrySize(now time.Time) bool {
+	switch {
+	case ln.conc.trial.level > 0:
+		return false
+	case ln.batch.slowStart:
+		return true
+	case ln.conc.slowStart:
+		return !ln.conc.eager(ln.slotBound(now), ln.tuning)
+	}
+	return ln.sizeTurn || !ln.conc.eager(ln.slotBound(now), ln.tuning)
+}
+
+// mayTryConc reports whether the concurrency may start a trial.
+func (ln *lane) mayTryConc() bool {
+	switch {
+	case ln.batch.trial.size > 0:
+		return false
+	case ln.batch.slowStart:
+		return !ln.batch.eager(ln.sizeCaps(), ln.tuning)
+	case ln.conc.slowStart:
+		return true
+	}
+	return !ln.sizeTurn || !ln.batch.eager(ln.sizeCaps(), ln.tuning)
 }
 
 // slotBound reports whether the lane's slots held requests back within

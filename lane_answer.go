@@ -124,7 +124,7 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 			if ln.conc.shed(ln.issued, ln.tuning) {
 				ln.batch.forget()
 			}
-		case ln.conc.trial.level == 0:
+		case ln.conc.trial.level == 0 && ln.batch.shrinkable():
 			ln.batch.shrink(now, ln.tuning)
 		}
 	}
@@ -152,7 +152,7 @@ func (ln *lane) answerConc(p permit, latency time.Duration, class Class) {
 		ln.jitter.add(ln.conc.current().deviation(latency))
 	}
 	before, trying := ln.conc.limit, ln.conc.trial.level > 0
-	may := ln.batch.trial.size == 0 && (!ln.sizeTurn || ln.conc.slowStart || !ln.batch.eager(ln.sizeCaps(), ln.tuning))
+	may := ln.mayTryConc()
 	reason := ln.conc.answer(concSample{
 		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, loaded: !ln.fastAt.After(p.start),
 		slotBound: p.waitedSlot || ln.slotWaited, rateBound: rateBound,

@@ -146,6 +146,9 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 		return rateDraining
 	}
 	strong, _ := c.excess(since, t)
+	if c.episodes == 0 && c.recent.refusals() < 2 {
+		strong = false // one refusal among the first answers may be the index's usual share
+	}
 	if climbing && !(strong && c.recent.refusals() >= 3) || !strong {
 		// While climbing, refusals teach the index's usual share; only
 		// several, beyond it, say the cut was not enough.
@@ -222,12 +225,13 @@ func (c *rateControl) cut(s rateSample, strong bool, t *tuning, floor float64) r
 	c.search = false
 	switch {
 	case c.episodes == 0:
-		// The first refusal says little of the rate: the index's bucket
-		// took in the start. What it accepted, spread over at least a
-		// second (a bucket holds up to a second's worth), is a floor to
-		// search up from.
+		// The first refusals say little of the rate: the index's bucket
+		// took in the start. Half of what was sent (slow start doubled
+		// it within the last round trip), or what it accepted spread over
+		// at least a second (a bucket holds up to a second's worth), is a
+		// floor to search up from.
 		reason = rateFirstCut
-		c.level = max(c.total, sent*t.minWindow.Seconds()/2) / max(s.now.Sub(c.cutAt), time.Second).Seconds()
+		c.level = max(c.total/max(s.now.Sub(c.cutAt), time.Second).Seconds(), sent/2)
 		c.limit, c.search = c.level, true
 	case c.accepted < 3:
 		reason = rateHalved

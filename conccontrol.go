@@ -231,6 +231,18 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 	return concRejected
 }
 
+// follow raises the limit, in slow start, by how much longer requests
+// take after a larger batch size was adopted (ratio of their latencies):
+// as many requests a second need that many more in flight (Little's law),
+// and doubling there would take round trips of the longer latency.
+func (c *concControl) follow(ratio float64, issued uint64, t *tuning) {
+	if !c.slowStart || ratio <= 1 || c.trial.level > 0 {
+		return
+	}
+	c.set(min(t.maxConcurrency, int(math.Ceil(float64(c.limit)*ratio))), issued)
+	c.base = levelStats{level: c.limit}
+}
+
 // queueing reports whether latency is taken to follow the level: the last
 // trial said so, or none has yet.
 func (c *concControl) queueing() bool { return c.elasticity < 0 || c.elasticity >= 0.5 }

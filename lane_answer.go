@@ -1,6 +1,9 @@
 package upsert
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // release returns p's slot and feeds its outcome to the controllers; e is
 // nil for a success. It reports whether e is a server error that came
@@ -109,6 +112,7 @@ func refusedDim(limit Limit) int {
 // answerBatch feeds the outcome to the batch size's controller.
 func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, class Class) {
 	before, trying := ln.batch.size, ln.batch.trial.size > 0
+	baseMean := ln.batch.base.mean()
 	verdict := ln.batch.answer(batchSample{
 		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe,
 		spread: ln.spread(),
@@ -127,6 +131,10 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 		case ln.conc.trial.level == 0 && ln.batch.shrinkable():
 			ln.batch.shrink(now, ln.tuning)
 		}
+	}
+	if verdict == batchAdopted && ln.batch.size > before && p.slots == nil {
+		ln.conc.follow(math.Exp(ln.batch.base.mean()-baseMean), ln.issued, ln.tuning)
+		ln.signals.slots.fire()
 	}
 	if ln.batch.size != before {
 		ln.conc.reset(ln.issued)

@@ -29,13 +29,6 @@ type batchControl struct {
 	ceilUntil time.Time // when ceil is forgotten
 	slowStart bool      // until the first trial is judged
 	timeouts  int       // timeouts of full batches of the size adopted since one succeeded
-	// elasticity is how latency followed the size at the last change
-	// measured (change of log latency over change of log size): near 1
-	// when the index takes a time per record, near 0 when a time per
-	// request dominates and smaller batches would not be faster; -1
-	// until measured.
-	elasticity float64
-	shrunk     sizeStats // the size adopted before the last shrink, to measure it by
 }
 
 // sizeStats summarises the latencies of batches of one size.
@@ -69,13 +62,12 @@ const (
 	batchTrying                 // a larger size is being tried
 	batchAdopted                // the size tried costs no more per record
 	batchTooLarge               // the size tried, or the size adopted, is too large
-	batchTooSlow                // the size adopted takes too much of the request timeout
 	batchTrialEnded             // the trial was abandoned: the rate caps batches below it
 )
 
 func newBatchControl(limit int, t *tuning) batchControl {
 	size := min(t.startBatch, limit)
-	return batchControl{limit: limit, size: size, base: sizeStats{size: size}, slowStart: true, elasticity: -1}
+	return batchControl{limit: limit, size: size, base: sizeStats{size: size}, slowStart: true}
 }
 
 // next returns the size of the next batch to form and whether it is a
@@ -228,7 +220,7 @@ func (c *batchControl) answer(s batchSample, t *tuning) batchReason {
 		if c.trial.size > 0 && c.trial.n >= c.trialSamples(t) {
 			return c.judgeTrial(s, t) // its answers came before this one
 		}
-		return c.checkSlow(s, t)
+		return batchHeld
 	}
 	return batchHeld
 }
@@ -261,7 +253,6 @@ func (c *batchControl) answerTrial(s batchSample, t *tuning) batchReason {
 func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 	costTrial := c.trial.mean() - math.Log(float64(c.trial.size))
 	costBase := c.base.mean() - math.Log(float64(c.size))
-	c.elasticity = max(0, (c.trial.mean()-c.base.mean())/math.Log(float64(c.trial.size)/float64(c.size)))
 	if costTrial > costBase+math.Log(t.probeWorse) || c.tooSlow(c.trial.mean(), s, t) {
 		c.endTrial(s.now, false, t)
 		return batchTooLarge
@@ -270,38 +261,6 @@ func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 	c.trial = sizeStats{}
 	c.slowStart = false
 	return batchAdopted
-}
-
-// checkSlow reports batchTooSlow when the latency's tail of the size
-// adopted takes too much of the request timeout; the lane decides whether
-// fewer requests in flight or smaller ones are the cure.
-func (c *batchControl) checkSlow(s batchSample, t *tuning) batchReason {
-	if c.base.n < 8 || c.size <= 1 {
-		return batchHeld
-	}
-	if sh := c.shrunk; sh.size > c.size {
-		// Measure the last shrink: a smaller size that is not faster
-		// says the time per request dominates.
-		c.elasticity = max(0, (sh.mean()-c.base.mean())/math.Log(float64(sh.size)/float64(c.size)))
-		c.shrunk = sizeStats{}
-	}
-	if !c.tooSlow(c.base.mean(), s, t) {
-		return batchHeld
-	}
-	return batchTooSlow
-}
-
-// shrinkable reports whether smaller batches would be faster: latency
-// followed the size the last time it was measured, or it never was.
-func (c *batchControl) shrinkable() bool {
-	return c.size > 1 && (c.elasticity < 0 || c.elasticity >= 0.5)
-}
-
-// shrink halves the size adopted and remembers it as too large, when its
-// latency's tail is too long and fewer requests in flight would not help.
-func (c *batchControl) shrink(now time.Time, t *tuning) {
-	c.shrunk = c.base
-	c.setCeiling(c.size, now.Add(t.ceilingFor))
 }
 
 // forget drops the latencies of the size adopted, when the concurrency

@@ -32,10 +32,6 @@ type concControl struct {
 	trial     levelStats // answers at a level being tried; level 0 when none
 	hold      int        // epochs to wait before the next trial
 	holdFor   int        // the hold after the next trial that changes nothing
-	// elasticity is how latency followed the level at the last trial
-	// (the change of log latency over the change of log level): near 1
-	// when the index queues, near 0 when it does not; -1 until measured.
-	elasticity float64
 }
 
 // levelStats summarises the latencies of full batches answered at one
@@ -106,7 +102,7 @@ const (
 func newConcControl(t *tuning) concControl {
 	return concControl{
 		limit: t.startConcurrency, slowStart: true, base: levelStats{level: t.startConcurrency},
-		holdFor: t.holdEpochs, elasticity: -1,
+		holdFor: t.holdEpochs,
 	}
 }
 
@@ -215,7 +211,6 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 	}
 	c.trial = levelStats{}
 	ratio := float64(tr.level) / float64(b.level)
-	c.elasticity = max(0, (tr.mean()-b.mean())/math.Log(ratio))
 	if tr.throughput() >= b.throughput()*(1+t.minGain*(ratio-1)) {
 		c.base = levelStats{level: tr.level, n: tr.n, sum: tr.sum, sumSq: tr.sumSq, bound: tr.bound, rated: tr.rated}
 		c.holdFor = t.holdEpochs
@@ -241,22 +236,6 @@ func (c *concControl) follow(ratio float64, issued uint64, t *tuning) {
 	}
 	c.set(min(t.maxConcurrency, int(math.Ceil(float64(c.limit)*ratio))), issued)
 	c.base = levelStats{level: c.limit}
-}
-
-// queueing reports whether latency is taken to follow the level: the last
-// trial said so, or none has yet.
-func (c *concControl) queueing() bool { return c.elasticity < 0 || c.elasticity >= 0.5 }
-
-// shed starts a trial of a lower level at once, when latency is too long
-// and the index may be queueing: if it is, latency falls with the level
-// and the throughput stays. It reports whether a trial started.
-func (c *concControl) shed(issued uint64, t *tuning) bool {
-	if c.trial.level > 0 || c.base.level <= 1 || c.base.n == 0 {
-		return false
-	}
-	c.slowStart, c.down, c.hold = false, true, 0
-	c.try(issued, t)
-	return true
 }
 
 // set changes the limit for requests admitted after issued.

@@ -120,18 +120,6 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 	if debugLane != nil && verdict != batchHeld {
 		debugLane("batch %v: size %d (n %d) trial %d (n %d) ceil %d, answer of %d trial=%v class %v latency %v", verdict, ln.batch.size, ln.batch.base.n, ln.batch.trial.size, ln.batch.trial.n, ln.batch.ceil, p.n, p.sizeProbe, class, latency)
 	}
-	if verdict == batchTooSlow {
-		// Latency too long for the timeout: fewer requests in flight, if
-		// the index queues them, else smaller ones.
-		switch {
-		case p.slots == nil && ln.conc.queueing() && ln.conc.limit > 1:
-			if ln.conc.shed(ln.issued, ln.tuning) {
-				ln.batch.forget()
-			}
-		case ln.conc.trial.level == 0 && ln.batch.shrinkable():
-			ln.batch.shrink(now, ln.tuning)
-		}
-	}
 	if verdict == batchAdopted && ln.batch.size > before && p.slots == nil {
 		ln.conc.follow(math.Exp(ln.batch.base.mean()-baseMean), ln.issued, ln.tuning)
 		ln.signals.slots.fire()

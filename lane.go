@@ -3,6 +3,7 @@ package upsert
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"sync"
@@ -229,8 +230,20 @@ func (ln *lane) spread() float64 { return ln.jitter.spread(0.3) }
 
 // sizeCaps are the rates that bound a batch: the record rate, or what the
 // byte rate allows in records, whichever is lower, and the request rate.
+//
+// A rate shapes batches only while it holds requests back: a cap that
+// binds nothing (a known limit of the index far above what the lane sends)
+// must not make them smaller than the latency wants.
 func (ln *lane) sizeCaps() sizeCaps {
-	return sizeCaps{records: ln.recordRate(false), requests: ln.dims[dimRequests].ctl.limit}
+	now := ln.clock.Now()
+	caps := sizeCaps{records: math.Inf(1), requests: ln.dims[dimRequests].ctl.limit}
+	if r := &ln.dims[dimRecords]; now.Sub(r.waited) < ln.tuning.boundFor {
+		caps.records = r.ctl.limit
+	}
+	if b := &ln.dims[dimBytes]; now.Sub(b.waited) < ln.tuning.boundFor && ln.recordBytes > 0 {
+		caps.records = min(caps.records, b.ctl.limit/ln.recordBytes)
+	}
+	return caps
 }
 
 // recordRate is the record rate, or what the byte rate allows in records

@@ -112,7 +112,7 @@ func (c *batchControl) sendLimit(now time.Time, caps sizeCaps, t *tuning) int {
 	if c.trial.size > n {
 		c.endTrial(now, true, t)
 	}
-	return max(n, c.size) // the size adopted stays sendable; rate caps apply to new batches
+	return n
 }
 
 // maxSize is the largest batch worth forming: the kind's limit, under a

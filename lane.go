@@ -120,15 +120,18 @@ func (ln *lane) setLimits(l IndexLimits) {
 	}
 	ln.limitsSet = true
 	now := ln.clock.Now()
-	for i, prior := range [dimCount]float64{0, l.RequestsPerSecond, l.BytesPerSecond} {
-		d := &ln.dims[i]
-		d.ctl.withPrior(now, prior, ln.tuning)
-		d.apply(now, ln.tuning)
+	for i, prior := range map[int]float64{dimRequests: l.RequestsPerSecond, dimBytes: l.BytesPerSecond} {
+		if d := &ln.dims[i]; prior > 0 && !d.ctl.capped() {
+			d.ctl.withPrior(now, prior, ln.tuning)
+			// Full, as the index's own buckets are at the start.
+			d.bucket = rate.NewLimiter(rate.Limit(d.ctl.limit), max(1, int(d.ctl.limit*ln.tuning.burstFor.Seconds())))
+		}
 	}
 }
 
 // apply sets the bucket's rate to the controller's limit, and its burst
-// to tuning.burstFor of it.
+// to tuning.burstFor of it. A bucket that had no limit starts empty: a
+// first cut follows an overshoot that emptied the index's bucket.
 func (d *dimension) apply(now time.Time, t *tuning) {
 	if !d.ctl.capped() {
 		d.bucket.SetLimitAt(now, rate.Inf)
@@ -265,7 +268,7 @@ func (ln *lane) state() LimiterState {
 	return LimiterState{
 		Rate:        ln.recordRate(true),
 		Concurrency: ln.conc.limit,
-		BatchSize:   ln.size,
+		BatchSize:   min(ln.batch.size, ln.batch.maxSize(ln.sizeCaps(), ln.tuning)),
 		InFlight:    ln.inFlight,
 		Paused:      ln.breaker.open || now.Before(ln.pausedUntil),
 	}

@@ -67,12 +67,7 @@ func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
 			bound: now.Sub(d.waited) < ln.tuning.boundFor, window: window,
 			doubling: max(ln.tuning.minWindow, 4*time.Duration(ln.roundTrip)),
 		}
-		reason := d.ctl.answer(s, ln.tuning, d.floor)
-		if debugLane != nil && reason != rateHeld && reason != rateGrew {
-			r, n := d.ctl.recent.count()
-			debugLane("dim %d: %v limit %.0f level %.0f noise %.4f recent %d/%d", i, reason, d.ctl.limit, d.ctl.level, d.ctl.noise(ln.tuning), r, n)
-		}
-		switch reason {
+		switch d.ctl.answer(s, ln.tuning, d.floor) {
 		case rateFirstCut, rateCut, rateDipped, rateHalved:
 			ln.cuts++
 			ln.signals.rates.fire()
@@ -117,9 +112,6 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe,
 		spread: ln.spread(),
 	}, ln.tuning)
-	if debugLane != nil && verdict != batchHeld {
-		debugLane("batch %v: size %d (n %d) trial %d (n %d) ceil %d, answer of %d trial=%v class %v latency %v", verdict, ln.batch.size, ln.batch.base.n, ln.batch.trial.size, ln.batch.trial.n, ln.batch.ceil, p.n, p.sizeProbe, class, latency)
-	}
 	if verdict == batchAdopted && ln.batch.size > before && p.slots == nil {
 		ln.conc.follow(math.Exp(ln.batch.base.mean()-baseMean), ln.issued, ln.tuning)
 		ln.signals.slots.fire()
@@ -149,7 +141,7 @@ func (ln *lane) answerConc(p permit, latency time.Duration, class Class) {
 	}
 	before, trying := ln.conc.limit, ln.conc.trial.level > 0
 	may := ln.mayTryConc()
-	reason := ln.conc.answer(concSample{
+	ln.conc.answer(concSample{
 		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, loaded: !ln.fastAt.After(p.start),
 		slotBound: p.waitedSlot || ln.slotWaited, rateBound: rateBound,
 		mayTry: may, spread: ln.spread(),
@@ -160,9 +152,6 @@ func (ln *lane) answerConc(p permit, latency time.Duration, class Class) {
 	ln.slotWaited = false
 	if ln.conc.limit != before {
 		ln.batch.forget() // latencies at another level measure nothing here
-	}
-	if debugLane != nil && reason != concHeld {
-		debugLane("conc %v: %d -> %d (base %d n=%d thr=%.1f, trial %d n=%d)", reason, before, ln.conc.limit, ln.conc.base.level, ln.conc.base.n, ln.conc.base.throughput(), ln.conc.trial.level, ln.conc.trial.n)
 	}
 	if ln.conc.limit > before {
 		ln.signals.slots.fire()
@@ -195,5 +184,3 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) (youngOutage
 	}
 	return false
 }
-
-var debugLane func(string, ...any)

@@ -759,9 +759,17 @@ func (r *run) runEvent(s Stats, err error) RunEvent {
 	}
 }
 
-// limiterState returns the state of the run's namespace in its Limiter.
+// limiterState returns the state of the run's namespace in its Limiter,
+// with the concurrency and batch size the run pinned, if it did.
 func (r *run) limiterState() LimiterState {
-	return r.cfg.limiter.State(r.kind.lanePrefix + namespaceKey(r.cfg.namespace))
+	st := r.cfg.limiter.State(r.kind.lanePrefix + namespaceKey(r.cfg.namespace))
+	if r.cfg.concurrency > 0 {
+		st.Concurrency = r.cfg.concurrency
+	}
+	if r.cfg.batchSize > 0 {
+		st.BatchSize = r.cfg.batchSize
+	}
+	return st
 }
 
 func newRunError(failed []Failure, total int) *RunError {

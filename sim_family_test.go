@@ -201,8 +201,7 @@ func TestSimFamily(t *testing.T) {
 	}
 	if len(seeds) == 1 && os.Getenv("UPSERT_SIM_TRACE") != "" {
 		simTrace = t.Logf
-		debugLane = t.Logf
-		defer func() { simTrace, debugLane = nil, nil }()
+		defer func() { simTrace = nil }()
 	}
 	tn := simTuning(t)
 	var eff, ref, art, ratio []float64

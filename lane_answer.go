@@ -68,7 +68,7 @@ func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
 			doubling: max(ln.tuning.minWindow, 4*time.Duration(ln.roundTrip)),
 		}
 		switch d.ctl.answer(s, ln.tuning, d.floor) {
-		case rateFirstCut, rateCut, rateDipped, rateHalved:
+		case rateFirstCut, rateCut, rateHalved:
 			ln.cuts++
 			ln.signals.rates.fire()
 			d.apply(now, ln.tuning)

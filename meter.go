@@ -57,7 +57,7 @@ func (m *meter) advance(now time.Time) {
 // of like requests (same size, same concurrency). The spread is the
 // index's, whatever the size and the level, so the controllers pool it.
 type spreadMeter struct {
-	n   int
+	n    int
 	var_ float64
 }
 

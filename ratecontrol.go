@@ -18,29 +18,30 @@ import (
 // whatever the rate, and those must not grind the rate down. An episode
 // cuts the limit once, to a little under the level: what the index
 // accepted since the last cut, which is its capacity when it limits with a
-// token bucket (it accepts exactly its rate once its bucket is empty). An
-// accepted rate close to the level leaves the level where it was. After
-// the cut the limit climbs back to the level along a cubic curve (CUBIC
-// congestion control, in rate: the deeper the cut, the longer the climb)
-// and probes ever faster above it, while the limit holds requests back.
+// token bucket (it accepts exactly its rate once its bucket is empty).
+// After the cut the limit climbs back to the level along a cubic curve
+// (CUBIC congestion control, in rate: the deeper the cut, the longer the
+// climb) and probes ever faster above it, while the limit holds requests
+// back. The usual share of refusals is learnt while the limit climbs back,
+// when a token bucket refuses nothing.
 type rateControl struct {
-	limit    float64   // per second; +Inf: no cap
-	level    float64   // what the index accepted at the last episode, or the prior; 0: none
-	depth    float64   // how far below the level the curve starts, as a share of it
-	origin   time.Time // when the curve is back at the level, shifted by the time the limit bound nothing
-	followed time.Time // when the curve was last followed
-	cutAt    time.Time // when the last episode began, or the controller started
-	cutSeq   uint64    // requests admitted up to this one were sent before the last cut
-	episodes int       // 429 episodes so far
-	capacity float64   // what the index accepted at the last cut: below it refusals are noise
-	search   bool      // the last cut measured nothing: the limit doubles every few round trips
-	total    float64   // amount accepted since the controller started
-	accepted int       // answers accepted since the last cut, of requests sent after it
-	takenAt  float64   // amount accepted since the last cut, of any request
-	recent   answers   // the last answers, refused or not
+	limit    float64                            // per second; +Inf: no cap
+	level    float64                            // what the index accepted at the last episode, or the prior; 0: none
+	depth    float64                            // how far below the level the curve starts, as a share of it
+	origin   time.Time                          // when the curve is back at the level, shifted by the time the limit bound nothing
+	followed time.Time                          // when the curve was last followed
+	cutAt    time.Time                          // when the last episode began, or the controller started
+	cutSeq   uint64                             // requests admitted up to this one were sent before the last cut
+	episodes int                                // 429 episodes so far
+	capacity float64                            // what the index accepted at the last cut: below it refusals are noise
+	search   bool                               // the last cut measured nothing: the limit doubles every few round trips
+	total    float64                            // amount accepted since the controller started
+	accepted int                                // answers accepted since the last cut, of requests sent after it
+	takenAt  float64                            // amount accepted since the last cut, of any request
+	recent   answers                            // the last answers, refused or not
 	quiet    struct{ answers, refused float64 } // answers while climbing, when a token bucket refuses nothing
-	sent     meter     // amount sent
-	taken    meter     // amount the index accepted
+	sent     meter                              // amount sent
+	taken    meter                              // amount the index accepted
 }
 
 // answers is a shift register of the last 64 answers: a bit set for each
@@ -65,14 +66,14 @@ func (a *answers) refusals() int { return bits.OnesCount64(a.refused) }
 // rateSample is what the lane saw of one answered request, for one
 // dimension.
 type rateSample struct {
-	now       time.Time
-	amount    float64       // the request's amount in this dimension
-	seq       uint64        // the request's admission number
-	issued    uint64        // admissions so far
-	refused   bool          // answered 429 for this dimension
-	bound     bool          // the limit held a request back within tuning.boundFor
-	window    time.Duration // the least span that measures a rate: a few round trips and answers
-	doubling  time.Duration // how long a search takes to double: a few round trips
+	now      time.Time
+	amount   float64       // the request's amount in this dimension
+	seq      uint64        // the request's admission number
+	issued   uint64        // admissions so far
+	refused  bool          // answered 429 for this dimension
+	bound    bool          // the limit held a request back within tuning.boundFor
+	window   time.Duration // the least span that measures a rate: a few round trips and answers
+	doubling time.Duration // how long a search takes to double: a few round trips
 }
 
 // rateReason says what a rate controller did with a sample.
@@ -82,9 +83,8 @@ const (
 	rateHeld        rateReason = iota // unchanged: no cap, or the cap bound nothing
 	rateGrew                          // followed the curve
 	rateFirstCut                      // the first episode: a floor to search up from
-	rateCut                           // an episode on strong evidence: the level is where the index refused
+	rateCut                           // an episode: the level is what the index accepted
 	rateHalved                        // an episode with too few answers accepted to measure by: half of what was sent
-	rateDipped                        // an episode on weak evidence: the level stays
 	rateSameEpisode                   // a refusal of a request sent before the last cut
 	rateDraining                      // a refusal while the index still refuses what came before the cut
 	rateNoise                         // a refusal within the share the index refuses anyway
@@ -145,30 +145,25 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	if c.episodes > 0 && c.accepted == 0 && since < t.drainFor {
 		return rateDraining
 	}
-	strong, _ := c.excess(since, t)
-	if c.episodes == 0 && c.recent.refusals() < 2 {
-		strong = false // one refusal among the first answers may be the index's usual share
-	}
-	if climbing && !(strong && c.recent.refusals() >= 3) || !strong {
-		// While climbing, refusals teach the index's usual share; only
-		// several, beyond it, say the cut was not enough.
+	refusals := c.recent.refusals()
+	switch {
+	case !c.excess(t):
 		return rateNoise
+	case c.episodes == 0 && refusals < 2:
+		return rateNoise // one refusal among the first answers may be the index's usual share
+	case climbing && refusals < 3:
+		return rateNoise // while climbing, refusals teach the usual share; only several say the cut was not enough
 	}
-	return c.cut(s, strong, t, floor)
+	return c.cut(s, t, floor)
 }
 
-// excess tells whether the last answers hold more refusals than the
-// index's usual share explains: strong evidence when so many would come
-// by chance less than tuning.significance of the time (the first refusal
-// of an index that refuses nothing otherwise), weak evidence with twice as
-// many once tuning.episodeGap has passed since the last cut.
-func (c *rateControl) excess(since time.Duration, t *tuning) (strong, weak bool) {
+// excess reports whether the last answers hold more refusals than the
+// index's usual share explains: so many that they would come by chance
+// less than tuning.significance of the time (the first refusal of an index
+// that refuses nothing otherwise).
+func (c *rateControl) excess(t *tuning) bool {
 	r, n := c.recent.count()
-	expected := c.noise(t) * float64(n)
-	if poissonTail(expected, r) < t.significance {
-		return true, false
-	}
-	return false, since >= t.episodeGap && float64(r) > 2*expected
+	return poissonTail(c.noise(t)*float64(n), r) < t.significance
 }
 
 // noise is the share of answers the index refuses whatever the rate: of
@@ -210,7 +205,7 @@ func poissonTail(lambda float64, k int) float64 {
 // up, a window measures less than the index took at the end of it). With
 // fewer than three answers accepted since the last cut there is nothing to
 // measure by: the limit is half of what was sent, and searches up.
-func (c *rateControl) cut(s rateSample, strong bool, t *tuning, floor float64) rateReason {
+func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	accepted := c.taken.rateOver(s.now, s.window)
 	if since := s.now.Sub(c.cutAt); since >= s.window && c.episodes > 0 && !c.search {
 		// Between two episodes a token-bucket index starts and ends with
@@ -236,10 +231,6 @@ func (c *rateControl) cut(s rateSample, strong bool, t *tuning, floor float64) r
 	case c.accepted < 3:
 		reason = rateHalved
 		c.level, c.limit, c.search = sent/2, sent/2, true
-	case !strong && c.level > 0:
-		reason = rateDipped
-		c.level = max(c.level, accepted)
-		c.limit = c.level * (1 - t.cutMargin)
 	case searched:
 		// A search doubled its way past the capacity within the last
 		// few round trips, too fast for a window to measure: the
@@ -262,10 +253,10 @@ func (c *rateControl) cut(s rateSample, strong bool, t *tuning, floor float64) r
 }
 
 // climb is how long the curve takes from the cut back to the level: a
-// recovery for a cut of tuning.cutMargin, more for a deeper one, as the
-// cube root of the depth (CUBIC's K).
+// recovery for a cut of tuning.recoveryDepth, more for a deeper one, as
+// the cube root of the depth (CUBIC's K).
 func (c *rateControl) climb(t *tuning) time.Duration {
-	return time.Duration(float64(t.recovery) * math.Cbrt(max(c.depth, 1e-3)/t.cutMargin))
+	return time.Duration(float64(t.recovery) * math.Cbrt(max(c.depth, 1e-3)/t.recoveryDepth))
 }
 
 // follow moves the limit along the curve while it holds requests back;

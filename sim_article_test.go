@@ -11,7 +11,7 @@ import "time"
 // whose retries run out are dropped.
 
 type articleWork struct {
-	n                     int
+	n                      int
 	rateLimited, transient int
 }
 

@@ -4,10 +4,10 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
-	"reflect"
-	"runtime"
 	"math"
 	"math/rand/v2"
+	"reflect"
+	"runtime"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -43,7 +43,7 @@ type simIndex struct {
 	slowFactor  float64
 	changes     []upserttest.CapacityChange
 	idealFn     func(records int) time.Duration // nil: simIndex.ideal
-	outageEvery time.Duration // 0: none
+	outageEvery time.Duration                   // 0: none
 	outageFor   time.Duration
 	flaky       float64 // share of requests answered 429 whatever the rate
 	timeout     time.Duration

@@ -22,9 +22,9 @@ type tuning struct {
 	// that its bucket refills within a fraction of a second (a batch is a
 	// twentieth of a second's worth) instead of refusing the next request.
 	cutDepth float64
-	// cutMargin is how far a limit dips on weak evidence: refusals that
-	// come whatever the rate cost little.
-	cutMargin float64
+	// recoveryDepth is the depth of a cut whose climb back takes one
+	// recovery; deeper ones take longer, as the cube root of the depth.
+	recoveryDepth float64
 	// noiseAnswers is about how many answers the share of refusals an
 	// index makes anyway is measured over (up to four times as many):
 	// enough to tell it from an episode, few enough to follow a change.
@@ -32,11 +32,7 @@ type tuning struct {
 	// significance is how rarely refusals at the index's usual share
 	// may start an episode by chance.
 	significance float64
-	// episodeGap is how long after a cut refusals only twice the usual
-	// share start an episode: an index refusing a little above its rate
-	// at a low request rate is cut within seconds, one refusing at random
-	// rarely.
-	episodeGap time.Duration
+
 	// drainFor is how long after a cut 429s belong to its episode while
 	// the index has accepted nothing since: it still refuses what came
 	// before the cut (a request larger than its bucket leaves it in debt).
@@ -110,10 +106,9 @@ var defaultTuning = tuning{
 	recovery:       2 * time.Second,
 	probeGain:      0.15,
 	cutDepth:       0.15,
-	cutMargin:      0.05,
+	recoveryDepth:  0.05,
 	noiseAnswers:   256,
 	significance:   0.01,
-	episodeGap:     2 * time.Second,
 	drainFor:       time.Second,
 	minWindow:      300 * time.Millisecond,
 	maxWindow:      2 * time.Second,

@@ -12,6 +12,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/upsertlib/upsert/upserttest"
 )
 
@@ -301,4 +303,36 @@ func simTuning(t *testing.T) tuning {
 		}
 	}
 	return tn
+}
+
+// TestLimiterOnSimulatedIndexes runs the limiter against simulated indexes
+// in virtual time: named ones it must take close to their capacity, and
+// the first drawn indexes of the family, where no record may be lost or
+// fail.
+func TestLimiterOnSimulatedIndexes(t *testing.T) {
+	for i, tt := range []struct {
+		name string
+		eff  float64
+	}{
+		{"fast (20k/s)", 0.95},
+		{"tight (3k/s)", 0.95},
+		{"fast, 3% of requests refused at random", 0.7}, // no collapse
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := simulate(uint64(-int64(i+1)), &defaultTuning)
+			assert.Equal(t, o.ix.records, o.res.landed)
+			assert.GreaterOrEqual(t, o.efficiency, tt.eff, "of the ideal time")
+			assert.Less(t, o.refused, 0.06, "share of requests refused")
+			assert.Greater(t, o.efficiency, o.article, "the article's algorithm")
+		})
+	}
+	n := 60
+	if testing.Short() {
+		n = 20
+	}
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		o := simulate(seed, &defaultTuning)
+		assert.Equal(t, o.ix.records, o.res.landed+o.res.failed, "seed %d: every record settles", seed)
+		assert.Zero(t, o.res.failed, "seed %d: no record fails on an index that only slows down", seed)
+	}
 }

@@ -8,8 +8,9 @@ import (
 // breaker pauses every request of a namespace together when the index
 // keeps failing (a run of server errors or timeouts with no success in
 // between: an outage), instead of letting each batch retry on its own, and
-// lets one probe request through at a time until one succeeds. Its state is
-// guarded by the lane's mutex.
+// lets one probe request through at a time until one succeeds. It is a
+// pure controller: the lane holds it under its mutex and wakes the
+// requests waiting on it when a method reports a change.
 type breaker struct {
 	failures  int  // consecutive server failures
 	answered  bool // the index answered once: it is not dead or misconfigured
@@ -17,8 +18,7 @@ type breaker struct {
 	open      bool
 	openedAt  time.Time
 	nextProbe time.Time
-	probing   bool          // a probe request is in flight
-	changed   chan struct{} // closed when the breaker closes or a probe may go
+	probing   bool // a probe request is in flight
 }
 
 const (
@@ -69,33 +69,33 @@ func (b *breaker) admit(now time.Time) (ok, probe bool, wait time.Duration) {
 	}
 }
 
-// success closes the breaker: the index answers again. It returns how
-// long the breaker was open, or 0 if it was closed.
-func (b *breaker) success(now time.Time) time.Duration {
+// success closes the breaker: the index answers again. It reports whether
+// the breaker was open.
+func (b *breaker) success() (closed bool) {
 	b.failures, b.answered = 0, true
 	if !b.open {
-		return 0
+		return false
 	}
 	b.open, b.probing = false, false
-	b.signal()
-	return now.Sub(b.openedAt)
+	return true
 }
 
 // failure counts a server failure or a timeout; probe tells whether it
-// was the probe.
-func (b *breaker) failure(now time.Time, probe, timeout bool) {
+// was the probe. It reports whether the next probe is scheduled (waiters
+// should look again).
+func (b *breaker) failure(now time.Time, probe, timeout bool) (rescheduled bool) {
 	b.failures++
 	b.timedOut = timeout
 	if probe {
 		b.probing = false
 		b.nextProbe = now.Add(b.probeWait(now))
-		b.signal()
-		return
+		return true
 	}
 	if !b.open && b.failures >= breakerThreshold {
 		b.open, b.openedAt = true, now
 		b.nextProbe = now.Add(probeEvery)
 	}
+	return false
 }
 
 // young reports whether the breaker has been open for less than
@@ -125,12 +125,14 @@ func (b *breaker) gaveUp(now time.Time) *Error {
 }
 
 // abandon releases the probe slot of a probe that ended without an answer
-// about the index (the caller stopped, or a non-server error).
-func (b *breaker) abandon(probe bool) {
+// about the index (the caller stopped, or a non-server error). It reports
+// whether the slot was released.
+func (b *breaker) abandon(probe bool) bool {
 	if probe && b.probing {
 		b.probing = false
-		b.signal()
+		return true
 	}
+	return false
 }
 
 func (b *breaker) probeWait(now time.Time) time.Duration {
@@ -143,19 +145,4 @@ func (b *breaker) probeWait(now time.Time) time.Duration {
 		wait *= 2
 	}
 	return min(wait, probeMax)
-}
-
-// wake returns a channel closed at the next change of state.
-func (b *breaker) wake() <-chan struct{} {
-	if b.changed == nil {
-		b.changed = make(chan struct{})
-	}
-	return b.changed
-}
-
-func (b *breaker) signal() {
-	if b.changed != nil {
-		close(b.changed)
-		b.changed = nil
-	}
 }

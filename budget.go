@@ -1,17 +1,19 @@
 package upsert
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // retryBudget keeps retries a small share of the traffic, so that an index
 // in trouble does not get several times the load it can take: every
 // successful request earns a fraction of a retry, and the budget also
 // refills slowly with time so that it can never stall for good. A retry
-// that finds the budget empty waits; it is never dropped. Its state is
-// guarded by the lane's mutex.
+// that finds the budget empty waits; it is never dropped. It is a pure
+// controller, held by the lane under its mutex.
 type retryBudget struct {
 	tokens  float64
 	updated time.Time
-	changed chan struct{} // closed when tokens are added
 }
 
 const (
@@ -42,17 +44,16 @@ func (b *retryBudget) take(now time.Time) (ok bool, wait time.Duration) {
 		b.tokens--
 		return true, 0
 	}
-	return false, time.Duration((1 - b.tokens) / budgetPerSecond * float64(time.Second))
+	// Rounded up: a wait of 0 would find the budget as short again.
+	return false, time.Duration(math.Ceil((1 - b.tokens) / budgetPerSecond * float64(time.Second)))
 }
 
-// success earns a fraction of a retry.
-func (b *retryBudget) success(now time.Time) {
+// success earns a fraction of a retry. It reports whether a retry may go
+// now.
+func (b *retryBudget) success(now time.Time) bool {
 	b.refill(now)
 	b.tokens = min(budgetMax, b.tokens+budgetPerSuccess)
-	if b.tokens >= 1 && b.changed != nil {
-		close(b.changed)
-		b.changed = nil
-	}
+	return b.tokens >= 1
 }
 
 func (b *retryBudget) refill(now time.Time) {
@@ -60,12 +61,4 @@ func (b *retryBudget) refill(now time.Time) {
 		b.tokens = min(budgetMax, b.tokens+dt.Seconds()*budgetPerSecond)
 		b.updated = now
 	}
-}
-
-// wake returns a channel closed when a success adds to the budget.
-func (b *retryBudget) wake() <-chan struct{} {
-	if b.changed == nil {
-		b.changed = make(chan struct{})
-	}
-	return b.changed
 }

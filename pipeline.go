@@ -154,7 +154,7 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *ru
 	r.obsCtx = cfg.observers.startRun(ctx, r.runEvent(Stats{}, nil))
 	r.runCtx, r.halt = context.WithCancelCause(r.obsCtx)
 	r.lastProgress.Store(r.start.UnixNano())
-	maxInFlight := maxConcurrency
+	maxInFlight := defaultTuning.maxConcurrency
 	if cfg.concurrency > 0 {
 		maxInFlight = cfg.concurrency
 		r.slots = make(chan struct{}, cfg.concurrency)
@@ -191,9 +191,7 @@ func (r *run) route(namespace string) *route {
 		}
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
-		if r.cfg.index != nil {
-			rt.lane.capRequests()
-		}
+		rt.lane.setLimits(r.cfg.indexLimits())
 		if r.cfg.batchSize > 0 {
 			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
 		}
@@ -345,7 +343,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 			continue
 		}
 		if r.cfg.batchSize == 0 {
-			if limit := rt.lane.sendLimit(len(p.items), p.sizeProbe); len(p.items) > limit {
+			if limit := rt.lane.sendLimit(); len(p.items) > limit {
 				pieces := recut(p.items, limit)
 				for i := len(pieces) - 1; i >= 0; i-- {
 					stack = append(stack, p.child(pieces[i]))
@@ -443,7 +441,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	if err != nil {
 		return r.describe(err)
 	}
-	perm, err := acquire(r.runCtx, n, bytes, r.slots, p.sizeProbe)
+	perm, err := acquire(r.runCtx, request{n: n, bytes: bytes, slots: r.slots, sizeProbe: p.sizeProbe, timeout: r.cfg.requestTimeout})
 	p.sizeProbe = false
 	if err != nil {
 		r.minute.withdraw(pass)
@@ -764,9 +762,17 @@ func (r *run) runEvent(s Stats, err error) RunEvent {
 	}
 }
 
-// limiterState returns the state of the run's namespace in its Limiter.
+// limiterState returns the state of the run's namespace in its Limiter,
+// with the concurrency and batch size the run pinned, if it did.
 func (r *run) limiterState() LimiterState {
-	return r.cfg.limiter.State(r.kind.lanePrefix + namespaceKey(r.cfg.namespace))
+	st := r.cfg.limiter.State(r.kind.lanePrefix + namespaceKey(r.cfg.namespace))
+	if r.cfg.concurrency > 0 {
+		st.Concurrency = r.cfg.concurrency
+	}
+	if r.cfg.batchSize > 0 {
+		st.BatchSize = r.cfg.batchSize
+	}
+	return st
 }
 
 func newRunError(failed []Failure, total int) *RunError {

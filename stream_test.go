@@ -308,7 +308,9 @@ func TestNamespacesHaveTheirOwnBatchesAndLimiter(t *testing.T) {
 				return fmt.Errorf("record %s sent to %s, want %s", v.Id, ns, want)
 			}
 		}
-		if ns == "tenant-a" && perNS[ns] == 0 {
+		if ns == "tenant-a" && perNS[ns] < 2 {
+			// Two 429s: a single one among the first answers may be
+			// the index's usual share.
 			perNS[ns]++
 			return status.Error(codes.ResourceExhausted, "slow down")
 		}

@@ -65,6 +65,7 @@ type config struct {
 	retry          retryPolicy
 	classify       func(error) Class
 	limiter        *Limiter
+	limits         *IndexLimits                        // from WithIndexLimits; nil: the default for the source
 	nsOf           func(k *kind) func(it *item) string // from WithNamespaceOf, per kind
 	logger         *slog.Logger
 	observers      observers

@@ -421,7 +421,8 @@ func TestAllCutsBatchesFormedBeforeACeilingToIt(t *testing.T) {
 	// already formed. They are cut before they are sent.
 	lim := &Limiter{clock: newFakeClock()}
 	ln := lim.lane("", MaxBatchSize)
-	ln.batch, ln.sized, ln.ceilSize, ln.ceilUntil = 400, 400, 100, ln.clock.Now().Add(time.Hour)
+	ln.batch.size, ln.batch.base.size, ln.size = 400, 400, 400
+	ln.batch.ceil, ln.batch.ceilUntil = 100, ln.clock.Now().Add(time.Hour)
 	fi := newFakeIndex(nil)
 	res, err := All(context.Background(), vectors(1200, 2), WithUpsertFunc(fi.Upsert), WithLimiter(lim))
 	require.NoError(t, err)
@@ -433,16 +434,17 @@ func TestAllCutsBatchesFormedBeforeACeilingToIt(t *testing.T) {
 }
 
 func TestAllRecutsABatchThatACutMadeTooLargeWhileItWaited(t *testing.T) {
-	// A lane capped at 2000 records/s cuts batches to 100. The first batch
-	// spends the bucket; the second waits for tokens, and a 429 elsewhere
-	// cuts the rate, and the size of a request with it, while it waits.
+	// A lane capped at 1000 records/s saves up a tenth of a second's worth:
+	// the first batch of 100 spends it; the second waits for tokens, and a
+	// 429 elsewhere cuts the rate, and the size of a request with it (a
+	// twentieth of a second's worth), while it waits.
 	run := func(t *testing.T, opts ...Option) (Result, *fakeIndex) {
 		clk := &cuttingClock{fakeClock: newFakeClock()}
 		lim := &Limiter{clock: clk}
 		ln := lim.lane("", MaxBatchSize)
 		clk.ln = ln
-		capAt(ln, clk.fakeClock, 2000)
-		ln.batch, ln.sized = 100, 100
+		capAt(ln, clk.fakeClock, 1000)
+		ln.batch.size, ln.batch.base.size = 100, 100
 		clk.Advance(time.Second) // the cut during the wait is a new episode
 		fi := newFakeIndex(nil)
 		// A pinned batch that were sent back to be cut would come back
@@ -499,14 +501,16 @@ func TestAllChargesPineconesByteLimitWithTheRequestsItSends(t *testing.T) {
 
 	clk := newFakeClock()
 	lim := &Limiter{clock: clk}
+	ln := lim.lane("wide", MaxBatchSize)
+	ln.setLimits(ServerlessLimits)
+	b := ln.dims[dimBytes].bucket
+	before := b.TokensAt(clk.Now())
 	recs := vectors(20, 1536) // one request of 120 KiB
 	res, err := All(context.Background(), recs, WithIndex(idx), WithLimiter(lim), withClock(clk))
 	require.NoError(t, err)
 	require.Equal(t, 20, res.Upserted)
 	require.Equal(t, 1, srv.Stats().Requests)
-
-	ln := lim.lane("wide", MaxBatchSize)
-	spent := float64(ln.bytes.Burst()) - ln.bytes.TokensAt(clk.Now())
+	spent := before - b.TokensAt(clk.Now())
 	assert.Equal(t, float64(encodedRequestSize(t, recs, "wide")), spent, "the byte bucket is charged with the request's wire size")
 }
 

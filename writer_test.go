@@ -197,7 +197,7 @@ func TestManyNamespacesHoldBoundedMemory(t *testing.T) {
 		return nil
 	}
 	nsOfID := func(v *pinecone.Vector) string { return "ns-" + v.Id }
-	bound := int64(maxHeld(vectorKind) + (2*maxConcurrency+2)*1 + 1) // held in batches, in flight (one record each), the one being pulled
+	bound := int64(maxHeld(vectorKind) + (2*defaultTuning.maxConcurrency+2)*1 + 1) // held in batches, in flight (one record each), the one being pulled
 	t.Run("a stream", func(t *testing.T) {
 		var pulled, worst int64
 		seq := func(yield func(*pinecone.Vector) bool) {

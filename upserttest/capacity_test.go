@@ -125,3 +125,29 @@ func TestLatencyFormula(t *testing.T) {
 	assert.Equal(t, 2*(10*time.Millisecond+5*time.Millisecond), cfg.latency(5, 0))
 	assert.Equal(t, 10*time.Millisecond+4*time.Millisecond, cfg.latency(4, 0), "requests at the threshold are not slowed")
 }
+
+func TestBucketTime(t *testing.T) {
+	cfg := defaultConfig()
+	WithCapacityChange(5*time.Second, 1)(&cfg)
+	WithCapacityChange(2*time.Second, 3)(&cfg) // replaced by the next
+	WithCapacityChange(2*time.Second, 0.25)(&cfg)
+	require.Equal(t, []CapacityChange{{2 * time.Second, 0.25}, {5 * time.Second, 1}}, cfg.changes, "sorted, the last of one time kept")
+
+	start := time.Unix(1000, 0)
+	tests := []struct {
+		elapsed, want time.Duration
+		factor        float64
+	}{
+		{0, 0, 1},
+		{time.Second, time.Second, 1},
+		{2 * time.Second, 2 * time.Second, 0.25},
+		{3 * time.Second, 2250 * time.Millisecond, 0.25},
+		{6 * time.Second, 2*time.Second + 750*time.Millisecond + time.Second, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.elapsed.String(), func(t *testing.T) {
+			assert.Equal(t, start.Add(tt.want), cfg.bucketTime(start, start.Add(tt.elapsed)))
+			assert.Equal(t, tt.factor, cfg.factorAt(tt.elapsed))
+		})
+	}
+}

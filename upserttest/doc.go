@@ -102,8 +102,10 @@
 // so that a per-minute window passes in no time.
 //
 // Write slots with a FIFO queue ([WithSlots]) and a write latency
-// ([WithLatency], [WithByteLatency], [WithSlowAbove]) model the time a
-// write takes. A write that holds a slot is applied
+// ([WithLatency], [WithByteLatency], [WithSlowAbove], with a lognormal
+// jitter of mean 1: [WithLatencyJitter]) model the time a write takes.
+// [WithCapacityChange] makes the index's admission rates change during a
+// run. A write that holds a slot is applied
 // even if its client has timed out, as on a real service, so a client
 // deadline shorter than the latency produces an ambiguous timeout: the
 // client sees codes.DeadlineExceeded, and the vectors land anyway.
@@ -132,6 +134,16 @@
 // Where Pinecone publishes no message (the write units per second) or no
 // figure, the server's is written in the manner of the others, and says
 // so at its option.
+//
+// # A family of indexes
+//
+// [DrawIndex] draws, from a seed, an [Index]: a server's capacity model and
+// faults from wide ranges (rates, latency and its tail, slots, slowdowns,
+// capacity changes, outages, random 429s, dimensions, Pinecone's limits
+// present, raised or absent) and a run of records, with the run's ideal
+// time ([Index.IdealTime]), so that a client can be judged on indexes
+// nobody tuned it for: efficiency, ideal ÷ actual time, means the same on
+// every index.
 //
 // # Inspection
 //

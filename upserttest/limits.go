@@ -142,20 +142,22 @@ func (s *Server) take(a admission) (writeUnitsTaken int, err error) {
 		return 0, quotaExceeded(codes.ResourceExhausted, monthlyWriteUnitsMessage)
 	}
 	wu := writeUnits(a.bytes)
+	at := s.cfg.bucketTime(s.start, a.now) // the index's buckets follow its capacity changes
 	switch {
-	case !caps.vectors.Has(a.now, a.items), !caps.bytes.Has(a.now, a.bytes):
+	case !caps.vectors.Has(at, a.items), !caps.bytes.Has(at, a.bytes):
 		return 0, rateLimited(upsertSizeMessage)
-	case !caps.requests.Has(a.now, 1):
-		return 0, rateLimited(requestRateMessage(a.namespace, s.cfg.requestRate.rate))
-	case !l.writeUnits.Has(a.now, wu):
+	case !caps.requests.Has(at, 1):
+		qps := s.cfg.requestRate.rate * s.cfg.factorAt(a.now.Sub(s.start))
+		return 0, rateLimited(requestRateMessage(a.namespace, qps))
+	case !l.writeUnits.Has(at, wu):
 		return 0, rateLimited(writeUnitsMessage)
 	case a.tokens > 0 && !l.embedTokens.Has(a.now, a.tokens):
 		return 0, rateLimited(embedTokensMessage(s.cfg.embedTokens.burst))
 	}
-	caps.vectors.Take(a.now, a.items)
-	caps.bytes.Take(a.now, a.bytes)
-	caps.requests.Take(a.now, 1)
-	l.writeUnits.Take(a.now, wu)
+	caps.vectors.Take(at, a.items)
+	caps.bytes.Take(at, a.bytes)
+	caps.requests.Take(at, 1)
+	l.writeUnits.Take(at, wu)
 	if a.tokens > 0 {
 		l.embedTokens.Take(a.now, a.tokens)
 	}

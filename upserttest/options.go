@@ -48,6 +48,9 @@ type config struct {
 	latencyPerMiB    time.Duration
 	slowAbove        int     // -1: disabled
 	slowFactor       float64 // used when a request has more than slowAbove vectors
+	jitter           jitterConfig
+
+	changes []CapacityChange // sorted by At
 
 	faults FaultFunc
 }

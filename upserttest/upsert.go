@@ -26,7 +26,7 @@ import (
 //     ...) and the index's (WithWriteUnitRate, WithEmbedTokensPerMinute);
 //  6. waiting for a write slot of the namespace, in FIFO order (WithSlots);
 //     a request whose client gives up while it waits is dropped;
-//  7. write latency (WithLatency, ...), then the write, then the slot is
+//  7. write latency (WithLatency, ..., WithLatencyJitter), then the write, then the slot is
 //     freed;
 //  8. the fault's Delay, then the answer: OK, the fault's code, or a reset
 //     connection.
@@ -147,7 +147,7 @@ func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 		return status.FromContextError(err).Err()
 	}
 	s.inFlightDelta(+1)
-	err := g.sleep(s.cfg.latency(n, r.Bytes))
+	err := g.sleep(s.cfg.writeLatency(n, r.Bytes, r.Seq))
 	if err == nil {
 		err = c.write(fault.written(n))
 	}

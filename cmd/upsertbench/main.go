@@ -17,6 +17,16 @@
 // Usage:
 //
 //	go run ./cmd/upsertbench [-profiles fast,slow,...] [-strategies upsert,separate,article,naive] [-scale 1.0] [-deadline 60s] [-v]
+//	go run ./cmd/upsertbench -family 20 [-seeds 1-10,15 | -seed 7] [-family-out runs.jsonl] [-strategies upsert,article] [-scale 1.0] [-max-ideal 15s] [-v]
+//
+// -family runs the library and the article's algorithm on indexes drawn
+// by upserttest.DrawIndex (one per seed, each on a fresh server, with a
+// request timeout of 2 s), and prints a row per index and the distribution
+// of the efficiencies, 429 shares and the ratio of the two; a run still
+// going at max(4 × ideal, ideal + 10 s) is stopped and measured by what
+// landed. -deadline does not apply to it. -scale scales each run with
+// upserttest.Index.Scaled (its capacity changes with it), -max-ideal
+// shortens the longer runs with Index.Shortened.
 //
 // The default profiles are the ones of the issue the benchmark answers, and
 // a few more; others (extraProfiles) run only when named with -profiles.
@@ -58,6 +68,11 @@ type config struct {
 	// numbers of writers instead; redis joins them through upsertredis.
 	procs []int
 	redis bool
+	// family, when set, runs the family benchmark (family.go) on these
+	// seeds instead; familyOut names its JSON lines file.
+	family    []uint64
+	familyOut string
+	maxIdeal  time.Duration
 }
 
 func main() {
@@ -79,8 +94,11 @@ func main() {
 		progress = os.Stderr
 	}
 	run := bench
-	if cfg.procs != nil {
+	switch {
+	case cfg.procs != nil:
 		run = benchProcs
+	case cfg.family != nil:
+		run = benchFamily
 	}
 	if err := run(ctx, cfg, os.Stdout, progress); err != nil {
 		fmt.Fprintln(os.Stderr, "upsertbench:", err)
@@ -98,6 +116,11 @@ func parseFlags(args []string) (config, error) {
 	verbose := fs.Bool("v", false, "report progress to stderr")
 	procs := fs.String("procs", "", "comma-separated `numbers` of writers to run as separate processes\n(the process benchmark, instead of -profiles and -strategies)")
 	withRedis := fs.Bool("redis", false, "with -procs: writers join their lane through upsertredis\n(on a redis-server the benchmark starts)")
+	family := fs.Int("family", 0, "run the family benchmark on the `n` indexes of seeds 1 to n\n(upserttest.DrawIndex; instead of -profiles; strategies upsert,article unless -strategies)")
+	seeds := fs.String("seeds", "", "run the family benchmark on these `seeds` (such as 1-10,15)")
+	seed := fs.Uint64("seed", 0, "run the family benchmark on this `seed` alone (with -v: with progress)")
+	familyOut := fs.String("family-out", "", "with the family benchmark: write one JSON object per index and strategy to `file`")
+	maxIdeal := fs.Duration("max-ideal", 0, "with the family benchmark: shorten each run to an ideal time of at most this `long`\n(the same indexes, capacity changes at the same shares of the run; at least 2s)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -124,7 +147,38 @@ func parseFlags(args []string) (config, error) {
 	if cfg.strategies, err = pick(strategies(), strategy.key, *strategyNames); err != nil {
 		return config{}, fmt.Errorf("-strategies: %w", err)
 	}
+	if cfg.family, err = familySeeds(*family, *seeds, *seed, fs); err != nil {
+		return config{}, err
+	}
+	if cfg.family != nil {
+		cfg.strategies = familyStrategies(cfg.strategies, isSet(fs, "strategies"))
+		cfg.familyOut, cfg.maxIdeal = *familyOut, *maxIdeal
+	}
 	return cfg, nil
+}
+
+// familySeeds returns the seeds of -family, -seeds or -seed, whichever
+// was given (at most one), or nil for none.
+func familySeeds(n int, list string, seed uint64, fs *flag.FlagSet) ([]uint64, error) {
+	given := 0
+	for _, name := range []string{"family", "seeds", "seed"} {
+		if isSet(fs, name) {
+			given++
+		}
+	}
+	switch {
+	case given > 1:
+		return nil, errors.New("give one of -family, -seeds and -seed")
+	case isSet(fs, "family") && n < 1:
+		return nil, fmt.Errorf("-family must be positive, not %d", n)
+	case isSet(fs, "family"):
+		return seedRange(n), nil
+	case isSet(fs, "seeds"):
+		return parseSeeds(list)
+	case isSet(fs, "seed"):
+		return []uint64{seed}, nil
+	}
+	return nil, nil
 }
 
 // isSet reports whether the flag name was given on the command line.

@@ -82,9 +82,10 @@ func summarize(cs ...*calls) callStats {
 
 // quantile returns the q-quantile (0 to 1) of sorted by the nearest-rank
 // method, or 0 when sorted is empty.
-func quantile(sorted []time.Duration, q float64) time.Duration {
+func quantile[T any](sorted []T, q float64) T {
 	if len(sorted) == 0 {
-		return 0
+		var zero T
+		return zero
 	}
 	rank := int(math.Ceil(q * float64(len(sorted))))
 	return sorted[min(max(rank, 1), len(sorted))-1]

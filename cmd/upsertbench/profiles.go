@@ -44,6 +44,10 @@ type profile struct {
 	// dimension is the number of dense values of each record; 0 means
 	// the package's dimension.
 	dimension int
+	// index, for an index of the family (family.go), is the drawn index:
+	// its options are the whole server, and its ideal time replaces
+	// capacity and burst.
+	index *upserttest.Index
 }
 
 // profiles returns every profile, in the order the benchmark runs them.
@@ -300,6 +304,9 @@ func extraProfiles() []profile {
 
 // serverOptions returns the options of a fresh server for p.
 func (p profile) serverOptions() []upserttest.Option {
+	if p.index != nil {
+		return p.index.Options()
+	}
 	return append([]upserttest.Option{upserttest.Serverless()}, p.options...)
 }
 
@@ -309,8 +316,12 @@ func (p profile) recordsPerClient(scale float64) int {
 }
 
 // idealTime is how long writing n records takes at best: the burst is
-// admitted at once and the rest at the capacity.
+// admitted at once and the rest at the capacity; for an index of the
+// family, its IdealTime.
 func (p profile) idealTime(n int) time.Duration {
+	if p.index != nil {
+		return p.index.IdealTime(n, p.timeout)
+	}
 	return time.Duration(float64(max(0, n-p.burst)) / p.capacity * float64(time.Second))
 }
 

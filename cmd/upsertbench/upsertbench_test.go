@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -85,23 +86,29 @@ func TestQuantile(t *testing.T) {
 	}
 	assert.Equal(t, 50*time.Millisecond, quantile(d, 0.5))
 	assert.Equal(t, 99*time.Millisecond, quantile(d, 0.99))
-	assert.Zero(t, quantile(nil, 0.5))
+	assert.Zero(t, quantile([]time.Duration(nil), 0.5))
 }
 
 func TestWideCapacityIsTheByteLimitInRecords(t *testing.T) {
+	assert.Equal(t, 6160, sdkRecordBytes(t, makeRecords(0, 1, 1536)[0]), "bytes a record adds to a request")
+	assert.InDelta(t, float64(50<<20)/6160, wideCapacity, 1e-9)
+}
+
+// sdkRecordBytes returns the bytes rec adds to an UpsertRequest, the SDK's
+// message type.
+func sdkRecordBytes(t *testing.T, rec *pinecone.Vector) int {
+	t.Helper()
 	mt, err := protoregistry.GlobalTypes.FindMessageByName("UpsertRequest")
 	require.NoError(t, err, "the SDK registers UpsertRequest")
 	req := mt.New()
 	vectors := req.Mutable(req.Descriptor().Fields().ByName("vectors")).List()
 	v := vectors.NewElement().Message()
 	fields := v.Descriptor().Fields()
-	rec := makeRecords(0, 1, 1536)[0]
 	v.Set(fields.ByName("id"), protoreflect.ValueOfString(rec.Id))
 	values := v.Mutable(fields.ByName("values")).List()
 	for _, x := range *rec.Values {
 		values.Append(protoreflect.ValueOfFloat32(x))
 	}
 	vectors.Append(protoreflect.ValueOfMessage(v))
-	assert.Equal(t, 6160, proto.Size(req.Interface()), "bytes a record adds to a request")
-	assert.InDelta(t, float64(50<<20)/6160, wideCapacity, 1e-9)
+	return proto.Size(req.Interface())
 }

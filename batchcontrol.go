@@ -1,0 +1,289 @@
+package upsert
+
+import (
+	"math"
+	"time"
+)
+
+// batchControl is the policy of how many records a lane's requests carry.
+// Larger requests cost less per record until the index slows down above
+// some size (or times out): a larger size is tried on a few batches now and
+// then, twice the size (ten times in slow start, so that the largest is
+// tried at once) or halfway to a size known to be too large, and adopted
+// when its cost per record, compared by the mean of log latency, is no
+// worse; a size that costs more, times out or is refused as too large is
+// remembered as too large for a while. A trial batch out longer than a
+// no-worse size would take, with the tail of the latency seen, is judged
+// too large at once.
+//
+// Under a capped record rate, batches carry a fraction of a second's worth
+// (tuning.requestsPerSecond requests a second), up to the size adopted,
+// but never so little that the record rate needs more than a share of the
+// request rate's cap. It is a pure controller: no lock, no clock.
+type batchControl struct {
+	limit     int       // the most records a request may carry, for the lane's kind
+	size      int       // the size adopted
+	base      sizeStats // answers of full batches of the size adopted
+	trial     sizeStats // a larger size being tried; size 0 when none
+	ceil      int       // a size known to be too large; 0 when none
+	ceilUntil time.Time // when ceil is forgotten
+	slowStart bool      // until the first trial is judged
+	timeouts  int       // timeouts of full batches of the size adopted since one succeeded
+}
+
+// sizeStats summarises the latencies of batches of one size.
+type sizeStats struct {
+	levelStats           // level unused
+	size       int       // records per batch
+	sent       int       // trial batches handed out
+	out        int       // trial batches sent and not answered
+	oldest     time.Time // when the oldest of those was sent
+}
+
+// sizeCaps are the lane's rate limits that bound a batch, +Inf for none.
+type sizeCaps struct{ records, requests float64 }
+
+// batchSample is what the lane saw of one answered request.
+type batchSample struct {
+	now     time.Time
+	records int
+	latency time.Duration
+	timeout time.Duration // the run's request timeout
+	class   Class         // 0 for a success
+	trial   bool          // a batch handed out as a trial
+	spread  float64       // of the index's log latency, pooled
+}
+
+// batchReason says what the batch controller did.
+type batchReason int
+
+const (
+	batchHeld       batchReason = iota
+	batchTrying                 // a larger size is being tried
+	batchAdopted                // the size tried costs no more per record
+	batchTooLarge               // the size tried, or the size adopted, is too large
+	batchTrialEnded             // the trial was abandoned: the rate caps batches below it
+)
+
+func newBatchControl(limit int, t *tuning) batchControl {
+	size := min(t.startBatch, limit)
+	return batchControl{limit: limit, size: size, base: sizeStats{size: size}, slowStart: true}
+}
+
+// next returns the size of the next batch to form and whether it is a
+// trial batch. A trial starts only when mayTry (the lane runs one
+// experiment at a time); spread is the index's, pooled.
+func (c *batchControl) next(now time.Time, caps sizeCaps, mayTry bool, spread float64, t *tuning) (int, bool) {
+	c.expire(now)
+	cap := c.maxSize(caps, t)
+	if c.trial.size > 0 {
+		if c.trial.size > cap || c.overdue(now, spread, t) {
+			c.endTrial(now, c.trial.size > cap, t)
+			return min(c.size, cap), false
+		}
+		if c.trial.sent < c.trialSamples(t) {
+			c.trial.sent++
+			return c.trial.size, true
+		}
+		return min(c.size, cap), false
+	}
+	if n := c.nextTrial(cap, t); n > 0 && mayTry {
+		c.trial = sizeStats{size: n, sent: 1}
+		return n, true
+	}
+	return min(c.size, cap), false
+}
+
+// sent counts a trial batch sent at now.
+func (c *batchControl) sent(now time.Time, n int) {
+	if c.trial.size == 0 || n != c.trial.size {
+		return
+	}
+	if c.trial.out == 0 {
+		c.trial.oldest = now
+	}
+	c.trial.out++
+}
+
+// sendLimit returns the most records a batch formed earlier may carry now.
+func (c *batchControl) sendLimit(now time.Time, caps sizeCaps, t *tuning) int {
+	c.expire(now)
+	n := c.maxSize(caps, t)
+	if c.trial.size > n {
+		c.endTrial(now, true, t)
+	}
+	return n
+}
+
+// maxSize is the largest batch worth forming: the kind's limit, under a
+// size known to be too large, and under a capped rate what the caps ask.
+func (c *batchControl) maxSize(caps sizeCaps, t *tuning) int {
+	n := c.limit
+	if c.ceil > 0 {
+		n = min(n, max(1, c.ceil-1))
+	}
+	if !math.IsInf(caps.records, 1) {
+		per := max(float64(t.startBatch)/10, caps.records/t.requestsPerSecond)
+		if !math.IsInf(caps.requests, 1) {
+			per = max(per, caps.records/(t.requestShare*caps.requests))
+		}
+		n = min(n, max(1, int(per)))
+	}
+	return n
+}
+
+func (c *batchControl) expire(now time.Time) {
+	if c.ceil > 0 && !now.Before(c.ceilUntil) {
+		c.ceil = 0
+	}
+}
+
+// trialSamples is how many batches a trial size is judged on.
+func (c *batchControl) trialSamples(t *tuning) int {
+	if c.slowStart {
+		return 1
+	}
+	return t.batchSamples
+}
+
+// eager reports whether a trial would start if it may.
+func (c *batchControl) eager(caps sizeCaps, t *tuning) bool {
+	return c.trial.size == 0 && c.nextTrial(c.maxSize(caps, t), t) > 0
+}
+
+// nextTrial returns a size to try, or 0. In slow start the trial goes out
+// once the first batch is answered (an index that refuses it would refuse
+// the larger one too, and leave its bucket in debt for it), and is judged
+// on one sample against it.
+func (c *batchControl) nextTrial(cap int, t *tuning) int {
+	if c.base.n < c.trialSamples(t) || c.size >= cap {
+		return 0
+	}
+	growth := 2
+	if c.slowStart {
+		growth = 10
+	}
+	n := min(growth*c.size, cap)
+	if c.ceil > 0 {
+		if c.ceil-c.size <= max(1, c.size/8) {
+			return 0 // close enough to the size known too large
+		}
+		n = min(n, (c.size+c.ceil)/2)
+	}
+	if n <= c.size {
+		return 0
+	}
+	return n
+}
+
+// overdue reports whether the oldest unanswered trial batch has been out
+// longer than a size no worse per record than the adopted one would take
+// in the tail of its latency.
+func (c *batchControl) overdue(now time.Time, spread float64, t *tuning) bool {
+	if c.trial.out == 0 || c.base.n < 2 {
+		return false
+	}
+	tail := math.Exp(c.base.mean() + 2.5*spread)
+	budget := tail * t.probeWorse * float64(c.trial.size) / float64(c.size)
+	return now.Sub(c.trial.oldest).Seconds() > budget
+}
+
+// endTrial forgets the trial; when tooLarge, its size is remembered as
+// too large.
+func (c *batchControl) endTrial(now time.Time, capped bool, t *tuning) {
+	if !capped {
+		c.setCeiling(c.trial.size, now.Add(t.ceilingFor))
+	}
+	c.trial = sizeStats{}
+	c.slowStart = false
+}
+
+// answer takes one answered request and returns what it did.
+func (c *batchControl) answer(s batchSample, t *tuning) batchReason {
+	if s.trial && c.trial.size > 0 && s.records == c.trial.size {
+		return c.answerTrial(s, t)
+	}
+	full := s.records == c.size || 10*s.records >= 9*c.size && s.records <= c.size
+	switch {
+	case s.class == ClassTooLarge && s.records > 1:
+		c.setCeiling(s.records, s.now.Add(t.timeoutCeilingFor))
+		return batchTooLarge
+	case s.class == ClassTimeout && full && s.records > 1:
+		if c.timeouts++; c.timeouts >= 2 {
+			c.timeouts = 0
+			c.setCeiling(c.size, s.now.Add(t.timeoutCeilingFor))
+			return batchTooLarge
+		}
+	case s.class == 0 && full:
+		c.timeouts = 0
+		c.base.add(s.latency)
+		if c.trial.size > 0 && c.trial.n >= c.trialSamples(t) {
+			return c.judgeTrial(s, t) // its answers came before this one
+		}
+		return batchHeld
+	}
+	return batchHeld
+}
+
+// answerTrial takes the answer of a trial batch.
+func (c *batchControl) answerTrial(s batchSample, t *tuning) batchReason {
+	c.trial.out = max(0, c.trial.out-1)
+	c.trial.oldest = s.now
+	switch s.class {
+	case ClassTimeout, ClassTooLarge:
+		c.endTrial(s.now, false, t)
+		c.ceilUntil = s.now.Add(t.timeoutCeilingFor)
+		return batchTooLarge
+	case 0:
+	default:
+		c.trial.sent-- // a refusal tells nothing of the size: send another
+		return batchHeld
+	}
+	c.trial.add(s.latency)
+	if c.trial.n < c.trialSamples(t) || c.base.n == 0 {
+		return batchTrying
+	}
+	return c.judgeTrial(s, t)
+}
+
+// judgeTrial adopts the size tried when it costs no more per record than
+// the size adopted, by the mean of log latency, and its tail stays within
+// tuning.latencyShare of the request timeout; it remembers it as too large
+// otherwise.
+func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
+	costTrial := c.trial.mean() - math.Log(float64(c.trial.size))
+	costBase := c.base.mean() - math.Log(float64(c.size))
+	if costTrial > costBase+math.Log(t.probeWorse) || c.tooSlow(c.trial.mean(), s, t) {
+		c.endTrial(s.now, false, t)
+		return batchTooLarge
+	}
+	c.size, c.base = c.trial.size, sizeStats{levelStats: c.trial.levelStats, size: c.trial.size}
+	c.trial = sizeStats{}
+	c.slowStart = false
+	return batchAdopted
+}
+
+// forget drops the latencies of the size adopted, when the concurrency
+// changes: they are no measure of the new level.
+func (c *batchControl) forget() {
+	c.base = sizeStats{size: c.size}
+}
+
+// tooSlow reports whether the 99th percentile of a lognormal latency of
+// the mean log given, at the spread seen, takes more than
+// tuning.latencyShare of the request timeout.
+func (c *batchControl) tooSlow(meanLog float64, s batchSample, t *tuning) bool {
+	return s.timeout > 0 && math.Exp(meanLog+2.33*s.spread) > t.latencyShare*s.timeout.Seconds()
+}
+
+// setCeiling remembers size as too large until until, and brings the
+// size adopted under it.
+func (c *batchControl) setCeiling(size int, until time.Time) {
+	if c.ceil == 0 || size <= c.ceil {
+		c.ceil, c.ceilUntil = size, until
+	}
+	if c.size >= size {
+		c.size = max(1, size/2)
+		c.base = sizeStats{size: c.size}
+	}
+}

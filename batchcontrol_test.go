@@ -1,0 +1,141 @@
+package upsert
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// batchScript drives a batch size controller against an index whose
+// latency for n records is latency(n): it forms batches, sends them one
+// after the other and answers each.
+type batchScript struct {
+	c       batchControl
+	tn      tuning
+	now     time.Time
+	caps    sizeCaps
+	timeout time.Duration
+}
+
+func newBatchScript() *batchScript {
+	s := &batchScript{tn: defaultTuning, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), timeout: 30 * time.Second}
+	s.c = newBatchControl(MaxBatchSize, &s.tn)
+	s.caps = sizeCaps{records: math.Inf(1), requests: math.Inf(1)}
+	return s
+}
+
+// run forms and answers n batches; class, when not nil, answers a batch
+// of its size with an error class instead.
+func (s *batchScript) run(n int, latency func(int) time.Duration, class func(int) Class) map[batchReason]int {
+	seen := make(map[batchReason]int)
+	for range n {
+		size, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+		if trial {
+			s.c.sent(s.now, size)
+		}
+		d := latency(size)
+		cl := Class(0)
+		if class != nil {
+			cl = class(size)
+		}
+		if cl == ClassTimeout {
+			d = s.timeout
+		}
+		s.now = s.now.Add(d)
+		seen[s.c.answer(batchSample{now: s.now, records: size, latency: d, timeout: s.timeout, class: cl, trial: trial, spread: 0.1}, &s.tn)]++
+	}
+	return seen
+}
+
+// perRequest is an index where a request costs base plus perRecord per
+// record, times slow above slowAbove records.
+func perRequest(base, perRecord time.Duration, slowAbove int, slow float64) func(int) time.Duration {
+	return func(n int) time.Duration {
+		d := base + time.Duration(n)*perRecord
+		if slowAbove > 0 && n > slowAbove {
+			d = time.Duration(float64(d) * slow)
+		}
+		return d
+	}
+}
+
+func TestBatchControl(t *testing.T) {
+	t.Run("slow start tries ten times the size after the first answer, and keeps it when it costs no more per record", func(t *testing.T) {
+		s := newBatchScript()
+		seen := s.run(3, perRequest(50*time.Millisecond, 10*time.Microsecond, 0, 1), nil)
+		assert.Equal(t, 1, seen[batchAdopted])
+		assert.Equal(t, 1000, s.c.size)
+		assert.False(t, s.c.slowStart)
+	})
+	t.Run("a size that costs more per record is not kept, and sizes between are tried", func(t *testing.T) {
+		s := newBatchScript()
+		s.run(200, perRequest(10*time.Millisecond, 10*time.Microsecond, 300, 20), nil)
+		assert.LessOrEqual(t, s.c.size, 300, "never above the size where it slows down")
+		assert.GreaterOrEqual(t, s.c.size, 200, "and close to it")
+	})
+	t.Run("a size whose latency's tail takes most of the request timeout is not kept", func(t *testing.T) {
+		s := newBatchScript()
+		s.timeout = 2 * time.Second
+		s.run(50, perRequest(10*time.Millisecond, 2*time.Millisecond, 0, 1), nil) // 1000 records: 2 s
+		assert.Less(t, float64(perRequest(10*time.Millisecond, 2*time.Millisecond, 0, 1)(s.c.size)), s.tn.latencyShare*float64(s.timeout))
+	})
+	t.Run("a trial out longer than a size no worse would take is judged too large at once", func(t *testing.T) {
+		s := newBatchScript()
+		s.c.slowStart = false
+		s.run(4, perRequest(10*time.Millisecond, 0, 0, 1), nil)
+		size, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+		require.True(t, trial)
+		s.c.sent(s.now, size)
+		s.now = s.now.Add(time.Second)
+		next, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+		assert.False(t, trial)
+		assert.Equal(t, 100, next)
+		assert.Equal(t, size, s.c.ceil)
+	})
+	t.Run("two timeouts of batches of the size kept make it too large", func(t *testing.T) {
+		s := newBatchScript()
+		s.c.slowStart = false
+		seen := s.run(2, perRequest(10*time.Millisecond, 0, 0, 1), func(int) Class { return ClassTimeout })
+		assert.Equal(t, 1, seen[batchTooLarge])
+		assert.Equal(t, 50, s.c.size)
+		assert.Equal(t, 100, s.c.ceil)
+	})
+	t.Run("a request refused as too large makes its size too large", func(t *testing.T) {
+		s := newBatchScript()
+		s.c.slowStart = false
+		s.run(1, perRequest(10*time.Millisecond, 0, 0, 1), func(int) Class { return ClassTooLarge })
+		assert.Equal(t, 50, s.c.size)
+	})
+	t.Run("a size too large is forgotten after a while", func(t *testing.T) {
+		s := newBatchScript()
+		s.c.setCeiling(200, s.now.Add(time.Minute))
+		assert.Equal(t, 199, s.c.maxSize(s.caps, &s.tn))
+		s.c.expire(s.now.Add(time.Minute))
+		assert.Equal(t, MaxBatchSize, s.c.maxSize(s.caps, &s.tn))
+	})
+	t.Run("under a capped record rate batches carry a twentieth of a second's worth, enough for the request cap", func(t *testing.T) {
+		s := newBatchScript()
+		for _, tt := range []struct {
+			records, requests float64
+			want              int
+		}{
+			{math.Inf(1), math.Inf(1), MaxBatchSize},
+			{4000, math.Inf(1), 200},
+			{100, math.Inf(1), 10},
+			{8000, 10, 1000},
+			{4000, 100, 200},
+			{4000, 20, 250},
+		} {
+			assert.Equal(t, tt.want, s.c.maxSize(sizeCaps{records: tt.records, requests: tt.requests}, &s.tn), "%v records/s, %v requests/s", tt.records, tt.requests)
+		}
+	})
+	t.Run("a trial is not started when the lane runs another experiment", func(t *testing.T) {
+		s := newBatchScript()
+		s.run(1, perRequest(10*time.Millisecond, 0, 0, 1), nil)
+		_, trial := s.c.next(s.now, s.caps, false, 0.1, &s.tn)
+		assert.False(t, trial)
+	})
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// TestFamily runs -family 2 at a tiny scale (some 2000 records an index)
+// and checks that the output parses and that the summary agrees with the
+// rows.
+func TestFamily(t *testing.T) {
+	cfg, err := parseFlags([]string{"-family", "2", "-scale", "0.01"})
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 2}, cfg.family)
+	require.Equal(t, []string{"upsert", "article"}, []string{cfg.strategies[0].name, cfg.strategies[1].name})
+
+	var out bytes.Buffer
+	require.NoError(t, benchFamily(context.Background(), cfg, &out, nil))
+	text := out.String()
+	rows := familyRows(t, text)
+	require.Len(t, rows, 2, "a row per index:\n%s", text)
+	for i, row := range rows {
+		assert.Equal(t, fmt.Sprint(i+1), row["seed"])
+		assert.Equal(t, "0", row["upsert lost"], "the library loses nothing")
+		assert.Equal(t, fmt.Sprint(newFamilyIndex(uint64(i+1), 0.01, 0).records), row["records"])
+	}
+
+	var lostTotal []string
+	for _, name := range []string{"upsert", "article"} {
+		var effs, shares []float64
+		lost := 0
+		for _, row := range rows {
+			effs = append(effs, number(t, row[name+" eff"]))
+			shares = append(shares, number(t, row[name+" 429"]))
+			lost += int(number(t, row[name+" lost"]))
+		}
+		slices.Sort(effs)
+		slices.Sort(shares)
+		want := fmt.Sprintf("| %s | %.3f | %.3f | %.3f | %.2f%% | %.2f%% | %d |", name,
+			quantile(effs, 0.5), quantile(effs, 0.1), effs[0], quantile(shares, 0.5), quantile(shares, 0.9), lost)
+		assert.Contains(t, text, want, "the summary of %s", name)
+		lostTotal = append(lostTotal, fmt.Sprintf("%s %d", name, lost))
+	}
+
+	var ratios []float64
+	below := 0
+	for _, row := range rows {
+		ratios = append(ratios, number(t, row["ratio"]))
+		if number(t, row["upsert eff"]) < number(t, row["article eff"])-ratioMargin {
+			below++
+		}
+	}
+	minSeed := rows[0]["seed"]
+	if ratios[1] < ratios[0] {
+		minSeed = rows[1]["seed"]
+	}
+	slices.Sort(ratios)
+	assert.Contains(t, text, fmt.Sprintf("Ratio upsert ÷ article over 2 indexes: median %.3f, min %.3f (seed %s).", quantile(ratios, 0.5), ratios[0], minSeed))
+	assert.Contains(t, text, fmt.Sprintf("Indexes with upsert < article − 0.02: %d (", below))
+	assert.Contains(t, text, "Records lost in total: "+strings.Join(lostTotal, ", ")+".")
+}
+
+// familyRows returns the rows of the table of indexes in text, by column.
+func familyRows(t *testing.T, text string) []map[string]string {
+	t.Helper()
+	var head []string
+	var rows []map[string]string
+	for line := range strings.SplitSeq(text, "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		switch {
+		case strings.HasPrefix(line, "| seed | index |"):
+			head = cells
+		case head != nil && regexp.MustCompile(`^\| \d+ \|`).MatchString(line):
+			require.Len(t, cells, len(head), "row %q", line)
+			row := make(map[string]string)
+			for i, h := range head {
+				row[h] = cells[i]
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows
+}
+
+// number reads a cell such as "0.912" or "1.20%".
+func number(t *testing.T, cell string) float64 {
+	t.Helper()
+	x, err := strconv.ParseFloat(strings.TrimSuffix(cell, "%"), 64)
+	require.NoError(t, err, "cell %q", cell)
+	return x
+}
+
+func TestFamilyFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"-seeds", "3-5,9", "-strategies", "upsert"})
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{3, 4, 5, 9}, cfg.family)
+	assert.Equal(t, "upsert", names(cfg.strategies, strategy.key), "-strategies still selects")
+	cfg, err = parseFlags([]string{"-seed", "7", "-v", "-family-out", "x.jsonl"})
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{7}, cfg.family)
+	assert.True(t, cfg.verbose)
+	assert.Equal(t, "x.jsonl", cfg.familyOut)
+	cfg, err = parseFlags([]string{"-family", "3", "-strategies", "upsert,separate,naive"})
+	require.NoError(t, err)
+	assert.Equal(t, "upsert,naive", names(cfg.strategies, strategy.key), "separate needs several clients")
+	cfg, err = parseFlags(nil)
+	require.NoError(t, err)
+	assert.Nil(t, cfg.family, "the profiles by default")
+	cfg, err = parseFlags([]string{"-family", "5", "-max-ideal", "10s"})
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Second, cfg.maxIdeal)
+	for seed := uint64(1); seed <= 5; seed++ {
+		assert.LessOrEqual(t, newFamilyIndex(seed, 1, cfg.maxIdeal).ideal, 10*time.Second, "-max-ideal shortens the run")
+	}
+
+	for _, bad := range [][]string{{"-family", "0"}, {"-family", "2", "-seed", "3"}, {"-seeds", "5-3"}, {"-seeds", "x"}, {"-seeds", ","}} {
+		_, err := parseFlags(bad)
+		assert.Error(t, err, "%q", bad)
+	}
+	assert.Equal(t, "1-3,7,9-10", formatSeeds([]uint64{1, 2, 3, 7, 9, 10}))
+}
+
+func TestFamilyIndexIsItsDrawnIndex(t *testing.T) {
+	fi := newFamilyIndex(1, 0.5, 0)
+	ix := upserttest.DrawIndex(1)
+	require.NotEmpty(t, ix.Changes)
+	assert.Equal(t, (ix.Records+1)/2, fi.records)
+	assert.Equal(t, ix.Scaled(0.5).Changes, fi.ix.Changes, "-scale scales the run, its capacity changes with it")
+	assert.Equal(t, namespace, fi.ix.Namespace, "the ideal counts the benchmark's namespace")
+	assert.Equal(t, fi.ix.IdealTime(fi.records, familyTimeout), fi.ideal)
+	assert.Equal(t, max(4*fi.ideal, fi.ideal+stopAfter), fi.deadline)
+	assert.Equal(t, fi.ideal, fi.p.idealTime(fi.records), "the efficiency uses the drawn index's ideal")
+	assert.Len(t, fi.p.serverOptions(), len(ix.Options()), "no Serverless added to the drawn options")
+	for _, dim := range []int{8, 282, 1536, 4096} {
+		rec := makeRecords(0, 1, dim)
+		assert.Equal(t, upserttest.Index{Dimension: dim}.RecordBytes(), sdkRecordBytes(t, rec[0]), "dimension %d", dim)
+	}
+}

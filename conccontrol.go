@@ -1,0 +1,269 @@
+package upsert
+
+import (
+	"math"
+	"time"
+)
+
+// concControl is the policy of how many requests a lane keeps in flight.
+// It judges a level by the throughput it brings, as Vespa's feed client
+// does, never by how a latency compares with the best one seen: by
+// Little's law the throughput at c requests in flight is c over their mean
+// latency, so a higher level is kept only when latency grew less than the
+// level did (the index is not yet saturated: more in flight would only
+// queue), and a lower one when latency fell nearly as much as the level.
+// Latencies are compared by the mean of their logarithms over an epoch as
+// long as their spread needs to tell a gain from noise, so a heavy tail or
+// the client's own load shifts both levels alike.
+//
+// It starts with slow start: levels double while every slot is taken and
+// each doubling pays. Then it tries a level half again as high now and
+// then, and after one that did not pay, one a third lower, waiting longer
+// after each trial that changed nothing. A timeout takes a quarter off,
+// once per round trip, when it says the index is loaded: not when other
+// requests sent after it were answered in good time, which says the size
+// or the tail was to blame. It is a pure controller: no lock, no clock.
+type concControl struct {
+	limit     int
+	slowStart bool
+	down      bool       // the next trial is of a lower level
+	seq       uint64     // the last change applies to requests admitted after this one
+	base      levelStats // answers at the level kept
+	trial     levelStats // answers at a level being tried; level 0 when none
+	hold      int        // epochs to wait before the next trial
+	holdFor   int        // the hold after the next trial that changes nothing
+}
+
+// levelStats summarises the latencies of full batches answered at one
+// concurrency level.
+type levelStats struct {
+	level      int
+	n          int
+	sum, sumSq float64 // of log latency
+	bound      bool    // a request waited for a slot at this level
+	rated      bool    // a rate held requests back: the slots did not limit
+}
+
+func (s *levelStats) add(latency time.Duration) {
+	x := math.Log(max(latency.Seconds(), 1e-6))
+	s.n++
+	s.sum += x
+	s.sumSq += x * x
+}
+
+func (s *levelStats) mean() float64 { return s.sum / float64(s.n) }
+
+// spread is the standard deviation of log latency.
+func (s *levelStats) spread() float64 {
+	if s.n < 2 {
+		return 0
+	}
+	m := s.mean()
+	return math.Sqrt(max(0, s.sumSq/float64(s.n)-m*m))
+}
+
+// throughput is proportional to the records per second at the level, by
+// Little's law.
+func (s *levelStats) throughput() float64 { return float64(s.level) / math.Exp(s.mean()) }
+
+// deviation is how far latency is from the mean of the answers so far, in
+// log, and how many there were.
+func (s *levelStats) deviation(latency time.Duration) (float64, int) {
+	if s.n == 0 {
+		return 0, 0
+	}
+	return math.Log(max(latency.Seconds(), 1e-6)) - s.mean(), s.n
+}
+
+// concSample is what the lane saw of one answered request.
+type concSample struct {
+	seq, issued uint64
+	latency     time.Duration
+	class       Class   // 0 for a success
+	full        bool    // a batch of the size handed out
+	loaded      bool    // for a timeout: no request sent after it was answered in good time
+	slotBound   bool    // a request waited for a slot since the last sample
+	rateBound   bool    // a rate held a request back within tuning.boundFor
+	mayTry      bool    // a trial may start: the lane runs one experiment at a time
+	spread      float64 // of the index's log latency, pooled
+}
+
+// concReason says what the concurrency controller did with a sample.
+type concReason int
+
+const (
+	concHeld     concReason = iota // nothing to learn from the sample, or the epoch goes on
+	concTry                        // an epoch ended: another level is tried
+	concKept                       // the level tried paid and is kept
+	concRejected                   // the level tried did not pay: back to the one before
+	concTimedOut                   // a timeout of a loaded index took a quarter off
+)
+
+func newConcControl(t *tuning) concControl {
+	return concControl{
+		limit: t.startConcurrency, slowStart: true, base: levelStats{level: t.startConcurrency},
+		holdFor: t.holdEpochs,
+	}
+}
+
+// answer takes one answered request and returns what it did.
+func (c *concControl) answer(s concSample, t *tuning) concReason {
+	switch {
+	case s.class == ClassTimeout && s.loaded && s.seq > c.seq:
+		c.trial = levelStats{}
+		c.set(max(1, c.limit*3/4), s.issued)
+		c.base = levelStats{level: c.limit}
+		c.slowStart, c.down = false, false
+		return concTimedOut
+	case s.class == ClassRateLimited:
+		c.slowStart = false // the rate now limits, not concurrency
+		return concHeld
+	case s.class != 0 || !s.full || s.seq <= c.seq:
+		return concHeld
+	}
+	st := c.current()
+	st.add(s.latency)
+	st.bound = st.bound || s.slotBound
+	st.rated = st.rated || s.rateBound
+	if st.n < c.epoch(s.spread, t) {
+		return concHeld
+	}
+	if c.trial.level > 0 {
+		return c.judge(s.issued, s.mayTry, t)
+	}
+	return c.next(s.issued, s.mayTry, t)
+}
+
+// current returns the stats that the next full answer adds to.
+func (c *concControl) current() *levelStats {
+	if c.trial.level > 0 {
+		return &c.trial
+	}
+	return &c.base
+}
+
+// epoch is how many answers a level is measured over. In slow start, a
+// round trip's worth: a doubling that pays shows at once, and one stopped
+// by noise is made up by the trials after. Then enough for the mean of log
+// latency to tell the gain of a step from noise at the spread seen (two
+// standard errors of the difference within half the step's gain), at
+// least tuning.epochAnswers.
+func (c *concControl) epoch(spread float64, t *tuning) int {
+	if c.slowStart {
+		return max(4, c.limit)
+	}
+	ratio := math.Abs(math.Log(float64(c.step(t)) / float64(c.base.level)))
+	if ratio == 0 {
+		ratio = math.Log(1.5)
+	}
+	need := 32 * math.Pow(spread/ratio, 2)
+	return min(max(t.epochAnswers, c.limit, int(need)), 8*t.epochAnswers)
+}
+
+// step is the next level to try from the one kept.
+func (c *concControl) step(t *tuning) int {
+	l := c.base.level
+	switch {
+	case c.slowStart:
+		return min(t.maxConcurrency, 2*l)
+	case c.down:
+		return max(1, min(l-1, l*2/3))
+	default:
+		return min(t.maxConcurrency, max(l+1, l*3/2))
+	}
+}
+
+// eager reports whether the next epoch's end would start a trial, if it
+// may, given whether the slots limit the lane now.
+func (c *concControl) eager(slotBound bool, t *tuning) bool {
+	return c.trial.level == 0 && slotBound && c.hold <= 1 && c.step(t) != c.base.level
+}
+
+// next ends an epoch at the level kept: another is tried when every slot
+// was taken, no rate held requests back, no hold is left and it may.
+func (c *concControl) next(issued uint64, mayTry bool, t *tuning) concReason {
+	bound := c.base.bound && !c.base.rated
+	if c.hold > 0 {
+		c.hold--
+	}
+	if step := c.step(t); !bound || !mayTry || c.hold > 0 || step == c.base.level {
+		c.base = levelStats{level: c.base.level}
+		return concHeld
+	}
+	c.try(issued, t)
+	return concTry
+}
+
+func (c *concControl) try(issued uint64, t *tuning) {
+	c.trial = levelStats{level: c.step(t)}
+	c.set(c.trial.level, issued)
+}
+
+// judge ends an epoch at a level tried. A higher level is kept when it
+// brought at least tuning.minGain of the throughput the extra requests
+// would bring an index far from saturated; a lower one when it lost less
+// than that share of what the requests taken away would. A level kept is
+// followed by the next step the same way at once.
+func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
+	tr, b := c.trial, c.base
+	if b.n == 0 {
+		return c.abandon(issued)
+	}
+	c.trial = levelStats{}
+	ratio := float64(tr.level) / float64(b.level)
+	if tr.throughput() >= b.throughput()*(1+t.minGain*(ratio-1)) {
+		c.base = levelStats{level: tr.level, n: tr.n, sum: tr.sum, sumSq: tr.sumSq, bound: tr.bound, rated: tr.rated}
+		c.holdFor = t.holdEpochs
+		if tr.bound && !tr.rated && (mayTry || c.slowStart) && c.step(t) != c.base.level {
+			c.try(issued, t)
+		}
+		return concKept
+	}
+	c.slowStart, c.down = false, ratio > 1 && b.level > 1
+	c.base = levelStats{level: b.level}
+	c.set(b.level, issued)
+	c.hold, c.holdFor = c.holdFor, min(2*c.holdFor, t.maxHold)
+	return concRejected
+}
+
+// follow raises the limit, in slow start, by how much longer requests
+// take after a larger batch size was adopted (ratio of their latencies):
+// as many requests a second need that many more in flight (Little's law),
+// and doubling there would take round trips of the longer latency.
+func (c *concControl) follow(ratio float64, issued uint64, t *tuning) {
+	if !c.slowStart || ratio <= 1 || c.trial.level > 0 {
+		return
+	}
+	c.set(min(t.maxConcurrency, int(math.Ceil(float64(c.limit)*ratio))), issued)
+	c.base = levelStats{level: c.limit}
+}
+
+// set changes the limit for requests admitted after issued.
+func (c *concControl) set(limit int, issued uint64) {
+	c.limit, c.seq = limit, issued
+	if c.trial.level == 0 {
+		c.base.level = limit
+	}
+}
+
+// reset forgets the latencies measured, when the batch size changes: they
+// are no measure of the new one. A trial is abandoned.
+func (c *concControl) reset(issued uint64) {
+	if c.trial.level > 0 {
+		c.abandon(issued)
+	}
+	c.base = levelStats{level: c.base.level}
+}
+
+// abandon ends a trial that cannot be judged: in slow start its level is
+// kept (nothing says it does not pay), otherwise the level before.
+func (c *concControl) abandon(issued uint64) concReason {
+	level := c.base.level
+	if c.slowStart {
+		level = c.trial.level
+	}
+	c.trial = levelStats{}
+	c.base = levelStats{level: level}
+	c.set(level, issued)
+	return concHeld
+}

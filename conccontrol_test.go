@@ -1,0 +1,114 @@
+package upsert
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// concScript drives a concurrency controller against an index whose
+// latency is latency(level), every answer a full batch with the slots
+// taken.
+type concScript struct {
+	c      concControl
+	tn     tuning
+	issued uint64
+}
+
+func newConcScript() *concScript {
+	s := &concScript{tn: defaultTuning}
+	s.c = newConcControl(&s.tn)
+	return s
+}
+
+// answers feeds n answers sent at the current limit, each of the latency
+// latency gives for that limit, and returns the reasons seen.
+func (s *concScript) answers(n int, latency func(level int) time.Duration, edit func(*concSample)) map[concReason]int {
+	seen := make(map[concReason]int)
+	for range n {
+		s.issued++
+		cs := concSample{
+			seq: s.issued, issued: s.issued, latency: latency(s.c.limit), full: true, slotBound: true,
+			mayTry: true, spread: 0.1,
+		}
+		if edit != nil {
+			edit(&cs)
+		}
+		seen[s.c.answer(cs, &s.tn)]++
+	}
+	return seen
+}
+
+// slots is an index with k write slots and a fixed service time: latency
+// grows with the level above k (requests queue).
+func slots(k int, service time.Duration) func(int) time.Duration {
+	return func(level int) time.Duration {
+		return time.Duration(float64(service) * math.Max(1, float64(level)/float64(k)))
+	}
+}
+
+func TestConcControl(t *testing.T) {
+	flat := func(int) time.Duration { return 50 * time.Millisecond }
+	t.Run("slow start doubles while each doubling pays", func(t *testing.T) {
+		s := newConcScript()
+		s.answers(500, flat, nil)
+		assert.Equal(t, s.tn.maxConcurrency, s.c.limit, "an index that does not queue takes the most")
+	})
+	t.Run("a level that only queues is not kept", func(t *testing.T) {
+		s := newConcScript()
+		s.answers(2000, slots(16, 50*time.Millisecond), nil)
+		assert.GreaterOrEqual(t, s.c.limit, 16, "the slots are kept full")
+		assert.LessOrEqual(t, s.c.limit, 24, "and little more than full: more would only queue")
+		assert.False(t, s.c.slowStart)
+	})
+	t.Run("a level that queues is left for a lower one", func(t *testing.T) {
+		s := newConcScript()
+		s.c.slowStart, s.c.down = false, true
+		s.c.set(48, s.issued)
+		s.answers(4000, slots(16, 50*time.Millisecond), nil)
+		assert.Less(t, s.c.limit, 48)
+		assert.GreaterOrEqual(t, s.c.limit, 16)
+	})
+	t.Run("nothing is tried while a rate holds requests back or the slots are not full", func(t *testing.T) {
+		for _, edit := range []func(*concSample){
+			func(cs *concSample) { cs.rateBound = true },
+			func(cs *concSample) { cs.slotBound = false },
+			func(cs *concSample) { cs.mayTry = false },
+		} {
+			s := newConcScript()
+			s.answers(500, flat, edit)
+			assert.Equal(t, s.tn.startConcurrency, s.c.limit)
+		}
+	})
+	t.Run("a timeout of a loaded index takes a quarter off, once per round trip", func(t *testing.T) {
+		s := newConcScript()
+		s.c.set(16, s.issued)
+		seen := s.answers(8, flat, func(cs *concSample) { cs.class, cs.loaded = ClassTimeout, true; cs.seq = 1 })
+		assert.Equal(t, 1, seen[concTimedOut])
+		assert.Equal(t, 12, s.c.limit)
+		assert.False(t, s.c.slowStart)
+	})
+	t.Run("a timeout while later requests were answered in time is the request's, not the load's", func(t *testing.T) {
+		s := newConcScript()
+		s.c.set(16, s.issued)
+		seen := s.answers(8, flat, func(cs *concSample) { cs.class = ClassTimeout })
+		assert.Zero(t, seen[concTimedOut])
+		assert.Equal(t, 16, s.c.limit)
+	})
+	t.Run("epochs lengthen with the latency's spread", func(t *testing.T) {
+		s := newConcScript()
+		s.c.slowStart = false
+		assert.Equal(t, s.tn.epochAnswers, s.c.epoch(0.1, &s.tn))
+		assert.Greater(t, s.c.epoch(1, &s.tn), 4*s.tn.epochAnswers)
+	})
+	t.Run("in slow start, a larger batch size takes that many more requests in flight", func(t *testing.T) {
+		s := newConcScript()
+		s.c.follow(3, s.issued, &s.tn)
+		assert.Equal(t, 3*s.tn.startConcurrency, s.c.limit)
+		s.c.slowStart = false
+		s.c.follow(3, s.issued, &s.tn)
+		assert.Equal(t, 3*s.tn.startConcurrency, s.c.limit, "not after slow start")
+	})
+}

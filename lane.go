@@ -1,0 +1,507 @@
+package upsert
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"sync"
+
+	"golang.org/x/time/rate"
+)
+
+// lane is the mechanism that enforces the controllers' decisions for one
+// namespace: FIFO admission, token buckets for the rates, slots for the
+// concurrency, the breaker's and the retry budget's waits. It is the only
+// code of the limiter that holds a lock; the policies are the pure
+// controllers it feeds with each request's outcome (rateControl,
+// concControl, batchControl, breaker, retryBudget).
+type lane struct {
+	clock  clock
+	tuning *tuning
+	head   chan struct{} // held by the request being admitted; FIFO
+
+	mu          sync.Mutex
+	dims        [dimCount]dimension
+	conc        concControl
+	batch       batchControl
+	breaker     breaker
+	budget      retryBudget
+	slotsUsed   int // of the lane's own slots
+	inFlight    int // requests in flight, on any slots
+	issued      uint64
+	cuts        uint64    // rate cuts so far: tokens reserved before one are stale
+	pausedUntil time.Time // the index's Retry-After
+	roundTrip   float64   // smoothed latency of successes, ns
+	recordBytes float64   // smoothed bytes per record sent
+	slotWaited  bool      // a request waited for a slot since the last answer
+	fastAt      time.Time // when a success last came in a quarter of its timeout
+	slotFullAt  time.Time // when a request last took the last slot or waited for one
+	size        int       // the size of the batches handed out last
+	jitter      spreadMeter
+	lastUse     time.Time
+	limitsSet   bool
+	sizeTurn    bool // the batch size's turn to be tried; else the concurrency's
+	signals     laneSignals
+}
+
+// The dimensions of a lane's rate.
+const (
+	dimRecords = iota
+	dimRequests
+	dimBytes
+	dimCount
+)
+
+// dimension is one rate a lane enforces: its controller and its bucket.
+type dimension struct {
+	ctl    rateControl
+	bucket *rate.Limiter
+	waited time.Time // when a request last waited for its tokens
+	floor  float64   // the least limit a cut sets
+}
+
+// laneSignals wake the requests waiting in a lane.
+type laneSignals struct {
+	rates   signal // a cut: the head reserves again
+	slots   signal // a slot was freed, or concurrency grew
+	breaker signal // the breaker closed, or a probe may go
+	budget  signal // the retry budget has a retry
+}
+
+// signal is a broadcast: wait returns a channel that the next fire closes.
+// It is guarded by the lane's mutex.
+type signal struct{ ch chan struct{} }
+
+func (s *signal) wait() <-chan struct{} {
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) fire() {
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
+
+func newLane(c clock, maxBatch int, t *tuning) *lane {
+	now := c.Now()
+	ln := &lane{
+		clock:   c,
+		tuning:  t,
+		head:    make(chan struct{}, 1),
+		conc:    newConcControl(t),
+		batch:   newBatchControl(maxBatch, t),
+		budget:  newRetryBudget(now),
+		lastUse: now,
+	}
+	floors := [dimCount]float64{t.minRecords, t.minRequests, t.minBytes}
+	for i := range ln.dims {
+		d := &ln.dims[i]
+		d.floor = floors[i]
+		d.ctl.withPrior(now, 0, t)
+		d.bucket = rate.NewLimiter(rate.Inf, 1)
+	}
+	ln.size = ln.batch.size
+	return ln
+}
+
+// setLimits starts the lane's request and byte rates at the index's known
+// limits, once: a lane shared by later calls keeps what it learned.
+func (ln *lane) setLimits(l IndexLimits) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if ln.limitsSet {
+		return
+	}
+	ln.limitsSet = true
+	now := ln.clock.Now()
+	for i, prior := range map[int]float64{dimRequests: l.RequestsPerSecond, dimBytes: l.BytesPerSecond} {
+		if d := &ln.dims[i]; prior > 0 && !d.ctl.capped() {
+			d.ctl.withPrior(now, prior, ln.tuning)
+			// Full, as the index's own buckets are at the start.
+			d.bucket = rate.NewLimiter(rate.Limit(d.ctl.limit), max(1, int(d.ctl.limit*ln.tuning.burstFor.Seconds())))
+		}
+	}
+}
+
+// apply sets the bucket's rate to the controller's limit, and its burst
+// to tuning.burstFor of it. A bucket that had no limit starts empty: a
+// first cut follows an overshoot that emptied the index's bucket.
+func (d *dimension) apply(now time.Time, t *tuning) {
+	if !d.ctl.capped() {
+		d.bucket.SetLimitAt(now, rate.Inf)
+		return
+	}
+	d.bucket.SetLimitAt(now, rate.Limit(d.ctl.limit))
+	d.bucket.SetBurstAt(now, max(1, int(d.ctl.limit*t.burstFor.Seconds())))
+}
+
+// request is what a batch asks of the lane to be sent.
+type request struct {
+	n, bytes  int
+	slots     chan struct{} // the caller's fixed slots, or nil for the lane's
+	sizeProbe bool          // a trial batch of batchControl
+	timeout   time.Duration // the run's request timeout
+}
+
+// permit is one request's passage through the lane.
+type permit struct {
+	request
+	seq        uint64
+	start      time.Time
+	probe      bool // the breaker's probe
+	waitedSlot bool
+}
+
+// concurrency returns how many requests may be in flight.
+func (ln *lane) concurrency() int {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.conc.limit
+}
+
+// nextBatch returns the size of the next batch, and whether it is a trial
+// of a larger size.
+func (ln *lane) nextBatch() (size int, trial bool) {
+	now := ln.clock.Now()
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	caps := ln.sizeCaps()
+	may := ln.mayTrySize(now)
+	size, trial = ln.batch.next(now, caps, may, ln.spread(), ln.tuning)
+	if !trial && size != ln.size {
+		ln.size = size
+		ln.conc.reset(ln.issued) // latencies of another size measure nothing here
+	}
+	return size, trial
+}
+
+// sendLimit returns the most records a request may carry now. A batch
+// formed before a cut or a ceiling and larger than that goes back to be
+// cut, so that one stale large batch does not hold the queue while it
+// saves up its tokens.
+func (ln *lane) sendLimit() int {
+	now := ln.clock.Now()
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.batch.sendLimit(now, ln.sizeCaps(), ln.tuning)
+}
+
+// The lane runs one experiment at a time: the batch size's first trial
+// (ten times the size, one round trip), then the concurrency's slow
+// start, then each in turn, a controller taking the other's turn when that
+// one has nothing to try.
+
+// mayTrySize reports whether the batch size may start a trial.
+func (ln *lane) mayTrySize(now time.Time) bool {
+	switch {
+	case ln.conc.trial.level > 0:
+		return false
+	case ln.batch.slowStart:
+		return true
+	case ln.conc.slowStart:
+		return !ln.conc.eager(ln.slotBound(now), ln.tuning)
+	}
+	return ln.sizeTurn || !ln.conc.eager(ln.slotBound(now), ln.tuning)
+}
+
+// mayTryConc reports whether the concurrency may start a trial.
+func (ln *lane) mayTryConc() bool {
+	switch {
+	case ln.batch.trial.size > 0:
+		return false
+	case ln.batch.slowStart:
+		return !ln.batch.eager(ln.sizeCaps(), ln.tuning)
+	case ln.conc.slowStart:
+		return true
+	}
+	return !ln.sizeTurn || !ln.batch.eager(ln.sizeCaps(), ln.tuning)
+}
+
+// slotBound reports whether the lane's slots held requests back within
+// tuning.boundFor.
+func (ln *lane) slotBound(now time.Time) bool { return now.Sub(ln.slotFullAt) < ln.tuning.boundFor }
+
+// spread is the index's latency spread (of log latency), pooled over
+// sizes and levels; 0.3 until measured.
+func (ln *lane) spread() float64 { return ln.jitter.spread(0.3) }
+
+// sizeCaps are the rates that bound a batch: the record rate, or what the
+// byte rate allows in records, whichever is lower, and the request rate.
+//
+// A rate shapes batches only while it holds requests back: a cap that
+// binds nothing (a known limit of the index far above what the lane sends)
+// must not make them smaller than the latency wants.
+func (ln *lane) sizeCaps() sizeCaps {
+	now := ln.clock.Now()
+	caps := sizeCaps{records: math.Inf(1), requests: ln.dims[dimRequests].ctl.limit}
+	if r := &ln.dims[dimRecords]; now.Sub(r.waited) < ln.tuning.boundFor {
+		caps.records = r.ctl.limit
+	}
+	if b := &ln.dims[dimBytes]; now.Sub(b.waited) < ln.tuning.boundFor && ln.recordBytes > 0 {
+		caps.records = min(caps.records, b.ctl.limit/ln.recordBytes)
+	}
+	return caps
+}
+
+// recordRate is the record rate, or what the byte rate allows in records
+// when lower; with measuredOnly, the byte rate counts only once a 429 has
+// measured it.
+func (ln *lane) recordRate(measuredOnly bool) float64 {
+	records := ln.dims[dimRecords].ctl.limit
+	b := &ln.dims[dimBytes].ctl
+	if b.capped() && ln.recordBytes > 0 && (b.measured() || !measuredOnly) {
+		records = min(records, b.limit/ln.recordBytes)
+	}
+	return records
+}
+
+func (ln *lane) state() LimiterState {
+	now := ln.clock.Now()
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return LimiterState{
+		Rate:        ln.recordRate(true),
+		Concurrency: ln.conc.limit,
+		BatchSize:   min(ln.batch.size, ln.batch.maxSize(ln.sizeCaps(), ln.tuning)),
+		InFlight:    ln.inFlight,
+		Paused:      ln.breaker.open || now.Before(ln.pausedUntil),
+	}
+}
+
+// acquire admits a request, waiting as long as it takes: for the circuit
+// breaker, for the Retry-After of the index, for rate tokens, then for a
+// concurrency slot.
+//
+// Requests are admitted one at a time, in FIFO order: only the head of the
+// queue holds a rate reservation, and it holds its tokens while it waits
+// for a slot, so that at most one request's worth of tokens is ever stale.
+// A cut wakes the head, which reserves again at the new rate, since
+// rate.Limiter does not move reservations already waiting.
+func (ln *lane) acquire(ctx context.Context, q request) (permit, error) {
+	return ln.admit(ctx, q, false)
+}
+
+// acquireOrRecut is acquire for a batch sized by the lane: when the batch
+// has become larger than a request may carry (sendLimit) by the time it is
+// at the head of the queue, it returns errStaleBatch instead of waiting
+// for its whole size in tokens at the new rate.
+func (ln *lane) acquireOrRecut(ctx context.Context, q request) (permit, error) {
+	return ln.admit(ctx, q, true)
+}
+
+func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error) {
+	probe, err := ln.waitBreaker(ctx)
+	if err != nil {
+		return permit{}, err
+	}
+	select {
+	case ln.head <- struct{}{}:
+	case <-ctx.Done():
+		ln.abandonProbe(probe)
+		return permit{}, ctx.Err()
+	}
+	defer func() { <-ln.head }()
+	for {
+		cuts, err := ln.waitRate(ctx, q, recut)
+		var waited bool
+		if err == nil {
+			waited, err = ln.takeSlot(ctx, q.slots)
+		}
+		if err != nil {
+			ln.abandonProbe(probe)
+			return permit{}, err
+		}
+		ln.mu.Lock()
+		if ln.cuts != cuts {
+			ln.mu.Unlock()
+			ln.giveSlot(q.slots) // tokens granted at a rate since cut
+			continue
+		}
+		p := ln.issue(q, probe, waited)
+		ln.mu.Unlock()
+		return p, nil
+	}
+}
+
+// issue counts an admitted request; ln.mu is held.
+func (ln *lane) issue(q request, probe, waitedSlot bool) permit {
+	now := ln.clock.Now()
+	ln.inFlight++
+	ln.issued++
+	ln.lastUse = now
+	amounts := q.amounts()
+	for i := range ln.dims {
+		ln.dims[i].ctl.send(now, amounts[i])
+	}
+	if q.sizeProbe {
+		ln.batch.sent(now, q.n)
+	}
+	if q.n > 0 {
+		x := float64(q.bytes) / float64(q.n)
+		if ln.recordBytes == 0 {
+			ln.recordBytes = x
+		}
+		ln.recordBytes += (x - ln.recordBytes) / 16
+	}
+	return permit{request: q, seq: ln.issued, start: now, probe: probe, waitedSlot: waitedSlot}
+}
+
+// amounts is the request's amount in each dimension.
+func (q request) amounts() [dimCount]float64 {
+	return [dimCount]float64{float64(q.n), 1, float64(q.bytes)}
+}
+
+// waitBreaker waits while the breaker is open, and tells whether this
+// request is the breaker's probe. Once the breaker has given up on the
+// index, a request that is not the probe fails at once with its error.
+func (ln *lane) waitBreaker(ctx context.Context) (probe bool, err error) {
+	for {
+		ln.mu.Lock()
+		now := ln.clock.Now()
+		ok, probe, wait := ln.breaker.admit(now)
+		var down *Error
+		if !ok {
+			down = ln.breaker.gaveUp(now)
+		}
+		wake := ln.signals.breaker.wait()
+		ln.mu.Unlock()
+		if ok {
+			return probe, nil
+		}
+		if down != nil {
+			return false, down
+		}
+		if err := sleepOrWake(ctx, ln.clock, wait, wake); err != nil && !errors.Is(err, errWoken) {
+			return false, err
+		}
+	}
+}
+
+func (ln *lane) abandonProbe(probe bool) {
+	if probe {
+		ln.mu.Lock()
+		if ln.breaker.abandon(probe) {
+			ln.signals.breaker.fire()
+		}
+		ln.mu.Unlock()
+	}
+}
+
+// waitRate blocks until the request may be sent and returns the number of
+// cuts at that time. Only the head of the queue calls it. With recut, it
+// returns errStaleBatch when the request is larger than one may carry now.
+func (ln *lane) waitRate(ctx context.Context, q request, recut bool) (cuts uint64, err error) {
+	amounts := q.amounts()
+	for {
+		if recut && q.n > ln.sendLimit() {
+			return 0, errStaleBatch
+		}
+		now := ln.clock.Now()
+		ln.mu.Lock()
+		var res [dimCount]*rate.Reservation
+		d := ln.pausedUntil.Sub(now)
+		for i := range ln.dims {
+			dim := &ln.dims[i]
+			if n := int(amounts[i]); dim.bucket.Burst() < n {
+				dim.bucket.SetBurstAt(now, n)
+			}
+			res[i] = dim.bucket.ReserveN(now, int(amounts[i]))
+			if w := res[i].DelayFrom(now); w > 0 {
+				dim.waited = now
+				d = max(d, w)
+			}
+		}
+		cuts = ln.cuts
+		wake := ln.signals.rates.wait()
+		ln.mu.Unlock()
+		if d <= 0 {
+			return cuts, nil
+		}
+		err := sleepOrWake(ctx, ln.clock, d, wake)
+		if err == nil {
+			return cuts, nil
+		}
+		now = ln.clock.Now()
+		for _, r := range res {
+			r.CancelAt(now)
+		}
+		if !errors.Is(err, errWoken) {
+			return 0, err
+		}
+		// A cut woke the head: reserve again at the new rate.
+	}
+}
+
+// takeSlot waits for a slot: one of slots when given, else one of the
+// lane's. It reports whether it had to wait.
+func (ln *lane) takeSlot(ctx context.Context, slots chan struct{}) (waited bool, err error) {
+	if slots != nil {
+		select {
+		case slots <- struct{}{}:
+			return false, nil
+		default:
+		}
+		select {
+		case slots <- struct{}{}:
+			return true, nil
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+	}
+	for {
+		ln.mu.Lock()
+		if ln.slotsUsed < ln.conc.limit {
+			ln.slotsUsed++
+			if ln.slotsUsed == ln.conc.limit {
+				waited = true // the last free slot: concurrency is what limits
+			}
+			ln.slotWaited = ln.slotWaited || waited
+			if waited {
+				ln.slotFullAt = ln.clock.Now()
+			}
+			ln.mu.Unlock()
+			return waited, nil
+		}
+		waited = true
+		ch := ln.signals.slots.wait()
+		ln.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+	}
+}
+
+func (ln *lane) giveSlot(slots chan struct{}) {
+	if slots != nil {
+		<-slots
+		return
+	}
+	ln.mu.Lock()
+	ln.slotsUsed--
+	ln.signals.slots.fire()
+	ln.mu.Unlock()
+}
+
+// awaitRetry waits until the retry budget allows one more retry.
+func (ln *lane) awaitRetry(ctx context.Context) error {
+	for {
+		ln.mu.Lock()
+		ok, wait := ln.budget.take(ln.clock.Now())
+		wake := ln.signals.budget.wait()
+		ln.mu.Unlock()
+		if ok {
+			return nil
+		}
+		if err := sleepOrWake(ctx, ln.clock, wait, wake); err != nil && !errors.Is(err, errWoken) {
+			return err
+		}
+	}
+}

@@ -1,0 +1,186 @@
+package upsert
+
+import (
+	"math"
+	"time"
+)
+
+// release returns p's slot and feeds its outcome to the controllers; e is
+// nil for a success. It reports whether e is a server error that came
+// while the breaker has been open for less than outagePatience after the
+// index had answered: such an error does not spend a retry of its batch.
+func (ln *lane) release(p permit, e *Error) (youngOutage bool) {
+	if p.slots != nil {
+		<-p.slots
+	}
+	now := ln.clock.Now()
+	latency := now.Sub(p.start)
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if p.slots == nil {
+		ln.slotsUsed--
+		ln.signals.slots.fire()
+	}
+	ln.inFlight--
+	class := Class(0)
+	if e != nil {
+		class = e.Class
+	}
+	if class == 0 && p.n > 0 {
+		ln.roundTrip += (float64(latency) - ln.roundTrip) / 8
+		if p.timeout <= 0 || latency < p.timeout/4 {
+			ln.fastAt = now
+		}
+	}
+	ln.answerRates(p, now, e)
+	ln.answerBatch(p, now, latency, class)
+	ln.answerConc(p, latency, class)
+	return ln.answerBreaker(p, now, class)
+}
+
+// answerRates feeds the outcome to the rate controllers and applies their
+// limits; a cut wakes the head of the queue.
+func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
+	refused := -1
+	switch {
+	case e == nil:
+	case e.Class == ClassRateLimited:
+		refused = refusedDim(e.Limit)
+		if until := now.Add(e.RetryAfter); e.RetryAfter > 0 && until.After(ln.pausedUntil) {
+			ln.pausedUntil = until
+		}
+		if refused < 0 {
+			return // a per-minute limit: the minute gate paces it
+		}
+	default:
+		return // neither accepted nor refused for the rate
+	}
+	amounts := p.amounts()
+	window := ln.measureWindow(now)
+	for i := range ln.dims {
+		d := &ln.dims[i]
+		if refused >= 0 && i != refused {
+			continue
+		}
+		s := rateSample{
+			now: now, amount: amounts[i], seq: p.seq, issued: ln.issued, refused: i == refused,
+			bound: now.Sub(d.waited) < ln.tuning.boundFor, window: window,
+			doubling: max(ln.tuning.minWindow, 4*time.Duration(ln.roundTrip)),
+		}
+		switch d.ctl.answer(s, ln.tuning, d.floor) {
+		case rateFirstCut, rateCut, rateHalved:
+			ln.cuts++
+			ln.signals.rates.fire()
+			d.apply(now, ln.tuning)
+		case rateGrew:
+			d.apply(now, ln.tuning)
+		}
+	}
+}
+
+// measureWindow is the least span over which a rate is measured: four
+// round trips, and the time the lane takes to send tuning.windowRequests
+// requests, within [tuning.minWindow, tuning.maxWindow].
+func (ln *lane) measureWindow(now time.Time) time.Duration {
+	w := max(ln.tuning.minWindow, 4*time.Duration(ln.roundTrip))
+	if r := ln.dims[dimRequests].ctl.sent.rateOver(now, meterSpan); r > 0 {
+		w = max(w, time.Duration(ln.tuning.windowRequests/r*float64(time.Second)))
+	}
+	return min(w, ln.tuning.maxWindow)
+}
+
+// refusedDim is the dimension of the lane's rate that a 429 naming limit
+// refused, or -1 for the per-minute limits of integrated records.
+func refusedDim(limit Limit) int {
+	switch limit {
+	case LimitRequests, LimitInferenceRequests:
+		return dimRequests
+	case LimitBytes:
+		return dimBytes
+	case LimitEmbedTokens:
+		return -1
+	default:
+		return dimRecords
+	}
+}
+
+// answerBatch feeds the outcome to the batch size's controller.
+func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, class Class) {
+	before, trying := ln.batch.size, ln.batch.trial.size > 0
+	baseMean := ln.batch.base.mean()
+	verdict := ln.batch.answer(batchSample{
+		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe,
+		spread: ln.spread(),
+	}, ln.tuning)
+	if verdict == batchAdopted && ln.batch.size > before && p.slots == nil {
+		ln.conc.follow(math.Exp(ln.batch.base.mean()-baseMean), ln.issued, ln.tuning)
+		ln.signals.slots.fire()
+	}
+	if ln.batch.size != before {
+		ln.conc.reset(ln.issued)
+	}
+	if trying && ln.batch.trial.size == 0 {
+		ln.sizeTurn = false // the concurrency's turn
+	}
+}
+
+// answerConc feeds the outcome to the concurrency's controller; more room
+// wakes the requests waiting for a slot.
+func (ln *lane) answerConc(p permit, latency time.Duration, class Class) {
+	if p.slots != nil {
+		return // the caller's fixed concurrency
+	}
+	now := ln.clock.Now()
+	rateBound := false
+	for i := range ln.dims {
+		rateBound = rateBound || now.Sub(ln.dims[i].waited) < ln.tuning.boundFor
+	}
+	full := !p.sizeProbe && 10*p.n >= 9*ln.size
+	if class == 0 && full && p.seq > ln.conc.seq {
+		ln.jitter.add(ln.conc.current().deviation(latency))
+	}
+	before, trying := ln.conc.limit, ln.conc.trial.level > 0
+	may := ln.mayTryConc()
+	ln.conc.answer(concSample{
+		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, loaded: !ln.fastAt.After(p.start),
+		slotBound: p.waitedSlot || ln.slotWaited, rateBound: rateBound,
+		mayTry: may, spread: ln.spread(),
+	}, ln.tuning)
+	if trying && ln.conc.trial.level == 0 && !ln.conc.slowStart {
+		ln.sizeTurn = true // the batch size's turn
+	}
+	ln.slotWaited = false
+	if ln.conc.limit != before {
+		ln.batch.forget() // latencies at another level measure nothing here
+	}
+	if ln.conc.limit > before {
+		ln.signals.slots.fire()
+	}
+}
+
+// answerBreaker feeds the outcome to the breaker and the retry budget.
+func (ln *lane) answerBreaker(p permit, now time.Time, class Class) (youngOutage bool) {
+	switch class {
+	case 0:
+		if ln.budget.success(now) {
+			ln.signals.budget.fire()
+		}
+		if ln.breaker.success() {
+			ln.signals.breaker.fire()
+		}
+	case ClassTimeout, ClassServer:
+		if ln.breaker.failure(now, p.probe, class == ClassTimeout) {
+			ln.signals.breaker.fire()
+		}
+		return class == ClassServer && ln.breaker.young(now)
+	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
+		if ln.breaker.success() { // the index answers
+			ln.signals.breaker.fire()
+		}
+	default:
+		if ln.breaker.abandon(p.probe) {
+			ln.signals.breaker.fire()
+		}
+	}
+	return false
+}

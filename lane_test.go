@@ -1,0 +1,402 @@
+package upsert
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+)
+
+// capAt puts ln in the state of a lane that measured the index at r
+// records/s at clk's time, out of slow start.
+func capAt(ln *lane, clk *fakeClock, r float64) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	now := clk.Now()
+	c := &ln.dims[dimRecords].ctl
+	c.level, c.limit, c.depth = r, r, 0
+	c.cutAt, c.followed, c.origin = now, now, now
+	ln.dims[dimRecords].apply(now, ln.tuning)
+	ln.conc.slowStart, ln.batch.slowStart = false, false
+}
+
+// cutTo cuts ln's record rate to r at now, as an episode would.
+func (ln *lane) cutTo(now time.Time, r float64) {
+	c := &ln.dims[dimRecords].ctl
+	c.level, c.limit, c.depth = r, r, 0
+	c.cutAt, c.followed, c.origin, c.cutSeq = now, now, now, ln.issued
+	ln.cuts++
+	ln.signals.rates.fire()
+	ln.dims[dimRecords].apply(now, ln.tuning)
+}
+
+// cuttingClock halves the lane's rate during the first sleep, as a 429
+// would while a goroutine waits on its reservation.
+type cuttingClock struct {
+	*fakeClock
+	ln  *lane
+	cut bool
+}
+
+func (c *cuttingClock) Sleep(ctx context.Context, d time.Duration) error {
+	if !c.cut {
+		c.cut = true
+		c.ln.mu.Lock()
+		c.ln.cutTo(c.fakeClock.Now(), c.ln.dims[dimRecords].ctl.limit/2)
+		c.ln.mu.Unlock()
+		// The cut closed the head's wake channel; let its watcher cancel
+		// the sleep's context before sleeping.
+		<-ctx.Done()
+	}
+	return c.fakeClock.Sleep(ctx, d)
+}
+
+var errRateLimited = &Error{Class: ClassRateLimited, GRPCCode: codes.ResourceExhausted}
+
+// capLane returns a lane on a fake clock capped at r records/s.
+func capLane(r float64) (*lane, *fakeClock) {
+	clk := newFakeClock()
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	capAt(ln, clk, r)
+	return ln, clk
+}
+
+func req(n int) request { return request{n: n} }
+
+func TestLaneRechecksAReservationAfterACut(t *testing.T) {
+	ctx := context.Background()
+	clk := &cuttingClock{fakeClock: newFakeClock()}
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	clk.ln = ln
+	capAt(ln, clk.fakeClock, 1000) // a tenth of a second of tokens: 100
+	clk.Advance(time.Second)       // which the bucket saves up
+	start := clk.Now()
+	_, err := ln.waitRate(ctx, req(100), false) // empties the bucket
+	require.NoError(t, err)
+	_, err = ln.waitRate(ctx, req(100), false) // waits 100 ms at 1000/s, but the rate is halved meanwhile
+	require.NoError(t, err)
+	require.Len(t, clk.Sleeps(), 2, "the cut woke the waiter, which slept again")
+	assert.InDelta(t, 0.2, clk.Now().Sub(start).Seconds(), 0.01, "the wait is the one of the new rate")
+}
+
+func TestLaneSendsBackABatchThatACutMadeTooLarge(t *testing.T) {
+	ctx := context.Background()
+	ln, clk := capLane(2000)
+	p, err := ln.acquireOrRecut(ctx, req(100))
+	require.NoError(t, err, "a batch within the limit is admitted")
+	ln.release(p, nil)
+	ln.mu.Lock()
+	ln.cutTo(clk.Now(), 1000) // while a batch of 100 waits its turn
+	ln.mu.Unlock()
+	require.Less(t, ln.sendLimit(), 100, "a twentieth of a second at 1000/s")
+	_, err = ln.acquireOrRecut(ctx, req(100))
+	assert.ErrorIs(t, err, errStaleBatch, "not admitted: it would wait for its tokens at the new rate with the queue behind it")
+	_, err = ln.acquire(ctx, req(100))
+	assert.NoError(t, err, "a pinned size is admitted whatever the limit")
+}
+
+func TestLaneNeverSpendsTokensFromBeforeACut(t *testing.T) {
+	ctx := context.Background()
+	ln, clk := capLane(1000)
+	ln.conc.set(1, 0)
+	held, err := ln.acquire(ctx, req(1))
+	require.NoError(t, err)
+	got := make(chan permit)
+	go func() {
+		p, err := ln.acquire(ctx, req(90)) // gets tokens, then waits for the slot
+		if err == nil {
+			got <- p
+		}
+	}()
+	require.Eventually(t, func() bool {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.signals.slots.ch != nil
+	}, time.Second, time.Millisecond)
+	ln.mu.Lock()
+	ln.cutTo(clk.Now(), 500)
+	ln.mu.Unlock()
+	ln.release(held, nil) // frees the slot
+	p := <-got
+	assert.NotEmpty(t, clk.Sleeps(), "the waiter waited again for tokens at the new rate")
+	ln.release(p, nil)
+}
+
+func TestLaneKeepsItsSlots(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	var ps []permit
+	for range defaultTuning.startConcurrency {
+		p, err := ln.acquire(ctx, req(1))
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	_, err := ln.acquire(wctx, req(1))
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "no fifth request while four are in flight")
+	own := make(chan struct{}, 8)
+	_, err = ln.acquire(ctx, request{n: 1, slots: own})
+	assert.NoError(t, err, "the caller's own slots are its own")
+	for _, p := range ps {
+		ln.release(p, nil)
+	}
+	assert.Zero(t, ln.state().InFlight-1)
+}
+
+func TestLaneCutsTheRateA429Names(t *testing.T) {
+	for _, tt := range []struct {
+		limit Limit
+		dim   int
+	}{
+		{LimitUnknown, dimRecords},
+		{LimitRequests, dimRequests},
+		{LimitInferenceRequests, dimRequests},
+		{LimitBytes, dimBytes},
+		{LimitEmbedTokens, -1},
+	} {
+		t.Run(tt.limit.String(), func(t *testing.T) {
+			ctx := context.Background()
+			clk := newFakeClock()
+			ln := newLane(clk, MaxBatchSize, &defaultTuning)
+			ln.setLimits(ServerlessLimits)
+			before := [dimCount]float64{}
+			for i := range ln.dims {
+				before[i] = ln.dims[i].ctl.limit
+			}
+			for range 3 { // two refusals among the first answers are an episode
+				p, err := ln.acquire(ctx, request{n: 10, bytes: 1000})
+				require.NoError(t, err)
+				clk.Advance(10 * time.Millisecond)
+				ln.release(p, &Error{Class: ClassRateLimited, Limit: tt.limit})
+			}
+			for i := range ln.dims {
+				if i == tt.dim {
+					assert.Less(t, ln.dims[i].ctl.limit, before[i], "dimension %d is cut", i)
+				} else {
+					assert.Equal(t, before[i], ln.dims[i].ctl.limit, "dimension %d is not", i)
+				}
+			}
+		})
+	}
+}
+
+func TestLaneStartsAtTheIndexsKnownLimits(t *testing.T) {
+	// requestsIn counts the requests of one record and bytes bytes that
+	// the lane admits over d of fake time, each answered at once.
+	requestsIn := func(ln *lane, clk *fakeClock, bytes int, d time.Duration) int {
+		end, n := clk.Now().Add(d), 0
+		for {
+			p, err := ln.acquire(context.Background(), request{n: 1, bytes: bytes})
+			require.NoError(t, err)
+			ln.release(p, nil)
+			if clk.Now().After(end) {
+				return n
+			}
+			n++
+		}
+	}
+	t.Run("a tenth above 100 requests a second, with a tenth of a second saved up", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk, MaxBatchSize, &defaultTuning)
+		ln.setLimits(IndexLimits{RequestsPerSecond: 100})
+		n := requestsIn(ln, clk, 0, time.Second)
+		assert.InDelta(t, 110+11, n, 2)
+	})
+	t.Run("a tenth above 50 MB a second", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk, MaxBatchSize, &defaultTuning)
+		ln.setLimits(IndexLimits{BytesPerSecond: 50e6})
+		n := requestsIn(ln, clk, 1e6, time.Second)
+		assert.InDelta(t, 55+5, n, 2)
+	})
+	t.Run("a limit that binds with no 429 is probed above: it is not a ceiling", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk, MaxBatchSize, &defaultTuning)
+		ln.setLimits(IndexLimits{RequestsPerSecond: 100})
+		requestsIn(ln, clk, 0, 2*defaultTuning.recovery)
+		assert.Greater(t, requestsIn(ln, clk, 0, time.Second), 200)
+	})
+	t.Run("no known limits: no caps", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk, MaxBatchSize, &defaultTuning)
+		ln.setLimits(IndexLimits{})
+		for i := range ln.dims {
+			assert.False(t, ln.dims[i].ctl.capped())
+		}
+	})
+	t.Run("a lane shared by a later call keeps what it learned", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newLane(clk, MaxBatchSize, &defaultTuning)
+		ln.setLimits(ServerlessLimits)
+		ln.dims[dimRequests].ctl.limit = 42
+		ln.setLimits(ServerlessLimits)
+		assert.Equal(t, 42.0, ln.dims[dimRequests].ctl.limit)
+	})
+}
+
+func TestLaneBreaker(t *testing.T) {
+	ctx := context.Background()
+	serverErr := &Error{Class: ClassServer, GRPCCode: codes.Unavailable}
+	newOpenLane := func(t *testing.T, clk *fakeClock) *lane {
+		ln := newLane(clk, MaxBatchSize, &defaultTuning)
+		ln.conc.set(10, 0)
+		first, err := ln.acquire(ctx, req(10))
+		require.NoError(t, err)
+		ln.release(first, nil) // the index answers, then fails
+		var ps []permit
+		for range breakerThreshold {
+			p, err := ln.acquire(ctx, req(10))
+			require.NoError(t, err)
+			ps = append(ps, p)
+		}
+		for _, p := range ps {
+			ln.release(p, serverErr)
+		}
+		require.True(t, ln.state().Paused, "five server errors in a row open the breaker")
+		return ln
+	}
+	t.Run("the next request waits for the probe time and goes as the probe; a success closes it", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newOpenLane(t, clk)
+		before := clk.Now()
+		p, err := ln.acquire(ctx, req(10))
+		require.NoError(t, err)
+		assert.True(t, p.probe)
+		assert.GreaterOrEqual(t, clk.Now().Sub(before), probeEvery)
+		ln.release(p, serverErr)
+		assert.True(t, ln.state().Paused, "a failed probe keeps it open")
+		p2, err := ln.acquire(ctx, req(10))
+		require.NoError(t, err)
+		assert.True(t, p2.probe)
+		ln.release(p2, nil)
+		assert.False(t, ln.state().Paused)
+		p3, err := ln.acquire(ctx, req(10))
+		require.NoError(t, err)
+		assert.False(t, p3.probe)
+		ln.release(p3, nil)
+	})
+	t.Run("while the probe is out, others wait until the outage is a minute old, then fail unsent", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newOpenLane(t, clk)
+		opened := clk.Now()
+		probe, err := ln.acquire(ctx, req(10))
+		require.NoError(t, err)
+		require.True(t, probe.probe)
+		_, err = ln.acquire(ctx, req(10))
+		assert.ErrorIs(t, err, errOutageTooLong)
+		assert.GreaterOrEqual(t, clk.Now().Sub(opened), outagePatience)
+	})
+	t.Run("a long outage is probed less and less often, up to a cap", func(t *testing.T) {
+		var b breaker
+		now := newFakeClock().Now()
+		b.open, b.openedAt = true, now
+		assert.Equal(t, probeEvery, b.probeWait(now.Add(time.Second)))
+		assert.Greater(t, b.probeWait(now.Add(probeFastFor+time.Second)), probeEvery)
+		assert.Equal(t, probeMax, b.probeWait(now.Add(time.Hour)))
+	})
+	t.Run("an outage is young for a minute, once the index had answered", func(t *testing.T) {
+		var b breaker
+		now := newFakeClock().Now()
+		for range breakerThreshold {
+			b.failure(now, false, false)
+		}
+		require.True(t, b.open)
+		assert.False(t, b.young(now), "an index that never answered is dead or misconfigured")
+		b.success()
+		for range breakerThreshold {
+			b.failure(now, false, false)
+		}
+		assert.True(t, b.young(now.Add(outagePatience-time.Second)))
+		assert.False(t, b.young(now.Add(outagePatience)))
+		b.success()
+		assert.False(t, b.young(now.Add(outagePatience)), "a closed breaker is no outage")
+	})
+	t.Run("it gives up on an index at once if it never answered, after a minute if it did", func(t *testing.T) {
+		var b breaker
+		now := newFakeClock().Now()
+		assert.Nil(t, b.gaveUp(now), "closed")
+		for range breakerThreshold {
+			b.failure(now, false, false)
+		}
+		assert.Equal(t, errNeverAnswered, b.gaveUp(now))
+		b.success()
+		for range breakerThreshold {
+			b.failure(now, false, false)
+		}
+		assert.Nil(t, b.gaveUp(now.Add(outagePatience-time.Second)))
+		assert.Equal(t, errOutageTooLong, b.gaveUp(now.Add(outagePatience)))
+		var slow breaker
+		for range breakerThreshold {
+			slow.failure(now, false, true)
+		}
+		assert.Nil(t, slow.gaveUp(now), "not at once after timeouts: the index may answer smaller requests")
+		assert.Equal(t, errOutageTooLong, slow.gaveUp(now.Add(outagePatience)), "but after a minute of them")
+	})
+}
+
+func TestRetryBudget(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b := newRetryBudget(now)
+	for range int(budgetMax) {
+		ok, _ := b.take(now)
+		require.True(t, ok)
+	}
+	ok, wait := b.take(now)
+	assert.False(t, ok, "an empty budget makes a retry wait")
+	assert.Equal(t, time.Second/budgetPerSecond, wait, "time alone refills the budget")
+	for range 5 {
+		b.success(now)
+	}
+	ok, _ = b.take(now)
+	assert.True(t, ok, "five successes earn a retry")
+	ok, _ = b.take(now.Add(time.Second / budgetPerSecond))
+	assert.True(t, ok, "and so does time")
+}
+
+func TestLimiterLearnsPerNamespace(t *testing.T) {
+	lim := &Limiter{clock: newFakeClock()}
+	a := lim.lane("a", MaxBatchSize)
+	for range 2 {
+		p, err := a.acquire(context.Background(), req(1))
+		require.NoError(t, err)
+		a.release(p, errRateLimited)
+	}
+	assert.False(t, math.IsInf(lim.State("a").Rate, 1), "two 429s cap a namespace's rate")
+	assert.True(t, math.IsInf(lim.State("b").Rate, 1), "another namespace is untouched")
+	assert.Same(t, a, lim.lane("a", MaxBatchSize), "a namespace keeps its state")
+	assert.Same(t, lim.lane(namespaceKey(""), MaxBatchSize), lim.lane(namespaceKey("__default__"), MaxBatchSize), "the default namespace has two names")
+}
+
+func TestZeroLimiterIsReady(t *testing.T) {
+	var lim Limiter
+	st := lim.State("")
+	assert.Equal(t, defaultTuning.startConcurrency, st.Concurrency)
+	assert.Equal(t, defaultTuning.startBatch, st.BatchSize)
+	assert.True(t, math.IsInf(st.Rate, 1), "no rate cap until the index pushes back")
+}
+
+func TestLimiterForgetsIdleNamespaces(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	for i := range 10 * minLanes {
+		lim.lane(fmt.Sprint("ns-", i), MaxBatchSize)
+		clk.Advance(laneIdle / minLanes)
+	}
+	assert.Less(t, len(lim.lanes), 4*minLanes, "a Limiter that meets ever new namespaces stays bounded")
+	busy := lim.lane("busy", MaxBatchSize)
+	p, err := busy.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	clk.Advance(2 * laneIdle)
+	for i := range 10 * minLanes {
+		lim.lane(fmt.Sprint("later-", i), MaxBatchSize)
+	}
+	assert.Same(t, busy, lim.lane("busy", MaxBatchSize), "a namespace with a request in flight is kept")
+	busy.release(p, nil)
+}

@@ -1,0 +1,86 @@
+package upsert
+
+import (
+	"math"
+	"time"
+)
+
+// meter counts an amount (records, requests, bytes) over the last two
+// seconds, in buckets of 100 ms, to tell the rate over a recent window.
+// The time is passed in; the zero meter is empty.
+type meter struct {
+	buckets [20]float64
+	epoch   int64 // index of the newest bucket, in meterBucket units since the zero time
+}
+
+const meterBucket = 100 * time.Millisecond
+
+// meterSpan is the longest window a meter tells.
+const meterSpan = 20 * meterBucket
+
+func (m *meter) add(now time.Time, x float64) {
+	m.advance(now)
+	m.buckets[m.epoch%int64(len(m.buckets))] += x
+}
+
+// rateOver returns the amount per second over the last window, up to
+// meterSpan: whole buckets, the newest one partly elapsed. Time before the
+// meter's first amount counts as empty, so a burst at the start does not
+// read as a rate.
+func (m *meter) rateOver(now time.Time, window time.Duration) float64 {
+	m.advance(now)
+	n := int64(len(m.buckets))
+	k := min(max(int64((window+meterBucket-1)/meterBucket), 1), n)
+	sum := 0.0
+	for i := range k {
+		sum += m.buckets[(m.epoch-i)%n]
+	}
+	current := now.Sub(time.Unix(0, m.epoch*int64(meterBucket)))
+	span := time.Duration(k-1)*meterBucket + current
+	return sum / max(span, meterBucket/10).Seconds()
+}
+
+func (m *meter) advance(now time.Time) {
+	e := now.UnixNano() / int64(meterBucket)
+	if e <= m.epoch {
+		return
+	}
+	steps := min(e-m.epoch, int64(len(m.buckets)))
+	for i := int64(1); i <= steps; i++ {
+		m.buckets[(m.epoch+i)%int64(len(m.buckets))] = 0
+	}
+	m.epoch = e
+}
+
+// spreadMeter estimates the spread of the index's latency (the standard
+// deviation of its logarithm) from deviations measured against the mean
+// of like requests (same size, same concurrency). The spread is the
+// index's, whatever the size and the level, so the controllers pool it.
+type spreadMeter struct {
+	n    int
+	var_ float64
+}
+
+// spreadSamples is how many deviations the estimate averages over.
+const spreadSamples = 32
+
+// add takes the deviation of one log latency from the mean of the n
+// like ones before it.
+func (m *spreadMeter) add(dev float64, n int) {
+	if n < 2 {
+		return
+	}
+	x := dev * dev * float64(n) / float64(n+1) // the deviation from a mean of n has variance (1+1/n) σ²
+	m.n++
+	w := 1 / float64(min(m.n, spreadSamples))
+	m.var_ += (x - m.var_) * w
+}
+
+// spread returns the estimate, or fallback while fewer than 4 deviations
+// were seen.
+func (m *spreadMeter) spread(fallback float64) float64 {
+	if m.n < 4 {
+		return fallback
+	}
+	return math.Sqrt(m.var_)
+}

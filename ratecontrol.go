@@ -1,0 +1,299 @@
+package upsert
+
+import (
+	"math"
+	"math/bits"
+	"time"
+)
+
+// rateControl is the policy of one dimension of a lane's send rate:
+// records, requests or bytes per second. It is a pure controller: it sees
+// what was sent and how each request was answered, with the time, and
+// keeps the limit the lane enforces; it holds no lock and reads no clock.
+//
+// There is no limit until the index refuses requests for this dimension
+// (or the limit starts at a known limit of the index, see withPrior).
+// Refusals start an episode only when they are more than the index's
+// usual share of refusals explains: some indexes refuse a few requests
+// whatever the rate, and those must not grind the rate down. An episode
+// cuts the limit once, to a little under the level: what the index
+// accepted since the last cut, which is its capacity when it limits with a
+// token bucket (it accepts exactly its rate once its bucket is empty).
+// After the cut the limit climbs back to the level along a cubic curve
+// (CUBIC congestion control, in rate: the deeper the cut, the longer the
+// climb) and probes ever faster above it, while the limit holds requests
+// back. The usual share of refusals is learnt while the limit climbs back,
+// when a token bucket refuses nothing.
+type rateControl struct {
+	limit    float64                            // per second; +Inf: no cap
+	level    float64                            // what the index accepted at the last episode, or the prior; 0: none
+	depth    float64                            // how far below the level the curve starts, as a share of it
+	origin   time.Time                          // when the curve is back at the level, shifted by the time the limit bound nothing
+	followed time.Time                          // when the curve was last followed
+	cutAt    time.Time                          // when the last episode began, or the controller started
+	cutSeq   uint64                             // requests admitted up to this one were sent before the last cut
+	episodes int                                // 429 episodes so far
+	capacity float64                            // what the index accepted at the last cut: below it refusals are noise
+	search   bool                               // the last cut measured nothing: the limit doubles every few round trips
+	total    float64                            // amount accepted since the controller started
+	accepted int                                // answers accepted since the last cut, of requests sent after it
+	takenAt  float64                            // amount accepted since the last cut, of any request
+	recent   answers                            // the last answers, refused or not
+	quiet    struct{ answers, refused float64 } // answers while climbing, when a token bucket refuses nothing
+	sent     meter                              // amount sent
+	taken    meter                              // amount the index accepted
+}
+
+// answers is a shift register of the last 64 answers: a bit set for each
+// refusal.
+type answers struct {
+	refused uint64
+	n       int
+}
+
+func (a *answers) add(refused bool) {
+	a.refused <<= 1
+	if refused {
+		a.refused |= 1
+	}
+	a.n = min(a.n+1, 64)
+}
+
+func (a *answers) count() (refused, n int) { return bits.OnesCount64(a.refused), a.n }
+
+func (a *answers) refusals() int { return bits.OnesCount64(a.refused) }
+
+// rateSample is what the lane saw of one answered request, for one
+// dimension.
+type rateSample struct {
+	now      time.Time
+	amount   float64       // the request's amount in this dimension
+	seq      uint64        // the request's admission number
+	issued   uint64        // admissions so far
+	refused  bool          // answered 429 for this dimension
+	bound    bool          // the limit held a request back within tuning.boundFor
+	window   time.Duration // the least span that measures a rate: a few round trips and answers
+	doubling time.Duration // how long a search takes to double: a few round trips
+}
+
+// rateReason says what a rate controller did with a sample.
+type rateReason int
+
+const (
+	rateHeld        rateReason = iota // unchanged: no cap, or the cap bound nothing
+	rateGrew                          // followed the curve
+	rateFirstCut                      // the first episode: a floor to search up from
+	rateCut                           // an episode: the level is what the index accepted
+	rateHalved                        // an episode with too few answers accepted to measure by: half of what was sent
+	rateSameEpisode                   // a refusal of a request sent before the last cut
+	rateDraining                      // a refusal while the index still refuses what came before the cut
+	rateNoise                         // a refusal within the share the index refuses anyway
+)
+
+// withPrior starts c at a known limit of the index (0: none), a little
+// above it so that the index's burst is taken in, and on the curve's
+// plateau, so that it probes above when the limit is higher than known.
+func (c *rateControl) withPrior(now time.Time, prior float64, t *tuning) {
+	c.limit, c.cutAt = math.Inf(1), now
+	if prior <= 0 {
+		return
+	}
+	c.level = prior * (1 + t.priorHeadroom)
+	c.limit, c.depth = c.level, 0
+	c.origin, c.followed = now, now
+}
+
+// measured reports whether a 429 has set the limit.
+func (c *rateControl) measured() bool { return c.episodes > 0 }
+
+// capped reports whether c has a finite limit.
+func (c *rateControl) capped() bool { return !math.IsInf(c.limit, 1) }
+
+// send counts an amount sent at now.
+func (c *rateControl) send(now time.Time, amount float64) { c.sent.add(now, amount) }
+
+// answer takes one answered request and returns what it did.
+func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason {
+	c.recent.add(s.refused)
+	after := s.seq > c.cutSeq
+	// While the limit climbs back to what the index accepted at the last
+	// cut, once it accepts again, a token-bucket index refuses nothing:
+	// what it refuses then, it refuses whatever the rate.
+	climbing := c.episodes > 0 && c.limit < c.capacity
+	if after && climbing && c.accepted > 0 && s.now.Sub(c.cutAt) >= t.drainFor {
+		c.quiet.answers++
+		if s.refused {
+			c.quiet.refused++
+		}
+		if c.quiet.answers > 4*t.noiseAnswers {
+			c.quiet.answers, c.quiet.refused = c.quiet.answers/2, c.quiet.refused/2 // the index may change
+		}
+	}
+	if !s.refused {
+		c.taken.add(s.now, s.amount)
+		c.takenAt += s.amount
+		c.total += s.amount
+		if after {
+			c.accepted++
+		}
+		return c.follow(s, t)
+	}
+	if !after {
+		return rateSameEpisode
+	}
+	since := s.now.Sub(c.cutAt)
+	if c.episodes > 0 && c.accepted == 0 && since < t.drainFor {
+		return rateDraining
+	}
+	refusals := c.recent.refusals()
+	switch {
+	case !c.excess(t):
+		return rateNoise
+	case c.episodes == 0 && refusals < 2:
+		return rateNoise // one refusal among the first answers may be the index's usual share
+	case climbing && refusals < 3:
+		return rateNoise // while climbing, refusals teach the usual share; only several say the cut was not enough
+	}
+	return c.cut(s, t, floor)
+}
+
+// excess reports whether the last answers hold more refusals than the
+// index's usual share explains: so many that they would come by chance
+// less than tuning.significance of the time (the first refusal of an index
+// that refuses nothing otherwise).
+func (c *rateControl) excess(t *tuning) bool {
+	r, n := c.recent.count()
+	return poissonTail(c.noise(t)*float64(n), r) < t.significance
+}
+
+// noise is the share of answers the index refuses whatever the rate: of
+// those it gave while the limit climbed back after a cut, weighed against
+// tuning.noiseAnswers answers of an index that refuses nothing (most do
+// not), so that a few refusals of a bucket refilling late do not pass for
+// a share; and none at all below three refusals.
+func (c *rateControl) noise(t *tuning) float64 {
+	if c.quiet.refused < 3 {
+		return 0
+	}
+	return c.quiet.refused / (c.quiet.answers + t.noiseAnswers)
+}
+
+// poissonTail is the chance of k or more events when lambda are expected.
+func poissonTail(lambda float64, k int) float64 {
+	if k <= 0 {
+		return 1
+	}
+	term, below := math.Exp(-lambda), 0.0
+	for i := 0; i < k; i++ {
+		below += term
+		term *= lambda / float64(i+1)
+	}
+	return max(0, 1-below)
+}
+
+// cut begins an episode. The level becomes what the index accepted since
+// the last cut (over the last window, the least span that measures a rate,
+// when the last cut is more recent), which is its capacity when it limits
+// with a token bucket and refuses: it accepts exactly its rate once its
+// bucket is empty. The limit goes tuning.cutDepth
+// under it, so that the index's bucket refills in a fraction of a second,
+// and climbs back to it. On weak evidence the level does not come down
+// and the limit only dips by tuning.cutMargin: refusals that come
+// whatever the rate must not grind the rate down. The first cut keeps at
+// least half of what was sent, which slow start's doubling had reached a
+// round trip before, and searches up from there (while the lane ramps
+// up, a window measures less than the index took at the end of it). With
+// fewer than three answers accepted since the last cut there is nothing to
+// measure by: the limit is half of what was sent, and searches up.
+func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
+	accepted := c.taken.rateOver(s.now, s.window)
+	if since := s.now.Sub(c.cutAt); since >= s.window && c.episodes > 0 && !c.search {
+		// Between two episodes a token-bucket index starts and ends with
+		// an empty bucket: what it accepted in between is its rate,
+		// whatever it saved and spent meanwhile (not after a search,
+		// which spent most of the time far below it).
+		accepted = c.takenAt / since.Seconds()
+	}
+	sent := c.sent.rateOver(s.now, s.window)
+	reason := rateCut
+	searched := c.search
+	c.search = false
+	switch {
+	case c.episodes == 0:
+		// The first refusals say little of the rate: the index's bucket
+		// took in the start. Half of what was sent (slow start doubled
+		// it within the last round trip), or what it accepted spread over
+		// at least a second (a bucket holds up to a second's worth), is a
+		// floor to search up from.
+		reason = rateFirstCut
+		c.level = max(c.total/max(s.now.Sub(c.cutAt), time.Second).Seconds(), sent/2)
+		c.limit, c.search = c.level, true
+	case c.accepted < 3:
+		reason = rateHalved
+		c.level, c.limit, c.search = sent/2, sent/2, true
+	case searched:
+		// A search doubled its way past the capacity within the last
+		// few round trips, too fast for a window to measure: the
+		// capacity is between half the limit and the limit.
+		c.level = max(accepted, c.limit*math.Sqrt2/2)
+		c.limit = c.level * (1 - t.cutDepth)
+	default:
+		c.level, c.limit = accepted, accepted*(1-t.cutDepth)
+	}
+	c.capacity = accepted
+	c.limit = max(floor, c.limit)
+	c.level = max(c.level, c.limit)
+	c.depth = 1 - c.limit/c.level
+	c.origin = s.now.Add(c.climb(t))
+	c.cutAt, c.followed, c.cutSeq = s.now, s.now, s.issued
+	c.accepted, c.takenAt = 0, 0
+	c.recent = answers{}
+	c.episodes++
+	return reason
+}
+
+// climb is how long the curve takes from the cut back to the level: a
+// recovery for a cut of tuning.recoveryDepth, more for a deeper one, as
+// the cube root of the depth (CUBIC's K).
+func (c *rateControl) climb(t *tuning) time.Duration {
+	return time.Duration(float64(t.recovery) * math.Cbrt(max(c.depth, 1e-3)/t.recoveryDepth))
+}
+
+// follow moves the limit along the curve while it holds requests back;
+// otherwise it holds the curve where it is, by shifting its origin.
+func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
+	now := s.now
+	if !c.capped() || c.level <= 0 {
+		return rateHeld
+	}
+	if !s.bound {
+		c.origin = c.origin.Add(now.Sub(c.followed))
+		c.followed = now
+		return rateHeld
+	}
+	if c.search {
+		// Nothing measured: double every few round trips while bound,
+		// as slow start does every round trip, until the next episode.
+		c.limit *= math.Exp2(now.Sub(c.followed).Seconds() / s.doubling.Seconds())
+		c.level = max(c.level, c.limit)
+		c.followed = now
+		return rateGrew
+	}
+	c.followed = now
+	c.limit = c.curve(now, t)
+	return rateGrew
+}
+
+// curve is the limit at now: from the cut (at the origin plus the climb
+// before it) it climbs fast, flattens as it nears the level, then rises
+// ever faster above it, by tuning.probeGain of the level one recovery
+// past it.
+func (c *rateControl) curve(now time.Time, t *tuning) float64 {
+	x := now.Sub(c.origin).Seconds() / t.recovery.Seconds()
+	if x < 0 {
+		k := c.climb(t).Seconds() / t.recovery.Seconds()
+		y := -x / k
+		return c.level * (1 - c.depth*y*y*y)
+	}
+	return c.level * (1 + t.probeGain*x*x*x)
+}

@@ -1,0 +1,191 @@
+package upsert
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rateScript drives a rate controller: requests of amount sent every step
+// for a duration, each answered at once, refused when refuse says so.
+type rateScript struct {
+	t     *testing.T
+	c     rateControl
+	now   time.Time
+	seq   uint64
+	tn    tuning
+	bound bool
+}
+
+func newRateScript(t *testing.T) *rateScript {
+	s := &rateScript{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), tn: defaultTuning, bound: true}
+	s.c.withPrior(s.now, 0, &s.tn)
+	return s
+}
+
+// answer sends one request of amount and answers it after latency.
+func (s *rateScript) answer(amount float64, refused bool, latency time.Duration) rateReason {
+	s.c.send(s.now, amount)
+	s.seq++
+	seq := s.seq
+	s.now = s.now.Add(latency)
+	return s.c.answer(rateSample{
+		now: s.now, amount: amount, seq: seq, issued: s.seq, refused: refused, bound: s.bound,
+		window: s.tn.minWindow, doubling: s.tn.minWindow,
+	}, &s.tn, 1)
+}
+
+// run sends a request of amount every step for d, refusing those refuse
+// picks (by their index), and returns the reasons seen.
+func (s *rateScript) run(d, step time.Duration, amount float64, refuse func(i int) bool) map[rateReason]int {
+	seen := make(map[rateReason]int)
+	for i := 0; i < int(d/step); i++ {
+		seen[s.answer(amount, refuse != nil && refuse(i), step)]++
+	}
+	return seen
+}
+
+func TestRateControl(t *testing.T) {
+	t.Run("no limit until the index refuses", func(t *testing.T) {
+		s := newRateScript(t)
+		seen := s.run(time.Second, 10*time.Millisecond, 100, nil)
+		assert.Equal(t, 100, seen[rateHeld])
+		assert.False(t, s.c.capped())
+	})
+	t.Run("a known limit starts a tenth above it, on the level, and is probed above while it binds", func(t *testing.T) {
+		var c rateControl
+		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		c.withPrior(now, 100, &defaultTuning)
+		assert.InDelta(t, 110, c.limit, 1e-9)
+		s := &rateScript{t: t, c: c, now: now, tn: defaultTuning, bound: true}
+		s.run(2*defaultTuning.recovery, 10*time.Millisecond, 1, nil)
+		assert.Greater(t, s.c.limit, 110*(1+defaultTuning.probeGain), "a prior is not a ceiling: two recoveries on, the probe has passed it")
+	})
+	t.Run("one refusal among the first answers is no episode, two are", func(t *testing.T) {
+		s := newRateScript(t)
+		assert.Equal(t, rateNoise, s.answer(100, true, 10*time.Millisecond))
+		s.run(100*time.Millisecond, 10*time.Millisecond, 100, nil)
+		assert.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
+		require.True(t, s.c.capped())
+		assert.True(t, s.c.search, "the first cut measures a floor: it searches up from it")
+	})
+	t.Run("a refusal of a request sent before the cut is the same episode", func(t *testing.T) {
+		s := capScript(t, 1000)
+		s.seq++ // a request sent before the cut, answered after it
+		before := s.seq
+		s.c.cutSeq = before
+		r := s.c.answer(rateSample{now: s.now, amount: 10, seq: before, issued: before, refused: true, window: s.tn.minWindow}, &s.tn, 1)
+		assert.Equal(t, rateSameEpisode, r)
+	})
+	t.Run("refusals while nothing was accepted since the cut drain what came before it", func(t *testing.T) {
+		s := capScript(t, 1000)
+		assert.Equal(t, rateDraining, s.answer(10, true, 10*time.Millisecond))
+		assert.Equal(t, rateDraining, s.answer(10, true, 10*time.Millisecond))
+	})
+	t.Run("an episode's level is what the index accepted since the last cut", func(t *testing.T) {
+		// 800 a second accepted for two seconds (one request of 8 every
+		// 10 ms), then refusals.
+		s := capScript(t, 1000)
+		s.c.limit = s.c.level // past the climb: refusals are not the usual share's
+		s.run(2*time.Second, 10*time.Millisecond, 8, nil)
+		assert.Equal(t, rateCut, s.answer(8, true, 10*time.Millisecond))
+		assert.InDelta(t, 800, s.c.level, 10)
+		assert.InDelta(t, 800*(1-defaultTuning.cutDepth), s.c.limit, 10)
+	})
+	t.Run("refusals at the index's usual share do not cut, more than it do", func(t *testing.T) {
+		s := capScript(t, 1000)
+		s.c.quiet.answers, s.c.quiet.refused = 1000, 40 // it refuses 4% anyway
+		s.c.limit = s.c.level
+		s.run(time.Second, 10*time.Millisecond, 8, nil)
+		seen := s.run(10*time.Second, 10*time.Millisecond, 8, func(i int) bool { return i%25 == 0 })
+		assert.Zero(t, seen[rateCut], "one in 25 is the usual share")
+		assert.Positive(t, seen[rateNoise])
+		seen = s.run(time.Second, 10*time.Millisecond, 8, func(i int) bool { return i%3 == 0 })
+		assert.Positive(t, seen[rateCut], "one in three is not")
+	})
+	t.Run("refusals while the limit climbs back teach the usual share", func(t *testing.T) {
+		s := capScript(t, 1000)
+		s.c.capacity = 2000 // still far below what the index accepted
+		s.run(2*defaultTuning.drainFor, 10*time.Millisecond, 8, nil)
+		seen := s.run(time.Second, 10*time.Millisecond, 8, func(i int) bool { return i%40 == 0 })
+		assert.Zero(t, seen[rateCut])
+		assert.Equal(t, 3.0, s.c.quiet.refused)
+		assert.Positive(t, s.c.noise(&s.tn))
+	})
+	t.Run("with nothing accepted since the last cut the limit halves what was sent and searches", func(t *testing.T) {
+		s := capScript(t, 1000)
+		s.now = s.now.Add(2 * defaultTuning.drainFor)
+		for range 3 {
+			s.c.send(s.now, 10)
+		}
+		s.c.limit = s.c.level
+		assert.Equal(t, rateHalved, s.answer(10, true, 10*time.Millisecond))
+		assert.True(t, s.c.search)
+	})
+}
+
+// capScript returns a script whose controller was just cut to r: level r,
+// on its plateau, after a first episode.
+func capScript(t *testing.T, r float64) *rateScript {
+	s := newRateScript(t)
+	c := &s.c
+	c.limit, c.level, c.capacity, c.depth = r, r, r, 0
+	c.cutAt, c.origin, c.followed, c.cutSeq = s.now, s.now, s.now, s.seq
+	c.episodes = 1
+	return s
+}
+
+func TestRateCurve(t *testing.T) {
+	tn := defaultTuning
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := rateControl{level: 1000, depth: 0.15}
+	c.origin = now.Add(c.climb(&tn))
+	tests := []struct {
+		name string
+		at   time.Duration
+		want func(r float64) bool
+	}{
+		{"at the cut, the cut's depth under the level", 0, func(r float64) bool { return math.Abs(r-850) < 1 }},
+		{"half way, more than half way back (concave)", c.climb(&tn) / 2, func(r float64) bool { return r > 925 && r < 1000 }},
+		{"one climb after the cut, at the level", c.climb(&tn), func(r float64) bool { return math.Abs(r-1000) < 1e-6 }},
+		{"one recovery above, probeGain above the level", c.climb(&tn) + tn.recovery, func(r float64) bool { return math.Abs(r-1000*(1+tn.probeGain)) < 1e-6 }},
+		{"two recoveries above, eight times that (convex)", c.climb(&tn) + 2*tn.recovery, func(r float64) bool { return math.Abs(r-1000*(1+8*tn.probeGain)) < 1e-6 }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := c.curve(now.Add(tt.at), &tn)
+			assert.True(t, tt.want(r), "%v after the cut: %.1f", tt.at, r)
+		})
+	}
+	t.Run("a deeper cut climbs back for longer, as the cube root of its depth", func(t *testing.T) {
+		deep := rateControl{depth: 8 * tn.recoveryDepth}
+		assert.Equal(t, 2*tn.recovery, deep.climb(&tn))
+	})
+	t.Run("a cap that binds nothing holds the curve where it is", func(t *testing.T) {
+		s := capScript(t, 1000)
+		s.bound = false
+		s.run(10*time.Second, 10*time.Millisecond, 1, nil)
+		assert.InDelta(t, 1000, s.c.limit, 1e-9)
+		s.bound = true
+		s.run(tn.recovery, 10*time.Millisecond, 1, nil)
+		assert.InDelta(t, 1000*(1+tn.probeGain), s.c.limit, 1)
+	})
+}
+
+func TestPoissonTail(t *testing.T) {
+	for _, tt := range []struct {
+		lambda float64
+		k      int
+		want   float64
+	}{
+		{0, 0, 1},
+		{0, 1, 0},
+		{1, 1, 1 - math.Exp(-1)},
+		{2, 3, 1 - 5*math.Exp(-2)},
+	} {
+		assert.InDelta(t, tt.want, poissonTail(tt.lambda, tt.k), 1e-12, "λ=%v k=%d", tt.lambda, tt.k)
+	}
+}

@@ -1,0 +1,546 @@
+package upsert
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"runtime"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// This file is a discrete-event simulation of one writer and one index,
+// in virtual time: the lane's policies (its controllers, fed through
+// lane.release) and its admission rules (FIFO, tokens, slots, breaker,
+// Retry-After) against an index modelled as upserttest models one
+// (admission buckets, FIFO write slots, latency with a lognormal jitter,
+// sizes above which it slows down, capacity changes, outages, 429s
+// unrelated to load), with the pipeline's retries, splits and backoffs.
+// It runs a family of indexes in seconds, so that a change to a
+// controller is judged on the distribution (TestSimFamily), before the
+// real benchmark (upsertbench -family) confirms it.
+
+// simIndex is one simulated index and the run written into it.
+type simIndex struct {
+	records     int
+	recordBytes int
+	vecRate     float64 // 0: none
+	vecBurst    int
+	reqRate     float64 // Pinecone's requests per second per namespace; 0: none
+	byteRate    float64 // bytes per second; 0: none
+	slots       int     // 0: unlimited
+	base        time.Duration
+	perRecord   time.Duration
+	perMB       time.Duration
+	sigma       float64 // lognormal jitter
+	slowAbove   int     // 0: none
+	slowFactor  float64
+	changes     []upserttest.CapacityChange
+	idealFn     func(records int) time.Duration // nil: simIndex.ideal
+	outageEvery time.Duration                   // 0: none
+	outageFor   time.Duration
+	flaky       float64 // share of requests answered 429 whatever the rate
+	timeout     time.Duration
+}
+
+// simResult is what a run measured.
+type simResult struct {
+	elapsed          time.Duration
+	landed, failed   int
+	requests, refusd int
+	timeouts         int
+}
+
+type simEvent struct {
+	at  time.Time
+	seq uint64
+	fn  func()
+}
+
+type simQueue []simEvent
+
+func (q simQueue) Len() int { return len(q) }
+func (q simQueue) Less(i, j int) bool {
+	if !q[i].at.Equal(q[j].at) {
+		return q[i].at.Before(q[j].at)
+	}
+	return q[i].seq < q[j].seq
+}
+func (q simQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *simQueue) Push(x any)   { *q = append(*q, x.(simEvent)) }
+func (q *simQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return e
+}
+
+// simClock is the virtual time of a simulation: the lane reads it, and
+// nothing sleeps.
+type simClock struct{ now time.Time }
+
+func (c *simClock) Now() time.Time { return c.now }
+func (c *simClock) Sleep(context.Context, time.Duration) error {
+	panic("a simulated lane never sleeps")
+}
+
+// simBatch is a batch of the simulated pipeline.
+type simBatch struct {
+	n       int
+	trial   bool
+	retries [numClasses]int
+	then    *simBatch // the other half of a split, sent after this one settles
+}
+
+// sim is one run.
+type sim struct {
+	clk      *simClock
+	q        simQueue
+	seq      uint64
+	ln       *lane
+	idx      *simServer
+	rng      *rand.Rand
+	cfg      simIndex
+	pending  int
+	waiting  []*simBatch
+	active   int
+	resting  int
+	admitAt  time.Time // a pending admission attempt, zero when none
+	res      simResult
+	start    time.Time
+	deadline time.Time
+}
+
+func (s *sim) at(t time.Time, fn func()) {
+	s.seq++
+	heap.Push(&s.q, simEvent{at: t, seq: s.seq, fn: fn})
+}
+
+// newSim returns a simulation of ix with nothing sent yet.
+func newSim(ix simIndex, seed uint64) *sim {
+	start := time.Unix(1_000_000, 0)
+	s := &sim{
+		clk: &simClock{now: start}, rng: rand.New(rand.NewPCG(seed, 1)), cfg: ix, pending: ix.records,
+		start: start, deadline: start.Add(10 * time.Minute),
+	}
+	s.idx = newSimServer(s, ix)
+	return s
+}
+
+// runSim writes the run of ix into a simulated index and measures it.
+func runSim(ix simIndex, seed uint64, t *tuning) simResult {
+	s := newSim(ix, seed)
+	s.ln = newLane(s.clk, MaxBatchSize, t)
+	s.ln.setLimits(ServerlessLimits)
+	if simTrace != nil {
+		s.trace()
+	}
+	s.fill()
+	return s.loop()
+}
+
+// loop runs the events until the run is done or its deadline.
+func (s *sim) loop() simResult {
+	clk, start := s.clk, s.start
+	same := 0
+	for s.q.Len() > 0 {
+		e := heap.Pop(&s.q).(simEvent)
+		if e.at.After(s.deadline) {
+			break
+		}
+		if same++; e.at.After(clk.now) {
+			same = 0
+		}
+		if same > 1_000_000 {
+			panic(fmt.Sprintf("simulation stuck at %v: %s, waiting %d, active %d resting %d pending %d",
+				clk.now.Sub(start), runtime.FuncForPC(reflect.ValueOf(e.fn).Pointer()).Name(), len(s.waiting), s.active, s.resting, s.pending))
+		}
+		clk.now = e.at
+		e.fn()
+	}
+	s.res.elapsed = clk.now.Sub(start)
+	return s.res
+}
+
+// done reports whether every record has landed or failed.
+func (s *sim) done() bool { return s.res.landed+s.res.failed >= s.cfg.records }
+
+// fill forms batches while fewer are ready than the lane lets requests in
+// flight, plus two, as run.dispatch does.
+func (s *sim) fill() {
+	for s.pending > 0 && s.active-s.resting < s.ln.concurrency()+2 {
+		size, trial := s.ln.nextBatch()
+		n := min(size, s.pending)
+		s.pending -= n
+		s.active++
+		s.enqueue(&simBatch{n: n, trial: trial && n == size})
+	}
+	s.admit()
+}
+
+func (s *sim) enqueue(b *simBatch) {
+	s.waiting = append(s.waiting, b)
+}
+
+// admit lets the head of the queue go when the lane would.
+func (s *sim) admit() {
+	for len(s.waiting) > 0 {
+		b := s.waiting[0]
+		if limit := s.ln.sendLimit(); b.n > limit {
+			s.recut(b, limit)
+			continue
+		}
+		wait, ok := s.tryAdmit(b)
+		if !ok {
+			if wait > 0 {
+				s.wakeAt(s.clk.now.Add(wait))
+			}
+			return
+		}
+		s.waiting = s.waiting[1:]
+	}
+}
+
+// recut cuts the head batch to limit, in place.
+func (s *sim) recut(b *simBatch, limit int) {
+	var pieces []*simBatch
+	for n := b.n; n > 0; n -= limit {
+		pieces = append(pieces, &simBatch{n: min(n, limit), retries: b.retries})
+	}
+	pieces[len(pieces)-1].then = b.then
+	s.active += len(pieces) - 1
+	s.waiting = append(pieces, s.waiting[1:]...)
+}
+
+func (s *sim) wakeAt(t time.Time) {
+	if !s.admitAt.IsZero() && !s.admitAt.After(t) && s.admitAt.After(s.clk.now) {
+		return
+	}
+	s.admitAt = t
+	s.at(t, func() {
+		if s.admitAt.Equal(t) {
+			s.admitAt = time.Time{}
+		}
+		s.admit()
+	})
+}
+
+// tryAdmit admits b now, or returns how long until it may try again (0:
+// until an answer frees a slot).
+func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
+	ln, now := s.ln, s.clk.now
+	ok, probe, wait := ln.breaker.admit(now)
+	if !ok {
+		if ln.breaker.gaveUp(now) != nil {
+			s.settle(b, false) // admit takes it off the queue
+			return 0, true
+		}
+		return wait, false
+	}
+	if now.Before(ln.pausedUntil) {
+		ln.breaker.abandon(probe)
+		return ln.pausedUntil.Sub(now), false
+	}
+	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial, timeout: s.cfg.timeout}
+	amounts := q.amounts()
+	var d time.Duration
+	var res [dimCount]*rate.Reservation
+	for i := range ln.dims {
+		dim := &ln.dims[i]
+		if n := int(amounts[i]); dim.bucket.Burst() < n {
+			dim.bucket.SetBurstAt(now, n)
+		}
+		res[i] = dim.bucket.ReserveN(now, int(amounts[i]))
+		if w := res[i].DelayFrom(now); w > 0 {
+			dim.waited = now
+			d = max(d, w)
+		}
+	}
+	if d > 0 || ln.slotsUsed >= ln.conc.limit {
+		for _, r := range res {
+			r.CancelAt(now)
+		}
+		ln.breaker.abandon(probe)
+		if d == 0 {
+			ln.slotWaited, ln.slotFullAt = true, now
+		}
+		return d, false
+	}
+	ln.slotsUsed++
+	waited := ln.slotsUsed == ln.conc.limit
+	ln.slotWaited = ln.slotWaited || waited
+	if waited {
+		ln.slotFullAt = now
+	}
+	p := ln.issue(q, probe, waited)
+	s.res.requests++
+	s.idx.arrive(p.n, p.bytes, p.start, func(e *Error) { s.answer(b, p, e) })
+	return 0, true
+}
+
+// answer takes the index's answer to b's request.
+func (s *sim) answer(b *simBatch, p permit, e *Error) {
+	outage := s.ln.release(p, e)
+	switch {
+	case e == nil:
+		s.settle(b, true)
+	case e.Class == ClassTimeout && b.n > 1:
+		s.res.timeouts++
+		half := b.n / 2
+		first := &simBatch{n: half, retries: b.retries}
+		second := &simBatch{n: b.n - half, retries: b.retries, then: b.then}
+		first.then = second
+		s.active++
+		s.enqueue(first)
+	default:
+		if e.Class == ClassTimeout {
+			s.res.timeouts++
+		}
+		c := e.Class
+		if b.retries[c] >= defaultRetryPolicy().maxRetries[c] && !outage {
+			s.settle(b, false)
+			break
+		}
+		if !outage {
+			b.retries[c]++
+		}
+		s.rest(b, c, e.RetryAfter)
+	}
+	s.fill()
+}
+
+// rest waits out b's backoff and the retry budget, then queues it again.
+func (s *sim) rest(b *simBatch, c Class, retryAfter time.Duration) {
+	pol := defaultRetryPolicy()
+	bo := pol.backoffFor(c, func(n int64) int64 { return s.rng.Int64N(n) })
+	bo.n = max(0, b.retries[c]-1)
+	s.resting++
+	var again func()
+	again = func() {
+		ok, wait := s.ln.budget.take(s.clk.now)
+		if !ok {
+			s.at(s.clk.now.Add(wait), again)
+			return
+		}
+		s.resting--
+		s.enqueue(b)
+		s.fill()
+	}
+	s.at(s.clk.now.Add(max(bo.NextBackOff(), retryAfter)), again)
+}
+
+// settle ends b, landed or failed, and queues the other half of its split.
+func (s *sim) settle(b *simBatch, landed bool) {
+	if landed {
+		s.res.landed += b.n
+	} else {
+		s.res.failed += b.n
+	}
+	s.active--
+	if b.then != nil {
+		s.enqueue(b.then)
+	}
+	if s.done() {
+		s.q = s.q[:0]
+	}
+}
+
+// simServer is the index.
+type simServer struct {
+	s       *sim
+	cfg     simIndex
+	vec     *simBucket
+	bytes   *simBucket
+	reqs    *simBucket
+	rates   [3]float64 // the buckets' configured rates
+	busy    int
+	queue   []*simJob
+	rng     *rand.Rand
+	changed int // capacity changes applied
+}
+
+type simJob struct {
+	n, bytes int
+	done     func(*Error)
+	started  bool
+	answered bool // the client has its answer (or gave up)
+}
+
+func newSimServer(s *sim, ix simIndex) *simServer {
+	v := &simServer{s: s, cfg: ix, rng: rand.New(rand.NewPCG(uint64(ix.records), 7))}
+	now := s.clk.now
+	if ix.vecRate > 0 {
+		v.vec = newSimBucket(now, ix.vecRate, ix.vecBurst)
+	}
+	if ix.byteRate > 0 {
+		v.bytes = newSimBucket(now, ix.byteRate, int(ix.byteRate))
+	}
+	if ix.reqRate > 0 {
+		v.reqs = newSimBucket(now, ix.reqRate, int(ix.reqRate))
+	}
+	v.rates = [3]float64{ix.vecRate, ix.byteRate, ix.reqRate}
+	return v
+}
+
+// arrive takes a request of n records at the index, sent at sent; done
+// gets its answer.
+func (v *simServer) arrive(n, bytes int, sent time.Time, done func(*Error)) {
+	s := v.s
+	now := s.clk.now
+	v.maybeChange(now)
+	answerAt := func(d time.Duration, e *Error) {
+		s.at(now.Add(d), func() { done(e) })
+	}
+	if v.down(now) {
+		answerAt(200*time.Microsecond, &Error{Class: ClassServer, GRPCCode: 14})
+		return
+	}
+	if v.cfg.flaky > 0 && v.rng.Float64() < v.cfg.flaky {
+		s.res.refusd++
+		answerAt(200*time.Microsecond, &Error{Class: ClassRateLimited, Limit: LimitBytes})
+		return
+	}
+	if lim, ok := v.admit(now, n, bytes); !ok {
+		s.res.refusd++
+		answerAt(200*time.Microsecond, &Error{Class: ClassRateLimited, Limit: lim})
+		return
+	}
+	j := &simJob{n: n, bytes: bytes, done: done}
+	s.at(sent.Add(v.cfg.timeout), func() { v.timeout(j) })
+	v.queue = append(v.queue, j)
+	v.serve()
+}
+
+func (v *simServer) down(now time.Time) bool {
+	if v.cfg.outageEvery <= 0 {
+		return false
+	}
+	t := now.Sub(v.s.start) % v.cfg.outageEvery
+	return t >= v.cfg.outageEvery-v.cfg.outageFor
+}
+
+func (v *simServer) maybeChange(now time.Time) {
+	for v.changed < len(v.cfg.changes) && now.Sub(v.s.start) >= v.cfg.changes[v.changed].At {
+		f := v.cfg.changes[v.changed].Factor
+		v.changed++
+		for i, b := range []*simBucket{v.vec, v.bytes, v.reqs} {
+			if b != nil {
+				b.refill(now)
+				b.rate = v.rates[i] * f
+			}
+		}
+	}
+}
+
+// admit takes the request's tokens from every bucket, or names the limit
+// that refuses it.
+func (v *simServer) admit(now time.Time, n, bytes int) (Limit, bool) {
+	switch {
+	case !v.vec.has(now, float64(n)), !v.bytes.has(now, float64(bytes)):
+		return LimitBytes, false
+	case !v.reqs.has(now, 1):
+		return LimitRequests, false
+	}
+	v.vec.take(now, float64(n))
+	v.bytes.take(now, float64(bytes))
+	v.reqs.take(now, 1)
+	return 0, true
+}
+
+// serve starts the queued jobs that have a slot.
+func (v *simServer) serve() {
+	for len(v.queue) > 0 && (v.cfg.slots == 0 || v.busy < v.cfg.slots) {
+		j := v.queue[0]
+		v.queue = v.queue[1:]
+		if j.answered {
+			continue // the client gave up while it was queued: dropped
+		}
+		j.started = true
+		v.busy++
+		s := v.s
+		s.at(s.clk.now.Add(v.latency(j.n, j.bytes)), func() {
+			v.busy--
+			if !j.answered { // else written, but the client timed out and resends
+				j.answered = true
+				j.done(nil)
+			}
+			v.serve()
+		})
+	}
+}
+
+// timeout is the client giving up on j: a queued job is dropped.
+func (v *simServer) timeout(j *simJob) {
+	if !j.answered {
+		j.answered = true
+		j.done(&Error{Class: ClassTimeout})
+	}
+}
+
+func (v *simServer) latency(n, bytes int) time.Duration {
+	d := float64(v.cfg.base + time.Duration(n)*v.cfg.perRecord)
+	d += float64(v.cfg.perMB) * float64(bytes) / 1e6
+	if v.cfg.slowAbove > 0 && n > v.cfg.slowAbove {
+		d *= v.cfg.slowFactor
+	}
+	if v.cfg.sigma > 0 {
+		d *= math.Exp(v.cfg.sigma*v.rng.NormFloat64() - v.cfg.sigma*v.cfg.sigma/2)
+	}
+	return time.Duration(d)
+}
+
+// simBucket is upserttest's admission bucket, with a rate that can change.
+type simBucket struct {
+	rate, burst, tokens float64
+	last                time.Time
+}
+
+func newSimBucket(now time.Time, r float64, burst int) *simBucket {
+	if burst < 1 {
+		burst = int(math.Ceil(r))
+	}
+	return &simBucket{rate: r, burst: float64(burst), tokens: float64(burst), last: now}
+}
+
+func (b *simBucket) refill(now time.Time) {
+	if now.After(b.last) {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+		b.last = now
+	}
+}
+
+func (b *simBucket) has(now time.Time, n float64) bool {
+	if b == nil {
+		return true
+	}
+	b.refill(now)
+	return b.tokens >= min(n, b.burst)
+}
+
+func (b *simBucket) take(now time.Time, n float64) {
+	if b != nil {
+		b.refill(now)
+		b.tokens -= n
+	}
+}
+
+// simTrace, when set, receives a line of the lane's state every half
+// second of a simulation.
+var simTrace func(format string, args ...any)
+
+func (s *sim) trace() {
+	ln := s.ln
+	simTrace("%6.2fs landed %7d conc %2d inflight %2d size %4d trial %4d/%d ceil %4d | rec %8.0f req %6.1f bytes %9.0f | paused %v open %v",
+		s.clk.now.Sub(s.start).Seconds(), s.res.landed, ln.conc.limit, ln.inFlight, ln.batch.size, ln.batch.trial.size, ln.batch.trial.n,
+		ln.batch.ceil, ln.dims[dimRecords].ctl.limit, ln.dims[dimRequests].ctl.limit, ln.dims[dimBytes].ctl.limit,
+		s.clk.now.Before(ln.pausedUntil), ln.breaker.open)
+	if s.pending > 0 || s.active > 0 {
+		s.at(s.clk.now.Add(500*time.Millisecond), s.trace)
+	}
+}

@@ -1,0 +1,53 @@
+package upserttest
+
+import (
+	"math"
+	"time"
+)
+
+// This file holds the changes of an Index's run that keep the index:
+// Scaled and Shortened.
+
+// Scaled returns ix with a run of f times its records (at least 1), its
+// capacity changes at f times their times, so at the same shares of the
+// run, and its vector burst at most a quarter of the run, as [DrawIndex]
+// keeps it. The rest of the index is unchanged. Scaled panics unless f is
+// a positive finite number.
+func (ix Index) Scaled(f float64) Index {
+	if !(f > 0) || math.IsInf(f, 0) {
+		panic("upserttest: Index.Scaled: need a positive finite factor")
+	}
+	out := ix
+	out.Records = max(1, int(math.Round(float64(ix.Records)*f)))
+	out.Changes = make([]CapacityChange, len(ix.Changes))
+	for i, ch := range ix.Changes {
+		out.Changes[i] = CapacityChange{At: time.Duration(float64(ch.At) * f).Round(time.Millisecond), Factor: ch.Factor}
+	}
+	if out.VectorRate > 0 {
+		out.VectorBurst = max(1, min(ix.VectorBurst, out.Records/4))
+	}
+	return out
+}
+
+// Shortened returns ix scaled down ([Index.Scaled]) so that its ideal time
+// ([Index.IdealTime] with [FamilyTimeout]) is at most maxIdeal, or ix
+// itself if it already is: the same index with a shorter run, its capacity
+// changes at the same shares of it. The outages keep their period, so a
+// shorter run sees fewer of them. maxIdeal must be at least the
+// family's least ideal time, 2 s, for the shortened run to stay
+// measurable; a smaller one is taken as 2 s.
+func (ix Index) Shortened(maxIdeal time.Duration) Index {
+	limit := max(maxIdeal, time.Duration(familyMinIdeal*float64(time.Second)))
+	out := ix
+	for range 50 {
+		ideal := out.IdealTime(out.Records, FamilyTimeout)
+		if ideal <= limit || out.Records <= 1 {
+			return out
+		}
+		// Aim a little below the limit: the ideal is not quite linear
+		// in the records (bursts, outages, changes).
+		f := float64(out.Records) / float64(ix.Records) * 0.98 * limit.Seconds() / ideal.Seconds()
+		out = ix.Scaled(f)
+	}
+	return out
+}

@@ -1,0 +1,235 @@
+package upserttest
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// This file holds the ideal time of an Index: how long a client that knew
+// the index in advance needs to write a run into it.
+
+// IdealMaxInFlight is the most requests the ideal client of
+// [Index.IdealTime] keeps in flight at once: the upsert library's largest
+// concurrency.
+const IdealMaxInFlight = 64
+
+// IdealTailQuantile is the quantile of a request's write latency, jitter
+// included, that must fit within the request timeout for the ideal client
+// of [Index.IdealTime] to use its batch size.
+const IdealTailQuantile = 0.99
+
+// IdealTime returns how long a client that knew ix in advance needs, at
+// best, to write records of the run's records into a fresh server made
+// with ix.Options(), from NewServer to the last record written, with
+// requests that time out after timeout. It is 0 for records <= 0, and
+// also when even a request of one record has a latency tail over
+// timeout (no client can write into such an index).
+//
+// The ideal client sends batches of one size n at a time (the one of
+// [Index.Throughput] at the capacity factor in force, so n changes with
+// the capacity changes), keeps up to min(slots, IdealMaxInFlight) requests
+// in flight, and never sends a request that an admission bucket would
+// refuse. Every limit is then a token bucket of records, with its rate and
+// burst: the vectors, bytes (RequestBytes(n)/n a record) and requests
+// (1/n a record) per second of the namespace, at the capacity factor in
+// force, and the requests in flight, which refill at min(slots, 64) per
+// mean write latency of n and hold min(slots, 64). Records are admitted
+// as fast as the emptiest of them allows, as a fluid: at once while every
+// bucket holds tokens (so an index gives its bursts at once, as far as
+// the others let it), then at the least rate among the empty ones. Every
+// bucket starts full at NewServer, and keeps refilling during an outage,
+// when nothing is admitted. The ideal time is when the last record is
+// admitted plus the mean write latency of its batch.
+//
+// So the ideal assumes: the mean latency (jitter changes only which n fit
+// the timeout); no time to encode, send or answer a request (the machine
+// serves any rate); no random 429s (a refused request costs a round trip
+// and no token, which the ideal neglects); the run starting at NewServer;
+// whole batches (the last one may be partial and quicker). Efficiency,
+// ideal ÷ actual, can thus slightly exceed 1 only where a partial batch
+// or a lucky jitter helps.
+func (ix Index) IdealTime(records int, timeout time.Duration) time.Duration {
+	if records <= 0 {
+		return 0
+	}
+	m := ix.model(timeout)
+	if m.plan(1).batch == 0 {
+		return 0
+	}
+	last, latency := m.admitAll(float64(records))
+	return time.Duration((last + latency) * float64(time.Second))
+}
+
+// Throughput returns the steady capacity C of ix at the capacity factor
+// (1 before any change, see [CapacityChange]) for requests that time out
+// after timeout, in records per second, and the batch size n that
+// reaches it: the largest n of those that maximise
+//
+//	C(n) = min(factor × vector rate, factor × byte rate × n / RequestBytes(n),
+//	           factor × request rate × n, min(slots, IdealMaxInFlight) × n / latency(n))
+//
+// over the n of at most MaxBatch() records whose latency tail (the
+// IdealTailQuantile of the mean write latency times the jitter) fits
+// within timeout; latency(n) is the mean write latency of a request of n
+// records, and an absent limit does not count. It returns 0, 0 when no n
+// fits, and +Inf when nothing limits the index.
+func (ix Index) Throughput(factor float64, timeout time.Duration) (perSecond float64, batch int) {
+	p := ix.model(timeout).planAt(factor)
+	return p.perSecond, p.batch
+}
+
+// RecordBytes returns the bytes each of the run's records adds to an
+// Upsert request: a record with an id of 8 characters ("r0000001" …) and
+// Dimension dense values, without sparse values or metadata.
+func (ix Index) RecordBytes() int {
+	_, per := requestSizes(namespaceKey(ix.Namespace), ix.Dimension)
+	return per
+}
+
+// RequestBytes returns the encoded size of an Upsert request of n of the
+// run's records (see [Index.RecordBytes]), as the Pinecone SDK sends it
+// into ix.Namespace ("" sent as "__default__"): what the server counts in
+// [Request.Bytes] and its byte rate.
+func (ix Index) RequestBytes(n int) int {
+	empty, per := requestSizes(namespaceKey(ix.Namespace), ix.Dimension)
+	return empty + n*per
+}
+
+// sizeKey and sizes cache requestSizes, which encodes a request.
+type sizeKey struct {
+	namespace string
+	dimension int
+}
+
+var sizes sync.Map // sizeKey -> [2]int
+
+// requestSizes returns the encoded size of an Upsert request into
+// namespace without vectors, and the bytes a record of the given dimension
+// with an id of 8 characters adds to it: every such record encodes to the
+// same size (fixed-width values, ids of one length).
+func requestSizes(namespace string, dimension int) (empty, perRecord int) {
+	key := sizeKey{namespace, dimension}
+	if v, ok := sizes.Load(key); ok {
+		s := v.([2]int)
+		return s[0], s[1]
+	}
+	req := desc.upsertReq.New()
+	req.Set(desc.upsertNamespace, protoreflect.ValueOfString(namespace))
+	empty = proto.Size(req.Interface())
+	vectors := req.Mutable(desc.upsertVectors).List()
+	v := vectors.NewElement()
+	values := make([]float32, dimension)
+	encodeVector(v.Message(), &pinecone.Vector{Id: "r0000001", Values: &values})
+	vectors.Append(v)
+	perRecord = proto.Size(req.Interface()) - empty
+	sizes.Store(key, [2]int{empty, perRecord})
+	return empty, perRecord
+}
+
+// MaxBatch returns the most of the run's records one Upsert request can
+// carry: MaxVectorsPerRequest, or fewer if their request would exceed
+// DefaultMaxRequestBytes.
+func (ix Index) MaxBatch() int {
+	empty, per := ix.RequestBytes(0), ix.RecordBytes()
+	return max(0, min(MaxVectorsPerRequest, (DefaultMaxRequestBytes-empty)/per))
+}
+
+// idealModel is what the ideal time of an Index needs: its server's
+// configuration, its outages, the timeout, and the best batch at each
+// capacity factor met.
+type idealModel struct {
+	ix       Index
+	cfg      config
+	timeout  time.Duration
+	tail     float64 // IdealTailQuantile of the jitter factor
+	empty    int     // RequestBytes(0)
+	perBytes int     // RecordBytes()
+	maxBatch int
+	plans    map[float64]batchPlan
+}
+
+// batchPlan is how the ideal client writes at one capacity factor.
+type batchPlan struct {
+	batch     int     // 0: no batch fits the timeout
+	perSecond float64 // C(batch), records per second
+	latency   float64 // mean write latency of a batch, in seconds
+}
+
+func (ix Index) model(timeout time.Duration) *idealModel {
+	cfg := defaultConfig()
+	for _, o := range ix.Options() {
+		o(&cfg)
+	}
+	return &idealModel{
+		ix: ix, cfg: cfg, timeout: timeout,
+		tail:     JitterQuantile(cfg.jitter.sigma, IdealTailQuantile),
+		empty:    ix.RequestBytes(0),
+		perBytes: ix.RecordBytes(),
+		maxBatch: ix.MaxBatch(),
+		plans:    make(map[float64]batchPlan),
+	}
+}
+
+// latency is the mean write latency of a batch of n, in seconds.
+func (m *idealModel) latency(n int) float64 {
+	return m.cfg.latency(n, m.empty+n*m.perBytes).Seconds()
+}
+
+// inFlight is the most requests the ideal client has in flight.
+func (m *idealModel) inFlight() float64 {
+	if m.cfg.slots > 0 {
+		return float64(min(m.cfg.slots, IdealMaxInFlight))
+	}
+	return IdealMaxInFlight
+}
+
+// capacity is C(n) at factor f, in records per second.
+func (m *idealModel) capacity(n int, f float64) float64 {
+	c := math.Inf(1)
+	if r := m.cfg.vectorRate.rate; r > 0 {
+		c = min(c, f*r)
+	}
+	if r := m.cfg.byteRate.rate; r > 0 {
+		c = min(c, f*r*float64(n)/float64(m.empty+n*m.perBytes))
+	}
+	if r := m.cfg.requestRate.rate; r > 0 {
+		c = min(c, f*r*float64(n))
+	}
+	if lat := m.latency(n); lat > 0 {
+		c = min(c, m.inFlight()*float64(n)/lat)
+	}
+	return c
+}
+
+// plan returns the best batch at factor f (memoized).
+func (m *idealModel) plan(f float64) batchPlan {
+	if p, ok := m.plans[f]; ok {
+		return p
+	}
+	p := m.planAt(f)
+	m.plans[f] = p
+	return p
+}
+
+// planAt finds the largest of the batches that maximise C at factor f
+// among those whose latency tail fits the timeout.
+func (m *idealModel) planAt(f float64) batchPlan {
+	best := 0.0
+	fits := func(n int) bool { return m.latency(n)*m.tail <= m.timeout.Seconds() }
+	for n := 1; n <= m.maxBatch; n++ {
+		if fits(n) {
+			best = max(best, m.capacity(n, f))
+		}
+	}
+	for n := m.maxBatch; n >= 1; n-- {
+		if fits(n) && m.capacity(n, f) >= best*(1-1e-9) {
+			return batchPlan{batch: n, perSecond: m.capacity(n, f), latency: m.latency(n)}
+		}
+	}
+	return batchPlan{}
+}

@@ -1,0 +1,128 @@
+package upserttest_test
+
+import (
+	"cmp"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+func TestRequestBytesAreTheSDKs(t *testing.T) {
+	ix := upserttest.Index{Dimension: 1536, Namespace: "bench"}
+	assert.Equal(t, 6160, ix.RecordBytes(), "a record of 1536 dims with an id of 8 characters")
+	assert.Equal(t, 7, ix.RequestBytes(0), "the namespace field")
+	assert.Equal(t, 7+10*6160, ix.RequestBytes(10))
+	assert.Equal(t, (2_000_000-7)/6160, ix.MaxBatch(), "2 MB bound the batch")
+	assert.Equal(t, 1000, upserttest.Index{Dimension: 8}.MaxBatch(), "1000 records bound the batch")
+	assert.Equal(t, 13, upserttest.Index{Dimension: 8}.RequestBytes(0), `"" is sent as "__default__"`)
+}
+
+func TestIdealTime(t *testing.T) {
+	const timeout = 2 * time.Second
+	serverless1536 := upserttest.Index{Dimension: 1536, Latency: time.Millisecond, PineconeLimits: 1}
+	perByteRate := 50e6 * float64(serverless1536.MaxBatch()) / float64(serverless1536.RequestBytes(serverless1536.MaxBatch()))
+	tests := []struct {
+		name    string
+		ix      upserttest.Index
+		records int
+		want    float64 // seconds
+	}{{
+		name:    "a vector rate: its burst at once, the rest at the rate, and the last batch's latency",
+		ix:      upserttest.Index{Dimension: 8, VectorRate: 1000, VectorBurst: 500, Latency: 10 * time.Millisecond},
+		records: 10_500,
+		want:    10 + 0.010,
+	}, {
+		name:    "slots: 2 batches of 1000 every 100 ms, whose first wave is in flight at once",
+		ix:      upserttest.Index{Dimension: 8, Slots: 2, Latency: 100 * time.Millisecond},
+		records: 20_000,
+		want:    1.0,
+	}, {
+		name:    "Pinecone's request rate: 100 requests of 1000 a second, the burst taken as fast as 64 in flight allow",
+		ix:      upserttest.Index{Dimension: 8, Latency: time.Millisecond, PineconeLimits: 1},
+		records: 1_000_000,
+		// 64 requests at once; the other 36 of the burst pass while the 64
+		// in flight refill, within d = 36/(64/1 ms − 100/s), in which
+		// d × 64/1 ms requests pass: 36 + 100 d. From then on, 100 requests/s:
+		// d + (1M − 1000 × (64 + 36 + 100 d))/100k = (1M − 100k)/100k; plus 1 ms.
+		want: (1_000_000-100_000)/100_000.0 + 0.001,
+	}, {
+		name:    "Pinecone's byte rate: 50 MB at once, then 50 MB/s in batches of 324 records of 1536 dims",
+		ix:      serverless1536,
+		records: 100_000,
+		want:    (100_000-perByteRate)/perByteRate + 0.001,
+	}, {
+		name: "an outage: nothing from 3 s to 4 s, while the bucket refills its burst",
+		ix: upserttest.Index{Dimension: 8, VectorRate: 1000, VectorBurst: 1000, Latency: 10 * time.Millisecond,
+			OutageEvery: 4 * time.Second, OutageLength: time.Second},
+		records: 7000,
+		want:    6 + 0.010, // 1000 + 3 s × 1000, then 1000 at 4 s and 2 s × 1000
+	}, {
+		name: "a capacity change: half the rate from 2 s",
+		ix: upserttest.Index{Dimension: 8, VectorRate: 1000, VectorBurst: 1000, Latency: 10 * time.Millisecond,
+			Changes: []upserttest.CapacityChange{{At: 2 * time.Second, Factor: 0.5}}},
+		records: 4000,
+		want:    4 + 0.010, // 1000 + 2 s × 1000, then 2 s × 500
+	}, {
+		name:    "no batch fits the timeout: no ideal",
+		ix:      upserttest.Index{Dimension: 8, Latency: 3 * time.Second},
+		records: 1000,
+		want:    0,
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.InDelta(t, tt.want, tt.ix.IdealTime(tt.records, timeout).Seconds(), 1e-6)
+		})
+	}
+}
+
+func TestThroughput(t *testing.T) {
+	const timeout = 2 * time.Second
+	tail := upserttest.JitterQuantile(0.5, upserttest.IdealTailQuantile)
+	tests := []struct {
+		name      string
+		ix        upserttest.Index
+		timeout   time.Duration
+		factor    float64 // 0: 1
+		perSecond float64
+		batch     int
+	}{{
+		name:      "64 in flight bound an index without limits",
+		ix:        upserttest.Index{Dimension: 8, Latency: 100 * time.Millisecond},
+		perSecond: 64 * 1000 / 0.1, batch: 1000,
+	}, {
+		name:      "the largest batch whose latency fits the timeout",
+		ix:        upserttest.Index{Dimension: 8, Latency: 100 * time.Millisecond, PerRecord: time.Millisecond, Slots: 1},
+		timeout:   600 * time.Millisecond,
+		perSecond: 500 / 0.6, batch: 500,
+	}, {
+		name:      "the largest batch whose p99 latency fits the timeout, with jitter",
+		ix:        upserttest.Index{Dimension: 8, Latency: 100 * time.Millisecond, PerRecord: time.Millisecond, Slots: 1, Jitter: 0.5},
+		timeout:   600 * time.Millisecond,
+		perSecond: math.Floor((0.6/tail-0.1)/0.001) / (0.1 + 0.001*math.Floor((0.6/tail-0.1)/0.001)),
+		batch:     int((0.6/tail - 0.1) / 0.001),
+	}, {
+		name:      "batches below a slowdown when it costs more than it brings",
+		ix:        upserttest.Index{Dimension: 8, Latency: 20 * time.Millisecond, SlowAbove: 300, SlowFactor: 20, Slots: 1},
+		perSecond: 300 / 0.02, batch: 300,
+	}, {
+		name:      "the largest of the batches that reach a vector rate",
+		ix:        upserttest.Index{Dimension: 8, VectorRate: 5000, Latency: 20 * time.Millisecond, Slots: 1, PineconeLimits: 1},
+		perSecond: 5000, batch: 1000,
+	}, {
+		name:      "a capacity factor scales the buckets, not the slots",
+		ix:        upserttest.Index{Dimension: 8, VectorRate: 5000, Latency: 100 * time.Millisecond, Slots: 1},
+		factor:    4,
+		perSecond: 10_000, batch: 1000, // min(4 × 5000, 1 × 1000 / 0.1 s)
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			perSecond, batch := tt.ix.Throughput(cmp.Or(tt.factor, 1), cmp.Or(tt.timeout, timeout))
+			assert.InEpsilon(t, tt.perSecond, perSecond, 1e-9)
+			assert.Equal(t, tt.batch, batch)
+		})
+	}
+}

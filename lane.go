@@ -28,22 +28,32 @@ type lane struct {
 	batch       batchControl
 	breaker     breaker
 	budget      retryBudget
-	slotsUsed   int // of the lane's own slots
-	inFlight    int // requests in flight, on any slots
+	slots       laneSlots
 	issued      uint64
 	cuts        uint64    // rate cuts so far: tokens reserved before one are stale
 	pausedUntil time.Time // the index's Retry-After
-	roundTrip   float64   // smoothed latency of successes, ns
-	recordBytes float64   // smoothed bytes per record sent
-	slotWaited  bool      // a request waited for a slot since the last answer
-	fastAt      time.Time // when a success last came in a quarter of its timeout
-	slotFullAt  time.Time // when a request last took the last slot or waited for one
-	size        int       // the size of the batches handed out last
-	jitter      spreadMeter
+	seen        laneSeen
 	lastUse     time.Time
 	limitsSet   bool
 	sizeTurn    bool // the batch size's turn to be tried; else the concurrency's
 	signals     laneSignals
+}
+
+// laneSlots are the lane's own concurrency slots.
+type laneSlots struct {
+	used     int       // of the lane's own slots
+	inFlight int       // requests in flight, on any slots
+	waited   bool      // a request waited for a slot since the last answer
+	fullAt   time.Time // when a request last took the last slot or waited for one
+}
+
+// laneSeen is what the lane measured of the index, for the controllers.
+type laneSeen struct {
+	roundTrip   float64   // smoothed latency of successes, ns
+	recordBytes float64   // smoothed bytes per record sent
+	fastAt      time.Time // when a success last came in a quarter of its timeout
+	jitter      spreadMeter
+	size        int // the size of the batches handed out last
 }
 
 // The dimensions of a lane's rate.
@@ -106,7 +116,7 @@ func newLane(c clock, maxBatch int, t *tuning) *lane {
 		d.ctl.withPrior(now, 0, t)
 		d.bucket = rate.NewLimiter(rate.Inf, 1)
 	}
-	ln.size = ln.batch.size
+	ln.seen.size = ln.batch.size
 	return ln
 }
 
@@ -174,8 +184,8 @@ func (ln *lane) nextBatch() (size int, trial bool) {
 	caps := ln.sizeCaps()
 	may := ln.mayTrySize(now)
 	size, trial = ln.batch.next(now, caps, may, ln.spread(), ln.tuning)
-	if !trial && size != ln.size {
-		ln.size = size
+	if !trial && size != ln.seen.size {
+		ln.seen.size = size
 		ln.conc.reset(ln.issued) // latencies of another size measure nothing here
 	}
 	return size, trial
@@ -225,11 +235,11 @@ func (ln *lane) mayTryConc() bool {
 
 // slotBound reports whether the lane's slots held requests back within
 // tuning.boundFor.
-func (ln *lane) slotBound(now time.Time) bool { return now.Sub(ln.slotFullAt) < ln.tuning.boundFor }
+func (ln *lane) slotBound(now time.Time) bool { return now.Sub(ln.slots.fullAt) < ln.tuning.boundFor }
 
 // spread is the index's latency spread (of log latency), pooled over
 // sizes and levels; 0.3 until measured.
-func (ln *lane) spread() float64 { return ln.jitter.spread(0.3) }
+func (ln *lane) spread() float64 { return ln.seen.jitter.spread(0.3) }
 
 // sizeCaps are the rates that bound a batch: the record rate, or what the
 // byte rate allows in records, whichever is lower, and the request rate.
@@ -243,8 +253,8 @@ func (ln *lane) sizeCaps() sizeCaps {
 	if r := &ln.dims[dimRecords]; now.Sub(r.waited) < ln.tuning.boundFor {
 		caps.records = r.ctl.limit
 	}
-	if b := &ln.dims[dimBytes]; now.Sub(b.waited) < ln.tuning.boundFor && ln.recordBytes > 0 {
-		caps.records = min(caps.records, b.ctl.limit/ln.recordBytes)
+	if b := &ln.dims[dimBytes]; now.Sub(b.waited) < ln.tuning.boundFor && ln.seen.recordBytes > 0 {
+		caps.records = min(caps.records, b.ctl.limit/ln.seen.recordBytes)
 	}
 	return caps
 }
@@ -255,8 +265,8 @@ func (ln *lane) sizeCaps() sizeCaps {
 func (ln *lane) recordRate(measuredOnly bool) float64 {
 	records := ln.dims[dimRecords].ctl.limit
 	b := &ln.dims[dimBytes].ctl
-	if b.capped() && ln.recordBytes > 0 && (b.measured() || !measuredOnly) {
-		records = min(records, b.limit/ln.recordBytes)
+	if b.capped() && ln.seen.recordBytes > 0 && (b.measured() || !measuredOnly) {
+		records = min(records, b.limit/ln.seen.recordBytes)
 	}
 	return records
 }
@@ -269,7 +279,7 @@ func (ln *lane) state() LimiterState {
 		Rate:        ln.recordRate(true),
 		Concurrency: ln.conc.limit,
 		BatchSize:   min(ln.batch.size, ln.batch.maxSize(ln.sizeCaps(), ln.tuning)),
-		InFlight:    ln.inFlight,
+		InFlight:    ln.slots.inFlight,
 		Paused:      ln.breaker.open || now.Before(ln.pausedUntil),
 	}
 }
@@ -332,7 +342,7 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 // issue counts an admitted request; ln.mu is held.
 func (ln *lane) issue(q request, probe, waitedSlot bool) permit {
 	now := ln.clock.Now()
-	ln.inFlight++
+	ln.slots.inFlight++
 	ln.issued++
 	ln.lastUse = now
 	amounts := q.amounts()
@@ -344,10 +354,10 @@ func (ln *lane) issue(q request, probe, waitedSlot bool) permit {
 	}
 	if q.n > 0 {
 		x := float64(q.bytes) / float64(q.n)
-		if ln.recordBytes == 0 {
-			ln.recordBytes = x
+		if ln.seen.recordBytes == 0 {
+			ln.seen.recordBytes = x
 		}
-		ln.recordBytes += (x - ln.recordBytes) / 16
+		ln.seen.recordBytes += (x - ln.seen.recordBytes) / 16
 	}
 	return permit{request: q, seq: ln.issued, start: now, probe: probe, waitedSlot: waitedSlot}
 }
@@ -397,26 +407,14 @@ func (ln *lane) abandonProbe(probe bool) {
 // cuts at that time. Only the head of the queue calls it. With recut, it
 // returns errStaleBatch when the request is larger than one may carry now.
 func (ln *lane) waitRate(ctx context.Context, q request, recut bool) (cuts uint64, err error) {
-	amounts := q.amounts()
 	for {
 		if recut && q.n > ln.sendLimit() {
 			return 0, errStaleBatch
 		}
 		now := ln.clock.Now()
 		ln.mu.Lock()
-		var res [dimCount]*rate.Reservation
-		d := ln.pausedUntil.Sub(now)
-		for i := range ln.dims {
-			dim := &ln.dims[i]
-			if n := int(amounts[i]); dim.bucket.Burst() < n {
-				dim.bucket.SetBurstAt(now, n)
-			}
-			res[i] = dim.bucket.ReserveN(now, int(amounts[i]))
-			if w := res[i].DelayFrom(now); w > 0 {
-				dim.waited = now
-				d = max(d, w)
-			}
-		}
+		res, d := ln.reserve(now, q)
+		d = max(d, ln.pausedUntil.Sub(now))
 		cuts = ln.cuts
 		wake := ln.signals.rates.wait()
 		ln.mu.Unlock()
@@ -438,6 +436,25 @@ func (ln *lane) waitRate(ctx context.Context, q request, recut bool) (cuts uint6
 	}
 }
 
+// reserve takes q's tokens from every rate's bucket and returns the
+// reservations and how long until all of them are due; a rate that makes
+// q wait is marked as binding. ln.mu is held.
+func (ln *lane) reserve(now time.Time, q request) (res [dimCount]*rate.Reservation, wait time.Duration) {
+	amounts := q.amounts()
+	for i := range ln.dims {
+		dim := &ln.dims[i]
+		if n := int(amounts[i]); dim.bucket.Burst() < n {
+			dim.bucket.SetBurstAt(now, n) // a request larger than the burst waits, it is never refused
+		}
+		res[i] = dim.bucket.ReserveN(now, int(amounts[i]))
+		if w := res[i].DelayFrom(now); w > 0 {
+			dim.waited = now
+			wait = max(wait, w)
+		}
+	}
+	return res, wait
+}
+
 // takeSlot waits for a slot: one of slots when given, else one of the
 // lane's. It reports whether it had to wait.
 func (ln *lane) takeSlot(ctx context.Context, slots chan struct{}) (waited bool, err error) {
@@ -456,14 +473,14 @@ func (ln *lane) takeSlot(ctx context.Context, slots chan struct{}) (waited bool,
 	}
 	for {
 		ln.mu.Lock()
-		if ln.slotsUsed < ln.conc.limit {
-			ln.slotsUsed++
-			if ln.slotsUsed == ln.conc.limit {
+		if ln.slots.used < ln.conc.limit {
+			ln.slots.used++
+			if ln.slots.used == ln.conc.limit {
 				waited = true // the last free slot: concurrency is what limits
 			}
-			ln.slotWaited = ln.slotWaited || waited
+			ln.slots.waited = ln.slots.waited || waited
 			if waited {
-				ln.slotFullAt = ln.clock.Now()
+				ln.slots.fullAt = ln.clock.Now()
 			}
 			ln.mu.Unlock()
 			return waited, nil
@@ -485,7 +502,7 @@ func (ln *lane) giveSlot(slots chan struct{}) {
 		return
 	}
 	ln.mu.Lock()
-	ln.slotsUsed--
+	ln.slots.used--
 	ln.signals.slots.fire()
 	ln.mu.Unlock()
 }

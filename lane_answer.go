@@ -18,18 +18,18 @@ func (ln *lane) release(p permit, e *Error) (youngOutage bool) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	if p.slots == nil {
-		ln.slotsUsed--
+		ln.slots.used--
 		ln.signals.slots.fire()
 	}
-	ln.inFlight--
+	ln.slots.inFlight--
 	class := Class(0)
 	if e != nil {
 		class = e.Class
 	}
 	if class == 0 && p.n > 0 {
-		ln.roundTrip += (float64(latency) - ln.roundTrip) / 8
+		ln.seen.roundTrip += (float64(latency) - ln.seen.roundTrip) / 8
 		if p.timeout <= 0 || latency < p.timeout/4 {
-			ln.fastAt = now
+			ln.seen.fastAt = now
 		}
 	}
 	ln.answerRates(p, now, e)
@@ -65,7 +65,7 @@ func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
 		s := rateSample{
 			now: now, amount: amounts[i], seq: p.seq, issued: ln.issued, refused: i == refused,
 			bound: now.Sub(d.waited) < ln.tuning.boundFor, window: window,
-			doubling: max(ln.tuning.minWindow, 4*time.Duration(ln.roundTrip)),
+			doubling: max(ln.tuning.minWindow, 4*time.Duration(ln.seen.roundTrip)),
 		}
 		switch d.ctl.answer(s, ln.tuning, d.floor) {
 		case rateFirstCut, rateCut, rateHalved:
@@ -82,7 +82,7 @@ func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
 // round trips, and the time the lane takes to send tuning.windowRequests
 // requests, within [tuning.minWindow, tuning.maxWindow].
 func (ln *lane) measureWindow(now time.Time) time.Duration {
-	w := max(ln.tuning.minWindow, 4*time.Duration(ln.roundTrip))
+	w := max(ln.tuning.minWindow, 4*time.Duration(ln.seen.roundTrip))
 	if r := ln.dims[dimRequests].ctl.sent.rateOver(now, meterSpan); r > 0 {
 		w = max(w, time.Duration(ln.tuning.windowRequests/r*float64(time.Second)))
 	}
@@ -135,21 +135,21 @@ func (ln *lane) answerConc(p permit, latency time.Duration, class Class) {
 	for i := range ln.dims {
 		rateBound = rateBound || now.Sub(ln.dims[i].waited) < ln.tuning.boundFor
 	}
-	full := !p.sizeProbe && 10*p.n >= 9*ln.size
+	full := !p.sizeProbe && 10*p.n >= 9*ln.seen.size
 	if class == 0 && full && p.seq > ln.conc.seq {
-		ln.jitter.add(ln.conc.current().deviation(latency))
+		ln.seen.jitter.add(ln.conc.current().deviation(latency))
 	}
 	before, trying := ln.conc.limit, ln.conc.trial.level > 0
 	may := ln.mayTryConc()
 	ln.conc.answer(concSample{
-		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, loaded: !ln.fastAt.After(p.start),
-		slotBound: p.waitedSlot || ln.slotWaited, rateBound: rateBound,
+		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, loaded: !ln.seen.fastAt.After(p.start),
+		slotBound: p.waitedSlot || ln.slots.waited, rateBound: rateBound,
 		mayTry: may, spread: ln.spread(),
 	}, ln.tuning)
 	if trying && ln.conc.trial.level == 0 && !ln.conc.slowStart {
 		ln.sizeTurn = true // the batch size's turn
 	}
-	ln.slotWaited = false
+	ln.slots.waited = false
 	if ln.conc.limit != before {
 		ln.batch.forget() // latencies at another level measure nothing here
 	}

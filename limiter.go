@@ -122,7 +122,7 @@ func (l *Limiter) lane(key string, maxBatch int) *lane {
 func (l *Limiter) sweep(now time.Time) {
 	for key, ln := range l.lanes {
 		ln.mu.Lock()
-		idle := ln.inFlight == 0 && now.Sub(ln.lastUse) >= laneIdle
+		idle := ln.slots.inFlight == 0 && now.Sub(ln.lastUse) >= laneIdle
 		ln.mu.Unlock()
 		if idle {
 			delete(l.lanes, key)

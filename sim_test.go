@@ -10,8 +10,6 @@ import (
 	"runtime"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/upsertlib/upsert/upserttest"
 )
 
@@ -248,35 +246,22 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		return ln.pausedUntil.Sub(now), false
 	}
 	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial, timeout: s.cfg.timeout}
-	amounts := q.amounts()
-	var d time.Duration
-	var res [dimCount]*rate.Reservation
-	for i := range ln.dims {
-		dim := &ln.dims[i]
-		if n := int(amounts[i]); dim.bucket.Burst() < n {
-			dim.bucket.SetBurstAt(now, n)
-		}
-		res[i] = dim.bucket.ReserveN(now, int(amounts[i]))
-		if w := res[i].DelayFrom(now); w > 0 {
-			dim.waited = now
-			d = max(d, w)
-		}
-	}
-	if d > 0 || ln.slotsUsed >= ln.conc.limit {
+	res, d := ln.reserve(now, q)
+	if d > 0 || ln.slots.used >= ln.conc.limit {
 		for _, r := range res {
 			r.CancelAt(now)
 		}
 		ln.breaker.abandon(probe)
 		if d == 0 {
-			ln.slotWaited, ln.slotFullAt = true, now
+			ln.slots.waited, ln.slots.fullAt = true, now
 		}
 		return d, false
 	}
-	ln.slotsUsed++
-	waited := ln.slotsUsed == ln.conc.limit
-	ln.slotWaited = ln.slotWaited || waited
+	ln.slots.used++
+	waited := ln.slots.used == ln.conc.limit
+	ln.slots.waited = ln.slots.waited || waited
 	if waited {
-		ln.slotFullAt = now
+		ln.slots.fullAt = now
 	}
 	p := ln.issue(q, probe, waited)
 	s.res.requests++
@@ -537,7 +522,7 @@ var simTrace func(format string, args ...any)
 func (s *sim) trace() {
 	ln := s.ln
 	simTrace("%6.2fs landed %7d conc %2d inflight %2d size %4d trial %4d/%d ceil %4d | rec %8.0f req %6.1f bytes %9.0f | paused %v open %v",
-		s.clk.now.Sub(s.start).Seconds(), s.res.landed, ln.conc.limit, ln.inFlight, ln.batch.size, ln.batch.trial.size, ln.batch.trial.n,
+		s.clk.now.Sub(s.start).Seconds(), s.res.landed, ln.conc.limit, ln.slots.inFlight, ln.batch.size, ln.batch.trial.size, ln.batch.trial.n,
 		ln.batch.ceil, ln.dims[dimRecords].ctl.limit, ln.dims[dimRequests].ctl.limit, ln.dims[dimBytes].ctl.limit,
 		s.clk.now.Before(ln.pausedUntil), ln.breaker.open)
 	if s.pending > 0 || s.active > 0 {

@@ -3,55 +3,60 @@ package upsert
 import "time"
 
 // tuning holds every number of the limiter's controllers, each with the
-// one reason it has that value. The evidence behind them (measurements on
-// the randomized family of indexes, rejected alternatives) is in
-// docs/limiter.md, not here.
+// one reason it has that value. The evidence behind them (the simulated
+// and the served family of indexes, rejected alternatives) is in
+// docs/limiter.md, not here. It has more than twenty fields so that no
+// number lives anywhere else.
 type tuning struct {
 	// Rate (ratecontrol.go).
 
-	// recovery is how long the rate takes to climb back to the level of
-	// the last 429 episode: long enough that the index's bucket refills
-	// a little before it is probed again.
+	// recovery is how long the rate takes to climb back to the level
+	// after a cut of recoveryDepth: long enough that the index's bucket
+	// refills before it is probed again, short enough that a dip costs
+	// little.
 	recovery time.Duration
-	// probeGain is how fast the rate rises above the level, as a share of
-	// it one recovery past the level (eight times that two recoveries
-	// past): slow at first, so that the index's bucket is not overdrawn
-	// by much, and capacity that grew is found in a few recoveries.
-	probeGain float64
-	// cutDepth is how far below what the index accepted a cut goes, so
-	// that its bucket refills within a fraction of a second (a batch is a
-	// twentieth of a second's worth) instead of refusing the next request.
-	cutDepth float64
 	// recoveryDepth is the depth of a cut whose climb back takes one
-	// recovery; deeper ones take longer, as the cube root of the depth.
+	// recovery; deeper ones take longer, as the cube root of the depth
+	// (CUBIC's K).
 	recoveryDepth float64
-	// noiseAnswers is about how many answers the share of refusals an
-	// index makes anyway is measured over (up to four times as many):
-	// enough to tell it from an episode, few enough to follow a change.
+	// probeGain is how far the rate rises above the level one recovery
+	// past it, as a share of it (eight times that two recoveries past):
+	// slow at first, so that the index's bucket is overdrawn by little,
+	// and capacity that grew fourfold is found within three recoveries.
+	probeGain float64
+	// cutDepth is how far below what the index accepted a cut goes: a
+	// batch is a twentieth of a second's worth, and the index's bucket
+	// refills one in a third of a second at that margin.
+	cutDepth float64
+	// noiseAnswers is the weight, in answers of an index that refuses
+	// nothing, against which the usual share of refusals is measured:
+	// most indexes refuse nothing, and a bucket refilling late refuses a
+	// few.
 	noiseAnswers float64
-	// significance is how rarely refusals at the index's usual share
-	// may start an episode by chance.
+	// significance is how rarely refusals at the index's usual share may
+	// start an episode by chance.
 	significance float64
-
-	// drainFor is how long after a cut 429s belong to its episode while
-	// the index has accepted nothing since: it still refuses what came
-	// before the cut (a request larger than its bucket leaves it in debt).
+	// drainFor is how long after a cut refusals while the index has
+	// accepted nothing since belong to the episode: it still refuses
+	// what came before the cut (a request larger than its bucket leaves
+	// it in debt).
 	drainFor time.Duration
-	// minWindow and maxWindow bound the span over which the accepted rate
-	// is measured at a cut: a few round trips, so that it holds several
-	// answers, and at most what the index's bucket could blur.
+	// minWindow and maxWindow bound the span over which a rate is
+	// measured: a few round trips, so that it holds several answers, and
+	// at most what the meters keep.
 	minWindow, maxWindow time.Duration
 	// windowRequests is how many requests that span holds at least, so
 	// that one request more or less moves the measure little.
 	windowRequests float64
-	// boundFor is how recently the rate must have held a request back for
-	// it to keep growing: a cap that binds nothing is no measure.
+	// boundFor is how recently a rate must have held a request back for
+	// it to keep growing, and to shape batches: a cap that binds nothing
+	// is no measure.
 	boundFor time.Duration
 	// minRecords, minRequests and minBytes keep a cut rate above zero: a
 	// trickle still probes the index.
 	minRecords, minRequests, minBytes float64
-	// priorHeadroom is how far above a known limit of the index the rate
-	// starts: its bucket's burst is taken in until the first 429.
+	// priorHeadroom is how far above a known limit of the index a rate
+	// starts: the index's own bucket holds a burst to take in.
 	priorHeadroom float64
 	// burstFor is how much of a rate's tokens a lane saves up: requests
 	// sent together within it do not wait for each other.
@@ -59,10 +64,12 @@ type tuning struct {
 
 	// Concurrency (conccontrol.go).
 
+	// startConcurrency is the article's pool of four; maxConcurrency
+	// bounds the goroutines and the index's load.
 	startConcurrency, maxConcurrency int
-	// epochAnswers is how many answers a concurrency level is measured
-	// over before it is compared with another: fewer, and a heavy latency
-	// tail decides.
+	// epochAnswers is how many answers, at least, a concurrency level is
+	// measured over out of slow start: fewer, and a heavy latency tail
+	// decides.
 	epochAnswers int
 	// minGain is the share of the proportional gain in throughput that a
 	// higher concurrency must bring to be kept: when the index is
@@ -70,43 +77,43 @@ type tuning struct {
 	minGain float64
 	// holdEpochs is how many epochs a level waits after a trial that
 	// changed nothing before the next one, doubling at each such trial up
-	// to maxHold.
+	// to maxHold: a level found is left alone, and looked at again.
 	holdEpochs, maxHold int
 
 	// Batch size (batchcontrol.go).
 
+	// startBatch is the article's safe start.
 	startBatch int
 	// batchSamples is how many answers of full batches a size needs
-	// before a larger one is probed, and how many a probe size needs to
-	// be judged.
+	// before a larger one is tried, and how many a size tried is judged
+	// on out of slow start.
 	batchSamples int
-	// probeWorse is how much more a probe may cost per record than the
-	// current size and still be adopted: a size that is no worse carries
-	// more per request.
+	// probeWorse is how much more a size tried may cost per record than
+	// the size kept and still be kept: a size no worse carries more per
+	// request.
 	probeWorse float64
 	// ceilingFor is how long a size found too large stays off limits;
-	// timeoutCeilingFor when it timed out.
+	// timeoutCeilingFor when it timed out or was refused as too large.
 	ceilingFor, timeoutCeilingFor time.Duration
 	// requestsPerSecond is how many requests a second batches are sized
 	// for under a capped record rate: small requests pass a nearly empty
 	// bucket, and 20 leave room under Pinecone's 100 a second.
 	requestsPerSecond float64
 	// requestShare is the share of the request rate's cap that batches
-	// may use up under a capped record rate: the rest is the request
-	// cap's room to absorb jitter.
+	// may use up under a capped record rate: the rest absorbs jitter.
 	requestShare float64
-	// latencyShare is the share of the request timeout that a batch's
-	// 99th percentile latency may take: a slower size times out in the
-	// tail of an index that slows down now and then.
+	// latencyShare is the share of the request timeout that the 99th
+	// percentile latency of a size tried may take: a slower size times out
+	// in its tail.
 	latencyShare float64
 }
 
 // defaultTuning is the tuning of every lane.
 var defaultTuning = tuning{
 	recovery:       2 * time.Second,
+	recoveryDepth:  0.05,
 	probeGain:      0.15,
 	cutDepth:       0.15,
-	recoveryDepth:  0.05,
 	noiseAnswers:   256,
 	significance:   0.01,
 	drainFor:       time.Second,

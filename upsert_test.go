@@ -421,7 +421,7 @@ func TestAllCutsBatchesFormedBeforeACeilingToIt(t *testing.T) {
 	// already formed. They are cut before they are sent.
 	lim := &Limiter{clock: newFakeClock()}
 	ln := lim.lane("", MaxBatchSize)
-	ln.batch.size, ln.batch.base.size, ln.size = 400, 400, 400
+	ln.batch.size, ln.batch.base.size, ln.seen.size = 400, 400, 400
 	ln.batch.ceil, ln.batch.ceilUntil = 100, ln.clock.Now().Add(time.Hour)
 	fi := newFakeIndex(nil)
 	res, err := All(context.Background(), vectors(1200, 2), WithUpsertFunc(fi.Upsert), WithLimiter(lim))

@@ -188,3 +188,24 @@ func ExampleWithAcks() {
 	// committed up to offset 103
 	// dead letters: 1 e2 invalid true
 }
+
+// An index whose limits were raised (or a pod-based one, which has none)
+// is described with WithIndexLimits: the limiter starts from them instead
+// of Pinecone's serverless limits, and still probes above them.
+func ExampleWithIndexLimits() {
+	srv := upserttest.NewServer(upserttest.WithRequestRate(500, 0))
+	defer srv.Close()
+	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	defer idx.Close()
+
+	vectors := make([]*pinecone.Vector, 2000)
+	for i := range vectors {
+		vectors[i] = &pinecone.Vector{Id: fmt.Sprint("v", i), Values: &[]float32{float32(i), 1}}
+	}
+	raised := upsert.IndexLimits{RequestsPerSecond: 500, BytesPerSecond: 250e6}
+	res, err := upsert.All(context.Background(), vectors, upsert.WithIndex(idx), upsert.WithIndexLimits(raised))
+	fmt.Println("upserted:", res.Upserted, err)
+	// Output:
+	// upserted: 2000 <nil>
+}

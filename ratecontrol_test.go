@@ -70,6 +70,7 @@ func TestRateControl(t *testing.T) {
 		s.run(100*time.Millisecond, 10*time.Millisecond, 100, nil)
 		assert.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
 		require.True(t, s.c.capped())
+		assert.InDelta(t, 5000, s.c.limit, 500, "half of the 10,000 a second sent: slow start doubled within the last round trip")
 		assert.True(t, s.c.search, "the first cut measures a floor: it searches up from it")
 	})
 	t.Run("a refusal of a request sent before the cut is the same episode", func(t *testing.T) {

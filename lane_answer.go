@@ -68,7 +68,7 @@ func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
 			doubling: max(ln.tuning.minWindow, 4*time.Duration(ln.seen.roundTrip)),
 		}
 		switch d.ctl.answer(s, ln.tuning, d.floor) {
-		case rateFirstCut, rateCut, rateHalved:
+		case rateFirstCut, rateCut, rateHalved, rateAtPrior:
 			ln.cuts++
 			ln.signals.rates.fire()
 			d.apply(now, ln.tuning)
@@ -165,22 +165,31 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) (youngOutage
 		if ln.budget.success(now) {
 			ln.signals.budget.fire()
 		}
-		if ln.breaker.success() {
-			ln.signals.breaker.fire()
-		}
+		ln.closeBreaker(now)
 	case ClassTimeout, ClassServer:
 		if ln.breaker.failure(now, p.probe, class == ClassTimeout) {
 			ln.signals.breaker.fire()
 		}
 		return class == ClassServer && ln.breaker.young(now)
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
-		if ln.breaker.success() { // the index answers
-			ln.signals.breaker.fire()
-		}
+		ln.closeBreaker(now) // the index answers
 	default:
 		if ln.breaker.abandon(p.probe) {
 			ln.signals.breaker.fire()
 		}
 	}
 	return false
+}
+
+// closeBreaker closes the breaker on an answer of the index, and tells the
+// rates how long it was open.
+func (ln *lane) closeBreaker(now time.Time) {
+	openedAt := ln.breaker.openedAt
+	if !ln.breaker.success() {
+		return
+	}
+	for i := range ln.dims {
+		ln.dims[i].ctl.pause(now.Sub(openedAt))
+	}
+	ln.signals.breaker.fire()
 }

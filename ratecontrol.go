@@ -36,8 +36,11 @@ type rateControl struct {
 	capacity float64                            // what the index accepted at the last cut: below it refusals are noise
 	search   bool                               // the last cut measured nothing: the limit doubles every few round trips
 	total    float64                            // amount accepted since the controller started
+	prior    float64                            // the index's known limit; 0: none
+	ceiling  bool                               // a cut found the index at its known limit: it is the limit
 	accepted int                                // answers accepted since the last cut, of requests sent after it
 	takenAt  float64                            // amount accepted since the last cut, of any request
+	paused   time.Duration                      // time the index was down (breaker open) since the last cut
 	recent   answers                            // the last answers, refused or not
 	quiet    struct{ answers, refused float64 } // answers while climbing, when a token bucket refuses nothing
 	sent     meter                              // amount sent
@@ -85,6 +88,7 @@ const (
 	rateFirstCut                      // the first episode: a floor to search up from
 	rateCut                           // an episode: the level is what the index accepted
 	rateHalved                        // an episode with too few answers accepted to measure by: half of what was sent
+	rateAtPrior                       // an episode that found the index at its known limit
 	rateSameEpisode                   // a refusal of a request sent before the last cut
 	rateDraining                      // a refusal while the index still refuses what came before the cut
 	rateNoise                         // a refusal within the share the index refuses anyway
@@ -98,10 +102,16 @@ func (c *rateControl) withPrior(now time.Time, prior float64, t *tuning) {
 	if prior <= 0 {
 		return
 	}
+	c.prior = prior
 	c.level = prior * (1 + t.priorHeadroom)
 	c.limit, c.depth = c.level, 0
 	c.origin, c.followed = now, now
 }
+
+// pause counts d of an outage, during which the index accepted nothing
+// through no fault of the rate: it is no part of what the index accepted
+// since the last cut.
+func (c *rateControl) pause(d time.Duration) { c.paused += d }
 
 // measured reports whether a 429 has set the limit.
 func (c *rateControl) measured() bool { return c.episodes > 0 }
@@ -207,7 +217,7 @@ func poissonTail(lambda float64, k int) float64 {
 // measure by: the limit is half of what was sent, and searches up.
 func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	accepted := c.taken.rateOver(s.now, s.window)
-	if since := s.now.Sub(c.cutAt); since >= s.window && c.episodes > 0 && !c.search {
+	if since := s.now.Sub(c.cutAt) - c.paused; since >= s.window && c.episodes > 0 && !c.search {
 		// Between two episodes a token-bucket index starts and ends with
 		// an empty bucket: what it accepted in between is its rate,
 		// whatever it saved and spent meanwhile (not after a search,
@@ -219,6 +229,12 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	searched := c.search
 	c.search = false
 	switch {
+	case c.accepted >= 3 && c.prior > 0 && math.Abs(accepted-c.prior) <= t.priorMatch*c.prior:
+		// The index accepted its known limit: that is its limit, a
+		// token bucket of that rate; probing above it would only be
+		// refused.
+		reason = rateAtPrior
+		c.level, c.limit, c.ceiling = c.prior, c.prior, true
 	case c.episodes == 0:
 		// The first refusals say little of the rate: the index's bucket
 		// took in the start. Half of what was sent (slow start doubled
@@ -246,7 +262,7 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	c.depth = 1 - c.limit/c.level
 	c.origin = s.now.Add(c.climb(t))
 	c.cutAt, c.followed, c.cutSeq = s.now, s.now, s.issued
-	c.accepted, c.takenAt = 0, 0
+	c.accepted, c.takenAt, c.paused = 0, 0, 0
 	c.recent = answers{}
 	c.episodes++
 	return reason
@@ -281,6 +297,9 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 	}
 	c.followed = now
 	c.limit = c.curve(now, t)
+	if c.ceiling {
+		c.limit = min(c.limit, c.prior)
+	}
 	return rateGrew
 }
 

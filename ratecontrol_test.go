@@ -64,6 +64,16 @@ func TestRateControl(t *testing.T) {
 		s.run(2*defaultTuning.recovery, 10*time.Millisecond, 1, nil)
 		assert.Greater(t, s.c.limit, 110*(1+defaultTuning.probeGain), "a prior is not a ceiling: two recoveries on, the probe has passed it")
 	})
+	t.Run("a cut that finds the index at its known limit keeps to it, without probing above", func(t *testing.T) {
+		s := newRateScript(t)
+		s.c.withPrior(s.now, 100, &s.tn)
+		s.run(2*time.Second, 10*time.Millisecond, 1, nil)                                   // 100 a second accepted
+		s.run(100*time.Millisecond, 10*time.Millisecond, 1, func(int) bool { return true }) // then refused
+		assert.True(t, s.c.ceiling)
+		assert.InDelta(t, 100, s.c.limit, 1e-9)
+		s.run(3*s.tn.recovery, 10*time.Millisecond, 1, nil)
+		assert.InDelta(t, 100, s.c.limit, 1e-9, "the known limit is the index's")
+	})
 	t.Run("one refusal among the first answers is no episode, two are", func(t *testing.T) {
 		s := newRateScript(t)
 		assert.Equal(t, rateNoise, s.answer(100, true, 10*time.Millisecond))
@@ -98,6 +108,16 @@ func TestRateControl(t *testing.T) {
 		assert.Equal(t, rateCut, s.answer(8, true, 10*time.Millisecond))
 		assert.InDelta(t, 800, s.c.level, 10)
 		assert.InDelta(t, 800*(1-defaultTuning.cutDepth), s.c.limit, 10)
+	})
+	t.Run("time the index was down is no part of what it accepted since the last cut", func(t *testing.T) {
+		s := capScript(t, 1000)
+		s.c.limit = s.c.level
+		s.run(time.Second, 10*time.Millisecond, 8, nil)
+		s.now = s.now.Add(time.Second) // an outage: the breaker held every request
+		s.c.pause(time.Second)
+		s.run(time.Second, 10*time.Millisecond, 8, nil)
+		assert.Equal(t, rateCut, s.answer(8, true, 10*time.Millisecond))
+		assert.InDelta(t, 800, s.c.level, 20)
 	})
 	t.Run("refusals at the index's usual share do not cut, more than it do", func(t *testing.T) {
 		s := capScript(t, 1000)

@@ -58,6 +58,11 @@ type tuning struct {
 	// priorHeadroom is how far above a known limit of the index a rate
 	// starts: the index's own bucket holds a burst to take in.
 	priorHeadroom float64
+	// priorMatch is how close to a known limit of the index what it
+	// accepted at a cut must be for the limit to be confirmed (and no
+	// longer probed above): a window of a few requests measures no
+	// closer.
+	priorMatch float64
 	// burstFor is how much of a rate's tokens a lane saves up: requests
 	// sent together within it do not wait for each other.
 	burstFor time.Duration
@@ -125,6 +130,7 @@ var defaultTuning = tuning{
 	minRequests:    1,
 	minBytes:       10_000,
 	priorHeadroom:  0.1,
+	priorMatch:     0.15,
 	burstFor:       100 * time.Millisecond,
 
 	startConcurrency: 4,

@@ -72,10 +72,14 @@ func wrapFuzz(err error, n int, how uint8) error {
 // wantGRPCClass is the documented class of a gRPC status (see the Class
 // constants).
 func wantGRPCClass(c codes.Code, msg string) Class {
+	quota := isQuota(msg) // Pinecone's quota texts, as answers.go lists them
 	switch c {
 	case codes.ResourceExhausted:
-		if strings.Contains(msg, "larger than max") {
+		switch {
+		case strings.Contains(msg, "larger than max"):
 			return ClassTooLarge // gRPC's own message size limit
+		case quota:
+			return ClassQuotaExceeded
 		}
 		return ClassRateLimited
 	case codes.DeadlineExceeded:
@@ -83,8 +87,19 @@ func wantGRPCClass(c codes.Code, msg string) Class {
 	case codes.Unavailable, codes.Internal, codes.Unknown, codes.Aborted, codes.DataLoss:
 		return ClassServer
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange, codes.AlreadyExists:
+		switch {
+		case quota:
+			return ClassQuotaExceeded
+		case strings.Contains(normalize(msg), tooLargePhrase):
+			return ClassTooLarge
+		}
 		return ClassInvalid
-	case codes.Unauthenticated, codes.PermissionDenied, codes.NotFound, codes.Unimplemented:
+	case codes.PermissionDenied:
+		if quota {
+			return ClassQuotaExceeded
+		}
+		return ClassDenied
+	case codes.Unauthenticated, codes.NotFound, codes.Unimplemented:
 		return ClassDenied
 	case codes.Canceled:
 		return ClassCanceled
@@ -92,17 +107,20 @@ func wantGRPCClass(c codes.Code, msg string) Class {
 	return 0
 }
 
-// wantHTTPClass is the documented class of an HTTP status, or 0 when the
-// code is not an HTTP status (< 100) and the error is not recognised.
-func wantHTTPClass(code int) Class {
+// wantHTTPClass is the documented class of an HTTP status and its
+// message, or 0 when the code is not an HTTP status (< 100) and the error
+// is not recognised.
+func wantHTTPClass(code int, msg string) Class {
 	switch {
 	case code < 100:
 		return 0
+	case code == 402, (code == 429 || code == 403) && isQuota(msg):
+		return ClassQuotaExceeded
 	case code == 429:
 		return ClassRateLimited
 	case code == 408, code == 504:
 		return ClassTimeout
-	case code == 413:
+	case code == 413, code/100 == 4 && strings.Contains(normalize(msg), tooLargePhrase):
 		return ClassTooLarge
 	case code == 401, code == 403, code == 404:
 		return ClassDenied
@@ -132,6 +150,9 @@ func FuzzClassify(f *testing.F) {
 	f.Add(uint8(fuzzErrPinecone), uint8(0), 99, "not an HTTP status", uint8(0), uint8(0))
 	f.Add(uint8(fuzzErrPinecone), uint8(0), -1, "", uint8(0), uint8(0))
 	f.Add(uint8(fuzzErrPlain), uint8(0), 0, "connection reset by peer", uint8(1), uint8(0))
+	f.Add(uint8(fuzzErrPinecone), uint8(0), 402, "0", uint8(0), uint8(5)) // a quota, found by the fuzzer
+	f.Add(uint8(fuzzErrPinecone), uint8(0), 429, "reached your write unit limit for the current month", uint8(0), uint8(0))
+	f.Add(uint8(fuzzErrGRPC), uint8(codes.PermissionDenied), 0, "QUOTA_EXCEEDED", uint8(0), uint8(0))
 	f.Fuzz(func(t *testing.T, kind, grpcCode uint8, httpCode int, msg string, layers, how uint8) {
 		var base error
 		var want Class
@@ -151,7 +172,7 @@ func FuzzClassify(f *testing.F) {
 			want = wantGRPCClass(c, msg)
 		case fuzzErrPinecone:
 			base = &pinecone.PineconeError{Code: httpCode, Msg: errors.New(msg)}
-			want = wantHTTPClass(httpCode)
+			want = wantHTTPClass(httpCode, msg)
 			if want == 0 {
 				want = ClassServer // not recognised
 			}

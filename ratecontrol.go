@@ -39,7 +39,8 @@ type rateControl struct {
 	prior    float64                            // the index's known limit; 0: none
 	ceiling  bool                               // a cut found the index at its known limit: it is the limit
 	accepted int                                // answers accepted since the last cut, of requests sent after it
-	takenAt  float64                            // amount accepted since the last cut, of any request
+	takenAt  float64                            // amount accepted since fullAt, of any request
+	fullAt   time.Time                          // when the limit climbed back to the capacity after the last cut; zero before
 	paused   time.Duration                      // time the index was down (breaker open) since the last cut
 	recent   answers                            // the last answers, refused or not
 	quiet    struct{ answers, refused float64 } // answers while climbing, when a token bucket refuses nothing
@@ -141,6 +142,12 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	}
 	if !s.refused {
 		c.taken.add(s.now, s.amount)
+		if c.fullAt.IsZero() && c.limit >= c.capacity {
+			// Back at what the index accepted: from here to the next
+			// refusal the lane sends at least that, and the index's
+			// bucket overflows no more.
+			c.fullAt, c.takenAt, c.paused = s.now, 0, 0
+		}
 		c.takenAt += s.amount
 		c.total += s.amount
 		if after {
@@ -217,11 +224,12 @@ func poissonTail(lambda float64, k int) float64 {
 // measure by: the limit is half of what was sent, and searches up.
 func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	accepted := c.taken.rateOver(s.now, s.window)
-	if since := s.now.Sub(c.cutAt) - c.paused; since >= s.window && c.episodes > 0 && !c.search {
-		// Between two episodes a token-bucket index starts and ends with
-		// an empty bucket: what it accepted in between is its rate,
-		// whatever it saved and spent meanwhile (not after a search,
-		// which spent most of the time far below it).
+	if since := s.now.Sub(c.fullAt) - c.paused; !c.fullAt.IsZero() && since >= s.window && c.episodes > 0 && !c.search {
+		// From the time the limit was back at the capacity to this
+		// refusal, the lane sent at least the index's rate: a token
+		// bucket accepted its rate and what it had saved during the
+		// climb (not after a search, which spent most of the time far
+		// below it).
 		accepted = c.takenAt / since.Seconds()
 	}
 	sent := c.sent.rateOver(s.now, s.window)
@@ -262,7 +270,7 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	c.depth = 1 - c.limit/c.level
 	c.origin = s.now.Add(c.climb(t))
 	c.cutAt, c.followed, c.cutSeq = s.now, s.now, s.issued
-	c.accepted, c.takenAt, c.paused = 0, 0, 0
+	c.accepted, c.takenAt, c.paused, c.fullAt = 0, 0, 0, time.Time{}
 	c.recent = answers{}
 	c.episodes++
 	return reason

@@ -26,7 +26,8 @@ type tuning struct {
 	probeGain float64
 	// cutDepth is how far below what the index accepted a cut goes: a
 	// batch is a twentieth of a second's worth, and the index's bucket
-	// refills one in a third of a second at that margin.
+	// refills one in a quarter of a second at that margin; the measure
+	// it cuts from includes what the bucket had saved during the climb.
 	cutDepth float64
 	// noiseAnswers is the weight, in answers of an index that refuses
 	// nothing, against which the usual share of refusals is measured:
@@ -118,7 +119,7 @@ var defaultTuning = tuning{
 	recovery:       2 * time.Second,
 	recoveryDepth:  0.05,
 	probeGain:      0.15,
-	cutDepth:       0.15,
+	cutDepth:       0.2,
 	noiseAnswers:   256,
 	significance:   0.01,
 	drainFor:       time.Second,

@@ -237,7 +237,7 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	searched := c.search
 	c.search = false
 	switch {
-	case c.accepted >= 3 && c.prior > 0 && math.Abs(accepted-c.prior) <= t.priorMatch*c.prior:
+	case c.accepted >= 3 && c.prior > 0 && c.atPrior(s, accepted, t):
 		// The index accepted its known limit: that is its limit, a
 		// token bucket of that rate; probing above it would only be
 		// refused.
@@ -274,6 +274,17 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	c.recent = answers{}
 	c.episodes++
 	return reason
+}
+
+// atPrior reports whether what the index accepted, since the last climb
+// or over the last window, is its known limit.
+func (c *rateControl) atPrior(s rateSample, accepted float64, t *tuning) bool {
+	for _, r := range []float64{accepted, c.taken.rateOver(s.now, s.window)} {
+		if math.Abs(r-c.prior) <= t.priorMatch*c.prior {
+			return true
+		}
+	}
+	return false
 }
 
 // climb is how long the curve takes from the cut back to the level: a

@@ -41,7 +41,10 @@ type sizeStats struct {
 }
 
 // sizeCaps are the lane's rate limits that bound a batch, +Inf for none.
-type sizeCaps struct{ records, requests float64 }
+type sizeCaps struct {
+	records, requests float64
+	perRequest        int // the most records a request's bytes allow; 0: no bound
+}
 
 // batchSample is what the lane saw of one answered request.
 type batchSample struct {
@@ -115,10 +118,14 @@ func (c *batchControl) sendLimit(now time.Time, caps sizeCaps, t *tuning) int {
 	return n
 }
 
-// maxSize is the largest batch worth forming: the kind's limit, under a
-// size known to be too large, and under a capped rate what the caps ask.
+// maxSize is the largest batch worth forming: the kind's limit and what a
+// request's bytes allow, under a size known to be too large, and under a
+// capped rate what the caps ask.
 func (c *batchControl) maxSize(caps sizeCaps, t *tuning) int {
 	n := c.limit
+	if caps.perRequest > 0 {
+		n = min(n, caps.perRequest)
+	}
 	if c.ceil > 0 {
 		n = min(n, max(1, c.ceil-1))
 	}
@@ -200,7 +207,13 @@ func (c *batchControl) endTrial(now time.Time, capped bool, t *tuning) {
 
 // answer takes one answered request and returns what it did.
 func (c *batchControl) answer(s batchSample, t *tuning) batchReason {
-	if s.trial && c.trial.size > 0 && s.records == c.trial.size {
+	if s.trial && c.trial.size > 0 {
+		if s.records != c.trial.size {
+			// The batch went out smaller (cut to the request's bytes, or a
+			// stream's partial batch): it says nothing of the size tried.
+			c.endTrial(s.now, true, t)
+			return batchHeld
+		}
 		return c.answerTrial(s, t)
 	}
 	full := s.records == c.size || 10*s.records >= 9*c.size && s.records <= c.size

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"sync"
 	"testing"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
@@ -83,7 +84,10 @@ func TestAProducerMayReuseItsRecord(t *testing.T) {
 			}
 		}
 		stored := map[string]pinecone.IntegratedRecord{}
+		var mu sync.Mutex // requests are sent concurrently
 		res, err := Records(context.Background(), seq, WithRecordsFunc(func(_ context.Context, _ string, b []*pinecone.IntegratedRecord) error {
+			mu.Lock()
+			defer mu.Unlock()
 			for _, r := range b {
 				stored[(*r)["_id"].(string)] = *r
 			}

@@ -250,6 +250,9 @@ func (ln *lane) spread() float64 { return ln.seen.jitter.spread(0.3) }
 func (ln *lane) sizeCaps() sizeCaps {
 	now := ln.clock.Now()
 	caps := sizeCaps{records: math.Inf(1), requests: ln.dims[dimRequests].ctl.limit}
+	if ln.seen.recordBytes > 0 {
+		caps.perRequest = max(1, int(MaxRequestBytes/ln.seen.recordBytes))
+	}
 	if r := &ln.dims[dimRecords]; now.Sub(r.waited) < ln.tuning.boundFor {
 		caps.records = r.ctl.limit
 	}

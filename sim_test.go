@@ -174,7 +174,7 @@ func (s *sim) done() bool { return s.res.landed+s.res.failed >= s.cfg.records }
 func (s *sim) fill() {
 	for s.pending > 0 && s.active-s.resting < s.ln.concurrency()+2 {
 		size, trial := s.ln.nextBatch()
-		n := min(size, s.pending)
+		n := min(size, s.pending, 2_000_000/s.cfg.recordBytes) // the batcher cuts by bytes too
 		s.pending -= n
 		s.active++
 		s.enqueue(&simBatch{n: n, trial: trial && n == size})

@@ -29,6 +29,7 @@ type batchControl struct {
 	ceilUntil time.Time // when ceil is forgotten
 	slowStart bool      // until the first trial is judged
 	timeouts  int       // timeouts of full batches of the size adopted since one succeeded
+	sizedAt   int       // the concurrency when the size was adopted; 0 for the first size
 }
 
 // sizeStats summarises the latencies of batches of one size.
@@ -55,6 +56,8 @@ type batchSample struct {
 	class   Class         // 0 for a success
 	trial   bool          // a batch handed out as a trial
 	spread  float64       // of the index's log latency, pooled
+	queued  bool          // for a timeout: the index queues, and concurrency can still shed
+	conc    int           // the lane's concurrency limit
 }
 
 // batchReason says what the batch controller did.
@@ -221,10 +224,11 @@ func (c *batchControl) answer(s batchSample, t *tuning) batchReason {
 	case s.class == ClassTooLarge && s.records > 1:
 		c.setCeiling(s.records, s.now.Add(t.timeoutCeilingFor))
 		return batchTooLarge
-	case s.class == ClassTimeout && full && s.records > 1:
+	case s.class == ClassTimeout && full && s.records > 1 && c.blames(s):
 		if c.timeouts++; c.timeouts >= 2 {
 			c.timeouts = 0
 			c.setCeiling(c.size, s.now.Add(t.timeoutCeilingFor))
+			c.sizedAt = s.conc
 			return batchTooLarge
 		}
 	case s.class == 0 && full:
@@ -271,9 +275,18 @@ func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 		return batchTooLarge
 	}
 	c.size, c.base = c.trial.size, sizeStats{levelStats: c.trial.levelStats, size: c.trial.size}
+	c.sizedAt = s.conc
 	c.trial = sizeStats{}
 	c.slowStart = false
 	return batchAdopted
+}
+
+// blames reports whether a timeout counts against the size adopted. A
+// queue's timeout, with more requests in flight than when the size was
+// adopted, is concurrency's to shed (concTimedOut): halving the size too
+// would ratchet it down to one record while the queue stays long.
+func (c *batchControl) blames(s batchSample) bool {
+	return !s.queued || c.sizedAt == 0 || s.conc <= c.sizedAt
 }
 
 // forget drops the latencies of the size adopted, when the concurrency

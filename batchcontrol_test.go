@@ -103,6 +103,28 @@ func TestBatchControl(t *testing.T) {
 		assert.Equal(t, 50, s.c.size)
 		assert.Equal(t, 100, s.c.ceil)
 	})
+	t.Run("a queue's timeout blames the size only at or below the concurrency it was adopted at", func(t *testing.T) {
+		for _, tt := range []struct {
+			name           string
+			sizedAt, conc  int
+			queued, blamed bool
+		}{
+			{"later requests came back in good time", 4, 18, false, true},
+			{"the index queues, more in flight than at adoption", 4, 18, true, false},
+			{"the index queues at the adoption's concurrency", 4, 4, true, true},
+			{"the index queues below it", 4, 2, true, true},
+			{"the first size, adopted at no measured concurrency", 0, 18, true, true},
+		} {
+			c := batchControl{sizedAt: tt.sizedAt}
+			assert.Equal(t, tt.blamed, c.blames(batchSample{queued: tt.queued, conc: tt.conc}), tt.name)
+		}
+		s := newBatchScript()
+		s.c.slowStart, s.c.sizedAt = false, 4
+		for range 4 {
+			s.c.answer(batchSample{now: s.now, records: 100, latency: s.timeout, timeout: s.timeout, class: ClassTimeout, queued: true, conc: 18}, &s.tn)
+		}
+		assert.Equal(t, 100, s.c.size, "queue timeouts at 18 in flight leave the size")
+	})
 	t.Run("a request refused as too large makes its size too large", func(t *testing.T) {
 		s := newBatchScript()
 		s.c.slowStart = false

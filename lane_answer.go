@@ -110,7 +110,8 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 	baseMean := ln.batch.base.mean()
 	verdict := ln.batch.answer(batchSample{
 		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe,
-		spread: ln.spread(),
+		spread: ln.spread(), queued: p.slots == nil && !ln.seen.fastAt.After(p.start),
+		conc: ln.conc.limit,
 	}, ln.tuning)
 	if verdict == batchAdopted && ln.batch.size > before && p.slots == nil {
 		ln.conc.follow(math.Exp(ln.batch.base.mean()-baseMean), ln.issued, ln.tuning)

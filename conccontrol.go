@@ -110,10 +110,18 @@ func newConcControl(t *tuning) concControl {
 func (c *concControl) answer(s concSample, t *tuning) concReason {
 	switch {
 	case s.class == ClassTimeout && s.loaded && s.seq > c.seq:
+		if c.trial.level > c.base.level {
+			// The level tried only queued (its slowest answers time out,
+			// so its latency reads low): rejected, as judge would.
+			c.down = c.base.level > 1
+			c.hold, c.holdFor = c.holdFor, min(2*c.holdFor, t.maxHold)
+		} else {
+			c.down = false
+		}
 		c.trial = levelStats{}
 		c.set(max(1, c.limit*3/4), s.issued)
 		c.base = levelStats{level: c.limit}
-		c.slowStart, c.down = false, false
+		c.slowStart = false
 		return concTimedOut
 	case s.class == ClassRateLimited:
 		c.slowStart = false // the rate now limits, not concurrency

@@ -90,6 +90,20 @@ func TestConcControl(t *testing.T) {
 		assert.Equal(t, 12, s.c.limit)
 		assert.False(t, s.c.slowStart)
 	})
+	t.Run("a timeout of a loaded index while a higher level is tried rejects that level", func(t *testing.T) {
+		s := newConcScript()
+		s.c.slowStart = false
+		s.c.set(9, s.issued)
+		s.c.try(s.issued, &s.tn)
+		assert.Equal(t, 13, s.c.limit)
+		holdFor := s.c.holdFor
+		seen := s.answers(1, flat, func(cs *concSample) { cs.class, cs.loaded = ClassTimeout, true })
+		assert.Equal(t, 1, seen[concTimedOut])
+		assert.Equal(t, 9, s.c.limit, "a quarter off the level tried")
+		assert.True(t, s.c.down, "the next trial is of a lower level")
+		assert.Equal(t, holdFor, s.c.hold, "and waits as after a rejection")
+		assert.Equal(t, 6, s.c.step(&s.tn))
+	})
 	t.Run("a timeout while later requests were answered in time is the request's, not the load's", func(t *testing.T) {
 		s := newConcScript()
 		s.c.set(16, s.issued)

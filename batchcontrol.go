@@ -21,15 +21,16 @@ import (
 // but never so little that the record rate needs more than a share of the
 // request rate's cap. It is a pure controller: no lock, no clock.
 type batchControl struct {
-	limit     int       // the most records a request may carry, for the lane's kind
-	size      int       // the size adopted
-	base      sizeStats // answers of full batches of the size adopted
-	trial     sizeStats // a larger size being tried; size 0 when none
-	ceil      int       // a size known to be too large; 0 when none
-	ceilUntil time.Time // when ceil is forgotten
-	slowStart bool      // until the first trial is judged
-	timeouts  int       // timeouts of full batches of the size adopted since one succeeded
-	sizedAt   int       // the concurrency when the size was adopted; 0 for the first size
+	limit      int       // the most records a request may carry, for the lane's kind
+	size       int       // the size adopted
+	base       sizeStats // answers of full batches of the size adopted
+	trial      sizeStats // a larger size being tried; size 0 when none
+	ceil       int       // a size known to be too large; 0 when none
+	ceilUntil  time.Time // when ceil is forgotten
+	slowStart  bool      // until the first trial is judged
+	timeouts   int       // timeouts of full batches of the size adopted since one succeeded
+	sizedAt    int       // the concurrency when the size was adopted; 0 for the first size
+	lookedDown bool      // the size below the start was tried
 }
 
 // sizeStats summarises the latencies of batches of one size.
@@ -94,6 +95,7 @@ func (c *batchControl) next(now time.Time, caps sizeCaps, mayTry bool, spread fl
 		return min(c.size, cap), false
 	}
 	if n := c.nextTrial(cap, t); n > 0 && mayTry {
+		c.lookedDown = c.lookedDown || n < c.size
 		c.trial = sizeStats{size: n, sent: 1}
 		return n, true
 	}
@@ -166,7 +168,15 @@ func (c *batchControl) eager(caps sizeCaps, t *tuning) bool {
 // the larger one too, and leave its bucket in debt for it), and is judged
 // on one sample against it.
 func (c *batchControl) nextTrial(cap int, t *tuning) int {
-	if c.base.n < c.trialSamples(t) || c.size >= cap {
+	if c.base.n < c.trialSamples(t) {
+		return 0
+	}
+	if below := min(c.size, t.startBatch) / 10; !c.slowStart && !c.lookedDown && below > 0 {
+		// An index can slow down above a size below the start (cost per
+		// record jumps there); only a smaller size shows it, once.
+		return below
+	}
+	if c.size >= cap {
 		return 0
 	}
 	growth := 2
@@ -201,7 +211,7 @@ func (c *batchControl) overdue(now time.Time, spread float64, t *tuning) bool {
 // endTrial forgets the trial; when tooLarge, its size is remembered as
 // too large.
 func (c *batchControl) endTrial(now time.Time, capped bool, t *tuning) {
-	if !capped {
+	if !capped && c.trial.size > c.size {
 		c.setCeiling(c.trial.size, now.Add(t.ceilingFor))
 	}
 	c.trial = sizeStats{}
@@ -270,6 +280,9 @@ func (c *batchControl) answerTrial(s batchSample, t *tuning) batchReason {
 func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 	costTrial := c.trial.mean() - math.Log(float64(c.trial.size))
 	costBase := c.base.mean() - math.Log(float64(c.size))
+	if c.trial.size < c.size {
+		return c.judgeSmaller(s, costTrial < costBase-math.Log(t.probeWorse), t)
+	}
 	if costTrial > costBase+math.Log(t.probeWorse) || c.tooSlow(c.trial.mean(), s, t) {
 		c.endTrial(s.now, false, t)
 		return batchTooLarge
@@ -287,6 +300,21 @@ func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 // would ratchet it down to one record while the queue stays long.
 func (c *batchControl) blames(s batchSample) bool {
 	return !s.queued || c.sizedAt == 0 || s.conc <= c.sizedAt
+}
+
+// judgeSmaller adopts a smaller size tried when it costs clearly less per
+// record, and keeps the size it replaced as too large; it drops the trial
+// otherwise.
+func (c *batchControl) judgeSmaller(s batchSample, cheaper bool, t *tuning) batchReason {
+	tried := c.trial
+	c.trial = sizeStats{}
+	if !cheaper {
+		return batchHeld
+	}
+	c.ceil, c.ceilUntil = c.size, s.now.Add(t.ceilingFor)
+	c.size, c.base = tried.size, sizeStats{levelStats: tried.levelStats, size: tried.size}
+	c.sizedAt = s.conc
+	return batchAdopted
 }
 
 // forget drops the latencies of the size adopted, when the concurrency

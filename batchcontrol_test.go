@@ -76,6 +76,18 @@ func TestBatchControl(t *testing.T) {
 		assert.LessOrEqual(t, s.c.size, 300, "never above the size where it slows down")
 		assert.GreaterOrEqual(t, s.c.size, 200, "and close to it")
 	})
+	t.Run("after slow start a tenth of the start size is tried once, and kept where the index slows down below the start", func(t *testing.T) {
+		s := newBatchScript()
+		s.run(300, perRequest(time.Millisecond, 100*time.Microsecond, 20, 10), nil)
+		assert.True(t, s.c.lookedDown)
+		assert.LessOrEqual(t, s.c.size, 20, "never above the size where it slows down")
+		assert.GreaterOrEqual(t, s.c.size, 10)
+
+		s = newBatchScript()
+		s.run(50, perRequest(10*time.Millisecond, 10*time.Microsecond, 0, 1), nil)
+		assert.True(t, s.c.lookedDown)
+		assert.Equal(t, MaxBatchSize, s.c.size, "a smaller size costs more per record on an index without a slow path")
+	})
 	t.Run("a size whose latency's tail takes most of the request timeout is not kept", func(t *testing.T) {
 		s := newBatchScript()
 		s.timeout = 2 * time.Second
@@ -84,7 +96,7 @@ func TestBatchControl(t *testing.T) {
 	})
 	t.Run("a trial out longer than a size no worse would take is judged too large at once", func(t *testing.T) {
 		s := newBatchScript()
-		s.c.slowStart = false
+		s.c.slowStart, s.c.lookedDown = false, true
 		s.run(4, perRequest(10*time.Millisecond, 0, 0, 1), nil)
 		size, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
 		require.True(t, trial)

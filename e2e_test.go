@@ -520,4 +520,25 @@ func TestEndToEndInvalidUTF8FailsOnlyItsRecord(t *testing.T) {
 		assert.Contains(t, res.Failed[0].Err.Error(), "namespace")
 		assert.Equal(t, 19, res.Upserted)
 	})
+	t.Run("a namespace longer than Pinecone allows", func(t *testing.T) {
+		recs := e2eRecords(20)
+		long := strings.Repeat("n", upsert.MaxNamespaceChars)
+		nsOf := func(v *pinecone.Vector) string {
+			switch v.Id {
+			case recs[3].Id:
+				return long + "x"
+			case recs[4].Id:
+				return long
+			}
+			return e2eNamespace
+		}
+		res, err := upsert.All(context.Background(), recs, upsert.WithIndex(idx), upsert.WithNamespaceOf(nsOf))
+		require.ErrorIs(t, err, upsert.ErrInvalid)
+		require.Len(t, res.Failed, 1)
+		assert.Equal(t, recs[3].Id, res.Failed[0].ID)
+		assert.Zero(t, res.Failed[0].Attempts, "refused before sending")
+		assert.Contains(t, res.Failed[0].Err.Error(), "513 characters long: at most 512")
+		assert.Equal(t, 19, res.Upserted)
+		assert.Equal(t, 1, srv.Count(long), "512 characters land")
+	})
 }

@@ -17,6 +17,7 @@ const (
 	MaxMetadataBytes  = 40 * 1024 // metadata per record, measured as compact JSON
 	MaxDimension      = 20_000    // dense values per record
 	MaxSparseNonZeros = 2_048     // sparse values per record
+	MaxNamespaceChars = 512       // namespace name, in characters
 )
 
 // validator checks records against Pinecone's rules before anything is
@@ -271,6 +272,9 @@ func jsonNumberSize(f float64) int {
 func checkNamespace(ns string) error {
 	if !utf8.ValidString(ns) {
 		return fmt.Errorf("namespace %q is not valid UTF-8", ns)
+	}
+	if n := utf8.RuneCountInString(ns); n > MaxNamespaceChars {
+		return fmt.Errorf("namespace %q… is %d characters long: at most %d", ns[:32], n, MaxNamespaceChars)
 	}
 	return nil
 }

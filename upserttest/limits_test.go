@@ -171,6 +171,18 @@ func TestValidationAsPinecone(t *testing.T) {
 			assert.Zero(t, srv.Count(ns), "the whole request is refused")
 		})
 	}
+	t.Run("a namespace longer than 512 characters is refused, one of 512 is not", func(t *testing.T) {
+		srv := start(t)
+		long := strings.Repeat("é", upserttest.MaxNamespaceChars) // 1024 bytes, 512 characters
+		_, err := connectAs(t, srv, "test", long).UpsertVectors(bg(t), []*pinecone.Vector{dense("ok", 1)})
+		require.NoError(t, err)
+		_, err = connectAs(t, srv, "test", long+"x").UpsertVectors(bg(t), []*pinecone.Vector{dense("ok", 1)})
+		require.Equal(t, codes.InvalidArgument, code(err))
+		assert.Contains(t, status.Convert(err).Message(), "Namespace name is 513 characters long")
+		idx, _ := connectREST(t, srv, "test", long+"x")
+		code, _ := restStatus(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("r", "chunk_text", "t")}))
+		assert.Equal(t, http.StatusBadRequest, code)
+	})
 	t.Run("a non-ASCII record id is refused", func(t *testing.T) {
 		srv := start(t)
 		idx, _ := connectREST(t, srv, "test", ns)

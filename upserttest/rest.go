@@ -108,8 +108,13 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 			sec, _ := retryAfterValues(d)
 			w.Header().Set("Retry-After", sec)
 		},
-		validate: func() error { return validateRecords(records) },
-		write:    func(k int) error { return s.applyRecords(ns, records[:k]) },
+		validate: func() error {
+			if err := validateNamespace(ns); err != nil {
+				return err
+			}
+			return validateRecords(records)
+		},
+		write: func(k int) error { return s.applyRecords(ns, records[:k]) },
 	})
 
 	switch {

@@ -82,6 +82,9 @@ func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Messa
 			grpc.SetTrailer(ctx, md)
 		},
 		validate: func() error {
+			if err := validateNamespace(ns); err != nil {
+				return err
+			}
 			if err := validate(vectors, s.cfg.vectorType); err != nil {
 				return err
 			}

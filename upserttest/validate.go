@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"sort"
+	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"google.golang.org/grpc/codes"
@@ -29,6 +30,8 @@ const (
 	// MaxSparseValues is the most non-zero values (index/value pairs) a
 	// sparse vector may have.
 	MaxSparseValues = 2048
+	// MaxNamespaceChars is the longest namespace name, in characters.
+	MaxNamespaceChars = 512
 )
 
 // Besides these limits, a vector id must be ASCII without NUL; a vector
@@ -45,6 +48,15 @@ func invalid(format string, args ...any) error {
 
 // validate checks the per-request limits and the index's vector type
 // ("" takes both), not the dimension of the index.
+// validateNamespace refuses a namespace name longer than Pinecone allows.
+// The message is this server's: Pinecone's is not published.
+func validateNamespace(ns string) error {
+	if n := utf8.RuneCountInString(ns); n > MaxNamespaceChars {
+		return invalid("Namespace name is %d characters long, which exceeds the limit of %d characters", n, MaxNamespaceChars)
+	}
+	return nil
+}
+
 func validate(vectors []*pinecone.Vector, vectorType string) error {
 	if len(vectors) > MaxVectorsPerRequest {
 		return invalid("Request contains %d vectors, which exceeds the limit of %d vectors per upsert request", len(vectors), MaxVectorsPerRequest)

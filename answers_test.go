@@ -23,6 +23,9 @@ const (
 	embedTokensMessage       = "Request failed. You've reached the max embedding tokens per minute (250000) model 'llama-text-embed-v2'' and input type 'passage' for the current project. \nTo increase this limit, upgrade your plan."
 	storageQuotaMessage      = "Request failed. You've reached the max storage allowed for project demo. To update or upsert new data, delete records or upgrade your plan."
 	namespaceQuotaMessage    = "Request failed. You've reached the max namespaces allowed in serverless index docs. To add more namespaces, upgrade your plan."
+	// Not published: the monthly embedding-token answer in the shape of
+	// the monthly write units' (README, "Not confirmed anywhere public").
+	monthlyEmbedTokensMessage = "Request failed. You've reached the embedding token limit (5000000) for model llama-text-embed-v2 for the current month. To continue embedding, upgrade your plan."
 )
 
 // pineconeREST is the error the SDK returns for a REST answer: a
@@ -44,6 +47,7 @@ func TestClassifyReadsPineconesMessages(t *testing.T) {
 		{"the namespace quota over gRPC is a quota", status.Error(codes.PermissionDenied, namespaceQuotaMessage), ClassQuotaExceeded},
 		{"another HTTP 403 is denied", pineconeREST(403, "FORBIDDEN", "this key may not write"), ClassDenied},
 		{"another PERMISSION_DENIED is denied", status.Error(codes.PermissionDenied, "this key may not write"), ClassDenied},
+		{"the monthly embedding tokens are a quota", pineconeREST(429, "RESOURCE_EXHAUSTED", monthlyEmbedTokensMessage), ClassQuotaExceeded},
 		{"the embedding tokens per minute are a rate limit, though they say to upgrade", pineconeREST(429, "RESOURCE_EXHAUSTED", embedTokensMessage), ClassRateLimited},
 		{"the upsert size per second is a rate limit", status.Error(codes.ResourceExhausted, upsertSizeMessage), ClassRateLimited},
 		{"REST's request over 2 MB is too large", pineconeREST(400, "INVALID_ARGUMENT", "Your request is larger than the maximum supported size - 2MB. Please try to reduce your batch size."), ClassTooLarge},

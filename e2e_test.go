@@ -446,40 +446,51 @@ func TestTheIndexIsAskedItsDimensionOncePerConnection(t *testing.T) {
 
 // A project that spends its monthly write units mid-run: the run stops at
 // the first quota answer, every record is stored or reported with the
-// quota class, and none is retried.
+// quota class, and none is retried; with pinned concurrency and with the
+// adaptive defaults.
 func TestAMonthlyQuotaStopsTheRunInSeconds(t *testing.T) {
-	srv := upserttest.NewServer(upserttest.WithMonthlyWriteUnits(300))
-	defer srv.Close()
-	var mu sync.Mutex
-	var firstQuota time.Time
-	watch := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		if upsert.Classify(err) == upsert.ClassQuotaExceeded {
-			mu.Lock()
-			if firstQuota.IsZero() {
-				firstQuota = time.Now()
+	for _, tt := range []struct {
+		name     string
+		opts     []upsert.Option
+		inFlight int // the most requests in flight
+	}{
+		{"four in flight, batches of 100", []upsert.Option{upsert.WithConcurrency(4), upsert.WithBatchSize(100)}, 4},
+		{"the adaptive defaults", nil, 64},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := upserttest.NewServer(upserttest.WithMonthlyWriteUnits(300))
+			defer srv.Close()
+			var mu sync.Mutex
+			var firstQuota time.Time
+			watch := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				err := invoker(ctx, method, req, reply, cc, opts...)
+				if upsert.Classify(err) == upsert.ClassQuotaExceeded {
+					mu.Lock()
+					if firstQuota.IsZero() {
+						firstQuota = time.Now()
+					}
+					mu.Unlock()
+				}
+				return err
 			}
-			mu.Unlock()
-		}
-		return err
+			recs := e2eRecords(30_000)
+			opts := append([]upsert.Option{upsert.WithIndex(connect(t, srv, grpc.WithChainUnaryInterceptor(watch)))}, tt.opts...)
+			res, err := upsert.All(context.Background(), recs, opts...)
+			ended := time.Now()
+			require.ErrorIs(t, err, upsert.ErrQuotaExceeded)
+			assert.ErrorIs(t, err, upsert.ErrDenied)
+			require.False(t, firstQuota.IsZero())
+			assert.Less(t, ended.Sub(firstQuota), 5*time.Second, "the run ends within seconds of the first quota answer")
+			requireEveryRecordAccounted(t, srv, recs, res, upsert.ClassQuotaExceeded)
+			assert.Positive(t, res.Upserted, "what the quota allowed landed")
+			assert.Zero(t, res.Stats.Retries, "nothing is retried past the first quota answer")
+			// A request still in flight when the run stops fails with the
+			// stop's error, so the library counts it under the quota too.
+			quotaAnswers := srv.Stats().QuotaExceeded
+			assert.GreaterOrEqual(t, res.Stats.ErrorsByClass[upsert.ClassQuotaExceeded], quotaAnswers)
+			assert.LessOrEqual(t, res.Stats.ErrorsByClass[upsert.ClassQuotaExceeded], tt.inFlight, "only the requests already in flight meet the quota: no request is sent after it")
+		})
 	}
-	recs := e2eRecords(30_000)
-	const inFlight = 4
-	res, err := upsert.All(context.Background(), recs, upsert.WithIndex(connect(t, srv, grpc.WithChainUnaryInterceptor(watch))),
-		upsert.WithConcurrency(inFlight), upsert.WithBatchSize(100))
-	ended := time.Now()
-	require.ErrorIs(t, err, upsert.ErrQuotaExceeded)
-	assert.ErrorIs(t, err, upsert.ErrDenied)
-	require.False(t, firstQuota.IsZero())
-	assert.Less(t, ended.Sub(firstQuota), 5*time.Second, "the run ends within seconds of the first quota answer")
-	requireEveryRecordAccounted(t, srv, recs, res, upsert.ClassQuotaExceeded)
-	assert.Positive(t, res.Upserted, "what the quota allowed landed")
-	assert.Zero(t, res.Stats.Retries, "nothing is retried past the first quota answer")
-	quotaAnswers := srv.Stats().QuotaExceeded
-	// A request still in flight when the run stops fails with the stop's
-	// error, so the library counts it under the quota too.
-	assert.GreaterOrEqual(t, res.Stats.ErrorsByClass[upsert.ClassQuotaExceeded], quotaAnswers)
-	assert.LessOrEqual(t, res.Stats.ErrorsByClass[upsert.ClassQuotaExceeded], inFlight, "only the requests already in flight meet the quota: no request is sent after it")
 }
 
 // A string that is not valid UTF-8 cannot be encoded by gRPC at all: the

@@ -129,3 +129,51 @@ func TestTheJSONReportHasTheFiguresOfTheHumanOne(t *testing.T) {
 	assert.Equal(t, 399, want.Stored)
 	assert.Equal(t, s.ExitStatus, js.status, "the JSON's exit status is the process's")
 }
+
+// A record the library refuses before sending is named on stderr by its
+// input line, as a line that is not JSON is: "pcupsert: line N (id …): why".
+func TestRecordsRefusedBeforeSendingAreNamedByTheirLineAsBadLinesAre(t *testing.T) {
+	tests := []struct {
+		name   string
+		record string
+		args   []string
+		rule   string
+	}{
+		{"all-zero dense values", `{"id":"bad","values":[0,0,0]}`, nil,
+			"dense values are all zero; Pinecone requires at least one non-zero value"},
+		{"a dimension unlike --dimension's", `{"id":"bad","values":[1,2]}`, []string{"--dimension", "3"},
+			"has 2 dense values; the index's dimension is 3"},
+		{"nested metadata", `{"id":"bad","values":[1,2,3],"metadata":{"a":{"b":1}}}`, nil, `metadata field "a"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Line 2 is blank, so that lines and records are numbered
+			// apart: the bad record is the library's record 2 (from 0) but
+			// line 5.
+			input := `{"id":"a","values":[1,2,3]}` + "\n\n" + `{"id":"typed","values":"x"}` + "\n" +
+				`{"id":"b","values":[4,5,6]}` + "\n" + tt.record + "\n" + `{"id":"c","values":[7,8,9]}` + "\n"
+			dl := deadLetterPath(t)
+			res := runCmd(t, nil, strings.NewReader(input), append([]string{"--json", "--dead-letter", dl, "--progress", "off"}, tt.args...)...)
+			require.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+
+			named := regexp.MustCompile(`(?m)^pcupsert: line (\d+) \(id "([^"]*)"\): (.*)$`).FindAllStringSubmatch(res.stderr, -1)
+			require.Len(t, named, 2, "the bad line and the invalid record, in one form; stderr:\n%s", res.stderr)
+			assert.Equal(t, []string{"3", "typed"}, named[0][1:3])
+			assert.True(t, strings.HasPrefix(named[0][3], "wrong type"), named[0][3])
+			assert.Equal(t, []string{"5", "bad"}, named[1][1:3])
+			assert.Contains(t, named[1][3], tt.rule)
+			assert.NotRegexp(t, `record \d`, named[1][3], "not the library's numbering of the records")
+
+			s := jsonReport(t, res)
+			assert.Equal(t, 3, s.Upserted)
+			assert.Equal(t, &embedded{Stored: 3, AsExpected: true}, s.Embedded)
+			require.NotEmpty(t, s.Causes)
+			last := s.Causes[len(s.Causes)-1]
+			assert.Equal(t, cause{Class: "invalid", Count: 1, Message: last.Message}, last, "refused before sending: no host answered")
+			assert.Contains(t, last.Message, tt.rule)
+			byID, byLine := letterErrors(t, dl)
+			assert.Equal(t, "invalid: line 5 (id \"bad\"): "+named[1][3], byID["bad"], "the dead letter names it the same way")
+			assert.Equal(t, "line 3 (id \"typed\"): "+named[0][3], byLine[3])
+		})
+	}
+}

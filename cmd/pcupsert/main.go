@@ -164,7 +164,9 @@ func parseArgs(args []string) (options, error) {
 	return o, nil
 }
 
-// printUsage writes the help text to w.
+// printUsage writes the help text to w. The flags are listed by hand
+// because flag.PrintDefaults names them with one dash; pflag or cobra would
+// replace the flag package for the sake of that dash.
 func printUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage: pcupsert [flags] [file]
 

@@ -408,7 +408,8 @@ func byCode(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// round keeps about three significant digits of d.
+// round keeps about three significant digits of d (time.Duration.Round
+// rounds to a unit, not to significant digits).
 func round(d time.Duration) time.Duration {
 	for unit := time.Duration(1); unit < time.Hour; unit *= 10 {
 		if d < 1000*unit {

@@ -164,7 +164,9 @@ func parseArgs(args []string) (options, error) {
 	return o, nil
 }
 
-// printUsage writes the help text to w.
+// printUsage writes the help text to w. The flags are listed by hand
+// because flag.PrintDefaults names them with one dash; pflag or cobra would
+// replace the flag package for the sake of that dash.
 func printUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage: pcupsert [flags] [file]
 
@@ -336,6 +338,9 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 	opts := append(runOptions(o, e, in),
 		upsert.WithIndex(tgt.idx),
 		upsert.WithObserver(upsert.Observer{Failure: dead.Failure, RequestDone: causes.requestDone}))
+	if o.checkpoint != "" {
+		opts = append(opts, upsert.WithCheckpoint(durableCheckpoint{upsert.FileCheckpoint(o.checkpoint), dead}))
+	}
 	runCtx := ctx
 	if o.maxFailure > 0 {
 		w := &watchdog{limit: time.Duration(o.maxFailure * float64(time.Second))}
@@ -388,9 +393,6 @@ func runOptions(o options, e *env, in *input) []upsert.Option {
 	}
 	if p := newProgress(o.progress, e.terminal, e.con, in.progress); p != nil {
 		opts = append(opts, upsert.WithProgress(p.interval(), p.show))
-	}
-	if o.checkpoint != "" {
-		opts = append(opts, upsert.WithCheckpoint(upsert.FileCheckpoint(o.checkpoint)))
 	}
 	return opts
 }

@@ -21,7 +21,8 @@ const (
 
 // console is stderr, shared by the progress bar and the other messages: a
 // message erases the bar, is written, and the bar is drawn again below it.
-// It is safe for concurrent use.
+// It is safe for concurrent use. Hand-written: schollz/progressbar cannot
+// print a line above its bar; it offers Clear and RenderBlank, used here.
 type console struct {
 	mu  sync.Mutex
 	w   io.Writer
@@ -223,7 +224,8 @@ func (st status) counts() string {
 }
 
 // si formats x with about three significant digits and a k or M suffix:
-// 950, 12.3k, 1.50M.
+// 950, 12.3k, 1.50M. Hand-written: go-humanize's SIWithDigits has fixed
+// decimals and a space ("12.3 k"); a dependency is not worth 15 lines.
 func si(x float64) string {
 	unit := ""
 	for _, u := range []string{"k", "M", "G"} {

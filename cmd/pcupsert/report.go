@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,8 +35,12 @@ type deadLetters struct {
 	// its place in the input.
 	invalid func(f upsert.Failure, rule error) string
 
+	// wmu is held shared while a letter is written, and exclusively
+	// while the file is made durable (sync) or closed.
+	wmu       sync.RWMutex
 	mu        sync.Mutex
 	dl        *ndjson.DeadLetters
+	synced    int   // letters in the file closed by sync, before dl's
 	err       error // creating the file failed
 	byClass   map[upsert.Class]int
 	landed    int // failed records that may have landed
@@ -84,6 +89,8 @@ func (d *deadLetters) Failure(f upsert.Failure) {
 			f.Err = errors.New(msg)
 		}
 	}
+	d.wmu.RLock()
+	defer d.wmu.RUnlock()
 	if dl := d.file(); dl != nil {
 		dl.Write(f)
 	}
@@ -138,6 +145,8 @@ func (d *deadLetters) NotSent(f upsert.Failure) {
 	d.mu.Lock()
 	d.notSent++
 	d.mu.Unlock()
+	d.wmu.RLock()
+	defer d.wmu.RUnlock()
 	if dl := d.file(); dl != nil {
 		dl.Write(f)
 	}
@@ -145,6 +154,8 @@ func (d *deadLetters) NotSent(f upsert.Failure) {
 
 // Bad writes the dead letter of an input line that is not a record.
 func (d *deadLetters) Bad(line int, raw []byte, err error) {
+	d.wmu.RLock()
+	defer d.wmu.RUnlock()
 	if dl := d.file(); dl != nil {
 		dl.WriteBad(line, raw, err)
 	}
@@ -153,15 +164,50 @@ func (d *deadLetters) Bad(line int, raw []byte, err error) {
 // Close closes the file, if it was created, and returns how many letters
 // it holds and the first error met creating or writing it.
 func (d *deadLetters) Close() (int, error) {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.err != nil {
-		return 0, d.err
+		return d.synced, d.err
 	}
 	if d.dl == nil {
-		return 0, nil
+		return d.synced, nil
 	}
-	return d.dl.Count(), d.dl.Close()
+	return d.synced + d.dl.Count(), d.dl.Close()
+}
+
+// sync makes the letters written so far durable: it closes the file
+// (ndjson.DeadLetters flushes and syncs only then), to be reopened for
+// appending by the next letter.
+func (d *deadLetters) sync() error {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dl == nil || d.err != nil {
+		return d.err
+	}
+	d.synced += d.dl.Count()
+	d.err = d.dl.Close()
+	d.dl, d.append = nil, true
+	return d.err
+}
+
+// durableCheckpoint is the run's checkpoint, which makes the dead letters
+// durable before it saves: the checkpoint passes records that failed for
+// good, which a resumed run skips, so their letters must be on disk first
+// (buffered, a kill lost them: TestAKilledRunResumedFromItsCheckpointLosesNothing).
+type durableCheckpoint struct {
+	upsert.Checkpoint
+	dead *deadLetters
+}
+
+func (c durableCheckpoint) Save(ctx context.Context, n int64) error {
+	if err := c.dead.sync(); err != nil {
+		return fmt.Errorf("writing the dead-letter file %s before saving the checkpoint: %w", c.dead.path, err)
+	}
+	return c.Checkpoint.Save(ctx, n)
 }
 
 // maxCauseChars bounds an error message in the report.
@@ -408,7 +454,8 @@ func byCode(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// round keeps about three significant digits of d.
+// round keeps about three significant digits of d (time.Duration.Round
+// rounds to a unit, not to significant digits).
 func round(d time.Duration) time.Duration {
 	for unit := time.Duration(1); unit < time.Hour; unit *= 10 {
 		if d < 1000*unit {

@@ -11,6 +11,9 @@ import "time"
 // A request larger than the burst is admitted when the bucket is full and
 // leaves it in debt, repaid by the refill before anything else is admitted,
 // so that the bucket's rate is the capacity whatever the request sizes.
+// Hand-written: golang.org/x/time/rate refuses any n above the burst
+// (AllowN false, ReserveN not OK), and its AllowN takes the tokens where
+// upserttest asks every bucket (Has) before charging any (Take).
 type Bucket struct {
 	rate   float64 // tokens per second
 	burst  float64

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// letterErrors reads a dead-letter file: the error of each record's
+// letter, by id, and of each bad line's, by line.
+func letterErrors(t *testing.T, path string) (byID map[string]string, byLine map[int]string) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	byID, byLine = map[string]string{}, map[int]string{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var l struct {
+			ID    string `json:"id"`
+			Line  int    `json:"line"`
+			Error string `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &l), sc.Text())
+		if l.ID != "" {
+			byID[l.ID] = l.Error
+		} else {
+			byLine[l.Line] = l.Error
+		}
+	}
+	require.NoError(t, sc.Err())
+	return byID, byLine
+}
+
+// The embedded index, without --dimension, takes the dimension of the first
+// valid record, not of the first line: a first line that is not a record,
+// or a record the library refuses before sending, fixes nothing.
+func TestTheEmbeddedIndexTakesItsDimensionFromTheFirstValidRecord(t *testing.T) {
+	tests := []struct {
+		name  string
+		first string // the first line, of dimension 3 where it has values
+		// bad: the first line is a bad line, not a record; else it is a
+		// record that fails before it is sent.
+		bad bool
+	}{
+		{"an all-zero dense vector", `{"id":"first","values":[0,0,0]}`, false},
+		{"an id Pinecone refuses", fmt.Sprintf(`{"id":%q,"values":[1,2,3]}`, strings.Repeat("x", 513)), false},
+		{"values of the wrong type", `{"id":"first","values":"1,2,3"}`, true},
+		{"a malformed line", `{"id":"first","values":[1,2,3`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			b.WriteString(tt.first + "\n")
+			for i := range 10 {
+				fmt.Fprintf(&b, `{"id":"v%d","values":[%d,0.5]}`+"\n", i, i+1)
+			}
+			// A record valid in itself, of the first line's dimension:
+			// it fails only if the index's dimension is 2.
+			b.WriteString(`{"id":"probe","values":[1,2,3]}` + "\n")
+			dl := deadLetterPath(t)
+			res := runCmd(t, nil, strings.NewReader(b.String()), "--json", "--dead-letter", dl, "--progress", "off")
+			require.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+			s := jsonReport(t, res)
+
+			assert.Equal(t, 10, s.Upserted, "every record of dimension 2 lands")
+			assert.Equal(t, &embedded{Stored: 10, AsExpected: true}, s.Embedded)
+			byID, byLine := letterErrors(t, dl)
+			assert.Regexp(t, `^invalid: line 12 \(id "probe"\): .*(the index's dimension is 2|dimension of the index 2)`, byID["probe"],
+				"the index's dimension is that of the valid records")
+			for i := range 10 {
+				assert.NotContains(t, byID, fmt.Sprintf("v%d", i))
+			}
+			if tt.bad {
+				assert.Equal(t, 1, s.BadLines)
+				assert.Equal(t, 1, s.Failed, "the probe")
+				assert.Contains(t, byLine, 1)
+			} else {
+				assert.Zero(t, s.BadLines)
+				assert.Equal(t, 2, s.Failed, "the first record and the probe")
+				assert.Equal(t, map[string]int{"invalid": 2}, s.FailedByClass)
+				var firstErr string
+				for id, e := range byID {
+					if id != "probe" {
+						firstErr = e
+					}
+				}
+				assert.Regexp(t, `^invalid: line 1 \(id "[^"]+"\): `, firstErr, "refused before sending, by its line")
+			}
+		})
+	}
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// A pcupsert process killed mid-run (SIGKILL: no deferred code runs) and
+// run again with the same checkpoint loses nothing: every record is on
+// the index or in the dead-letter file.
+func TestAKilledRunResumedFromItsCheckpointLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the command and runs it for a few seconds")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pcupsert")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	const n = 6000
+	var rejected []string
+	for i := 7; i < n; i += 97 {
+		rejected = append(rejected, fmt.Sprintf("r%d", i))
+	}
+	in := filepath.Join(dir, "in.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, n)), 0o600))
+	// Slow enough that the kill comes mid-run, after a few checkpoints.
+	srv := upserttest.NewServer(upserttest.WithRate(2000, 200), upserttest.WithFaults(upserttest.RejectIDs(rejected...)))
+	defer srv.Close()
+	ckpt, dl := filepath.Join(dir, "ckpt"), filepath.Join(dir, "failed.ndjson")
+	cmd := func() *exec.Cmd {
+		c := exec.Command(bin, "--host", srv.Host(), "--checkpoint", ckpt, "--dead-letter", dl, "--progress", "off", "--batch-size", "50", in)
+		c.Env = append(os.Environ(), "PINECONE_API_KEY=test-key-for-upserttest")
+		return c
+	}
+
+	first := cmd()
+	var stderr strings.Builder
+	first.Stderr = &stderr
+	require.NoError(t, first.Start())
+	deadline := time.Now().Add(20 * time.Second)
+	for srv.Count("__default__") < n/2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_ = first.Wait()
+	stored := srv.Count("__default__")
+	require.Less(t, stored, n, "killed mid-run; stderr:\n%s", stderr.String())
+	ck, err := os.ReadFile(ckpt)
+	require.NoError(t, err, "a checkpoint was saved before the kill")
+	t.Logf("killed with %d records stored, checkpoint %s", stored, strings.TrimSpace(string(ck)))
+
+	second := cmd()
+	out, err = second.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "the rejected records fail the run; output:\n%s", out)
+	assert.Equal(t, exitFailed, exit.ExitCode(), "%s", out)
+	assert.Contains(t, string(out), "skipped the first ")
+
+	ids, bad := letters(t, dl)
+	assert.Empty(t, bad)
+	assert.ElementsMatch(t, rejected, dedupe(ids), "each rejected record is a dead letter")
+	vs := srv.Vectors("__default__")
+	for i := range n {
+		id := fmt.Sprintf("r%d", i)
+		_, ok := vs[id]
+		if !ok && !assert.Contains(t, ids, id, "record %s is neither on the index nor a dead letter", id) {
+			break
+		}
+	}
+	assert.Len(t, vs, n-len(rejected))
+}
+
+// dedupe returns ids without repeats, in order.
+func dedupe(ids []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}

@@ -21,8 +21,10 @@ const (
 
 // console is stderr, shared by the progress bar and the other messages: a
 // message erases the bar, is written, and the bar is drawn again below it.
-// It is safe for concurrent use. Hand-written: schollz/progressbar cannot
-// print a line above its bar; it offers Clear and RenderBlank, used here.
+// It is safe for concurrent use. Hand-written: schollz/progressbar's
+// Bprintln holds a line in a buffer until the bar next renders, which is
+// only when it advances (a stalled run's errors would not show); Clear and
+// RenderBlank are used here to write at once.
 type console struct {
 	mu  sync.Mutex
 	w   io.Writer

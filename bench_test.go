@@ -101,39 +101,69 @@ func BenchmarkStream(b *testing.B) {
 		n = s
 	}
 	for range b.N {
-		var peak atomic.Uint64
-		stop := make(chan struct{})
-		sampled := make(chan struct{})
-		go func() {
-			defer close(sampled)
-			var ms runtime.MemStats
-			t := time.NewTicker(50 * time.Millisecond)
-			defer t.Stop()
-			for {
-				runtime.ReadMemStats(&ms)
-				if ms.HeapInuse > peak.Load() {
-					peak.Store(ms.HeapInuse)
-				}
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-				}
-			}
-		}()
+		peak := samplePeakHeap()
 		start := time.Now()
 		res, err := Stream(context.Background(), generated(n, 128), WithUpsertFunc(noopIndex))
 		elapsed := time.Since(start)
-		close(stop)
-		<-sampled
+		heap := peak()
 		if err != nil || res.Upserted != n {
 			b.Fatalf("upserted %d of %d: %v", res.Upserted, n, err)
 		}
 		b.ReportMetric(float64(n)/elapsed.Seconds(), "records/s")
-		b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB")
+		b.ReportMetric(heap/(1<<20), "peak-heap-MiB")
 		b.ReportMetric(0, "ns/op")
 		fmt.Printf("streamed %d records in %v: %.0f records/s, peak heap %.1f MiB\n",
-			n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), float64(peak.Load())/(1<<20))
+			n, elapsed.Round(time.Millisecond), float64(n)/elapsed.Seconds(), heap/(1<<20))
+	}
+}
+
+// BenchmarkStreamManyNamespaces streams records each into a namespace of
+// its own (UPSERT_BENCH_RECORDS of them, 300,000 by default) and reports
+// the peak heap: the Limiter's lanes must not grow with the namespaces.
+func BenchmarkStreamManyNamespaces(b *testing.B) {
+	n := 300_000
+	if s, err := strconv.Atoi(getenv("UPSERT_BENCH_RECORDS")); err == nil && s > 0 {
+		n = s
+	}
+	for range b.N {
+		peak := samplePeakHeap()
+		res, err := Stream(context.Background(), generated(n, 128), WithUpsertFunc(noopIndex),
+			WithNamespaceOf(func(v *pinecone.Vector) string { return "ns-" + v.Id }))
+		heap := peak()
+		if err != nil || res.Upserted != n {
+			b.Fatalf("upserted %d of %d: %v", res.Upserted, n, err)
+		}
+		b.ReportMetric(heap/(1<<20), "peak-heap-MiB")
+	}
+}
+
+// samplePeakHeap samples the heap in use every 50 ms until the function
+// it returns is called, which returns the most seen, in bytes.
+func samplePeakHeap() func() float64 {
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		var ms runtime.MemStats
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() float64 {
+		close(stop)
+		<-sampled
+		return float64(peak.Load())
 	}
 }
 

@@ -400,3 +400,26 @@ func TestLimiterForgetsIdleNamespaces(t *testing.T) {
 	assert.Same(t, busy, lim.lane("busy", MaxBatchSize), "a namespace with a request in flight is kept")
 	busy.release(p, nil)
 }
+
+func TestLimiterHoldsAboutMaxLanesWhateverTheirAge(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	busy := lim.lane("busy", MaxBatchSize)
+	p, err := busy.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	most := 0
+	var last *lane
+	for i := range 20 * maxLanes {
+		ln := lim.lane(fmt.Sprint("ns-", i), MaxBatchSize)
+		last = ln
+		q, err := ln.acquire(context.Background(), req(1))
+		require.NoError(t, err)
+		ln.release(q, nil)
+		clk.Advance(time.Millisecond) // a run, far from laneIdle
+		most = max(most, len(lim.lanes))
+	}
+	assert.LessOrEqual(t, most, maxLanes, "a run over ever new namespaces stays bounded")
+	assert.Same(t, busy, lim.lane("busy", MaxBatchSize), "the least recently used lane is kept while a request is in flight")
+	assert.Same(t, last, lim.lane(fmt.Sprint("ns-", 20*maxLanes-1), MaxBatchSize), "the most recent lanes are kept")
+	busy.release(p, nil)
+}

@@ -3,6 +3,7 @@ package upsert
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -52,8 +53,10 @@ import (
 // the same time share one by default; pass one with [WithLimiter] so that a
 // long-running service keeps what it learned between calls. A namespace
 // that has sent nothing for ten minutes is forgotten once the Limiter
-// holds many, so that a service writing to ever new namespaces does not
-// grow without bound. The zero value is ready to use.
+// holds many, and beyond about a thousand namespaces the least recently
+// used ones with nothing in flight are, so that a run or a service
+// writing to ever new namespaces holds a few MB at most. The zero value
+// is ready to use.
 type Limiter struct {
 	mu      sync.Mutex
 	lanes   map[string]*lane
@@ -88,10 +91,14 @@ func (l *Limiter) State(namespace string) LimiterState {
 	return l.lane(namespaceKey(namespace), MaxBatchSize).state()
 }
 
-// Lanes idle for laneIdle are forgotten once a Limiter holds minLanes.
+// Lanes idle for laneIdle are forgotten once a Limiter holds minLanes;
+// beyond maxLanes, the least recently used with nothing in flight or
+// being admitted are too, whatever their age, so that a run over ever new
+// namespaces holds about maxLanes (a lane is a few KB).
 const (
 	laneIdle = 10 * time.Minute
 	minLanes = 64
+	maxLanes = 1024
 )
 
 // lane returns the lane of key (a namespace, with a prefix per kind of
@@ -117,15 +124,31 @@ func (l *Limiter) lane(key string, maxBatch int) *lane {
 	return ln
 }
 
-// sweep forgets the lanes with nothing in flight that sent nothing for
-// laneIdle, and sets the size at which to look again.
+// sweep forgets the lanes with nothing in flight or being admitted that
+// sent nothing for laneIdle, and beyond maxLanes the least recently used
+// of such lanes down to half of it; it sets the size at which to look
+// again.
 func (l *Limiter) sweep(now time.Time) {
+	type use struct {
+		key  string
+		last time.Time
+	}
+	var free []use
 	for key, ln := range l.lanes {
 		ln.mu.Lock()
-		idle := ln.slots.inFlight == 0 && now.Sub(ln.lastUse) >= laneIdle
+		quiet, last := ln.slots.inFlight == 0 && len(ln.head) == 0, ln.lastUse
 		ln.mu.Unlock()
-		if idle {
+		switch {
+		case quiet && now.Sub(last) >= laneIdle:
 			delete(l.lanes, key)
+		case quiet:
+			free = append(free, use{key, last})
+		}
+	}
+	if excess := len(l.lanes) - maxLanes/2; len(l.lanes) >= maxLanes {
+		slices.SortFunc(free, func(a, b use) int { return a.last.Compare(b.last) })
+		for _, u := range free[:min(excess, len(free))] {
+			delete(l.lanes, u.key)
 		}
 	}
 	l.sweepAt = 2 * len(l.lanes)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/time/rate"
 )
@@ -37,6 +38,12 @@ type lane struct {
 	limitsSet   bool
 	sizeTurn    bool // the batch size's turn to be tried; else the concurrency's
 	signals     laneSignals
+	// share is the lane's membership of the lane shared across
+	// processes, if a run shares it; joinMu serialises joining and
+	// leaving, which make a round trip to the store without mu.
+	share        laneShare
+	joinMu       sync.Mutex
+	sharePending atomic.Bool // share.pending is not empty
 }
 
 // laneSlots are the lane's own concurrency slots.
@@ -166,6 +173,7 @@ type permit struct {
 	start      time.Time
 	probe      bool // the breaker's probe
 	waitedSlot bool
+	epoch      uint64 // the shared lane's episode when it was admitted
 }
 
 // concurrency returns how many requests may be in flight.
@@ -362,7 +370,7 @@ func (ln *lane) issue(q request, probe, waitedSlot bool) permit {
 		}
 		ln.seen.recordBytes += (x - ln.seen.recordBytes) / 16
 	}
-	return permit{request: q, seq: ln.issued, start: now, probe: probe, waitedSlot: waitedSlot}
+	return permit{request: q, seq: ln.issued, start: now, probe: probe, waitedSlot: waitedSlot, epoch: ln.share.epoch}
 }
 
 // amounts is the request's amount in each dimension.

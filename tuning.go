@@ -67,6 +67,16 @@ type tuning struct {
 	// burstFor is how much of a rate's tokens a lane saves up: requests
 	// sent together within it do not wait for each other.
 	burstFor time.Duration
+	// minShare is the least fraction of a shared lane's rates a writer
+	// holds (lane_share.go): a writer whose producer is slow is split a
+	// small part, not none, so that it is not starved while its demand
+	// catches up.
+	minShare float64
+	// shareHeadroom is how many times what it sends a writer of a shared
+	// lane asks for while its part holds nothing back: room to grow into
+	// before the next exchange with the store, without a round of being
+	// held back first.
+	shareHeadroom float64
 
 	// Concurrency (conccontrol.go).
 
@@ -133,6 +143,8 @@ var defaultTuning = tuning{
 	priorHeadroom:  0.1,
 	priorMatch:     0.15,
 	burstFor:       100 * time.Millisecond,
+	minShare:       0.01,
+	shareHeadroom:  2,
 
 	startConcurrency: 4,
 	maxConcurrency:   64,

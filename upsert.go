@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+
+	"github.com/upsertlib/upsert/internal/share"
 )
 
 // UpsertFunc sends one batch of records to a namespace and reports whether
@@ -65,6 +67,7 @@ type config struct {
 	retry          retryPolicy
 	classify       func(error) Class
 	limiter        *Limiter
+	store          share.Store                         // from upsertredis; nil: each lane learns alone
 	limits         *IndexLimits                        // from WithIndexLimits; nil: the default for the source
 	nsOf           func(k *kind) func(it *item) string // from WithNamespaceOf, per kind
 	logger         *slog.Logger

@@ -207,9 +207,9 @@ func writeChild(args []string) error {
 	opts := []upsert.Option{upsert.WithIndex(idx)}
 	leave := func() {}
 	if *redisSocket != "" {
-		var opt upsert.Option
-		opt, leave = joinLane(*redisSocket, *prefix, *host, &out)
-		opts = append(opts, opt)
+		var more []upsert.Option
+		more, leave = joinLane(*redisSocket, *prefix, *host, &out)
+		opts = append(opts, more...)
 	}
 	res, err := upsert.All(runCtx, records, opts...)
 	out.EndNanos = time.Now().UnixNano()
@@ -229,31 +229,29 @@ func writeChild(args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(&out)
 }
 
-// joinLane makes the writer a member of its lane in Redis, fed with what
-// the index accepted, and returns the option that feeds it and the
-// function that leaves the lane and fills out's Redis figures. The Limiter
-// does not read the lane's view yet (issue 21, phase 2): this measures the
-// store's traffic and membership, not its effect.
-func joinLane(socket, prefix, host string, out *writerOutcome) (upsert.Option, func()) {
+// joinLane returns the option that shares the writer's Limiter through
+// upsertredis (a Store on the Redis at socket), and the function that
+// fills out's Redis figures once the run is done. The most writers the
+// lane counted is read from a member of the writer's own that joins the
+// lane beside the Limiter's with a demand of 0, so that the split gives it
+// nothing (it counts itself: one more than the writers).
+func joinLane(socket, prefix, host string, out *writerOutcome) ([]upsert.Option, func()) {
 	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: socket})
 	store := upsertredis.New(rdb, upsertredis.WithPrefix(prefix))
-	m := store.Join(context.Background(), share.Lane{Host: host, Namespace: namespace})
+	watch := upsertredis.New(rdb, upsertredis.WithPrefix(prefix))
+	m := watch.Join(context.Background(), share.Lane{Host: host, Namespace: namespace})
+	m.Demand(0)
 	var most atomic.Int64
 	seen := func() {
-		for w := int64(m.View().Writers); ; {
+		for w := int64(m.View().Writers) - 1; ; {
 			if old := most.Load(); w <= old || most.CompareAndSwap(old, w) {
 				break
 			}
 		}
 	}
 	seen()
-	opt := upsert.WithObserver(upsert.Observer{RequestDone: func(e upsert.RequestEvent) {
-		if e.Err == nil {
-			m.Accepted(e.Records)
-		}
-		seen()
-	}})
-	return opt, func() {
+	opt := upsert.WithObserver(upsert.Observer{RequestDone: func(upsert.RequestEvent) { seen() }})
+	return []upsert.Option{store.Option(), opt}, func() {
 		seen()
 		_ = m.Leave(context.Background())
 		rdb.Close()

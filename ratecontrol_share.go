@@ -38,7 +38,8 @@ func (c *rateControl) anchors(frac float64) (rate, level float64, recovery time.
 
 // adopt makes the lane's last cut (v, in the lane's terms) c's own, as if
 // c had cut at v.CutAt, with frac of it: requests admitted up to issued
-// belong to that episode. A writer that joins late starts on the curve
+// belong to that episode; a Recovery of 0 is a search (see anchors). A
+// writer that joins late starts on the curve
 // where it is now, but not above the level: the probe above is for the
 // writers whose answers measure it.
 func (c *rateControl) adopt(now time.Time, v share.View, frac float64, issued uint64, t *tuning) {
@@ -48,7 +49,10 @@ func (c *rateControl) adopt(now time.Time, v share.View, frac float64, issued ui
 	if level > 0 {
 		c.depth = 1 - rate/level
 	}
-	c.origin = v.CutAt.Add(v.Recovery)
+	// The climb back is this writer's tuning's for the cut's depth (the
+	// proposer's too, when they run one version), so that the curve
+	// starts at the cut's rate whatever Recovery says.
+	c.origin = v.CutAt.Add(c.climb(t))
 	c.limit = rate
 	if !c.search {
 		c.limit = max(rate, min(level, c.curve(now, t)))

@@ -249,6 +249,7 @@ func (m *member) adopt(r reply, mid time.Time, fromSync bool) {
 		math.Abs(old.Allocation(1)-v.Allocation(1)) > shareTolerance
 	m.seed = r.fields[:seedFields]
 	m.view.Store(&v)
+	m.store.stats.sawWriters(int64(v.Writers))
 	if moved {
 		m.signal()
 	}

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
@@ -19,7 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/upsertlib/upsert"
-	"github.com/upsertlib/upsert/internal/share"
 	"github.com/upsertlib/upsert/upsertredis"
 	"github.com/upsertlib/upsert/upserttest"
 )
@@ -208,7 +206,7 @@ func writeChild(args []string) error {
 	leave := func() {}
 	if *redisSocket != "" {
 		var more []upsert.Option
-		more, leave = joinLane(*redisSocket, *prefix, *host, &out)
+		more, leave = joinLane(*redisSocket, *prefix, &out)
 		opts = append(opts, more...)
 	}
 	res, err := upsert.All(runCtx, records, opts...)
@@ -229,34 +227,16 @@ func writeChild(args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(&out)
 }
 
-// joinLane returns the option that shares the writer's Limiter through
+// joinLane returns the options that share the writer's Limiter through
 // upsertredis (a Store on the Redis at socket), and the function that
-// fills out's Redis figures once the run is done. The most writers the
-// lane counted is read from a member of the writer's own that joins the
-// lane beside the Limiter's with a demand of 0, so that the split gives it
-// nothing (it counts itself: one more than the writers).
-func joinLane(socket, prefix, host string, out *writerOutcome) ([]upsert.Option, func()) {
+// fills out's Redis figures once the run is done.
+func joinLane(socket, prefix string, out *writerOutcome) ([]upsert.Option, func()) {
 	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: socket})
 	store := upsertredis.New(rdb, upsertredis.WithPrefix(prefix))
-	watch := upsertredis.New(rdb, upsertredis.WithPrefix(prefix))
-	m := watch.Join(context.Background(), share.Lane{Host: host, Namespace: namespace})
-	m.Demand(0)
-	var most atomic.Int64
-	seen := func() {
-		for w := int64(m.View().Writers) - 1; ; {
-			if old := most.Load(); w <= old || most.CompareAndSwap(old, w) {
-				break
-			}
-		}
-	}
-	seen()
-	opt := upsert.WithObserver(upsert.Observer{RequestDone: func(upsert.RequestEvent) { seen() }})
-	return []upsert.Option{store.Option(), opt}, func() {
-		seen()
-		_ = m.Leave(context.Background())
+	return []upsert.Option{store.Option()}, func() {
 		rdb.Close()
 		stats := store.Stats()
-		out.SharedWriters = int(most.Load())
+		out.SharedWriters = int(stats.MostWriters)
 		out.RedisExchanges, out.RedisFailures = stats.Exchanges, stats.Failures
 	}
 }

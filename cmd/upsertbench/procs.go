@@ -109,7 +109,7 @@ func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer
 	}
 	fmt.Fprintf(w, "Each writer is a separate process running upsert.All with defaults (a Limiter of its own); the index, served by another process, is upserttest.Serverless() with %s (C = %.0f vectors/s, B = %d); %d records split evenly between the writers. Efficiency, 429 share and lost as in the profiles' table; max/min of the throughputs of the writers that run to the end, each over its own run.\n", p.server, p.capacity, p.burst, int(procsRecords*cfg.scale))
 	if cfg.redis {
-		fmt.Fprintf(w, "separate+redis: each writer also joins its lane through upsertredis (a redis-server on a unix socket) and reports what the index accepted; the Limiter does not use the lane's view yet (issue 21, phase 2).\n")
+		fmt.Fprintf(w, "separate+redis: each writer's Limiter shares its lane through upsertredis.Store.Option (a redis-server on a unix socket).\n")
 	}
 	for _, sc := range scenarios() {
 		fmt.Fprintf(w, "%s: %s.\n", sc.name, sc.about)

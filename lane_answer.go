@@ -74,9 +74,7 @@ func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
 			ln.cuts++
 			ln.signals.rates.fire()
 			d.apply(now, ln.tuning)
-			if i == dimRecords {
-				ln.shareCut(p, e)
-			}
+			ln.shareCut(p, e, i)
 		case rateGrew:
 			d.apply(now, ln.tuning)
 		}

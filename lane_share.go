@@ -25,10 +25,11 @@ type laneShare struct {
 	frac   float64 // this writer's fraction of the lane's rates that the controllers hold; 0 means 1
 	epoch  uint64  // the lane's episode that the record rate's curve comes from
 	shared bool    // the last view was Shared
-	// cutAlone is set when the lane cut its record rate while the shared
+	// cutAlone is set when the lane cut a rate (cutDim) while the shared
 	// state did not answer: at the rejoin it proposes that cut if it is
 	// below its part of the lane's rate, so that the others learn it.
 	cutAlone   bool
+	cutDim     int
 	pending    []func() // round trips to the store, made outside the mutex
 	stop, done chan struct{}
 }
@@ -114,11 +115,12 @@ func (ln *lane) applyView(v share.View) {
 		sh.shared = true
 		sh.stats.rejoins.Add(1)
 	}
-	ln.setFraction(shareFraction(v, ln.tuning), now)
-	switch own := ln.dims[dimRecords].ctl.limit; {
-	case rejoined && sh.cutAlone && own < sh.frac*viewCurve(v, now, ln.tuning):
-		rate, level, recovery := ln.dims[dimRecords].ctl.anchors(sh.frac)
-		ln.queueCut(share.Cut{Seen: v.Epoch, Sent: now, Rate: rate, Level: level, Recovery: recovery})
+	ln.setFraction(ln.shareFraction(v), now)
+	own := ln.dims[sh.cutDim].ctl.limit
+	switch {
+	case rejoined && sh.cutAlone && (share.Unit(sh.cutDim) != v.Unit || own < sh.frac*viewCurve(v, now, ln.tuning)):
+		rate, level, recovery := ln.dims[sh.cutDim].ctl.anchors(sh.frac)
+		ln.queueCut(share.Cut{Seen: v.Epoch, Sent: now, Unit: share.Unit(sh.cutDim), Rate: rate, Level: level, Recovery: recovery})
 	case v.Epoch > sh.epoch || (rejoined && sh.cutAlone && v.Epoch > 0):
 		ln.adoptCut(v, now)
 	}
@@ -134,10 +136,14 @@ func (ln *lane) applyView(v share.View) {
 	}
 }
 
-// adoptCut makes the lane's last cut the record rate's; ln.mu is held.
-// Permits issued so far belong to that episode, as after a cut of its own.
+// adoptCut makes the lane's last cut that of the rate it names; ln.mu is
+// held. Permits issued so far belong to that episode, as after a cut of
+// its own.
 func (ln *lane) adoptCut(v share.View, now time.Time) {
-	d := &ln.dims[dimRecords]
+	if v.Unit < 0 || int(v.Unit) >= dimCount {
+		return // a unit of a later version: nothing to adopt it into
+	}
+	d := &ln.dims[v.Unit]
 	d.ctl.adopt(now, v, ln.share.frac, ln.issued, ln.tuning)
 	d.apply(now, ln.tuning)
 	ln.share.epoch = v.Epoch
@@ -166,16 +172,27 @@ func (ln *lane) setFraction(frac float64, now time.Time) {
 }
 
 // shareFraction is this writer's part of the lane's rate in v, as a
-// fraction: by demand once the lane has a level (see View.Allocation);
+// fraction: by demand (records per second) once the lane has a level (in
+// records, as this lane's records measure its unit; see View.Allocation);
 // before, an equal split among the writers that send at all (a total of 1
 // record a second, below every sending writer's demand: nothing is capped
-// yet), within [tuning.minShare, 1].
-func shareFraction(v share.View, t *tuning) float64 {
+// yet), within [tuning.minShare, 1]. ln.mu is held.
+func (ln *lane) shareFraction(v share.View) float64 {
 	total := v.Level
+	switch v.Unit {
+	case share.UnitRequests:
+		total *= float64(ln.seen.size)
+	case share.UnitBytes:
+		if ln.seen.recordBytes > 0 {
+			total /= ln.seen.recordBytes
+		} else {
+			total = 0 // nothing sent yet to measure by
+		}
+	}
 	if v.Epoch == 0 || !(total > 0) || math.IsInf(total, 1) {
 		total = 1
 	}
-	return min(1, max(t.minShare, v.Allocation(total)/total))
+	return min(1, max(ln.tuning.minShare, v.Allocation(total)/total))
 }
 
 // reportShare tells the member what a request's answer says, without I/O:
@@ -199,22 +216,22 @@ func (ln *lane) reportShare(p permit, now time.Time, class Class) {
 	m.Demand(ln.tuning.shareHeadroom * ln.dims[dimRecords].ctl.sent.rateOver(now, meterSpan))
 }
 
-// shareCut proposes the record rate's cut that the lane just made for p's
+// shareCut proposes the cut of rate dim that the lane just made for p's
 // 429 (e) to the lane's other writers, or notes that it was made alone;
 // ln.mu is held.
-func (ln *lane) shareCut(p permit, e *Error) {
+func (ln *lane) shareCut(p permit, e *Error, dim int) {
 	sh := &ln.share
 	if sh.m == nil {
 		return
 	}
 	if !sh.shared {
-		sh.cutAlone = true
+		sh.cutAlone, sh.cutDim = true, dim
 		return
 	}
-	rate, level, recovery := ln.dims[dimRecords].ctl.anchors(sh.frac)
+	rate, level, recovery := ln.dims[dim].ctl.anchors(sh.frac)
 	ln.queueCut(share.Cut{
 		Seen: p.epoch, Sent: p.start, MinGap: time.Duration(ln.seen.roundTrip),
-		Rate: rate, Level: level, Recovery: recovery, RetryAfter: e.RetryAfter,
+		Unit: share.Unit(dim), Rate: rate, Level: level, Recovery: recovery, RetryAfter: e.RetryAfter,
 	})
 }
 
@@ -232,7 +249,7 @@ func (ln *lane) queueCut(c share.Cut) {
 		switch {
 		case sh.m != m:
 		case err != nil:
-			sh.cutAlone = true
+			sh.cutAlone, sh.cutDim = true, int(c.Unit)
 		case applied:
 			sh.epoch = max(sh.epoch, v.Epoch)
 		case v.Epoch > 0:

@@ -42,10 +42,13 @@ type runShares struct {
 
 // start notes the run's index host and the Limiter's counts at its start.
 func (s *runShares) start(cfg *config) {
-	if cfg.store == nil || cfg.index == nil {
+	if cfg.store == nil {
 		return
 	}
-	s.host = indexHost(cfg.index)
+	s.host = cfg.shareHost // only tests share lanes without an index
+	if cfg.index != nil {
+		s.host = indexHost(cfg.index)
+	}
 	c := &cfg.limiter.shareStats
 	s.fallbacks, s.rejoins = c.fallbacks.Load(), c.rejoins.Load()
 }

@@ -68,6 +68,7 @@ type config struct {
 	classify       func(error) Class
 	limiter        *Limiter
 	store          share.Store                         // from upsertredis; nil: each lane learns alone
+	shareHost      string                              // the lanes' host without WithIndex: tests only
 	limits         *IndexLimits                        // from WithIndexLimits; nil: the default for the source
 	nsOf           func(k *kind) func(it *item) string // from WithNamespaceOf, per kind
 	logger         *slog.Logger

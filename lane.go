@@ -267,6 +267,13 @@ func (ln *lane) sizeCaps() sizeCaps {
 	if b := &ln.dims[dimBytes]; now.Sub(b.waited) < ln.tuning.boundFor && ln.seen.recordBytes > 0 {
 		caps.records = min(caps.records, b.ctl.limit/ln.seen.recordBytes)
 	}
+	if f := ln.share.frac; ln.share.m != nil && f > 0 && f < 1 {
+		// Batches are sized for the index's buckets, which the lane's
+		// writers share: by the lane's rates, as one writer of the whole
+		// lane would size them, so that N writers do not send N times the
+		// requests for the same records.
+		caps.records, caps.requests = caps.records/f, caps.requests/f
+	}
 	return caps
 }
 

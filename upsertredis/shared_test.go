@@ -140,3 +140,29 @@ func TestSharedRunsSplitTheIndex(t *testing.T) {
 	assert.Less(t, float64(longest), 1.5*float64(shortest), "the writers split the index: none is left far behind")
 	assert.Empty(t, keys(t, rdb, t.Name()+":"), "the last writer out dropped the lane's keys")
 }
+
+// TestSlowOrHungRedisUnderRuns runs three writers through a proxy that
+// adds 5 ms each way to every Redis round trip: they share as with a fast
+// Redis (the hot path never waits for it); then the proxy holds every
+// answer for a while (Redis hung): they go on alone, rejoin once it
+// answers, and every record lands.
+func TestSlowOrHungRedisUnderRuns(t *testing.T) {
+	proxy, rdb := proxied(t, 5*time.Millisecond)
+	idx := e2eIndex(t, 6000)
+	const n, per = 3, 6000
+	stores := func() *Store {
+		return New(rdb, WithPrefix(t.Name()+":"), WithInterval(20*time.Millisecond), WithTimeout(100*time.Millisecond))
+	}
+	ws := runWriters(t, idx, stores, n, per, func() {
+		require.Eventually(t, func() bool { return idx.Count(e2eNamespace) >= n*per/3 }, 30*time.Second, time.Millisecond)
+		proxy.Hold()
+		require.Eventually(t, func() bool { return idx.Count(e2eNamespace) >= n*per/2 }, 30*time.Second, time.Millisecond)
+		proxy.Release()
+	})
+	for i, w := range ws {
+		require.NoError(t, w.err, "writer %d", i)
+		assert.Equal(t, per, w.res.Upserted, "writer %d: every record landed", i)
+		assert.Equal(t, 1, w.res.Stats.SharedFallbacks, "writer %d went alone while Redis hung", i)
+		assert.GreaterOrEqual(t, w.store.Stats().MostWriters, int64(n))
+	}
+}

@@ -209,6 +209,9 @@ func writeChild(args []string) error {
 		more, leave = joinLane(*redisSocket, *prefix, &out)
 		opts = append(opts, more...)
 	}
+	if os.Getenv(traceEnv) != "" {
+		opts = append(opts, traceOption(*first))
+	}
 	res, err := upsert.All(runCtx, records, opts...)
 	out.EndNanos = time.Now().UnixNano()
 	leave()
@@ -239,4 +242,19 @@ func joinLane(socket, prefix string, out *writerOutcome) ([]upsert.Option, func(
 		out.SharedWriters = int(stats.MostWriters)
 		out.RedisExchanges, out.RedisFailures = stats.Exchanges, stats.Failures
 	}
+}
+
+// traceEnv, when set, makes each writer print its progress and Limiter
+// state to stderr four times a second (counts and rates only), to see how
+// the writers' shares move.
+const traceEnv = "UPSERTBENCH_TRACE"
+
+func traceOption(first int) upsert.Option {
+	start := time.Now()
+	return upsert.WithProgress(250*time.Millisecond, func(p upsert.Progress) {
+		l := p.Stats.Limiter
+		fmt.Fprintf(os.Stderr, "trace writer=%d t=%.2f upserted=%d rate=%.0f conc=%d batch=%d 429s=%d fallbacks=%d\n",
+			first, time.Since(start).Seconds(), p.Stats.Upserted, l.Rate, l.Concurrency, l.BatchSize,
+			p.Stats.ErrorsByClass[upsert.ClassRateLimited], p.Stats.SharedFallbacks)
+	})
 }

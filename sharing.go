@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 
@@ -61,7 +62,9 @@ func (r *run) joinShare(ln *lane, key string) {
 	if r.cfg.store == nil || s.host == "" {
 		return
 	}
-	leave := ln.joinShare(r.ctx, r.cfg.store, share.Lane{Host: s.host, Namespace: key}, &r.cfg.limiter.shareStats)
+	// Not the run's context: a run canceled while joining would count a
+	// fallback; the join is bounded by the store's timeout anyway.
+	leave := ln.joinShare(context.WithoutCancel(r.ctx), r.cfg.store, share.Lane{Host: s.host, Namespace: key}, &r.cfg.limiter.shareStats)
 	s.mu.Lock()
 	s.leaves = append(s.leaves, leave)
 	s.mu.Unlock()

@@ -219,9 +219,14 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, rs
 		fmt.Fprintf(wr.stdin, "go %d\n", start.UnixNano())
 	}
 	if sc.killRedis && rsrv != nil {
-		kill := time.AfterFunc(time.Until(start.Add(ideal/2)), rsrv.Kill)
+		killed := make(chan struct{})
+		kill := time.AfterFunc(time.Until(start.Add(ideal/2)), func() {
+			rsrv.Kill()
+			close(killed)
+		})
 		defer func() {
 			if !kill.Stop() {
+				<-killed
 				_ = rsrv.Restart() // for the next run; its error shows there
 			}
 		}()

@@ -170,6 +170,22 @@ func TestSharedLaneTakesItsPart(t *testing.T) {
 	}
 }
 
+func TestSharedLaneAdoptsTheRateThe429Named(t *testing.T) {
+	now := newFakeClock().Now()
+	for _, tc := range []struct {
+		unit share.Unit
+		dim  int
+	}{{share.UnitRecords, dimRecords}, {share.UnitRequests, dimRequests}, {share.UnitBytes, dimBytes}} {
+		v := capped(now, 1, 8e6, 1e7, 2)
+		v.Unit = tc.unit
+		ln, _, _ := sharedLane(t, newFakeMember(v))
+		ln.mu.Lock()
+		got := ln.dims[tc.dim].ctl.limit
+		ln.mu.Unlock()
+		assert.InDelta(t, 4e6, got, 1, "unit %d: half of the lane's cut, in its dimension", tc.unit)
+	}
+}
+
 func TestSharedLaneRescalesWhenWritersChange(t *testing.T) {
 	start := newFakeClock().Now()
 	m := newFakeMember(capped(start, 1, 20000, 20000, 4))

@@ -219,17 +219,7 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, rs
 		fmt.Fprintf(wr.stdin, "go %d\n", start.UnixNano())
 	}
 	if sc.killRedis && rsrv != nil {
-		killed := make(chan struct{})
-		kill := time.AfterFunc(time.Until(start.Add(ideal/2)), func() {
-			rsrv.Kill()
-			close(killed)
-		})
-		defer func() {
-			if !kill.Stop() {
-				<-killed
-				_ = rsrv.Restart() // for the next run; its error shows there
-			}
-		}()
+		defer killRedisAt(rsrv, start.Add(ideal/2))()
 	}
 	outs := make([]writerOutcome, n)
 	for i, wr := range writers {
@@ -250,6 +240,22 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, rs
 		r.cpu += c.stop()
 	}
 	return r, nil
+}
+
+// killRedisAt kills rsrv at the time at, and returns the function that
+// restarts it if it was killed, for the next run.
+func killRedisAt(rsrv *redistest.Server, at time.Time) (restore func()) {
+	killed := make(chan struct{})
+	kill := time.AfterFunc(time.Until(at), func() {
+		rsrv.Kill()
+		close(killed)
+	})
+	return func() {
+		if !kill.Stop() {
+			<-killed
+			_ = rsrv.Restart() // its error shows in the next run
+		}
+	}
 }
 
 // summarizeProcs turns the writers' and the index's reports into a row.

@@ -13,7 +13,7 @@ import (
 // namespace that writers in other processes share (docs/redis-sharing.md,
 // "How the limiter plugs in"). The hot path stays local: a request makes
 // no round trip, it only counts what the index accepted and what this
-// writer could send (two atomic stores in the member). The lane adopts the
+// writer could send (an atomic add and store in the member). The lane adopts the
 // shared view when it changes (watchShare), proposes its 429 episodes'
 // cuts and its breaker's changes outside its mutex (flushShare), and goes
 // on alone, exactly as without sharing, while the view is not Shared.
@@ -23,7 +23,7 @@ type laneShare struct {
 	users  int          // runs sharing it
 	stats  *shareCounters
 	frac   float64 // this writer's fraction of the lane's rates that the controllers hold; 0 means 1
-	epoch  uint64  // the lane's episode that the record rate's curve comes from
+	epoch  uint64  // the lane's episode whose cut the lane's curves come from
 	shared bool    // the last view was Shared
 	// cutAlone is set when the lane cut a rate (cutDim) while the shared
 	// state did not answer: at the rejoin it proposes that cut if it is

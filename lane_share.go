@@ -229,20 +229,47 @@ func (ln *lane) shareCut(p permit, e *Error, dim int) {
 		return
 	}
 	rate, level, recovery := ln.dims[dim].ctl.anchors(sh.frac)
+	if lane := ln.laneAccepted(sh.m.View(), dim); lane > level && recovery > 0 {
+		// The writer sent less than its part (another rate, or its
+		// backoffs, held it back): what every writer got accepted is
+		// the better measure of the index, and its own would ratchet
+		// the lane down.
+		rate, level = rate*lane/level, lane
+	}
 	ln.queueCut(share.Cut{
 		Seen: p.epoch, Sent: p.start, MinGap: time.Duration(ln.seen.roundTrip),
 		Unit: share.Unit(dim), Rate: rate, Level: level, Recovery: recovery, RetryAfter: e.RetryAfter,
 	})
 }
 
+// laneAccepted is what the index accepted from all the lane's writers per
+// second since the last cut (v.Accepted, reported at each writer's
+// exchanges), in the unit of rate dim, or 0 over less than
+// tuning.shareMeasureFor: over a shorter span the index's burst counts
+// for too much. ln.mu is held.
+func (ln *lane) laneAccepted(v share.View, dim int) float64 {
+	span := ln.clock.Now().Sub(v.AcceptedSince)
+	if !v.Shared || v.Epoch == 0 || v.AcceptedSince.IsZero() || span < ln.tuning.shareMeasureFor {
+		return 0
+	}
+	records := float64(v.Accepted) / span.Seconds()
+	switch dim {
+	case dimRequests:
+		return records / float64(max(1, ln.seen.size))
+	case dimBytes:
+		return records * ln.seen.recordBytes
+	}
+	return records
+}
+
 // queueCut queues the proposal c, to be sent outside the mutex; ln.mu is
-// held. If the store finds it belongs to an episode already cut, the
-// lane's cut replaces this writer's; if the store does not answer, the
-// writer's own cut stands.
+// held. The lane's cut then replaces this writer's, whether it is c or
+// the cut of the episode c belonged to; if the store does not answer,
+// the writer's own cut stands.
 func (ln *lane) queueCut(c share.Cut) {
 	m := ln.share.m
 	ln.queueShare(func() {
-		v, applied, err := m.Cut(context.Background(), c)
+		v, _, err := m.Cut(context.Background(), c)
 		ln.mu.Lock()
 		defer ln.mu.Unlock()
 		sh := &ln.share
@@ -250,9 +277,10 @@ func (ln *lane) queueCut(c share.Cut) {
 		case sh.m != m:
 		case err != nil:
 			sh.cutAlone, sh.cutDim = true, int(c.Unit)
-		case applied:
-			sh.epoch = max(sh.epoch, v.Epoch)
 		case v.Epoch > 0:
+			// Applied (this writer's proposal, which the lane's
+			// measure may have raised) or not (the episode's cut
+			// by another): the lane's cut becomes this lane's.
 			ln.adoptCut(v, ln.clock.Now())
 		}
 	})

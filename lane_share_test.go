@@ -366,3 +366,32 @@ func TestJoinShareOncePerLaneAndLeaveAtTheEnd(t *testing.T) {
 	assert.Equal(t, 1, m.left)
 	m.mu.Unlock()
 }
+
+func TestSharedLaneProposesWhatTheLaneAccepted(t *testing.T) {
+	clk := newFakeClock()
+	for _, tc := range []struct {
+		name      string
+		since     time.Duration // how long ago the lane's count started
+		accepted  int64
+		wantLevel float64
+	}{
+		{name: "the lane took more than this writer's part says", since: 3 * time.Second, accepted: 30000, wantLevel: 10000},
+		{name: "the lane took less: the writer's own measure", since: 3 * time.Second, accepted: 3000, wantLevel: 5000},
+		{name: "too short a span to measure by", since: time.Second, accepted: 30000, wantLevel: 5000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := capped(clk.Now(), 1, 4000, 5000, 2)
+			v.Accepted, v.AcceptedSince = tc.accepted, clk.Now().Add(-tc.since)
+			m := newFakeMember(v)
+			ln, _, _ := sharedLane(t, m)
+			ln.mu.Lock()
+			ln.shareCut(permit{epoch: 1}, errRateLimited, dimRecords)
+			ln.mu.Unlock()
+			ln.flushShare()
+			cuts := m.proposals()
+			require.Len(t, cuts, 1)
+			assert.InDelta(t, tc.wantLevel, cuts[0].Level, 1e-6)
+			assert.InDelta(t, tc.wantLevel*0.8, cuts[0].Rate, 1e-6, "the cut's depth kept")
+		})
+	}
+}

@@ -125,7 +125,9 @@ func (l *Limiter) lane(key string, maxBatch int) *lane {
 func (l *Limiter) sweep(now time.Time) {
 	for key, ln := range l.lanes {
 		ln.mu.Lock()
-		idle := ln.slots.inFlight == 0 && now.Sub(ln.lastUse) >= laneIdle
+		// A lane a run still shares across processes is kept: dropping
+		// it would join the lane a second time from this process.
+		idle := ln.slots.inFlight == 0 && now.Sub(ln.lastUse) >= laneIdle && ln.share.users == 0
 		ln.mu.Unlock()
 		if idle {
 			delete(l.lanes, key)

@@ -125,9 +125,7 @@ func (l *Limiter) lane(key string, maxBatch int) *lane {
 func (l *Limiter) sweep(now time.Time) {
 	for key, ln := range l.lanes {
 		ln.mu.Lock()
-		// A lane a run still shares across processes is kept: dropping
-		// it would join the lane a second time from this process.
-		idle := ln.slots.inFlight == 0 && now.Sub(ln.lastUse) >= laneIdle && ln.share.users == 0
+		idle := ln.slots.inFlight == 0 && now.Sub(ln.lastUse) >= laneIdle
 		ln.mu.Unlock()
 		if idle {
 			delete(l.lanes, key)

@@ -11,9 +11,9 @@
 // writers at 92% of the index in total with their throughputs 1.1 to 1.6
 // times apart, eight at 88.6% with 10.8% of requests refused. A Store gives
 // them the signal in common that Pinecone's answers do not carry: through
-// one, four processes took 93.8–97.4% of the same index with 1.3–1.7% of
-// requests refused and their throughputs 1.03 apart, eight 92.2–96.0%
-// with 2.4–3.4% and 1.08–1.11 (BENCHMARKS.md, issue 21). Use it when
+// one, four processes took 93.4–97.4% of the same index with 1.2–1.7% of
+// requests refused and their throughputs 1.03–1.04 apart, eight
+// 92.2–96.6% with 1.0–3.4% and 1.03–1.11 (BENCHMARKS.md, issue 21). Use it when
 // several processes write into the same namespace of an index at the same
 // time; one process gains nothing from it.
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"iter"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+
+	"github.com/upsertlib/upsert/internal/share"
 )
 
 // noopIndex accepts every batch at once: what is left is the library's own
@@ -198,4 +201,32 @@ func BenchmarkAllCanceled(b *testing.B) {
 	b.ReportMetric((total / time.Duration(b.N)).Seconds(), "s-to-return")
 	b.ReportMetric(worst.Seconds(), "max-s-to-return")
 	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkAllShared compares a run on a no-op sink alone with one whose
+// lane is shared through an in-memory Member (no I/O): what the shared
+// lane's machinery costs per record, Redis aside (upsertredis's
+// BenchmarkRunShared measures that).
+//
+//	go test -run '^$' -bench BenchmarkAllShared -count 3 .
+func BenchmarkAllShared(b *testing.B) {
+	recs := vectors(100_000, 128)
+	for _, shared := range []bool{false, true} {
+		b.Run(map[bool]string{false: "alone", true: "shared"}[shared], func(b *testing.B) {
+			opts := []Option{WithUpsertFunc(noopIndex)}
+			if shared {
+				m := newFakeMember(share.View{Shared: true, Rate: math.Inf(1)}.WithDemands(math.Inf(1), nil))
+				opts = append(opts, func(c *config) { c.store, c.shareHost = fakeStore{m}, "bench" })
+			}
+			b.ResetTimer()
+			for range b.N {
+				res, err := All(context.Background(), recs, opts...)
+				if err != nil || res.Upserted != len(recs) {
+					b.Fatalf("upserted %d: %v", res.Upserted, err)
+				}
+			}
+			b.ReportMetric(float64(b.N*len(recs))/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
 }

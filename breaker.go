@@ -19,6 +19,12 @@ type breaker struct {
 	openedAt  time.Time
 	nextProbe time.Time
 	probing   bool // a probe request is in flight
+	// shared is what the writers of the lane in other processes know of
+	// the outage, when the lane is shared (see heard).
+	shared struct {
+		openSince time.Time // when the first writer's breaker opened; zero: none open
+		answered  bool      // the index answered some writer
+	}
 }
 
 const (
@@ -101,7 +107,36 @@ func (b *breaker) failure(now time.Time, probe, timeout bool) (rescheduled bool)
 // young reports whether the breaker has been open for less than
 // outagePatience, after the index had answered.
 func (b *breaker) young(now time.Time) bool {
-	return b.open && b.answered && now.Sub(b.openedAt) < outagePatience
+	return b.open && b.everAnswered() && now.Sub(b.outageStart()) < outagePatience
+}
+
+// everAnswered reports whether the index answered this writer, or any
+// writer of a shared lane: one that never got an answer itself must not
+// call a live index dead.
+func (b *breaker) everAnswered() bool { return b.answered || b.shared.answered }
+
+// outageStart is when the outage began: when this breaker opened, or the
+// first breaker of a shared lane, whichever is earlier, so that a writer
+// that joins during an outage does not wait a fresh outagePatience.
+func (b *breaker) outageStart() time.Time {
+	if s := b.shared.openSince; !s.IsZero() && s.Before(b.openedAt) {
+		return s
+	}
+	return b.openedAt
+}
+
+// heard takes what the lane's other writers know of the outage. An outage
+// that another writer's breaker opened opens this one too (it probes
+// within probeEvery rather than spend five failures finding out). It
+// reports whether the breaker opened.
+func (b *breaker) heard(now, openSince time.Time, answered bool) (opened bool) {
+	b.shared.openSince, b.shared.answered = openSince, answered
+	if openSince.IsZero() || b.open {
+		return false
+	}
+	b.open, b.openedAt = true, openSince
+	b.nextProbe = now.Add(probeEvery)
+	return true
 }
 
 // gaveUp returns the error that fails a request without sending it when
@@ -115,9 +150,11 @@ func (b *breaker) gaveUp(now time.Time) *Error {
 	switch {
 	case !b.open:
 		return nil
-	case !b.answered && !b.timedOut:
+	case !b.everAnswered() && !b.timedOut && b.failures > 0:
+		// failures > 0: this writer's own requests failed; an outage
+		// heard of from other writers alone fails nothing at once.
 		return errNeverAnswered
-	case now.Sub(b.openedAt) >= outagePatience:
+	case now.Sub(b.outageStart()) >= outagePatience:
 		return errOutageTooLong
 	default:
 		return nil
@@ -136,7 +173,7 @@ func (b *breaker) abandon(probe bool) bool {
 }
 
 func (b *breaker) probeWait(now time.Time) time.Duration {
-	over := now.Sub(b.openedAt) - probeFastFor
+	over := now.Sub(b.outageStart()) - probeFastFor
 	if over <= 0 {
 		return probeEvery
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/time/rate"
 )
@@ -37,6 +38,12 @@ type lane struct {
 	limitsSet   bool
 	sizeTurn    bool // the batch size's turn to be tried; else the concurrency's
 	signals     laneSignals
+	// share is the lane's membership of the lane shared across
+	// processes, if a run shares it; joinMu serialises joining and
+	// leaving, which make a round trip to the store without mu.
+	share        laneShare
+	joinMu       sync.Mutex
+	sharePending atomic.Bool // share.pending is not empty
 }
 
 // laneSlots are the lane's own concurrency slots.
@@ -166,6 +173,7 @@ type permit struct {
 	start      time.Time
 	probe      bool // the breaker's probe
 	waitedSlot bool
+	epoch      uint64 // the shared lane's episode when it was admitted
 }
 
 // concurrency returns how many requests may be in flight.
@@ -258,6 +266,13 @@ func (ln *lane) sizeCaps() sizeCaps {
 	}
 	if b := &ln.dims[dimBytes]; now.Sub(b.waited) < ln.tuning.boundFor && ln.seen.recordBytes > 0 {
 		caps.records = min(caps.records, b.ctl.limit/ln.seen.recordBytes)
+	}
+	if f := ln.share.frac; ln.share.m != nil && f > 0 && f < 1 {
+		// Batches are sized for the index's buckets, which the lane's
+		// writers share: by the lane's rates, as one writer of the whole
+		// lane would size them, so that N writers do not send N times the
+		// requests for the same records.
+		caps.records, caps.requests = caps.records/f, caps.requests/f
 	}
 	return caps
 }
@@ -362,7 +377,7 @@ func (ln *lane) issue(q request, probe, waitedSlot bool) permit {
 		}
 		ln.seen.recordBytes += (x - ln.seen.recordBytes) / 16
 	}
-	return permit{request: q, seq: ln.issued, start: now, probe: probe, waitedSlot: waitedSlot}
+	return permit{request: q, seq: ln.issued, start: now, probe: probe, waitedSlot: waitedSlot, epoch: ln.share.epoch}
 }
 
 // amounts is the request's amount in each dimension.

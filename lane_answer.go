@@ -15,6 +15,7 @@ func (ln *lane) release(p permit, e *Error) (youngOutage bool) {
 	}
 	now := ln.clock.Now()
 	latency := now.Sub(p.start)
+	defer ln.flushShare() // after the unlock: a shared lane's round trips
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	if p.slots == nil {
@@ -33,6 +34,7 @@ func (ln *lane) release(p permit, e *Error) (youngOutage bool) {
 		}
 	}
 	ln.answerRates(p, now, e)
+	ln.reportShare(p, now, class)
 	ln.answerBatch(p, now, latency, class)
 	ln.answerConc(p, latency, class)
 	return ln.answerBreaker(p, now, class)
@@ -72,6 +74,7 @@ func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
 			ln.cuts++
 			ln.signals.rates.fire()
 			d.apply(now, ln.tuning)
+			ln.shareCut(p, e, i)
 		case rateGrew:
 			d.apply(now, ln.tuning)
 		}
@@ -168,8 +171,12 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) (youngOutage
 		}
 		ln.closeBreaker(now)
 	case ClassTimeout, ClassServer:
+		wasOpen := ln.breaker.open
 		if ln.breaker.failure(now, p.probe, class == ClassTimeout) {
 			ln.signals.breaker.fire()
+		}
+		if !wasOpen && ln.breaker.open {
+			ln.queueBreaker(true)
 		}
 		return class == ClassServer && ln.breaker.young(now)
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
@@ -193,4 +200,5 @@ func (ln *lane) closeBreaker(now time.Time) {
 		ln.dims[i].ctl.pause(now.Sub(openedAt))
 	}
 	ln.signals.breaker.fire()
+	ln.queueBreaker(false)
 }

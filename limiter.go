@@ -62,6 +62,9 @@ type Limiter struct {
 	lanes   map[string]*lane
 	sweepAt int   // the number of lanes at which idle ones are looked for
 	clock   clock // nil means the real clock; tests inject a fake
+	// shareStats count its lanes' fallbacks and rejoins, when shared
+	// across processes (sharing.go).
+	shareStats shareCounters
 }
 
 // NewLimiter returns a Limiter with nothing learned yet. It is the same as

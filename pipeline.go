@@ -65,6 +65,8 @@ type run struct {
 	// releaseLimiter ends the run's use of a Limiter shared by default
 	// with the other calls writing into its index (shared.go).
 	releaseLimiter func()
+	// shares are the run's memberships of lanes shared across processes.
+	shares runShares
 
 	mu         sync.Mutex
 	failed     []Failure
@@ -146,6 +148,7 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *ru
 			cfg.limiter = &Limiter{clock: cfg.clock}
 		}
 	}
+	r.shares.start(cfg)
 	if k == vectorKind {
 		r.shape = newIndexShape(ctx, cfg)
 	} else {
@@ -192,6 +195,7 @@ func (r *run) route(namespace string) *route {
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
 		rt.lane.setLimits(r.cfg.indexLimits())
+		r.joinShare(rt.lane, r.kind.lanePrefix+key)
 		if r.cfg.batchSize > 0 {
 			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
 		}
@@ -651,6 +655,7 @@ func (r *run) snapshot() Stats {
 	s := r.stats.snapshot()
 	s.Elapsed = r.cfg.clock.Now().Sub(r.start)
 	s.Limiter = r.limiterState()
+	r.shareStats(&s)
 	return s
 }
 
@@ -723,6 +728,7 @@ func (r *run) finish() (Result, error) {
 		r.emitProgress(0, true)
 		r.progressMu.Unlock()
 	}
+	r.leaveShares()
 	s := r.snapshot()
 	r.releaseLimiter()
 	res := Result{Upserted: s.Upserted, Failed: r.failed, Duplicates: s.Duplicates, MayBeStale: r.sortedStale(), Stats: s}
@@ -750,6 +756,7 @@ func (r *run) finish() (Result, error) {
 // abandon ends a run that stopped before taking any record in, with err.
 func (r *run) abandon(err error) {
 	r.halt(nil)
+	r.leaveShares()
 	r.releaseLimiter()
 	r.cfg.observers.runDone(r.runEvent(r.snapshot(), err))
 }

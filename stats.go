@@ -47,6 +47,13 @@ type Stats struct {
 	Latency LatencyStats
 	// BatchSizes describes the records per request.
 	BatchSizes BatchSizeStats
+	// SharedFallbacks counts the times, during the run, that a lane of its
+	// Limiter shared across processes (upsertredis) went on alone because
+	// the shared state stopped answering, and SharedRejoins the times it
+	// shared again. A Limiter shared by calls running at the same time
+	// counts for all of them. Both are 0 without shared state.
+	SharedFallbacks, SharedRejoins int
+
 	// Limiter is the controller's state for the run's namespace when the
 	// figures were taken.
 	Limiter LimiterState

@@ -67,6 +67,22 @@ type tuning struct {
 	// burstFor is how much of a rate's tokens a lane saves up: requests
 	// sent together within it do not wait for each other.
 	burstFor time.Duration
+	// minShare is the least fraction of a shared lane's rates a writer
+	// holds (lane_share.go): a writer whose producer is slow is split a
+	// small part, not none, so that it is not starved while its demand
+	// catches up.
+	minShare float64
+	// shareHeadroom is how many times what it sends a writer of a shared
+	// lane asks for while its part holds nothing back: room to grow into
+	// before the next exchange with the store, without a round of being
+	// held back first.
+	shareHeadroom float64
+	// shareMeasureFor is the least span over which a cut of a shared lane
+	// measures what the index accepted from all its writers: the index's
+	// burst (a quarter of a second at most, for Pinecone's and
+	// upserttest's buckets) then counts for an eighth at most, under the
+	// cut's depth.
+	shareMeasureFor time.Duration
 
 	// Concurrency (conccontrol.go).
 
@@ -116,23 +132,26 @@ type tuning struct {
 
 // defaultTuning is the tuning of every lane.
 var defaultTuning = tuning{
-	recovery:       2 * time.Second,
-	recoveryDepth:  0.05,
-	probeGain:      0.15,
-	cutDepth:       0.2,
-	noiseAnswers:   256,
-	significance:   0.01,
-	drainFor:       time.Second,
-	minWindow:      300 * time.Millisecond,
-	maxWindow:      2 * time.Second,
-	windowRequests: 16,
-	boundFor:       time.Second,
-	minRecords:     10,
-	minRequests:    1,
-	minBytes:       10_000,
-	priorHeadroom:  0.1,
-	priorMatch:     0.15,
-	burstFor:       100 * time.Millisecond,
+	recovery:        2 * time.Second,
+	recoveryDepth:   0.05,
+	probeGain:       0.15,
+	cutDepth:        0.2,
+	noiseAnswers:    256,
+	significance:    0.01,
+	drainFor:        time.Second,
+	minWindow:       300 * time.Millisecond,
+	maxWindow:       2 * time.Second,
+	windowRequests:  16,
+	boundFor:        time.Second,
+	minRecords:      10,
+	minRequests:     1,
+	minBytes:        10_000,
+	priorHeadroom:   0.1,
+	priorMatch:      0.15,
+	burstFor:        100 * time.Millisecond,
+	minShare:        0.01,
+	shareHeadroom:   2,
+	shareMeasureFor: 2 * time.Second,
 
 	startConcurrency: 4,
 	maxConcurrency:   64,

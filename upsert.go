@@ -34,6 +34,8 @@ import (
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+
+	"github.com/upsertlib/upsert/internal/share"
 )
 
 // UpsertFunc sends one batch of records to a namespace and reports whether
@@ -65,6 +67,8 @@ type config struct {
 	retry          retryPolicy
 	classify       func(error) Class
 	limiter        *Limiter
+	store          share.Store                         // from upsertredis; nil: each lane learns alone
+	shareHost      string                              // the lanes' host without WithIndex: tests only
 	limits         *IndexLimits                        // from WithIndexLimits; nil: the default for the source
 	nsOf           func(k *kind) func(it *item) string // from WithNamespaceOf, per kind
 	logger         *slog.Logger
@@ -374,7 +378,8 @@ func WithClassifier(f func(error) Class) Option {
 // shares drift apart: in upsertbench's shared profile (four clients on one
 // namespace) the fastest gets 1.1 to 1.6 times the slowest, and the
 // clients together draw 2.1-2.5% 429s, against 1.01-1.04 and 1.0-1.8%
-// when they share.
+// when they share. Calls in separate processes share through package
+// upsertredis, whatever Limiter each uses.
 func WithLimiter(l *Limiter) Option {
 	return func(c *config) {
 		if l == nil {

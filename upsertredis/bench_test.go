@@ -6,9 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/upsertlib/upsert"
 	"github.com/upsertlib/upsert/internal/share"
+	"github.com/upsertlib/upsert/upserttest"
 )
 
 // roundTrips counts the commands a client sends.
@@ -92,4 +95,56 @@ func BenchmarkCut(b *testing.B) {
 		}
 	}
 	count.report(b, before)
+}
+
+// BenchmarkRunShared runs upsert.All of 20,000 records into an upserttest
+// index that limits nothing (loopback gRPC, no latency), with and without
+// a Store: records per second, and the round trips to Redis per request
+// the index answered (the periodic exchanges, the join and the leave: the
+// hot path makes none).
+//
+//	go test -run '^$' -bench BenchmarkRunShared -count 3 ./upsertredis
+func BenchmarkRunShared(b *testing.B) {
+	srv := upserttest.NewServer()
+	b.Cleanup(srv.Close)
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: e2eNamespace})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { idx.Close() })
+	recs := vectors(0, 20_000)
+	for _, shared := range []bool{false, true} {
+		b.Run(map[bool]string{false: "without", true: "with"}[shared], func(b *testing.B) {
+			rdb := shared0(b)
+			count := new(roundTrips)
+			rdb.AddHook(count)
+			opts := []upsert.Option{upsert.WithIndex(idx), upsert.WithLimiter(upsert.NewLimiter())}
+			if shared {
+				opts = append(opts, New(rdb, WithPrefix(b.Name()+":")).Option())
+			}
+			requests := 0
+			b.ResetTimer()
+			for range b.N {
+				res, err := upsert.All(context.Background(), recs, opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				requests += res.Stats.Requests
+			}
+			b.ReportMetric(float64(b.N*len(recs))/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(float64(count.n.Load())/float64(requests), "roundtrips/request")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// shared0 is a client of the shared server, closed at the end of b.
+func shared0(b *testing.B) *redis.Client {
+	rdb := shared.Client(nil)
+	b.Cleanup(func() { rdb.Close() })
+	return rdb
 }

@@ -10,25 +10,37 @@
 // rate they cannot agree on their shares: BENCHMARKS.md measures four such
 // writers at 92% of the index in total with their throughputs 1.1 to 1.6
 // times apart, eight at 88.6% with 10.8% of requests refused. A Store gives
-// them the signal in common that Pinecone's answers do not carry. Use it
-// when several processes write into the same namespace of an index at the
-// same time; one process gains nothing from it.
+// them the signal in common that Pinecone's answers do not carry: through
+// one, four processes took 93.4–97.4% of the same index with 1.2–1.7% of
+// requests refused and their throughputs 1.03–1.04 apart, eight
+// 92.2–96.6% with 1.0–3.4% and 1.03–1.11 (BENCHMARKS.md, issue 21). Use it when
+// several processes write into the same namespace of an index at the same
+// time; one process gains nothing from it.
 //
-// Not yet: the library's Limiter does not take a Store yet (issue 21 is
-// built in two phases; docs/redis-sharing.md says how it will plug in).
-// What is here is the Redis side, complete and tested against a real
-// redis-server: the shared state, its scripts, and its behaviour when
-// Redis fails.
+// Pass [Shared] (or a Store's [Store.Option]) to each call, with
+// [upsert.WithIndex]:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379"})
+//	store := upsertredis.New(rdb) // once per process
+//	res, err := upsert.All(ctx, vectors, upsert.WithIndex(idx), store.Option())
+//
+// Every call given it, in any process, that writes to the same index host
+// and namespace shares that lane. The calls of one process already share
+// one Limiter per index; the Store adds the other processes.
 //
 // # What is shared
 //
 // Per lane (an index host and a namespace), in two Redis keys:
 //
 //   - the admitted rate of the whole lane, as the anchors of its curve:
-//     the rate the last 429 episode set, the level it climbs back to, when
+//     the rate the last 429 episode set (in the unit its 429 named:
+//     requests, upsert bytes or records), the level it climbs back to, when
 //     the cut was made and how long the climb takes. Every writer computes
 //     the lane's rate from them and enforces its own part locally, so that
-//     no request waits for Redis;
+//     no request waits for Redis. Pinecone's per-namespace caps
+//     (upsert.WithIndexLimits) are split by the same part, and batches are
+//     sized by the lane's rates, so that N writers send no more requests
+//     than one would;
 //   - the 429 episodes, counted once for all writers: the first writer to
 //     see a 429 proposes the cut; a 429 of a request sent before the
 //     writer knew of the last cut, or within a round trip of it, belongs to
@@ -50,12 +62,17 @@
 // # When Redis fails
 //
 // Redis is a helper, never a dependency of correctness: no record is lost
-// or failed because of it. Each call is bounded by [DefaultTimeout]
-// whatever the client's own timeouts. When a call fails or times out, the
-// writer goes on alone from what it learned (its last view of the lane, its
-// part of the rate), and says so once through [WithLogger]; [Store.Stats]
-// counts it. While alone it tries Redis again once a second, and rejoins
-// when it answers. When Redis lost the lane's state (flushed, restarted,
+// or failed because of it, and no request waits for it (a request makes no
+// round trip to Redis; the exchanges run beside the requests). Each call is
+// bounded by [DefaultTimeout] whatever the client's own timeouts; a lane's
+// join, when a call first writes to a namespace, waits for one. When a
+// call fails or times out, the writer goes on alone from what it learned
+// (its last view of the lane, its part of the rate), exactly as a Limiter
+// without Redis does, and says so once through [WithLogger]; [Store.Stats]
+// and the run's upsert.Stats (SharedFallbacks, SharedRejoins) count it.
+// While alone it tries Redis again once a second, and rejoins when it
+// answers: a cut it made alone, below its part of the lane's rate, is
+// proposed to the others then. When Redis lost the lane's state (flushed, restarted,
 // evicted), the first writer to exchange rebuilds it from its last view, so
 // the lane carries on where it was. A writer that cannot reach Redis at
 // start starts alone.

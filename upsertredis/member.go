@@ -68,7 +68,7 @@ func (m *member) Cut(ctx context.Context, c share.Cut) (share.View, bool, error)
 	}
 	reply, err := m.exchange(ctx, cutScript, m.keys[:1],
 		c.Seen, ago.Milliseconds(), c.MinGap.Milliseconds(), formatFloat(c.Rate), formatFloat(c.Level),
-		c.Recovery.Milliseconds(), max(0, c.RetryAfter).Milliseconds())
+		c.Recovery.Milliseconds(), max(0, c.RetryAfter).Milliseconds(), int(c.Unit))
 	if err != nil {
 		return m.View(), false, err
 	}
@@ -249,6 +249,7 @@ func (m *member) adopt(r reply, mid time.Time, fromSync bool) {
 		math.Abs(old.Allocation(1)-v.Allocation(1)) > shareTolerance
 	m.seed = r.fields[:seedFields]
 	m.view.Store(&v)
+	m.store.stats.sawWriters(int64(v.Writers))
 	if moved {
 		m.signal()
 	}
@@ -293,9 +294,11 @@ func viewOf(r reply, mid time.Time) share.View {
 		return x
 	}
 	epoch, _ := strconv.ParseUint(f["epoch"], 10, 64)
+	unit, _ := strconv.Atoi(f["unit"])
 	v := share.View{
 		Shared:        true,
 		Epoch:         epoch,
+		Unit:          share.Unit(unit),
 		Rate:          num("rate"),
 		Level:         num("level"),
 		Recovery:      time.Duration(num("recovery")) * time.Millisecond,

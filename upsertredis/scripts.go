@@ -36,16 +36,17 @@ func laneKeys(prefix, host, namespace string) (state, writers string) {
 //	paused_until     end of the last Retry-After
 //	open_since       when the current outage's first breaker opened; 0 when closed
 //	answered         1 once the index answered any writer
+//	unit             what rate and level count (share.Unit: 0 records, 1 requests, 2 bytes)
 //	accepted         records the writers reported accepted, in all
 //	accepted_at_cut  accepted at the last cut, or when the state was rebuilt
 //	counted_from     when that was
-var stateFields = []string{"version", "epoch", "rate", "level", "recovery", "cut_at", "paused_until", "open_since", "answered", "accepted", "accepted_at_cut", "counted_from"}
+var stateFields = []string{"version", "epoch", "rate", "level", "recovery", "cut_at", "paused_until", "open_since", "answered", "unit", "accepted", "accepted_at_cut", "counted_from"}
 
 // seedFields is how many of stateFields, from the first, a seed holds.
-const seedFields = 9
+const seedFields = 10
 
 // prelude is shared by every script. ARGV[1] is the keys' TTL in ms,
-// ARGV[2..10] a seed of the state (its fields up to answered, from the
+// ARGV[2..11] a seed of the state (its fields up to answered, from the
 // caller's last view); a script's own arguments start at ARGV[base]. The
 // state is rebuilt from the seed when its key is missing (the lane is new,
 // or Redis lost it: flushed, restarted, evicted), and when the seed's
@@ -59,8 +60,8 @@ const prelude = `
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local FIELDS = {'version', 'epoch', 'rate', 'level', 'recovery', 'cut_at', 'paused_until', 'open_since', 'answered', 'accepted', 'accepted_at_cut', 'counted_from'}
-local SEED = 9
+local FIELDS = {'version', 'epoch', 'rate', 'level', 'recovery', 'cut_at', 'paused_until', 'open_since', 'answered', 'unit', 'accepted', 'accepted_at_cut', 'counted_from'}
+local SEED = 10
 local base = SEED + 2
 local ttl = ARGV[1]
 local function num(field)
@@ -125,8 +126,8 @@ return reply(others)
 // refused request belongs to an episode already cut. KEYS: state. ARGV
 // after the prelude's: the epoch the writer saw when it sent the request,
 // how long ago it sent it (ms), the least gap after a cut for a new
-// episode (ms), then the proposed rate, level, recovery (ms) and
-// Retry-After (ms). It replies with "1" after the state when it cut, "0"
+// episode (ms), then the proposed rate, level, recovery (ms),
+// Retry-After (ms) and unit. It replies with "1" after the state when it cut, "0"
 // when the request belonged to the last episode.
 var cutScript = redis.NewScript(prelude + `
 local seen, sent = tonumber(ARGV[base]), now - tonumber(ARGV[base + 1])
@@ -135,7 +136,7 @@ if seen < epoch or sent < num('cut_at') + tonumber(ARGV[base + 2]) then
   return reply({'0'})
 end
 redis.call('HSET', KEYS[1], 'epoch', ms(math.max(epoch, seen) + 1), 'rate', ARGV[base + 3], 'level', ARGV[base + 4],
-  'recovery', ARGV[base + 5], 'cut_at', ms(now), 'accepted_at_cut', num('accepted'), 'counted_from', ms(now),
+  'recovery', ARGV[base + 5], 'unit', ARGV[base + 7], 'cut_at', ms(now), 'accepted_at_cut', num('accepted'), 'counted_from', ms(now),
   'paused_until', ms(math.max(num('paused_until'), now + tonumber(ARGV[base + 6]))))
 return reply({'1'})
 `)

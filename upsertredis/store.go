@@ -161,10 +161,24 @@ type Stats struct {
 	// applied, SameEpisode those dropped as belonging to an episode
 	// already cut.
 	Cuts, SameEpisode int64
+	// MostWriters is the most writers that a member of the store counted
+	// in its lane (itself included) at an exchange.
+	MostWriters int64
 }
 
 type counters struct {
 	exchanges, failures, fallbacks, rejoins, resets, cuts, sameEpisode atomic.Int64
+	mostWriters                                                        atomic.Int64
+}
+
+// sawWriters raises mostWriters to n.
+func (c *counters) sawWriters(n int64) {
+	for {
+		old := c.mostWriters.Load()
+		if n <= old || c.mostWriters.CompareAndSwap(old, n) {
+			return
+		}
+	}
 }
 
 // Stats returns the counts so far.
@@ -173,7 +187,7 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		Exchanges: c.exchanges.Load(), Failures: c.failures.Load(),
 		Fallbacks: c.fallbacks.Load(), Rejoins: c.rejoins.Load(), Resets: c.resets.Load(),
-		Cuts: c.cuts.Load(), SameEpisode: c.sameEpisode.Load(),
+		Cuts: c.cuts.Load(), SameEpisode: c.sameEpisode.Load(), MostWriters: c.mostWriters.Load(),
 	}
 }
 

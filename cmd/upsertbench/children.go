@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
@@ -19,7 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/upsertlib/upsert"
-	"github.com/upsertlib/upsert/internal/share"
 	"github.com/upsertlib/upsert/upsertredis"
 	"github.com/upsertlib/upsert/upserttest"
 )
@@ -207,9 +205,12 @@ func writeChild(args []string) error {
 	opts := []upsert.Option{upsert.WithIndex(idx)}
 	leave := func() {}
 	if *redisSocket != "" {
-		var opt upsert.Option
-		opt, leave = joinLane(*redisSocket, *prefix, *host, &out)
-		opts = append(opts, opt)
+		var more []upsert.Option
+		more, leave = joinLane(*redisSocket, *prefix, &out)
+		opts = append(opts, more...)
+	}
+	if os.Getenv(traceEnv) != "" {
+		opts = append(opts, traceOption(*first))
 	}
 	res, err := upsert.All(runCtx, records, opts...)
 	out.EndNanos = time.Now().UnixNano()
@@ -229,36 +230,31 @@ func writeChild(args []string) error {
 	return json.NewEncoder(os.Stdout).Encode(&out)
 }
 
-// joinLane makes the writer a member of its lane in Redis, fed with what
-// the index accepted, and returns the option that feeds it and the
-// function that leaves the lane and fills out's Redis figures. The Limiter
-// does not read the lane's view yet (issue 21, phase 2): this measures the
-// store's traffic and membership, not its effect.
-func joinLane(socket, prefix, host string, out *writerOutcome) (upsert.Option, func()) {
+// joinLane returns the options that share the writer's Limiter through
+// upsertredis (a Store on the Redis at socket), and the function that
+// fills out's Redis figures once the run is done.
+func joinLane(socket, prefix string, out *writerOutcome) ([]upsert.Option, func()) {
 	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: socket})
 	store := upsertredis.New(rdb, upsertredis.WithPrefix(prefix))
-	m := store.Join(context.Background(), share.Lane{Host: host, Namespace: namespace})
-	var most atomic.Int64
-	seen := func() {
-		for w := int64(m.View().Writers); ; {
-			if old := most.Load(); w <= old || most.CompareAndSwap(old, w) {
-				break
-			}
-		}
-	}
-	seen()
-	opt := upsert.WithObserver(upsert.Observer{RequestDone: func(e upsert.RequestEvent) {
-		if e.Err == nil {
-			m.Accepted(e.Records)
-		}
-		seen()
-	}})
-	return opt, func() {
-		seen()
-		_ = m.Leave(context.Background())
+	return []upsert.Option{store.Option()}, func() {
 		rdb.Close()
 		stats := store.Stats()
-		out.SharedWriters = int(most.Load())
+		out.SharedWriters = int(stats.MostWriters)
 		out.RedisExchanges, out.RedisFailures = stats.Exchanges, stats.Failures
 	}
+}
+
+// traceEnv, when set, makes each writer print its progress and Limiter
+// state to stderr four times a second (counts and rates only), to see how
+// the writers' shares move.
+const traceEnv = "UPSERTBENCH_TRACE"
+
+func traceOption(first int) upsert.Option {
+	start := time.Now()
+	return upsert.WithProgress(250*time.Millisecond, func(p upsert.Progress) {
+		l := p.Stats.Limiter
+		fmt.Fprintf(os.Stderr, "trace writer=%d t=%.2f upserted=%d rate=%.0f conc=%d batch=%d 429s=%d fallbacks=%d\n",
+			first, time.Since(start).Seconds(), p.Stats.Upserted, l.Rate, l.Concurrency, l.BatchSize,
+			p.Stats.ErrorsByClass[upsert.ClassRateLimited], p.Stats.SharedFallbacks)
+	})
 }

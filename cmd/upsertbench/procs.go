@@ -33,6 +33,9 @@ type scenario struct {
 	// it stops before it is done (0: it runs to the end). ideal is the
 	// ideal time of all the records.
 	startAt, stopAt func(i, n int, ideal time.Duration) time.Duration
+	// killRedis: the writers' Redis is killed at ideal/2 (and restarted
+	// after the run); only with -redis.
+	killRedis bool
 }
 
 func never(int, int, time.Duration) time.Duration { return 0 }
@@ -57,6 +60,9 @@ func scenarios() []scenario {
 			}
 			return 0
 		},
+	}, {
+		name: "redis-dies", about: "with -redis only: Redis is killed at ideal/2; after: what the index accepted from then to the end, over C",
+		startAt: never, stopAt: never, killRedis: true,
 	}}
 }
 
@@ -87,20 +93,21 @@ type procResult struct {
 	redisExchanges      int64
 	redisFailures       int64
 	redisRoundTripsPerS float64
+	afterKill           float64 // redis-dies: what the index accepted after the kill, over C
 }
 
 // benchProcs runs every number of writers of cfg.procs in every scenario,
 // and writes the table to w.
 func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer) error {
 	strategy := "separate"
-	var redisSocket string
+	var rsrv *redistest.Server
 	if cfg.redis {
-		srv, err := redistest.Start()
-		if err != nil {
+		var err error
+		if rsrv, err = redistest.Start(); err != nil {
 			return err
 		}
-		defer srv.Close()
-		redisSocket, strategy = srv.Socket(), "separate+redis"
+		defer rsrv.Close()
+		strategy = "separate+redis"
 	}
 	p := procsProfile()
 	fmt.Fprintf(w, "# upsertbench -procs\n\n%s, %s, scale %g, deadline %v per run.\n\n", time.Now().Format(time.RFC3339), runtime.Version(), cfg.scale, cfg.deadline)
@@ -109,7 +116,7 @@ func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer
 	}
 	fmt.Fprintf(w, "Each writer is a separate process running upsert.All with defaults (a Limiter of its own); the index, served by another process, is upserttest.Serverless() with %s (C = %.0f vectors/s, B = %d); %d records split evenly between the writers. Efficiency, 429 share and lost as in the profiles' table; max/min of the throughputs of the writers that run to the end, each over its own run.\n", p.server, p.capacity, p.burst, int(procsRecords*cfg.scale))
 	if cfg.redis {
-		fmt.Fprintf(w, "separate+redis: each writer also joins its lane through upsertredis (a redis-server on a unix socket) and reports what the index accepted; the Limiter does not use the lane's view yet (issue 21, phase 2).\n")
+		fmt.Fprintf(w, "separate+redis: each writer's Limiter shares its lane through upsertredis.Store.Option (a redis-server on a unix socket).\n")
 	}
 	for _, sc := range scenarios() {
 		fmt.Fprintf(w, "%s: %s.\n", sc.name, sc.about)
@@ -120,7 +127,10 @@ func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer
 	fmt.Fprintf(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, n := range cfg.procs {
 		for _, sc := range scenarios() {
-			r, err := runProcs(ctx, p, sc, n, cfg, redisSocket, progress)
+			if sc.killRedis && rsrv == nil {
+				continue
+			}
+			r, err := runProcs(ctx, p, sc, n, cfg, rsrv, progress)
 			if err != nil {
 				return fmt.Errorf("%d writers, %s: %w", n, sc.name, err)
 			}
@@ -145,6 +155,9 @@ func writeProcRow(w io.Writer, r procResult) {
 	redis := "–"
 	if r.redisExchanges > 0 || r.redisFailures > 0 {
 		redis = fmt.Sprintf("%.1f/s, %d failed, saw %d", float64(r.redisExchanges)/float64(r.writers)/r.elapsed.Seconds(), r.redisFailures, r.sharedWriters)
+		if r.afterKill > 0 {
+			redis += fmt.Sprintf(", after %.1f%%", 100*r.afterKill)
+		}
 	}
 	fmt.Fprintf(w, "| %d | %s | %s | %.1f%% | %.2f%% | %d | %.2f | %s | %s | %d | %s | %.2f | %s |\n",
 		r.writers, r.scenario, r.strategy, 100*r.efficiency, 100*fraction(r.limited, r.requests), r.requests,
@@ -158,8 +171,9 @@ func fraction(part, whole int) float64 {
 	return float64(part) / float64(whole)
 }
 
-// runProcs runs one scenario with n writer processes and measures it.
-func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, redisSocket string, progress io.Writer) (procResult, error) {
+// runProcs runs one scenario with n writer processes and measures it; the
+// writers share through rsrv when it is not nil.
+func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, rsrv *redistest.Server, progress io.Writer) (procResult, error) {
 	dir, err := os.MkdirTemp("", "upsertbench")
 	if err != nil {
 		return procResult{}, err
@@ -184,8 +198,8 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, re
 			"-failed", filepath.Join(dir, fmt.Sprintf("failed-%d", i)),
 			"-start-after", sc.startAt(i, n, ideal).String(), "-stop-after", sc.stopAt(i, n, ideal).String(),
 			"-deadline", cfg.deadline.String()}
-		if redisSocket != "" {
-			args = append(args, "-redis", redisSocket, "-prefix", fmt.Sprintf("upsertbench:%d:%s:", n, sc.name))
+		if rsrv != nil {
+			args = append(args, "-redis", rsrv.Socket(), "-prefix", fmt.Sprintf("upsertbench:%d:%s:", n, sc.name))
 		}
 		if writers[i], err = startChild(ctx, "write", args...); err != nil {
 			return procResult{}, err
@@ -203,6 +217,9 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, re
 	}
 	for _, wr := range writers {
 		fmt.Fprintf(wr.stdin, "go %d\n", start.UnixNano())
+	}
+	if sc.killRedis && rsrv != nil {
+		defer killRedisAt(rsrv, start.Add(ideal/2))()
 	}
 	outs := make([]writerOutcome, n)
 	for i, wr := range writers {
@@ -223,6 +240,22 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, re
 		r.cpu += c.stop()
 	}
 	return r, nil
+}
+
+// killRedisAt kills rsrv at the time at, and returns the function that
+// restarts it if it was killed, for the next run.
+func killRedisAt(rsrv *redistest.Server, at time.Time) (restore func()) {
+	killed := make(chan struct{})
+	kill := time.AfterFunc(time.Until(at), func() {
+		rsrv.Kill()
+		close(killed)
+	})
+	return func() {
+		if !kill.Stop() {
+			<-killed
+			_ = rsrv.Restart() // its error shows in the next run
+		}
+	}
 }
 
 // summarizeProcs turns the writers' and the index's reports into a row.
@@ -256,12 +289,37 @@ func summarizeProcs(p profile, sc scenario, n, per int, ideal time.Duration, sta
 		r.spread = hi / lo
 	}
 	r.efficiency = efficiency(p, r.landed, r.elapsed)
+	if sc.killRedis {
+		r.afterKill = acceptedAfter(rep.Samples, start.Add(ideal/2)) / p.capacity
+	}
 	for i := range n {
 		if at := sc.stopAt(i, n, ideal); at > 0 {
 			r.takeUp = takeUp(rep.Samples, start.Add(at), 0.9*p.capacity)
 		}
 	}
 	return r
+}
+
+// acceptedAfter is the rate the index accepted, in records per second,
+// from from to the last sample that counted more records.
+func acceptedAfter(samples []sample, from time.Time) float64 {
+	var first, last *sample
+	for i := range samples {
+		s := &samples[i]
+		if s.At < from.UnixNano() {
+			continue
+		}
+		if first == nil {
+			first = s
+		}
+		if s.Count > first.Count && (last == nil || s.Count > last.Count) {
+			last = s
+		}
+	}
+	if first == nil || last == nil {
+		return 0
+	}
+	return float64(last.Count-first.Count) / time.Duration(last.At-first.At).Seconds()
 }
 
 // takeUpWindow is the span over which the index's accepted rate is

@@ -31,7 +31,7 @@ func TestProcs(t *testing.T) {
 	assert.Equal(t, []int{2}, cfg.procs)
 	assert.True(t, cfg.redis)
 	srv := redistest.Run(t)
-	r, err := runProcs(context.Background(), procsProfile(), scenarios()[2], 2, cfg, srv.Socket(), nil)
+	r, err := runProcs(context.Background(), procsProfile(), scenarios()[2], 2, cfg, srv, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 6000, r.records)
 	assert.Zero(t, r.lost, "records neither stored nor reported")
@@ -78,4 +78,34 @@ func TestTakeUp(t *testing.T) {
 	assert.Equal(t, 1000*time.Millisecond, takeUp(samples, stop, 200), "the first full window at 200/s starts at 1 s and ends at 1.5 s")
 	assert.Equal(t, 500*time.Millisecond, takeUp(samples, stop, 100), "already there: one window")
 	assert.Equal(t, time.Duration(-1), takeUp(samples, stop, 300), "never")
+}
+
+// TestProcsRedisDies kills the writers' Redis halfway through a small run:
+// every record lands, and Redis is back for the next run.
+func TestProcsRedisDies(t *testing.T) {
+	cfg, err := parseFlags([]string{"-procs", "2", "-scale", "0.02", "-redis"})
+	require.NoError(t, err)
+	srv := redistest.Run(t)
+	sc := scenarios()[3]
+	require.True(t, sc.killRedis)
+	r, err := runProcs(context.Background(), procsProfile(), sc, 2, cfg, srv, nil)
+	require.NoError(t, err)
+	assert.Zero(t, r.lost)
+	assert.Zero(t, r.reported, "Redis is no part of correctness: nothing fails")
+	assert.Equal(t, r.records, r.landed)
+	assert.Positive(t, r.afterKill)
+	rdb := srv.Client(nil)
+	defer rdb.Close()
+	assert.NoError(t, rdb.Ping(context.Background()).Err(), "restarted after the run")
+}
+
+func TestAcceptedAfter(t *testing.T) {
+	base := time.Unix(100, 0)
+	var samples []sample
+	for ms := 0; ms <= 2000; ms += 100 {
+		count := int64(min(ms, 1500)) // 1000 records/s until 1.5 s, then none
+		samples = append(samples, sample{At: base.Add(time.Duration(ms) * time.Millisecond).UnixNano(), Count: count})
+	}
+	assert.InDelta(t, 1000, acceptedAfter(samples, base.Add(500*time.Millisecond)), 1e-9, "to the last sample that counted more")
+	assert.Zero(t, acceptedAfter(samples, base.Add(3*time.Second)))
 }

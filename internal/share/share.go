@@ -89,9 +89,10 @@ type Member interface {
 // earlier call failed moments ago. The writer then decides alone.
 var ErrUnavailable = errors.New("shared state unavailable")
 
-// View is what a writer knows of its lane. Rates are in records per second
-// for all the lane's writers together; times are on the local clock (the
-// store's clock is mapped to it, so hosts need not agree on the time).
+// View is what a writer knows of its lane. Rates are for all the lane's
+// writers together, in records per second but for Rate and Level (see
+// Unit); times are on the local clock (the store's clock is mapped to it,
+// so hosts need not agree on the time).
 type View struct {
 	// Shared is false while the store does not answer: the writer decides
 	// alone, from its own observations, starting from this view.
@@ -99,7 +100,11 @@ type View struct {
 	// Epoch counts the 429 episodes cut in the lane, by any writer; 0
 	// before the first.
 	Epoch uint64
-	// Rate is the lane's rate set by the last cut; +Inf before the first.
+	// Unit is what Rate and Level count: the rate the last cut's 429
+	// named (Pinecone names requests or upsert size).
+	Unit Unit
+	// Rate is the lane's rate set by the last cut, in Units per second;
+	// +Inf before the first.
 	Rate float64
 	// Level is the rate that the last cut's climb heads back to.
 	Level float64
@@ -137,6 +142,16 @@ func (v View) WithDemands(own float64, others []float64) View {
 	return v
 }
 
+// Unit is what a lane's shared rate counts.
+type Unit int
+
+// The units of a lane's rate, one per limit a 429 may name.
+const (
+	UnitRecords  Unit = iota // records (vectors) per second
+	UnitRequests             // requests per second
+	UnitBytes                // bytes of requests per second
+)
+
 // Cut is a writer's proposal for a 429 episode: the decision its own
 // controller made, in terms of the whole lane.
 type Cut struct {
@@ -149,8 +164,10 @@ type Cut struct {
 	// start a new episode (a round trip, as the lane measures it: requests
 	// sent sooner met the overshoot the cut answered).
 	MinGap time.Duration
-	// Rate, Level and Recovery are the proposed anchors of the rate's
-	// curve (see View).
+	// Unit, Rate, Level and Recovery are the proposed anchors of the
+	// rate's curve (see View); a Recovery of 0 means no level was
+	// measured: the rate searches up from Rate.
+	Unit        Unit
 	Rate, Level float64
 	Recovery    time.Duration
 	// RetryAfter, when positive, pauses every writer of the lane for that

@@ -1,0 +1,320 @@
+package upsert
+
+import (
+	"context"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/upsertlib/upsert/internal/share"
+)
+
+// laneShare is a lane's membership of the lane of the same index host and
+// namespace that writers in other processes share (docs/redis-sharing.md,
+// "How the limiter plugs in"). The hot path stays local: a request makes
+// no round trip, it only counts what the index accepted and what this
+// writer could send (an atomic add and store in the member). The lane adopts the
+// shared view when it changes (watchShare), proposes its 429 episodes'
+// cuts and its breaker's changes outside its mutex (flushShare), and goes
+// on alone, exactly as without sharing, while the view is not Shared.
+// Fields are guarded by the lane's mutex.
+type laneShare struct {
+	m      share.Member // nil while no run shares the lane
+	users  int          // runs sharing it
+	stats  *shareCounters
+	frac   float64 // this writer's fraction of the lane's rates that the controllers hold; 0 means 1
+	epoch  uint64  // the lane's episode whose cut the lane's curves come from
+	shared bool    // the last view was Shared
+	// cutAlone is set when the lane cut a rate (cutDim) while the shared
+	// state did not answer: at the rejoin it proposes that cut if it is
+	// below its part of the lane's rate, so that the others learn it.
+	cutAlone   bool
+	cutDim     int
+	pending    []func() // round trips to the store, made outside the mutex
+	stop, done chan struct{}
+}
+
+// joinShare makes ln a member of lane through s, once however many runs
+// share ln, and returns the function that ends this run's use of it (the
+// last one out leaves the lane). Join makes one round trip, bounded by the
+// store's timeout; it never fails (a store that does not answer leaves the
+// lane alone until it does).
+func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, stats *shareCounters) (leave func()) {
+	ln.joinMu.Lock()
+	defer ln.joinMu.Unlock()
+	ln.mu.Lock()
+	sh := &ln.share
+	if sh.m == nil {
+		ln.mu.Unlock()
+		m := s.Join(ctx, lane) // not under mu: requests of other runs go on
+		ln.mu.Lock()
+		sh.m, sh.stats, sh.shared = m, stats, true
+		sh.stop, sh.done = make(chan struct{}), make(chan struct{})
+		ln.applyView(m.View())
+		go ln.watchShare(m, sh.stop, sh.done)
+	}
+	sh.users++
+	ln.mu.Unlock()
+	ln.flushShare()
+	return sync.OnceFunc(ln.leaveShare)
+}
+
+// leaveShare ends one run's use of the membership; the last one leaves.
+func (ln *lane) leaveShare() {
+	ln.joinMu.Lock()
+	defer ln.joinMu.Unlock()
+	ln.mu.Lock()
+	sh := &ln.share
+	if sh.users--; sh.users > 0 {
+		ln.mu.Unlock()
+		return
+	}
+	m, stop, done := sh.m, sh.stop, sh.done
+	sh.m, sh.pending = nil, nil
+	ln.sharePending.Store(false)
+	ln.mu.Unlock()
+	close(stop)
+	<-done
+	_ = m.Leave(context.Background()) // bounded by the store's timeout; else the heartbeat expires
+}
+
+// watchShare applies the member's view each time it changes, until stop.
+func (ln *lane) watchShare(m share.Member, stop, done chan struct{}) {
+	defer close(done)
+	for {
+		changed := m.Changed() // before View: a change in between is not missed
+		ln.mu.Lock()
+		if ln.share.m == m {
+			ln.applyView(m.View())
+		}
+		ln.mu.Unlock()
+		ln.flushShare()
+		select {
+		case <-changed:
+		case <-stop:
+			return
+		}
+	}
+}
+
+// applyView takes the lane's view; ln.mu is held. A view that is not
+// Shared changes nothing: the controllers go on alone from their part of
+// the last one.
+func (ln *lane) applyView(v share.View) {
+	sh := &ln.share
+	now := ln.clock.Now()
+	if !v.Shared {
+		if sh.shared {
+			sh.shared = false
+			sh.stats.fallbacks.Add(1)
+		}
+		return
+	}
+	rejoined := !sh.shared
+	if rejoined {
+		sh.shared = true
+		sh.stats.rejoins.Add(1)
+	}
+	ln.setFraction(ln.shareFraction(v), now)
+	own := ln.dims[sh.cutDim].ctl.limit
+	switch {
+	case rejoined && sh.cutAlone && (share.Unit(sh.cutDim) != v.Unit || own < sh.frac*viewCurve(v, now, ln.tuning)):
+		rate, level, recovery := ln.dims[sh.cutDim].ctl.anchors(sh.frac)
+		ln.queueCut(share.Cut{Seen: v.Epoch, Sent: now, Unit: share.Unit(sh.cutDim), Rate: rate, Level: level, Recovery: recovery})
+	case v.Epoch > sh.epoch || (rejoined && sh.cutAlone && v.Epoch > 0):
+		ln.adoptCut(v, now)
+	}
+	if rejoined {
+		sh.cutAlone = false
+	}
+	if v.PausedUntil.After(ln.pausedUntil) {
+		ln.pausedUntil = v.PausedUntil
+		ln.signals.rates.fire()
+	}
+	if ln.breaker.heard(now, v.OpenSince, v.Answered) {
+		ln.signals.breaker.fire()
+	}
+}
+
+// adoptCut makes the lane's last cut that of the rate it names; ln.mu is
+// held. Permits issued so far belong to that episode, as after a cut of
+// its own.
+func (ln *lane) adoptCut(v share.View, now time.Time) {
+	if v.Unit < 0 || int(v.Unit) >= dimCount {
+		return // a unit of a later version: nothing to adopt it into
+	}
+	d := &ln.dims[v.Unit]
+	d.ctl.adopt(now, v, ln.share.frac, ln.issued, ln.tuning)
+	d.apply(now, ln.tuning)
+	ln.share.epoch = v.Epoch
+	ln.cuts++
+	ln.signals.rates.fire()
+}
+
+// setFraction scales every rate of the lane to frac of the lane's (the
+// record rate, and Pinecone's per-namespace request and byte caps alike);
+// ln.mu is held.
+func (ln *lane) setFraction(frac float64, now time.Time) {
+	sh := &ln.share
+	if sh.frac == 0 {
+		sh.frac = 1
+	}
+	k := frac / sh.frac
+	if math.Abs(k-1) < 1e-3 {
+		return
+	}
+	for i := range ln.dims {
+		ln.dims[i].ctl.scale(k)
+		ln.dims[i].apply(now, ln.tuning)
+	}
+	sh.frac = frac
+	ln.signals.rates.fire() // the head reserves again at its new part
+}
+
+// shareFraction is this writer's part of the lane's rate in v, as a
+// fraction: by demand (records per second) once the lane has a level (in
+// records, as this lane's records measure its unit; see View.Allocation);
+// before, an equal split among the writers that send at all (a total of 1
+// record a second, below every sending writer's demand: nothing is capped
+// yet), within [tuning.minShare, 1]. ln.mu is held.
+func (ln *lane) shareFraction(v share.View) float64 {
+	total := v.Level
+	switch v.Unit {
+	case share.UnitRequests:
+		total *= float64(ln.seen.size)
+	case share.UnitBytes:
+		if ln.seen.recordBytes > 0 {
+			total /= ln.seen.recordBytes
+		} else {
+			total = 0 // nothing sent yet to measure by
+		}
+	}
+	if v.Epoch == 0 || !(total > 0) || math.IsInf(total, 1) {
+		total = 1
+	}
+	return min(1, max(ln.tuning.minShare, v.Allocation(total)/total))
+}
+
+// reportShare tells the member what a request's answer says, without I/O:
+// the records the index accepted, and the writer's demand (+Inf while a
+// rate holds requests back, else tuning.shareHeadroom times what it
+// sends). ln.mu is held.
+func (ln *lane) reportShare(p permit, now time.Time, class Class) {
+	m := ln.share.m
+	if m == nil {
+		return
+	}
+	if class == 0 {
+		m.Accepted(p.n)
+	}
+	for i := range ln.dims {
+		if now.Sub(ln.dims[i].waited) < ln.tuning.boundFor {
+			m.Demand(math.Inf(1))
+			return
+		}
+	}
+	m.Demand(ln.tuning.shareHeadroom * ln.dims[dimRecords].ctl.sent.rateOver(now, meterSpan))
+}
+
+// shareCut proposes the cut of rate dim that the lane just made for p's
+// 429 (e) to the lane's other writers, or notes that it was made alone;
+// ln.mu is held.
+func (ln *lane) shareCut(p permit, e *Error, dim int) {
+	sh := &ln.share
+	if sh.m == nil {
+		return
+	}
+	if !sh.shared {
+		sh.cutAlone, sh.cutDim = true, dim
+		return
+	}
+	rate, level, recovery := ln.dims[dim].ctl.anchors(sh.frac)
+	if lane := ln.laneAccepted(sh.m.View(), dim); lane > level && recovery > 0 {
+		// The writer sent less than its part (another rate, or its
+		// backoffs, held it back): what every writer got accepted is
+		// the better measure of the index, and its own would ratchet
+		// the lane down.
+		rate, level = rate*lane/level, lane
+	}
+	ln.queueCut(share.Cut{
+		Seen: p.epoch, Sent: p.start, MinGap: time.Duration(ln.seen.roundTrip),
+		Unit: share.Unit(dim), Rate: rate, Level: level, Recovery: recovery, RetryAfter: e.RetryAfter,
+	})
+}
+
+// laneAccepted is what the index accepted from all the lane's writers per
+// second since the last cut (v.Accepted, reported at each writer's
+// exchanges), in the unit of rate dim, or 0 over less than
+// tuning.shareMeasureFor: over a shorter span the index's burst counts
+// for too much. ln.mu is held.
+func (ln *lane) laneAccepted(v share.View, dim int) float64 {
+	span := ln.clock.Now().Sub(v.AcceptedSince)
+	if !v.Shared || v.Epoch == 0 || v.AcceptedSince.IsZero() || span < ln.tuning.shareMeasureFor {
+		return 0
+	}
+	records := float64(v.Accepted) / span.Seconds()
+	switch dim {
+	case dimRequests:
+		return records / float64(max(1, ln.seen.size))
+	case dimBytes:
+		return records * ln.seen.recordBytes
+	}
+	return records
+}
+
+// queueCut queues the proposal c, to be sent outside the mutex; ln.mu is
+// held. The lane's cut then replaces this writer's, whether it is c or
+// the cut of the episode c belonged to; if the store does not answer,
+// the writer's own cut stands.
+func (ln *lane) queueCut(c share.Cut) {
+	m := ln.share.m
+	ln.queueShare(func() {
+		v, _, err := m.Cut(context.Background(), c)
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		sh := &ln.share
+		switch {
+		case sh.m != m:
+		case err != nil:
+			sh.cutAlone, sh.cutDim = true, int(c.Unit)
+		case v.Epoch > 0:
+			// Applied (this writer's proposal, which the lane's
+			// measure may have raised) or not (the episode's cut
+			// by another): the lane's cut becomes this lane's.
+			ln.adoptCut(v, ln.clock.Now())
+		}
+	})
+}
+
+// queueBreaker tells the lane's other writers that this writer's breaker
+// opened or closed; ln.mu is held. The view it brings back is applied by
+// watchShare, as any change.
+func (ln *lane) queueBreaker(open bool) {
+	sh := &ln.share
+	if sh.m == nil || !sh.shared {
+		return
+	}
+	m := sh.m
+	ln.queueShare(func() { _, _ = m.Breaker(context.Background(), open) })
+}
+
+func (ln *lane) queueShare(f func()) {
+	ln.share.pending = append(ln.share.pending, f)
+	ln.sharePending.Store(true)
+}
+
+// flushShare makes the round trips queued under the mutex, without it.
+// Without pending calls it costs an atomic load.
+func (ln *lane) flushShare() {
+	if !ln.sharePending.Load() {
+		return
+	}
+	ln.mu.Lock()
+	calls := ln.share.pending
+	ln.share.pending = nil
+	ln.sharePending.Store(false)
+	ln.mu.Unlock()
+	for _, f := range calls {
+		f()
+	}
+}

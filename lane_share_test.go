@@ -1,0 +1,397 @@
+package upsert
+
+import (
+	"context"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert/internal/share"
+)
+
+// fakeMember is an in-memory share.Member: the test sets its view and
+// what Cut answers, and reads what the lane reported.
+type fakeMember struct {
+	mu       sync.Mutex
+	view     share.View
+	changed  chan struct{}
+	accepted int
+	demand   float64
+	cuts     []share.Cut
+	breakers []bool
+	left     int
+	// cut answers a proposal; nil applies it as a store would.
+	cut func(c share.Cut) (share.View, bool, error)
+}
+
+func newFakeMember(v share.View) *fakeMember {
+	return &fakeMember{view: v, changed: make(chan struct{}), demand: math.Inf(1)}
+}
+
+func (f *fakeMember) View() share.View { f.mu.Lock(); defer f.mu.Unlock(); return f.view }
+
+func (f *fakeMember) Changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
+}
+
+func (f *fakeMember) set(v share.View) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.view = v
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *fakeMember) Accepted(n int)           { f.mu.Lock(); f.accepted += n; f.mu.Unlock() }
+func (f *fakeMember) Demand(perSecond float64) { f.mu.Lock(); f.demand = perSecond; f.mu.Unlock() }
+
+func (f *fakeMember) Cut(_ context.Context, c share.Cut) (share.View, bool, error) {
+	f.mu.Lock()
+	f.cuts = append(f.cuts, c)
+	answer := f.cut
+	v := f.view
+	f.mu.Unlock()
+	if answer != nil {
+		return answer(c)
+	}
+	v.Epoch++
+	v.Rate, v.Level, v.Recovery, v.CutAt = c.Rate, c.Level, c.Recovery, time.Now()
+	return v, true, nil
+}
+
+func (f *fakeMember) Breaker(_ context.Context, open bool) (share.View, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.breakers = append(f.breakers, open)
+	return f.view, nil
+}
+
+func (f *fakeMember) Leave(context.Context) error { f.mu.Lock(); f.left++; f.mu.Unlock(); return nil }
+
+func (f *fakeMember) proposals() []share.Cut { f.mu.Lock(); defer f.mu.Unlock(); return f.cuts }
+
+type fakeStore struct{ m *fakeMember }
+
+func (s fakeStore) Join(context.Context, share.Lane) share.Member { return s.m }
+
+// sharedLane returns a lane on a fake clock that starts from the index's
+// serverless limits and is a member through m, without the watcher: the
+// test applies views with apply.
+func sharedLane(t *testing.T, m *fakeMember) (*lane, *fakeClock, *shareCounters) {
+	clk := newFakeClock()
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	ln.setLimits(ServerlessLimits)
+	stats := new(shareCounters)
+	ln.mu.Lock()
+	ln.share.m, ln.share.stats, ln.share.shared, ln.share.users = m, stats, true, 1
+	ln.applyView(m.View())
+	ln.mu.Unlock()
+	ln.flushShare()
+	return ln, clk, stats
+}
+
+// apply sets m's view and makes ln take it, as its watcher does.
+func apply(ln *lane, m *fakeMember, v share.View) {
+	m.set(v)
+	ln.mu.Lock()
+	ln.applyView(v)
+	ln.mu.Unlock()
+	ln.flushShare()
+}
+
+// refuse sends n requests of one record through ln, all refused with 429s.
+func refuse(t *testing.T, ln *lane, n int) {
+	for range n {
+		p, err := ln.acquire(context.Background(), req(1))
+		require.NoError(t, err)
+		ln.release(p, errRateLimited)
+	}
+}
+
+func limits(ln *lane) (records, requests, bytes float64) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.dims[dimRecords].ctl.limit, ln.dims[dimRequests].ctl.limit, ln.dims[dimBytes].ctl.limit
+}
+
+func capped(now time.Time, epoch uint64, rate, level float64, writers int) share.View {
+	others := make([]float64, writers-1)
+	for i := range others {
+		others[i] = math.Inf(1)
+	}
+	return share.View{Shared: true, Epoch: epoch, Rate: rate, Level: level, Recovery: 2 * time.Second, CutAt: now}.
+		WithDemands(math.Inf(1), others)
+}
+
+func TestSharedLaneTakesItsPart(t *testing.T) {
+	start := newFakeClock().Now()
+	for _, tc := range []struct {
+		name              string
+		view              share.View
+		records, requests float64 // the lane's limits after joining
+	}{{
+		name:     "alone in an uncapped lane",
+		view:     share.View{Shared: true, Rate: math.Inf(1)}.WithDemands(math.Inf(1), nil),
+		records:  math.Inf(1),
+		requests: 110,
+	}, {
+		name:     "four writers before the first cut: the request cap is split",
+		view:     capped(start, 0, math.Inf(1), 0, 4),
+		records:  math.Inf(1),
+		requests: 110.0 / 4,
+	}, {
+		name:     "a capped lane of four: a quarter of the curve, without slow start",
+		view:     capped(start, 3, 16000, 20000, 4),
+		records:  16000.0 / 4,
+		requests: 110.0 / 4,
+	}, {
+		name:     "a slow writer among three asks for 1000: the others split the rest",
+		view:     share.View{Shared: true, Epoch: 1, Rate: 9000, Level: 9000, Recovery: time.Second, CutAt: start}.WithDemands(math.Inf(1), []float64{1000, math.Inf(1)}),
+		records:  4000,
+		requests: 110.0 * 4000 / 9000,
+	}, {
+		name:     "Redis down at the join: alone, with everything",
+		view:     share.View{Rate: math.Inf(1)},
+		records:  math.Inf(1),
+		requests: 110,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, _, _ := sharedLane(t, newFakeMember(tc.view))
+			records, requests, _ := limits(ln)
+			assert.InDelta(t, tc.records, records, 1e-6*tc.records+1e-9)
+			assert.InDelta(t, tc.requests, requests, 1e-6*tc.requests)
+		})
+	}
+}
+
+func TestSharedLaneAdoptsTheRateThe429Named(t *testing.T) {
+	now := newFakeClock().Now()
+	for _, tc := range []struct {
+		unit share.Unit
+		dim  int
+	}{{share.UnitRecords, dimRecords}, {share.UnitRequests, dimRequests}, {share.UnitBytes, dimBytes}} {
+		v := capped(now, 1, 8e6, 1e7, 2)
+		v.Unit = tc.unit
+		ln, _, _ := sharedLane(t, newFakeMember(v))
+		ln.mu.Lock()
+		got := ln.dims[tc.dim].ctl.limit
+		ln.mu.Unlock()
+		assert.InDelta(t, 4e6, got, 1, "unit %d: half of the lane's cut, in its dimension", tc.unit)
+	}
+}
+
+func TestSharedLaneRescalesWhenWritersChange(t *testing.T) {
+	start := newFakeClock().Now()
+	m := newFakeMember(capped(start, 1, 20000, 20000, 4))
+	ln, _, _ := sharedLane(t, m)
+	records, requests, bytes := limits(ln)
+	assert.InDelta(t, 5000, records, 1e-6)
+	apply(ln, m, capped(start, 1, 20000, 20000, 2)) // two left
+	r2, q2, b2 := limits(ln)
+	assert.InDelta(t, 2*records, r2, 1e-6, "the survivors take up the leavers' part")
+	assert.InDelta(t, 2*requests, q2, 1e-6, "and of the request cap")
+	assert.InDelta(t, 2*bytes, b2, 1e-3, "and of the byte cap")
+}
+
+func TestSharedLaneProposesItsCutsOnce(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	refuse(t, ln, 2) // two 429s: the first episode
+	cuts := m.proposals()
+	require.Len(t, cuts, 1, "the local episode rules decide, then the lane proposes")
+	records, _, _ := limits(ln)
+	assert.InDelta(t, records*2, cuts[0].Rate, 1e-6, "in the lane's terms: this writer's half over one half")
+	assert.Equal(t, uint64(0), cuts[0].Seen)
+	assert.Zero(t, cuts[0].Recovery, "a first cut searches up")
+
+	// Another writer's cut arrives: requests admitted before it belong
+	// to its episode and propose nothing.
+	p, err := ln.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	apply(ln, m, capped(clk.Now(), 5, 6000, 8000, 2))
+	records, _, _ = limits(ln)
+	assert.InDelta(t, 3000, records, 100, "the lane's cut adopted: its half of the curve")
+	ln.release(p, errRateLimited)
+	refuse(t, ln, 1)
+	assert.Len(t, m.proposals(), 1, "429s of the episode already cut propose nothing")
+	assert.Equal(t, uint64(5), ln.share.epoch)
+}
+
+func TestSharedLaneTakesTheLanesCutOverItsOwn(t *testing.T) {
+	now := newFakeClock().Now()
+	m := newFakeMember(capped(now, 0, math.Inf(1), 0, 2))
+	m.cut = func(share.Cut) (share.View, bool, error) {
+		return capped(now, 1, 7000, 9000, 2), false, nil // another writer's proposal came first
+	}
+	ln, _, _ := sharedLane(t, m)
+	refuse(t, ln, 2)
+	records, _, _ := limits(ln)
+	assert.InDelta(t, 3500, records, 1e-6, "its own cut replaced by its half of the lane's")
+	assert.Equal(t, uint64(1), ln.share.epoch)
+}
+
+func TestSharedLaneFallsBackAndRejoins(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cut     bool // the lane cuts itself while alone
+		propose bool // its cut is proposed at the rejoin
+	}{
+		{name: "nothing learnt alone: the lane's view is adopted"},
+		{name: "a cut alone below its part is proposed", cut: true, propose: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := newFakeClock().Now()
+			m := newFakeMember(capped(now, 1, 20000, 20000, 2))
+			ln, _, stats := sharedLane(t, m)
+			before, _, _ := limits(ln)
+			alone := m.View()
+			alone.Shared = false
+			apply(ln, m, alone)
+			assert.Equal(t, int64(1), stats.fallbacks.Load())
+			if tc.cut {
+				ln.mu.Lock()
+				ln.dims[dimRecords].ctl.limit = before / 4
+				ln.share.cutAlone = true
+				ln.mu.Unlock()
+			}
+			refuse(t, ln, 0)
+			apply(ln, m, capped(now, 1, 20000, 20000, 2))
+			assert.Equal(t, int64(1), stats.rejoins.Load())
+			if tc.propose {
+				cuts := m.proposals()
+				require.Len(t, cuts, 1)
+				assert.Equal(t, uint64(1), cuts[0].Seen, "proposed against the view it rejoined")
+				assert.InDelta(t, before/4*2, cuts[0].Rate, 1e-6)
+			} else {
+				assert.Empty(t, m.proposals())
+				records, _, _ := limits(ln)
+				assert.InDelta(t, before, records, 1e-6)
+			}
+		})
+	}
+}
+
+func TestSharedLaneAloneProposesNothing(t *testing.T) {
+	m := newFakeMember(share.View{Rate: math.Inf(1)}) // Redis down from the start
+	ln, _, stats := sharedLane(t, m)
+	assert.Equal(t, int64(1), stats.fallbacks.Load())
+	refuse(t, ln, 2)
+	assert.Empty(t, m.proposals(), "alone, the lane cuts as without Redis")
+	records, _, _ := limits(ln)
+	assert.False(t, math.IsInf(records, 1), "and it did cut")
+	assert.True(t, ln.share.cutAlone)
+}
+
+func TestSharedLaneReportsAcceptedAndDemand(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 1, 2000, 2000, 2))
+	ln, clk, _ := sharedLane(t, m)
+	for range 3 {
+		p, err := ln.acquire(context.Background(), req(100))
+		require.NoError(t, err)
+		clk.Advance(time.Millisecond)
+		ln.release(p, nil)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	assert.Equal(t, 300, m.accepted)
+	assert.True(t, math.IsInf(m.demand, 1), "its part of 1000/s held 300 records back")
+}
+
+func TestSharedLaneBreaker(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	server := &Error{Class: ClassServer}
+	for range breakerThreshold {
+		p, err := ln.acquire(context.Background(), req(1))
+		require.NoError(t, err)
+		ln.release(p, server)
+	}
+	clk.Advance(probeEvery)
+	p, err := ln.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	require.True(t, p.probe)
+	ln.release(p, nil)
+	m.mu.Lock()
+	assert.Equal(t, []bool{true, false}, m.breakers, "the lane hears of the outage and of its end")
+	m.mu.Unlock()
+
+	// An outage another writer's breaker opened a minute ago: this lane
+	// pauses, and gives up with the lane's patience, not a fresh one.
+	v := m.View()
+	v.OpenSince, v.Answered = clk.Now().Add(-outagePatience), true
+	apply(ln, m, v)
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	assert.True(t, ln.breaker.open)
+	assert.Equal(t, errOutageTooLong, ln.breaker.gaveUp(clk.Now()))
+}
+
+func TestSharedLaneBreakerHeardAloneFailsNothingAtOnce(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	v := m.View()
+	v.OpenSince = clk.Now() // the other writer never got an answer
+	apply(ln, m, v)
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	assert.True(t, ln.breaker.open)
+	assert.Nil(t, ln.breaker.gaveUp(clk.Now()), "this writer's own requests decide that an index never answers")
+}
+
+func TestJoinShareOncePerLaneAndLeaveAtTheEnd(t *testing.T) {
+	m := newFakeMember(capped(time.Now(), 0, math.Inf(1), 0, 1))
+	ln := newLane(realClock{}, MaxBatchSize, &defaultTuning)
+	stats := new(shareCounters)
+	leaveA := ln.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: "h"}, stats)
+	leaveB := ln.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: "h"}, stats)
+	m.set(capped(time.Now(), 2, 1000, 1000, 2))
+	require.Eventually(t, func() bool {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.share.epoch == 2
+	}, time.Second, time.Millisecond, "the watcher adopts a change")
+	leaveA()
+	leaveA()
+	m.mu.Lock()
+	assert.Zero(t, m.left, "another run still shares the lane")
+	m.mu.Unlock()
+	leaveB()
+	m.mu.Lock()
+	assert.Equal(t, 1, m.left)
+	m.mu.Unlock()
+}
+
+func TestSharedLaneProposesWhatTheLaneAccepted(t *testing.T) {
+	clk := newFakeClock()
+	for _, tc := range []struct {
+		name      string
+		since     time.Duration // how long ago the lane's count started
+		accepted  int64
+		wantLevel float64
+	}{
+		{name: "the lane took more than this writer's part says", since: 3 * time.Second, accepted: 30000, wantLevel: 10000},
+		{name: "the lane took less: the writer's own measure", since: 3 * time.Second, accepted: 3000, wantLevel: 5000},
+		{name: "too short a span to measure by", since: time.Second, accepted: 30000, wantLevel: 5000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := capped(clk.Now(), 1, 4000, 5000, 2)
+			v.Accepted, v.AcceptedSince = tc.accepted, clk.Now().Add(-tc.since)
+			m := newFakeMember(v)
+			ln, _, _ := sharedLane(t, m)
+			ln.mu.Lock()
+			ln.shareCut(permit{epoch: 1}, errRateLimited, dimRecords)
+			ln.mu.Unlock()
+			ln.flushShare()
+			cuts := m.proposals()
+			require.Len(t, cuts, 1)
+			assert.InDelta(t, tc.wantLevel, cuts[0].Level, 1e-6)
+			assert.InDelta(t, tc.wantLevel*0.8, cuts[0].Rate, 1e-6, "the cut's depth kept")
+		})
+	}
+}

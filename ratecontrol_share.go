@@ -1,0 +1,77 @@
+package upsert
+
+import (
+	"math"
+	"time"
+
+	"github.com/upsertlib/upsert/internal/share"
+)
+
+// A lane shared across processes keeps its controllers in local terms:
+// every rate is this writer's fraction of the lane's (records, requests
+// and bytes alike, so that Pinecone's per-namespace caps are split as the
+// record rate is). The curve is linear in its level, so fraction × the
+// lane's curve is the curve of fraction × its anchors: a writer evaluates
+// the lane's curve by following its own.
+
+// scale multiplies every rate c holds by k (a change of the writer's
+// fraction of the lane); what it measured stays as measured.
+func (c *rateControl) scale(k float64) {
+	if !(k > 0) || math.IsInf(k, 0) || k == 1 {
+		return
+	}
+	c.limit *= k // +Inf stays +Inf
+	c.level *= k
+	c.capacity *= k
+	c.prior *= k
+}
+
+// anchors returns c's curve in the lane's terms (c's rates over frac),
+// as a proposal for the episode that c just cut; a search (nothing
+// measured to climb back to) is a Recovery of 0.
+func (c *rateControl) anchors(frac float64) (rate, level float64, recovery time.Duration) {
+	if c.search {
+		return c.limit / frac, c.level / frac, 0
+	}
+	return c.limit / frac, c.level / frac, max(0, c.origin.Sub(c.cutAt))
+}
+
+// adopt makes the lane's last cut (v, in the lane's terms) c's own, as if
+// c had cut at v.CutAt, with frac of it: requests admitted up to issued
+// belong to that episode; a Recovery of 0 is a search (see anchors). A
+// writer that joins late starts on the curve
+// where it is now, but not above the level: the probe above is for the
+// writers whose answers measure it.
+func (c *rateControl) adopt(now time.Time, v share.View, frac float64, issued uint64, t *tuning) {
+	rate, level := v.Rate*frac, max(v.Level, v.Rate)*frac
+	c.search = v.Recovery <= 0
+	c.level, c.depth = level, 0
+	if level > 0 {
+		c.depth = 1 - rate/level
+	}
+	// The climb back is this writer's tuning's for the cut's depth (the
+	// proposer's too, when they run one version), so that the curve
+	// starts at the cut's rate whatever Recovery says.
+	c.origin = v.CutAt.Add(c.climb(t))
+	c.limit = rate
+	if !c.search {
+		c.limit = max(rate, min(level, c.curve(now, t)))
+	}
+	c.capacity = level
+	c.cutAt, c.followed, c.cutSeq = v.CutAt, now, issued
+	c.accepted, c.takenAt, c.paused, c.fullAt = 0, 0, 0, time.Time{}
+	c.recent = answers{}
+	c.ceiling = false
+	c.episodes++
+}
+
+// viewCurve is the lane's rate at now by the anchors of v (+Inf before the
+// first cut), in the lane's terms.
+func viewCurve(v share.View, now time.Time, t *tuning) float64 {
+	if v.Epoch == 0 || math.IsInf(v.Rate, 1) {
+		return math.Inf(1)
+	}
+	var c rateControl
+	c.adopt(now, v, 1, 0, t)
+	return c.limit
+}

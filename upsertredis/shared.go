@@ -1,0 +1,32 @@
+package upsertredis
+
+import (
+	"github.com/redis/go-redis/v9"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/internal/share"
+)
+
+// Shared returns an option that makes a call share what its Limiter
+// learns with every call given such an option, in any process, that
+// writes to the same index host and namespace: it is Option of a Store
+// made by New(rdb, opts...). It applies to calls through
+// [upsert.WithIndex] (the host names the index); a call through
+// [upsert.WithUpsertFunc] or [upsert.WithRecordsFunc] runs as without it.
+//
+// Each call given Shared makes a Store of its own; a service making many
+// calls can make one Store and pass its [Store.Option] to each, which
+// shares one set of [Store.Stats].
+func Shared(rdb redis.UniversalClient, opts ...Option) upsert.Option {
+	return New(rdb, opts...).Option()
+}
+
+// Option returns the option that makes a call share its Limiter's lanes
+// through s (see [Shared]). Each lane of a Limiter joins its shared lane
+// once, when a call first writes to that namespace, making one round trip
+// bounded by the store's timeout (100 ms by default; a Redis that does not
+// answer then leaves the lane alone until it does), and leaves it when the
+// last call using it ends. Requests make no round trip to Redis.
+func (s *Store) Option() upsert.Option {
+	return share.Option(s).(upsert.Option)
+}

@@ -39,11 +39,18 @@ type lane struct {
 	sizeTurn    bool // the batch size's turn to be tried; else the concurrency's
 	signals     laneSignals
 	// share is the lane's membership of the lane shared across
-	// processes, if a run shares it; joinMu serialises joining and
-	// leaving, which make a round trip to the store without mu.
-	share        laneShare
-	joinMu       sync.Mutex
-	sharePending atomic.Bool // share.pending is not empty
+	// processes, if a run shares it (guarded by mu); shareSync is what
+	// works outside mu.
+	share     laneShare
+	shareSync laneShareSync
+}
+
+// laneShareSync is the part of a lane's sharing that is not guarded by the
+// lane's mutex: joining and leaving make a round trip to the store, which
+// the mutex must not wait for.
+type laneShareSync struct {
+	joinMu  sync.Mutex  // serialises joining and leaving
+	pending atomic.Bool // share.pending is not empty
 }
 
 // laneSlots are the lane's own concurrency slots.

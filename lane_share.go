@@ -40,8 +40,8 @@ type laneShare struct {
 // store's timeout; it never fails (a store that does not answer leaves the
 // lane alone until it does).
 func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, stats *shareCounters) (leave func()) {
-	ln.joinMu.Lock()
-	defer ln.joinMu.Unlock()
+	ln.shareSync.joinMu.Lock()
+	defer ln.shareSync.joinMu.Unlock()
 	ln.mu.Lock()
 	sh := &ln.share
 	if sh.m == nil {
@@ -61,8 +61,8 @@ func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, s
 
 // leaveShare ends one run's use of the membership; the last one leaves.
 func (ln *lane) leaveShare() {
-	ln.joinMu.Lock()
-	defer ln.joinMu.Unlock()
+	ln.shareSync.joinMu.Lock()
+	defer ln.shareSync.joinMu.Unlock()
 	ln.mu.Lock()
 	sh := &ln.share
 	if sh.users--; sh.users > 0 {
@@ -71,7 +71,7 @@ func (ln *lane) leaveShare() {
 	}
 	m, stop, done := sh.m, sh.stop, sh.done
 	sh.m, sh.pending = nil, nil
-	ln.sharePending.Store(false)
+	ln.shareSync.pending.Store(false)
 	ln.mu.Unlock()
 	close(stop)
 	<-done
@@ -300,19 +300,19 @@ func (ln *lane) queueBreaker(open bool) {
 
 func (ln *lane) queueShare(f func()) {
 	ln.share.pending = append(ln.share.pending, f)
-	ln.sharePending.Store(true)
+	ln.shareSync.pending.Store(true)
 }
 
 // flushShare makes the round trips queued under the mutex, without it.
 // Without pending calls it costs an atomic load.
 func (ln *lane) flushShare() {
-	if !ln.sharePending.Load() {
+	if !ln.shareSync.pending.Load() {
 		return
 	}
 	ln.mu.Lock()
 	calls := ln.share.pending
 	ln.share.pending = nil
-	ln.sharePending.Store(false)
+	ln.shareSync.pending.Store(false)
 	ln.mu.Unlock()
 	for _, f := range calls {
 		f()

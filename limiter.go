@@ -139,7 +139,10 @@ func (l *Limiter) sweep(now time.Time) {
 	var free []use
 	for key, ln := range l.lanes {
 		ln.mu.Lock()
-		quiet, last := ln.slots.inFlight == 0 && len(ln.head) == 0, ln.lastUse
+		// A lane a run still shares across processes is kept: dropping
+		// it would join the lane a second time from this process.
+		quiet := ln.slots.inFlight == 0 && len(ln.head) == 0 && ln.share.users == 0
+		last := ln.lastUse
 		ln.mu.Unlock()
 		switch {
 		case quiet && now.Sub(last) >= laneIdle:

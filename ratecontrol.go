@@ -39,13 +39,20 @@ type rateControl struct {
 	prior    float64                            // the index's known limit; 0: none
 	ceiling  bool                               // a cut found the index at its known limit: it is the limit
 	accepted int                                // answers accepted since the last cut, of requests sent after it
-	takenAt  float64                            // amount accepted since fullAt, of any request
-	fullAt   time.Time                          // when the limit climbed back to the capacity after the last cut; zero before
-	paused   time.Duration                      // time the index was down (breaker open) since the last cut
+	climbed  climbed                            // since the limit climbed back to the capacity after the last cut
 	recent   answers                            // the last answers, refused or not
 	quiet    struct{ answers, refused float64 } // answers while climbing, when a token bucket refuses nothing
 	sent     meter                              // amount sent
 	taken    meter                              // amount the index accepted
+}
+
+// climbed is what a rate controller saw since its limit climbed back to
+// the capacity measured at the last cut: from then on the index's bucket
+// no longer overflows while the limit climbs.
+type climbed struct {
+	at     time.Time     // when; zero before
+	taken  float64       // amount accepted since, of any request
+	paused time.Duration // time the index was down (breaker open) since the last cut
 }
 
 // answers is a shift register of the last 64 answers: a bit set for each
@@ -112,7 +119,7 @@ func (c *rateControl) withPrior(now time.Time, prior float64, t *tuning) {
 // pause counts d of an outage, during which the index accepted nothing
 // through no fault of the rate: it is no part of what the index accepted
 // since the last cut.
-func (c *rateControl) pause(d time.Duration) { c.paused += d }
+func (c *rateControl) pause(d time.Duration) { c.climbed.paused += d }
 
 // measured reports whether a 429 has set the limit.
 func (c *rateControl) measured() bool { return c.episodes > 0 }
@@ -142,13 +149,13 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	}
 	if !s.refused {
 		c.taken.add(s.now, s.amount)
-		if c.fullAt.IsZero() && c.limit >= c.capacity {
+		if c.climbed.at.IsZero() && c.limit >= c.capacity {
 			// Back at what the index accepted: from here to the next
 			// refusal the lane sends at least that, and the index's
 			// bucket overflows no more.
-			c.fullAt, c.takenAt, c.paused = s.now, 0, 0
+			c.climbed = climbed{at: s.now}
 		}
-		c.takenAt += s.amount
+		c.climbed.taken += s.amount
 		c.total += s.amount
 		if after {
 			c.accepted++
@@ -224,13 +231,13 @@ func poissonTail(lambda float64, k int) float64 {
 // measure by: the limit is half of what was sent, and searches up.
 func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	accepted := c.taken.rateOver(s.now, s.window)
-	if since := s.now.Sub(c.fullAt) - c.paused; !c.fullAt.IsZero() && since >= s.window && c.episodes > 0 && !c.search {
+	if since := s.now.Sub(c.climbed.at) - c.climbed.paused; !c.climbed.at.IsZero() && since >= s.window && c.episodes > 0 && !c.search {
 		// From the time the limit was back at the capacity to this
 		// refusal, the lane sent at least the index's rate: a token
 		// bucket accepted its rate and what it had saved during the
 		// climb (not after a search, which spent most of the time far
 		// below it).
-		accepted = c.takenAt / since.Seconds()
+		accepted = c.climbed.taken / since.Seconds()
 	}
 	sent := c.sent.rateOver(s.now, s.window)
 	reason := rateCut
@@ -270,7 +277,7 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	c.depth = 1 - c.limit/c.level
 	c.origin = s.now.Add(c.climb(t))
 	c.cutAt, c.followed, c.cutSeq = s.now, s.now, s.issued
-	c.accepted, c.takenAt, c.paused, c.fullAt = 0, 0, 0, time.Time{}
+	c.accepted, c.climbed = 0, climbed{}
 	c.recent = answers{}
 	c.episodes++
 	return reason

@@ -59,7 +59,7 @@ func (c *rateControl) adopt(now time.Time, v share.View, frac float64, issued ui
 	}
 	c.capacity = level
 	c.cutAt, c.followed, c.cutSeq = v.CutAt, now, issued
-	c.accepted, c.takenAt, c.paused, c.fullAt = 0, 0, 0, time.Time{}
+	c.accepted, c.climbed = 0, climbed{}
 	c.recent = answers{}
 	c.ceiling = false
 	c.episodes++

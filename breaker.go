@@ -10,7 +10,10 @@ import (
 // between: an outage), instead of letting each batch retry on its own, and
 // lets one probe request through at a time until one succeeds. It is a
 // pure controller: the lane holds it under its mutex and wakes the
-// requests waiting on it when a method reports a change.
+// requests waiting on it when a method reports a change. Hand-written:
+// sony/gobreaker reads the clock itself (the limiter's simulation runs in
+// virtual time), waits one fixed Timeout before a half-open probe (not
+// every 100 ms, then longer), and has no "never answered" verdict.
 type breaker struct {
 	failures  int  // consecutive server failures
 	answered  bool // the index answered once: it is not dead or misconfigured

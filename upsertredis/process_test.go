@@ -60,17 +60,7 @@ func writeRun(s *Store, host string) {
 // and this run lands every record.
 func TestAKilledWriterProcessUnderARun(t *testing.T) {
 	idx := e2eIndex(t, 6000)
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+shared.Socket(), helperEnv+"_PREFIX="+t.Name()+":", helperEnv+"_HOST="+idx.Host())
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "writing\n", line)
+	cmd := startHelper(t, "writing", helperEnv+"_HOST="+idx.Host())
 
 	// A member that asks for nothing watches the lane: it takes no part.
 	watch := newStore(t, client(t, nil), WithHeartbeat(50*time.Millisecond))
@@ -94,17 +84,7 @@ func TestAKilledWriterProcessUnderARun(t *testing.T) {
 // the lane: the writers left see it gone once its heartbeat expires, and
 // their part of the rate grows.
 func TestAKilledWriterProcessIsDropped(t *testing.T) {
-	exe, err := os.Executable()
-	require.NoError(t, err)
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+shared.Socket(), helperEnv+"_PREFIX="+t.Name()+":")
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	require.Equal(t, "joined\n", line)
+	cmd := startHelper(t, "joined")
 
 	a := join(t, newStore(t, client(t, nil)))
 	assert.Equal(t, 2, a.View().Writers)
@@ -112,4 +92,24 @@ func TestAKilledWriterProcessIsDropped(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	require.Eventually(t, func() bool { return exchange(t, a).Writers == 1 }, 5*time.Second, time.Millisecond)
 	assert.Equal(t, 1000.0, a.View().Allocation(1000), "the writer left takes up the dead one's part")
+}
+
+// startHelper starts this test binary again as a writer process of the
+// lane (TestMain runs it when helperEnv is set), with env added, and waits
+// for its first line, want; the process is killed at the test's end.
+func startHelper(t *testing.T, want string, env ...string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+shared.Socket(), helperEnv+"_PREFIX="+t.Name()+":")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, want+"\n", line)
+	return cmd
 }

@@ -183,8 +183,8 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 
 // excess reports whether the last answers hold more refusals than the
 // index's usual share explains: so many that they would come by chance
-// less than tuning.significance of the time (the first refusal of an index
-// that refuses nothing otherwise).
+// less than tuning.significance of the time (three among the last 64
+// answers of an index that has refused nothing yet).
 func (c *rateControl) excess(t *tuning) bool {
 	r, n := c.recent.count()
 	return poissonTail(c.noise(t)*float64(n), r) < t.significance
@@ -194,10 +194,12 @@ func (c *rateControl) excess(t *tuning) bool {
 // those it gave while the limit climbed back after a cut, weighed against
 // tuning.noiseAnswers answers of an index that refuses nothing (most do
 // not), so that a few refusals of a bucket refilling late do not pass for
-// a share; and none at all below three refusals.
+// a share; below three such refusals, one in that weight, so that a lone
+// refusal of an index that refused nothing yet is no episode (a bucket
+// that overflows refuses several requests in a row).
 func (c *rateControl) noise(t *tuning) float64 {
 	if c.quiet.refused < 3 {
-		return 0
+		return 1 / (c.quiet.answers + t.noiseAnswers)
 	}
 	return c.quiet.refused / (c.quiet.answers + t.noiseAnswers)
 }

@@ -105,7 +105,9 @@ func TestRateControl(t *testing.T) {
 		s := capScript(t, 1000)
 		s.c.limit = s.c.level // past the climb: refusals are not the usual share's
 		s.run(2*time.Second, 10*time.Millisecond, 8, nil)
-		assert.Equal(t, rateCut, s.answer(8, true, 10*time.Millisecond))
+		assert.Equal(t, rateNoise, s.answer(8, true, 10*time.Millisecond), "a lone refusal of an index that refused nothing is no episode")
+		assert.Equal(t, rateNoise, s.answer(8, true, 10*time.Millisecond))
+		assert.Equal(t, rateCut, s.answer(8, true, 10*time.Millisecond), "three among the last 64 answers are")
 		assert.InDelta(t, 800, s.c.level, 10)
 		assert.InDelta(t, 800*(1-defaultTuning.cutDepth), s.c.limit, 10)
 	})
@@ -116,7 +118,8 @@ func TestRateControl(t *testing.T) {
 		s.now = s.now.Add(time.Second) // an outage: the breaker held every request
 		s.c.pause(time.Second)
 		s.run(time.Second, 10*time.Millisecond, 8, nil)
-		assert.Equal(t, rateCut, s.answer(8, true, 10*time.Millisecond))
+		seen := s.run(30*time.Millisecond, 10*time.Millisecond, 8, func(int) bool { return true })
+		assert.Equal(t, 1, seen[rateCut])
 		assert.InDelta(t, 800, s.c.level, 20)
 	})
 	t.Run("refusals at the index's usual share do not cut, more than it do", func(t *testing.T) {

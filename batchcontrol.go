@@ -287,11 +287,17 @@ func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 		c.endTrial(s.now, false, t)
 		return batchTooLarge
 	}
+	c.adopt(s.conc)
+	return batchAdopted
+}
+
+// adopt makes the size tried the size adopted, with its latencies, at the
+// lane's concurrency conc.
+func (c *batchControl) adopt(conc int) {
 	c.size, c.base = c.trial.size, sizeStats{levelStats: c.trial.levelStats, size: c.trial.size}
-	c.sizedAt = s.conc
+	c.sizedAt = conc
 	c.trial = sizeStats{}
 	c.slowStart = false
-	return batchAdopted
 }
 
 // blames reports whether a timeout counts against the size adopted. A
@@ -306,14 +312,12 @@ func (c *batchControl) blames(s batchSample) bool {
 // record, and keeps the size it replaced as too large; it drops the trial
 // otherwise.
 func (c *batchControl) judgeSmaller(s batchSample, cheaper bool, t *tuning) batchReason {
-	tried := c.trial
-	c.trial = sizeStats{}
 	if !cheaper {
+		c.trial = sizeStats{}
 		return batchHeld
 	}
 	c.ceil, c.ceilUntil = c.size, s.now.Add(t.ceilingFor)
-	c.size, c.base = tried.size, sizeStats{levelStats: tried.levelStats, size: tried.size}
-	c.sizedAt = s.conc
+	c.adopt(s.conc)
 	return batchAdopted
 }
 

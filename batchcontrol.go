@@ -113,14 +113,17 @@ func (c *batchControl) sent(now time.Time, n int) {
 	c.trial.out++
 }
 
-// sendLimit returns the most records a batch formed earlier may carry now.
+// sendLimit returns the most records a batch formed earlier may carry now:
+// the size adopted, or the size tried, under maxSize. A batch formed at a
+// size since found too large is cut to the size adopted, not to just under
+// the ceiling: the sizes between are as unknown as the one that failed.
 func (c *batchControl) sendLimit(now time.Time, caps sizeCaps, t *tuning) int {
 	c.expire(now)
 	n := c.maxSize(caps, t)
 	if c.trial.size > n {
 		c.endTrial(now, true, t)
 	}
-	return n
+	return min(n, max(c.size, c.trial.size))
 }
 
 // maxSize is the largest batch worth forming: the kind's limit and what a

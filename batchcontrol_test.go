@@ -115,6 +115,18 @@ func TestBatchControl(t *testing.T) {
 		assert.Equal(t, 50, s.c.size)
 		assert.Equal(t, 100, s.c.ceil)
 	})
+	t.Run("a batch formed at a size since found too large goes out at the size adopted", func(t *testing.T) {
+		s := newBatchScript()
+		s.c.slowStart = false
+		s.run(2, perRequest(10*time.Millisecond, 0, 0, 1), func(int) Class { return ClassTimeout })
+		require.Equal(t, 100, s.c.ceil)
+		assert.Equal(t, 50, s.c.sendLimit(s.now, s.caps, &s.tn), "not 99: the sizes between are as unknown as 100")
+		size, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+		require.False(t, trial)
+		s.c.trial = sizeStats{size: 75, sent: 1}
+		assert.Equal(t, 75, s.c.sendLimit(s.now, s.caps, &s.tn), "a size being tried goes out as tried")
+		assert.Equal(t, 50, size)
+	})
 	t.Run("a queue's timeout blames the size only at or below the concurrency it was adopted at", func(t *testing.T) {
 		for _, tt := range []struct {
 			name           string

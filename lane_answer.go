@@ -135,10 +135,7 @@ func (ln *lane) answerConc(p permit, latency time.Duration, class Class) {
 		return // the caller's fixed concurrency
 	}
 	now := ln.clock.Now()
-	rateBound := false
-	for i := range ln.dims {
-		rateBound = rateBound || now.Sub(ln.dims[i].waited) < ln.tuning.boundFor
-	}
+	rateBound := ln.rateBinds(now)
 	full := !p.sizeProbe && 10*p.n >= 9*ln.seen.size
 	if class == 0 && full && p.seq > ln.conc.seq {
 		ln.seen.jitter.add(ln.conc.current().deviation(latency))
@@ -160,6 +157,22 @@ func (ln *lane) answerConc(p permit, latency time.Duration, class Class) {
 	if ln.conc.limit > before {
 		ln.signals.slots.fire()
 	}
+}
+
+// rateBinds reports whether a rate, rather than the slots, limits what the
+// lane sends: one held a request back within tuning.boundFor while the
+// lane sent at least tuning.bindingShare of it. Requests sent in waves (a
+// round trip's answers come together) wait for tokens under a rate they
+// do not reach on average; that rate limits nothing.
+func (ln *lane) rateBinds(now time.Time) bool {
+	window := ln.measureWindow(now)
+	for i := range ln.dims {
+		d := &ln.dims[i]
+		if now.Sub(d.waited) < ln.tuning.boundFor && d.ctl.sent.rateOver(now, window) >= ln.tuning.bindingShare*d.ctl.limit {
+			return true
+		}
+	}
+	return false
 }
 
 // answerBreaker feeds the outcome to the breaker and the retry budget.

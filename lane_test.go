@@ -127,6 +127,30 @@ func TestLaneNeverSpendsTokensFromBeforeACut(t *testing.T) {
 	ln.release(p, nil)
 }
 
+func TestLaneRateBindsOnlyWhenTheLaneSendsNearIt(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		perSec float64 // records sent per second over the last second
+		waited bool    // a request waited for its tokens just now
+		binds  bool
+	}{
+		{"a wave of requests waited, under a rate not reached on average", 200, true, false},
+		{"the lane sends at the rate and requests wait", 950, true, true},
+		{"the lane sends at the rate, nothing waited", 950, false, false},
+	} {
+		ln, clk := capLane(1000)
+		start := clk.Now()
+		for i := range 10 {
+			ln.dims[dimRecords].ctl.send(start.Add(time.Duration(i)*100*time.Millisecond), tt.perSec/10)
+		}
+		clk.Advance(time.Second)
+		if tt.waited {
+			ln.dims[dimRecords].waited = clk.Now()
+		}
+		assert.Equal(t, tt.binds, ln.rateBinds(clk.Now()), tt.name)
+	}
+}
+
 func TestLaneKeepsItsSlots(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()

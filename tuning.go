@@ -53,6 +53,11 @@ type tuning struct {
 	// it to keep growing, and to shape batches: a cap that binds nothing
 	// is no measure.
 	boundFor time.Duration
+	// bindingShare is how much of a rate the lane must send, over the
+	// window that measures it, for that rate to keep the concurrency from
+	// trying a higher level: requests sent in waves wait for tokens under
+	// a rate they do not reach on average.
+	bindingShare float64
 	// minRecords, minRequests and minBytes keep a cut rate above zero: a
 	// trickle still probes the index.
 	minRecords, minRequests, minBytes float64
@@ -143,6 +148,7 @@ var defaultTuning = tuning{
 	maxWindow:       2 * time.Second,
 	windowRequests:  16,
 	boundFor:        time.Second,
+	bindingShare:    0.8,
 	minRecords:      10,
 	minRequests:     1,
 	minBytes:        10_000,

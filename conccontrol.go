@@ -28,6 +28,7 @@ type concControl struct {
 	slowStart bool
 	down      bool       // the next trial is of a lower level
 	seq       uint64     // the last change applies to requests admitted after this one
+	from      uint64     // answers of requests admitted after this one measure the level
 	base      levelStats // answers at the level kept
 	trial     levelStats // answers at a level being tried; level 0 when none
 	hold      int        // epochs to wait before the next trial
@@ -126,7 +127,7 @@ func (c *concControl) answer(s concSample, t *tuning) concReason {
 	case s.class == ClassRateLimited:
 		c.slowStart = false // the rate now limits, not concurrency
 		return concHeld
-	case s.class != 0 || !s.full || s.seq <= c.seq:
+	case s.class != 0 || !s.full || s.seq <= c.seq || s.seq <= c.from:
 		return concHeld
 	}
 	st := c.current()
@@ -158,7 +159,7 @@ func (c *concControl) current() *levelStats {
 // least tuning.epochAnswers.
 func (c *concControl) epoch(spread float64, t *tuning) int {
 	if c.slowStart {
-		return max(4, c.limit)
+		return max(min(t.epochAnswers, c.limit), c.limit/2)
 	}
 	ratio := math.Abs(math.Log(float64(c.step(t)) / float64(c.base.level)))
 	if ratio == 0 {
@@ -202,9 +203,13 @@ func (c *concControl) next(issued uint64, mayTry bool, t *tuning) concReason {
 	return concTry
 }
 
+// try starts a trial of the next step. The requests a higher level lets
+// out at once queue behind those already in flight, so their latency is
+// the old level's: the level is measured from the ones after them.
 func (c *concControl) try(issued uint64, t *tuning) {
 	c.trial = levelStats{level: c.step(t)}
 	c.set(c.trial.level, issued)
+	c.from = issued + uint64(max(0, c.trial.level-c.base.level))
 }
 
 // judge ends an epoch at a level tried. A higher level is kept when it

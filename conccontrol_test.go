@@ -111,6 +111,39 @@ func TestConcControl(t *testing.T) {
 		assert.Zero(t, seen[concTimedOut])
 		assert.Equal(t, 16, s.c.limit)
 	})
+	t.Run("the requests a higher level lets out at once measure nothing of it", func(t *testing.T) {
+		s := newConcScript()
+		s.c.slowStart = false
+		s.c.set(8, s.issued)
+		s.c.try(s.issued, &s.tn)
+		assert.Equal(t, 12, s.c.limit)
+		s.answers(4, flat, nil) // the four let out at once, queued behind the eight before
+		assert.Zero(t, s.c.trial.n)
+		s.answers(1, flat, nil)
+		assert.Equal(t, 1, s.c.trial.n, "the fifth queued behind the level tried")
+	})
+	t.Run("a level that only queues is not kept when its first answers came at the old level's latency", func(t *testing.T) {
+		// FIFO slots: a request waits for those sent before it, so the
+		// requests a doubling lets out at once take the old level's time.
+		s := newConcScript()
+		s.c.set(16, s.issued)
+		before, old := s.issued, 16
+		latency := func(level int) time.Duration {
+			if s.issued <= before+uint64(level-old) {
+				return slots(16, 50*time.Millisecond)(old)
+			}
+			return slots(16, 50*time.Millisecond)(level)
+		}
+		s.c.try(s.issued, &s.tn)
+		s.c.base = levelStats{level: 16}
+		for range 16 {
+			s.c.base.add(50 * time.Millisecond)
+		}
+		before = s.issued
+		seen := s.answers(48, latency, nil)
+		assert.Equal(t, 1, seen[concRejected], "32 in flight on 16 slots only queue")
+		assert.Equal(t, 16, s.c.limit)
+	})
 	t.Run("epochs lengthen with the latency's spread", func(t *testing.T) {
 		s := newConcScript()
 		s.c.slowStart = false

@@ -191,17 +191,18 @@ func (c *rateControl) excess(t *tuning) bool {
 }
 
 // noise is the share of answers the index refuses whatever the rate: of
-// those it gave while the limit climbed back after a cut, weighed against
-// tuning.noiseAnswers answers of an index that refuses nothing (most do
-// not), so that a few refusals of a bucket refilling late do not pass for
-// a share; below three such refusals, one in that weight, so that a lone
-// refusal of an index that refused nothing yet is no episode (a bucket
-// that overflows refuses several requests in a row).
+// those it gave while the limit climbed back after a cut, counted over at
+// least tuning.noiseAnswers answers (most indexes refuse nothing, and a
+// few refusals of a bucket refilling late must not pass for a share;
+// past that many answers the share seen is the share, not pulled down by
+// the clean ones assumed); below three such refusals, one in that many,
+// so that a lone refusal of an index that refused nothing yet is no
+// episode (a bucket that overflows refuses several requests in a row).
 func (c *rateControl) noise(t *tuning) float64 {
 	if c.quiet.refused < 3 {
-		return 1 / (c.quiet.answers + t.noiseAnswers)
+		return 1 / max(c.quiet.answers, t.noiseAnswers)
 	}
-	return c.quiet.refused / (c.quiet.answers + t.noiseAnswers)
+	return c.quiet.refused / max(c.quiet.answers, t.noiseAnswers)
 }
 
 // poissonTail is the chance of k or more events when lambda are expected.

@@ -142,6 +142,23 @@ func TestRateControl(t *testing.T) {
 		assert.Equal(t, 3.0, s.c.quiet.refused)
 		assert.Positive(t, s.c.noise(&s.tn))
 	})
+	t.Run("the usual share weighs a clean index's answers only until as many were seen", func(t *testing.T) {
+		tn := defaultTuning
+		for _, tt := range []struct {
+			answers, refused, share float64
+		}{
+			{0, 0, 1 / tn.noiseAnswers},   // nothing seen: one in noiseAnswers
+			{64, 2, 1 / tn.noiseAnswers},  // a bucket refilling late refuses a couple
+			{100, 5, 5 / tn.noiseAnswers}, // few answers: the prior holds the share down
+			{1000, 40, 0.04},              // many: the share seen, not pulled down by the prior
+			{10_000, 0, 1 / 10_000.0},     // a clean index, long watched
+			{4 * tn.noiseAnswers, 3, 3 / (4 * tn.noiseAnswers)},
+		} {
+			c := rateControl{}
+			c.quiet.answers, c.quiet.refused = tt.answers, tt.refused
+			assert.InDelta(t, tt.share, c.noise(&tn), 1e-9, "%v refused of %v", tt.refused, tt.answers)
+		}
+	})
 	t.Run("with nothing accepted since the last cut the limit halves what was sent and searches", func(t *testing.T) {
 		s := capScript(t, 1000)
 		s.now = s.now.Add(2 * defaultTuning.drainFor)

@@ -29,10 +29,9 @@ type tuning struct {
 	// refills one in a quarter of a second at that margin; the measure
 	// it cuts from includes what the bucket had saved during the climb.
 	cutDepth float64
-	// noiseAnswers is the weight, in answers of an index that refuses
-	// nothing, against which the usual share of refusals is measured:
-	// most indexes refuse nothing, and a bucket refilling late refuses a
-	// few.
+	// noiseAnswers is the fewest answers the usual share of refusals is
+	// counted over (those not seen yet count as accepted): most indexes
+	// refuse nothing, and a bucket refilling late refuses a few.
 	noiseAnswers float64
 	// significance is how rarely refusals at the index's usual share may
 	// start an episode by chance.

@@ -18,17 +18,12 @@ import (
 // concurrency.
 const IdealMaxInFlight = 64
 
-// IdealTailQuantile is the quantile of a request's write latency, jitter
-// included, that must fit within the request timeout for the ideal client
-// of [Index.IdealTime] to use its batch size.
-const IdealTailQuantile = 0.99
-
 // IdealTime returns how long a client that knew ix in advance needs, at
 // best, to write records of the run's records into a fresh server made
 // with ix.Options(), from NewServer to the last record written, with
 // requests that time out after timeout. It is 0 for records <= 0, and
-// also when even a request of one record has a latency tail over
-// timeout (no client can write into such an index).
+// also when every request, even of one record, would time out (no client
+// can write into such an index).
 //
 // The ideal client sends batches of one size n at a time (the one of
 // [Index.Throughput] at the capacity factor in force, so n changes with
@@ -38,19 +33,23 @@ const IdealTailQuantile = 0.99
 // burst: the vectors, bytes (RequestBytes(n)/n a record) and requests
 // (1/n a record) per second of the namespace, at the capacity factor in
 // force, and the requests in flight, which refill at min(slots, 64) per
-// mean write latency of n and hold min(slots, 64). Records are admitted
-// as fast as the emptiest of them allows, as a fluid: at once while every
-// bucket holds tokens (so an index gives its bursts at once, as far as
-// the others let it), then at the least rate among the empty ones. Every
-// bucket starts full at NewServer, and keeps refilling during an outage,
-// when nothing is admitted. The ideal time is when the last record is
-// admitted plus the mean write latency of its batch.
+// mean write latency of n and hold min(slots, 64). A request whose
+// latency, jitter included, exceeds the timeout is written but sent again
+// (its client cannot know it landed), so each record landed costs
+// 1/(1 − q(n)) of every bucket's tokens, q(n) the share of such requests.
+// Records are admitted as fast as the emptiest bucket allows, as a fluid:
+// at once while every bucket holds tokens (so an index gives its bursts at
+// once, as far as the others let it), then at the least rate among the
+// empty ones. Every bucket starts full at NewServer, and keeps refilling
+// during an outage, when nothing is admitted. The ideal time is when the
+// last record is admitted plus the mean write latency of its batch.
 //
-// So the ideal assumes: the mean latency (jitter changes only which n fit
-// the timeout); no time to encode, send or answer a request (the machine
-// serves any rate); no random 429s (a refused request costs a round trip
-// and no token, which the ideal neglects); the run starting at NewServer;
-// whole batches (the last one may be partial and quicker). Efficiency,
+// So the ideal assumes: the mean latency (the jitter counts only through
+// the requests that time out); no time to encode, send or answer a
+// request (the machine serves any rate); no random 429s (a refused
+// request costs a round trip and no token, which the ideal neglects); the
+// run starting at NewServer; whole batches (the last one may be partial
+// and quicker); a timed-out request resent whole, not split. Efficiency,
 // ideal ÷ actual, can thus slightly exceed 1 only where a partial batch
 // or a lucky jitter helps.
 func (ix Index) IdealTime(records int, timeout time.Duration) time.Duration {
@@ -70,14 +69,14 @@ func (ix Index) IdealTime(records int, timeout time.Duration) time.Duration {
 // after timeout, in records per second, and the batch size n that
 // reaches it: the largest n of those that maximise
 //
-//	C(n) = min(factor × vector rate, factor × byte rate × n / RequestBytes(n),
+//	C(n) = (1 − q(n)) × min(factor × vector rate, factor × byte rate × n / RequestBytes(n),
 //	           factor × request rate × n, min(slots, IdealMaxInFlight) × n / latency(n))
 //
-// over the n of at most MaxBatch() records whose latency tail (the
-// IdealTailQuantile of the mean write latency times the jitter) fits
-// within timeout; latency(n) is the mean write latency of a request of n
-// records, and an absent limit does not count. It returns 0, 0 when no n
-// fits, and +Inf when nothing limits the index.
+// over the n of at most MaxBatch() records; latency(n) is the mean write
+// latency of a request of n records, q(n) the share of those requests
+// whose latency, jitter included, exceeds timeout (they are written, and
+// sent again), and an absent limit does not count. It returns 0, 0 when
+// every request would time out, and +Inf when nothing limits the index.
 func (ix Index) Throughput(factor float64, timeout time.Duration) (perSecond float64, batch int) {
 	p := ix.model(timeout).planAt(factor)
 	return p.perSecond, p.batch
@@ -146,9 +145,8 @@ type idealModel struct {
 	ix       Index
 	cfg      config
 	timeout  time.Duration
-	tail     float64 // IdealTailQuantile of the jitter factor
-	empty    int     // RequestBytes(0)
-	perBytes int     // RecordBytes()
+	empty    int // RequestBytes(0)
+	perBytes int // RecordBytes()
 	maxBatch int
 	plans    map[float64]batchPlan
 }
@@ -158,6 +156,7 @@ type batchPlan struct {
 	batch     int     // 0: no batch fits the timeout
 	perSecond float64 // C(batch), records per second
 	latency   float64 // mean write latency of a batch, in seconds
+	lost      float64 // share of its requests that time out: written, but sent again
 }
 
 func (ix Index) model(timeout time.Duration) *idealModel {
@@ -167,7 +166,6 @@ func (ix Index) model(timeout time.Duration) *idealModel {
 	}
 	return &idealModel{
 		ix: ix, cfg: cfg, timeout: timeout,
-		tail:     JitterQuantile(cfg.jitter.sigma, IdealTailQuantile),
 		empty:    ix.RequestBytes(0),
 		perBytes: ix.RecordBytes(),
 		maxBatch: ix.MaxBatch(),
@@ -188,8 +186,33 @@ func (m *idealModel) inFlight() float64 {
 	return IdealMaxInFlight
 }
 
+// timedOut is the share of requests of n records whose write latency,
+// jitter included, exceeds the timeout.
+func (m *idealModel) timedOut(n int) float64 {
+	lat, limit, s := m.latency(n), m.timeout.Seconds(), m.cfg.jitter.sigma
+	switch {
+	case lat <= 0:
+		return 0
+	case s <= 0 && lat > limit:
+		return 1
+	case s <= 0:
+		return 0
+	}
+	// The factor is exp(σZ − σ²/2): P(lat × factor > limit).
+	return 1 - normalCDF((math.Log(limit/lat)+s*s/2)/s)
+}
+
+// normalCDF is Φ, the standard normal distribution function.
+func normalCDF(x float64) float64 { return 0.5 * math.Erfc(-x/math.Sqrt2) }
+
 // capacity is C(n) at factor f, in records per second.
 func (m *idealModel) capacity(n int, f float64) float64 {
+	return (1 - m.timedOut(n)) * m.admitted(n, f)
+}
+
+// admitted is the rate at which the index takes in records in batches of
+// n at factor f, timed out or not.
+func (m *idealModel) admitted(n int, f float64) float64 {
 	c := math.Inf(1)
 	if r := m.cfg.vectorRate.rate; r > 0 {
 		c = min(c, f*r)
@@ -216,19 +239,18 @@ func (m *idealModel) plan(f float64) batchPlan {
 	return p
 }
 
-// planAt finds the largest of the batches that maximise C at factor f
-// among those whose latency tail fits the timeout.
+// planAt finds the largest of the batches that maximise C at factor f.
 func (m *idealModel) planAt(f float64) batchPlan {
 	best := 0.0
-	fits := func(n int) bool { return m.latency(n)*m.tail <= m.timeout.Seconds() }
 	for n := 1; n <= m.maxBatch; n++ {
-		if fits(n) {
-			best = max(best, m.capacity(n, f))
-		}
+		best = max(best, m.capacity(n, f))
+	}
+	if best <= 0 {
+		return batchPlan{}
 	}
 	for n := m.maxBatch; n >= 1; n-- {
-		if fits(n) && m.capacity(n, f) >= best*(1-1e-9) {
-			return batchPlan{batch: n, perSecond: m.capacity(n, f), latency: m.latency(n)}
+		if c := m.capacity(n, f); c >= best*(1-1e-9) {
+			return batchPlan{batch: n, perSecond: c, latency: m.latency(n), lost: m.timedOut(n)}
 		}
 	}
 	return batchPlan{}

@@ -54,9 +54,12 @@ func (m *idealModel) newFlow() *flowModel {
 // capacity factor f.
 func (m *idealModel) setPhase(fm *flowModel, p batchPlan, f float64) {
 	n := float64(p.batch)
+	// A request that times out was admitted and written, and is sent
+	// again: every record landed costs 1/(1 − lost) of its tokens.
+	waste := 1 / (1 - p.lost)
 	set := func(b *flowBucket, rate, cost float64) {
 		if b != nil {
-			b.rate, b.cost = rate, cost
+			b.rate, b.cost = rate, cost*waste
 		}
 	}
 	set(fm.vectors, f*m.cfg.vectorRate.rate, 1)

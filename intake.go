@@ -133,9 +133,38 @@ func (in *intake) check(it *item, rt *route) error {
 func (in *intake) admitAll(records []*pinecone.Vector) {
 	r := in.r
 	r.stats.records.Store(int64(len(records)))
+	routeOf, flags := in.firstPass(records)
+	var held map[string]item // the latest valid occurrence of an id that comes again
+	var it item              // reused: in.check takes its address
+	for i, v := range records {
+		if i%64 == 0 && r.runCtx.Err() != nil {
+			// Nothing more is looked at: the rest fails as it is.
+			in.failUntaken(records, i, held)
+			return
+		}
+		it = item{seq: i, vec: v}
+		rt := routeOf(i)
+		err := in.check(&it, rt)
+		if err != nil {
+			in.reject(&it, err)
+		}
+		if flags[i] == 0 {
+			if err == nil {
+				in.sendTaken(rt, it)
+			}
+			continue
+		}
+		held = in.takeRepeated(held, rt, it, flags[i], err)
+	}
+}
+
+// firstPass finds the route of each record and flags the ids that occur
+// more than once in a namespace (repeats).
+func (in *intake) firstPass(records []*pinecone.Vector) (routeOf func(int) *route, flags []uint8) {
+	r := in.r
 	var one *route    // the route of every record, without WithNamespaceOf
 	var many []*route // the route of each record, with it
-	routeOf := func(i int) *route {
+	routeOf = func(i int) *route {
 		if many != nil {
 			return many[i]
 		}
@@ -158,59 +187,46 @@ func (in *intake) admitAll(records []*pinecone.Vector) {
 			hashes[i] ^= maphash.String(in.seed, v.Id)
 		}
 	}
-	flags := repeats(hashes, func(i, j int) bool {
+	flags = repeats(hashes, func(i, j int) bool {
 		return records[i] != nil && records[j] != nil && records[i].Id == records[j].Id && routeOf(i) == routeOf(j)
 	})
+	return routeOf, flags
+}
 
-	var held map[string]item // the latest valid occurrence of an id that comes again
-	send := func(rt *route, it item) {
-		// With the run's context, makeRoom fails nothing; once the run
-		// stops, the batches that the record joins fail.
-		_ = in.makeRoom(r.runCtx, it.size)
-		in.enqueue(r.runCtx, rt, it)
+// takeRepeated takes in an occurrence of an id that occurs more than once
+// in its namespace (flag from repeats; err its check's verdict): the last
+// occurrence is sent, or, when it is invalid, the latest valid one before
+// it; an earlier valid one is held until then. It returns held, made when
+// needed.
+func (in *intake) takeRepeated(held map[string]item, rt *route, it item, flag uint8, err error) map[string]item {
+	key := rt.namespace + "\x00" + it.vec.Id
+	prev, hasPrev := held[key]
+	if err == nil && hasPrev {
+		in.r.stats.duplicates.Add(1)
 	}
-	var it item // reused: in.check takes its address
-	for i, v := range records {
-		if i%64 == 0 && r.runCtx.Err() != nil {
-			// Nothing more is looked at: the rest fails as it is.
-			in.failUntaken(records, i, held)
-			return
+	switch {
+	case flag&repeatedLater != 0 && err == nil:
+		if held == nil {
+			held = make(map[string]item)
 		}
-		it = item{seq: i, vec: v}
-		rt := routeOf(i)
-		err := in.check(&it, rt)
-		if err != nil {
-			in.reject(&it, err)
-		}
-		if flags[i] == 0 {
-			if err == nil {
-				send(rt, it)
-			}
-			continue
-		}
-		// An id that occurs more than once.
-		key := rt.namespace + "\x00" + v.Id
-		prev, hasPrev := held[key]
-		if err == nil && hasPrev {
-			r.stats.duplicates.Add(1)
-		}
-		switch {
-		case flags[i]&repeatedLater != 0 && err == nil:
-			if held == nil {
-				held = make(map[string]item)
-			}
-			held[key] = it
-		case flags[i]&repeatedLater == 0:
-			// The last occurrence: it is sent, or, when it is invalid,
-			// the latest valid one before it.
-			delete(held, key)
-			if err == nil {
-				send(rt, it)
-			} else if hasPrev {
-				send(rt, prev)
-			}
+		held[key] = it
+	case flag&repeatedLater == 0:
+		delete(held, key)
+		if err == nil {
+			in.sendTaken(rt, it)
+		} else if hasPrev {
+			in.sendTaken(rt, prev)
 		}
 	}
+	return held
+}
+
+// sendTaken batches a record All took in. With the run's context,
+// makeRoom fails nothing; once the run stops, the batches that the record
+// joins fail.
+func (in *intake) sendTaken(rt *route, it item) {
+	_ = in.makeRoom(in.r.runCtx, it.size)
+	in.enqueue(in.r.runCtx, rt, it)
 }
 
 // failUntaken fails, after the run stopped, the records of All from

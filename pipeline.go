@@ -20,7 +20,9 @@ import (
 // number of batches in flight, since add blocks while every worker is busy.
 //
 // add and flush are called from one goroutine, the producer; everything
-// else may run on the workers.
+// else may run on the workers. It has more than twenty fields because it
+// is the one state a call's producer and workers share; each field is
+// used by one concern (contexts, routes, workers, progress, settling).
 type run struct {
 	cfg   *config
 	kind  *kind
@@ -346,14 +348,9 @@ func (r *run) process(worker int, rt *route, b batch) {
 			r.failPart(p, r.stopError())
 			continue
 		}
-		if r.cfg.batchSize == 0 {
-			if limit := rt.lane.sendLimit(); len(p.items) > limit {
-				pieces := recut(p.items, limit)
-				for i := len(pieces) - 1; i >= 0; i-- {
-					stack = append(stack, p.child(pieces[i]))
-				}
-				continue
-			}
+		if pieces := r.recutToLane(rt, p); pieces != nil {
+			stack = append(stack, pieces...)
+			continue
 		}
 		e := r.attempt(worker, rt, p)
 		if e == errRecut {
@@ -367,52 +364,93 @@ func (r *run) process(worker int, rt *route, b batch) {
 			r.settle(p.items, outcome{landed: true, final: true, ambiguous: p.ambiguous})
 			continue
 		}
-		c := e.Class
-		switch {
-		case c == ClassDenied, c == ClassQuotaExceeded:
-			r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, e)
-			r.failPart(p, e)
-			r.halt(e)
-		case c == ClassCanceled:
-			r.failPart(p, e)
-		case isPanic(e):
-			r.log(slog.LevelError, "send function panicked; batch failed", worker, rt, p, e)
-			r.failPart(p, e) // a retry would panic again
-		case e == errNeverAnswered || e == errOutageTooLong:
-			r.log(slog.LevelError, "index down; batch not sent", worker, rt, p, e)
-			r.failPart(p, rt.withLastFailure(e))
-		case len(p.items) > 1 && (c == ClassTimeout || c == ClassTooLarge || c == ClassInvalid):
-			r.stats.splits.Add(1)
-			r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)
-			r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
-			a, b := split(p.items)
-			stack = append(stack, p.child(b), p.child(a))
-		case p.retries[c] < r.cfg.retry.maxRetries[c] || p.outage && r.cfg.retry.maxRetries[c] > 0:
-			wait := r.backoff(c, p.retries[c], e.RetryAfter)
-			if !p.outage {
-				p.retries[c]++
-			}
+		next, retried := r.afterFailure(worker, rt, p, e)
+		if retried {
 			retries++
-			r.stats.retry(c)
-			r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
-			r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
-			r.rest(+1)
-			err := r.cfg.clock.Sleep(r.runCtx, wait)
-			if err == nil {
-				err = rt.lane.awaitRetry(r.runCtx)
-			}
-			r.rest(-1)
-			if err != nil {
-				r.failPart(p, r.stopError())
-				continue
-			}
-			stack = append(stack, p)
-		default:
-			r.log(slog.LevelError, "giving up on batch", worker, rt, p, e)
-			r.failPart(p, e)
 		}
+		stack = append(stack, next...)
 	}
 	r.stats.batchDone(retries)
+}
+
+// recutToLane cuts p to the most records the lane lets a request carry
+// now, returning the pieces in the order they go on the stack (last piece
+// first), or nil when p fits or the caller pinned the batch size.
+func (r *run) recutToLane(rt *route, p *part) []*part {
+	if r.cfg.batchSize != 0 {
+		return nil
+	}
+	limit := rt.lane.sendLimit()
+	if len(p.items) <= limit {
+		return nil
+	}
+	pieces := recut(p.items, limit)
+	parts := make([]*part, 0, len(pieces))
+	for i := len(pieces) - 1; i >= 0; i-- {
+		parts = append(parts, p.child(pieces[i]))
+	}
+	return parts
+}
+
+// afterFailure decides what becomes of p after its request failed with
+// e: it fails p, or returns the parts to send next (its halves, or p
+// itself after its backoff) and whether a retry was spent.
+func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*part, retried bool) {
+	c := e.Class
+	switch {
+	case c == ClassDenied, c == ClassQuotaExceeded:
+		r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, e)
+		r.failPart(p, e)
+		r.halt(e)
+	case c == ClassCanceled:
+		r.failPart(p, e)
+	case isPanic(e):
+		r.log(slog.LevelError, "send function panicked; batch failed", worker, rt, p, e)
+		r.failPart(p, e) // a retry would panic again
+	case e == errNeverAnswered || e == errOutageTooLong:
+		r.log(slog.LevelError, "index down; batch not sent", worker, rt, p, e)
+		r.failPart(p, rt.withLastFailure(e))
+	case len(p.items) > 1 && (c == ClassTimeout || c == ClassTooLarge || c == ClassInvalid):
+		r.stats.splits.Add(1)
+		r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)
+		r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
+		a, b := split(p.items)
+		return []*part{p.child(b), p.child(a)}, false
+	case p.retries[c] < r.cfg.retry.maxRetries[c] || p.outage && r.cfg.retry.maxRetries[c] > 0:
+		if r.retryAfterBackoff(worker, rt, p, e) {
+			return []*part{p}, true
+		}
+		return nil, true
+	default:
+		r.log(slog.LevelError, "giving up on batch", worker, rt, p, e)
+		r.failPart(p, e)
+	}
+	return nil, false
+}
+
+// retryAfterBackoff spends a retry of p's class (none in a young outage),
+// waits out its backoff and the lane's retry budget, and reports whether
+// p is to be sent again; when the run stops meanwhile, p fails.
+func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
+	c := e.Class
+	wait := r.backoff(c, p.retries[c], e.RetryAfter)
+	if !p.outage {
+		p.retries[c]++
+	}
+	r.stats.retry(c)
+	r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
+	r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
+	r.rest(+1)
+	err := r.cfg.clock.Sleep(r.runCtx, wait)
+	if err == nil {
+		err = rt.lane.awaitRetry(r.runCtx)
+	}
+	r.rest(-1)
+	if err != nil {
+		r.failPart(p, r.stopError())
+		return false
+	}
+	return true
 }
 
 // isPanic reports whether e is a recovered panic (see [PanicError]).
@@ -430,39 +468,11 @@ var errRecut = &Error{Class: ClassRateLimited, Err: errStaleBatch}
 // then a slot), then sends with the per-request timeout. It returns nil when
 // the index confirmed every record.
 func (r *run) attempt(worker int, rt *route, p *part) *Error {
+	perm, pass, bytes, e := r.admit(rt, p)
+	if e != nil {
+		return e
+	}
 	n := len(p.items)
-	acquire := rt.lane.acquireOrRecut
-	if r.cfg.batchSize > 0 {
-		acquire = rt.lane.acquire // a pinned size is never cut
-	}
-	bytes := rt.overhead
-	for _, it := range p.items {
-		bytes += it.size
-	}
-	// The per-minute limits first: a wait of up to a minute must not hold
-	// a slot of the lane.
-	pass, err := r.paceMinute(p.items)
-	if err != nil {
-		return r.describe(err)
-	}
-	perm, err := acquire(r.runCtx, request{n: n, bytes: bytes, slots: r.slots, sizeProbe: p.sizeProbe, timeout: r.cfg.requestTimeout})
-	p.sizeProbe = false
-	if err != nil {
-		r.minute.withdraw(pass)
-	}
-	if errors.Is(err, errStaleBatch) && r.runCtx.Err() == nil {
-		return errRecut
-	}
-	if err != nil {
-		return r.describe(err)
-	}
-	if r.runCtx.Err() != nil {
-		// Admitted as the run stopped (a slot freed by the answer that
-		// stopped it): not sent.
-		r.minute.withdraw(pass)
-		rt.lane.release(perm, &Error{Class: ClassCanceled})
-		return r.stopError()
-	}
 	p.attempts++
 	ev := RequestEvent{
 		Context: r.runCtx, Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,
@@ -473,8 +483,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	}
 	r.minute.sending(pass)
 	ctx, cancel := context.WithTimeout(ev.Context, r.cfg.requestTimeout)
-	var e *Error
-	err = recovered(func() error { return r.kind.send(ctx, r.cfg, rt.namespace, p.items) })
+	err := recovered(func() error { return r.kind.send(ctx, r.cfg, rt.namespace, p.items) })
 	cancel()
 	latency := r.cfg.clock.Now().Sub(perm.start)
 	if err != nil {
@@ -497,6 +506,44 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	ev.Latency, ev.Err = latency, e
 	r.cfg.observers.requestDone(ev)
 	return e
+}
+
+// admit waits for p's pass of the per-minute limits, then for the lane to
+// admit it, and returns the permit, the pass and the request's bytes; or
+// the error that stops the attempt unsent (errRecut when the lane wants it
+// cut first), with anything taken given back.
+func (r *run) admit(rt *route, p *part) (permit, *minutePass, int, *Error) {
+	acquire := rt.lane.acquireOrRecut
+	if r.cfg.batchSize > 0 {
+		acquire = rt.lane.acquire // a pinned size is never cut
+	}
+	bytes := rt.overhead
+	for _, it := range p.items {
+		bytes += it.size
+	}
+	// The per-minute limits first: a wait of up to a minute must not hold
+	// a slot of the lane.
+	pass, err := r.paceMinute(p.items)
+	if err != nil {
+		return permit{}, nil, 0, r.describe(err)
+	}
+	perm, err := acquire(r.runCtx, request{n: len(p.items), bytes: bytes, slots: r.slots, sizeProbe: p.sizeProbe, timeout: r.cfg.requestTimeout})
+	p.sizeProbe = false
+	if err != nil {
+		r.minute.withdraw(pass)
+		if errors.Is(err, errStaleBatch) && r.runCtx.Err() == nil {
+			return permit{}, nil, 0, errRecut
+		}
+		return permit{}, nil, 0, r.describe(err)
+	}
+	if r.runCtx.Err() != nil {
+		// Admitted as the run stopped (a slot freed by the answer that
+		// stopped it): not sent.
+		r.minute.withdraw(pass)
+		rt.lane.release(perm, &Error{Class: ClassCanceled})
+		return permit{}, nil, 0, r.stopError()
+	}
+	return perm, pass, bytes, nil
 }
 
 // paceMinute waits until integrated records fit under the per-minute

@@ -49,6 +49,8 @@ type UpsertFunc func(ctx context.Context, namespace string, batch []*pinecone.Ve
 // Option configures [All].
 type Option func(*config)
 
+// config is what the options set: one field per option (more than twenty,
+// as there are options), read-only once the run is set up.
 type config struct {
 	index          *pinecone.IndexConnection
 	describe       func(ctx context.Context) (indexInfo, error) // nil: the index cannot be asked

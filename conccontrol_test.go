@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // concScript drives a concurrency controller against an index whose
@@ -47,6 +48,17 @@ func slots(k int, service time.Duration) func(int) time.Duration {
 	return func(level int) time.Duration {
 		return time.Duration(float64(service) * math.Max(1, float64(level)/float64(k)))
 	}
+}
+
+// trialFrom returns a script out of slow start, at level, trying the next
+// step up, which must be want.
+func trialFrom(t *testing.T, level, want int) *concScript {
+	s := newConcScript()
+	s.c.slowStart = false
+	s.c.set(level, s.issued)
+	s.c.try(s.issued, &s.tn)
+	require.Equal(t, want, s.c.limit)
+	return s
 }
 
 func TestConcControl(t *testing.T) {
@@ -91,11 +103,7 @@ func TestConcControl(t *testing.T) {
 		assert.False(t, s.c.slowStart)
 	})
 	t.Run("a timeout of a loaded index while a higher level is tried rejects that level", func(t *testing.T) {
-		s := newConcScript()
-		s.c.slowStart = false
-		s.c.set(9, s.issued)
-		s.c.try(s.issued, &s.tn)
-		assert.Equal(t, 13, s.c.limit)
+		s := trialFrom(t, 9, 13)
 		holdFor := s.c.holdFor
 		seen := s.answers(1, flat, func(cs *concSample) { cs.class, cs.loaded = ClassTimeout, true })
 		assert.Equal(t, 1, seen[concTimedOut])
@@ -112,11 +120,7 @@ func TestConcControl(t *testing.T) {
 		assert.Equal(t, 16, s.c.limit)
 	})
 	t.Run("the requests a higher level lets out at once measure nothing of it", func(t *testing.T) {
-		s := newConcScript()
-		s.c.slowStart = false
-		s.c.set(8, s.issued)
-		s.c.try(s.issued, &s.tn)
-		assert.Equal(t, 12, s.c.limit)
+		s := trialFrom(t, 8, 12)
 		s.answers(4, flat, nil) // the four let out at once, queued behind the eight before
 		assert.Zero(t, s.c.trial.n)
 		s.answers(1, flat, nil)

@@ -109,6 +109,11 @@ func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer
 		defer rsrv.Close()
 		strategy = "separate+redis"
 	}
+	for name := range strings.SplitSeq(cfg.scenarios, ",") {
+		if name != "" && !slices.ContainsFunc(scenarios(), func(sc scenario) bool { return sc.name == name }) {
+			return fmt.Errorf("-scenarios: no scenario %q", name)
+		}
+	}
 	p := procsProfile()
 	fmt.Fprintf(w, "# upsertbench -procs\n\n%s, %s, scale %g, deadline %v per run.\n\n", time.Now().Format(time.RFC3339), runtime.Version(), cfg.scale, cfg.deadline)
 	if rev := buildRevision(); rev != "" {
@@ -127,7 +132,7 @@ func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer
 	fmt.Fprintf(w, "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, n := range cfg.procs {
 		for _, sc := range scenarios() {
-			if sc.killRedis && rsrv == nil {
+			if (sc.killRedis && rsrv == nil) || !picked(cfg.scenarios, sc.name) {
 				continue
 			}
 			r, err := runProcs(ctx, p, sc, n, cfg, rsrv, progress)
@@ -139,6 +144,12 @@ func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer
 		}
 	}
 	return nil
+}
+
+// picked reports whether list (comma-separated, "" for all) names the
+// scenario name.
+func picked(list, name string) bool {
+	return list == "" || slices.Contains(strings.Split(list, ","), name)
 }
 
 func writeProcRow(w io.Writer, r procResult) {

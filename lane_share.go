@@ -228,7 +228,33 @@ func (ln *lane) shareCut(p permit, e *Error, dim int) {
 		sh.cutAlone, sh.cutDim = true, dim
 		return
 	}
-	rate, level, recovery := ln.dims[dim].ctl.anchors(sh.frac)
+	ln.queueCut(ln.proposal(p, e, dim, &ln.dims[dim].ctl))
+}
+
+// shareRefusal counts p's 429 (e, refusing rate dim; s its sample), which
+// this writer's own answers do not call an episode, towards the lane's:
+// a writer sees its part of the lane's answers, so its own count of
+// refusals reaches the episode's only after up to that many times more
+// of the lane's. The proposal is the cut the writer would make now, made
+// when the refusal completes the lane's count. ln.mu is held.
+func (ln *lane) shareRefusal(p permit, e *Error, dim int, s rateSample) {
+	sh := &ln.share
+	if sh.m == nil || !sh.shared || p.epoch != sh.epoch || sh.frac >= 1 {
+		return // alone, or a request sent before the lane's last cut
+	}
+	d := &ln.dims[dim]
+	trial := d.ctl // a copy: the cut is made only if the lane's count is complete
+	trial.cut(s, ln.tuning, d.floor)
+	c := ln.proposal(p, e, dim, &trial)
+	c.Refusals, c.Window = d.ctl.episodeRefusals(ln.tuning), ln.laneAnswersSpan(s.now)
+	ln.queueCut(c)
+}
+
+// proposal is the cut c (rate dim's controller, just cut for p's 429 e)
+// in the lane's terms; ln.mu is held.
+func (ln *lane) proposal(p permit, e *Error, dim int, c *rateControl) share.Cut {
+	sh := &ln.share
+	rate, level, recovery := c.anchors(sh.frac)
 	if lane := ln.laneAccepted(sh.m.View(), dim); lane > level && recovery > 0 {
 		// The writer sent less than its part (another rate, or its
 		// backoffs, held it back): what every writer got accepted is
@@ -236,10 +262,21 @@ func (ln *lane) shareCut(p permit, e *Error, dim int) {
 		// the lane down.
 		rate, level = rate*lane/level, lane
 	}
-	ln.queueCut(share.Cut{
+	return share.Cut{
 		Seen: p.epoch, Sent: p.start, MinGap: time.Duration(ln.seen.roundTrip),
 		Unit: share.Unit(dim), Rate: rate, Level: level, Recovery: recovery, RetryAfter: e.RetryAfter,
-	})
+	}
+}
+
+// laneAnswersSpan is how long the lane's writers take to give as many
+// answers as a rate controller's test counts (answerSpan), by this
+// writer's request rate over its fraction; ln.mu is held.
+func (ln *lane) laneAnswersSpan(now time.Time) time.Duration {
+	r := ln.dims[dimRequests].ctl.sent.rateOver(now, meterSpan) / ln.share.frac
+	if !(r > 0) {
+		return meterSpan
+	}
+	return time.Duration(answerSpan / r * float64(time.Second))
 }
 
 // laneAccepted is what the index accepted from all the lane's writers per
@@ -275,8 +312,12 @@ func (ln *lane) queueCut(c share.Cut) {
 		sh := &ln.share
 		switch {
 		case sh.m != m:
+		case err != nil && c.Refusals > 1:
+			// Not cut by this writer: nothing to propose at the rejoin.
 		case err != nil:
 			sh.cutAlone, sh.cutDim = true, int(c.Unit)
+		case c.Refusals > 1 && v.Epoch <= sh.epoch:
+			// Counted, no episode yet: the writer's curve goes on.
 		case v.Epoch > 0:
 			// Applied (this writer's proposal, which the lane's
 			// measure may have raised) or not (the episode's cut

@@ -68,14 +68,17 @@ func (m *member) Cut(ctx context.Context, c share.Cut) (share.View, bool, error)
 	}
 	reply, err := m.exchange(ctx, cutScript, m.keys[:1],
 		c.Seen, ago.Milliseconds(), c.MinGap.Milliseconds(), formatFloat(c.Rate), formatFloat(c.Level),
-		c.Recovery.Milliseconds(), max(0, c.RetryAfter).Milliseconds(), int(c.Unit))
+		c.Recovery.Milliseconds(), max(0, c.RetryAfter).Milliseconds(), int(c.Unit), max(1, c.Refusals), c.Window.Milliseconds())
 	if err != nil {
 		return m.View(), false, err
 	}
 	applied := reply.extra[0] == "1"
-	if applied {
+	switch {
+	case applied:
 		m.store.stats.cuts.Add(1)
-	} else {
+	case reply.extra[0] == "2":
+		m.store.stats.counted.Add(1)
+	default:
 		m.store.stats.sameEpisode.Add(1)
 	}
 	return m.View(), applied, nil

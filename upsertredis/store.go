@@ -159,16 +159,17 @@ type Stats struct {
 	Resets int64
 	// Cuts counts the writers' proposals for a 429 episode that were
 	// applied, SameEpisode those dropped as belonging to an episode
-	// already cut.
-	Cuts, SameEpisode int64
+	// already cut, Counted the refusals counted towards an episode (see
+	// share.Cut.Refusals) that did not complete it.
+	Cuts, SameEpisode, Counted int64
 	// MostWriters is the most writers that a member of the store counted
 	// in its lane (itself included) at an exchange.
 	MostWriters int64
 }
 
 type counters struct {
-	exchanges, failures, fallbacks, rejoins, resets, cuts, sameEpisode atomic.Int64
-	mostWriters                                                        atomic.Int64
+	exchanges, failures, fallbacks, rejoins, resets, cuts, sameEpisode, counted atomic.Int64
+	mostWriters                                                                 atomic.Int64
 }
 
 // sawWriters raises mostWriters to n.
@@ -187,7 +188,7 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		Exchanges: c.exchanges.Load(), Failures: c.failures.Load(),
 		Fallbacks: c.fallbacks.Load(), Rejoins: c.rejoins.Load(), Resets: c.resets.Load(),
-		Cuts: c.cuts.Load(), SameEpisode: c.sameEpisode.Load(), MostWriters: c.mostWriters.Load(),
+		Cuts: c.cuts.Load(), SameEpisode: c.sameEpisode.Load(), Counted: c.counted.Load(), MostWriters: c.mostWriters.Load(),
 	}
 }
 

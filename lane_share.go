@@ -207,6 +207,14 @@ func (ln *lane) reportShare(p permit, now time.Time, class Class) {
 	if class == 0 {
 		m.Accepted(p.n)
 	}
+	if f := ln.share.frac; f > 0 && f < 1 {
+		ln.holdSearches(now)
+		// Batches are sized by the lane's rates (sizeCaps): a burst
+		// below one makes every request wait, and the rate look binding.
+		size := ln.seen.size
+		ln.dims[dimRecords].least, ln.dims[dimRequests].least = size, 1
+		ln.dims[dimBytes].least = int(float64(size) * ln.seen.recordBytes)
+	}
 	for i := range ln.dims {
 		if now.Sub(ln.dims[i].waited) < ln.tuning.boundFor {
 			m.Demand(math.Inf(1))
@@ -214,6 +222,20 @@ func (ln *lane) reportShare(p permit, now time.Time, class Class) {
 		}
 	}
 	m.Demand(ln.tuning.shareHeadroom * ln.dims[dimRecords].ctl.sent.rateOver(now, meterSpan))
+}
+
+// holdSearches keeps each searching rate of a shared lane within twice
+// what the writer sends: its tokens bind for a second after its bucket
+// starts empty however little it sends, and a search doubles while they
+// do, far past what the lane sent. ln.mu is held.
+func (ln *lane) holdSearches(now time.Time) {
+	w := ln.measureWindow(now)
+	for i := range ln.dims {
+		d := &ln.dims[i]
+		if d.ctl.hold(max(d.floor, 2*d.ctl.sent.rateOver(now, w))) {
+			d.apply(now, ln.tuning)
+		}
+	}
 }
 
 // shareCut proposes the cut of rate dim that the lane just made for p's
@@ -254,18 +276,52 @@ func (ln *lane) shareRefusal(p permit, e *Error, dim int, s rateSample) {
 // in the lane's terms; ln.mu is held.
 func (ln *lane) proposal(p permit, e *Error, dim int, c *rateControl) share.Cut {
 	sh := &ln.share
-	rate, level, recovery := c.anchors(sh.frac)
-	if lane := ln.laneAccepted(sh.m.View(), dim); lane > level && recovery > 0 {
+	v := sh.m.View()
+	rate, level, recovery := c.anchors(ln.measuredShare(v))
+	lane := ln.laneAccepted(v, dim)
+	if lane > 0 && recovery == 0 && c.episodes > 1 {
+		// A halving (too few of its own answers since the cut to
+		// measure by): the lane's answers measure the index.
+		t := ln.tuning
+		climb := rateControl{depth: t.cutDepth}
+		return ln.cutOf(p, e, dim, lane*(1-t.cutDepth), lane, climb.climb(t))
+	}
+	if lane > level && recovery > 0 {
 		// The writer sent less than its part (another rate, or its
 		// backoffs, held it back): what every writer got accepted is
 		// the better measure of the index, and its own would ratchet
 		// the lane down.
 		rate, level = rate*lane/level, lane
 	}
+	return ln.cutOf(p, e, dim, rate, level, recovery)
+}
+
+// cutOf is the proposal of these anchors for p's 429 e; ln.mu is held.
+func (ln *lane) cutOf(p permit, e *Error, dim int, rate, level float64, recovery time.Duration) share.Cut {
 	return share.Cut{
 		Seen: p.epoch, Sent: p.start, MinGap: time.Duration(ln.seen.roundTrip),
 		Unit: share.Unit(dim), Rate: rate, Level: level, Recovery: recovery, RetryAfter: e.RetryAfter,
 	}
+}
+
+// measuredShare is this writer's part of what the index accepted from
+// the lane since the last cut (when its meter spans that time), else its
+// fraction: its own measures are that part of the lane's, and writers
+// ramping up at different paces send far from their fractions. ln.mu is
+// held.
+func (ln *lane) measuredShare(v share.View) float64 {
+	frac := ln.share.frac
+	lane := ln.laneAccepted(v, dimRecords)
+	now := ln.clock.Now()
+	span := now.Sub(v.AcceptedSince)
+	if !(lane > 0) || span > meterSpan {
+		return frac
+	}
+	own := ln.dims[dimRecords].ctl.taken.rateOver(now, span)
+	if !(own > 0) {
+		return frac
+	}
+	return min(1, max(ln.tuning.minShare, own/lane))
 }
 
 // laneAnswersSpan is how long the lane's writers take to give as many
@@ -282,7 +338,7 @@ func (ln *lane) laneAnswersSpan(now time.Time) time.Duration {
 // laneAccepted is what the index accepted from all the lane's writers per
 // second since the last cut (v.Accepted, reported at each writer's
 // exchanges), in the unit of rate dim, or 0 over less than
-// tuning.shareMeasureFor: over a shorter span the index's burst counts
+// tuning.shareMeasureFor: over a shorter span the exchanges' lag counts
 // for too much. ln.mu is held.
 func (ln *lane) laneAccepted(v share.View, dim int) float64 {
 	span := ln.clock.Now().Sub(v.AcceptedSince)

@@ -377,7 +377,7 @@ func TestSharedLaneProposesWhatTheLaneAccepted(t *testing.T) {
 	}{
 		{name: "the lane took more than this writer's part says", since: 3 * time.Second, accepted: 30000, wantLevel: 10000},
 		{name: "the lane took less: the writer's own measure", since: 3 * time.Second, accepted: 3000, wantLevel: 5000},
-		{name: "too short a span to measure by", since: time.Second, accepted: 30000, wantLevel: 5000},
+		{name: "too short a span to measure by", since: 300 * time.Millisecond, accepted: 30000, wantLevel: 5000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := capped(clk.Now(), 1, 4000, 5000, 2)

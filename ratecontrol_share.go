@@ -96,3 +96,13 @@ func (c *rateControl) episodeRefusals(t *tuning) int {
 	}
 	return answerSpan
 }
+
+// hold lowers c's search to most (its limit, and the level that follows
+// it), and reports whether it did.
+func (c *rateControl) hold(most float64) bool {
+	if !c.search || !(most > 0) || c.limit <= most {
+		return false
+	}
+	c.limit, c.level = most, min(c.level, most)
+	return true
+}

@@ -208,12 +208,12 @@ func (ln *lane) reportShare(p permit, now time.Time, class Class) {
 		m.Accepted(p.n)
 	}
 	if f := ln.share.frac; f > 0 && f < 1 {
-		ln.holdSearches(now)
 		// Batches are sized by the lane's rates (sizeCaps): a burst
 		// below one makes every request wait, and the rate look binding.
 		size := ln.seen.size
 		ln.dims[dimRecords].least, ln.dims[dimRequests].least = size, 1
 		ln.dims[dimBytes].least = int(float64(size) * ln.seen.recordBytes)
+		ln.holdSearches(now)
 	}
 	for i := range ln.dims {
 		if now.Sub(ln.dims[i].waited) < ln.tuning.boundFor {

@@ -127,8 +127,9 @@ return reply(others)
 // after the prelude's: the epoch the writer saw when it sent the request,
 // how long ago it sent it (ms), the least gap after a cut for a new
 // episode (ms), then the proposed rate, level, recovery (ms),
-// Retry-After (ms), unit, and the refusals that make an episode with the
-// window they count in (ms; see share.Cut.Refusals). A proposal of more
+// Retry-After (ms), unit, the refusals that make an episode with the
+// window they count in (ms; see share.Cut.Refusals), and the lane's
+// channel of cuts, on which an applied cut is announced. A proposal of more
 // than one refusal is counted in the field refused (the times of the
 // episode's last refusals, at most maxRefusals, cleared at each cut) and
 // applied only when it completes the count. It replies with "1" after the
@@ -155,6 +156,7 @@ end
 redis.call('HSET', KEYS[1], 'epoch', ms(math.max(epoch, seen) + 1), 'rate', ARGV[base + 3], 'level', ARGV[base + 4],
   'recovery', ARGV[base + 5], 'unit', ARGV[base + 7], 'cut_at', ms(now), 'accepted_at_cut', num('accepted'), 'counted_from', ms(now),
   'paused_until', ms(math.max(num('paused_until'), now + tonumber(ARGV[base + 6]))), 'refused', '')
+redis.call('PUBLISH', ARGV[base + 10], ms(math.max(epoch, seen) + 1))
 return reply({'1'})
 `)
 

@@ -128,10 +128,13 @@ func (s *Store) Join(ctx context.Context, lane share.Lane) share.Member {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
+		poke:    make(chan struct{}, 1),
 	}
 	m.demand.Store(math.Float64bits(math.Inf(1)))
 	m.view.Store(&share.View{Rate: math.Inf(1), Writers: 1})
 	_ = m.sync(ctx) // on failure the member starts alone
+	m.cuts = s.rdb.Subscribe(context.Background(), m.channel())
+	go m.listen()
 	go m.loop()
 	return m
 }

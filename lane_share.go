@@ -107,6 +107,7 @@ func (ln *lane) applyView(v share.View) {
 		if sh.shared {
 			sh.shared = false
 			sh.stats.fallbacks.Add(1)
+			ln.goAlone(now)
 		}
 		return
 	}
@@ -121,7 +122,7 @@ func (ln *lane) applyView(v share.View) {
 	case rejoined && sh.cutAlone && (share.Unit(sh.cutDim) != v.Unit || own < sh.frac*viewCurve(v, now, ln.tuning)):
 		rate, level, recovery := ln.dims[sh.cutDim].ctl.anchors(sh.frac)
 		ln.queueCut(share.Cut{Seen: v.Epoch, Sent: now, Unit: share.Unit(sh.cutDim), Rate: rate, Level: level, Recovery: recovery})
-	case v.Epoch > sh.epoch || (rejoined && sh.cutAlone && v.Epoch > 0):
+	case v.Epoch > sh.epoch || (rejoined && v.Epoch > 0):
 		ln.adoptCut(v, now)
 	}
 	if rejoined {
@@ -134,6 +135,21 @@ func (ln *lane) applyView(v share.View) {
 	if ln.breaker.heard(now, v.OpenSince, v.Answered) {
 		ln.signals.breaker.fire()
 	}
+}
+
+// goAlone makes the lane a writer without sharing, climbing from its part
+// of the lane's rates to the whole (rateControl.alone); ln.mu is held. At
+// the rejoin it adopts its part of the lane's curve again.
+func (ln *lane) goAlone(now time.Time) {
+	sh := &ln.share
+	if sh.frac == 0 || sh.frac >= 1 {
+		return
+	}
+	for i := range ln.dims {
+		ln.dims[i].ctl.alone(now, sh.frac, ln.tuning)
+		ln.dims[i].apply(now, ln.tuning)
+	}
+	ln.signals.rates.fire()
 }
 
 // adoptCut makes the lane's last cut that of the rate it names; ln.mu is

@@ -373,6 +373,24 @@ func TestSharedLaneFallsBackAndRejoins(t *testing.T) {
 	}
 }
 
+func TestSharedLaneAloneClimbsToTheWholeLane(t *testing.T) {
+	now := newFakeClock().Now()
+	m := newFakeMember(capped(now, 1, 20000, 20000, 4))
+	ln, clk, _ := sharedLane(t, m)
+	before, requests, _ := limits(ln)
+	alone := m.View()
+	alone.Shared = false
+	apply(ln, m, alone)
+	ln.mu.Lock()
+	c, r := ln.dims[dimRecords].ctl, ln.dims[dimRequests].ctl
+	ln.mu.Unlock()
+	assert.InDelta(t, before, c.limit, 1e-6, "from its part")
+	assert.InDelta(t, 20000, c.level, 1e-6, "to the lane's level: it no longer hears of the others leaving")
+	assert.InDelta(t, before, c.curve(clk.Now(), &defaultTuning), 1e-6, "the curve starts where it is")
+	assert.Greater(t, c.curve(clk.Now().Add(2*time.Second), &defaultTuning), 2*before)
+	assert.InDelta(t, 4*requests, r.level, 1e-6, "towards the namespace's request cap, whole")
+}
+
 func TestSharedLaneAloneProposesNothing(t *testing.T) {
 	m := newFakeMember(share.View{Rate: math.Inf(1)}) // Redis down from the start
 	ln, _, stats := sharedLane(t, m)

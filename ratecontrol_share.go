@@ -106,3 +106,24 @@ func (c *rateControl) hold(most float64) bool {
 	c.limit, c.level = most, min(c.level, most)
 	return true
 }
+
+// alone lifts c's curve from frac of the lane's to the lane's own, from
+// its limit now: alone, a writer no longer hears of the others leaving, so
+// its part of the last view would hold it below the index once they
+// finish; it climbs back to the lane's level, as a writer without sharing
+// would, and the index's refusals split the lane again.
+func (c *rateControl) alone(now time.Time, frac float64, t *tuning) {
+	if !(frac > 0) || frac >= 1 {
+		return
+	}
+	c.prior /= frac
+	if !c.capped() || c.level <= 0 {
+		return
+	}
+	c.level, c.capacity = c.level/frac, c.capacity/frac
+	if c.search {
+		return // it doubles from its limit, whatever the level
+	}
+	c.depth = max(0, 1-c.limit/c.level)
+	c.origin, c.followed = now.Add(c.climb(t)), now
+}

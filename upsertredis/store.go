@@ -25,7 +25,8 @@ const (
 	DefaultTimeout = 100 * time.Millisecond
 	// DefaultInterval is how often each writer exchanges with Redis:
 	// what it accepted and wants, against the lane's state and writers.
-	// Other writers' cuts reach it within that.
+	// Another writer's cut reaches it at once (it is announced on the
+	// lane's channel); the rest within that.
 	DefaultInterval = 100 * time.Millisecond
 	// DefaultHeartbeat is how long a writer that stopped exchanging (its
 	// process died) still counts among the lane's writers: long enough

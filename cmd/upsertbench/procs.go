@@ -93,7 +93,6 @@ type procResult struct {
 	redisExchanges      int64
 	redisFailures       int64
 	redisRoundTripsPerS float64
-	afterKill           float64 // redis-dies: what the index accepted after the kill, over C
 	secondHalf          float64 // what the index accepted from ideal/2 to the end, over C (the kill's time, for every scenario)
 }
 
@@ -168,8 +167,8 @@ func writeProcRow(w io.Writer, r procResult) {
 	redis := "–"
 	if r.redisExchanges > 0 || r.redisFailures > 0 {
 		redis = fmt.Sprintf("%.1f/s, %d failed, saw %d", float64(r.redisExchanges)/float64(r.writers)/r.elapsed.Seconds(), r.redisFailures, r.sharedWriters)
-		if r.afterKill > 0 {
-			redis += fmt.Sprintf(", after %.1f%%", 100*r.afterKill)
+		if r.scenario == "redis-dies" {
+			redis += fmt.Sprintf(", after %.1f%%", 100*r.secondHalf)
 		}
 	}
 	fmt.Fprintf(w, "| %d | %s | %s | %.1f%% | %.2f%% | %d | %.2f | %s | %s | %d | %s | %.1f%% | %.2f | %s |\n",
@@ -303,9 +302,6 @@ func summarizeProcs(p profile, sc scenario, n, per int, ideal time.Duration, sta
 	}
 	r.efficiency = efficiency(p, r.landed, r.elapsed)
 	r.secondHalf = acceptedAfter(rep.Samples, start.Add(ideal/2)) / p.capacity
-	if sc.killRedis {
-		r.afterKill = r.secondHalf
-	}
 	for i := range n {
 		if at := sc.stopAt(i, n, ideal); at > 0 {
 			r.takeUp = takeUp(rep.Samples, start.Add(at), 0.9*p.capacity)

@@ -84,6 +84,7 @@ type dimension struct {
 	bucket *rate.Limiter
 	waited time.Time // when a request last waited for its tokens
 	floor  float64   // the least limit a cut sets
+	least  int       // the least burst: a shared lane's batch (lane_share.go); 0 otherwise
 }
 
 // laneSignals wake the requests waiting in a lane.
@@ -162,7 +163,7 @@ func (d *dimension) apply(now time.Time, t *tuning) {
 		return
 	}
 	d.bucket.SetLimitAt(now, rate.Limit(d.ctl.limit))
-	d.bucket.SetBurstAt(now, max(1, int(d.ctl.limit*t.burstFor.Seconds())))
+	d.bucket.SetBurstAt(now, max(1, int(d.ctl.limit*t.burstFor.Seconds()), d.least))
 }
 
 // request is what a batch asks of the lane to be sent.

@@ -75,6 +75,8 @@ func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
 			ln.signals.rates.fire()
 			d.apply(now, ln.tuning)
 			ln.shareCut(p, e, i)
+		case rateNoise:
+			ln.shareRefusal(p, e, i, s)
 		case rateGrew:
 			d.apply(now, ln.tuning)
 		}

@@ -107,6 +107,7 @@ func (ln *lane) applyView(v share.View) {
 		if sh.shared {
 			sh.shared = false
 			sh.stats.fallbacks.Add(1)
+			ln.goAlone(now)
 		}
 		return
 	}
@@ -121,7 +122,7 @@ func (ln *lane) applyView(v share.View) {
 	case rejoined && sh.cutAlone && (share.Unit(sh.cutDim) != v.Unit || own < sh.frac*viewCurve(v, now, ln.tuning)):
 		rate, level, recovery := ln.dims[sh.cutDim].ctl.anchors(sh.frac)
 		ln.queueCut(share.Cut{Seen: v.Epoch, Sent: now, Unit: share.Unit(sh.cutDim), Rate: rate, Level: level, Recovery: recovery})
-	case v.Epoch > sh.epoch || (rejoined && sh.cutAlone && v.Epoch > 0):
+	case v.Epoch > sh.epoch || (rejoined && v.Epoch > 0):
 		ln.adoptCut(v, now)
 	}
 	if rejoined {
@@ -134,6 +135,21 @@ func (ln *lane) applyView(v share.View) {
 	if ln.breaker.heard(now, v.OpenSince, v.Answered) {
 		ln.signals.breaker.fire()
 	}
+}
+
+// goAlone makes the lane a writer without sharing, climbing from its part
+// of the lane's rates to the whole (rateControl.alone); ln.mu is held. At
+// the rejoin it adopts its part of the lane's curve again.
+func (ln *lane) goAlone(now time.Time) {
+	sh := &ln.share
+	if sh.frac == 0 || sh.frac >= 1 {
+		return
+	}
+	for i := range ln.dims {
+		ln.dims[i].ctl.alone(now, sh.frac, ln.tuning)
+		ln.dims[i].apply(now, ln.tuning)
+	}
+	ln.signals.rates.fire()
 }
 
 // adoptCut makes the lane's last cut that of the rate it names; ln.mu is
@@ -207,6 +223,14 @@ func (ln *lane) reportShare(p permit, now time.Time, class Class) {
 	if class == 0 {
 		m.Accepted(p.n)
 	}
+	if f := ln.share.frac; f > 0 && f < 1 {
+		// Batches are sized by the lane's rates (sizeCaps): a burst
+		// below one makes every request wait, and the rate look binding.
+		size := ln.seen.size
+		ln.dims[dimRecords].least, ln.dims[dimRequests].least = size, 1
+		ln.dims[dimBytes].least = int(float64(size) * ln.seen.recordBytes)
+		ln.holdSearches(now)
+	}
 	for i := range ln.dims {
 		if now.Sub(ln.dims[i].waited) < ln.tuning.boundFor {
 			m.Demand(math.Inf(1))
@@ -214,6 +238,20 @@ func (ln *lane) reportShare(p permit, now time.Time, class Class) {
 		}
 	}
 	m.Demand(ln.tuning.shareHeadroom * ln.dims[dimRecords].ctl.sent.rateOver(now, meterSpan))
+}
+
+// holdSearches keeps each searching rate of a shared lane within twice
+// what the writer sends: its tokens bind for a second after its bucket
+// starts empty however little it sends, and a search doubles while they
+// do, far past what the lane sent. ln.mu is held.
+func (ln *lane) holdSearches(now time.Time) {
+	w := ln.measureWindow(now)
+	for i := range ln.dims {
+		d := &ln.dims[i]
+		if d.ctl.hold(max(d.floor, 2*d.ctl.sent.rateOver(now, w))) {
+			d.apply(now, ln.tuning)
+		}
+	}
 }
 
 // shareCut proposes the cut of rate dim that the lane just made for p's
@@ -228,24 +266,95 @@ func (ln *lane) shareCut(p permit, e *Error, dim int) {
 		sh.cutAlone, sh.cutDim = true, dim
 		return
 	}
-	rate, level, recovery := ln.dims[dim].ctl.anchors(sh.frac)
-	if lane := ln.laneAccepted(sh.m.View(), dim); lane > level && recovery > 0 {
+	ln.queueCut(ln.proposal(p, e, dim, &ln.dims[dim].ctl))
+}
+
+// shareRefusal counts p's 429 (e, refusing rate dim; s its sample), which
+// this writer's own answers do not call an episode, towards the lane's:
+// a writer sees its part of the lane's answers, so its own count of
+// refusals reaches the episode's only after up to that many times more
+// of the lane's. The proposal is the cut the writer would make now, made
+// when the refusal completes the lane's count. ln.mu is held.
+func (ln *lane) shareRefusal(p permit, e *Error, dim int, s rateSample) {
+	sh := &ln.share
+	if sh.m == nil || !sh.shared || p.epoch != sh.epoch || sh.frac >= 1 {
+		return // alone, or a request sent before the lane's last cut
+	}
+	d := &ln.dims[dim]
+	trial := d.ctl // a copy: the cut is made only if the lane's count is complete
+	trial.cut(s, ln.tuning, d.floor)
+	c := ln.proposal(p, e, dim, &trial)
+	c.Refusals, c.Window = d.ctl.episodeRefusals(ln.tuning), ln.laneAnswersSpan(s.now)
+	ln.queueCut(c)
+}
+
+// proposal is the cut c (rate dim's controller, just cut for p's 429 e)
+// in the lane's terms; ln.mu is held.
+func (ln *lane) proposal(p permit, e *Error, dim int, c *rateControl) share.Cut {
+	sh := &ln.share
+	v := sh.m.View()
+	rate, level, recovery := c.anchors(ln.measuredShare(v))
+	lane := ln.laneAccepted(v, dim)
+	if lane > 0 && recovery == 0 && c.episodes > 1 {
+		// A halving (too few of its own answers since the cut to
+		// measure by): the lane's answers measure the index.
+		t := ln.tuning
+		climb := rateControl{depth: t.cutDepth}
+		return ln.cutOf(p, e, dim, lane*(1-t.cutDepth), lane, climb.climb(t))
+	}
+	if lane > level && recovery > 0 {
 		// The writer sent less than its part (another rate, or its
 		// backoffs, held it back): what every writer got accepted is
 		// the better measure of the index, and its own would ratchet
 		// the lane down.
 		rate, level = rate*lane/level, lane
 	}
-	ln.queueCut(share.Cut{
+	return ln.cutOf(p, e, dim, rate, level, recovery)
+}
+
+// cutOf is the proposal of these anchors for p's 429 e; ln.mu is held.
+func (ln *lane) cutOf(p permit, e *Error, dim int, rate, level float64, recovery time.Duration) share.Cut {
+	return share.Cut{
 		Seen: p.epoch, Sent: p.start, MinGap: time.Duration(ln.seen.roundTrip),
 		Unit: share.Unit(dim), Rate: rate, Level: level, Recovery: recovery, RetryAfter: e.RetryAfter,
-	})
+	}
+}
+
+// measuredShare is this writer's part of what the index accepted from
+// the lane since the last cut (when its meter spans that time), else its
+// fraction: its own measures are that part of the lane's, and writers
+// ramping up at different paces send far from their fractions. ln.mu is
+// held.
+func (ln *lane) measuredShare(v share.View) float64 {
+	frac := ln.share.frac
+	lane := ln.laneAccepted(v, dimRecords)
+	now := ln.clock.Now()
+	span := now.Sub(v.AcceptedSince)
+	if !(lane > 0) || span > meterSpan {
+		return frac
+	}
+	own := ln.dims[dimRecords].ctl.taken.rateOver(now, span)
+	if !(own > 0) {
+		return frac
+	}
+	return min(1, max(ln.tuning.minShare, own/lane))
+}
+
+// laneAnswersSpan is how long the lane's writers take to give as many
+// answers as a rate controller's test counts (answerSpan), by this
+// writer's request rate over its fraction; ln.mu is held.
+func (ln *lane) laneAnswersSpan(now time.Time) time.Duration {
+	r := ln.dims[dimRequests].ctl.sent.rateOver(now, meterSpan) / ln.share.frac
+	if !(r > 0) {
+		return meterSpan
+	}
+	return time.Duration(answerSpan / r * float64(time.Second))
 }
 
 // laneAccepted is what the index accepted from all the lane's writers per
 // second since the last cut (v.Accepted, reported at each writer's
 // exchanges), in the unit of rate dim, or 0 over less than
-// tuning.shareMeasureFor: over a shorter span the index's burst counts
+// tuning.shareMeasureFor: over a shorter span the exchanges' lag counts
 // for too much. ln.mu is held.
 func (ln *lane) laneAccepted(v share.View, dim int) float64 {
 	span := ln.clock.Now().Sub(v.AcceptedSince)
@@ -275,8 +384,12 @@ func (ln *lane) queueCut(c share.Cut) {
 		sh := &ln.share
 		switch {
 		case sh.m != m:
+		case err != nil && c.Refusals > 1:
+			// Not cut by this writer: nothing to propose at the rejoin.
 		case err != nil:
 			sh.cutAlone, sh.cutDim = true, int(c.Unit)
+		case c.Refusals > 1 && v.Epoch <= sh.epoch:
+			// Counted, no episode yet: the writer's curve goes on.
 		case v.Epoch > 0:
 			// Applied (this writer's proposal, which the lane's
 			// measure may have raised) or not (the episode's cut

@@ -22,6 +22,7 @@ type fakeMember struct {
 	accepted int
 	demand   float64
 	cuts     []share.Cut
+	refused  int // refusals counted towards the next episode (Cut.Refusals)
 	breakers []bool
 	left     int
 	// cut answers a proposal; nil applies it as a store would.
@@ -60,6 +61,18 @@ func (f *fakeMember) Cut(_ context.Context, c share.Cut) (share.View, bool, erro
 	if answer != nil {
 		return answer(c)
 	}
+	if c.Refusals > 1 {
+		f.mu.Lock()
+		f.refused++
+		counted := f.refused < c.Refusals
+		f.mu.Unlock()
+		if counted {
+			return v, false, nil
+		}
+	}
+	f.mu.Lock()
+	f.refused = 0
+	f.mu.Unlock()
 	v.Epoch++
 	v.Rate, v.Level, v.Recovery, v.CutAt = c.Rate, c.Level, c.Recovery, time.Now()
 	return v, true, nil
@@ -75,6 +88,18 @@ func (f *fakeMember) Breaker(_ context.Context, open bool) (share.View, error) {
 func (f *fakeMember) Leave(context.Context) error { f.mu.Lock(); f.left++; f.mu.Unlock(); return nil }
 
 func (f *fakeMember) proposals() []share.Cut { f.mu.Lock(); defer f.mu.Unlock(); return f.cuts }
+
+// cutsProposed are the proposals of cuts the writer made, without the
+// refusals it counted towards the lane's episode.
+func (f *fakeMember) cutsProposed() []share.Cut {
+	var out []share.Cut
+	for _, c := range f.proposals() {
+		if c.Refusals <= 1 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
 type fakeStore struct{ m *fakeMember }
 
@@ -203,7 +228,7 @@ func TestSharedLaneProposesItsCutsOnce(t *testing.T) {
 	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
 	ln, clk, _ := sharedLane(t, m)
 	refuse(t, ln, 2) // two 429s: the first episode
-	cuts := m.proposals()
+	cuts := m.cutsProposed()
 	require.Len(t, cuts, 1, "the local episode rules decide, then the lane proposes")
 	records, _, _ := limits(ln)
 	assert.InDelta(t, records*2, cuts[0].Rate, 1e-6, "in the lane's terms: this writer's half over one half")
@@ -219,8 +244,79 @@ func TestSharedLaneProposesItsCutsOnce(t *testing.T) {
 	assert.InDelta(t, 3000, records, 100, "the lane's cut adopted: its half of the curve")
 	ln.release(p, errRateLimited)
 	refuse(t, ln, 1)
-	assert.Len(t, m.proposals(), 1, "429s of the episode already cut propose nothing")
+	assert.Len(t, m.cutsProposed(), 1, "429s of the episode already cut propose nothing")
 	assert.Equal(t, uint64(5), ln.share.epoch)
+}
+
+func TestSharedLaneCountsItsNoiseTowardsTheLanesEpisode(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 1, 6000, 8000, 4))
+	ln, clk, _ := sharedLane(t, m)
+	clk.Advance(2 * time.Second) // past the cut's drain
+	m.refused = 1                // another writer's refusal, counted already
+	before, _, _ := limits(ln)
+	refuse(t, ln, 1) // its own rules call one refusal while climbing noise
+	cuts := m.proposals()
+	require.Len(t, cuts, 1, "counted towards the lane's episode")
+	assert.Equal(t, 3, cuts[0].Refusals, "three while climbing back, as its own rules count")
+	assert.Positive(t, cuts[0].Window)
+	assert.Equal(t, uint64(1), cuts[0].Seen)
+	records, _, _ := limits(ln)
+	assert.Equal(t, before, records, "counted, not cut: the writer's curve goes on")
+	assert.Equal(t, uint64(1), ln.share.epoch)
+
+	refuse(t, ln, 1) // two of its own, still noise to it, but the lane's third
+	assert.Len(t, m.proposals(), 2)
+	assert.Equal(t, uint64(2), ln.share.epoch, "the lane's count complete: its cut adopted")
+}
+
+func TestSharedLaneMeasuresInTheLanesTerms(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		own    float64 // records this writer got accepted, now
+		search bool    // the writer's last cut was a halving
+	}{
+		{name: "its measure over its part of what the lane got accepted", own: 1500},
+		{name: "nothing of its own accepted: over its fraction, raised to the lane's measure"},
+		{name: "a halving: the lane's measure", own: 1500, search: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			v := capped(clk.Now(), 1, 4000, 5000, 2)
+			v.Accepted, v.AcceptedSince = 6000, clk.Now().Add(-time.Second) // 6000 a second
+			ln, _, _ := sharedLane(t, newFakeMember(v))
+			ln.mu.Lock()
+			c := ln.dims[dimRecords].ctl // as a cut of its own measured it, in its terms
+			c.level, c.limit, c.search, c.episodes = 2000, 1600, tc.search, 2
+			ln.dims[dimRecords].ctl.taken.add(clk.Now(), tc.own)
+			part := ln.dims[dimRecords].ctl.taken.rateOver(clk.Now(), time.Second) / 6000
+			got := ln.proposal(permit{epoch: 1}, errRateLimited, dimRecords, &c)
+			ln.mu.Unlock()
+			want := 6000.0
+			if tc.own > 0 && !tc.search {
+				want = 2000 / part
+				require.Greater(t, want, 6000.0)
+			}
+			assert.InDelta(t, want, got.Level, 1e-6)
+			assert.InDelta(t, want*0.8, got.Rate, 1e-6, "the cut's depth kept")
+		})
+	}
+}
+
+func TestSharedLaneHoldsItsSearchesAndItsBatches(t *testing.T) {
+	v := capped(newFakeClock().Now(), 1, 4000, 4000, 4)
+	v.Recovery = 0 // the lane searches up from 4000
+	ln, clk, _ := sharedLane(t, newFakeMember(v))
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	d := &ln.dims[dimRecords]
+	require.True(t, d.ctl.search)
+	d.ctl.limit, d.ctl.level = 50_000, 50_000 // doubled while its tokens bound
+	d.ctl.sent.add(clk.Now(), 300)
+	most := 2 * d.ctl.sent.rateOver(clk.Now(), ln.measureWindow(clk.Now()))
+	ln.seen.size = 900
+	ln.reportShare(permit{request: request{n: 1}}, clk.Now(), 0)
+	assert.InDelta(t, most, d.ctl.limit, 1e-6, "within twice what the writer sends")
+	assert.Equal(t, 900, d.bucket.Burst(), "a burst that holds a batch sized by the lane")
 }
 
 func TestSharedLaneTakesTheLanesCutOverItsOwn(t *testing.T) {
@@ -275,6 +371,24 @@ func TestSharedLaneFallsBackAndRejoins(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestSharedLaneAloneClimbsToTheWholeLane(t *testing.T) {
+	now := newFakeClock().Now()
+	m := newFakeMember(capped(now, 1, 20000, 20000, 4))
+	ln, clk, _ := sharedLane(t, m)
+	before, requests, _ := limits(ln)
+	alone := m.View()
+	alone.Shared = false
+	apply(ln, m, alone)
+	ln.mu.Lock()
+	c, r := ln.dims[dimRecords].ctl, ln.dims[dimRequests].ctl
+	ln.mu.Unlock()
+	assert.InDelta(t, before, c.limit, 1e-6, "from its part")
+	assert.InDelta(t, 20000, c.level, 1e-6, "to the lane's level: it no longer hears of the others leaving")
+	assert.InDelta(t, before, c.curve(clk.Now(), &defaultTuning), 1e-6, "the curve starts where it is")
+	assert.Greater(t, c.curve(clk.Now().Add(2*time.Second), &defaultTuning), 2*before)
+	assert.InDelta(t, 4*requests, r.level, 1e-6, "towards the namespace's request cap, whole")
 }
 
 func TestSharedLaneAloneProposesNothing(t *testing.T) {
@@ -377,7 +491,7 @@ func TestSharedLaneProposesWhatTheLaneAccepted(t *testing.T) {
 	}{
 		{name: "the lane took more than this writer's part says", since: 3 * time.Second, accepted: 30000, wantLevel: 10000},
 		{name: "the lane took less: the writer's own measure", since: 3 * time.Second, accepted: 3000, wantLevel: 5000},
-		{name: "too short a span to measure by", since: time.Second, accepted: 30000, wantLevel: 5000},
+		{name: "too short a span to measure by", since: 300 * time.Millisecond, accepted: 30000, wantLevel: 5000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := capped(clk.Now(), 1, 4000, 5000, 2)

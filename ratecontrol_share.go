@@ -75,3 +75,55 @@ func viewCurve(v share.View, now time.Time, t *tuning) float64 {
 	c.adopt(now, v, 1, 0, t)
 	return c.limit
 }
+
+// answerSpan is how many answers a rate controller's test of refusals
+// counts: the width of its register (answers).
+const answerSpan = 64
+
+// episodeRefusals is how many refusals among answerSpan answers c's own
+// rules call an episode (at least two, as a lane's first episode needs;
+// three while climbing back, as refusals then teach the usual share).
+func (c *rateControl) episodeRefusals(t *tuning) int {
+	least := 2
+	if c.episodes > 0 && c.limit < c.capacity {
+		least = 3
+	}
+	lambda := c.noise(t) * answerSpan
+	for r := least; r < answerSpan; r++ {
+		if poissonTail(lambda, r) < t.significance {
+			return r
+		}
+	}
+	return answerSpan
+}
+
+// hold lowers c's search to most (its limit, and the level that follows
+// it), and reports whether it did.
+func (c *rateControl) hold(most float64) bool {
+	if !c.search || !(most > 0) || c.limit <= most {
+		return false
+	}
+	c.limit, c.level = most, min(c.level, most)
+	return true
+}
+
+// alone lifts c's curve from frac of the lane's to the lane's own, from
+// its limit now: alone, a writer no longer hears of the others leaving, so
+// its part of the last view would hold it below the index once they
+// finish; it climbs back to the lane's level, as a writer without sharing
+// would, and the index's refusals split the lane again.
+func (c *rateControl) alone(now time.Time, frac float64, t *tuning) {
+	if !(frac > 0) || frac >= 1 {
+		return
+	}
+	c.prior /= frac
+	if !c.capped() || c.level <= 0 {
+		return
+	}
+	c.level, c.capacity = c.level/frac, c.capacity/frac
+	if c.search {
+		return // it doubles from its limit, whatever the level
+	}
+	c.depth = max(0, 1-c.limit/c.level)
+	c.origin, c.followed = now.Add(c.climb(t)), now
+}

@@ -82,10 +82,10 @@ type tuning struct {
 	// held back first.
 	shareHeadroom float64
 	// shareMeasureFor is the least span over which a cut of a shared lane
-	// measures what the index accepted from all its writers: the index's
-	// burst (a quarter of a second at most, for Pinecone's and
-	// upserttest's buckets) then counts for an eighth at most, under the
-	// cut's depth.
+	// measures what the index accepted from all its writers since the
+	// last cut: a cut follows refusals, so the index's bucket is empty at
+	// both ends and its burst adds nothing; five of upsertredis's
+	// exchanges, whose lag moves the count by one at each end.
 	shareMeasureFor time.Duration
 
 	// Concurrency (conccontrol.go).
@@ -156,7 +156,7 @@ var defaultTuning = tuning{
 	burstFor:        100 * time.Millisecond,
 	minShare:        0.01,
 	shareHeadroom:   2,
-	shareMeasureFor: 2 * time.Second,
+	shareMeasureFor: 500 * time.Millisecond,
 
 	startConcurrency: 4,
 	maxConcurrency:   64,

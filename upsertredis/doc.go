@@ -11,9 +11,9 @@
 // writers at 92% of the index in total with their throughputs 1.1 to 1.6
 // times apart, eight at 88.6% with 10.8% of requests refused. A Store gives
 // them the signal in common that Pinecone's answers do not carry: through
-// one, four processes took 93.4–97.4% of the same index with 1.2–1.7% of
-// requests refused and their throughputs 1.03–1.04 apart, eight
-// 92.2–96.6% with 1.0–3.4% and 1.03–1.11 (BENCHMARKS.md, issue 21). Use it when
+// one, four processes took 95.1–98.5% of the same index with 1.8–2.5% of
+// requests refused and their throughputs 1.03–1.06 apart, eight
+// 95.2–97.1% with 2.3–2.6% and 1.07–1.19 (BENCHMARKS.md, issue 21). Use it when
 // several processes write into the same namespace of an index at the same
 // time; one process gains nothing from it.
 //
@@ -41,10 +41,11 @@
 //     (upsert.WithIndexLimits) are split by the same part, and batches are
 //     sized by the lane's rates, so that N writers send no more requests
 //     than one would;
-//   - the 429 episodes, counted once for all writers: the first writer to
-//     see a 429 proposes the cut; a 429 of a request sent before the
-//     writer knew of the last cut, or within a round trip of it, belongs to
-//     that episode and cuts nothing;
+//   - the 429 episodes, counted once for all writers: the lane's 429s are
+//     counted together, and the writer whose 429 makes an episode (by the
+//     test a single writer of the whole lane would run) proposes the cut; a
+//     429 of a request sent before the writer knew of the last cut, or
+//     within a round trip of it, belongs to that episode and cuts nothing;
 //   - a Retry-After, which pauses every writer of the lane;
 //   - the circuit breaker's outage: when the first writer's breaker opened,
 //     and whether the index ever answered anyone;
@@ -54,8 +55,10 @@
 //     that leaves, or dies (its heartbeat expires).
 //
 // Each writer exchanges with Redis every [DefaultInterval] (one script call,
-// off the hot path), and once per 429 episode it proposes; nothing is
-// written per record or per request. Keys carry a TTL, are renewed by live
+// off the hot path), at once when another writer's cut is announced on the
+// lane's channel (each writer holds one subscription), and once per 429
+// that it proposes or counts towards an episode; nothing is written per
+// record or per successful request. Keys carry a TTL, are renewed by live
 // writers, hold nothing that grows with the records written, and share a
 // Redis Cluster hash tag per lane.
 //
@@ -67,8 +70,10 @@
 // bounded by [DefaultTimeout] whatever the client's own timeouts; a lane's
 // join, when a call first writes to a namespace, waits for one. When a
 // call fails or times out, the writer goes on alone from what it learned
-// (its last view of the lane, its part of the rate), exactly as a Limiter
-// without Redis does, and says so once through [WithLogger]; [Store.Stats]
+// (its last view of the lane), exactly as a Limiter without Redis does:
+// from its part of the rate it climbs back to the lane's, since it no
+// longer hears of the others leaving, and the index's 429s split the lane
+// again. It says so once through [WithLogger]; [Store.Stats]
 // and the run's upsert.Stats (SharedFallbacks, SharedRejoins) count it.
 // While alone it tries Redis again once a second, and rejoins when it
 // answers: a cut it made alone, below its part of the lane's rate, is

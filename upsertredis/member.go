@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,26 @@ type member struct {
 
 	leave      sync.Once
 	stop, done chan struct{}
+	// cuts is the lane's channel of cuts, on which a writer's applied
+	// cut pokes the others to exchange at once rather than at their
+	// next interval: until they do they send at the rate the index just
+	// refused.
+	cuts *redis.PubSub
+	poke chan struct{}
+}
+
+// channel is the lane's channel of cuts, under the lane's hash tag.
+func (m *member) channel() string { return strings.TrimSuffix(m.keys[0], ":state") + ":cuts" }
+
+// listen pokes the member's loop at each cut announced on its lane's
+// channel, until the subscription is closed.
+func (m *member) listen() {
+	for range m.cuts.Channel() {
+		select {
+		case m.poke <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // newSeed is the state of a lane that nothing was learned about.
@@ -68,14 +89,18 @@ func (m *member) Cut(ctx context.Context, c share.Cut) (share.View, bool, error)
 	}
 	reply, err := m.exchange(ctx, cutScript, m.keys[:1],
 		c.Seen, ago.Milliseconds(), c.MinGap.Milliseconds(), formatFloat(c.Rate), formatFloat(c.Level),
-		c.Recovery.Milliseconds(), max(0, c.RetryAfter).Milliseconds(), int(c.Unit))
+		c.Recovery.Milliseconds(), max(0, c.RetryAfter).Milliseconds(), int(c.Unit), max(1, c.Refusals), c.Window.Milliseconds(),
+		m.channel())
 	if err != nil {
 		return m.View(), false, err
 	}
 	applied := reply.extra[0] == "1"
-	if applied {
+	switch {
+	case applied:
 		m.store.stats.cuts.Add(1)
-	} else {
+	case reply.extra[0] == "2":
+		m.store.stats.counted.Add(1)
+	default:
 		m.store.stats.sameEpisode.Add(1)
 	}
 	return m.View(), applied, nil
@@ -106,6 +131,7 @@ func (m *member) Leave(ctx context.Context) error {
 // loop exchanges with Redis every interval until Leave.
 func (m *member) loop() {
 	defer close(m.done)
+	defer m.cuts.Close() // ends listen
 	tick := time.NewTicker(m.store.opts.interval)
 	defer tick.Stop()
 	skip := 0
@@ -113,6 +139,10 @@ func (m *member) loop() {
 		select {
 		case <-m.stop:
 			return
+		case <-m.poke:
+			if skip == 0 && m.sync(context.Background()) != nil {
+				skip = aloneEvery - 1
+			}
 		case <-tick.C:
 			if skip > 0 {
 				skip--

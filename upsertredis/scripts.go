@@ -127,19 +127,43 @@ return reply(others)
 // after the prelude's: the epoch the writer saw when it sent the request,
 // how long ago it sent it (ms), the least gap after a cut for a new
 // episode (ms), then the proposed rate, level, recovery (ms),
-// Retry-After (ms) and unit. It replies with "1" after the state when it cut, "0"
-// when the request belonged to the last episode.
+// Retry-After (ms), unit, the refusals that make an episode with the
+// window they count in (ms; see share.Cut.Refusals), and the lane's
+// channel of cuts, on which an applied cut is announced. A proposal of more
+// than one refusal is counted in the field refused (the times of the
+// episode's last refusals, at most maxRefusals, cleared at each cut) and
+// applied only when it completes the count. It replies with "1" after the
+// state when it cut, "2" when it counted the refusal, "0" when the
+// request belonged to the last episode.
 var cutScript = redis.NewScript(prelude + `
 local seen, sent = tonumber(ARGV[base]), now - tonumber(ARGV[base + 1])
 local epoch = num('epoch')
 if seen < epoch or sent < num('cut_at') + tonumber(ARGV[base + 2]) then
   return reply({'0'})
 end
+local need, window = tonumber(ARGV[base + 8]), tonumber(ARGV[base + 9])
+if need > 1 then
+  local times = {}
+  for at in string.gmatch(redis.call('HGET', KEYS[1], 'refused') or '', '%d+') do
+    if tonumber(at) >= now - window and tonumber(at) >= num('cut_at') then times[#times + 1] = at end
+  end
+  times[#times + 1] = ms(now)
+  if #times < need then
+    redis.call('HSET', KEYS[1], 'refused', table.concat(times, ' ', math.max(1, #times - ` + maxRefusals + ` + 1)))
+    return reply({'2'})
+  end
+end
 redis.call('HSET', KEYS[1], 'epoch', ms(math.max(epoch, seen) + 1), 'rate', ARGV[base + 3], 'level', ARGV[base + 4],
   'recovery', ARGV[base + 5], 'unit', ARGV[base + 7], 'cut_at', ms(now), 'accepted_at_cut', num('accepted'), 'counted_from', ms(now),
-  'paused_until', ms(math.max(num('paused_until'), now + tonumber(ARGV[base + 6]))))
+  'paused_until', ms(math.max(num('paused_until'), now + tonumber(ARGV[base + 6]))), 'refused', '')
+redis.call('PUBLISH', ARGV[base + 10], ms(math.max(epoch, seen) + 1))
 return reply({'1'})
 `)
+
+// maxRefusals bounds the refusals the state keeps (a Lua literal): a
+// writer that asks for more than that many is never cut for by count, and
+// the field does not grow with the refusals of a long episode.
+const maxRefusals = "16"
 
 // breakerScript records a writer's breaker opening (ARGV after the
 // prelude's: "1") or closing ("0"). The outage starts with the first

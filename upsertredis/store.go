@@ -25,7 +25,8 @@ const (
 	DefaultTimeout = 100 * time.Millisecond
 	// DefaultInterval is how often each writer exchanges with Redis:
 	// what it accepted and wants, against the lane's state and writers.
-	// Other writers' cuts reach it within that.
+	// Another writer's cut reaches it at once (it is announced on the
+	// lane's channel); the rest within that.
 	DefaultInterval = 100 * time.Millisecond
 	// DefaultHeartbeat is how long a writer that stopped exchanging (its
 	// process died) still counts among the lane's writers: long enough
@@ -128,10 +129,13 @@ func (s *Store) Join(ctx context.Context, lane share.Lane) share.Member {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		changed: make(chan struct{}),
+		poke:    make(chan struct{}, 1),
 	}
 	m.demand.Store(math.Float64bits(math.Inf(1)))
 	m.view.Store(&share.View{Rate: math.Inf(1), Writers: 1})
 	_ = m.sync(ctx) // on failure the member starts alone
+	m.cuts = s.rdb.Subscribe(context.Background(), m.channel())
+	go m.listen()
 	go m.loop()
 	return m
 }
@@ -159,16 +163,17 @@ type Stats struct {
 	Resets int64
 	// Cuts counts the writers' proposals for a 429 episode that were
 	// applied, SameEpisode those dropped as belonging to an episode
-	// already cut.
-	Cuts, SameEpisode int64
+	// already cut, Counted the refusals counted towards an episode (see
+	// share.Cut.Refusals) that did not complete it.
+	Cuts, SameEpisode, Counted int64
 	// MostWriters is the most writers that a member of the store counted
 	// in its lane (itself included) at an exchange.
 	MostWriters int64
 }
 
 type counters struct {
-	exchanges, failures, fallbacks, rejoins, resets, cuts, sameEpisode atomic.Int64
-	mostWriters                                                        atomic.Int64
+	exchanges, failures, fallbacks, rejoins, resets, cuts, sameEpisode, counted atomic.Int64
+	mostWriters                                                                 atomic.Int64
 }
 
 // sawWriters raises mostWriters to n.
@@ -187,7 +192,7 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		Exchanges: c.exchanges.Load(), Failures: c.failures.Load(),
 		Fallbacks: c.fallbacks.Load(), Rejoins: c.rejoins.Load(), Resets: c.resets.Load(),
-		Cuts: c.cuts.Load(), SameEpisode: c.sameEpisode.Load(), MostWriters: c.mostWriters.Load(),
+		Cuts: c.cuts.Load(), SameEpisode: c.sameEpisode.Load(), Counted: c.counted.Load(), MostWriters: c.mostWriters.Load(),
 	}
 }
 

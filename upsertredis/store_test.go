@@ -107,6 +107,72 @@ func TestCutOncePerEpisode(t *testing.T) {
 	assert.Equal(t, int64(3), s.Stats().SameEpisode)
 }
 
+func TestRefusalsAreCountedTowardsAnEpisode(t *testing.T) {
+	s := newStore(t, client(t, nil))
+	a, b := join(t, s), join(t, s)
+	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000, Recovery: time.Second})
+	require.NoError(t, err)
+	require.True(t, applied)
+	refusal := func(w share.Member, seen uint64, window time.Duration) (share.View, bool) {
+		v, applied, err := w.Cut(context.Background(), share.Cut{Seen: seen, Sent: time.Now(), Rate: 500, Level: 600, Refusals: 3, Window: window})
+		require.NoError(t, err)
+		return v, applied
+	}
+	for _, tc := range []struct {
+		name    string
+		from    share.Member
+		seen    uint64
+		applied bool
+	}{
+		{"the first refusal of the episode is counted", a, 1, false},
+		{"so is the second, from another writer", b, 1, false},
+		{"the third cuts, in the proposal's terms", a, 1, true},
+		{"a refusal of the episode just cut is not counted", b, 1, false},
+		{"a new episode counts afresh", b, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, applied := refusal(tc.from, tc.seen, time.Minute)
+			assert.Equal(t, tc.applied, applied)
+			if applied {
+				assert.Equal(t, uint64(2), v.Epoch)
+				assert.Equal(t, 500.0, v.Rate)
+			}
+		})
+	}
+	assert.Equal(t, int64(3), s.Stats().Counted)
+
+	// Refusals farther apart than the window never make an episode.
+	_, applied, err = a.Cut(context.Background(), share.Cut{Seen: 2, Sent: time.Now(), Rate: 400, Level: 500})
+	require.NoError(t, err)
+	require.True(t, applied)
+	for range 3 {
+		time.Sleep(20 * time.Millisecond)
+		v, applied := refusal(b, 3, 5*time.Millisecond)
+		assert.False(t, applied)
+		assert.Equal(t, uint64(3), v.Epoch, "no episode from refusals outside each other's window")
+	}
+}
+
+func TestACutReachesTheOthersAtOnce(t *testing.T) {
+	rdb := client(t, nil)
+	s := newStore(t, rdb) // exchanges only when asked to, or poked
+	a, b := join(t, s), join(t, s)
+	require.Eventually(t, func() bool { // subscribing does not wait for Redis
+		n, err := rdb.PubSubNumSub(context.Background(), b.channel()).Result()
+		return err == nil && n[b.channel()] == 2
+	}, time.Second, 5*time.Millisecond)
+	changed := b.Changed()
+	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
+	require.NoError(t, err)
+	require.True(t, applied)
+	select {
+	case <-changed:
+	case <-time.After(time.Second):
+		t.Fatal("the other writer did not hear of the cut before its next exchange")
+	}
+	assert.Equal(t, uint64(1), b.View().Epoch)
+}
+
 func TestAcceptedAndRetryAfterAreShared(t *testing.T) {
 	s := newStore(t, client(t, nil))
 	a, b := join(t, s), join(t, s)

@@ -66,8 +66,9 @@ type config struct {
 	verbose    bool
 	// procs, when set, runs the process benchmark (procs.go) with these
 	// numbers of writers instead; redis joins them through upsertredis.
-	procs []int
-	redis bool
+	procs     []int
+	redis     bool
+	scenarios string // with procs: comma-separated scenario names, "" for all
 	// family, when set, runs the family benchmark (family.go) on these
 	// seeds instead; familyOut names its JSON lines file.
 	family    []uint64
@@ -116,6 +117,7 @@ func parseFlags(args []string) (config, error) {
 	verbose := fs.Bool("v", false, "report progress to stderr")
 	procs := fs.String("procs", "", "comma-separated `numbers` of writers to run as separate processes\n(the process benchmark, instead of -profiles and -strategies)")
 	withRedis := fs.Bool("redis", false, "with -procs: writers join their lane through upsertredis\n(on a redis-server the benchmark starts)")
+	scenarioNames := fs.String("scenarios", "", "with -procs: comma-separated `scenarios` to run (together, staggered,\none-stops, redis-dies); all unless given")
 	family := fs.Int("family", 0, "run the family benchmark on the `n` indexes of seeds 1 to n\n(upserttest.DrawIndex; instead of -profiles; strategies upsert,article unless -strategies)")
 	seeds := fs.String("seeds", "", "run the family benchmark on these `seeds` (such as 1-10,15)")
 	seed := fs.Uint64("seed", 0, "run the family benchmark on this `seed` alone (with -v: with progress)")
@@ -133,7 +135,7 @@ func parseFlags(args []string) (config, error) {
 	if *deadline <= 0 {
 		return config{}, fmt.Errorf("-deadline must be positive, not %v", *deadline)
 	}
-	cfg := config{scale: *scale, deadline: *deadline, verbose: *verbose, redis: *withRedis}
+	cfg := config{scale: *scale, deadline: *deadline, verbose: *verbose, redis: *withRedis, scenarios: *scenarioNames}
 	if !isSet(fs, "deadline") {
 		cfg.deadline = max(minDeadline, time.Duration(float64(*deadline)**scale).Round(time.Second))
 	}

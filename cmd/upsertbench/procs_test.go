@@ -93,7 +93,7 @@ func TestProcsRedisDies(t *testing.T) {
 	assert.Zero(t, r.lost)
 	assert.Zero(t, r.reported, "Redis is no part of correctness: nothing fails")
 	assert.Equal(t, r.records, r.landed)
-	assert.Positive(t, r.afterKill)
+	assert.Positive(t, r.secondHalf)
 	rdb := srv.Client(nil)
 	defer rdb.Close()
 	assert.NoError(t, rdb.Ping(context.Background()).Err(), "restarted after the run")

@@ -68,7 +68,8 @@ type Member interface {
 	// Cut proposes the decision of a 429 episode. The store applies it
 	// unless the refused request belongs to an episode already cut: it was
 	// sent under an older view (c.Seen below the lane's Epoch), or less
-	// than c.MinGap after the last cut. It returns the lane's view after
+	// than c.MinGap after the last cut; a proposal with c.Refusals above
+	// 1 only when it completes that count. It returns the lane's view after
 	// the call and whether c was applied; an error (matching
 	// [ErrUnavailable]) means the store did not answer, and the writer
 	// decides alone.
@@ -173,4 +174,12 @@ type Cut struct {
 	// RetryAfter, when positive, pauses every writer of the lane for that
 	// long from the cut.
 	RetryAfter time.Duration
+	// Refusals, when above 1, makes the proposal a refusal that the
+	// writer's own answers do not call an episode: the store counts it,
+	// and cuts only when it is the Refusals-th of the lane's episode
+	// within Window (the time the lane takes to give the answers the
+	// writer's test counts). A writer sees its part of the lane's
+	// answers, so its own count of refusals lags the lane's.
+	Refusals int
+	Window   time.Duration
 }

@@ -22,18 +22,19 @@ func TestMain(m *testing.M) {
 }
 
 // TestProcs runs two writer processes joined through Redis against an
-// index process at a very small scale (6000 records), one of them stopping
-// early, and checks that every record is accounted for and that the
-// writers saw each other.
+// index process at a small scale (30,000 records: long enough that both
+// writers have started before either ends, on a loaded machine), one of
+// them stopping early, and checks that every record is accounted for and
+// that the writers saw each other.
 func TestProcs(t *testing.T) {
-	cfg, err := parseFlags([]string{"-procs", "2", "-scale", "0.01", "-redis"})
+	cfg, err := parseFlags([]string{"-procs", "2", "-scale", "0.05", "-redis"})
 	require.NoError(t, err)
 	assert.Equal(t, []int{2}, cfg.procs)
 	assert.True(t, cfg.redis)
 	srv := redistest.Run(t)
 	r, err := runProcs(context.Background(), procsProfile(), scenarios()[2], 2, cfg, srv, nil)
 	require.NoError(t, err)
-	assert.Equal(t, 6000, r.records)
+	assert.Equal(t, 30000, r.records)
 	assert.Zero(t, r.lost, "records neither stored nor reported")
 	// A record the stopping writer reports canceled may still have landed
 	// (its request was in flight): landed and reported may overlap.

@@ -137,7 +137,9 @@ func TestSharedRunsSplitTheIndex(t *testing.T) {
 	}
 	t.Logf("cuts applied %d, proposals of an episode already cut %d, elapsed %v-%v", cuts, same, shortest, longest)
 	assert.Positive(t, cuts, "the index's 429s cut the lane's rate")
-	assert.Less(t, float64(longest), 1.5*float64(shortest), "the writers split the index: none is left far behind")
+	// 1.0–1.4 on a quiet machine; 2.05 once beside the whole suite under
+	// -race. A writer starved of its part would take several times as long.
+	assert.Less(t, float64(longest), 2.5*float64(shortest), "the writers split the index: none is left far behind")
 	assert.Empty(t, keys(t, rdb, t.Name()+":"), "the last writer out dropped the lane's keys")
 }
 

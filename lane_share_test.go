@@ -332,6 +332,14 @@ func TestSharedLaneTakesTheLanesCutOverItsOwn(t *testing.T) {
 	assert.Equal(t, uint64(1), ln.share.epoch)
 }
 
+// fallBack makes ln's store answer that it shares no more, as when Redis
+// is gone.
+func fallBack(ln *lane, m *fakeMember) {
+	alone := m.View()
+	alone.Shared = false
+	apply(ln, m, alone)
+}
+
 func TestSharedLaneFallsBackAndRejoins(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -346,9 +354,7 @@ func TestSharedLaneFallsBackAndRejoins(t *testing.T) {
 			m := newFakeMember(capped(now, 1, 20000, 20000, 2))
 			ln, _, stats := sharedLane(t, m)
 			before, _, _ := limits(ln)
-			alone := m.View()
-			alone.Shared = false
-			apply(ln, m, alone)
+			fallBack(ln, m)
 			assert.Equal(t, int64(1), stats.fallbacks.Load())
 			if tc.cut {
 				ln.mu.Lock()
@@ -378,9 +384,7 @@ func TestSharedLaneAloneClimbsToTheWholeLane(t *testing.T) {
 	m := newFakeMember(capped(now, 1, 20000, 20000, 4))
 	ln, clk, _ := sharedLane(t, m)
 	before, requests, _ := limits(ln)
-	alone := m.View()
-	alone.Shared = false
-	apply(ln, m, alone)
+	fallBack(ln, m)
 	ln.mu.Lock()
 	c, r := ln.dims[dimRecords].ctl, ln.dims[dimRequests].ctl
 	ln.mu.Unlock()

@@ -80,12 +80,16 @@ func TestRedisFlushed(t *testing.T) {
 	var logs logBuffer
 	s := newStore(t, rdb, WithLogger(logs.logger()))
 	a, b := join(t, s), join(t, s)
+	subscribed(t, rdb, a, 2)
 	a.Accepted(100)
 	exchange(t, a)
 	_, _, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000, Recovery: time.Second})
 	require.NoError(t, err)
 	_, err = a.Breaker(context.Background(), true)
 	require.NoError(t, err)
+	// The cut's announcement pokes both members to exchange: let them,
+	// so that none does after the flush.
+	require.Eventually(t, func() bool { return s.Stats().Exchanges >= 7 }, time.Second, time.Millisecond)
 	before := exchange(t, b)
 
 	require.NoError(t, rdb.FlushAll(context.Background()).Err())

@@ -70,6 +70,16 @@ func join(t *testing.T, s *Store) *member {
 	return m
 }
 
+// subscribed waits until n members listen on m's lane's channel of cuts:
+// subscribing does not wait for Redis.
+func subscribed(t *testing.T, rdb redis.UniversalClient, m *member, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		got, err := rdb.PubSubNumSub(context.Background(), m.channel()).Result()
+		return err == nil && got[m.channel()] == n
+	}, time.Second, time.Millisecond)
+}
+
 func exchange(t *testing.T, m *member) share.View {
 	t.Helper()
 	require.NoError(t, m.sync(context.Background()))

@@ -164,7 +164,9 @@ func TestSlowOrHungRedisUnderRuns(t *testing.T) {
 	for i, w := range ws {
 		require.NoError(t, w.err, "writer %d", i)
 		assert.Equal(t, per, w.res.Upserted, "writer %d: every record landed", i)
-		assert.Equal(t, 1, w.res.Stats.SharedFallbacks, "writer %d went alone while Redis hung", i)
+		// Once while Redis hung; a loaded machine may make another round
+		// trip miss the 100 ms timeout.
+		assert.GreaterOrEqual(t, w.res.Stats.SharedFallbacks, 1, "writer %d went alone while Redis hung", i)
 		assert.GreaterOrEqual(t, w.store.Stats().MostWriters, int64(n))
 	}
 }

@@ -157,10 +157,7 @@ func TestACutReachesTheOthersAtOnce(t *testing.T) {
 	rdb := client(t, nil)
 	s := newStore(t, rdb) // exchanges only when asked to, or poked
 	a, b := join(t, s), join(t, s)
-	require.Eventually(t, func() bool { // subscribing does not wait for Redis
-		n, err := rdb.PubSubNumSub(context.Background(), b.channel()).Result()
-		return err == nil && n[b.channel()] == 2
-	}, time.Second, 5*time.Millisecond)
+	subscribed(t, rdb, b, 2)
 	changed := b.Changed()
 	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
 	require.NoError(t, err)

@@ -171,9 +171,9 @@ func TestEstimateTokens(t *testing.T) {
 
 // eventClock is virtual time that moves only when nothing else happens: a
 // Sleep returns when no request is in flight, no other sleeper wakes
-// earlier and nothing changed for a millisecond of real time (goroutines
-// about to act get to), and moves the clock to its end. Requests so take
-// no virtual time, and a long wait of one goroutine does not pass while
+// earlier and nothing changed for quietFor of real time (goroutines about
+// to act get to), and moves the clock to its end. Requests so take no
+// virtual time, and a long wait of one goroutine does not pass while
 // others work.
 type eventClock struct {
 	mu       sync.Mutex
@@ -183,6 +183,12 @@ type eventClock struct {
 	inFlight int
 	events   int // sleeps begun and ended, requests sent and answered
 }
+
+// quietFor is how long nothing must change before an eventClock moves: a
+// millisecond let a goroutine about to send miss its turn when the
+// machine ran the whole suite under -race (the clock jumped a minute
+// ahead of it).
+const quietFor = 4 * time.Millisecond
 
 func newEventClock() *eventClock {
 	c := &eventClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -224,7 +230,7 @@ func (c *eventClock) Sleep(ctx context.Context, d time.Duration) error {
 		if c.inFlight == 0 && !slices.ContainsFunc(c.wakes, func(w time.Time) bool { return w.Before(wake) }) {
 			seen := c.events
 			c.mu.Unlock()
-			time.Sleep(time.Millisecond)
+			time.Sleep(quietFor)
 			c.mu.Lock()
 			if c.events != seen {
 				continue

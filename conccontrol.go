@@ -151,9 +151,12 @@ func (c *concControl) current() *levelStats {
 	return &c.base
 }
 
-// epoch is how many answers a level is measured over. In slow start, a
-// round trip's worth: a doubling that pays shows at once, and one stopped
-// by noise is made up by the trials after. Then enough for the mean of log
+// epoch is how many answers a level is measured over. In slow start, half
+// the level (at least tuning.epochAnswers, or the level when lower): the
+// answers after those a doubling lets out at once (see try), which come
+// back within a round trip of them, so that a doubling that pays shows in
+// two round trips; one stopped by noise is made up by the trials after.
+// Then enough for the mean of log
 // latency to tell the gain of a step from noise at the spread seen (two
 // standard errors of the difference within half the step's gain), at
 // least tuning.epochAnswers.

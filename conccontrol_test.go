@@ -148,6 +148,13 @@ func TestConcControl(t *testing.T) {
 		assert.Equal(t, 1, seen[concRejected], "32 in flight on 16 slots only queue")
 		assert.Equal(t, 16, s.c.limit)
 	})
+	t.Run("in slow start a level is measured over half of it, at least epochAnswers or the level", func(t *testing.T) {
+		s := newConcScript()
+		for _, tt := range []struct{ level, epoch int }{{4, 4}, {8, 8}, {20, 16}, {64, 32}} {
+			s.c.set(tt.level, s.issued)
+			assert.Equal(t, tt.epoch, s.c.epoch(0.1, &s.tn), "level %d", tt.level)
+		}
+	})
 	t.Run("epochs lengthen with the latency's spread", func(t *testing.T) {
 		s := newConcScript()
 		s.c.slowStart = false

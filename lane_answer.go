@@ -33,16 +33,17 @@ func (ln *lane) release(p permit, e *Error) (youngOutage bool) {
 			ln.seen.fastAt = now
 		}
 	}
-	ln.answerRates(p, now, e)
-	ln.reportShare(p, now, class)
+	window := ln.measureWindow(now)
+	ln.answerRates(p, now, window, e)
+	ln.reportShare(p, now, window, class)
 	ln.answerBatch(p, now, latency, class)
-	ln.answerConc(p, latency, class)
+	ln.answerConc(p, now, window, latency, class)
 	return ln.answerBreaker(p, now, class)
 }
 
 // answerRates feeds the outcome to the rate controllers and applies their
 // limits; a cut wakes the head of the queue.
-func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
+func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Error) {
 	refused := -1
 	switch {
 	case e == nil:
@@ -58,7 +59,6 @@ func (ln *lane) answerRates(p permit, now time.Time, e *Error) {
 		return // neither accepted nor refused for the rate
 	}
 	amounts := p.amounts()
-	window := ln.measureWindow(now)
 	for i := range ln.dims {
 		d := &ln.dims[i]
 		if refused >= 0 && i != refused {
@@ -131,13 +131,13 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 }
 
 // answerConc feeds the outcome to the concurrency's controller; more room
-// wakes the requests waiting for a slot.
-func (ln *lane) answerConc(p permit, latency time.Duration, class Class) {
+// wakes the requests waiting for a slot. window is measureWindow(now),
+// which release computes once for every controller.
+func (ln *lane) answerConc(p permit, now time.Time, window, latency time.Duration, class Class) {
 	if p.slots != nil {
 		return // the caller's fixed concurrency
 	}
-	now := ln.clock.Now()
-	rateBound := ln.rateBinds(now)
+	rateBound := ln.rateBinds(now, window)
 	full := !p.sizeProbe && 10*p.n >= 9*ln.seen.size
 	if class == 0 && full && p.seq > ln.conc.seq {
 		ln.seen.jitter.add(ln.conc.current().deviation(latency))
@@ -166,8 +166,7 @@ func (ln *lane) answerConc(p permit, latency time.Duration, class Class) {
 // lane sent at least tuning.bindingShare of it. Requests sent in waves (a
 // round trip's answers come together) wait for tokens under a rate they
 // do not reach on average; that rate limits nothing.
-func (ln *lane) rateBinds(now time.Time) bool {
-	window := ln.measureWindow(now)
+func (ln *lane) rateBinds(now time.Time, window time.Duration) bool {
 	for i := range ln.dims {
 		d := &ln.dims[i]
 		if now.Sub(d.waited) < ln.tuning.boundFor && d.ctl.sent.rateOver(now, window) >= ln.tuning.bindingShare*d.ctl.limit {

@@ -215,7 +215,7 @@ func (ln *lane) shareFraction(v share.View) float64 {
 // the records the index accepted, and the writer's demand (+Inf while a
 // rate holds requests back, else tuning.shareHeadroom times what it
 // sends). ln.mu is held.
-func (ln *lane) reportShare(p permit, now time.Time, class Class) {
+func (ln *lane) reportShare(p permit, now time.Time, window time.Duration, class Class) {
 	m := ln.share.m
 	if m == nil {
 		return
@@ -229,7 +229,7 @@ func (ln *lane) reportShare(p permit, now time.Time, class Class) {
 		size := ln.seen.size
 		ln.dims[dimRecords].least, ln.dims[dimRequests].least = size, 1
 		ln.dims[dimBytes].least = int(float64(size) * ln.seen.recordBytes)
-		ln.holdSearches(now)
+		ln.holdSearches(now, window)
 	}
 	for i := range ln.dims {
 		if now.Sub(ln.dims[i].waited) < ln.tuning.boundFor {
@@ -244,8 +244,7 @@ func (ln *lane) reportShare(p permit, now time.Time, class Class) {
 // what the writer sends: its tokens bind for a second after its bucket
 // starts empty however little it sends, and a search doubles while they
 // do, far past what the lane sent. ln.mu is held.
-func (ln *lane) holdSearches(now time.Time) {
-	w := ln.measureWindow(now)
+func (ln *lane) holdSearches(now time.Time, w time.Duration) {
 	for i := range ln.dims {
 		d := &ln.dims[i]
 		if d.ctl.hold(max(d.floor, 2*d.ctl.sent.rateOver(now, w))) {

@@ -314,7 +314,7 @@ func TestSharedLaneHoldsItsSearchesAndItsBatches(t *testing.T) {
 	d.ctl.sent.add(clk.Now(), 300)
 	most := 2 * d.ctl.sent.rateOver(clk.Now(), ln.measureWindow(clk.Now()))
 	ln.seen.size = 900
-	ln.reportShare(permit{request: request{n: 1}}, clk.Now(), 0)
+	ln.reportShare(permit{request: request{n: 1}}, clk.Now(), ln.measureWindow(clk.Now()), 0)
 	assert.InDelta(t, most, d.ctl.limit, 1e-6, "within twice what the writer sends")
 	assert.Equal(t, 900, d.bucket.Burst(), "a burst that holds a batch sized by the lane")
 }

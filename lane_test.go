@@ -147,7 +147,7 @@ func TestLaneRateBindsOnlyWhenTheLaneSendsNearIt(t *testing.T) {
 		if tt.waited {
 			ln.dims[dimRecords].waited = clk.Now()
 		}
-		assert.Equal(t, tt.binds, ln.rateBinds(clk.Now()), tt.name)
+		assert.Equal(t, tt.binds, ln.rateBinds(clk.Now(), ln.measureWindow(clk.Now())), tt.name)
 	}
 }
 

@@ -55,8 +55,12 @@ type climbed struct {
 	paused time.Duration // time the index was down (breaker open) since the last cut
 }
 
-// answers is a shift register of the last 64 answers: a bit set for each
-// refusal.
+// answerSpan is how many answers the test of refusals counts: the width
+// of the answers register.
+const answerSpan = 64
+
+// answers is a shift register of the last answerSpan answers: a bit set
+// for each refusal.
 type answers struct {
 	refused uint64
 	n       int
@@ -67,7 +71,7 @@ func (a *answers) add(refused bool) {
 	if refused {
 		a.refused |= 1
 	}
-	a.n = min(a.n+1, 64)
+	a.n = min(a.n+1, answerSpan)
 }
 
 func (a *answers) count() (refused, n int) { return bits.OnesCount64(a.refused), a.n }
@@ -137,7 +141,7 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	// While the limit climbs back to what the index accepted at the last
 	// cut, once it accepts again, a token-bucket index refuses nothing:
 	// what it refuses then, it refuses whatever the rate.
-	climbing := c.episodes > 0 && c.limit < c.capacity
+	climbing := c.climbing()
 	if after && climbing && c.accepted > 0 && s.now.Sub(c.cutAt) >= t.drainFor {
 		c.quiet.answers++
 		if s.refused {
@@ -169,16 +173,29 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	if c.episodes > 0 && c.accepted == 0 && since < t.drainFor {
 		return rateDraining
 	}
-	refusals := c.recent.refusals()
-	switch {
-	case !c.excess(t):
+	if !c.excess(t) || c.recent.refusals() < c.leastRefusals() {
 		return rateNoise
-	case c.episodes == 0 && refusals < 2:
-		return rateNoise // one refusal among the first answers may be the index's usual share
-	case climbing && refusals < 3:
-		return rateNoise // while climbing, refusals teach the usual share; only several say the cut was not enough
 	}
 	return c.cut(s, t, floor)
+}
+
+// climbing reports whether the limit climbs back to what the index
+// accepted at the last cut.
+func (c *rateControl) climbing() bool { return c.episodes > 0 && c.limit < c.capacity }
+
+// leastRefusals is the fewest refusals among the last answers that start
+// an episode whatever the usual share: two for the first (one among the
+// first answers may be the index's usual share), three while climbing
+// (refusals then teach the usual share; only several say the cut was not
+// enough), none otherwise.
+func (c *rateControl) leastRefusals() int {
+	switch {
+	case c.episodes == 0:
+		return 2
+	case c.climbing():
+		return 3
+	}
+	return 0
 }
 
 // excess reports whether the last answers hold more refusals than the

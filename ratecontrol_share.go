@@ -76,18 +76,11 @@ func viewCurve(v share.View, now time.Time, t *tuning) float64 {
 	return c.limit
 }
 
-// answerSpan is how many answers a rate controller's test of refusals
-// counts: the width of its register (answers).
-const answerSpan = 64
-
 // episodeRefusals is how many refusals among answerSpan answers c's own
-// rules call an episode (at least two, as a lane's first episode needs;
-// three while climbing back, as refusals then teach the usual share).
+// rules call an episode (leastRefusals, and at least two, as a lane's
+// first episode needs).
 func (c *rateControl) episodeRefusals(t *tuning) int {
-	least := 2
-	if c.episodes > 0 && c.limit < c.capacity {
-		least = 3
-	}
+	least := max(2, c.leastRefusals())
 	lambda := c.noise(t) * answerSpan
 	for r := least; r < answerSpan; r++ {
 		if poissonTail(lambda, r) < t.significance {

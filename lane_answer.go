@@ -69,12 +69,13 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 			bound: now.Sub(d.waited) < ln.tuning.boundFor, window: window,
 			doubling: max(ln.tuning.minWindow, 4*time.Duration(ln.seen.roundTrip)),
 		}
-		switch d.ctl.answer(s, ln.tuning, d.floor) {
+		searched := d.ctl.search
+		switch reason := d.ctl.answer(s, ln.tuning, d.floor); reason {
 		case rateFirstCut, rateCut, rateHalved, rateAtPrior:
 			ln.cuts++
 			ln.signals.rates.fire()
 			d.apply(now, ln.tuning)
-			ln.shareCut(p, e, i)
+			ln.shareCut(p, e, i, searched && reason != rateAtPrior)
 		case rateNoise:
 			ln.shareRefusal(p, e, i, s)
 		case rateGrew:

@@ -254,9 +254,9 @@ func (ln *lane) holdSearches(now time.Time, w time.Duration) {
 }
 
 // shareCut proposes the cut of rate dim that the lane just made for p's
-// 429 (e) to the lane's other writers, or notes that it was made alone;
-// ln.mu is held.
-func (ln *lane) shareCut(p permit, e *Error, dim int) {
+// 429 (e; searched: the rate was searching up before it) to the lane's
+// other writers, or notes that it was made alone; ln.mu is held.
+func (ln *lane) shareCut(p permit, e *Error, dim int, searched bool) {
 	sh := &ln.share
 	if sh.m == nil {
 		return
@@ -265,7 +265,7 @@ func (ln *lane) shareCut(p permit, e *Error, dim int) {
 		sh.cutAlone, sh.cutDim = true, dim
 		return
 	}
-	ln.queueCut(ln.proposal(p, e, dim, &ln.dims[dim].ctl))
+	ln.queueCut(ln.proposal(p, e, dim, &ln.dims[dim].ctl, searched))
 }
 
 // shareRefusal counts p's 429 (e, refusing rate dim; s its sample), which
@@ -281,22 +281,30 @@ func (ln *lane) shareRefusal(p permit, e *Error, dim int, s rateSample) {
 	}
 	d := &ln.dims[dim]
 	trial := d.ctl // a copy: the cut is made only if the lane's count is complete
-	trial.cut(s, ln.tuning, d.floor)
-	c := ln.proposal(p, e, dim, &trial)
+	reason := trial.cut(s, ln.tuning, d.floor)
+	c := ln.proposal(p, e, dim, &trial, d.ctl.search && reason != rateAtPrior)
 	c.Refusals, c.Window = d.ctl.episodeRefusals(ln.tuning), ln.laneAnswersSpan(s.now)
 	ln.queueCut(c)
 }
 
-// proposal is the cut c (rate dim's controller, just cut for p's 429 e)
-// in the lane's terms; ln.mu is held.
-func (ln *lane) proposal(p permit, e *Error, dim int, c *rateControl) share.Cut {
+// proposal is the cut c (rate dim's controller, just cut for p's 429 e;
+// searched: it was searching up before) in the lane's terms; ln.mu is
+// held.
+func (ln *lane) proposal(p permit, e *Error, dim int, c *rateControl, searched bool) share.Cut {
 	sh := &ln.share
 	v := sh.m.View()
 	rate, level, recovery := c.anchors(ln.measuredShare(v))
+	if first := ln.laneFirst(v, dim); first > level {
+		// The lane's first episode: this writer may have started last,
+		// and sent little of what the lane sent.
+		rate, level = first, first
+	}
 	lane := ln.laneAccepted(v, dim)
-	if lane > 0 && recovery == 0 && c.episodes > 1 {
-		// A halving (too few of its own answers since the cut to
-		// measure by): the lane's answers measure the index.
+	if lane > 0 && (searched || recovery == 0 && c.episodes > 1) {
+		// A cut after a search, or a halving (too few of its own
+		// answers since the cut to measure by): the lane's answers
+		// since the cut measure the index, and a search's limit does
+		// not (the writers' parts of it bind nothing).
 		t := ln.tuning
 		climb := rateControl{depth: t.cutDepth}
 		return ln.cutOf(p, e, dim, lane*(1-t.cutDepth), lane, climb.climb(t))
@@ -360,7 +368,24 @@ func (ln *lane) laneAccepted(v share.View, dim int) float64 {
 	if !v.Shared || v.Epoch == 0 || v.AcceptedSince.IsZero() || span < ln.tuning.shareMeasureFor {
 		return 0
 	}
-	records := float64(v.Accepted) / span.Seconds()
+	return ln.inUnit(float64(v.Accepted)/span.Seconds(), dim)
+}
+
+// laneFirst is, before the lane's first cut, what the index accepted from
+// all its writers since the lane started, spread over at least a second
+// (rateFirstCut's floor, for the lane: a bucket holds up to a second's
+// worth), in the unit of rate dim; 0 after the first cut. ln.mu is held.
+func (ln *lane) laneFirst(v share.View, dim int) float64 {
+	if !v.Shared || v.Epoch > 0 || v.AcceptedSince.IsZero() {
+		return 0
+	}
+	span := max(time.Second, ln.clock.Now().Sub(v.AcceptedSince))
+	return ln.inUnit(float64(v.Accepted)/span.Seconds(), dim)
+}
+
+// inUnit converts records per second to the unit of rate dim, by the
+// sizes this lane's requests had; ln.mu is held.
+func (ln *lane) inUnit(records float64, dim int) float64 {
 	switch dim {
 	case dimRequests:
 		return records / float64(max(1, ln.seen.size))

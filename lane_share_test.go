@@ -271,13 +271,15 @@ func TestSharedLaneCountsItsNoiseTowardsTheLanesEpisode(t *testing.T) {
 
 func TestSharedLaneMeasuresInTheLanesTerms(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		own    float64 // records this writer got accepted, now
-		search bool    // the writer's last cut was a halving
+		name     string
+		own      float64 // records this writer got accepted, now
+		search   bool    // the writer's last cut was a halving
+		searched bool    // the writer's rate searched up before its last cut
 	}{
 		{name: "its measure over its part of what the lane got accepted", own: 1500},
 		{name: "nothing of its own accepted: over its fraction, raised to the lane's measure"},
 		{name: "a halving: the lane's measure", own: 1500, search: true},
+		{name: "a cut after a search: the lane's measure", own: 1500, searched: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newFakeClock()
@@ -289,15 +291,45 @@ func TestSharedLaneMeasuresInTheLanesTerms(t *testing.T) {
 			c.level, c.limit, c.search, c.episodes = 2000, 1600, tc.search, 2
 			ln.dims[dimRecords].ctl.taken.add(clk.Now(), tc.own)
 			part := ln.dims[dimRecords].ctl.taken.rateOver(clk.Now(), time.Second) / 6000
-			got := ln.proposal(permit{epoch: 1}, errRateLimited, dimRecords, &c)
+			got := ln.proposal(permit{epoch: 1}, errRateLimited, dimRecords, &c, tc.searched)
 			ln.mu.Unlock()
 			want := 6000.0
-			if tc.own > 0 && !tc.search {
+			if tc.own > 0 && !tc.search && !tc.searched {
 				want = 2000 / part
 				require.Greater(t, want, 6000.0)
 			}
 			assert.InDelta(t, want, got.Level, 1e-6)
 			assert.InDelta(t, want*0.8, got.Rate, 1e-6, "the cut's depth kept")
+		})
+	}
+}
+
+func TestSharedLanesFirstCutKeepsWhatTheLaneAccepted(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		since     time.Duration // how long ago the lane started
+		accepted  int64         // records the lane's writers got accepted since
+		own       float64       // this writer's first cut, in its terms (a quarter of the lane)
+		wantLevel float64
+	}{
+		{name: "a writer that started last: the lane's, over a second", since: 500 * time.Millisecond, accepted: 9000, own: 500, wantLevel: 9000},
+		{name: "over the lane's life when longer", since: 2 * time.Second, accepted: 16000, own: 500, wantLevel: 8000},
+		{name: "its own when higher", since: 2 * time.Second, accepted: 16000, own: 3000, wantLevel: 12000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newFakeClock()
+			v := capped(clk.Now(), 0, math.Inf(1), 0, 4)
+			v.Accepted, v.AcceptedSince = tc.accepted, clk.Now().Add(-tc.since)
+			ln, _, _ := sharedLane(t, newFakeMember(v))
+			ln.mu.Lock()
+			defer ln.mu.Unlock()
+			require.InDelta(t, 0.25, ln.share.frac, 1e-9)
+			c := ln.dims[dimRecords].ctl
+			c.level, c.limit, c.search, c.episodes = tc.own, tc.own, true, 1 // rateFirstCut's search
+			got := ln.proposal(permit{}, errRateLimited, dimRecords, &c, false)
+			assert.InDelta(t, tc.wantLevel, got.Level, 1e-6)
+			assert.InDelta(t, tc.wantLevel, got.Rate, 1e-6, "a floor to search up from")
+			assert.Zero(t, got.Recovery, "a search")
 		})
 	}
 }
@@ -503,7 +535,7 @@ func TestSharedLaneProposesWhatTheLaneAccepted(t *testing.T) {
 			m := newFakeMember(v)
 			ln, _, _ := sharedLane(t, m)
 			ln.mu.Lock()
-			ln.shareCut(permit{epoch: 1}, errRateLimited, dimRecords)
+			ln.shareCut(permit{epoch: 1}, errRateLimited, dimRecords, false)
 			ln.mu.Unlock()
 			ln.flushShare()
 			cuts := m.proposals()

@@ -236,19 +236,20 @@ func poissonTail(lambda float64, k int) float64 {
 }
 
 // cut begins an episode. The level becomes what the index accepted since
-// the last cut (over the last window, the least span that measures a rate,
-// when the last cut is more recent), which is its capacity when it limits
-// with a token bucket and refuses: it accepts exactly its rate once its
-// bucket is empty. The limit goes tuning.cutDepth
-// under it, so that the index's bucket refills in a fraction of a second,
-// and climbs back to it. On weak evidence the level does not come down
-// and the limit only dips by tuning.cutMargin: refusals that come
-// whatever the rate must not grind the rate down. The first cut keeps at
-// least half of what was sent, which slow start's doubling had reached a
-// round trip before, and searches up from there (while the lane ramps
-// up, a window measures less than the index took at the end of it). With
-// fewer than three answers accepted since the last cut there is nothing to
-// measure by: the limit is half of what was sent, and searches up.
+// the limit climbed back to the capacity after the last cut (else over the
+// last window, the least span that measures a rate), which is its capacity
+// when it limits with a token bucket and refuses: it accepts exactly its
+// rate once its bucket is empty. The limit goes tuning.cutDepth under it,
+// so that the index's bucket refills in a fraction of a second, and climbs
+// back to it. Refusals that come whatever the rate do not get here
+// (answer's test of their excess): they must not grind the rate down. A
+// cut after a search takes at least √2/2 of the limit it doubled to. The
+// first cut keeps at least half of what was sent, which slow start's
+// doubling had reached a round trip before, and searches up from there
+// (while the lane ramps up, a window measures less than the index took at
+// the end of it). With fewer than three answers accepted since the last
+// cut there is nothing to measure by: the limit is half of what was sent,
+// and searches up.
 func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	accepted := c.taken.rateOver(s.now, s.window)
 	if since := s.now.Sub(c.climbed.at) - c.climbed.paused; !c.climbed.at.IsZero() && since >= s.window && c.episodes > 0 && !c.search {

@@ -210,7 +210,7 @@ func writeChild(args []string) error {
 		opts = append(opts, more...)
 	}
 	if os.Getenv(traceEnv) != "" {
-		opts = append(opts, traceOption(*first))
+		opts = append(opts, traceOption(*first), traceRefusals(*first))
 	}
 	res, err := upsert.All(runCtx, records, opts...)
 	out.EndNanos = time.Now().UnixNano()
@@ -250,11 +250,29 @@ func joinLane(socket, prefix string, out *writerOutcome) ([]upsert.Option, func(
 const traceEnv = "UPSERTBENCH_TRACE"
 
 func traceOption(first int) upsert.Option {
-	start := time.Now()
 	return upsert.WithProgress(250*time.Millisecond, func(p upsert.Progress) {
 		l := p.Stats.Limiter
 		fmt.Fprintf(os.Stderr, "trace writer=%d t=%.2f upserted=%d rate=%.0f conc=%d batch=%d 429s=%d fallbacks=%d\n",
-			first, time.Since(start).Seconds(), p.Stats.Upserted, l.Rate, l.Concurrency, l.BatchSize,
+			first, traceClock(time.Now()), p.Stats.Upserted, l.Rate, l.Concurrency, l.BatchSize,
 			p.Stats.ErrorsByClass[upsert.ClassRateLimited], p.Stats.SharedFallbacks)
 	})
+}
+
+// traceRefusals prints each 429 a writer gets, with when its request was
+// sent and answered, on the clock every writer's trace shares.
+func traceRefusals(first int) upsert.Option {
+	return upsert.WithObserver(upsert.Observer{RequestDone: func(e upsert.RequestEvent) {
+		if e.Err == nil || e.Err.Class != upsert.ClassRateLimited {
+			return
+		}
+		now := time.Now()
+		fmt.Fprintf(os.Stderr, "refused writer=%d sent=%.3f t=%.3f records=%d\n",
+			first, traceClock(now.Add(-e.Latency)), traceClock(now), e.Records)
+	}})
+}
+
+// traceClock is t in seconds on a clock the writers of one run share (the
+// wall clock modulo 1000 s).
+func traceClock(t time.Time) float64 {
+	return float64(t.UnixMilli()%1_000_000) / 1000
 }

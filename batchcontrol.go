@@ -286,7 +286,7 @@ func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 	if c.trial.size < c.size {
 		return c.judgeSmaller(s, costTrial < costBase-math.Log(t.probeWorse), t)
 	}
-	if costTrial > costBase+math.Log(t.probeWorse) || c.tooSlow(c.trial.mean(), s, t) {
+	if costTrial > costBase+math.Log(t.probeWorse) || c.tooSlow(c.trial.mean(), c.trial.n, s, t) {
 		c.endTrial(s.now, false, t)
 		return batchTooLarge
 	}
@@ -331,9 +331,15 @@ func (c *batchControl) forget() {
 }
 
 // tooSlow reports whether the 99th percentile of a lognormal latency of
-// the mean log given, at the spread seen, takes more than
-// tuning.latencyShare of the request timeout.
-func (c *batchControl) tooSlow(meanLog float64, s batchSample, t *tuning) bool {
+// the mean log given (of n samples), at the spread seen, takes more than
+// tuning.latencyShare of the request timeout. A mean of one sample (slow
+// start's trial) is taken a spread lower: a size wrongly rejected is not
+// tried again for ceilingFor, one wrongly adopted is halved at its second
+// timeout.
+func (c *batchControl) tooSlow(meanLog float64, n int, s batchSample, t *tuning) bool {
+	if n == 1 {
+		meanLog -= s.spread
+	}
 	return s.timeout > 0 && math.Exp(meanLog+2.33*s.spread) > t.latencyShare*s.timeout.Seconds()
 }
 

@@ -185,3 +185,24 @@ func TestBatchControl(t *testing.T) {
 		assert.False(t, trial)
 	})
 }
+
+func TestBatchTooSlow(t *testing.T) {
+	var c batchControl
+	for _, tc := range []struct {
+		name    string
+		latency time.Duration // the mean of log latency, as a latency
+		n       int
+		timeout time.Duration
+		want    bool
+	}{
+		{name: "one sample whose tail would take three quarters of the timeout: a spread lower, it does not", latency: 507 * time.Millisecond, n: 1, timeout: 2 * time.Second},
+		{name: "three such samples: it does", latency: 507 * time.Millisecond, n: 3, timeout: 2 * time.Second, want: true},
+		{name: "one sample slower still: it does", latency: 850 * time.Millisecond, n: 1, timeout: 2 * time.Second, want: true},
+		{name: "no timeout: never", latency: time.Minute, n: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := batchSample{timeout: tc.timeout, spread: 0.47}
+			assert.Equal(t, tc.want, c.tooSlow(math.Log(tc.latency.Seconds()), tc.n, s, &defaultTuning))
+		})
+	}
+}

@@ -303,8 +303,11 @@ func (ln *lane) proposal(p permit, e *Error, dim int, c *rateControl, searched b
 	if lane > 0 && (searched || recovery == 0 && c.episodes > 1) {
 		// A cut after a search, or a halving (too few of its own
 		// answers since the cut to measure by): the lane's answers
-		// since the cut measure the index, and a search's limit does
-		// not (the writers' parts of it bind nothing).
+		// measure the index, and a search's limit does not (the
+		// writers' parts of it bind nothing). Since the cut they count
+		// the search's climb too; over the last second, the index
+		// refusing, its rate and what its bucket had left.
+		lane = max(lane, ln.laneRecent(v, dim))
 		t := ln.tuning
 		climb := rateControl{depth: t.cutDepth}
 		return ln.cutOf(p, e, dim, lane*(1-t.cutDepth), lane, climb.climb(t))
@@ -371,16 +374,32 @@ func (ln *lane) laneAccepted(v share.View, dim int) float64 {
 	return ln.inUnit(float64(v.Accepted)/span.Seconds(), dim)
 }
 
-// laneFirst is, before the lane's first cut, what the index accepted from
-// all its writers since the lane started, spread over at least a second
-// (rateFirstCut's floor, for the lane: a bucket holds up to a second's
-// worth), in the unit of rate dim; 0 after the first cut. ln.mu is held.
+// laneRecent is what the index accepted from all the lane's writers per
+// second over the last second or so (v.Recent), in the unit of rate dim,
+// or 0 over less than tuning.shareMeasureFor. ln.mu is held.
+func (ln *lane) laneRecent(v share.View, dim int) float64 {
+	if !v.Shared || v.RecentSpan < ln.tuning.shareMeasureFor {
+		return 0
+	}
+	return ln.inUnit(float64(v.Recent)/v.RecentSpan.Seconds(), dim)
+}
+
+// laneFirst is, before the lane's first cut, rateFirstCut's floor for the
+// lane: what the index accepted from all its writers since the lane
+// started, spread over at least a second (a bucket holds up to a second's
+// worth), or half of it over that span (until the first refusals the
+// index accepted what was sent, and slow start doubled it within the last
+// round trip), in the unit of rate dim; 0 after the first cut. ln.mu is
+// held.
 func (ln *lane) laneFirst(v share.View, dim int) float64 {
 	if !v.Shared || v.Epoch > 0 || v.AcceptedSince.IsZero() {
 		return 0
 	}
-	span := max(time.Second, ln.clock.Now().Sub(v.AcceptedSince))
-	return ln.inUnit(float64(v.Accepted)/span.Seconds(), dim)
+	span := ln.clock.Now().Sub(v.AcceptedSince)
+	n := float64(v.Accepted)
+	spread := n / max(time.Second, span).Seconds()
+	sent := n / max(ln.tuning.minWindow, span).Seconds() / 2
+	return ln.inUnit(max(spread, sent), dim)
 }
 
 // inUnit converts records per second to the unit of rate dim, by the

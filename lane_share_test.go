@@ -275,16 +275,21 @@ func TestSharedLaneMeasuresInTheLanesTerms(t *testing.T) {
 		own      float64 // records this writer got accepted, now
 		search   bool    // the writer's last cut was a halving
 		searched bool    // the writer's rate searched up before its last cut
+		recent   float64 // what the lane got accepted a second over the last second
 	}{
 		{name: "its measure over its part of what the lane got accepted", own: 1500},
 		{name: "nothing of its own accepted: over its fraction, raised to the lane's measure"},
 		{name: "a halving: the lane's measure", own: 1500, search: true},
 		{name: "a cut after a search: the lane's measure", own: 1500, searched: true},
+		{name: "a cut after a search: the lane's measure over the last second, when higher", own: 1500, searched: true, recent: 8000},
+		{name: "a halving: the lane's measure over the last second, when higher", own: 1500, search: true, recent: 8000},
+		{name: "a cut after a search: not the last second's when lower", own: 1500, searched: true, recent: 5000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newFakeClock()
 			v := capped(clk.Now(), 1, 4000, 5000, 2)
 			v.Accepted, v.AcceptedSince = 6000, clk.Now().Add(-time.Second) // 6000 a second
+			v.Recent, v.RecentSpan = int64(tc.recent), time.Second
 			ln, _, _ := sharedLane(t, newFakeMember(v))
 			ln.mu.Lock()
 			c := ln.dims[dimRecords].ctl // as a cut of its own measured it, in its terms
@@ -293,7 +298,7 @@ func TestSharedLaneMeasuresInTheLanesTerms(t *testing.T) {
 			part := ln.dims[dimRecords].ctl.taken.rateOver(clk.Now(), time.Second) / 6000
 			got := ln.proposal(permit{epoch: 1}, errRateLimited, dimRecords, &c, tc.searched)
 			ln.mu.Unlock()
-			want := 6000.0
+			want := max(6000, tc.recent)
 			if tc.own > 0 && !tc.search && !tc.searched {
 				want = 2000 / part
 				require.Greater(t, want, 6000.0)
@@ -315,6 +320,8 @@ func TestSharedLanesFirstCutKeepsWhatTheLaneAccepted(t *testing.T) {
 		{name: "a writer that started last: the lane's, over a second", since: 500 * time.Millisecond, accepted: 9000, own: 500, wantLevel: 9000},
 		{name: "over the lane's life when longer", since: 2 * time.Second, accepted: 16000, own: 500, wantLevel: 8000},
 		{name: "its own when higher", since: 2 * time.Second, accepted: 16000, own: 3000, wantLevel: 12000},
+		{name: "a young lane: half of what it sent, when more", since: 400 * time.Millisecond, accepted: 9000, own: 500, wantLevel: 11250},
+		{name: "half of what it sent over at least minWindow", since: 100 * time.Millisecond, accepted: 3000, own: 500, wantLevel: 5000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newFakeClock()

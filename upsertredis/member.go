@@ -35,6 +35,7 @@ type member struct {
 	version int64     // the state's version in the view
 	joined  bool      // Redis answered once
 	alone   bool      // the last exchange failed: deciding alone
+	recent  recent    // the lane's count of records accepted at each answer
 	changed chan struct{}
 
 	leave      sync.Once
@@ -265,6 +266,12 @@ func (m *member) adopt(r reply, mid time.Time, fromSync bool) {
 		m.others = parseDemands(r.extra)
 	}
 	v := viewOf(r, mid).WithDemands(math.Float64frombits(m.demand.Load()), m.others)
+	if r.created {
+		m.recent.reset() // the count starts again
+	}
+	total, _ := strconv.ParseInt(r.fields[acceptedField], 10, 64)
+	m.recent.add(mid, total)
+	v.Recent, v.RecentSpan = m.recent.over(recentSpan)
 	if r.created && m.joined {
 		m.store.stats.resets.Add(1)
 		m.store.log(slog.LevelWarn, "upsertredis: the lane's state was missing (Redis flushed or restarted); rebuilt from this writer's view", m.lane, m.id)

@@ -42,6 +42,9 @@ func laneKeys(prefix, host, namespace string) (state, writers string) {
 //	counted_from     when that was
 var stateFields = []string{"version", "epoch", "rate", "level", "recovery", "cut_at", "paused_until", "open_since", "answered", "unit", "accepted", "accepted_at_cut", "counted_from"}
 
+// acceptedField is the index of "accepted" in stateFields.
+const acceptedField = 10
+
 // seedFields is how many of stateFields, from the first, a seed holds.
 const seedFields = 10
 

@@ -181,6 +181,11 @@ func TestAcceptedAndRetryAfterAreShared(t *testing.T) {
 	assert.Equal(t, int64(500), v.Accepted, "records accepted from every writer")
 	assert.WithinDuration(t, time.Now(), v.AcceptedSince, time.Second, "counted since the lane began")
 	assert.True(t, v.Answered)
+	b.Accepted(50)
+	v = exchange(t, b)
+	assert.Equal(t, int64(550), v.Recent, "since b joined, within the last second")
+	assert.Positive(t, v.RecentSpan)
+	assert.Less(t, v.RecentSpan, time.Second)
 
 	v, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 400, RetryAfter: time.Minute})
 	require.NoError(t, err)

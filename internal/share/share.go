@@ -122,6 +122,13 @@ type View struct {
 	// of them.
 	Accepted      int64
 	AcceptedSince time.Time
+	// Recent is how many records all writers reported accepted over
+	// RecentSpan, the span between two of this writer's exchanges about
+	// a second apart, the later one its last: what the index accepts
+	// now, where Accepted counts since the last cut (and, after a search,
+	// the climb since). RecentSpan is zero before two exchanges.
+	Recent     int64
+	RecentSpan time.Duration
 	// OpenSince is when the first writer's breaker opened in the
 	// current outage; zero while no breaker is open.
 	OpenSince time.Time

@@ -11,9 +11,9 @@
 // writers at 92% of the index in total with their throughputs 1.1 to 1.6
 // times apart, eight at 88.6% with 10.8% of requests refused. A Store gives
 // them the signal in common that Pinecone's answers do not carry: through
-// one, four processes took 95.1–98.5% of the same index with 1.8–2.5% of
-// requests refused and their throughputs 1.03–1.06 apart, eight
-// 95.2–97.1% with 2.3–2.6% and 1.07–1.19 (BENCHMARKS.md, issue 21). Use it when
+// one, four processes took 98.1–98.9% of the same index with 1.6–1.9% of
+// requests refused and their throughputs 1.05–1.10 apart, eight
+// 92.9–97.7% with 1.3–2.4% and 1.04–1.26 (BENCHMARKS.md, issue 21). Use it when
 // several processes write into the same namespace of an index at the same
 // time; one process gains nothing from it.
 //

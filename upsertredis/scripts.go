@@ -3,6 +3,7 @@ package upsertredis
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -43,7 +44,7 @@ func laneKeys(prefix, host, namespace string) (state, writers string) {
 var stateFields = []string{"version", "epoch", "rate", "level", "recovery", "cut_at", "paused_until", "open_since", "answered", "unit", "accepted", "accepted_at_cut", "counted_from"}
 
 // acceptedField is the index of "accepted" in stateFields.
-const acceptedField = 10
+var acceptedField = slices.Index(stateFields, "accepted")
 
 // seedFields is how many of stateFields, from the first, a seed holds.
 const seedFields = 10

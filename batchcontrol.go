@@ -84,8 +84,12 @@ func (c *batchControl) next(now time.Time, caps sizeCaps, mayTry bool, spread fl
 	c.expire(now)
 	cap := c.maxSize(caps, t)
 	if c.trial.size > 0 {
-		if c.trial.size > cap || c.overdue(now, spread, t) {
-			c.endTrial(now, c.trial.size > cap, t)
+		switch {
+		case c.trial.size > cap:
+			c.capTrial()
+			return min(c.size, cap), false
+		case c.overdue(now, spread, t):
+			c.endTrial(now, false, t)
 			return min(c.size, cap), false
 		}
 		if c.trial.sent < c.trialSamples(t) {
@@ -121,7 +125,7 @@ func (c *batchControl) sendLimit(now time.Time, caps sizeCaps, t *tuning) int {
 	c.expire(now)
 	n := c.maxSize(caps, t)
 	if c.trial.size > n {
-		c.endTrial(now, true, t)
+		c.capTrial()
 	}
 	return min(n, max(c.size, c.trial.size))
 }
@@ -211,8 +215,8 @@ func (c *batchControl) overdue(now time.Time, spread float64, t *tuning) bool {
 	return now.Sub(c.trial.oldest).Seconds() > budget
 }
 
-// endTrial forgets the trial; when tooLarge, its size is remembered as
-// too large.
+// endTrial forgets the trial and ends slow start; unless capped, its
+// size is remembered as too large.
 func (c *batchControl) endTrial(now time.Time, capped bool, t *tuning) {
 	if !capped && c.trial.size > c.size {
 		c.setCeiling(c.trial.size, now.Add(t.ceilingFor))
@@ -220,6 +224,12 @@ func (c *batchControl) endTrial(now time.Time, capped bool, t *tuning) {
 	c.trial = sizeStats{}
 	c.slowStart = false
 }
+
+// capTrial forgets a trial that the rate caps now bound below its size,
+// unjudged: in slow start the next trial is at the caps, which say nothing
+// of a size's cost (a lane's first cut often comes before its trial is
+// answered).
+func (c *batchControl) capTrial() { c.trial = sizeStats{} }
 
 // answer takes one answered request and returns what it did.
 func (c *batchControl) answer(s batchSample, t *tuning) batchReason {

@@ -178,6 +178,33 @@ func TestBatchControl(t *testing.T) {
 			assert.Equal(t, tt.want, s.c.maxSize(sizeCaps{records: tt.records, requests: tt.requests}, &s.tn), "%v records/s, %v requests/s", tt.records, tt.requests)
 		}
 	})
+	t.Run("slow start's trial cut short by a rate cap is tried again at the cap", func(t *testing.T) {
+		capped := sizeCaps{records: 17_000, requests: math.Inf(1)} // batches of 850 at most
+		for _, tt := range []struct {
+			name   string
+			inNext bool // the cap is seen forming the next batch, else sending the trial
+		}{
+			{"seen forming a batch", true},
+			{"seen sending the trial", false},
+		} {
+			s := newBatchScript()
+			s.run(1, perRequest(5*time.Millisecond, 0, 0, 1), nil)
+			size, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+			require.True(t, trial, tt.name)
+			require.Equal(t, 1000, size, tt.name)
+			if tt.inNext {
+				s.c.next(s.now, capped, true, 0.1, &s.tn)
+			} else {
+				assert.Equal(t, 100, s.c.sendLimit(s.now, capped, &s.tn), "%s: the batch formed goes out at the size adopted", tt.name)
+			}
+			assert.True(t, s.c.slowStart, "%s: the cap judged nothing", tt.name)
+			assert.Zero(t, s.c.ceil, tt.name)
+			size, trial = s.c.next(s.now, capped, true, 0.1, &s.tn)
+			assert.True(t, trial, tt.name)
+			assert.Equal(t, 850, size, tt.name)
+			assert.Equal(t, 1, s.c.trialSamples(&s.tn), "%s: judged on one answer, as slow start's", tt.name)
+		}
+	})
 	t.Run("a trial is not started when the lane runs another experiment", func(t *testing.T) {
 		s := newBatchScript()
 		s.run(1, perRequest(10*time.Millisecond, 0, 0, 1), nil)

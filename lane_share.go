@@ -241,13 +241,17 @@ func (ln *lane) reportShare(p permit, now time.Time, window time.Duration, class
 }
 
 // holdSearches keeps each searching rate of a shared lane within twice
-// what the writer sends: its tokens bind for a second after its bucket
+// what the writer sends, or its part of what the lane got accepted over
+// the last second if more: its tokens bind for a second after its bucket
 // starts empty however little it sends, and a search doubles while they
-// do, far past what the lane sent. ln.mu is held.
+// do, far past what the lane sent; but a writer that ramped up slower
+// than the others is held by the lane's pace, not its own. ln.mu is held.
 func (ln *lane) holdSearches(now time.Time, w time.Duration) {
+	v := ln.share.m.View()
 	for i := range ln.dims {
 		d := &ln.dims[i]
-		if d.ctl.hold(max(d.floor, 2*d.ctl.sent.rateOver(now, w))) {
+		sent := max(d.ctl.sent.rateOver(now, w), ln.share.frac*ln.laneRecent(v, i))
+		if d.ctl.hold(max(d.floor, 2*sent)) {
 			d.apply(now, ln.tuning)
 		}
 	}

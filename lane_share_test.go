@@ -342,20 +342,36 @@ func TestSharedLanesFirstCutKeepsWhatTheLaneAccepted(t *testing.T) {
 }
 
 func TestSharedLaneHoldsItsSearchesAndItsBatches(t *testing.T) {
-	v := capped(newFakeClock().Now(), 1, 4000, 4000, 4)
-	v.Recovery = 0 // the lane searches up from 4000
-	ln, clk, _ := sharedLane(t, newFakeMember(v))
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	d := &ln.dims[dimRecords]
-	require.True(t, d.ctl.search)
-	d.ctl.limit, d.ctl.level = 50_000, 50_000 // doubled while its tokens bound
-	d.ctl.sent.add(clk.Now(), 300)
-	most := 2 * d.ctl.sent.rateOver(clk.Now(), ln.measureWindow(clk.Now()))
-	ln.seen.size = 900
-	ln.reportShare(permit{request: request{n: 1}}, clk.Now(), ln.measureWindow(clk.Now()), 0)
-	assert.InDelta(t, most, d.ctl.limit, 1e-6, "within twice what the writer sends")
-	assert.Equal(t, 900, d.bucket.Burst(), "a burst that holds a batch sized by the lane")
+	for _, tc := range []struct {
+		name   string
+		recent int64         // records the lane got accepted over recentSpan
+		span   time.Duration // View.RecentSpan
+		want   func(sent float64) float64
+	}{
+		{name: "within twice what the writer sends", want: func(sent float64) float64 { return 2 * sent }},
+		{name: "or twice its part of what the lane got accepted over the last second, when more",
+			recent: 24_000, span: time.Second, want: func(float64) float64 { return 2 * 24_000 / 4 }},
+		{name: "the lane's, over too short a span, measures nothing",
+			recent: 24_000, span: 100 * time.Millisecond, want: func(sent float64) float64 { return 2 * sent }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := capped(newFakeClock().Now(), 1, 4000, 4000, 4)
+			v.Recovery = 0 // the lane searches up from 4000
+			v.Recent, v.RecentSpan = tc.recent, tc.span
+			ln, clk, _ := sharedLane(t, newFakeMember(v))
+			ln.mu.Lock()
+			defer ln.mu.Unlock()
+			d := &ln.dims[dimRecords]
+			require.True(t, d.ctl.search)
+			d.ctl.limit, d.ctl.level = 50_000, 50_000 // doubled while its tokens bound
+			d.ctl.sent.add(clk.Now(), 300)
+			sent := d.ctl.sent.rateOver(clk.Now(), ln.measureWindow(clk.Now()))
+			ln.seen.size = 900
+			ln.reportShare(permit{request: request{n: 1}}, clk.Now(), ln.measureWindow(clk.Now()), 0)
+			assert.InDelta(t, tc.want(sent), d.ctl.limit, 1e-6)
+			assert.GreaterOrEqual(t, d.bucket.Burst(), 900, "a burst that holds a batch sized by the lane")
+		})
+	}
 }
 
 func TestSharedLaneTakesTheLanesCutOverItsOwn(t *testing.T) {

@@ -287,7 +287,8 @@ func (ln *lane) shareRefusal(p permit, e *Error, dim int, s rateSample) {
 	trial := d.ctl // a copy: the cut is made only if the lane's count is complete
 	reason := trial.cut(s, ln.tuning, d.floor)
 	c := ln.proposal(p, e, dim, &trial, d.ctl.search && reason != rateAtPrior)
-	c.Refusals, c.Window = d.ctl.episodeRefusals(ln.tuning), ln.laneAnswersSpan(s.now)
+	refusals, answers := d.ctl.episodeCount(ln.tuning)
+	c.Refusals, c.Window = refusals, ln.laneAnswersSpan(s.now, answers)
 	ln.queueCut(c)
 }
 
@@ -354,15 +355,14 @@ func (ln *lane) measuredShare(v share.View) float64 {
 	return min(1, max(ln.tuning.minShare, own/lane))
 }
 
-// laneAnswersSpan is how long the lane's writers take to give as many
-// answers as a rate controller's test counts (answerSpan), by this
-// writer's request rate over its fraction; ln.mu is held.
-func (ln *lane) laneAnswersSpan(now time.Time) time.Duration {
+// laneAnswersSpan is how long the lane's writers take to give n answers,
+// by this writer's request rate over its fraction; ln.mu is held.
+func (ln *lane) laneAnswersSpan(now time.Time, n int) time.Duration {
 	r := ln.dims[dimRequests].ctl.sent.rateOver(now, meterSpan) / ln.share.frac
 	if !(r > 0) {
 		return meterSpan
 	}
-	return time.Duration(answerSpan / r * float64(time.Second))
+	return time.Duration(float64(n) / r * float64(time.Second))
 }
 
 // laneAccepted is what the index accepted from all the lane's writers per

@@ -76,18 +76,24 @@ func viewCurve(v share.View, now time.Time, t *tuning) float64 {
 	return c.limit
 }
 
-// episodeRefusals is how many refusals among answerSpan answers c's own
-// rules call an episode (leastRefusals, and at least two, as a lane's
-// first episode needs).
-func (c *rateControl) episodeRefusals(t *tuning) int {
+// episodeCount is how many refusals, among how many of the lane's last
+// answers, c's own rules call an episode: the fewest (leastRefusals, and
+// at least two, as a lane's first episode needs) that the index's usual
+// share explains less than tuning.significance of the time among some
+// answerSpan/2 to answerSpan answers, and the most answers that holds
+// for. Two refusals close together say as much as three spread wider,
+// and each one the lane waits for is a request refused.
+func (c *rateControl) episodeCount(t *tuning) (refusals, answers int) {
 	least := max(2, c.leastRefusals())
-	lambda := c.noise(t) * answerSpan
+	noise := c.noise(t)
 	for r := least; r < answerSpan; r++ {
-		if poissonTail(lambda, r) < t.significance {
-			return r
+		for n := answerSpan; n >= answerSpan/2; n-- {
+			if poissonTail(noise*float64(n), r) < t.significance {
+				return r, n
+			}
 		}
 	}
-	return answerSpan
+	return answerSpan, answerSpan
 }
 
 // hold lowers c's search to most (its limit, and the level that follows

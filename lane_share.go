@@ -305,14 +305,15 @@ func (ln *lane) proposal(p permit, e *Error, dim int, c *rateControl, searched b
 		rate, level = first, first
 	}
 	lane := ln.laneAccepted(v, dim)
-	if lane > 0 && (searched || recovery == 0 && c.episodes > 1) {
+	if measured := max(lane, ln.laneRecent(v, dim)); measured > 0 && (searched || recovery == 0 && c.episodes > 1) {
 		// A cut after a search, or a halving (too few of its own
 		// answers since the cut to measure by): the lane's answers
 		// measure the index, and a search's limit does not (the
 		// writers' parts of it bind nothing). Since the cut they count
-		// the search's climb too; over the last second, the index
-		// refusing, its rate and what its bucket had left.
-		lane = max(lane, ln.laneRecent(v, dim))
+		// the search's climb too (and measure nothing the first
+		// moments after it); lately, the index refusing, its rate and
+		// what its bucket had left.
+		lane = measured
 		t := ln.tuning
 		climb := rateControl{depth: t.cutDepth}
 		return ln.cutOf(p, e, dim, lane*(1-t.cutDepth), lane, climb.climb(t))

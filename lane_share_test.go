@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"sync"
@@ -272,10 +273,11 @@ func TestSharedLaneCountsItsNoiseTowardsTheLanesEpisode(t *testing.T) {
 func TestSharedLaneMeasuresInTheLanesTerms(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		own      float64 // records this writer got accepted, now
-		search   bool    // the writer's last cut was a halving
-		searched bool    // the writer's rate searched up before its last cut
-		recent   float64 // what the lane got accepted a second over the last second
+		own      float64       // records this writer got accepted, now
+		search   bool          // the writer's last cut was a halving
+		searched bool          // the writer's rate searched up before its last cut
+		since    time.Duration // since the lane's last cut (6000 a second accepted); 0 for a second
+		recent   float64       // what the lane got accepted a second over the last second
 	}{
 		{name: "its measure over its part of what the lane got accepted", own: 1500},
 		{name: "nothing of its own accepted: over its fraction, raised to the lane's measure"},
@@ -284,11 +286,14 @@ func TestSharedLaneMeasuresInTheLanesTerms(t *testing.T) {
 		{name: "a cut after a search: the lane's measure over the last second, when higher", own: 1500, searched: true, recent: 8000},
 		{name: "a halving: the lane's measure over the last second, when higher", own: 1500, search: true, recent: 8000},
 		{name: "a cut after a search: not the last second's when lower", own: 1500, searched: true, recent: 5000},
+		{name: "a halving the moment after a cut: the lane's measure over the last second", own: 1500, search: true,
+			since: 200 * time.Millisecond, recent: 5000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newFakeClock()
 			v := capped(clk.Now(), 1, 4000, 5000, 2)
-			v.Accepted, v.AcceptedSince = 6000, clk.Now().Add(-time.Second) // 6000 a second
+			since := cmp.Or(tc.since, time.Second)
+			v.Accepted, v.AcceptedSince = int64(6000*since.Seconds()), clk.Now().Add(-since)
 			v.Recent, v.RecentSpan = int64(tc.recent), time.Second
 			ln, _, _ := sharedLane(t, newFakeMember(v))
 			ln.mu.Lock()
@@ -298,7 +303,11 @@ func TestSharedLaneMeasuresInTheLanesTerms(t *testing.T) {
 			part := ln.dims[dimRecords].ctl.taken.rateOver(clk.Now(), time.Second) / 6000
 			got := ln.proposal(permit{epoch: 1}, errRateLimited, dimRecords, &c, tc.searched)
 			ln.mu.Unlock()
-			want := max(6000, tc.recent)
+			lane := 6000.0
+			if since < defaultTuning.shareMeasureFor {
+				lane = 0 // too short a span to measure by
+			}
+			want := max(lane, tc.recent)
 			if tc.own > 0 && !tc.search && !tc.searched {
 				want = 2000 / part
 				require.Greater(t, want, 6000.0)

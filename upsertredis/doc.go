@@ -11,9 +11,9 @@
 // writers at 92% of the index in total with their throughputs 1.1 to 1.6
 // times apart, eight at 88.6% with 10.8% of requests refused. A Store gives
 // them the signal in common that Pinecone's answers do not carry: through
-// one, four processes took 95.4–99.3% of the same index in 39 runs of 40
+// one, four processes took 95.4–99.5% of the same index in 59 runs of 60
 // with 1.2–2.3% of requests refused and their throughputs 1.02–1.08
-// apart, eight 95.7–98.4% in 11 runs of 12 with 1.2–2.4% and 1.07–1.19
+// apart, eight 93.3–98.4% in 31 runs of 32 with 1.1–2.4% and 1.07–1.19
 // (BENCHMARKS.md, issue 21, phase 5). Use it when
 // several processes write into the same namespace of an index at the same
 // time; one process gains nothing from it.

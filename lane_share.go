@@ -247,10 +247,17 @@ func (ln *lane) reportShare(p permit, now time.Time, window time.Duration, class
 // do, far past what the lane sent; but a writer that ramped up slower
 // than the others is held by the lane's pace, not its own. ln.mu is held.
 func (ln *lane) holdSearches(now time.Time, w time.Duration) {
-	v := ln.share.m.View()
+	var v *share.View // loaded for the first search: reportShare runs per answer
 	for i := range ln.dims {
 		d := &ln.dims[i]
-		sent := max(d.ctl.sent.rateOver(now, w), ln.share.frac*ln.laneRecent(v, i))
+		if !d.ctl.search {
+			continue // hold lowers only a search
+		}
+		if v == nil {
+			view := ln.share.m.View()
+			v = &view
+		}
+		sent := max(d.ctl.sent.rateOver(now, w), ln.share.frac*ln.laneRecent(*v, i))
 		if d.ctl.hold(max(d.floor, 2*sent)) {
 			d.apply(now, ln.tuning)
 		}

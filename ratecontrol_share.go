@@ -87,11 +87,14 @@ func (c *rateControl) episodeCount(t *tuning) (refusals, answers int) {
 	least := max(2, c.leastRefusals())
 	noise := c.noise(t)
 	for r := least; r < answerSpan; r++ {
-		for n := answerSpan; n >= answerSpan/2; n-- {
-			if poissonTail(noise*float64(n), r) < t.significance {
-				return r, n
-			}
+		if poissonTail(noise*answerSpan/2, r) >= t.significance {
+			continue // too common by chance among the fewest answers, so among any
 		}
+		n := answerSpan
+		for poissonTail(noise*float64(n), r) >= t.significance {
+			n-- // the tail falls with the answers: it holds at answerSpan/2
+		}
+		return r, n
 	}
 	return answerSpan, answerSpan
 }

@@ -82,7 +82,9 @@ func viewCurve(v share.View, now time.Time, t *tuning) float64 {
 // share explains less than tuning.significance of the time among some
 // answerSpan/2 to answerSpan answers, and the most answers that holds
 // for. Two refusals close together say as much as three spread wider,
-// and each one the lane waits for is a request refused.
+// and each one the lane waits for is a request refused; no fewer than
+// answerSpan/2, as the lane counts them over a time this writer estimates
+// from its own request rate, too rough over a few answers.
 func (c *rateControl) episodeCount(t *tuning) (refusals, answers int) {
 	least := max(2, c.leastRefusals())
 	noise := c.noise(t)

@@ -249,21 +249,17 @@ func poissonTail(lambda float64, k int) float64 {
 // (while the lane ramps up, a window measures less than the index took at
 // the end of it). With fewer than three answers accepted since the last
 // cut there is nothing to measure by: the limit is half of what was sent,
-// and searches up.
+// and searches up. A cut that does not find the index at its known limit
+// lifts the ceiling an earlier one set: the index's limits changed.
 func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	accepted := c.taken.rateOver(s.now, s.window)
-	if since := s.now.Sub(c.climbed.at) - c.climbed.paused; !c.climbed.at.IsZero() && since >= s.window && c.episodes > 0 && !c.search {
-		// From the time the limit was back at the capacity to this
-		// refusal, the lane sent at least the index's rate: a token
-		// bucket accepted its rate and what it had saved during the
-		// climb (not after a search, which spent most of the time far
-		// below it).
-		accepted = c.climbed.taken / since.Seconds()
+	if r, ok := c.sinceClimb(s, t); ok {
+		accepted = r
 	}
 	sent := c.sent.rateOver(s.now, s.window)
 	reason := rateCut
 	searched := c.search
-	c.search = false
+	c.search, c.ceiling = false, false
 	switch {
 	case c.accepted >= 3 && c.prior > 0 && c.atPrior(s, accepted, t):
 		// The index accepted its known limit: that is its limit, a
@@ -302,6 +298,27 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	c.recent = answers{}
 	c.episodes++
 	return reason
+}
+
+// sinceClimb is what the index accepted per second from the time the
+// limit was back at the capacity of the last cut to now, and whether that
+// measures it (a window or more, not after a search, which spent most of
+// the time far below it). From then to a refusal the lane sent at least
+// the index's rate: a token bucket accepted its rate and what it had
+// saved during the climb. An average more than a cut's depth above that
+// capacity says the capacity rose during the climb, and averages the
+// ramp to it: the rate over the span's second half is the index's then,
+// when higher.
+func (c *rateControl) sinceClimb(s rateSample, t *tuning) (float64, bool) {
+	since := s.now.Sub(c.climbed.at) - c.climbed.paused
+	if c.climbed.at.IsZero() || since < s.window || c.episodes == 0 || c.search {
+		return 0, false
+	}
+	accepted := c.climbed.taken / since.Seconds()
+	if accepted > (1+t.cutDepth)*c.capacity {
+		accepted = max(accepted, c.taken.rateOver(s.now, max(s.window, since/2)))
+	}
+	return accepted, true
 }
 
 // atPrior reports whether what the index accepted, since the last climb

@@ -74,6 +74,19 @@ func TestRateControl(t *testing.T) {
 		s.run(3*s.tn.recovery, 10*time.Millisecond, 1, nil)
 		assert.InDelta(t, 100, s.c.limit, 1e-9, "the known limit is the index's")
 	})
+	t.Run("a cut that finds the index off its known limit lifts the ceiling", func(t *testing.T) {
+		s := newRateScript(t)
+		s.c.withPrior(s.now, 100, &s.tn)
+		s.run(2*time.Second, 10*time.Millisecond, 1, nil)
+		s.run(100*time.Millisecond, 10*time.Millisecond, 1, func(int) bool { return true })
+		require.True(t, s.c.ceiling)
+		s.run(2*time.Second, 20*time.Millisecond, 1, nil) // the index's limits drop: 50 a second accepted
+		seen := s.run(60*time.Millisecond, 20*time.Millisecond, 1, func(int) bool { return true })
+		require.Equal(t, 1, seen[rateCut])
+		assert.False(t, s.c.ceiling)
+		s.run(4*s.tn.recovery, 5*time.Millisecond, 1, nil)
+		assert.Greater(t, s.c.limit, 100.0, "limits that changed once may rise again: the probe passes the old one")
+	})
 	t.Run("one refusal among the first answers is no episode, two are", func(t *testing.T) {
 		s := newRateScript(t)
 		assert.Equal(t, rateNoise, s.answer(100, true, 10*time.Millisecond))
@@ -110,6 +123,17 @@ func TestRateControl(t *testing.T) {
 		assert.Equal(t, rateCut, s.answer(8, true, 10*time.Millisecond), "three among the last 64 answers are")
 		assert.InDelta(t, 800, s.c.level, 10)
 		assert.InDelta(t, 800*(1-defaultTuning.cutDepth), s.c.limit, 10)
+	})
+	t.Run("a capacity that rose during the climb is measured over the climb's second half", func(t *testing.T) {
+		// The last cut found 1000 a second; the index accepts that for a
+		// second, then 2000 a second for another, then refuses.
+		s := capScript(t, 1000)
+		s.c.limit = s.c.level
+		s.run(time.Second, 10*time.Millisecond, 10, nil)
+		s.run(time.Second, 10*time.Millisecond, 20, nil)
+		seen := s.run(30*time.Millisecond, 10*time.Millisecond, 20, func(int) bool { return true })
+		require.Equal(t, 1, seen[rateCut])
+		assert.InDelta(t, 2000, s.c.level, 100, "not the average of the ramp, 1500")
 	})
 	t.Run("time the index was down is no part of what it accepted since the last cut", func(t *testing.T) {
 		s := capScript(t, 1000)

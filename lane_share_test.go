@@ -443,20 +443,35 @@ func TestSharedLaneFallsBackAndRejoins(t *testing.T) {
 	}
 }
 
-func TestSharedLaneAloneClimbsToTheWholeLane(t *testing.T) {
+func TestSharedLaneAloneProbesForTheWholeLane(t *testing.T) {
 	now := newFakeClock().Now()
 	m := newFakeMember(capped(now, 1, 20000, 20000, 4))
-	ln, clk, _ := sharedLane(t, m)
+	ln, _, _ := sharedLane(t, m)
 	before, requests, _ := limits(ln)
+	ln.mu.Lock()
+	origin := ln.dims[dimRecords].ctl.origin
+	ln.mu.Unlock()
 	fallBack(ln, m)
 	ln.mu.Lock()
 	c, r := ln.dims[dimRecords].ctl, ln.dims[dimRequests].ctl
 	ln.mu.Unlock()
+	tn := defaultTuning
 	assert.InDelta(t, before, c.limit, 1e-6, "from its part")
-	assert.InDelta(t, 20000, c.level, 1e-6, "to the lane's level: it no longer hears of the others leaving")
-	assert.InDelta(t, before, c.curve(clk.Now(), &defaultTuning), 1e-6, "the curve starts where it is")
-	assert.Greater(t, c.curve(clk.Now().Add(2*time.Second), &defaultTuning), 2*before)
-	assert.InDelta(t, 4*requests, r.level, 1e-6, "towards the namespace's request cap, whole")
+	assert.InDelta(t, before, c.level, 1e-6, "at its part: the writers it shared with most likely still run")
+	assert.Equal(t, origin, c.origin, "on the curve it was on")
+	assert.InDelta(t, 20000, c.curve(c.origin.Add(2*tn.recovery), &tn), 1e-6, "the whole lane's level two recoveries past its own")
+	assert.Greater(t, c.curve(c.origin.Add(tn.recovery), &tn), before*(1+tn.probeGain), "faster than a probe of its own")
+	assert.InDelta(t, 4*requests/(1+tn.priorHeadroom), r.prior, 1e-6, "the namespace's known request limit, whole")
+}
+
+func TestRateControlAloneGoesOnFromItsProbe(t *testing.T) {
+	tn := defaultTuning
+	now := time.Unix(1000, 0)
+	c := rateControl{limit: 1100, level: 1000, capacity: 1000, origin: now.Add(-tn.recovery)}
+	c.alone(now, 0.25, &tn)
+	assert.InDelta(t, 1100, c.curve(now, &tn), 1e-6, "the limit it reached")
+	c.cut(rateSample{now: now, window: time.Second}, &tn, 1)
+	assert.Zero(t, c.gain, "a cut of its own ends the fast probe")
 }
 
 func TestSharedLaneAloneProposesNothing(t *testing.T) {

@@ -44,6 +44,7 @@ type rateControl struct {
 	quiet    struct{ answers, refused float64 } // answers while climbing, when a token bucket refuses nothing
 	sent     meter                              // amount sent
 	taken    meter                              // amount the index accepted
+	gain     float64                            // the probe's gain until the next cut, set by alone; 0: tuning.probeGain
 }
 
 // climbed is what a rate controller saw since its limit climbed back to
@@ -296,6 +297,7 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	c.cutAt, c.followed, c.cutSeq = s.now, s.now, s.issued
 	c.accepted, c.climbed = 0, climbed{}
 	c.recent = answers{}
+	c.gain = 0
 	c.episodes++
 	return reason
 }
@@ -378,5 +380,9 @@ func (c *rateControl) curve(now time.Time, t *tuning) float64 {
 		y := -x / k
 		return c.level * (1 - c.depth*y*y*y)
 	}
-	return c.level * (1 + t.probeGain*x*x*x)
+	gain := t.probeGain
+	if c.gain > 0 {
+		gain = c.gain
+	}
+	return c.level * (1 + gain*x*x*x)
 }

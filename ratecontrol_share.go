@@ -61,7 +61,7 @@ func (c *rateControl) adopt(now time.Time, v share.View, frac float64, issued ui
 	c.cutAt, c.followed, c.cutSeq = v.CutAt, now, issued
 	c.accepted, c.climbed = 0, climbed{}
 	c.recent = answers{}
-	c.ceiling = false
+	c.ceiling, c.gain = false, 0
 	c.episodes++
 }
 
@@ -111,23 +111,23 @@ func (c *rateControl) hold(most float64) bool {
 	return true
 }
 
-// alone lifts c's curve from frac of the lane's to the lane's own, from
-// its limit now: alone, a writer no longer hears of the others leaving, so
-// its part of the last view would hold it below the index once they
-// finish; it climbs back to the lane's level, as a writer without sharing
-// would, and the index's refusals split the lane again.
+// alone keeps c's curve at its part of the lane's when the writer no
+// longer hears the others, and probes above it fast enough to reach the
+// lane's level two recoveries past it (gain × 2³ = 1/frac − 1): the
+// writers it shared with most likely still run (Redis failed, not they),
+// so their parts stay right, but once they finish it must not stay at its
+// part. A probe under way goes on from the limit it reached.
 func (c *rateControl) alone(now time.Time, frac float64, t *tuning) {
 	if !(frac > 0) || frac >= 1 {
 		return
 	}
 	c.prior /= frac
-	if !c.capped() || c.level <= 0 {
-		return
+	if !c.capped() || c.level <= 0 || c.search {
+		return // a search doubles from its limit, whatever the level
 	}
-	c.level, c.capacity = c.level/frac, c.capacity/frac
-	if c.search {
-		return // it doubles from its limit, whatever the level
+	c.gain = max(t.probeGain, (1/frac-1)/8)
+	if c.limit > c.level {
+		x := math.Cbrt((c.limit/c.level - 1) / c.gain)
+		c.origin = now.Add(-time.Duration(x * float64(t.recovery)))
 	}
-	c.depth = max(0, 1-c.limit/c.level)
-	c.origin, c.followed = now.Add(c.climb(t)), now
 }

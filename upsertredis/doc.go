@@ -71,10 +71,11 @@
 // bounded by [DefaultTimeout] whatever the client's own timeouts; a lane's
 // join, when a call first writes to a namespace, waits for one. When a
 // call fails or times out, the writer goes on alone from what it learned
-// (its last view of the lane), exactly as a Limiter without Redis does:
-// from its part of the rate it climbs back to the lane's, since it no
-// longer hears of the others leaving, and the index's 429s split the lane
-// again. It says so once through [WithLogger]; [Store.Stats]
+// (its last view of the lane), as a Limiter without Redis does: it keeps
+// its part of the lane's rate (the other writers most likely still run)
+// and probes above it fast enough to reach the whole lane's rate within
+// a few seconds, since it no longer hears of the others leaving; the
+// index's 429s split the lane again. It says so once through [WithLogger]; [Store.Stats]
 // and the run's upsert.Stats (SharedFallbacks, SharedRejoins) count it.
 // While alone it tries Redis again once a second, and rejoins when it
 // answers: a cut it made alone, below its part of the lane's rate, is

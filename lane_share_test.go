@@ -438,6 +438,9 @@ func TestSharedLaneFallsBackAndRejoins(t *testing.T) {
 				assert.Empty(t, m.proposals())
 				records, _, _ := limits(ln)
 				assert.InDelta(t, before, records, 1e-6)
+				ln.mu.Lock()
+				assert.Zero(t, ln.dims[dimRecords].ctl.gain, "the lane's curve, not the fast probe of a writer alone")
+				ln.mu.Unlock()
 			}
 		})
 	}

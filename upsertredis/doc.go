@@ -75,8 +75,9 @@
 // its part of the lane's rate (the other writers most likely still run)
 // and probes above it fast enough to reach the whole lane's rate within
 // a few seconds, since it no longer hears of the others leaving; the
-// index's 429s split the lane again. It says so once through [WithLogger]; [Store.Stats]
-// and the run's upsert.Stats (SharedFallbacks, SharedRejoins) count it.
+// index's 429s split the lane again. It says so once through
+// [WithLogger]; [Store.Stats] and the run's upsert.Stats (SharedFallbacks,
+// SharedRejoins) count it.
 // While alone it tries Redis again once a second, and rejoins when it
 // answers: a cut it made alone, below its part of the lane's rate, is
 // proposed to the others then. When Redis lost the lane's state (flushed, restarted,

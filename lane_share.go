@@ -245,7 +245,10 @@ func (ln *lane) reportShare(p permit, now time.Time, window time.Duration, class
 // the last second if more: its tokens bind for a second after its bucket
 // starts empty however little it sends, and a search doubles while they
 // do, far past what the lane sent; but a writer that ramped up slower
-// than the others is held by the lane's pace, not its own. ln.mu is held.
+// than the others is held by the lane's pace, not its own. A writer that
+// sends more than its part of what the lane sends is held within twice
+// its part (searchPace): the lane's search doubles the lane's rate, not
+// each writer's lead. ln.mu is held.
 func (ln *lane) holdSearches(now time.Time, w time.Duration) {
 	var v *share.View // loaded for the first search: reportShare runs per answer
 	for i := range ln.dims {
@@ -257,11 +260,38 @@ func (ln *lane) holdSearches(now time.Time, w time.Duration) {
 			view := ln.share.m.View()
 			v = &view
 		}
-		sent := max(d.ctl.sent.rateOver(now, w), ln.share.frac*ln.laneRecent(*v, i))
-		if d.ctl.hold(max(d.floor, 2*sent)) {
+		if d.ctl.hold(max(d.floor, 2*ln.searchPace(now, w, *v, i))) {
 			d.apply(now, ln.tuning)
 		}
 	}
+}
+
+// searchPace is what a search of rate dim, shared by the lane, may
+// double: what the writer sends over w, or its part of what the lane got
+// accepted lately when more; but at most its part of what the lane sends
+// now (what it sends, times how many times what it got accepted lately
+// the lane got), when that is known and less. ln.mu is held.
+func (ln *lane) searchPace(now time.Time, w time.Duration, v share.View, dim int) float64 {
+	frac := ln.share.frac
+	own := ln.dims[dim].ctl.sent.rateOver(now, w)
+	lane := ln.laneRecent(v, dim)
+	pace := max(own, frac*lane)
+	if k := ln.laneMultiple(now, v); k > 0 {
+		pace = min(pace, frac*max(lane, k*own))
+	}
+	return pace
+}
+
+// laneMultiple is how many times the records this writer got accepted
+// over v.RecentSpan the lane's writers got accepted (at least 1), or 0
+// while either is unmeasured. ln.mu is held.
+func (ln *lane) laneMultiple(now time.Time, v share.View) float64 {
+	lane := ln.laneRecent(v, dimRecords)
+	own := ln.dims[dimRecords].ctl.taken.rateOver(now, v.RecentSpan)
+	if !(lane > 0) || !(own > 0) {
+		return 0
+	}
+	return max(1, lane/own)
 }
 
 // shareCut proposes the cut of rate dim that the lane just made for p's

@@ -355,13 +355,20 @@ func TestSharedLaneHoldsItsSearchesAndItsBatches(t *testing.T) {
 		name   string
 		recent int64         // records the lane got accepted over recentSpan
 		span   time.Duration // View.RecentSpan
-		want   func(sent float64) float64
+		sent   int           // records the writer sent just now
+		taken  int           // records of them the index accepted
+		want   func(sent, taken float64) float64
 	}{
-		{name: "within twice what the writer sends", want: func(sent float64) float64 { return 2 * sent }},
+		{name: "within twice what the writer sends", sent: 300, want: func(sent, _ float64) float64 { return 2 * sent }},
 		{name: "or twice its part of what the lane got accepted over the last second, when more",
-			recent: 24_000, span: time.Second, want: func(float64) float64 { return 2 * 24_000 / 4 }},
+			recent: 24_000, span: time.Second, sent: 300, want: func(float64, float64) float64 { return 2 * 24_000 / 4 }},
 		{name: "the lane's, over too short a span, measures nothing",
-			recent: 24_000, span: 100 * time.Millisecond, want: func(sent float64) float64 { return 2 * sent }},
+			recent: 24_000, span: 100 * time.Millisecond, sent: 300, want: func(sent, _ float64) float64 { return 2 * sent }},
+		{name: "a writer ahead of its part is held within twice its part of what the lane sends now",
+			recent: 24_000, span: time.Second, sent: 14_000, taken: 12_000,
+			want: func(sent, taken float64) float64 { return 2 * sent * (24_000 / taken) / 4 }},
+		{name: "a writer behind its part is not held below what it sends",
+			recent: 24_000, span: time.Second, sent: 9000, taken: 3000, want: func(sent, _ float64) float64 { return 2 * sent }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := capped(newFakeClock().Now(), 1, 4000, 4000, 4)
@@ -372,12 +379,14 @@ func TestSharedLaneHoldsItsSearchesAndItsBatches(t *testing.T) {
 			defer ln.mu.Unlock()
 			d := &ln.dims[dimRecords]
 			require.True(t, d.ctl.search)
-			d.ctl.limit, d.ctl.level = 50_000, 50_000 // doubled while its tokens bound
-			d.ctl.sent.add(clk.Now(), 300)
+			d.ctl.limit, d.ctl.level = 500_000, 500_000 // doubled while its tokens bound
+			d.ctl.sent.add(clk.Now(), float64(tc.sent))
+			d.ctl.taken.add(clk.Now(), float64(tc.taken))
 			sent := d.ctl.sent.rateOver(clk.Now(), ln.measureWindow(clk.Now()))
+			taken := d.ctl.taken.rateOver(clk.Now(), tc.span)
 			ln.seen.size = 900
 			ln.reportShare(permit{request: request{n: 1}}, clk.Now(), ln.measureWindow(clk.Now()), 0)
-			assert.InDelta(t, tc.want(sent), d.ctl.limit, 1e-6)
+			assert.InDelta(t, tc.want(sent, taken), d.ctl.limit, 1e-6)
 			assert.GreaterOrEqual(t, d.bucket.Burst(), 900, "a burst that holds a batch sized by the lane")
 		})
 	}

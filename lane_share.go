@@ -251,6 +251,7 @@ func (ln *lane) reportShare(p permit, now time.Time, window time.Duration, class
 // each writer's lead. ln.mu is held.
 func (ln *lane) holdSearches(now time.Time, w time.Duration) {
 	var v *share.View // loaded for the first search: reportShare runs per answer
+	var k float64
 	for i := range ln.dims {
 		d := &ln.dims[i]
 		if !d.ctl.search {
@@ -258,9 +259,9 @@ func (ln *lane) holdSearches(now time.Time, w time.Duration) {
 		}
 		if v == nil {
 			view := ln.share.m.View()
-			v = &view
+			v, k = &view, ln.laneMultiple(now, view)
 		}
-		if d.ctl.hold(max(d.floor, 2*ln.searchPace(now, w, *v, i))) {
+		if d.ctl.hold(max(d.floor, 2*ln.searchPace(now, w, *v, i, k))) {
 			d.apply(now, ln.tuning)
 		}
 	}
@@ -269,14 +270,14 @@ func (ln *lane) holdSearches(now time.Time, w time.Duration) {
 // searchPace is what a search of rate dim, shared by the lane, may
 // double: what the writer sends over w, or its part of what the lane got
 // accepted lately when more; but at most its part of what the lane sends
-// now (what it sends, times how many times what it got accepted lately
-// the lane got), when that is known and less. ln.mu is held.
-func (ln *lane) searchPace(now time.Time, w time.Duration, v share.View, dim int) float64 {
+// now (what it sends, times k, laneMultiple), when k is known (above 0)
+// and that is less. ln.mu is held.
+func (ln *lane) searchPace(now time.Time, w time.Duration, v share.View, dim int, k float64) float64 {
 	frac := ln.share.frac
 	own := ln.dims[dim].ctl.sent.rateOver(now, w)
 	lane := ln.laneRecent(v, dim)
 	pace := max(own, frac*lane)
-	if k := ln.laneMultiple(now, v); k > 0 {
+	if k > 0 {
 		pace = min(pace, frac*max(lane, k*own))
 	}
 	return pace

@@ -9,7 +9,8 @@ import (
 // Larger requests cost less per record until the index slows down above
 // some size (or times out): a larger size is tried on a few batches now and
 // then, twice the size (ten times in slow start, so that the largest is
-// tried at once) or halfway to a size known to be too large, and adopted
+// tried at once, and then half way by ratio to it when it cost more per
+// record) or halfway to a size known to be too large, and adopted
 // when its cost per record, compared by the mean of log latency, is no
 // worse; a size that costs more, times out or is refused as too large is
 // remembered as too large for a while. A trial batch out longer than a
@@ -195,7 +196,7 @@ func (c *batchControl) nextTrial(cap int, t *tuning) int {
 		if c.ceil-c.size <= max(1, c.size/8) {
 			return 0 // close enough to the size known too large
 		}
-		n = min(n, (c.size+c.ceil)/2)
+		n = min(n, c.between())
 	}
 	if n <= c.size {
 		return 0
@@ -223,6 +224,37 @@ func (c *batchControl) endTrial(now time.Time, capped bool, t *tuning) {
 	}
 	c.trial = sizeStats{}
 	c.slowStart = false
+}
+
+// tooCostly ends a trial of a size that costs more per record than the
+// size adopted. In slow start the search goes on between the two while
+// they are far apart (brackets): the index slows down above a size
+// between them, and the largest size under that carries the most. A size
+// that timed out or whose tail is too long ends slow start instead: on
+// few slots, the sizes between queue into timeouts as well.
+func (c *batchControl) tooCostly(now time.Time, t *tuning) batchReason {
+	bracket := c.slowStart
+	c.endTrial(now, false, t)
+	c.slowStart = bracket && c.brackets(t)
+	return batchTooLarge
+}
+
+// between is the next size to try under the ceiling: half way in slow
+// start's bracket by ratio (one sample a step, so few steps), half way by
+// records after it.
+func (c *batchControl) between() int {
+	if c.slowStart {
+		return int(math.Sqrt(float64(c.size) * float64(c.ceil)))
+	}
+	return (c.size + c.ceil) / 2
+}
+
+// brackets reports whether slow start goes on searching between the size
+// adopted and a size found too costly: one sample a step finds the
+// largest size worth it in a few round trips, where out of slow start
+// each step waits its turn and a few answers.
+func (c *batchControl) brackets(t *tuning) bool {
+	return c.ceil > 0 && float64(c.ceil) > t.startBracket*float64(c.size)
 }
 
 // capTrial forgets a trial that the rate caps now bound below its size,
@@ -296,21 +328,24 @@ func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 	if c.trial.size < c.size {
 		return c.judgeSmaller(s, costTrial < costBase-math.Log(t.probeWorse), t)
 	}
-	if costTrial > costBase+math.Log(t.probeWorse) || c.tooSlow(c.trial.mean(), c.trial.n, s, t) {
+	if costTrial > costBase+math.Log(t.probeWorse) {
+		return c.tooCostly(s.now, t)
+	}
+	if c.tooSlow(c.trial.mean(), c.trial.n, s, t) {
 		c.endTrial(s.now, false, t)
 		return batchTooLarge
 	}
-	c.adopt(s.conc)
+	c.adopt(s.conc, t)
 	return batchAdopted
 }
 
 // adopt makes the size tried the size adopted, with its latencies, at the
 // lane's concurrency conc.
-func (c *batchControl) adopt(conc int) {
+func (c *batchControl) adopt(conc int, t *tuning) {
 	c.size, c.base = c.trial.size, sizeStats{levelStats: c.trial.levelStats, size: c.trial.size}
 	c.sizedAt = conc
 	c.trial = sizeStats{}
-	c.slowStart = false
+	c.slowStart = c.slowStart && c.brackets(t)
 }
 
 // blames reports whether a timeout counts against the size adopted. A
@@ -330,7 +365,7 @@ func (c *batchControl) judgeSmaller(s batchSample, cheaper bool, t *tuning) batc
 		return batchHeld
 	}
 	c.ceil, c.ceilUntil = c.size, s.now.Add(t.ceilingFor)
-	c.adopt(s.conc)
+	c.adopt(s.conc, t)
 	return batchAdopted
 }
 

@@ -76,6 +76,20 @@ func TestBatchControl(t *testing.T) {
 		assert.LessOrEqual(t, s.c.size, 300, "never above the size where it slows down")
 		assert.GreaterOrEqual(t, s.c.size, 200, "and close to it")
 	})
+	t.Run("slow start's trial that costs more per record is followed by sizes between, one sample each", func(t *testing.T) {
+		s := newBatchScript()
+		slow := perRequest(10*time.Millisecond, 10*time.Microsecond, 400, 20)
+		s.run(8, slow, nil) // 100, 1000 (too costly), 316 (kept), 562 (too costly)
+		assert.Equal(t, 316, s.c.size, "half way by ratio, in a few round trips")
+		assert.Equal(t, 562, s.c.ceil)
+		assert.False(t, s.c.slowStart, "within twice the size of the ceiling, the search is done")
+
+		s = newBatchScript()
+		s.timeout = 2 * time.Second
+		s.run(3, perRequest(10*time.Millisecond, 3*time.Millisecond, 0, 1), nil) // 1000 records: 3 s, its tail too long
+		assert.Equal(t, 100, s.c.size)
+		assert.False(t, s.c.slowStart, "a size too slow for the timeout ends slow start: sizes between queue into timeouts on few slots")
+	})
 	t.Run("after slow start a tenth of the start size is tried once, and kept where the index slows down below the start", func(t *testing.T) {
 		s := newBatchScript()
 		s.run(300, perRequest(time.Millisecond, 100*time.Microsecond, 20, 10), nil)

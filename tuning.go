@@ -110,6 +110,10 @@ type tuning struct {
 
 	// startBatch is the article's safe start.
 	startBatch int
+	// startBracket is how many times the size adopted a size found too
+	// large must be for slow start to go on trying between them: one
+	// sample a step, so a few steps.
+	startBracket float64
 	// batchSamples is how many answers of full batches a size needs
 	// before a larger one is tried, and how many a size tried is judged
 	// on out of slow start.
@@ -166,6 +170,7 @@ var defaultTuning = tuning{
 	maxHold:          32,
 
 	startBatch:        100,
+	startBracket:      2,
 	batchSamples:      3,
 	probeWorse:        1.1,
 	ceilingFor:        30 * time.Second,

@@ -440,6 +440,16 @@ func (ln *lane) waitRate(ctx context.Context, q request, recut bool) (cuts uint6
 		now := ln.clock.Now()
 		ln.mu.Lock()
 		res, d := ln.reserve(now, q)
+		if recut && d > 0 && q.n > ln.batch.sendLimit(now, ln.sizeCaps(), ln.tuning) {
+			// Its wait marked the rate binding, which shapes batches:
+			// a batch formed before the cut does not hold the queue
+			// while it saves up its whole size in tokens.
+			for _, r := range res {
+				r.CancelAt(now)
+			}
+			ln.mu.Unlock()
+			return 0, errStaleBatch
+		}
 		d = max(d, ln.pausedUntil.Sub(now))
 		cuts = ln.cuts
 		wake := ln.signals.rates.wait()

@@ -100,6 +100,24 @@ func TestLaneSendsBackABatchThatACutMadeTooLarge(t *testing.T) {
 	assert.NoError(t, err, "a pinned size is admitted whatever the limit")
 }
 
+func TestLaneSendsBackABatchFormedBeforeTheFirstCut(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	ln.mu.Lock()
+	ln.batch.trial = sizeStats{size: MaxBatchSize, sent: 1} // slow start's trial, formed
+	ln.cutTo(clk.Now(), 200)                                // then the first cut: no request has waited for its tokens yet
+	ln.mu.Unlock()
+	require.Equal(t, MaxBatchSize, ln.sendLimit(), "a rate that held nothing back shapes no batch")
+	_, err := ln.acquireOrRecut(ctx, req(MaxBatchSize))
+	require.ErrorIs(t, err, errStaleBatch, "not five seconds at the head of the queue saving up its tokens")
+	assert.Empty(t, clk.Sleeps())
+	assert.Less(t, ln.sendLimit(), 100, "its wait made the rate binding: batches are cut to it")
+	p, err := ln.acquireOrRecut(ctx, req(ln.sendLimit()))
+	require.NoError(t, err, "the batch cut again is admitted")
+	ln.release(p, nil)
+}
+
 func TestLaneNeverSpendsTokensFromBeforeACut(t *testing.T) {
 	ctx := context.Background()
 	ln, clk := capLane(1000)

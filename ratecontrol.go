@@ -355,8 +355,10 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 	}
 	if c.search {
 		// Nothing measured: double every few round trips while bound,
-		// as slow start does every round trip, until the next episode.
-		c.limit *= math.Exp2(now.Sub(c.followed).Seconds() / s.doubling.Seconds())
+		// as slow start does every round trip, until the next episode;
+		// at most once between two answers, since a gap without
+		// answers (a request waiting for its tokens) measures nothing.
+		c.limit *= math.Exp2(min(1, now.Sub(c.followed).Seconds()/s.doubling.Seconds()))
 		c.level = max(c.level, c.limit)
 		c.followed = now
 		return rateGrew

@@ -99,6 +99,18 @@ func TestRateControl(t *testing.T) {
 		assert.InDelta(t, 1200/0.22/2, s.c.limit, 100)
 		assert.True(t, s.c.search, "the first cut measures a floor: it searches up from it")
 	})
+	t.Run("a search doubles every few round trips while bound, at most once between two answers", func(t *testing.T) {
+		s := newRateScript(t)
+		s.answer(100, true, 10*time.Millisecond)
+		s.run(100*time.Millisecond, 10*time.Millisecond, 100, nil)
+		require.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
+		from := s.c.limit
+		s.run(s.tn.minWindow, 10*time.Millisecond, 1, nil) // answers all along: one doubling period
+		assert.InDelta(t, 2*from, s.c.limit, 0.1*from)
+		from = s.c.limit
+		assert.Equal(t, rateGrew, s.answer(1, false, 5*time.Second), "one answer after a request waited 5 s for its tokens")
+		assert.InDelta(t, 2*from, s.c.limit, 1e-6*from, "a gap without answers measures nothing: not 2^(5 s / doubling)")
+	})
 	t.Run("a refusal of a request sent before the cut is the same episode", func(t *testing.T) {
 		s := capScript(t, 1000)
 		s.seq++ // a request sent before the cut, answered after it

@@ -15,9 +15,10 @@ import (
 // virtual time), waits one fixed Timeout before a half-open probe (not
 // every 100 ms, then longer), and has no "never answered" verdict.
 type breaker struct {
-	failures  int  // consecutive server failures
-	answered  bool // the index answered once: it is not dead or misconfigured
-	timedOut  bool // the last failure was a timeout, which says less about the index
+	failures  int       // consecutive server failures, in the order their requests were sent
+	firstSent time.Time // when the request of the first of those failures was sent
+	answered  bool      // the index answered once: it is not dead or misconfigured
+	timedOut  bool      // the last failure was a timeout, which says less about the index
 	open      bool
 	openedAt  time.Time
 	nextProbe time.Time
@@ -78,10 +79,18 @@ func (b *breaker) admit(now time.Time) (ok, probe bool, wait time.Duration) {
 	}
 }
 
-// success closes the breaker: the index answers again. It reports whether
-// the breaker was open.
-func (b *breaker) success() (closed bool) {
-	b.failures, b.answered = 0, true
+// success takes an answer of the index to a request sent at sent, and
+// closes the breaker: the index answers again. An answer to a request sent
+// before the first of the failures counted says nothing of the index since
+// (a request admitted before an outage may be answered during it, while
+// every request sent then fails): it neither resets the count nor closes
+// the breaker. It reports whether the breaker closed.
+func (b *breaker) success(sent time.Time) (closed bool) {
+	b.answered = true
+	if b.failures > 0 && sent.Before(b.firstSent) {
+		return false
+	}
+	b.failures = 0
 	if !b.open {
 		return false
 	}
@@ -89,10 +98,13 @@ func (b *breaker) success() (closed bool) {
 	return true
 }
 
-// failure counts a server failure or a timeout; probe tells whether it
-// was the probe. It reports whether the next probe is scheduled (waiters
-// should look again).
-func (b *breaker) failure(now time.Time, probe, timeout bool) (rescheduled bool) {
+// failure counts a server failure or a timeout of a request sent at sent;
+// probe tells whether it was the probe. It reports whether the next probe
+// is scheduled (waiters should look again).
+func (b *breaker) failure(now, sent time.Time, probe, timeout bool) (rescheduled bool) {
+	if b.failures == 0 || sent.Before(b.firstSent) {
+		b.firstSent = sent
+	}
 	b.failures++
 	b.timedOut = timeout
 	if probe {

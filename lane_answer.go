@@ -184,10 +184,10 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) (youngOutage
 		if ln.budget.success(now) {
 			ln.signals.budget.fire()
 		}
-		ln.closeBreaker(now)
+		ln.closeBreaker(now, p.start)
 	case ClassTimeout, ClassServer:
 		wasOpen := ln.breaker.open
-		if ln.breaker.failure(now, p.probe, class == ClassTimeout) {
+		if ln.breaker.failure(now, p.start, p.probe, class == ClassTimeout) {
 			ln.signals.breaker.fire()
 		}
 		if !wasOpen && ln.breaker.open {
@@ -195,7 +195,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) (youngOutage
 		}
 		return class == ClassServer && ln.breaker.young(now)
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
-		ln.closeBreaker(now) // the index answers
+		ln.closeBreaker(now, p.start) // the index answers
 	default:
 		if ln.breaker.abandon(p.probe) {
 			ln.signals.breaker.fire()
@@ -204,11 +204,11 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) (youngOutage
 	return false
 }
 
-// closeBreaker closes the breaker on an answer of the index, and tells the
-// rates how long it was open.
-func (ln *lane) closeBreaker(now time.Time) {
+// closeBreaker closes the breaker on an answer of the index to a request
+// sent at sent, and tells the rates how long it was open.
+func (ln *lane) closeBreaker(now, sent time.Time) {
 	openedAt := ln.breaker.openedAt
-	if !ln.breaker.success() {
+	if !ln.breaker.success(sent) {
 		return
 	}
 	for i := range ln.dims {

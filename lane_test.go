@@ -343,21 +343,50 @@ func TestLaneBreaker(t *testing.T) {
 		assert.Greater(t, b.probeWait(now.Add(probeFastFor+time.Second)), probeEvery)
 		assert.Equal(t, probeMax, b.probeWait(now.Add(time.Hour)))
 	})
+	t.Run("answers to requests sent before the failures began neither reset the count nor close it", func(t *testing.T) {
+		for _, tt := range []struct {
+			name      string
+			sentAfter time.Duration // when the successful request was sent, from the first failure's send
+			open      bool
+		}{
+			{"sent before: admitted before the outage", -time.Millisecond, true},
+			{"sent after: the index answers again", time.Millisecond, false},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				var b breaker
+				now := newFakeClock().Now()
+				b.success(now) // the index answered
+				sent := now.Add(time.Second)
+				for i := range breakerThreshold {
+					if i == 2 {
+						b.success(sent.Add(tt.sentAfter))
+					}
+					b.failure(sent, sent, false, false)
+				}
+				assert.Equal(t, tt.open, b.open)
+				if tt.open {
+					assert.True(t, b.young(sent), "its failures spend no retries")
+					assert.False(t, b.success(sent.Add(-time.Millisecond)), "an old request's answer does not close it")
+					assert.True(t, b.success(sent.Add(time.Millisecond)), "a newer one does")
+				}
+			})
+		}
+	})
 	t.Run("an outage is young for a minute, once the index had answered", func(t *testing.T) {
 		var b breaker
 		now := newFakeClock().Now()
 		for range breakerThreshold {
-			b.failure(now, false, false)
+			b.failure(now, now, false, false)
 		}
 		require.True(t, b.open)
 		assert.False(t, b.young(now), "an index that never answered is dead or misconfigured")
-		b.success()
+		b.success(now)
 		for range breakerThreshold {
-			b.failure(now, false, false)
+			b.failure(now, now, false, false)
 		}
 		assert.True(t, b.young(now.Add(outagePatience-time.Second)))
 		assert.False(t, b.young(now.Add(outagePatience)))
-		b.success()
+		b.success(now)
 		assert.False(t, b.young(now.Add(outagePatience)), "a closed breaker is no outage")
 	})
 	t.Run("it gives up on an index at once if it never answered, after a minute if it did", func(t *testing.T) {
@@ -365,18 +394,18 @@ func TestLaneBreaker(t *testing.T) {
 		now := newFakeClock().Now()
 		assert.Nil(t, b.gaveUp(now), "closed")
 		for range breakerThreshold {
-			b.failure(now, false, false)
+			b.failure(now, now, false, false)
 		}
 		assert.Equal(t, errNeverAnswered, b.gaveUp(now))
-		b.success()
+		b.success(now)
 		for range breakerThreshold {
-			b.failure(now, false, false)
+			b.failure(now, now, false, false)
 		}
 		assert.Nil(t, b.gaveUp(now.Add(outagePatience-time.Second)))
 		assert.Equal(t, errOutageTooLong, b.gaveUp(now.Add(outagePatience)))
 		var slow breaker
 		for range breakerThreshold {
-			slow.failure(now, false, true)
+			slow.failure(now, now, false, true)
 		}
 		assert.Nil(t, slow.gaveUp(now), "not at once after timeouts: the index may answer smaller requests")
 		assert.Equal(t, errOutageTooLong, slow.gaveUp(now.Add(outagePatience)), "but after a minute of them")

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/upsertlib/upsert/upserttest"
@@ -96,6 +98,11 @@ type simBatch struct {
 	then    *simBatch // the other half of a split, sent after this one settles
 }
 
+// simStream picks other random streams for the client and the index
+// (UPSERT_SIM_STREAM), so that a change can be judged against the spread
+// that luck alone gives.
+var simStream, _ = strconv.ParseUint(os.Getenv("UPSERT_SIM_STREAM"), 10, 64)
+
 // sim is one run.
 type sim struct {
 	clk      *simClock
@@ -124,7 +131,7 @@ func (s *sim) at(t time.Time, fn func()) {
 func newSim(ix simIndex, seed uint64) *sim {
 	start := time.Unix(1_000_000, 0)
 	s := &sim{
-		clk: &simClock{now: start}, rng: rand.New(rand.NewPCG(seed, 1)), cfg: ix, pending: ix.records,
+		clk: &simClock{now: start}, rng: rand.New(rand.NewPCG(seed, 1+simStream)), cfg: ix, pending: ix.records,
 		start: start, deadline: start.Add(10 * time.Minute),
 	}
 	s.idx = newSimServer(s, ix)
@@ -358,7 +365,7 @@ type simJob struct {
 }
 
 func newSimServer(s *sim, ix simIndex) *simServer {
-	v := &simServer{s: s, cfg: ix, rng: rand.New(rand.NewPCG(uint64(ix.records), 7))}
+	v := &simServer{s: s, cfg: ix, rng: rand.New(rand.NewPCG(uint64(ix.records), 7+simStream))}
 	now := s.clk.now
 	if ix.vecRate > 0 {
 		v.vec = newSimBucket(now, ix.vecRate, ix.vecBurst)

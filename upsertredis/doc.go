@@ -77,7 +77,10 @@
 // a few seconds, since it no longer hears of the others leaving; the
 // index's 429s split the lane again. It says so once through
 // [WithLogger]; [Store.Stats] and the run's upsert.Stats (SharedFallbacks,
-// SharedRejoins) count it.
+// SharedRejoins) count it. (go-redis itself logs every failed dial of its
+// pool through its own package logger, many lines a second while Redis is
+// down; the Store leaves that process-wide setting to the caller:
+// redis.SetLogger quiets it.)
 // While alone it tries Redis again once a second, and rejoins when it
 // answers: a cut it made alone, below its part of the lane's rate, is
 // proposed to the others then. When Redis lost the lane's state (flushed, restarted,

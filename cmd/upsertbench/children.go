@@ -234,6 +234,9 @@ func writeChild(args []string) error {
 // upsertredis (a Store on the Redis at socket), and the function that
 // fills out's Redis figures once the run is done.
 func joinLane(socket, prefix string, out *writerOutcome) ([]upsert.Option, func()) {
+	// go-redis logs every failed dial while redis-dies has Redis down;
+	// the Store's own fallback line (and its counts) say it once.
+	redis.SetLogger(quietRedis{})
 	rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: socket})
 	store := upsertredis.New(rdb, upsertredis.WithPrefix(prefix))
 	return []upsert.Option{store.Option()}, func() {
@@ -243,6 +246,11 @@ func joinLane(socket, prefix string, out *writerOutcome) ([]upsert.Option, func(
 		out.RedisExchanges, out.RedisFailures = stats.Exchanges, stats.Failures
 	}
 }
+
+// quietRedis drops go-redis's own log lines.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // traceEnv, when set, makes each writer print its progress and Limiter
 // state to stderr four times a second (counts and rates only), to see how

@@ -20,7 +20,9 @@ import (
 // Under a capped record rate, batches carry a fraction of a second's worth
 // (tuning.requestsPerSecond requests a second), up to the size adopted,
 // but never so little that the record rate needs more than a share of the
-// request rate's cap. It is a pure controller: no lock, no clock.
+// request rate's cap, nor so little that the lane's requests in flight
+// cannot send the share of the rate at which it binds. It is a pure
+// controller: no lock, no clock.
 type batchControl struct {
 	limit      int       // the most records a request may carry, for the lane's kind
 	size       int       // the size adopted
@@ -46,7 +48,8 @@ type sizeStats struct {
 // sizeCaps are the lane's rate limits that bound a batch, +Inf for none.
 type sizeCaps struct {
 	records, requests float64
-	perRequest        int // the most records a request's bytes allow; 0: no bound
+	perRequest        int     // the most records a request's bytes allow; 0: no bound
+	carry             float64 // requests a second the lane's requests in flight make (concurrency over round trip); 0: unknown
 }
 
 // batchSample is what the lane saw of one answered request.
@@ -133,7 +136,8 @@ func (c *batchControl) sendLimit(now time.Time, caps sizeCaps, t *tuning) int {
 
 // maxSize is the largest batch worth forming: the kind's limit and what a
 // request's bytes allow, under a size known to be too large, and under a
-// capped rate what the caps ask.
+// capped rate what the caps ask (at least what the requests in flight need
+// to send tuning.bindingShare of it).
 func (c *batchControl) maxSize(caps sizeCaps, t *tuning) int {
 	n := c.limit
 	if caps.perRequest > 0 {
@@ -146,6 +150,13 @@ func (c *batchControl) maxSize(caps sizeCaps, t *tuning) int {
 		per := max(float64(t.startBatch)/10, caps.records/t.requestsPerSecond)
 		if !math.IsInf(caps.requests, 1) {
 			per = max(per, caps.records/(t.requestShare*caps.requests))
+		}
+		if caps.carry > 0 {
+			// Enough for the requests in flight to send the share of the
+			// rate at which it binds: smaller batches hold the lane under
+			// its own limit, which then never binds, so its search never
+			// grows and the next cut measures what the batches allowed.
+			per = max(per, t.bindingShare*caps.records/caps.carry)
 		}
 		n = min(n, max(1, int(per)))
 	}

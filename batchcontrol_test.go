@@ -176,20 +176,29 @@ func TestBatchControl(t *testing.T) {
 		s.c.expire(s.now.Add(time.Minute))
 		assert.Equal(t, MaxBatchSize, s.c.maxSize(s.caps, &s.tn))
 	})
-	t.Run("under a capped record rate batches carry a twentieth of a second's worth, enough for the request cap", func(t *testing.T) {
+	t.Run("under a capped record rate batches carry a twentieth of a second's worth, enough for the request cap and for the requests in flight to send the rate", func(t *testing.T) {
 		s := newBatchScript()
 		for _, tt := range []struct {
 			records, requests float64
+			carry             float64 // requests a second the requests in flight make
 			want              int
 		}{
-			{math.Inf(1), math.Inf(1), MaxBatchSize},
-			{4000, math.Inf(1), 200},
-			{100, math.Inf(1), 10},
-			{8000, 10, 1000},
-			{4000, 100, 200},
-			{4000, 20, 250},
+			{math.Inf(1), math.Inf(1), 0, MaxBatchSize},
+			{4000, math.Inf(1), 0, 200},
+			{100, math.Inf(1), 0, 10},
+			{8000, 10, 0, 1000},
+			{4000, 100, 0, 200},
+			{4000, 20, 0, 250},
+			// Enough for the requests in flight to send 0.8 of the rate:
+			// four in flight on one write slot of 200 ms make five
+			// requests a second.
+			{400, math.Inf(1), 5, 64},
+			{4000, math.Inf(1), 10, 320},
+			{4000, math.Inf(1), 100, 200}, // they carry a twentieth of a second's worth
+			{math.Inf(1), math.Inf(1), 10, MaxBatchSize},
 		} {
-			assert.Equal(t, tt.want, s.c.maxSize(sizeCaps{records: tt.records, requests: tt.requests}, &s.tn), "%v records/s, %v requests/s", tt.records, tt.requests)
+			caps := sizeCaps{records: tt.records, requests: tt.requests, carry: tt.carry}
+			assert.Equal(t, tt.want, s.c.maxSize(caps, &s.tn), "%v records/s, %v requests/s, %v carried", tt.records, tt.requests, tt.carry)
 		}
 	})
 	t.Run("slow start's trial cut short by a rate cap is tried again at the cap", func(t *testing.T) {

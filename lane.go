@@ -275,12 +275,16 @@ func (ln *lane) sizeCaps() sizeCaps {
 	if b := &ln.dims[dimBytes]; now.Sub(b.waited) < ln.tuning.boundFor && ln.seen.recordBytes > 0 {
 		caps.records = min(caps.records, b.ctl.limit/ln.seen.recordBytes)
 	}
+	if ln.seen.roundTrip > 0 {
+		caps.carry = float64(ln.conc.limit) / (ln.seen.roundTrip / 1e9)
+	}
 	if f := ln.share.frac; ln.share.m != nil && f > 0 && f < 1 {
 		// Batches are sized for the index's buckets, which the lane's
 		// writers share: by the lane's rates, as one writer of the whole
 		// lane would size them, so that N writers do not send N times the
-		// requests for the same records.
-		caps.records, caps.requests = caps.records/f, caps.requests/f
+		// requests for the same records; and so that its own requests in
+		// flight can send its part (carry as N such writers would).
+		caps.records, caps.requests, caps.carry = caps.records/f, caps.requests/f, caps.carry/f
 	}
 	return caps
 }

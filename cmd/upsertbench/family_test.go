@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -55,10 +56,13 @@ func TestFamily(t *testing.T) {
 	}
 
 	var ratios []float64
-	below := 0
+	below, edge := 0, 0 // edge: within the cells' rounding of the margin, either way
 	for _, row := range rows {
 		ratios = append(ratios, number(t, row["ratio"]))
-		if number(t, row["upsert eff"]) < number(t, row["article eff"])-ratioMargin {
+		switch d := number(t, row["upsert eff"]) - number(t, row["article eff"]) + ratioMargin; {
+		case math.Abs(d) <= 0.001:
+			edge++
+		case d < 0:
 			below++
 		}
 	}
@@ -68,7 +72,10 @@ func TestFamily(t *testing.T) {
 	}
 	slices.Sort(ratios)
 	assert.Contains(t, text, fmt.Sprintf("Ratio upsert ÷ article over 2 indexes: median %.3f, min %.3f (seed %s).", quantile(ratios, 0.5), ratios[0], minSeed))
-	assert.Contains(t, text, fmt.Sprintf("Indexes with upsert < article − 0.02: %d (", below))
+	m := regexp.MustCompile(`Indexes with upsert < article − 0\.02: (\d+)`).FindStringSubmatch(text)
+	require.NotNil(t, m, "the count of indexes behind the article")
+	n, _ := strconv.Atoi(m[1])
+	assert.True(t, n >= below && n <= below+edge, "%d behind the article, want %d (and up to %d more at the margin)", n, below, edge)
 	assert.Contains(t, text, "Records lost in total: "+strings.Join(lostTotal, ", ")+".")
 }
 

@@ -276,7 +276,7 @@ func (ln *lane) sizeCaps() sizeCaps {
 		caps.records = min(caps.records, b.ctl.limit/ln.seen.recordBytes)
 	}
 	if ln.seen.roundTrip > 0 {
-		caps.carry = float64(ln.conc.limit) / (ln.seen.roundTrip / 1e9)
+		caps.carry = float64(ln.conc.limit) / time.Duration(ln.seen.roundTrip).Seconds()
 	}
 	if f := ln.share.frac; ln.share.m != nil && f > 0 && f < 1 {
 		// Batches are sized for the index's buckets, which the lane's

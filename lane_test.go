@@ -169,6 +169,34 @@ func TestLaneRateBindsOnlyWhenTheLaneSendsNearIt(t *testing.T) {
 	}
 }
 
+func TestLaneSizesBatchesSoItsRequestsInFlightCarryTheRate(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		roundTrip time.Duration
+		want      int
+	}{
+		// Four in flight at 800 ms (one write slot queueing them) make
+		// five requests a second: batches of 0.8 × 400 ÷ 5.
+		{"a long round trip", 800 * time.Millisecond, 64},
+		{"a short one: a twentieth of a second's worth carries it", 10 * time.Millisecond, 20},
+	} {
+		ln, clk := capLane(400)
+		ln.mu.Lock()
+		ln.dims[dimRecords].waited = clk.Now() // the rate holds requests back
+		ln.seen.roundTrip = float64(tt.roundTrip)
+		ln.mu.Unlock()
+		assert.Equal(t, tt.want, ln.sendLimit(), tt.name)
+	}
+	t.Run("a writer of a shared lane carries its part", func(t *testing.T) {
+		ln, _, _ := sharedLane(t, newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 4)))
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		require.InDelta(t, 0.25, ln.share.frac, 1e-9)
+		ln.seen.roundTrip = float64(800 * time.Millisecond)
+		assert.InDelta(t, 5/0.25, ln.sizeCaps().carry, 1e-9, "its five requests a second, as the lane's four writers make twenty")
+	})
+}
+
 func TestLaneKeepsItsSlots(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -39,8 +40,11 @@ func TestACheckpointNeverPassesARecordThatWasNotTried(t *testing.T) {
 		require.NoError(t, err)
 		assert.EqualValues(t, res.Failed[0].Index, mark, "the first record that did not land stops the checkpoint")
 
+		var mu sync.Mutex // the resumed run sends with the default concurrency
 		landed := make(map[string]bool)
 		resumed, err := Stream(ctx, slices.Values(recs), WithUpsertFunc(func(_ context.Context, _ string, b []*pinecone.Vector) error {
+			mu.Lock()
+			defer mu.Unlock()
 			for _, v := range b {
 				landed[v.Id] = true
 			}

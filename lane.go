@@ -68,6 +68,7 @@ type laneSeen struct {
 	fastAt      time.Time // when a success last came in a quarter of its timeout
 	jitter      spreadMeter
 	size        int // the size of the batches handed out last
+	epochSize   int // the size the concurrency's epoch is measured at
 }
 
 // The dimensions of a lane's rate.
@@ -132,6 +133,7 @@ func newLane(c clock, maxBatch int, t *tuning) *lane {
 		d.bucket = rate.NewLimiter(rate.Inf, 1)
 	}
 	ln.seen.size = ln.batch.size
+	ln.seen.epochSize = ln.batch.size
 	return ln
 }
 
@@ -202,7 +204,10 @@ func (ln *lane) nextBatch() (size int, trial bool) {
 	size, trial = ln.batch.next(now, caps, may, ln.spread(), ln.tuning)
 	if !trial && size != ln.seen.size {
 		ln.seen.size = size
-		ln.conc.reset(ln.issued) // latencies of another size measure nothing here
+		if r := float64(size) / float64(ln.seen.epochSize); r > ln.tuning.sizeBand || r < 1/ln.tuning.sizeBand {
+			ln.seen.epochSize = size
+			ln.conc.reset(ln.issued) // latencies of another size measure nothing here
+		}
 	}
 	return size, trial
 }

@@ -197,6 +197,40 @@ func TestLaneSizesBatchesSoItsRequestsInFlightCarryTheRate(t *testing.T) {
 	})
 }
 
+// Under a capped rate the batch size follows the rate's every move; the
+// latencies a concurrency level was measured over are forgotten only when
+// the size drifts out of tuning.sizeBand of the size they were measured at.
+func TestLaneKeepsAConcurrencyEpochThroughSmallChangesOfSize(t *testing.T) {
+	ln, clk := capLane(2000)
+	ln.mu.Lock()
+	ln.dims[dimRecords].waited = clk.Now() // the rate holds requests back: a twentieth of a second's worth
+	ln.batch.size, ln.batch.slowStart, ln.batch.lookedDown = MaxBatchSize, false, true
+	ln.mu.Unlock()
+	measured := func() int {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.conc.base.n
+	}
+	resize := func(r float64) int {
+		ln.mu.Lock()
+		ln.dims[dimRecords].ctl.limit = r
+		ln.conc.base.add(100 * time.Millisecond)
+		ln.mu.Unlock()
+		size, _ := ln.nextBatch()
+		return size
+	}
+	require.Equal(t, 100, resize(2000))
+	require.Equal(t, 1, measured())
+	for i, r := range []float64{2100, 2200, 2400, 2300, 1700} { // sizes 105 to 85: within a quarter of 100
+		assert.Equal(t, int(r/20), resize(r))
+		assert.Equal(t, i+2, measured(), "size %d keeps the epoch", int(r/20))
+	}
+	assert.Equal(t, 130, resize(2600))
+	assert.Zero(t, measured(), "a size 30%% above the epoch's starts it again")
+	assert.Equal(t, 140, resize(2800))
+	assert.Equal(t, 1, measured(), "within a quarter of 130, the size the new epoch is measured at")
+}
+
 func TestLaneKeepsItsSlots(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()

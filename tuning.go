@@ -105,6 +105,11 @@ type tuning struct {
 	// changed nothing before the next one, doubling at each such trial up
 	// to maxHold: a level found is left alone, and looked at again.
 	holdEpochs, maxHold int
+	// sizeBand is how far (as a ratio) the batch size may drift from the
+	// size a level's latencies were measured at before they are
+	// forgotten: under a capped rate the size follows every move of the
+	// rate, and an epoch restarted at each never ended.
+	sizeBand float64
 
 	// Batch size (batchcontrol.go).
 
@@ -168,6 +173,7 @@ var defaultTuning = tuning{
 	minGain:          0.3,
 	holdEpochs:       2,
 	maxHold:          32,
+	sizeBand:         1.25,
 
 	startBatch:        100,
 	startBracket:      2,

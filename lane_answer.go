@@ -5,11 +5,24 @@ import (
 	"time"
 )
 
+// serverFailure is what the lane tells a batch of its request's server
+// error, so that the batch spends its retries on failures of its own, not
+// on an outage's.
+type serverFailure struct {
+	// young: the breaker has been open for less than outagePatience
+	// after the index had answered; the error spends no retry.
+	young bool
+	// run numbers the breaker's run of failures (no success between)
+	// that the error belongs to (breaker.patientRun); 0 for none. A
+	// batch that fails again in the run it already failed in spends no
+	// retry either: alone in flight, one batch met an outage five times
+	// before the breaker had the five failures that open it.
+	run uint64
+}
+
 // release returns p's slot and feeds its outcome to the controllers; e is
-// nil for a success. It reports whether e is a server error that came
-// while the breaker has been open for less than outagePatience after the
-// index had answered: such an error does not spend a retry of its batch.
-func (ln *lane) release(p permit, e *Error) (youngOutage bool) {
+// nil for a success. It reports what a server error says of the outage.
+func (ln *lane) release(p permit, e *Error) serverFailure {
 	if p.slots != nil {
 		<-p.slots
 	}
@@ -178,7 +191,7 @@ func (ln *lane) rateBinds(now time.Time, window time.Duration) bool {
 }
 
 // answerBreaker feeds the outcome to the breaker and the retry budget.
-func (ln *lane) answerBreaker(p permit, now time.Time, class Class) (youngOutage bool) {
+func (ln *lane) answerBreaker(p permit, now time.Time, class Class) serverFailure {
 	switch class {
 	case 0:
 		if ln.budget.success(now) {
@@ -193,7 +206,9 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) (youngOutage
 		if !wasOpen && ln.breaker.open {
 			ln.queueBreaker(true)
 		}
-		return class == ClassServer && ln.breaker.young(now)
+		if class == ClassServer {
+			return serverFailure{young: ln.breaker.young(now), run: ln.breaker.patientRun(now)}
+		}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers
 	default:
@@ -201,7 +216,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) (youngOutage
 			ln.signals.breaker.fire()
 		}
 	}
-	return false
+	return serverFailure{}
 }
 
 // closeBreaker closes the breaker on an answer of the index to a request

@@ -451,6 +451,23 @@ func TestLaneBreaker(t *testing.T) {
 		b.success(now)
 		assert.False(t, b.young(now.Add(outagePatience)), "a closed breaker is no outage")
 	})
+	t.Run("a run of failures is waited out before the breaker opens, once the index had answered, for a minute", func(t *testing.T) {
+		var b breaker
+		now := newFakeClock().Now()
+		b.failure(now, now, false, false)
+		assert.Zero(t, b.patientRun(now), "an index that never answered")
+		b.success(now)
+		assert.Zero(t, b.patientRun(now), "no run under way")
+		b.failure(now, now, false, false)
+		first := b.patientRun(now)
+		assert.NotZero(t, first)
+		b.failure(now, now, false, false)
+		assert.Equal(t, first, b.patientRun(now), "a second failure without a success between: the same run")
+		assert.Zero(t, b.patientRun(now.Add(outagePatience)), "a run older than outagePatience spends retries again")
+		b.success(now.Add(time.Millisecond))
+		b.failure(now, now.Add(time.Millisecond), false, false)
+		assert.NotEqual(t, first, b.patientRun(now), "a success ends the run")
+	})
 	t.Run("it gives up on an index at once if it never answered, after a minute if it did", func(t *testing.T) {
 		var b breaker
 		now := newFakeClock().Now()

@@ -326,7 +326,8 @@ type part struct {
 	attempts  int             // requests that carried these records
 	ambiguous bool            // some request ended without a clear answer
 	sizeProbe bool            // the batch probes a larger size (until first sent)
-	outage    bool            // its last request failed with a server error in a young outage: no retry spent
+	outage    bool            // its last request failed with a server error that spends no retry (see serverFailure)
+	run       uint64          // the breaker's run of failures its last server error belonged to
 }
 
 func (p *part) child(items []item) *part {
@@ -428,7 +429,7 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*pa
 	return nil, false
 }
 
-// retryAfterBackoff spends a retry of p's class (none in a young outage),
+// retryAfterBackoff spends a retry of p's class (none when p.outage),
 // waits out its backoff and the lane's retry budget, and reports whether
 // p is to be sent again; when the run stops meanwhile, p fails.
 func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
@@ -500,7 +501,11 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 			r.halt(e)
 		}
 	}
-	p.outage = rt.lane.release(perm, e)
+	f := rt.lane.release(perm, e)
+	p.outage = f.young || f.run != 0 && f.run == p.run
+	if f.run != 0 {
+		p.run = f.run
+	}
 	r.minute.done(pass, e)
 	r.stats.request(n, latency, e)
 	ev.Latency, ev.Err = latency, e

@@ -95,6 +95,7 @@ type simBatch struct {
 	n       int
 	trial   bool
 	retries [numClasses]int
+	run     uint64    // the breaker's run of failures its last server error belonged to
 	then    *simBatch // the other half of a split, sent after this one settles
 }
 
@@ -278,15 +279,19 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 
 // answer takes the index's answer to b's request.
 func (s *sim) answer(b *simBatch, p permit, e *Error) {
-	outage := s.ln.release(p, e)
+	f := s.ln.release(p, e)
+	outage := f.young || f.run != 0 && f.run == b.run
+	if f.run != 0 {
+		b.run = f.run
+	}
 	switch {
 	case e == nil:
 		s.settle(b, true)
 	case e.Class == ClassTimeout && b.n > 1:
 		s.res.timeouts++
 		half := b.n / 2
-		first := &simBatch{n: half, retries: b.retries}
-		second := &simBatch{n: b.n - half, retries: b.retries, then: b.then}
+		first := &simBatch{n: half, retries: b.retries, run: b.run}
+		second := &simBatch{n: b.n - half, retries: b.retries, run: b.run, then: b.then}
 		first.then = second
 		s.active++
 		s.enqueue(first)

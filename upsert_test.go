@@ -182,6 +182,20 @@ func TestAllRidesOutAnOutage(t *testing.T) {
 		assert.Equal(t, 2000, res.Upserted)
 		assert.Len(t, fi.stored, 2000)
 	})
+	t.Run("a batch alone in flight spends one retry on an outage too short to open the breaker", func(t *testing.T) {
+		// Four failures in a row, one short of the five that open the
+		// breaker, all of the one batch in flight: one run of failures.
+		fi := newFakeIndex(func(call int, _ []string) error {
+			if call >= 1 && call <= 4 {
+				return down
+			}
+			return nil
+		})
+		res, err := All(context.Background(), vectors(200, 2), testOpts(fi, WithBatchSize(100), WithConcurrency(1), WithMaxRetries(ClassServer, 2))...)
+		require.NoError(t, err, "its second to fourth failures were the same outage's")
+		assert.Equal(t, 200, res.Upserted)
+		assert.Equal(t, 4, res.Stats.RetriesByClass[ClassServer], "resent after each failure")
+	})
 	t.Run("after a minute of outage, records fail without being sent", func(t *testing.T) {
 		fi := newFakeIndex(func(call int, _ []string) error {
 			if call < 2 {

@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// serverFailure is what the lane tells a batch of its request's server
-// error, so that the batch spends its retries on failures of its own, not
-// on an outage's.
-type serverFailure struct {
+// failureNote is what the lane tells a batch of its request's failure, so
+// that the batch spends its retries on failures of its own, not on an
+// outage's or on the lane's own overshoot.
+type failureNote struct {
 	// young: the breaker has been open for less than outagePatience
 	// after the index had answered; the error spends no retry.
 	young bool
@@ -18,11 +18,17 @@ type serverFailure struct {
 	// retry either: alone in flight, one batch met an outage five times
 	// before the breaker had the five failures that open it.
 	run uint64
+	// cutFor: a 429 of a request sent before the cut the lane's rate
+	// made for the episode, or while the index still refused what came
+	// before it (rateSameEpisode, rateDraining): the lane's overshoot,
+	// which the cut answers, not the batch's. A batch in a bucket smaller
+	// than its size was refused eight times so and failed.
+	cutFor bool
 }
 
 // release returns p's slot and feeds its outcome to the controllers; e is
-// nil for a success. It reports what a server error says of the outage.
-func (ln *lane) release(p permit, e *Error) serverFailure {
+// nil for a success. It reports what the failure says of the index.
+func (ln *lane) release(p permit, e *Error) failureNote {
 	if p.slots != nil {
 		<-p.slots
 	}
@@ -47,16 +53,18 @@ func (ln *lane) release(p permit, e *Error) serverFailure {
 		}
 	}
 	window := ln.measureWindow(now)
-	ln.answerRates(p, now, window, e)
+	cutFor := ln.answerRates(p, now, window, e)
 	ln.reportShare(p, now, window, class)
 	ln.answerBatch(p, now, latency, class)
 	ln.answerConc(p, now, window, latency, class)
-	return ln.answerBreaker(p, now, class)
+	f := ln.answerBreaker(p, now, class)
+	f.cutFor = cutFor
+	return f
 }
 
 // answerRates feeds the outcome to the rate controllers and applies their
 // limits; a cut wakes the head of the queue.
-func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Error) {
+func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Error) (cutFor bool) {
 	refused := -1
 	switch {
 	case e == nil:
@@ -66,10 +74,10 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 			ln.pausedUntil = until
 		}
 		if refused < 0 {
-			return // a per-minute limit: the minute gate paces it
+			return false // a per-minute limit: the minute gate paces it
 		}
 	default:
-		return // neither accepted nor refused for the rate
+		return false // neither accepted nor refused for the rate
 	}
 	amounts := p.amounts()
 	for i := range ln.dims {
@@ -93,8 +101,11 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 			ln.shareRefusal(p, e, i, s)
 		case rateGrew:
 			d.apply(now, ln.tuning)
+		case rateSameEpisode, rateDraining:
+			cutFor = true
 		}
 	}
+	return cutFor
 }
 
 // measureWindow is the least span over which a rate is measured: four
@@ -191,7 +202,7 @@ func (ln *lane) rateBinds(now time.Time, window time.Duration) bool {
 }
 
 // answerBreaker feeds the outcome to the breaker and the retry budget.
-func (ln *lane) answerBreaker(p permit, now time.Time, class Class) serverFailure {
+func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote {
 	switch class {
 	case 0:
 		if ln.budget.success(now) {
@@ -207,7 +218,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) serverFailur
 			ln.queueBreaker(true)
 		}
 		if class == ClassServer {
-			return serverFailure{young: ln.breaker.young(now), run: ln.breaker.patientRun(now)}
+			return failureNote{young: ln.breaker.young(now), run: ln.breaker.patientRun(now)}
 		}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers
@@ -216,7 +227,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) serverFailur
 			ln.signals.breaker.fire()
 		}
 	}
-	return serverFailure{}
+	return failureNote{}
 }
 
 // closeBreaker closes the breaker on an answer of the index to a request

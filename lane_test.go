@@ -231,6 +231,31 @@ func TestLaneKeepsAConcurrencyEpochThroughSmallChangesOfSize(t *testing.T) {
 	assert.Equal(t, 1, measured(), "within a quarter of 130, the size the new epoch is measured at")
 }
 
+// A 429 of a request sent before the cut the lane made for its episode,
+// or while the index still refuses what came before that cut, is the
+// lane's overshoot: the lane says so, and the batch spends no retry on it.
+func TestLaneTellsABatchWhichRefusalsWereTheLanes(t *testing.T) {
+	ctx := context.Background()
+	ln, clk := capLane(1000)
+	before, err := ln.acquire(ctx, req(1))
+	require.NoError(t, err)
+	ln.mu.Lock()
+	ln.cutTo(clk.Now(), 500)
+	ln.dims[dimRecords].ctl.episodes = 1
+	ln.mu.Unlock()
+	clk.Advance(time.Millisecond)
+	assert.True(t, ln.release(before, errRateLimited).cutFor, "sent before the cut")
+	draining, err := ln.acquire(ctx, req(1))
+	require.NoError(t, err)
+	assert.True(t, ln.release(draining, errRateLimited).cutFor, "sent after it, while the index has accepted nothing since")
+	accepted, err := ln.acquire(ctx, req(1))
+	require.NoError(t, err)
+	assert.False(t, ln.release(accepted, nil).cutFor)
+	refused, err := ln.acquire(ctx, req(1))
+	require.NoError(t, err)
+	assert.False(t, ln.release(refused, errRateLimited).cutFor, "once the index accepts again, a refusal is the batch's")
+}
+
 func TestLaneKeepsItsSlots(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()

@@ -326,8 +326,9 @@ type part struct {
 	attempts  int             // requests that carried these records
 	ambiguous bool            // some request ended without a clear answer
 	sizeProbe bool            // the batch probes a larger size (until first sent)
-	outage    bool            // its last request failed with a server error that spends no retry (see serverFailure)
+	free      bool            // its last failure spends no retry (see failureNote)
 	run       uint64          // the breaker's run of failures its last server error belonged to
+	spared    int             // 429s that spent no retry as the lane's overshoot; at most the class's retries
 }
 
 func (p *part) child(items []item) *part {
@@ -417,7 +418,7 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*pa
 		r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
 		a, b := split(p.items)
 		return []*part{p.child(b), p.child(a)}, false
-	case p.retries[c] < r.cfg.retry.maxRetries[c] || p.outage && r.cfg.retry.maxRetries[c] > 0:
+	case p.retries[c] < r.cfg.retry.maxRetries[c] || p.free && r.cfg.retry.maxRetries[c] > 0:
 		if r.retryAfterBackoff(worker, rt, p, e) {
 			return []*part{p}, true
 		}
@@ -429,13 +430,27 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*pa
 	return nil, false
 }
 
-// retryAfterBackoff spends a retry of p's class (none when p.outage),
+// noteFailure takes what the lane said of p's failure: whether it spends
+// a retry. The lane's overshoot spares at most as many as the class has,
+// so that a batch still fails on an index that refuses it for ever.
+func (r *run) noteFailure(p *part, f failureNote) {
+	p.free = f.young || f.run != 0 && f.run == p.run
+	if f.run != 0 {
+		p.run = f.run
+	}
+	if f.cutFor && p.spared < r.cfg.retry.maxRetries[ClassRateLimited] {
+		p.free = true
+		p.spared++
+	}
+}
+
+// retryAfterBackoff spends a retry of p's class (none when p.free),
 // waits out its backoff and the lane's retry budget, and reports whether
 // p is to be sent again; when the run stops meanwhile, p fails.
 func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 	c := e.Class
 	wait := r.backoff(c, p.retries[c], e.RetryAfter)
-	if !p.outage {
+	if !p.free {
 		p.retries[c]++
 	}
 	r.stats.retry(c)
@@ -501,11 +516,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 			r.halt(e)
 		}
 	}
-	f := rt.lane.release(perm, e)
-	p.outage = f.young || f.run != 0 && f.run == p.run
-	if f.run != 0 {
-		p.run = f.run
-	}
+	r.noteFailure(p, rt.lane.release(perm, e))
 	r.minute.done(pass, e)
 	r.stats.request(n, latency, e)
 	ev.Latency, ev.Err = latency, e

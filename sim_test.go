@@ -96,6 +96,7 @@ type simBatch struct {
 	trial   bool
 	retries [numClasses]int
 	run     uint64    // the breaker's run of failures its last server error belonged to
+	spared  int       // 429s that spent no retry as the lane's overshoot
 	then    *simBatch // the other half of a split, sent after this one settles
 }
 
@@ -281,6 +282,10 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 func (s *sim) answer(b *simBatch, p permit, e *Error) {
 	f := s.ln.release(p, e)
 	outage := f.young || f.run != 0 && f.run == b.run
+	if f.cutFor && b.spared < defaultRetryPolicy().maxRetries[ClassRateLimited] {
+		outage = true
+		b.spared++
+	}
 	if f.run != 0 {
 		b.run = f.run
 	}
@@ -290,8 +295,8 @@ func (s *sim) answer(b *simBatch, p permit, e *Error) {
 	case e.Class == ClassTimeout && b.n > 1:
 		s.res.timeouts++
 		half := b.n / 2
-		first := &simBatch{n: half, retries: b.retries, run: b.run}
-		second := &simBatch{n: b.n - half, retries: b.retries, run: b.run, then: b.then}
+		first := &simBatch{n: half, retries: b.retries, run: b.run, spared: b.spared}
+		second := &simBatch{n: b.n - half, retries: b.retries, run: b.run, spared: b.spared, then: b.then}
 		first.then = second
 		s.active++
 		s.enqueue(first)

@@ -311,12 +311,21 @@ func WithRequestTimeout(d time.Duration) Option {
 // [ClassRateLimited], 4 for [ClassTimeout] and [ClassServer]. Other classes
 // are never retried unchanged (too-large and invalid batches are split
 // instead), so n must be for one of those three classes; 0 disables
-// retries of that class. During the first minute of an outage (the
-// [Limiter]'s circuit breaker open after the index had answered) server
-// errors spend none of them, so that a short outage fails no records; nor
-// does a batch's second and later server error in one run of failures
-// with no success between (a batch alone in flight meets the outage
-// before the breaker has its five failures). After that minute, or as soon as the breaker opens when the index never
+// retries of that class.
+//
+// Failures that say nothing about the batch spend none of them, as long
+// as n > 0:
+//   - server errors during the first minute of an outage (the [Limiter]'s
+//     circuit breaker open after the index had answered), and a batch's
+//     second and later server error in one run of failures with no
+//     success between (a batch alone in flight meets an outage before the
+//     breaker has its five failures), so that a short outage fails no
+//     records;
+//   - a 429 of a request sent before the Limiter cut its rate for that
+//     episode, or while the index still refuses what came before the cut:
+//     the limiter's overshoot, at most n such per batch.
+//
+// After that minute, or as soon as the breaker opens when the index never
 // answered but with server errors, records fail with [ErrServer] without
 // being sent (only the breaker's probes go out), so that a dead index or
 // a wrong host ends the run in seconds, and one that drops every request

@@ -153,8 +153,8 @@ type simOutcome struct {
 
 // simNamed are hand-made indexes, run by UPSERT_SIM_SEED=-1, -2, ...:
 // upsertbench's fast and tight profiles, fast with 3% of random 429s, an
-// index of 8 slots with them, and upsertbench's slow, outage and tiny
-// profiles.
+// index of 8 slots with them, and upsertbench's slow, outage, tiny and
+// timeouts profiles.
 var simNamed = []simIndex{
 	{records: 600_000, recordBytes: 104, vecRate: 20000, vecBurst: 5000, reqRate: 100, byteRate: 50e6, base: 2 * time.Millisecond, perRecord: 20 * time.Microsecond, timeout: 2 * time.Second},
 	{records: 90_000, recordBytes: 104, vecRate: 3000, vecBurst: 750, reqRate: 100, byteRate: 50e6, base: 2 * time.Millisecond, perRecord: 20 * time.Microsecond, timeout: 2 * time.Second},
@@ -163,6 +163,7 @@ var simNamed = []simIndex{
 	{records: 1_500_000, recordBytes: 104, reqRate: 100, byteRate: 50e6, slots: 64, base: 50 * time.Millisecond, perRecord: 500 * time.Microsecond, timeout: 30 * time.Second},
 	{records: 450_000, recordBytes: 104, vecRate: 20000, vecBurst: 5000, reqRate: 100, byteRate: 50e6, base: 2 * time.Millisecond, perRecord: 20 * time.Microsecond, timeout: 30 * time.Second, outageEvery: 4 * time.Second, outageFor: time.Second},
 	{records: 15_000, recordBytes: 104, vecRate: 500, vecBurst: 125, reqRate: 100, byteRate: 50e6, base: 5 * time.Millisecond, perRecord: 50 * time.Microsecond, timeout: 30 * time.Second},
+	{records: 600_000, recordBytes: 104, vecRate: 20000, vecBurst: 5000, reqRate: 100, byteRate: 50e6, base: 20 * time.Millisecond, perRecord: 100 * time.Microsecond, slowAbove: 300, slowFactor: 20, timeout: 2 * time.Second},
 }
 
 func simulate(seed uint64, t *tuning) simOutcome {

@@ -21,9 +21,31 @@ type failureNote struct {
 	// cutFor: a 429 of a request sent before the cut the lane's rate
 	// made for the episode, or while the index still refused what came
 	// before it (rateSameEpisode, rateDraining): the lane's overshoot,
-	// which the cut answers, not the batch's. A batch in a bucket smaller
-	// than its size was refused eight times so and failed.
+	// which the cut answers, not the batch's.
 	cutFor bool
+}
+
+// batchFailures is what a batch remembers of its failures, to tell
+// whether the next one spends a retry.
+type batchFailures struct {
+	run    uint64 // the breaker's run of failures its last server error belonged to
+	spared int    // 429s that spent no retry as the lane's overshoot
+}
+
+// free takes what the lane said of a failure and reports whether it
+// spends no retry of the batch. The lane's overshoot spares at most
+// maxSpared, so that a batch still fails on an index that refuses it for
+// ever.
+func (b *batchFailures) free(f failureNote, maxSpared int) bool {
+	free := f.young || f.run != 0 && f.run == b.run
+	if f.run != 0 {
+		b.run = f.run
+	}
+	if f.cutFor && b.spared < maxSpared {
+		free = true
+		b.spared++
+	}
+	return free
 }
 
 // release returns p's slot and feeds its outcome to the controllers; e is

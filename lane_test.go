@@ -256,6 +256,36 @@ func TestLaneTellsABatchWhichRefusalsWereTheLanes(t *testing.T) {
 	assert.False(t, ln.release(refused, errRateLimited).cutFor, "once the index accepts again, a refusal is the batch's")
 }
 
+// A batch spends no retry on a young outage, on a second failure in a run
+// of failures it already failed in, nor, up to a bound, on the lane's
+// overshoot; every other failure spends one.
+func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
+	type step struct {
+		note failureNote
+		free bool
+	}
+	for _, tt := range []struct {
+		name  string
+		steps []step
+	}{
+		{"a young outage", []step{{failureNote{young: true, run: 1}, true}}},
+		{"a server error outside an outage", []step{{failureNote{}, false}}},
+		{"failures again in one run: the first spends, not the next", []step{
+			{failureNote{run: 3}, false}, {failureNote{run: 3}, true}, {failureNote{run: 3}, true},
+		}},
+		{"a failure in a new run spends again", []step{{failureNote{run: 3}, false}, {failureNote{run: 4}, false}}},
+		{"a failure outside a patient run forgets none", []step{{failureNote{run: 3}, false}, {failureNote{}, false}, {failureNote{run: 3}, true}}},
+		{"the lane's overshoot, twice at most", []step{
+			{failureNote{cutFor: true}, true}, {failureNote{cutFor: true}, true}, {failureNote{cutFor: true}, false},
+		}},
+	} {
+		var b batchFailures
+		for i, st := range tt.steps {
+			assert.Equal(t, st.free, b.free(st.note, 2), "%s: failure %d", tt.name, i+1)
+		}
+	}
+}
+
 func TestLaneKeepsItsSlots(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()

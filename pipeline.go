@@ -327,8 +327,7 @@ type part struct {
 	ambiguous bool            // some request ended without a clear answer
 	sizeProbe bool            // the batch probes a larger size (until first sent)
 	free      bool            // its last failure spends no retry (see failureNote)
-	run       uint64          // the breaker's run of failures its last server error belonged to
-	spared    int             // 429s that spent no retry as the lane's overshoot; at most the class's retries
+	failures  batchFailures   // what tells whether the next failure does
 }
 
 func (p *part) child(items []item) *part {
@@ -430,20 +429,6 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*pa
 	return nil, false
 }
 
-// noteFailure takes what the lane said of p's failure: whether it spends
-// a retry. The lane's overshoot spares at most as many as the class has,
-// so that a batch still fails on an index that refuses it for ever.
-func (r *run) noteFailure(p *part, f failureNote) {
-	p.free = f.young || f.run != 0 && f.run == p.run
-	if f.run != 0 {
-		p.run = f.run
-	}
-	if f.cutFor && p.spared < r.cfg.retry.maxRetries[ClassRateLimited] {
-		p.free = true
-		p.spared++
-	}
-}
-
 // retryAfterBackoff spends a retry of p's class (none when p.free),
 // waits out its backoff and the lane's retry budget, and reports whether
 // p is to be sent again; when the run stops meanwhile, p fails.
@@ -516,7 +501,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 			r.halt(e)
 		}
 	}
-	r.noteFailure(p, rt.lane.release(perm, e))
+	p.free = p.failures.free(rt.lane.release(perm, e), r.cfg.retry.maxRetries[ClassRateLimited])
 	r.minute.done(pass, e)
 	r.stats.request(n, latency, e)
 	ev.Latency, ev.Err = latency, e

@@ -95,8 +95,7 @@ type simBatch struct {
 	n       int
 	trial   bool
 	retries [numClasses]int
-	run     uint64    // the breaker's run of failures its last server error belonged to
-	spared  int       // 429s that spent no retry as the lane's overshoot
+	failed  batchFailures
 	then    *simBatch // the other half of a split, sent after this one settles
 }
 
@@ -280,23 +279,15 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 
 // answer takes the index's answer to b's request.
 func (s *sim) answer(b *simBatch, p permit, e *Error) {
-	f := s.ln.release(p, e)
-	outage := f.young || f.run != 0 && f.run == b.run
-	if f.cutFor && b.spared < defaultRetryPolicy().maxRetries[ClassRateLimited] {
-		outage = true
-		b.spared++
-	}
-	if f.run != 0 {
-		b.run = f.run
-	}
+	outage := b.failed.free(s.ln.release(p, e), defaultRetryPolicy().maxRetries[ClassRateLimited])
 	switch {
 	case e == nil:
 		s.settle(b, true)
 	case e.Class == ClassTimeout && b.n > 1:
 		s.res.timeouts++
 		half := b.n / 2
-		first := &simBatch{n: half, retries: b.retries, run: b.run, spared: b.spared}
-		second := &simBatch{n: b.n - half, retries: b.retries, run: b.run, spared: b.spared, then: b.then}
+		first := &simBatch{n: half, retries: b.retries, failed: b.failed}
+		second := &simBatch{n: b.n - half, retries: b.retries, failed: b.failed, then: b.then}
 		first.then = second
 		s.active++
 		s.enqueue(first)

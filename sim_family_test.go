@@ -209,7 +209,10 @@ func TestSimFamily(t *testing.T) {
 	}
 	if len(seeds) == 1 && os.Getenv("UPSERT_SIM_TRACE") != "" {
 		simTrace = t.Logf
-		defer func() { simTrace = nil }()
+		if d, err := time.ParseDuration(os.Getenv("UPSERT_SIM_TRACE")); err == nil && d > 0 {
+			simTraceEvery = d
+		}
+		defer func() { simTrace, simTraceEvery = nil, 500*time.Millisecond }()
 	}
 	tn := simTuning(t)
 	var eff, ref, art, ratio []float64

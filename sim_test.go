@@ -297,6 +297,9 @@ func (s *sim) answer(b *simBatch, p permit, e *Error) {
 		}
 		c := e.Class
 		if b.retries[c] >= defaultRetryPolicy().maxRetries[c] && !outage {
+			if simTrace != nil {
+				simTrace("%6.2fs FAILED %d records: class %v retries %v failed %+v", s.clk.now.Sub(s.start).Seconds(), b.n, c, b.retries, b.failed)
+			}
 			s.settle(b, false)
 			break
 		}
@@ -523,9 +526,12 @@ func (b *simBucket) take(now time.Time, n float64) {
 	}
 }
 
-// simTrace, when set, receives a line of the lane's state every half
-// second of a simulation.
-var simTrace func(format string, args ...any)
+// simTrace, when set, receives a line of the lane's state every
+// simTraceEvery (half a second unless UPSERT_SIM_TRACE is a duration).
+var (
+	simTrace      func(format string, args ...any)
+	simTraceEvery = 500 * time.Millisecond
+)
 
 func (s *sim) trace() {
 	ln := s.ln
@@ -534,6 +540,6 @@ func (s *sim) trace() {
 		ln.batch.ceil, ln.dims[dimRecords].ctl.limit, ln.dims[dimRequests].ctl.limit, ln.dims[dimBytes].ctl.limit,
 		s.clk.now.Before(ln.pausedUntil), ln.breaker.open)
 	if s.pending > 0 || s.active > 0 {
-		s.at(s.clk.now.Add(500*time.Millisecond), s.trace)
+		s.at(s.clk.now.Add(simTraceEvery), s.trace)
 	}
 }

@@ -332,14 +332,16 @@ func (c *batchControl) answerTrial(s batchSample, t *tuning) batchReason {
 // judgeTrial adopts the size tried when it costs no more per record than
 // the size adopted, by the mean of log latency, and its tail stays within
 // tuning.latencyShare of the request timeout; it remembers it as too large
-// otherwise.
+// otherwise. A larger size is too costly only when it costs more than the
+// noise of its few answers explains (costSlack); a smaller one must cost
+// clearly less.
 func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 	costTrial := c.trial.mean() - math.Log(float64(c.trial.size))
 	costBase := c.base.mean() - math.Log(float64(c.size))
 	if c.trial.size < c.size {
 		return c.judgeSmaller(s, costTrial < costBase-math.Log(t.probeWorse), t)
 	}
-	if costTrial > costBase+math.Log(t.probeWorse) {
+	if costTrial > costBase+c.costSlack(s.spread, t) {
 		return c.tooCostly(s.now, t)
 	}
 	if c.tooSlow(c.trial.mean(), c.trial.n, s, t) {
@@ -348,6 +350,15 @@ func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 	}
 	c.adopt(s.conc, t)
 	return batchAdopted
+}
+
+// costSlack is how much more, in log, a larger size tried may cost per
+// record than the size adopted and still be kept: tuning.probeWorse, and
+// tuning.costNoise standard errors of the difference of their mean log
+// latencies at the pooled spread.
+func (c *batchControl) costSlack(spread float64, t *tuning) float64 {
+	se := spread * math.Sqrt(1/float64(max(1, c.trial.n))+1/float64(max(1, c.base.n)))
+	return math.Log(t.probeWorse) + t.costNoise*se
 }
 
 // adopt makes the size tried the size adopted, with its latencies, at the

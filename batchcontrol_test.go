@@ -256,3 +256,37 @@ func TestBatchTooSlow(t *testing.T) {
 		})
 	}
 }
+
+// A larger size is kept unless it costs more per record than probeWorse
+// and the noise of its few answers explain: three answers of a size no
+// worse, at a wide spread, read worse by chance.
+func TestBatchJudgesALargerSizeOnItsNoise(t *testing.T) {
+	stats := func(n int, latency time.Duration, size int) sizeStats {
+		s := sizeStats{size: size}
+		for range n {
+			s.add(latency)
+		}
+		return s
+	}
+	for _, tt := range []struct {
+		name     string
+		spread   float64
+		costlier float64 // the trial's cost per record over the kept size's
+		want     batchReason
+	}{
+		{"no worse, no noise", 0, 1, batchAdopted},
+		{"within probeWorse", 0, 1.08, batchAdopted},
+		{"beyond probeWorse, no noise: too costly", 0, 1.3, batchTooLarge},
+		{"beyond probeWorse, within the noise of three answers", 0.5, 1.3, batchAdopted},
+		{"beyond the noise too", 0.5, 1.7, batchTooLarge},
+	} {
+		c := newBatchControl(MaxBatchSize, &defaultTuning)
+		c.slowStart, c.lookedDown = false, true
+		c.base = stats(20, 100*time.Millisecond, 100)
+		c.trial = stats(2, time.Duration(float64(200*time.Millisecond)*tt.costlier), 200)
+		c.trial.sent, c.trial.out = 3, 1
+		got := c.answer(batchSample{now: time.Now(), records: 200, latency: time.Duration(float64(200*time.Millisecond) * tt.costlier),
+			timeout: 30 * time.Second, trial: true, spread: tt.spread, conc: 4}, &defaultTuning)
+		assert.Equal(t, tt.want, got, tt.name)
+	}
+}

@@ -127,6 +127,11 @@ type tuning struct {
 	// the size kept and still be kept: a size no worse carries more per
 	// request.
 	probeWorse float64
+	// costNoise is how many standard errors of the difference (at the
+	// pooled spread) a size tried may cost per record above the size kept,
+	// beyond probeWorse, and still be kept: judged on a few answers, a
+	// larger size no worse per record reads worse by chance.
+	costNoise float64
 	// ceilingFor is how long a size found too large stays off limits;
 	// timeoutCeilingFor when it timed out or was refused as too large.
 	ceilingFor, timeoutCeilingFor time.Duration
@@ -179,6 +184,7 @@ var defaultTuning = tuning{
 	startBracket:      2,
 	batchSamples:      3,
 	probeWorse:        1.1,
+	costNoise:         1,
 	ceilingFor:        30 * time.Second,
 	timeoutCeilingFor: time.Minute,
 	requestsPerSecond: 20,

@@ -67,8 +67,9 @@ type laneSeen struct {
 	recordBytes float64   // smoothed bytes per record sent
 	fastAt      time.Time // when a success last came in a quarter of its timeout
 	jitter      spreadMeter
-	size        int // the size of the batches handed out last
-	epochSize   int // the size the concurrency's epoch is measured at
+	size        int    // the size of the batches handed out last
+	epochSize   int    // the size the concurrency's epoch is measured at
+	successes   uint64 // requests answered with success so far
 }
 
 // The dimensions of a lane's rate.

@@ -23,27 +23,45 @@ type failureNote struct {
 	// before it (rateSameEpisode, rateDraining): the lane's overshoot,
 	// which the cut answers, not the batch's.
 	cutFor bool
+	// afterOthers: a server error that follows another failure
+	// in its run (no success between), within the run's patience: the
+	// index failing requests in turn, as in an outage too short to open
+	// the breaker, not this batch failing.
+	afterOthers bool
+	// refused: a 429; successes is then how many requests of the lane had
+	// succeeded when it came.
+	refused   bool
+	successes uint64
 }
 
 // batchFailures is what a batch remembers of its failures, to tell
 // whether the next one spends a retry.
 type batchFailures struct {
-	run    uint64 // the breaker's run of failures its last server error belonged to
-	spared int    // 429s that spent no retry as the lane's overshoot
+	run       uint64 // the breaker's run of failures its last server error belonged to
+	spared    int    // 429s that spent no retry as the lane's overshoot
+	refused   bool   // a 429 answered it before
+	refusedAt uint64 // the lane's successes at that 429
 }
 
 // free takes what the lane said of a failure and reports whether it
 // spends no retry of the batch. The lane's overshoot spares at most
 // maxSpared, so that a batch still fails on an index that refuses it for
-// ever.
+// ever; a 429 after others landed since the batch's last one is spared
+// (the index takes writes: it asks for a slower pace, which the lane's
+// rate answers), so that a batch fails on 429s only when nothing lands
+// between them.
 func (b *batchFailures) free(f failureNote, maxSpared int) bool {
-	free := f.young || f.run != 0 && f.run == b.run
+	free := f.young || f.run != 0 && (f.run == b.run || f.afterOthers)
 	if f.run != 0 {
 		b.run = f.run
 	}
 	if f.cutFor && b.spared < maxSpared {
 		free = true
 		b.spared++
+	}
+	if f.refused {
+		free = free || b.refused && f.successes > b.refusedAt
+		b.refused, b.refusedAt = true, f.successes
 	}
 	return free
 }
@@ -68,6 +86,9 @@ func (ln *lane) release(p permit, e *Error) failureNote {
 	if e != nil {
 		class = e.Class
 	}
+	if class == 0 {
+		ln.seen.successes++
+	}
 	if class == 0 && p.n > 0 {
 		ln.seen.roundTrip += (float64(latency) - ln.seen.roundTrip) / 8
 		if p.timeout <= 0 || latency < p.timeout/4 {
@@ -81,6 +102,7 @@ func (ln *lane) release(p permit, e *Error) failureNote {
 	ln.answerConc(p, now, window, latency, class)
 	f := ln.answerBreaker(p, now, class)
 	f.cutFor = cutFor
+	f.refused, f.successes = class == ClassRateLimited, ln.seen.successes
 	return f
 }
 
@@ -240,7 +262,8 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 			ln.queueBreaker(true)
 		}
 		if class == ClassServer {
-			return failureNote{young: ln.breaker.young(now), run: ln.breaker.patientRun(now)}
+			run := ln.breaker.patientRun(now)
+			return failureNote{young: ln.breaker.young(now), run: run, afterOthers: run != 0 && ln.breaker.failures > 1}
 		}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers

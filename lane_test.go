@@ -56,7 +56,10 @@ func (c *cuttingClock) Sleep(ctx context.Context, d time.Duration) error {
 	return c.fakeClock.Sleep(ctx, d)
 }
 
-var errRateLimited = &Error{Class: ClassRateLimited, GRPCCode: codes.ResourceExhausted}
+var (
+	errRateLimited = &Error{Class: ClassRateLimited, GRPCCode: codes.ResourceExhausted}
+	errServer      = &Error{Class: ClassServer, GRPCCode: codes.Unavailable}
+)
 
 // capLane returns a lane on a fake clock capped at r records/s.
 func capLane(r float64) (*lane, *fakeClock) {
@@ -256,9 +259,35 @@ func TestLaneTellsABatchWhichRefusalsWereTheLanes(t *testing.T) {
 	assert.False(t, ln.release(refused, errRateLimited).cutFor, "once the index accepts again, a refusal is the batch's")
 }
 
+func TestLaneTellsABatchWhatItsFailureFollows(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	send := func(e *Error) failureNote {
+		p, err := ln.acquire(ctx, req(1))
+		require.NoError(t, err)
+		clk.Advance(time.Millisecond)
+		return ln.release(p, e)
+	}
+	send(nil)
+	first := send(errServer)
+	assert.NotZero(t, first.run)
+	assert.False(t, first.afterOthers, "the first failure of a run may be the batch's own")
+	second := send(errServer)
+	assert.True(t, second.afterOthers, "a second in a row is the index failing")
+	assert.Equal(t, first.run, second.run)
+
+	refused := send(errRateLimited)
+	assert.True(t, refused.refused)
+	send(nil)
+	again := send(errRateLimited)
+	assert.Equal(t, refused.successes+1, again.successes, "one request landed between the two refusals")
+}
+
 // A batch spends no retry on a young outage, on a second failure in a run
-// of failures it already failed in, nor, up to a bound, on the lane's
-// overshoot; every other failure spends one.
+// of failures it already failed in or that another request failed in
+// first, on a 429 after others landed since its last one, nor, up to a
+// bound, on the lane's overshoot; every other failure spends one.
 func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
 	type step struct {
 		note failureNote
@@ -277,6 +306,17 @@ func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
 		{"a failure outside a patient run forgets none", []step{{failureNote{run: 3}, false}, {failureNote{}, false}, {failureNote{run: 3}, true}}},
 		{"the lane's overshoot, twice at most", []step{
 			{failureNote{cutFor: true}, true}, {failureNote{cutFor: true}, true}, {failureNote{cutFor: true}, false},
+		}},
+		{"a failure after another request's in a patient run spends none", []step{
+			{failureNote{run: 5, afterOthers: true}, true}, {failureNote{run: 6}, false},
+		}},
+		{"after another's failure outside a patient run, it spends", []step{{failureNote{afterOthers: true}, false}}},
+		{"a 429 spends, and again when nothing landed since", []step{
+			{failureNote{refused: true, successes: 7}, false}, {failureNote{refused: true, successes: 7}, false},
+		}},
+		{"a 429 after others landed since the batch's last one spends none", []step{
+			{failureNote{refused: true, successes: 7}, false}, {failureNote{refused: true, successes: 9}, true},
+			{failureNote{refused: true, successes: 9}, false}, {failureNote{refused: true, successes: 10}, true},
 		}},
 	} {
 		var b batchFailures

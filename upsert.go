@@ -316,14 +316,20 @@ func WithRequestTimeout(d time.Duration) Option {
 // Failures that say nothing about the batch spend none of them, as long
 // as n > 0:
 //   - server errors during the first minute of an outage (the [Limiter]'s
-//     circuit breaker open after the index had answered), and a batch's
-//     second and later server error in one run of failures with no
-//     success between (a batch alone in flight meets an outage before the
-//     breaker has its five failures), so that a short outage fails no
-//     records;
+//     circuit breaker open after the index had answered), and, in the
+//     first minute of a run of failures with no success between, a
+//     server error that follows another (the batch's own, or another
+//     request's): a batch alone in flight meets an outage before the
+//     breaker has its five failures, and outages too short to open it
+//     fail the requests in flight in turn, so that short outages fail no
+//     records; the first failure of each such run spends one;
 //   - a 429 of a request sent before the Limiter cut its rate for that
 //     episode, or while the index still refuses what came before the cut:
-//     the limiter's overshoot, at most n such per batch.
+//     the limiter's overshoot, at most n such per batch;
+//   - a 429 when other requests succeeded since the batch's last 429: the
+//     index takes writes and asks for a slower pace, which the limiter's
+//     rate answers. 429s spend retries only when nothing lands between
+//     them.
 //
 // After that minute, or as soon as the breaker opens when the index never
 // answered but with server errors, records fail with [ErrServer] without

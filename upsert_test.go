@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -307,6 +308,29 @@ func TestAllRetriesOnlyWhatFailed(t *testing.T) {
 			assert.ErrorIs(t, f.Err, ErrRateLimited)
 		}
 		assert.Len(t, fi.Calls(), 4)
+	})
+	t.Run("a batch refused more often than its retries lands while others land between its refusals", func(t *testing.T) {
+		// A 429 asks for a slower pace, not for this batch to fail: the
+		// index refuses the first batch up to six times, each time after
+		// it took eight others since the last refusal (else it takes it):
+		// with four in flight, some of them were answered since.
+		var mu sync.Mutex
+		refused, taken := 0, 8
+		fi := newFakeIndex(func(_ int, ids []string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case ids[0] != "v0":
+				taken++
+			case taken >= 8 && refused < 6:
+				refused, taken = refused+1, 0
+				return status.Error(codes.ResourceExhausted, "slow down")
+			}
+			return nil
+		})
+		res, err := All(context.Background(), vectors(2000, 2), testOpts(fi, WithBatchSize(10), WithConcurrency(4), WithMaxRetries(ClassRateLimited, 1))...)
+		require.NoError(t, err, "only its first refusal spent a retry")
+		assert.Equal(t, 2000, res.Upserted)
 	})
 	t.Run("a server error is retried the whole batch and may have landed", func(t *testing.T) {
 		fi := newFakeIndex(func(int, []string) error { return status.Error(codes.Unavailable, "down") })

@@ -41,6 +41,7 @@ type batchFailures struct {
 	spared    int    // 429s that spent no retry as the lane's overshoot
 	refused   bool   // a 429 answered it before
 	refusedAt uint64 // the lane's successes at that 429
+	refusals  int    // 429s that answered it, spent or not
 }
 
 // free takes what the lane said of a failure and reports whether it
@@ -62,8 +63,22 @@ func (b *batchFailures) free(f failureNote, maxSpared int) bool {
 	if f.refused {
 		free = free || b.refused && f.successes > b.refusedAt
 		b.refused, b.refusedAt = true, f.successes
+		b.refusals++
 	}
 	return free
+}
+
+// backoffStep is the step of the backoff after a failure of class c
+// (taken by free), given the retries of c spent before it. For a 429 every
+// earlier refusal of the batch counts, spent or not: each asked for a
+// slower pace. Which failures spend a retry decides when a batch fails,
+// not how long it waits: a refused batch sent again at once raised the
+// 429 share of an index refusing 3% at random from 3.7–5.0% to 4.6–5.7%.
+func (b *batchFailures) backoffStep(c Class, spent int) int {
+	if c == ClassRateLimited {
+		return max(spent, b.refusals-1)
+	}
+	return spent
 }
 
 // release returns p's slot and feeds its outcome to the controllers; e is

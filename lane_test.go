@@ -326,6 +326,25 @@ func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
 	}
 }
 
+// A 429's backoff grows with every refusal of the batch, whether or not
+// it spent a retry; other classes' with the retries spent.
+func TestABatchBacksOffFromEveryRefusal(t *testing.T) {
+	var b batchFailures
+	for i, tt := range []struct {
+		note        failureNote
+		spent, step int
+	}{
+		{failureNote{refused: true, successes: 1}, 0, 0},
+		{failureNote{refused: true, successes: 5}, 1, 1}, // others landed: spent none
+		{failureNote{refused: true, successes: 9}, 1, 2},
+		{failureNote{refused: true, successes: 9, cutFor: true}, 1, 3},
+	} {
+		b.free(tt.note, 8)
+		assert.Equal(t, tt.step, b.backoffStep(ClassRateLimited, tt.spent), "refusal %d", i+1)
+	}
+	assert.Equal(t, 2, b.backoffStep(ClassServer, 2))
+}
+
 func TestLaneKeepsItsSlots(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()

@@ -434,7 +434,7 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*pa
 // p is to be sent again; when the run stops meanwhile, p fails.
 func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 	c := e.Class
-	wait := r.backoff(c, p.retries[c], e.RetryAfter)
+	wait := r.backoff(c, p.failures.backoffStep(c, p.retries[c]), e.RetryAfter)
 	if !p.free {
 		p.retries[c]++
 	}

@@ -315,7 +315,7 @@ func (s *sim) answer(b *simBatch, p permit, e *Error) {
 func (s *sim) rest(b *simBatch, c Class, retryAfter time.Duration) {
 	pol := defaultRetryPolicy()
 	bo := pol.backoffFor(c, func(n int64) int64 { return s.rng.Int64N(n) })
-	bo.n = max(0, b.retries[c]-1)
+	bo.n = b.failed.backoffStep(c, max(0, b.retries[c]-1))
 	s.resting++
 	var again func()
 	again = func() {

@@ -16,7 +16,6 @@ import (
 // every 100 ms, then longer), and has no "never answered" verdict.
 type breaker struct {
 	failures  int       // consecutive server failures, in the order their requests were sent
-	run       uint64    // numbers the runs of failures: one starts at a failure after a success
 	firstSent time.Time // when the request of the first of those failures was sent
 	answered  bool      // the index answered once: it is not dead or misconfigured
 	timedOut  bool      // the last failure was a timeout, which says less about the index
@@ -103,9 +102,6 @@ func (b *breaker) success(sent time.Time) (closed bool) {
 // probe tells whether it was the probe. It reports whether the next probe
 // is scheduled (waiters should look again).
 func (b *breaker) failure(now, sent time.Time, probe, timeout bool) (rescheduled bool) {
-	if b.failures == 0 {
-		b.run++
-	}
 	if b.failures == 0 || sent.Before(b.firstSent) {
 		b.firstSent = sent
 	}
@@ -129,15 +125,12 @@ func (b *breaker) young(now time.Time) bool {
 	return b.open && b.everAnswered() && now.Sub(b.outageStart()) < outagePatience
 }
 
-// patientRun returns the number of the run of failures now under way
-// when its failures are waited out as an outage's (the index had answered,
-// and the run is younger than outagePatience), or 0: a batch failing again
-// in such a run spends no retry.
-func (b *breaker) patientRun(now time.Time) uint64 {
-	if b.failures == 0 || !b.everAnswered() || now.Sub(b.firstSent) >= outagePatience {
-		return 0
-	}
-	return b.run
+// followsFailure reports whether the failure just counted follows another
+// in a run of failures (no success between) that is waited out as an
+// outage's: the index had answered, and the run is younger than
+// outagePatience.
+func (b *breaker) followsFailure(now time.Time) bool {
+	return b.failures > 1 && b.everAnswered() && now.Sub(b.firstSent) < outagePatience
 }
 
 // everAnswered reports whether the index answered this writer, or any

@@ -12,22 +12,17 @@ type failureNote struct {
 	// young: the breaker has been open for less than outagePatience
 	// after the index had answered; the error spends no retry.
 	young bool
-	// run numbers the breaker's run of failures (no success between)
-	// that the error belongs to (breaker.patientRun); 0 for none. A
-	// batch that fails again in the run it already failed in spends no
-	// retry either: alone in flight, one batch met an outage five times
-	// before the breaker had the five failures that open it.
-	run uint64
 	// cutFor: a 429 of a request sent before the cut the lane's rate
 	// made for the episode, or while the index still refused what came
 	// before it (rateSameEpisode, rateDraining): the lane's overshoot,
 	// which the cut answers, not the batch's.
 	cutFor bool
-	// afterOthers: a server error that follows another failure
-	// in its run (no success between), within the run's patience: the
-	// index failing requests in turn, as in an outage too short to open
-	// the breaker, not this batch failing.
-	afterOthers bool
+	// followsFailure: a server error that follows another failure (the
+	// batch's own or another request's) in a run with no success between,
+	// within the run's patience (breaker.followsFailure): the index
+	// failing requests in turn, as in an outage too short to open the
+	// breaker, not this batch failing. The run's first failure spends.
+	followsFailure bool
 	// refused: a 429; successes is then how many requests of the lane had
 	// succeeded when it came.
 	refused   bool
@@ -37,11 +32,9 @@ type failureNote struct {
 // batchFailures is what a batch remembers of its failures, to tell
 // whether the next one spends a retry.
 type batchFailures struct {
-	run       uint64 // the breaker's run of failures its last server error belonged to
 	spared    int    // 429s that spent no retry as the lane's overshoot
-	refused   bool   // a 429 answered it before
-	refusedAt uint64 // the lane's successes at that 429
 	refusals  int    // 429s that answered it, spent or not
+	refusedAt uint64 // the lane's successes at the last of them
 }
 
 // free takes what the lane said of a failure and reports whether it
@@ -52,18 +45,14 @@ type batchFailures struct {
 // rate answers), so that a batch fails on 429s only when nothing lands
 // between them.
 func (b *batchFailures) free(f failureNote, maxSpared int) bool {
-	free := f.young || f.run != 0 && (f.run == b.run || f.afterOthers)
-	if f.run != 0 {
-		b.run = f.run
-	}
+	free := f.young || f.followsFailure
 	if f.cutFor && b.spared < maxSpared {
 		free = true
 		b.spared++
 	}
 	if f.refused {
-		free = free || b.refused && f.successes > b.refusedAt
-		b.refused, b.refusedAt = true, f.successes
-		b.refusals++
+		free = free || b.refusals > 0 && f.successes > b.refusedAt
+		b.refusals, b.refusedAt = b.refusals+1, f.successes
 	}
 	return free
 }
@@ -72,8 +61,7 @@ func (b *batchFailures) free(f failureNote, maxSpared int) bool {
 // (taken by free), given the retries of c spent before it. For a 429 every
 // earlier refusal of the batch counts, spent or not: each asked for a
 // slower pace. Which failures spend a retry decides when a batch fails,
-// not how long it waits: a refused batch sent again at once raised the
-// 429 share of an index refusing 3% at random from 3.7–5.0% to 4.6–5.7%.
+// not how long it waits.
 func (b *batchFailures) backoffStep(c Class, spent int) int {
 	if c == ClassRateLimited {
 		return max(spent, b.refusals-1)
@@ -277,8 +265,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 			ln.queueBreaker(true)
 		}
 		if class == ClassServer {
-			run := ln.breaker.patientRun(now)
-			return failureNote{young: ln.breaker.young(now), run: run, afterOthers: run != 0 && ln.breaker.failures > 1}
+			return failureNote{young: ln.breaker.young(now), followsFailure: ln.breaker.followsFailure(now)}
 		}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers

@@ -271,11 +271,9 @@ func TestLaneTellsABatchWhatItsFailureFollows(t *testing.T) {
 	}
 	send(nil)
 	first := send(errServer)
-	assert.NotZero(t, first.run)
-	assert.False(t, first.afterOthers, "the first failure of a run may be the batch's own")
+	assert.False(t, first.followsFailure, "the first failure of a run may be the batch's own")
 	second := send(errServer)
-	assert.True(t, second.afterOthers, "a second in a row is the index failing")
-	assert.Equal(t, first.run, second.run)
+	assert.True(t, second.followsFailure, "a second in a row is the index failing")
 
 	refused := send(errRateLimited)
 	assert.True(t, refused.refused)
@@ -284,9 +282,8 @@ func TestLaneTellsABatchWhatItsFailureFollows(t *testing.T) {
 	assert.Equal(t, refused.successes+1, again.successes, "one request landed between the two refusals")
 }
 
-// A batch spends no retry on a young outage, on a second failure in a run
-// of failures it already failed in or that another request failed in
-// first, on a 429 after others landed since its last one, nor, up to a
+// A batch spends no retry on a young outage, on a failure that follows
+// another (its own or another request's) in a run of failures, on a 429 after others landed since its last one, nor, up to a
 // bound, on the lane's overshoot; every other failure spends one.
 func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
 	type step struct {
@@ -297,20 +294,15 @@ func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
 		name  string
 		steps []step
 	}{
-		{"a young outage", []step{{failureNote{young: true, run: 1}, true}}},
+		{"a young outage", []step{{failureNote{young: true}, true}}},
 		{"a server error outside an outage", []step{{failureNote{}, false}}},
 		{"failures again in one run: the first spends, not the next", []step{
-			{failureNote{run: 3}, false}, {failureNote{run: 3}, true}, {failureNote{run: 3}, true},
+			{failureNote{}, false}, {failureNote{followsFailure: true}, true}, {failureNote{followsFailure: true}, true},
 		}},
-		{"a failure in a new run spends again", []step{{failureNote{run: 3}, false}, {failureNote{run: 4}, false}}},
-		{"a failure outside a patient run forgets none", []step{{failureNote{run: 3}, false}, {failureNote{}, false}, {failureNote{run: 3}, true}}},
+		{"a failure in a new run spends again", []step{{failureNote{}, false}, {failureNote{}, false}}},
 		{"the lane's overshoot, twice at most", []step{
 			{failureNote{cutFor: true}, true}, {failureNote{cutFor: true}, true}, {failureNote{cutFor: true}, false},
 		}},
-		{"a failure after another request's in a patient run spends none", []step{
-			{failureNote{run: 5, afterOthers: true}, true}, {failureNote{run: 6}, false},
-		}},
-		{"after another's failure outside a patient run, it spends", []step{{failureNote{afterOthers: true}, false}}},
 		{"a 429 spends, and again when nothing landed since", []step{
 			{failureNote{refused: true, successes: 7}, false}, {failureNote{refused: true, successes: 7}, false},
 		}},
@@ -569,18 +561,18 @@ func TestLaneBreaker(t *testing.T) {
 		var b breaker
 		now := newFakeClock().Now()
 		b.failure(now, now, false, false)
-		assert.Zero(t, b.patientRun(now), "an index that never answered")
+		b.failure(now, now, false, false)
+		assert.False(t, b.followsFailure(now), "an index that never answered")
 		b.success(now)
-		assert.Zero(t, b.patientRun(now), "no run under way")
+		assert.False(t, b.followsFailure(now), "no run under way")
 		b.failure(now, now, false, false)
-		first := b.patientRun(now)
-		assert.NotZero(t, first)
+		assert.False(t, b.followsFailure(now), "the first failure of a run")
 		b.failure(now, now, false, false)
-		assert.Equal(t, first, b.patientRun(now), "a second failure without a success between: the same run")
-		assert.Zero(t, b.patientRun(now.Add(outagePatience)), "a run older than outagePatience spends retries again")
+		assert.True(t, b.followsFailure(now), "a second failure without a success between")
+		assert.False(t, b.followsFailure(now.Add(outagePatience)), "a run older than outagePatience spends retries again")
 		b.success(now.Add(time.Millisecond))
 		b.failure(now, now.Add(time.Millisecond), false, false)
-		assert.NotEqual(t, first, b.patientRun(now), "a success ends the run")
+		assert.False(t, b.followsFailure(now), "a success ends the run")
 	})
 	t.Run("it gives up on an index at once if it never answered, after a minute if it did", func(t *testing.T) {
 		var b breaker

@@ -44,7 +44,7 @@ import (
 // It also holds a circuit breaker (after 5 server failures in a row, every
 // request waits while single probes test the index, every 100 ms at first;
 // for the first minute, failures while it is open spend no retries, nor
-// does a batch's failure in a run of failures it already failed in; after
+// does a failure that follows another in a run of failures; after
 // it, or at once if the index never answered, requests other than the
 // probes fail without being sent) and a retry budget (retries stay around
 // a fifth of the requests; a retry that finds the budget empty waits, it

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/upsertlib/upsert/upserttest"
@@ -181,6 +182,7 @@ func (s *sim) done() bool { return s.res.landed+s.res.failed >= s.cfg.records }
 // flight, plus two, as run.dispatch does.
 func (s *sim) fill() {
 	for s.pending > 0 && s.active-s.resting < s.ln.concurrency()+2 {
+		s.oracle()
 		size, trial := s.ln.nextBatch()
 		n := min(size, s.pending, 2_000_000/s.cfg.recordBytes) // the batcher cuts by bytes too
 		s.pending -= n
@@ -280,6 +282,7 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 // answer takes the index's answer to b's request.
 func (s *sim) answer(b *simBatch, p permit, e *Error) {
 	outage := b.failed.free(s.ln.release(p, e), defaultRetryPolicy().maxRetries[ClassRateLimited])
+	s.oracle()
 	switch {
 	case e == nil:
 		s.settle(b, true)
@@ -541,5 +544,45 @@ func (s *sim) trace() {
 		s.clk.now.Before(ln.pausedUntil), ln.breaker.open)
 	if s.pending > 0 || s.active > 0 {
 		s.at(s.clk.now.Add(simTraceEvery), s.trace)
+	}
+}
+
+// simOracle, from UPSERT_SIM_ORACLE, names the controllers whose limits
+// the simulation forces to what the index is, to bound what better ones
+// could gain: "rate" (the index's rates, at its capacity factor), "conc"
+// (its slots, or the requests in flight that carry its capacity at the
+// lane's batch size, plus one), or both.
+var simOracle = os.Getenv("UPSERT_SIM_ORACLE")
+
+// oracle forces the controllers simOracle names, before each batch is
+// formed and after each answer.
+func (s *sim) oracle() {
+	if simOracle == "" {
+		return
+	}
+	ln, ix, now := s.ln, s.cfg, s.clk.now
+	f := 1.0
+	for _, c := range ix.changes {
+		if now.Sub(s.start) >= c.At {
+			f = c.Factor
+		}
+	}
+	if strings.Contains(simOracle, "conc") {
+		k := ix.slots
+		if k == 0 {
+			size := max(1, ln.batch.size)
+			c, _ := ix.capacity(f)
+			k = int(math.Ceil(c*ix.meanLatency(size)/float64(size))) + 1
+		}
+		ln.conc.limit, ln.conc.slowStart, ln.conc.trial, ln.conc.hold = min(k, ln.tuning.maxConcurrency), false, levelStats{}, math.MaxInt32
+	}
+	if strings.Contains(simOracle, "rate") {
+		for d, r := range [dimCount]float64{dimRecords: ix.vecRate * f, dimRequests: ix.reqRate * f, dimBytes: ix.byteRate * f} {
+			ln.dims[d].ctl.limit = r
+			if r <= 0 {
+				ln.dims[d].ctl.limit = math.Inf(1)
+			}
+			ln.dims[d].apply(now, ln.tuning)
+		}
 	}
 }

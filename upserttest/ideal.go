@@ -25,9 +25,9 @@ const IdealMaxInFlight = 64
 // also when every request, even of one record, would time out (no client
 // can write into such an index).
 //
-// The ideal client sends batches of one size n at a time (the one of
-// [Index.Throughput] at the capacity factor in force, so n changes with
-// the capacity changes), keeps up to min(slots, IdealMaxInFlight) requests
+// The ideal client sends batches of one size n at a time (one that
+// reaches the capacity of [Index.Throughput] at the capacity factor in
+// force, so n changes with the capacity changes), keeps up to min(slots, IdealMaxInFlight) requests
 // in flight, and never sends a request that an admission bucket would
 // refuse. Every limit is then a token bucket of records, with its rate and
 // burst: the vectors, bytes (RequestBytes(n)/n a record) and requests
@@ -52,16 +52,33 @@ const IdealMaxInFlight = 64
 // and quicker); a timed-out request resent whole, not split. Efficiency,
 // ideal ÷ actual, can thus slightly exceed 1 only where a partial batch
 // or a lucky jitter helps.
+//
+// Where several sizes reach the capacity (a rate binds, not the latency),
+// the ideal time is the lesser of two clients': one sending the largest of
+// them (the most records a request, so the most of a request bucket's
+// burst), one the quickest (its last batch lands soonest: above a size
+// where the index slows down, the largest takes many times as long).
 func (ix Index) IdealTime(records int, timeout time.Duration) time.Duration {
+	return ix.idealTime(records, timeout, []bool{false, true})
+}
+
+// idealTime is IdealTime over the clients given: for each, whether it
+// sends the quickest of the sizes that reach the capacity.
+func (ix Index) idealTime(records int, timeout time.Duration, clients []bool) time.Duration {
 	if records <= 0 {
 		return 0
 	}
-	m := ix.model(timeout)
-	if m.plan(1).batch == 0 {
-		return 0
+	best := math.Inf(1)
+	for _, quickest := range clients {
+		m := ix.model(timeout)
+		m.quickest = quickest
+		if m.plan(1).batch == 0 {
+			return 0
+		}
+		last, latency := m.admitAll(float64(records))
+		best = min(best, last+latency)
 	}
-	last, latency := m.admitAll(float64(records))
-	return time.Duration((last + latency) * float64(time.Second))
+	return time.Duration(best * float64(time.Second))
 }
 
 // Throughput returns the steady capacity C of ix at the capacity factor
@@ -148,6 +165,7 @@ type idealModel struct {
 	empty    int // RequestBytes(0)
 	perBytes int // RecordBytes()
 	maxBatch int
+	quickest bool // of the sizes that reach the capacity, the one of least latency, not the largest
 	plans    map[float64]batchPlan
 }
 
@@ -239,7 +257,8 @@ func (m *idealModel) plan(f float64) batchPlan {
 	return p
 }
 
-// planAt finds the largest of the batches that maximise C at factor f.
+// planAt finds the largest of the batches that maximise C at factor f, or
+// the quickest of them (the largest among equally quick) when m.quickest.
 func (m *idealModel) planAt(f float64) batchPlan {
 	best := 0.0
 	for n := 1; n <= m.maxBatch; n++ {
@@ -248,10 +267,13 @@ func (m *idealModel) planAt(f float64) batchPlan {
 	if best <= 0 {
 		return batchPlan{}
 	}
+	var p batchPlan
 	for n := m.maxBatch; n >= 1; n-- {
-		if c := m.capacity(n, f); c >= best*(1-1e-9) {
-			return batchPlan{batch: n, perSecond: c, latency: m.latency(n), lost: m.timedOut(n)}
+		c := m.capacity(n, f)
+		if c < best*(1-1e-9) || p.batch > 0 && (!m.quickest || m.latency(n) >= p.latency) {
+			continue
 		}
+		p = batchPlan{batch: n, perSecond: c, latency: m.latency(n), lost: m.timedOut(n)}
 	}
-	return batchPlan{}
+	return p
 }

@@ -36,6 +36,13 @@ func TestIdealTime(t *testing.T) {
 		records: 10_500,
 		want:    10 + 0.010,
 	}, {
+		name: "a vector rate and a slow size: the rate's whole in batches at the slow size (1000 at 10 ms × 20), " +
+			"the last one quickest in batches under it",
+		ix: upserttest.Index{Dimension: 8, VectorRate: 1000, VectorBurst: 500, Latency: 10 * time.Millisecond,
+			SlowAbove: 100, SlowFactor: 20},
+		records: 10_500,
+		want:    10 + 0.010,
+	}, {
 		name:    "slots: 2 batches of 1000 every 100 ms, whose first wave is in flight at once",
 		ix:      upserttest.Index{Dimension: 8, Slots: 2, Latency: 100 * time.Millisecond},
 		records: 20_000,

@@ -21,7 +21,7 @@ import (
 // (tuning.requestsPerSecond requests a second), up to the size adopted,
 // but never so little that the record rate needs more than a share of the
 // request rate's cap, nor so little that the lane's requests in flight
-// cannot send the share of the rate at which it binds. It is a pure
+// cannot carry more than the rate. It is a pure
 // controller: no lock, no clock.
 type batchControl struct {
 	limit      int       // the most records a request may carry, for the lane's kind
@@ -137,7 +137,7 @@ func (c *batchControl) sendLimit(now time.Time, caps sizeCaps, t *tuning) int {
 // maxSize is the largest batch worth forming: the kind's limit and what a
 // request's bytes allow, under a size known to be too large, and under a
 // capped rate what the caps ask (at least what the requests in flight need
-// to send tuning.bindingShare of it).
+// to carry tuning.carryShare times it).
 func (c *batchControl) maxSize(caps sizeCaps, t *tuning) int {
 	n := c.limit
 	if caps.perRequest > 0 {
@@ -152,11 +152,11 @@ func (c *batchControl) maxSize(caps sizeCaps, t *tuning) int {
 			per = max(per, caps.records/(t.requestShare*caps.requests))
 		}
 		if caps.carry > 0 {
-			// Enough for the requests in flight to send the share of the
-			// rate at which it binds: smaller batches hold the lane under
-			// its own limit, which then never binds, so its search never
-			// grows and the next cut measures what the batches allowed.
-			per = max(per, t.bindingShare*caps.records/caps.carry)
+			// Enough for the requests in flight to carry more than the
+			// rate: smaller batches hold the lane under its own limit,
+			// which then never binds, so its search never grows and the
+			// next cut measures what the batches allowed.
+			per = max(per, t.carryShare*caps.records/caps.carry)
 		}
 		n = min(n, max(1, int(per)))
 	}

@@ -189,11 +189,11 @@ func TestBatchControl(t *testing.T) {
 			{8000, 10, 0, 1000},
 			{4000, 100, 0, 200},
 			{4000, 20, 0, 250},
-			// Enough for the requests in flight to send 0.8 of the rate:
-			// four in flight on one write slot of 200 ms make five
+			// Enough for the requests in flight to send 1.5 times the
+			// rate: four in flight on one write slot of 200 ms make five
 			// requests a second.
-			{400, math.Inf(1), 5, 64},
-			{4000, math.Inf(1), 10, 320},
+			{400, math.Inf(1), 5, 120},
+			{4000, math.Inf(1), 10, 600},
 			{4000, math.Inf(1), 100, 200}, // they carry a twentieth of a second's worth
 			{math.Inf(1), math.Inf(1), 10, MaxBatchSize},
 		} {

@@ -178,9 +178,9 @@ func TestLaneSizesBatchesSoItsRequestsInFlightCarryTheRate(t *testing.T) {
 		roundTrip time.Duration
 		want      int
 	}{
-		// Four in flight at 800 ms (one write slot queueing them) make
-		// five requests a second: batches of 0.8 × 400 ÷ 5.
-		{"a long round trip", 800 * time.Millisecond, 64},
+		// Four in flight at 400 ms (one write slot queueing them) make
+		// ten requests a second: batches of 1.5 × 400 ÷ 10.
+		{"a long round trip", 400 * time.Millisecond, 60},
 		{"a short one: a twentieth of a second's worth carries it", 10 * time.Millisecond, 20},
 	} {
 		ln, clk := capLane(400)

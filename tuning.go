@@ -132,6 +132,10 @@ type tuning struct {
 	// beyond probeWorse, and still be kept: judged on a few answers, a
 	// larger size no worse per record reads worse by chance.
 	costNoise float64
+	// carryShare is how many times the capped rate the lane's requests in
+	// flight must be able to carry in batches: where few slots keep the
+	// concurrency down, only larger batches carry the whole rate.
+	carryShare float64
 	// ceilingFor is how long a size found too large stays off limits;
 	// timeoutCeilingFor when it timed out or was refused as too large.
 	ceilingFor, timeoutCeilingFor time.Duration
@@ -185,6 +189,7 @@ var defaultTuning = tuning{
 	batchSamples:      3,
 	probeWorse:        1.1,
 	costNoise:         1,
+	carryShare:        1.5,
 	ceilingFor:        30 * time.Second,
 	timeoutCeilingFor: time.Minute,
 	requestsPerSecond: 20,

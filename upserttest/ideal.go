@@ -59,26 +59,19 @@ const IdealMaxInFlight = 64
 // burst), one the quickest (its last batch lands soonest: above a size
 // where the index slows down, the largest takes many times as long).
 func (ix Index) IdealTime(records int, timeout time.Duration) time.Duration {
-	return ix.idealTime(records, timeout, []bool{false, true})
+	return min(ix.clientTime(records, timeout, false), ix.clientTime(records, timeout, true))
 }
 
-// idealTime is IdealTime over the clients given: for each, whether it
-// sends the quickest of the sizes that reach the capacity.
-func (ix Index) idealTime(records int, timeout time.Duration, clients []bool) time.Duration {
-	if records <= 0 {
+// clientTime is the ideal time of the client that sends, of the sizes
+// that reach the capacity, the largest, or the quickest when quickest.
+func (ix Index) clientTime(records int, timeout time.Duration, quickest bool) time.Duration {
+	m := ix.model(timeout)
+	m.quickest = quickest
+	if records <= 0 || m.plan(1).batch == 0 {
 		return 0
 	}
-	best := math.Inf(1)
-	for _, quickest := range clients {
-		m := ix.model(timeout)
-		m.quickest = quickest
-		if m.plan(1).batch == 0 {
-			return 0
-		}
-		last, latency := m.admitAll(float64(records))
-		best = min(best, last+latency)
-	}
-	return time.Duration(best * float64(time.Second))
+	last, latency := m.admitAll(float64(records))
+	return time.Duration((last + latency) * float64(time.Second))
 }
 
 // Throughput returns the steady capacity C of ix at the capacity factor

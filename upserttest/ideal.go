@@ -54,19 +54,32 @@ const IdealMaxInFlight = 64
 // or a lucky jitter helps.
 //
 // Where several sizes reach the capacity (a rate binds, not the latency),
-// the ideal time is the lesser of two clients': one sending the largest of
-// them (the most records a request, so the most of a request bucket's
-// burst), one the quickest (its last batch lands soonest: above a size
-// where the index slows down, the largest takes many times as long).
+// the ideal time is the least of three clients': one sending the largest
+// of them (the most records a request, so the most of a bucket's burst
+// that its requests in flight can take at once), one the largest within a
+// thousandth of the capacity (the share of requests that time out grows
+// with the size, by millionths where the latency is far under the
+// timeout, and a client that knew the index would not give up a burst
+// for that), and one the quickest (its last batch lands soonest: above a
+// size where the index slows down, the largest takes many times as long).
 func (ix Index) IdealTime(records int, timeout time.Duration) time.Duration {
-	return min(ix.clientTime(records, timeout, false), ix.clientTime(records, timeout, true))
+	return min(ix.clientTime(records, timeout, idealClient{}),
+		ix.clientTime(records, timeout, idealClient{slack: 1e-3}),
+		ix.clientTime(records, timeout, idealClient{quickest: true}))
 }
 
-// clientTime is the ideal time of the client that sends, of the sizes
-// that reach the capacity, the largest, or the quickest when quickest.
-func (ix Index) clientTime(records int, timeout time.Duration, quickest bool) time.Duration {
+// idealClient is how a client that knows the index picks its batch among
+// the sizes that reach the capacity: the largest, or the quickest; a size
+// reaches it when within slack of it (a share; 0: within rounding).
+type idealClient struct {
+	quickest bool
+	slack    float64
+}
+
+// clientTime is the ideal time of client c.
+func (ix Index) clientTime(records int, timeout time.Duration, c idealClient) time.Duration {
 	m := ix.model(timeout)
-	m.quickest = quickest
+	m.client = c
 	if records <= 0 || m.plan(1).batch == 0 {
 		return 0
 	}
@@ -158,7 +171,7 @@ type idealModel struct {
 	empty    int // RequestBytes(0)
 	perBytes int // RecordBytes()
 	maxBatch int
-	quickest bool // of the sizes that reach the capacity, the one of least latency, not the largest
+	client   idealClient
 	plans    map[float64]batchPlan
 }
 
@@ -250,8 +263,9 @@ func (m *idealModel) plan(f float64) batchPlan {
 	return p
 }
 
-// planAt finds the largest of the batches that maximise C at factor f, or
-// the quickest of them (the largest among equally quick) when m.quickest.
+// planAt finds the largest of the batches that maximise C at factor f
+// (within the client's slack), or the quickest of them (the largest among
+// equally quick) for a client that sends the quickest.
 func (m *idealModel) planAt(f float64) batchPlan {
 	best := 0.0
 	for n := 1; n <= m.maxBatch; n++ {
@@ -263,7 +277,7 @@ func (m *idealModel) planAt(f float64) batchPlan {
 	var p batchPlan
 	for n := m.maxBatch; n >= 1; n-- {
 		c := m.capacity(n, f)
-		if c < best*(1-1e-9) || p.batch > 0 && (!m.quickest || m.latency(n) >= p.latency) {
+		if c < best*(1-max(1e-9, m.client.slack)) || p.batch > 0 && (!m.client.quickest || m.latency(n) >= p.latency) {
 			continue
 		}
 		p = batchPlan{batch: n, perSecond: c, latency: m.latency(n), lost: m.timedOut(n)}

@@ -25,6 +25,7 @@ func TestIdealTime(t *testing.T) {
 	const timeout = 2 * time.Second
 	serverless1536 := upserttest.Index{Dimension: 1536, Latency: time.Millisecond, PineconeLimits: 1}
 	perByteRate := 50e6 * float64(serverless1536.MaxBatch()) / float64(serverless1536.RequestBytes(serverless1536.MaxBatch()))
+	q1000 := 1 - 0.5*math.Erfc(-(math.Log(2/0.2)+0.18)/0.6/math.Sqrt2) // of 1000 records at 0.2 s, σ 0.6, timing out at 2 s
 	tests := []struct {
 		name    string
 		ix      upserttest.Index
@@ -42,6 +43,15 @@ func TestIdealTime(t *testing.T) {
 			SlowAbove: 100, SlowFactor: 20},
 		records: 10_500,
 		want:    10 + 0.010,
+	}, {
+		name: "a jitter far under the timeout: the largest batch takes the burst at once, though a few millionths " +
+			"more of its requests time out than of a batch of two",
+		ix: upserttest.Index{Dimension: 8, VectorRate: 1000, VectorBurst: 5000, Latency: 100 * time.Millisecond,
+			PerRecord: 100 * time.Microsecond, Jitter: 0.6},
+		records: 10_000,
+		// 5000 tokens at once, the rest at 1000 a second, each record
+		// landed costing 1/(1 − q) of them; then a batch's 0.2 s.
+		want: 10/(1-q1000) - 5 + 0.2,
 	}, {
 		name:    "slots: 2 batches of 1000 every 100 ms, whose first wave is in flight at once",
 		ix:      upserttest.Index{Dimension: 8, Slots: 2, Latency: 100 * time.Millisecond},

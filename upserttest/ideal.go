@@ -25,24 +25,25 @@ const IdealMaxInFlight = 64
 // also when every request, even of one record, would time out (no client
 // can write into such an index).
 //
-// The ideal client sends batches of one size n at a time (one that
-// reaches the capacity of [Index.Throughput] at the capacity factor in
-// force, so n changes with the capacity changes), keeps up to min(slots, IdealMaxInFlight) requests
-// in flight, and never sends a request that an admission bucket would
-// refuse. Every limit is then a token bucket of records, with its rate and
-// burst: the vectors, bytes (RequestBytes(n)/n a record) and requests
-// (1/n a record) per second of the namespace, at the capacity factor in
-// force, and the requests in flight, which refill at min(slots, 64) per
-// mean write latency of n and hold min(slots, 64). A request whose
-// latency, jitter included, exceeds the timeout is written but sent again
-// (its client cannot know it landed), so each record landed costs
-// 1/(1 − q(n)) of every bucket's tokens, q(n) the share of such requests.
-// Records are admitted as fast as the emptiest bucket allows, as a fluid:
-// at once while every bucket holds tokens (so an index gives its bursts at
-// once, as far as the others let it), then at the least rate among the
-// empty ones. Every bucket starts full at NewServer, and keeps refilling
-// during an outage, when nothing is admitted. The ideal time is when the
-// last record is admitted plus the mean write latency of its batch.
+// The ideal client sends batches of one size n at a time (one that reaches
+// the capacity of [Index.Throughput] at the capacity factor in force, so n
+// changes with the capacity changes), keeps up to min(slots,
+// IdealMaxInFlight) requests in flight, and never sends a request that an
+// admission bucket would refuse. Every limit is then a token bucket of
+// records, with its rate and burst: the vectors, bytes (RequestBytes(n)/n a
+// record) and requests (1/n a record) per second of the namespace, at the
+// capacity factor in force, and the requests in flight, which refill at
+// min(slots, 64) per mean write latency of n and hold min(slots, 64). A
+// request whose latency, jitter included, exceeds the timeout is written
+// but sent again (its client cannot know it landed), so each record landed
+// costs 1/(1 − q(n)) of every bucket's tokens, q(n) the share of such
+// requests. Records are admitted as fast as the emptiest bucket allows, as
+// a fluid: at once while every bucket holds tokens (so an index gives its
+// bursts at once, as far as the others let it), then at the least rate
+// among the empty ones. Every bucket starts full at NewServer, and keeps
+// refilling during an outage, when nothing is admitted. The ideal time is
+// when the last record is admitted plus the mean write latency of its
+// batch.
 //
 // So the ideal assumes: the mean latency (the jitter counts only through
 // the requests that time out); no time to encode, send or answer a
@@ -277,10 +278,15 @@ func (m *idealModel) planAt(f float64) batchPlan {
 	var p batchPlan
 	for n := m.maxBatch; n >= 1; n-- {
 		c := m.capacity(n, f)
-		if c < best*(1-max(1e-9, m.client.slack)) || p.batch > 0 && (!m.client.quickest || m.latency(n) >= p.latency) {
+		if c < best*(1-max(1e-9, m.client.slack)) {
 			continue
 		}
-		p = batchPlan{batch: n, perSecond: c, latency: m.latency(n), lost: m.timedOut(n)}
+		if lat := m.latency(n); p.batch == 0 || lat < p.latency {
+			p = batchPlan{batch: n, perSecond: c, latency: lat, lost: m.timedOut(n)}
+		}
+		if !m.client.quickest {
+			break // the largest
+		}
 	}
 	return p
 }

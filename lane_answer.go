@@ -135,7 +135,7 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 		s := rateSample{
 			now: now, amount: amounts[i], seq: p.seq, issued: ln.issued, refused: i == refused,
 			bound: now.Sub(d.waited) < ln.tuning.boundFor, window: window,
-			doubling: max(ln.tuning.minWindow, 4*time.Duration(ln.seen.roundTrip)),
+			doubling: 4 * time.Duration(ln.seen.roundTrip),
 		}
 		searched := d.ctl.search
 		switch reason := d.ctl.answer(s, ln.tuning, d.floor); reason {

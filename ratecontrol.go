@@ -89,7 +89,7 @@ type rateSample struct {
 	refused  bool          // answered 429 for this dimension
 	bound    bool          // the limit held a request back within tuning.boundFor
 	window   time.Duration // the least span that measures a rate: a few round trips and answers
-	doubling time.Duration // how long a search takes to double: a few round trips
+	doubling time.Duration // four round trips: how long a search takes to double, at least (searchPeriod)
 }
 
 // rateReason says what a rate controller did with a sample.
@@ -358,7 +358,8 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 		// as slow start does every round trip, until the next episode;
 		// at most once between two answers, since a gap without
 		// answers (a request waiting for its tokens) measures nothing.
-		c.limit *= math.Exp2(min(1, now.Sub(c.followed).Seconds()/s.doubling.Seconds()))
+		period := max(s.doubling, c.searchFloor(t))
+		c.limit *= math.Exp2(min(1, now.Sub(c.followed).Seconds()/period.Seconds()))
 		c.level = max(c.level, c.limit)
 		c.followed = now
 		return rateGrew
@@ -369,6 +370,18 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 		c.limit = min(c.limit, c.prior)
 	}
 	return rateGrew
+}
+
+// searchFloor is the least time a search takes to double: the first
+// episode's floor (rule 8) was measured before anything was known and
+// often lies several doublings under the capacity, so its search doubles
+// sooner (tuning.firstSearchFor); a later search starts within a doubling
+// or two of it, and a window's pace spares its overshoot.
+func (c *rateControl) searchFloor(t *tuning) time.Duration {
+	if c.episodes == 1 {
+		return t.firstSearchFor
+	}
+	return t.minWindow
 }
 
 // curve is the limit at now: from the cut (at the origin plus the climb

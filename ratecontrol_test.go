@@ -18,10 +18,13 @@ type rateScript struct {
 	seq   uint64
 	tn    tuning
 	bound bool
+	// doubling is what the lane passes as four round trips: of the 10 ms
+	// answers the script mostly sends.
+	doubling time.Duration
 }
 
 func newRateScript(t *testing.T) *rateScript {
-	s := &rateScript{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), tn: defaultTuning, bound: true}
+	s := &rateScript{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), tn: defaultTuning, bound: true, doubling: 40 * time.Millisecond}
 	s.c.withPrior(s.now, 0, &s.tn)
 	return s
 }
@@ -34,7 +37,7 @@ func (s *rateScript) answer(amount float64, refused bool, latency time.Duration)
 	s.now = s.now.Add(latency)
 	return s.c.answer(rateSample{
 		now: s.now, amount: amount, seq: seq, issued: s.seq, refused: refused, bound: s.bound,
-		window: s.tn.minWindow, doubling: s.tn.minWindow,
+		window: s.tn.minWindow, doubling: s.doubling,
 	}, &s.tn, 1)
 }
 
@@ -101,15 +104,28 @@ func TestRateControl(t *testing.T) {
 	})
 	t.Run("a search doubles every few round trips while bound, at most once between two answers", func(t *testing.T) {
 		s := newRateScript(t)
+		s.doubling = 2 * s.tn.minWindow // four round trips of a slow index: above either floor
 		s.answer(100, true, 10*time.Millisecond)
 		s.run(100*time.Millisecond, 10*time.Millisecond, 100, nil)
 		require.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
 		from := s.c.limit
-		s.run(s.tn.minWindow, 10*time.Millisecond, 1, nil) // answers all along: one doubling period
+		s.run(s.doubling, 10*time.Millisecond, 1, nil) // answers all along: one doubling period
 		assert.InDelta(t, 2*from, s.c.limit, 0.1*from)
 		from = s.c.limit
 		assert.Equal(t, rateGrew, s.answer(1, false, 5*time.Second), "one answer after a request waited 5 s for its tokens")
 		assert.InDelta(t, 2*from, s.c.limit, 1e-6*from, "a gap without answers measures nothing: not 2^(5 s / doubling)")
+	})
+	t.Run("on a fast index the first search doubles sooner than a later one", func(t *testing.T) {
+		grown := func(episodes int) float64 {
+			s := capScript(t, 1000)
+			s.c.episodes, s.c.search = episodes, true
+			s.run(s.tn.firstSearchFor, 10*time.Millisecond, 1, nil) // 4 round trips: 40 ms, under either floor
+			return s.c.limit / 1000
+		}
+		first, later := grown(1), grown(2)
+		assert.InDelta(t, 2, first, 1e-3, "the first cut's floor, measured before anything was known")
+		assert.InDelta(t, math.Exp2(defaultTuning.firstSearchFor.Seconds()/defaultTuning.minWindow.Seconds()), later, 1e-3, "a later search, near the capacity: a window's pace")
+		assert.Greater(t, first, later)
 	})
 	t.Run("a refusal of a request sent before the cut is the same episode", func(t *testing.T) {
 		s := capScript(t, 1000)

@@ -43,8 +43,14 @@ type tuning struct {
 	drainFor time.Duration
 	// minWindow and maxWindow bound the span over which a rate is
 	// measured: a few round trips, so that it holds several answers, and
-	// at most what the meters keep.
+	// at most what the meters keep. A search after a cut other than the
+	// first doubles no sooner than minWindow: it measures within one.
 	minWindow, maxWindow time.Duration
+	// firstSearchFor is the least time the search after the first cut
+	// takes to double (later ones take minWindow): that cut measured a
+	// floor before anything was known, often several doublings under the
+	// capacity, and on a fast index a short run spends its seconds there.
+	firstSearchFor time.Duration
 	// windowRequests is how many requests that span holds at least, so
 	// that one request more or less moves the measure little.
 	windowRequests float64
@@ -164,6 +170,7 @@ var defaultTuning = tuning{
 	minWindow:       300 * time.Millisecond,
 	maxWindow:       2 * time.Second,
 	windowRequests:  16,
+	firstSearchFor:  200 * time.Millisecond,
 	boundFor:        time.Second,
 	bindingShare:    0.8,
 	minRecords:      10,

@@ -264,7 +264,7 @@ func writeHeader(w io.Writer, cfg config) {
 	if rev := buildRevision(); rev != "" {
 		fmt.Fprintf(w, "Built from %s.\n\n", rev)
 	}
-	fmt.Fprintf(w, "Every server is upserttest.Serverless() (100 requests/s, 50 MiB/s per namespace) plus:\n\n")
+	fmt.Fprintf(w, "Every server is upserttest.Serverless() (100 requests/s, 50 MB/s per namespace, MB read as 10^6 bytes) plus:\n\n")
 	fmt.Fprintf(w, "| profile | server | records | client timeout | C (vectors/s) | B (vectors) | C and B |\n")
 	fmt.Fprintf(w, "|---|---|---:|---|---:|---:|---|\n")
 	for _, p := range cfg.profiles {

@@ -53,14 +53,14 @@ type profile struct {
 // profiles returns every profile, in the order the benchmark runs them.
 //
 // The capacity C of each one follows from its server options, together with
-// Serverless (100 requests/s and 50 MiB/s per namespace) and Pinecone's
+// Serverless (100 requests/s and 50 MB/s per namespace, MB read as 10^6 bytes) and Pinecone's
 // 1000 vectors per request:
 //
 //	C = min(vector rate, 100 req/s × 1000, slots × 1000 / write latency of 1000)
 //
 // The byte rate binds only in wide: a record of 16 dimensions encodes to
-// about 80 bytes, so 50 MiB/s is some 650k vectors/s; one of 1536 to 6160
-// bytes, so it is 8511 vectors/s. B is the burst of the binding admission
+// about 80 bytes, so 50 MB/s is some 625k vectors/s; one of 1536 to 6160
+// bytes, so it is 8117 vectors/s. B is the burst of the binding admission
 // bucket, in vectors.
 func profiles() []profile {
 	fast := fastIndex()
@@ -148,8 +148,8 @@ func profiles() []profile {
 		records:   100_000,
 		clients:   1,
 		capacity:  wideCapacity,
-		burst:     50 << 20 / 6160,
-		why:       "C = 50 MiB/s ÷ 6160 bytes a record; B = its burst (1 s)",
+		burst:     50_000_000 / 6160,
+		why:       "C = 50 MB/s ÷ 6160 bytes a record; B = its burst (1 s)",
 		dimension: 1536,
 	}, {
 		name:    "flaky",
@@ -327,8 +327,9 @@ func (p profile) idealTime(n int) time.Duration {
 
 // wideCapacity is the byte limit of Serverless in records of 1536
 // dimensions with ids of 8 characters: 6160 bytes each in an
-// UpsertRequest.
-const wideCapacity = 50 << 20 / 6160.0
+// UpsertRequest, under the 50,000,000 bytes a second that
+// upserttest.Serverless() enforces.
+const wideCapacity = 50e6 / 6160.0
 
 // makeRecords returns n records of the given dimension without metadata,
 // with ids "r0000001", "r0000002", … counted from first+1.

@@ -91,7 +91,7 @@ func TestQuantile(t *testing.T) {
 
 func TestWideCapacityIsTheByteLimitInRecords(t *testing.T) {
 	assert.Equal(t, 6160, sdkRecordBytes(t, makeRecords(0, 1, 1536)[0]), "bytes a record adds to a request")
-	assert.InDelta(t, float64(50<<20)/6160, wideCapacity, 1e-9)
+	assert.InDelta(t, 50e6/6160, wideCapacity, 1e-9, "upserttest.Serverless() reads 50 MB as 50,000,000 bytes")
 }
 
 // sdkRecordBytes returns the bytes rec adds to an UpsertRequest, the SDK's

@@ -89,7 +89,7 @@ type rateSample struct {
 	refused  bool          // answered 429 for this dimension
 	bound    bool          // the limit held a request back within tuning.boundFor
 	window   time.Duration // the least span that measures a rate: a few round trips and answers
-	doubling time.Duration // four round trips: how long a search takes to double, at least (searchPeriod)
+	doubling time.Duration // four round trips: how long a search takes to double, at least (and searchFloor)
 }
 
 // rateReason says what a rate controller did with a sample.

@@ -89,7 +89,7 @@ type rateSample struct {
 	refused  bool          // answered 429 for this dimension
 	bound    bool          // the limit held a request back within tuning.boundFor
 	window   time.Duration // the least span that measures a rate: a few round trips and answers
-	doubling time.Duration // four round trips: how long a search takes to double, at least (and searchFloor)
+	doubling time.Duration // four round trips: a search doubles no sooner, nor sooner than searchFloor
 }
 
 // rateReason says what a rate controller did with a sample.
@@ -372,11 +372,9 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 	return rateGrew
 }
 
-// searchFloor is the least time a search takes to double: the first
-// episode's floor (rule 8) was measured before anything was known and
-// often lies several doublings under the capacity, so its search doubles
-// sooner (tuning.firstSearchFor); a later search starts within a doubling
-// or two of it, and a window's pace spares its overshoot.
+// searchFloor is the least time a search takes to double:
+// tuning.firstSearchFor after the first episode's floor (rule 8),
+// tuning.minWindow after a later cut (their reasons are there).
 func (c *rateControl) searchFloor(t *tuning) time.Duration {
 	if c.episodes == 1 {
 		return t.firstSearchFor

@@ -44,7 +44,8 @@ type tuning struct {
 	// minWindow and maxWindow bound the span over which a rate is
 	// measured: a few round trips, so that it holds several answers, and
 	// at most what the meters keep. A search after a cut other than the
-	// first doubles no sooner than minWindow: it measures within one.
+	// first doubles no sooner than minWindow: it starts near the capacity,
+	// and that pace spares its overshoot.
 	minWindow, maxWindow time.Duration
 	// firstSearchFor is the least time the search after the first cut
 	// takes to double (later ones take minWindow): that cut measured a

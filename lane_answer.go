@@ -94,8 +94,8 @@ func (ln *lane) release(p permit, e *Error) failureNote {
 	}
 	if class == 0 && p.n > 0 {
 		ln.seen.roundTrip += (float64(latency) - ln.seen.roundTrip) / 8
-		if p.timeout <= 0 || latency < p.timeout/4 {
-			ln.seen.fastAt = now
+		if (p.timeout <= 0 || latency < p.timeout/4) && p.start.After(ln.seen.fastSent) {
+			ln.seen.fastSent = p.start
 		}
 	}
 	window := ln.measureWindow(now)
@@ -187,7 +187,7 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 	baseMean := ln.batch.base.mean()
 	verdict := ln.batch.answer(batchSample{
 		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe,
-		spread: ln.spread(), queued: p.slots == nil && !ln.seen.fastAt.After(p.start),
+		spread: ln.spread(), queued: p.slots == nil && !ln.seen.fastSent.After(p.start),
 		conc: ln.conc.limit,
 	}, ln.tuning)
 	if verdict == batchAdopted && ln.batch.size > before && p.slots == nil {
@@ -217,7 +217,7 @@ func (ln *lane) answerConc(p permit, now time.Time, window, latency time.Duratio
 	before, trying := ln.conc.limit, ln.conc.trial.level > 0
 	may := ln.mayTryConc()
 	ln.conc.answer(concSample{
-		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, loaded: !ln.seen.fastAt.After(p.start),
+		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, loaded: !ln.seen.fastSent.After(p.start),
 		slotBound: p.waitedSlot || ln.slots.waited, rateBound: rateBound,
 		mayTry: may, spread: ln.spread(),
 	}, ln.tuning)

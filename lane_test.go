@@ -237,6 +237,40 @@ func TestLaneKeepsAConcurrencyEpochThroughSmallChangesOfSize(t *testing.T) {
 // A 429 of a request sent before the cut the lane made for its episode,
 // or while the index still refuses what came before that cut, is the
 // lane's overshoot: the lane says so, and the batch spends no retry on it.
+// A timeout is the index's load (concurrency sheds a quarter) unless a
+// request sent after it was answered in good time: a quick answer to one
+// sent before it, ahead of it in the index's queue, clears nothing.
+func TestLaneJudgesATimeoutByTheRequestsSentAfterIt(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name      string
+		quick     int // which of the three requests is answered in good time: 0, the first sent; 2, the last
+		wantLimit int
+	}{
+		{"the quick answer was to a request sent before it: the queue's", 0, 6},
+		{"a request sent after it was quick: the size's or the tail's", 2, 8},
+	} {
+		clk := newFakeClock()
+		ln := newLane(clk, MaxBatchSize, &defaultTuning)
+		ln.mu.Lock()
+		ln.conc.slowStart, ln.conc.limit, ln.conc.base.level = false, 8, 8
+		ln.mu.Unlock()
+		q := request{n: 100, timeout: 2 * time.Second}
+		var sent [3]permit
+		for i := range sent {
+			p, err := ln.acquire(ctx, q)
+			require.NoError(t, err)
+			sent[i] = p
+			clk.Advance(time.Millisecond)
+		}
+		clk.Advance(100 * time.Millisecond)
+		ln.release(sent[tt.quick], nil)
+		clk.Advance(2 * time.Second)
+		ln.release(sent[1], &Error{Class: ClassTimeout})
+		assert.Equal(t, tt.wantLimit, ln.concurrency(), tt.name)
+	}
+}
+
 func TestLaneTellsABatchWhichRefusalsWereTheLanes(t *testing.T) {
 	ctx := context.Background()
 	ln, clk := capLane(1000)

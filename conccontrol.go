@@ -17,7 +17,8 @@ import (
 // the client's own load shifts both levels alike.
 //
 // It starts with slow start: levels double while every slot is taken and
-// each doubling pays. Then it tries a level half again as high now and
+// each doubling pays (one that falls short by less than the noise of its
+// few answers is measured on). Then it tries a level half again as high now and
 // then, and after one that did not pay, one a third lower, waiting longer
 // after each trial that changed nothing. A timeout takes a quarter off,
 // once per round trip, when it says the index is loaded: not when other
@@ -62,10 +63,6 @@ func (s *levelStats) spread() float64 {
 	m := s.mean()
 	return math.Sqrt(max(0, s.sumSq/float64(s.n)-m*m))
 }
-
-// throughput is proportional to the records per second at the level, by
-// Little's law.
-func (s *levelStats) throughput() float64 { return float64(s.level) / math.Exp(s.mean()) }
 
 // deviation is how far latency is from the mean of the answers so far, in
 // log, and how many there were.
@@ -138,6 +135,9 @@ func (c *concControl) answer(s concSample, t *tuning) concReason {
 		return concHeld
 	}
 	if c.trial.level > 0 {
+		if c.unclear(s.spread, t) {
+			return concHeld
+		}
 		return c.judge(s.issued, s.mayTry, t)
 	}
 	return c.next(s.issued, s.mayTry, t)
@@ -164,12 +164,46 @@ func (c *concControl) epoch(spread float64, t *tuning) int {
 	if c.slowStart {
 		return max(min(t.epochAnswers, c.limit), c.limit/2)
 	}
-	ratio := math.Abs(math.Log(float64(c.step(t)) / float64(c.base.level)))
-	if ratio == 0 {
-		ratio = math.Log(1.5)
+	return c.enough(spread, float64(c.step(t))/float64(c.base.level), t)
+}
+
+// enough is how many answers tell the gain of a step by ratio from noise
+// at the spread of log latency: two standard errors of the difference
+// within half the step's gain, at least tuning.epochAnswers and the level,
+// at most eight times tuning.epochAnswers.
+func (c *concControl) enough(spread, ratio float64, t *tuning) int {
+	r := math.Abs(math.Log(ratio))
+	if r == 0 {
+		r = math.Log(1.5)
 	}
-	need := 32 * math.Pow(spread/ratio, 2)
+	need := 32 * math.Pow(spread/r, 2)
 	return min(max(t.epochAnswers, c.limit, int(need)), 8*t.epochAnswers)
+}
+
+// unclear reports whether slow start's trial, at the end of its epoch,
+// falls short of paying by less than tuning.judgeNoise standard errors
+// of the difference of the two levels' mean log latency (at the pooled
+// spread), with fewer answers than enough: it is measured on. Its
+// rejection would end slow start.
+func (c *concControl) unclear(spread float64, t *tuning) bool {
+	tr, b := c.trial, c.base
+	if !c.slowStart || tr.n == 0 || b.n == 0 {
+		return false
+	}
+	ratio := float64(tr.level) / float64(b.level)
+	se := spread * math.Sqrt(1/float64(tr.n)+1/float64(b.n))
+	short := shortfall(tr, b, t)
+	return short > 0 && short < t.judgeNoise*se && tr.n < c.enough(spread, ratio, t)
+}
+
+// shortfall is how much longer, in mean log latency, the level tried took
+// than paying allows: a higher level pays when its throughput (level over
+// geometric mean latency, Little's law) grew by at least tuning.minGain of
+// the proportional gain; a lower one when it lost less than that share.
+// Positive: it does not pay.
+func shortfall(tr, b levelStats, t *tuning) float64 {
+	ratio := float64(tr.level) / float64(b.level)
+	return tr.mean() - b.mean() - math.Log(ratio/(1+t.minGain*(ratio-1)))
 }
 
 // step is the next level to try from the one kept.
@@ -227,7 +261,7 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 	}
 	c.trial = levelStats{}
 	ratio := float64(tr.level) / float64(b.level)
-	if tr.throughput() >= b.throughput()*(1+t.minGain*(ratio-1)) {
+	if shortfall(tr, b, t) <= 0 {
 		c.base = levelStats{level: tr.level, n: tr.n, sum: tr.sum, sumSq: tr.sumSq, bound: tr.bound, rated: tr.rated}
 		c.holdFor = t.holdEpochs
 		if tr.bound && !tr.rated && (mayTry || c.slowStart) && c.step(t) != c.base.level {

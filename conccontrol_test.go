@@ -148,6 +148,43 @@ func TestConcControl(t *testing.T) {
 		assert.Equal(t, 1, seen[concRejected], "32 in flight on 16 slots only queue")
 		assert.Equal(t, 16, s.c.limit)
 	})
+	t.Run("slow start measures on a doubling that falls short of paying by less than the noise", func(t *testing.T) {
+		// Eight answers at 4 and at 8, at a spread of 0.7: one standard
+		// error of the difference is 0.35 in log latency. A doubling pays
+		// when its latency grew by at most log(2 / 1.3).
+		bar := math.Log(2 / (1 + defaultTuning.minGain))
+		for _, tt := range []struct {
+			name       string
+			short      float64 // how far past the bar the trial's mean log latency is
+			judgeNoise float64
+			answers    int
+			want       concReason
+		}{
+			{"short by a tenth, within half a standard error: measured on", 0.1, 0.5, 8, concHeld},
+			{"the same without the rule: rejected, and slow start ends", 0.1, 0, 8, concRejected},
+			{"short by half: rejected", 0.5, 0.5, 8, concRejected},
+			{"measured on no further than an epoch out of slow start would be", 0.1, 0.5, 32, concRejected},
+		} {
+			s := newConcScript()
+			s.tn.judgeNoise = tt.judgeNoise
+			for range 8 {
+				s.c.base.add(100 * time.Millisecond)
+			}
+			s.c.try(s.issued, &s.tn)
+			require.Equal(t, 8, s.c.trial.level)
+			s.issued += 4 // the four let out at once
+			trial := time.Duration(float64(100*time.Millisecond) * math.Exp(bar+tt.short))
+			seen := s.answers(tt.answers, func(int) time.Duration { return trial }, func(cs *concSample) { cs.spread = 0.7 })
+			if tt.want == concRejected {
+				assert.Equal(t, 1, seen[concRejected], tt.name)
+				assert.Equal(t, 4, s.c.limit, tt.name)
+				assert.False(t, s.c.slowStart, tt.name)
+			} else {
+				assert.Equal(t, map[concReason]int{concHeld: tt.answers}, seen, tt.name)
+				assert.Equal(t, 8, s.c.trial.level, tt.name)
+			}
+		}
+	})
 	t.Run("in slow start a level is measured over half of it, at least epochAnswers or the level", func(t *testing.T) {
 		s := newConcScript()
 		for _, tt := range []struct{ level, epoch int }{{4, 4}, {8, 8}, {20, 16}, {64, 32}} {

@@ -108,6 +108,12 @@ type tuning struct {
 	// higher concurrency must bring to be kept: when the index is
 	// saturated, more requests in flight only queue.
 	minGain float64
+	// judgeNoise is how many standard errors of the difference slow
+	// start's trial may fall short of paying by and be measured on rather
+	// than rejected: measured on half the level's answers, a doubling that
+	// pays reads as not paying by chance on a jittery index, and its
+	// rejection ends slow start.
+	judgeNoise float64
 	// holdEpochs is how many epochs a level waits after a trial that
 	// changed nothing before the next one, doubling at each such trial up
 	// to maxHold: a level found is left alone, and looked at again.
@@ -188,6 +194,7 @@ var defaultTuning = tuning{
 	maxConcurrency:   64,
 	epochAnswers:     16,
 	minGain:          0.3,
+	judgeNoise:       0.5,
 	holdEpochs:       2,
 	maxHold:          32,
 	sizeBand:         1.25,

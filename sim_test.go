@@ -551,7 +551,9 @@ func (s *sim) trace() {
 // the simulation forces to what the index is, to bound what better ones
 // could gain: "rate" (the index's rates, at its capacity factor), "conc"
 // (its slots, or the requests in flight that carry its capacity at the
-// lane's batch size, plus one), or both.
+// lane's batch size, plus one), "size" (on an index with no rate limit,
+// the batch size of its capacity), "noise" (the share of random 429s, on
+// an index that has them), or several, comma-separated.
 var simOracle = os.Getenv("UPSERT_SIM_ORACLE")
 
 // oracle forces the controllers simOracle names, before each batch is
@@ -567,6 +569,12 @@ func (s *sim) oracle() {
 			f = c.Factor
 		}
 	}
+	if strings.Contains(simOracle, "size") && ix.vecRate == 0 && ix.reqRate == 0 && ix.byteRate == 0 {
+		_, n := ix.capacity(f) // the size of the index's capacity, kept: no larger one is tried
+		b := &ln.batch
+		b.size, b.slowStart, b.lookedDown, b.trial = min(n, b.limit), false, true, sizeStats{}
+		b.ceil, b.ceilUntil = b.size+1, now.Add(time.Hour)
+	}
 	if strings.Contains(simOracle, "conc") {
 		k := ix.slots
 		if k == 0 {
@@ -575,6 +583,11 @@ func (s *sim) oracle() {
 			k = int(math.Ceil(c*ix.meanLatency(size)/float64(size))) + 1
 		}
 		ln.conc.limit, ln.conc.slowStart, ln.conc.trial, ln.conc.hold = min(k, ln.tuning.maxConcurrency), false, levelStats{}, math.MaxInt32
+	}
+	if strings.Contains(simOracle, "noise") && ix.flaky > 0 {
+		for d := range ln.dims { // as if learnt over 10,000 answers
+			ln.dims[d].ctl.quiet.answers, ln.dims[d].ctl.quiet.refused = 10000, 10000*ix.flaky
+		}
 	}
 	if strings.Contains(simOracle, "rate") {
 		for d, r := range [dimCount]float64{dimRecords: ix.vecRate * f, dimRequests: ix.reqRate * f, dimBytes: ix.byteRate * f} {

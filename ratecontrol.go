@@ -23,7 +23,7 @@ import (
 // (CUBIC congestion control, in rate: the deeper the cut, the longer the
 // climb) and probes ever faster above it, while the limit holds requests
 // back. The usual share of refusals is learnt while the limit climbs back,
-// when a token bucket refuses nothing.
+// or the lane sends well under it, when a token bucket refuses nothing.
 type rateControl struct {
 	limit    float64                            // per second; +Inf: no cap
 	level    float64                            // what the index accepted at the last episode, or the prior; 0: none
@@ -41,7 +41,7 @@ type rateControl struct {
 	accepted int                                // answers accepted since the last cut, of requests sent after it
 	climbed  climbed                            // since the limit climbed back to the capacity after the last cut
 	recent   answers                            // the last answers, refused or not
-	quiet    struct{ answers, refused float64 } // answers while climbing, when a token bucket refuses nothing
+	quiet    struct{ answers, refused float64 } // answers while calm, when a token bucket refuses nothing
 	sent     meter                              // amount sent
 	taken    meter                              // amount the index accepted
 	gain     float64                            // the probe's gain until the next cut, set by alone; 0: tuning.probeGain
@@ -140,10 +140,10 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	c.recent.add(s.refused)
 	after := s.seq > c.cutSeq
 	// While the limit climbs back to what the index accepted at the last
-	// cut, once it accepts again, a token-bucket index refuses nothing:
-	// what it refuses then, it refuses whatever the rate.
-	climbing := c.climbing()
-	if after && climbing && c.accepted > 0 && s.now.Sub(c.cutAt) >= t.drainFor {
+	// cut, or the lane sends well under it, once it accepts again, a
+	// token-bucket index refuses nothing: what it refuses then, it
+	// refuses whatever the rate.
+	if after && c.calm(s, t) && c.accepted > 0 && s.now.Sub(c.cutAt) >= t.drainFor {
 		c.quiet.answers++
 		if s.refused {
 			c.quiet.refused++
@@ -184,6 +184,21 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 // accepted at the last cut.
 func (c *rateControl) climbing() bool { return c.episodes > 0 && c.limit < c.capacity }
 
+// calm reports whether an answer tells the index's usual share of
+// refusals: while the limit climbs back to what the index accepted at the
+// last cut, or while the lane sends less than the limit a cut sets
+// (tuning.cutDepth under it) over the last window, held there by its
+// concurrency or its callers, but for a refusal that follows another
+// (a bucket that overflows refuses several in a row: a capacity that
+// fell under what the lane sends).
+func (c *rateControl) calm(s rateSample, t *tuning) bool {
+	if c.climbing() {
+		return true
+	}
+	inRow := s.refused && c.recent.refused&2 != 0 // the register holds this answer in bit 0
+	return c.episodes > 0 && !inRow && c.sent.rateOver(s.now, s.window) < (1-t.cutDepth)*c.capacity
+}
+
 // leastRefusals is the fewest refusals among the last answers that start
 // an episode whatever the usual share: two for the first (one among the
 // first answers may be the index's usual share), three while climbing
@@ -209,9 +224,10 @@ func (c *rateControl) excess(t *tuning) bool {
 }
 
 // noise is the share of answers the index refuses whatever the rate: of
-// those it gave while the limit climbed back after a cut, counted over at
-// least tuning.noiseAnswers answers (most indexes refuse nothing, and a
-// few refusals of a bucket refilling late must not pass for a share;
+// those it gave while the limit climbed back after a cut or the lane sent
+// well under it (calm), counted over at least tuning.noiseAnswers
+// answers (most indexes refuse nothing, and a few refusals of a bucket
+// refilling late must not pass for a share;
 // past that many answers the share seen is the share, not pulled down by
 // the clean ones assumed); below three such refusals, one in that many,
 // so that a lone refusal of an index that refused nothing yet is no

@@ -194,6 +194,25 @@ func TestRateControl(t *testing.T) {
 		assert.Equal(t, 3.0, s.c.quiet.refused)
 		assert.Positive(t, s.c.noise(&s.tn))
 	})
+	t.Run("refusals while the lane sends well under what the index accepted teach the usual share, climbing or not", func(t *testing.T) {
+		oneIn40 := func(i int) bool { return i%40 == 0 }
+		for _, tt := range []struct {
+			name   string
+			amount float64 // per 10 ms, against a capacity of 1,000 a second
+			refuse func(i int) bool
+			want   float64 // refusals counted as the usual share
+		}{
+			{"half the capacity: a token bucket refuses none of it", 5, oneIn40, 3},
+			{"near the capacity, above the cut's limit: refusals may be the bucket's", 9, oneIn40, 0},
+			{"refusals in a row: a bucket that overflows, the capacity fell", 5, func(i int) bool { return i < 3 }, 1},
+		} {
+			s := capScript(t, 1000)
+			s.c.limit = 1500 // back above the capacity: not climbing
+			s.run(2*defaultTuning.drainFor, 10*time.Millisecond, tt.amount, nil)
+			s.run(time.Second, 10*time.Millisecond, tt.amount, tt.refuse)
+			assert.Equal(t, tt.want, s.c.quiet.refused, tt.name)
+		}
+	})
 	t.Run("the usual share weighs a clean index's answers only until as many were seen", func(t *testing.T) {
 		tn := defaultTuning
 		for _, tt := range []struct {

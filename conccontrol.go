@@ -156,15 +156,17 @@ func (c *concControl) current() *levelStats {
 // answers after those a doubling lets out at once (see try), which come
 // back within a round trip of them, so that a doubling that pays shows in
 // two round trips; one stopped by noise is made up by the trials after.
-// Then enough for the mean of log
-// latency to tell the gain of a step from noise at the spread seen (two
-// standard errors of the difference within half the step's gain), at
-// least tuning.epochAnswers.
+// Then enough for the mean of log latency to tell the gain of a step from
+// noise at the spread seen; a lower level tried, tuning.downShare of that.
 func (c *concControl) epoch(spread float64, t *tuning) int {
 	if c.slowStart {
 		return max(min(t.epochAnswers, c.limit), c.limit/2)
 	}
-	return c.enough(spread, float64(c.step(t))/float64(c.base.level), t)
+	n := c.enough(spread, float64(c.step(t))/float64(c.base.level), t)
+	if c.trial.level > 0 && c.trial.level < c.base.level {
+		return max(1, int(t.downShare*float64(n)))
+	}
+	return n
 }
 
 // enough is how many answers tell the gain of a step by ratio from noise

@@ -192,6 +192,26 @@ func TestConcControl(t *testing.T) {
 			assert.Equal(t, tt.epoch, s.c.epoch(0.1, &s.tn), "level %d", tt.level)
 		}
 	})
+	t.Run("a lower level tried is measured over a quarter of the answers a higher one is", func(t *testing.T) {
+		for _, tt := range []struct {
+			name  string
+			down  bool
+			tried int
+			share float64
+		}{
+			{"12 tried from 8: as many as tell its gain from noise", false, 12, 1},
+			{"5 tried from 8: a quarter of those", true, 5, 0.25},
+		} {
+			s := newConcScript()
+			s.c.slowStart, s.c.down = false, tt.down
+			s.c.set(8, s.issued)
+			s.c.try(s.issued, &s.tn)
+			require.Equal(t, tt.tried, s.c.limit)
+			enough := s.c.enough(0.7, float64(tt.tried)/8, &s.tn)
+			require.Greater(t, enough, 4*s.tn.epochAnswers, "at a spread of 0.7")
+			assert.Equal(t, int(tt.share*float64(enough)), s.c.epoch(0.7, &s.tn), tt.name)
+		}
+	})
 	t.Run("epochs lengthen with the latency's spread", func(t *testing.T) {
 		s := newConcScript()
 		s.c.slowStart = false

@@ -114,6 +114,11 @@ type tuning struct {
 	// pays reads as not paying by chance on a jittery index, and its
 	// rejection ends slow start.
 	judgeNoise float64
+	// downShare is the share of an epoch a lower level tried is measured
+	// over: while tried it gives up throughput if it does not pay, and one
+	// kept wrongly is undone by the next trial up (a higher level that only
+	// queues is measured whole).
+	downShare float64
 	// holdEpochs is how many epochs a level waits after a trial that
 	// changed nothing before the next one, doubling at each such trial up
 	// to maxHold: a level found is left alone, and looked at again.
@@ -195,6 +200,7 @@ var defaultTuning = tuning{
 	epochAnswers:     16,
 	minGain:          0.3,
 	judgeNoise:       0.5,
+	downShare:        0.25,
 	holdEpochs:       2,
 	maxHold:          32,
 	sizeBand:         1.25,

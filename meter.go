@@ -10,7 +10,8 @@ import (
 // The time is passed in; the zero meter is empty.
 type meter struct {
 	buckets [20]float64
-	epoch   int64 // index of the newest bucket, in meterBucket units since the zero time
+	epoch   int64 // index of the newest bucket, in meterBucket units since 1970 (bucketOf)
+	started bool  // epoch is set
 }
 
 const meterBucket = 100 * time.Millisecond
@@ -20,7 +21,21 @@ const meterSpan = 20 * meterBucket
 
 func (m *meter) add(now time.Time, x float64) {
 	m.advance(now)
-	m.buckets[m.epoch%int64(len(m.buckets))] += x
+	m.buckets[m.slot(m.epoch)] += x
+}
+
+// bucketOf is the index of now's bucket, in meterBucket units since 1970:
+// from the Unix seconds, which hold any year, where UnixNano does not
+// past 2262.
+func bucketOf(now time.Time) int64 {
+	perSecond := int64(time.Second / meterBucket)
+	return now.Unix()*perSecond + int64(now.Nanosecond())/int64(meterBucket)
+}
+
+// slot is where bucket e is kept, for any e, before 1970 too.
+func (m *meter) slot(e int64) int {
+	n := int64(len(m.buckets))
+	return int((e%n + n) % n)
 }
 
 // rateOver returns the amount per second over the last window, up to
@@ -33,21 +48,27 @@ func (m *meter) rateOver(now time.Time, window time.Duration) float64 {
 	k := min(max(int64((window+meterBucket-1)/meterBucket), 1), n)
 	sum := 0.0
 	for i := range k {
-		sum += m.buckets[(m.epoch-i)%n]
+		sum += m.buckets[m.slot(m.epoch-i)]
 	}
-	current := now.Sub(time.Unix(0, m.epoch*int64(meterBucket)))
+	// How far now is into the newest bucket (before it, when the clock
+	// went back).
+	current := time.Duration(bucketOf(now)-m.epoch)*meterBucket + time.Duration(now.Nanosecond())%meterBucket
 	span := time.Duration(k-1)*meterBucket + current
 	return sum / max(span, meterBucket/10).Seconds()
 }
 
 func (m *meter) advance(now time.Time) {
-	e := now.UnixNano() / int64(meterBucket)
+	e := bucketOf(now)
+	if !m.started {
+		m.epoch, m.started = e, true
+		return
+	}
 	if e <= m.epoch {
 		return
 	}
 	steps := min(e-m.epoch, int64(len(m.buckets)))
 	for i := int64(1); i <= steps; i++ {
-		m.buckets[(m.epoch+i)%int64(len(m.buckets))] = 0
+		m.buckets[m.slot(m.epoch+i)] = 0
 	}
 	m.epoch = e
 }

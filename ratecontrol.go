@@ -401,12 +401,14 @@ func (c *rateControl) searchFloor(t *tuning) time.Duration {
 // curve is the limit at now: from the cut (at the origin plus the climb
 // before it) it climbs fast, flattens as it nears the level, then rises
 // ever faster above it, by tuning.probeGain of the level one recovery
-// past it.
+// past it. A time before the cut (a caller's clock read before another's
+// cut took the lock) is at the cut's limit: below it, the curve would reach
+// zero and under, and a limit of zero waits for ever.
 func (c *rateControl) curve(now time.Time, t *tuning) float64 {
 	x := now.Sub(c.origin).Seconds() / t.recovery.Seconds()
 	if x < 0 {
 		k := c.climb(t).Seconds() / t.recovery.Seconds()
-		y := -x / k
+		y := min(-x/k, 1)
 		return c.level * (1 - c.depth*y*y*y)
 	}
 	gain := t.probeGain

@@ -264,6 +264,7 @@ func TestRateCurve(t *testing.T) {
 		want func(r float64) bool
 	}{
 		{"at the cut, the cut's depth under the level", 0, func(r float64) bool { return math.Abs(r-850) < 1 }},
+		{"before the cut (a clock read before it), at the cut's limit, not under", -time.Minute, func(r float64) bool { return math.Abs(r-850) < 1 }},
 		{"half way, more than half way back (concave)", c.climb(&tn) / 2, func(r float64) bool { return r > 925 && r < 1000 }},
 		{"one climb after the cut, at the level", c.climb(&tn), func(r float64) bool { return math.Abs(r-1000) < 1e-6 }},
 		{"one recovery above, probeGain above the level", c.climb(&tn) + tn.recovery, func(r float64) bool { return math.Abs(r-1000*(1+tn.probeGain)) < 1e-6 }},

@@ -18,12 +18,13 @@ import (
 //
 // It starts with slow start: levels double while every slot is taken and
 // each doubling pays (one that falls short by less than the noise of its
-// few answers is measured on). Then it tries a level half again as high now and
-// then, and after one that did not pay, one a third lower, waiting longer
-// after each trial that changed nothing. A timeout takes a quarter off,
-// once per round trip, when it says the index is loaded: not when other
-// requests sent after it were answered in good time, which says the size
-// or the tail was to blame. It is a pure controller: no lock, no clock.
+// few answers is measured on). Then it tries a level half again as high
+// now and then, and after one that did not pay, one a third lower (over
+// fewer answers), waiting longer after each trial that changed nothing. A
+// timeout takes a quarter off, once per round trip, when it says the index
+// is loaded: not when other requests sent after it were answered in good
+// time, which says the size or the tail was to blame. It is a pure
+// controller: no lock, no clock.
 type concControl struct {
 	limit     int
 	slowStart bool

@@ -65,7 +65,7 @@ type laneSlots struct {
 type laneSeen struct {
 	roundTrip   float64   // smoothed latency of successes, ns
 	recordBytes float64   // smoothed bytes per record sent
-	fastSent    time.Time // when the latest request answered with success in a quarter of its timeout was sent
+	fastSent    time.Time // send time of the latest request answered with success in a quarter of its timeout
 	jitter      spreadMeter
 	size        int    // the size of the batches handed out last
 	epochSize   int    // the size the concurrency's epoch is measured at

@@ -143,7 +143,7 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	// cut, or the lane sends well under it, once it accepts again, a
 	// token-bucket index refuses nothing: what it refuses then, it
 	// refuses whatever the rate.
-	if after && c.calm(s, t) && c.accepted > 0 && s.now.Sub(c.cutAt) >= t.drainFor {
+	if after && c.accepted > 0 && s.now.Sub(c.cutAt) >= t.drainFor && c.calm(s, t) {
 		c.quiet.answers++
 		if s.refused {
 			c.quiet.refused++

@@ -22,8 +22,10 @@ import (
 // After the cut the limit climbs back to the level along a cubic curve
 // (CUBIC congestion control, in rate: the deeper the cut, the longer the
 // climb) and probes ever faster above it, while the limit holds requests
-// back. The usual share of refusals is learnt while the limit climbs back,
-// or the lane sends well under it, when a token bucket refuses nothing.
+// back; on an index that refuses nothing at random, a refusal of the probe
+// restarts it. The usual share of refusals is learnt while the limit
+// climbs back, or the lane sends well under it, when a token bucket
+// refuses nothing.
 type rateControl struct {
 	limit    float64                            // per second; +Inf: no cap
 	level    float64                            // what the index accepted at the last episode, or the prior; 0: none
@@ -175,9 +177,32 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 		return rateDraining
 	}
 	if !c.excess(t) || c.recent.refusals() < c.leastRefusals() {
+		c.endProbe(s, t)
 		return rateNoise
 	}
 	return c.cut(s, t, floor)
+}
+
+// endProbe restarts the probe above the level at a refusal that starts no
+// episode, when the index has refused nothing while calm: there a refusal
+// of the probe is the index's bucket, not its usual share, and the probe
+// climbing on would only be refused more. The level becomes what the
+// index accepted since the climb, when more (a capacity that rose).
+func (c *rateControl) endProbe(s rateSample, t *tuning) {
+	if c.quiet.refused > 0 || !c.probing() {
+		return
+	}
+	if r, ok := c.sinceClimb(s, t); ok {
+		c.level = max(c.level, r)
+	}
+	c.limit, c.depth = c.level, 0
+	c.origin, c.followed = s.now, s.now
+}
+
+// probing reports whether the limit probes above the level of the last
+// cut.
+func (c *rateControl) probing() bool {
+	return c.episodes > 0 && c.capped() && !c.search && c.level > 0 && c.limit > c.level
 }
 
 // climbing reports whether the limit climbs back to what the index

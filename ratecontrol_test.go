@@ -185,6 +185,37 @@ func TestRateControl(t *testing.T) {
 		seen = s.run(time.Second, 10*time.Millisecond, 8, func(i int) bool { return i%3 == 0 })
 		assert.Positive(t, seen[rateCut], "one in three is not")
 	})
+	t.Run("a lone refusal of the probe above the level restarts it, on an index that refused nothing while calm", func(t *testing.T) {
+		for _, tt := range []struct {
+			name      string
+			amount    float64 // accepted per 10 ms, against a level of 1,000 a second
+			climbing  bool    // the limit still climbs back to the level
+			noise     float64 // refusals seen while calm
+			wantLevel float64 // 0: the limit goes on as it was
+		}{
+			{"the probe restarts from the level", 10, false, 0, 1000},
+			{"from what the index accepted since the climb, when more", 15, false, 0, 1500},
+			{"an index that refuses at random: the refusal is its usual share", 10, false, 3, 0},
+			{"no probe while the limit climbs back", 10, true, 0, 0},
+		} {
+			s := capScript(t, 1000)
+			s.c.quiet.answers, s.c.quiet.refused = 1000, tt.noise
+			if tt.climbing {
+				s.c.limit, s.c.depth = 800, 0.2
+				s.c.origin = s.now.Add(time.Hour) // far from back
+			}
+			s.run(2*s.tn.recovery, 10*time.Millisecond, tt.amount, nil)
+			before := s.c.limit
+			require.Equal(t, rateNoise, s.answer(tt.amount, true, 10*time.Millisecond), tt.name)
+			if tt.wantLevel == 0 {
+				assert.GreaterOrEqual(t, s.c.limit, before, tt.name)
+				continue
+			}
+			assert.Less(t, s.c.limit, before, tt.name)
+			assert.InDelta(t, tt.wantLevel, s.c.level, 0.02*tt.wantLevel, tt.name)
+			assert.Equal(t, s.c.level, s.c.limit, tt.name)
+		}
+	})
 	t.Run("refusals while the limit climbs back teach the usual share", func(t *testing.T) {
 		s := capScript(t, 1000)
 		s.c.capacity = 2000 // still far below what the index accepted

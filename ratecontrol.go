@@ -184,12 +184,12 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 }
 
 // endProbe restarts the probe above the level at a refusal that starts no
-// episode, when the index has refused nothing while calm: there a refusal
+// episode, unless the index refuses at random: there a refusal
 // of the probe is the index's bucket, not its usual share, and the probe
 // climbing on would only be refused more. The level becomes what the
 // index accepted since the climb, when more (a capacity that rose).
 func (c *rateControl) endProbe(s rateSample, t *tuning) {
-	if c.quiet.refused > 0 || !c.probing() {
+	if c.refusesAtRandom() || !c.probing() {
 		return
 	}
 	if r, ok := c.sinceClimb(s, t); ok {
@@ -258,11 +258,16 @@ func (c *rateControl) excess(t *tuning) bool {
 // so that a lone refusal of an index that refused nothing yet is no
 // episode (a bucket that overflows refuses several requests in a row).
 func (c *rateControl) noise(t *tuning) float64 {
-	if c.quiet.refused < 3 {
+	if !c.refusesAtRandom() {
 		return 1 / max(c.quiet.answers, t.noiseAnswers)
 	}
 	return c.quiet.refused / max(c.quiet.answers, t.noiseAnswers)
 }
+
+// refusesAtRandom reports whether the index has refused requests while
+// calm, three of them: fewer may be a bucket refilling late, and the
+// usual share is still its prior.
+func (c *rateControl) refusesAtRandom() bool { return c.quiet.refused >= 3 }
 
 // poissonTail is the chance of k or more events when lambda are expected.
 func poissonTail(lambda float64, k int) float64 {

@@ -185,7 +185,7 @@ func TestRateControl(t *testing.T) {
 		seen = s.run(time.Second, 10*time.Millisecond, 8, func(i int) bool { return i%3 == 0 })
 		assert.Positive(t, seen[rateCut], "one in three is not")
 	})
-	t.Run("a lone refusal of the probe above the level restarts it, on an index that refused nothing while calm", func(t *testing.T) {
+	t.Run("a lone refusal of the probe above the level restarts it, unless the index refuses at random", func(t *testing.T) {
 		for _, tt := range []struct {
 			name      string
 			amount    float64 // accepted per 10 ms, against a level of 1,000 a second
@@ -196,6 +196,7 @@ func TestRateControl(t *testing.T) {
 			{"the probe restarts from the level", 10, false, 0, 1000},
 			{"from what the index accepted since the climb, when more", 15, false, 0, 1500},
 			{"an index that refuses at random: the refusal is its usual share", 10, false, 3, 0},
+			{"two refusals while calm are no share yet (a bucket refilling late)", 10, false, 2, 1000},
 			{"no probe while the limit climbs back", 10, true, 0, 0},
 		} {
 			s := capScript(t, 1000)

@@ -159,14 +159,21 @@ func (ln *lane) setLimits(l IndexLimits) {
 
 // apply sets the bucket's rate to the controller's limit, and its burst
 // to tuning.burstFor of it. A bucket that had no limit starts empty: a
-// first cut follows an overshoot that emptied the index's bucket.
+// first cut follows an overshoot that emptied the index's bucket. A limit
+// of zero or less (or NaN) is applied as the dimension's floor: for those
+// rate.Limit makes every request wait for ever (rate.InfDuration),
+// whatever the controller got wrong.
 func (d *dimension) apply(now time.Time, t *tuning) {
 	if !d.ctl.capped() {
 		d.bucket.SetLimitAt(now, rate.Inf)
 		return
 	}
-	d.bucket.SetLimitAt(now, rate.Limit(d.ctl.limit))
-	d.bucket.SetBurstAt(now, max(1, int(d.ctl.limit*t.burstFor.Seconds()), d.least))
+	limit := d.ctl.limit
+	if !(limit > 0) {
+		limit = d.floor
+	}
+	d.bucket.SetLimitAt(now, rate.Limit(limit))
+	d.bucket.SetBurstAt(now, max(1, int(limit*t.burstFor.Seconds()), d.least))
 }
 
 // request is what a batch asks of the lane to be sent.

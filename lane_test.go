@@ -87,6 +87,24 @@ func TestLaneRechecksAReservationAfterACut(t *testing.T) {
 	assert.InDelta(t, 0.2, clk.Now().Sub(start).Seconds(), 0.01, "the wait is the one of the new rate")
 }
 
+func TestLaneNeverWaitsForEverOnALimitUnderZero(t *testing.T) {
+	for _, limit := range []float64{0, -5, math.NaN()} {
+		ln, clk := capLane(1000)
+		ln.mu.Lock()
+		d := &ln.dims[dimRecords]
+		d.ctl.limit = limit // whatever a controller got wrong
+		d.apply(clk.Now(), ln.tuning)
+		ln.mu.Unlock()
+		clk.Advance(time.Second)
+		p, err := ln.acquire(context.Background(), req(int(2*defaultTuning.minRecords)))
+		require.NoError(t, err, "limit %v", limit)
+		ln.release(p, nil)
+		for _, d := range clk.Sleeps() {
+			assert.Less(t, d, time.Minute, "limit %v: the floor's wait, not rate.InfDuration", limit)
+		}
+	}
+}
+
 func TestLaneSendsBackABatchThatACutMadeTooLarge(t *testing.T) {
 	ctx := context.Background()
 	ln, clk := capLane(2000)

@@ -184,10 +184,11 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 }
 
 // endProbe restarts the probe above the level at a refusal that starts no
-// episode, unless the index refuses at random: there a refusal
-// of the probe is the index's bucket, not its usual share, and the probe
-// climbing on would only be refused more. The level becomes what the
-// index accepted since the climb, when more (a capacity that rose).
+// episode, unless the index refuses at random: then the refusal is the
+// index's bucket, not its usual share, and a probe that climbed on would
+// only be refused more. The level becomes what the index accepted since
+// the climb, when more (a capacity that rose). A lane shared with other
+// writers restarts only its own curve: the lane's is changed by cuts.
 func (c *rateControl) endProbe(s rateSample, t *tuning) {
 	if c.refusesAtRandom() || !c.probing() {
 		return

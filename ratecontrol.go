@@ -22,8 +22,8 @@ import (
 // After the cut the limit climbs back to the level along a cubic curve
 // (CUBIC congestion control, in rate: the deeper the cut, the longer the
 // climb) and probes ever faster above it, while the limit holds requests
-// back; on an index that refuses nothing at random, a refusal of the probe
-// restarts it. The usual share of refusals is learnt while the limit
+// back; unless the index refuses at random (refusesAtRandom), a refusal
+// of the probe restarts it. The usual share of refusals is learnt while the limit
 // climbs back, or the lane sends well under it, when a token bucket
 // refuses nothing.
 type rateControl struct {

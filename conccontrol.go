@@ -16,9 +16,7 @@ import (
 // long as their spread needs to tell a gain from noise, so a heavy tail or
 // the client's own load shifts both levels alike.
 //
-// It starts where the first requests, sent together, put it: an index that
-// answered them one after another in the order sent serves one at a time
-// (firstWave). Then slow start: levels double while every slot is taken and
+// It starts with slow start: levels double while every slot is taken and
 // each doubling pays (one that falls short by less than the noise of its
 // few answers is measured on). Then it tries a level half again as high
 // now and then, and after one that did not pay, one a third lower (over
@@ -37,7 +35,6 @@ type concControl struct {
 	trial     levelStats // answers at a level being tried; level 0 when none
 	hold      int        // epochs to wait before the next trial
 	holdFor   int        // the hold after the next trial that changes nothing
-	wave      firstWave  // the first requests' latencies
 }
 
 // levelStats summarises the latencies of full batches answered at one
@@ -99,7 +96,6 @@ const (
 	concKept                       // the level tried paid and is kept
 	concRejected                   // the level tried did not pay: back to the one before
 	concTimedOut                   // a timeout of a loaded index took a quarter off
-	concSerial                     // the first requests were served one at a time: the level is the slots they show
 )
 
 func newConcControl(t *tuning) concControl {
@@ -111,10 +107,6 @@ func newConcControl(t *tuning) concControl {
 
 // answer takes one answered request and returns what it did.
 func (c *concControl) answer(s concSample, t *tuning) concReason {
-	if k := c.wave.add(s, t); k > 0 && k < c.limit {
-		c.startAt(k, s.issued)
-		return concSerial
-	}
 	switch {
 	case s.class == ClassTimeout && s.loaded && s.seq > c.seq:
 		if c.trial.level > c.base.level {
@@ -285,15 +277,6 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 	c.set(b.level, issued)
 	c.hold, c.holdFor = c.holdFor, min(2*c.holdFor, t.maxHold)
 	return concRejected
-}
-
-// startAt starts over at the level of the slots the first wave showed,
-// with any trial dropped; slow start goes on from there, so that a wave
-// misread on a jittery index costs a few doublings.
-func (c *concControl) startAt(level int, issued uint64) {
-	c.trial = levelStats{}
-	c.set(level, issued)
-	c.base = levelStats{level: level}
 }
 
 // follow raises the limit, in slow start, by how much longer requests

@@ -123,12 +123,6 @@ type tuning struct {
 	// changed nothing before the next one, doubling at each such trial up
 	// to maxHold: a level found is left alone, and looked at again.
 	holdEpochs, maxHold int
-	// serialGap is how far apart, as a share of the first's latency, the
-	// first requests' answers must come, each after the one before in the
-	// order sent, to show an index serving one at a time: a queue of one
-	// slot answers each a service time after the last, and jitter rarely
-	// orders parallel answers so.
-	serialGap float64
 	// sizeBand is how far (as a ratio) the batch size may drift from the
 	// size a level's latencies were measured at before they are
 	// forgotten: under a capped rate the size follows every move of the
@@ -209,7 +203,6 @@ var defaultTuning = tuning{
 	downShare:        0.25,
 	holdEpochs:       2,
 	maxHold:          32,
-	serialGap:        0.5,
 	sizeBand:         1.25,
 
 	startBatch:        100,

@@ -23,9 +23,9 @@ import (
 // (CUBIC congestion control, in rate: the deeper the cut, the longer the
 // climb) and probes ever faster above it, while the limit holds requests
 // back; unless the index refuses at random (refusesAtRandom), a refusal
-// of the probe restarts it. The usual share of refusals is learnt while the limit
-// climbs back, or the lane sends well under it, when a token bucket
-// refuses nothing.
+// of the probe restarts it. The usual share of refusals is learnt while
+// the limit climbs back, or the lane sends well under it, when a token
+// bucket refuses nothing.
 type rateControl struct {
 	limit    float64                            // per second; +Inf: no cap
 	level    float64                            // what the index accepted at the last episode, or the prior; 0: none
@@ -119,6 +119,12 @@ func (c *rateControl) withPrior(now time.Time, prior float64, t *tuning) {
 	}
 	c.prior = prior
 	c.level = prior * (1 + t.priorHeadroom)
+	c.atPlateau(now)
+}
+
+// atPlateau puts the limit at the level, on the curve's plateau from now:
+// it probes above from there.
+func (c *rateControl) atPlateau(now time.Time) {
 	c.limit, c.depth = c.level, 0
 	c.origin, c.followed = now, now
 }
@@ -196,8 +202,7 @@ func (c *rateControl) endProbe(s rateSample, t *tuning) {
 	if r, ok := c.sinceClimb(s, t); ok {
 		c.level = max(c.level, r)
 	}
-	c.limit, c.depth = c.level, 0
-	c.origin, c.followed = s.now, s.now
+	c.atPlateau(s.now)
 }
 
 // probing reports whether the limit probes above the level of the last

@@ -176,6 +176,16 @@ func (d *dimension) apply(now time.Time, t *tuning) {
 	d.bucket.SetBurstAt(now, max(1, int(limit*t.burstFor.Seconds()), d.least))
 }
 
+// drain spends the tokens the bucket saved, at the first cut: the index's
+// refusals say its own bucket is empty, and what the lane saved under a
+// known limit (withPrior) would go out at once into it and be refused, a
+// second episode a round trip after the first.
+func (d *dimension) drain(now time.Time) {
+	if saved := d.bucket.TokensAt(now); saved >= 1 {
+		d.bucket.ReserveN(now, int(saved))
+	}
+}
+
 // request is what a batch asks of the lane to be sent.
 type request struct {
 	n, bytes  int

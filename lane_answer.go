@@ -143,6 +143,9 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 			ln.cuts++
 			ln.signals.rates.fire()
 			d.apply(now, ln.tuning)
+			if reason == rateFirstCut {
+				d.drain(now)
+			}
 			ln.shareCut(p, e, i, searched && reason != rateAtPrior)
 		case rateNoise:
 			ln.shareRefusal(p, e, i, s)

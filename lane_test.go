@@ -166,6 +166,25 @@ func TestLaneNeverSpendsTokensFromBeforeACut(t *testing.T) {
 	ln.release(p, nil)
 }
 
+func TestLaneSpendsWhatItSavedAtTheFirstCut(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	ln.setLimits(IndexLimits{RequestsPerSecond: 100})
+	for range 2 { // two refusals among the first answers are an episode
+		p, err := ln.acquire(ctx, req(1))
+		require.NoError(t, err)
+		clk.Advance(10 * time.Millisecond)
+		ln.release(p, &Error{Class: ClassRateLimited, Limit: LimitRequests})
+	}
+	require.Equal(t, 1, ln.dims[dimRequests].ctl.episodes)
+	require.Empty(t, clk.Sleeps())
+	p, err := ln.acquire(ctx, req(1))
+	require.NoError(t, err)
+	ln.release(p, nil)
+	assert.NotEmpty(t, clk.Sleeps(), "the tokens saved under the known limit went with the cut: the index's bucket is empty")
+}
+
 func TestLaneRateBindsOnlyWhenTheLaneSendsNearIt(t *testing.T) {
 	for _, tt := range []struct {
 		name   string

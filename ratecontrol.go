@@ -297,8 +297,7 @@ func poissonTail(lambda float64, k int) float64 {
 // back to it. Refusals that come whatever the rate do not get here
 // (answer's test of their excess): they must not grind the rate down. A
 // cut after a search takes at least √2/2 of the limit it doubled to. The
-// first cut keeps at least half of what was sent, which slow start's
-// doubling had reached a round trip before, and searches up from there
+// first cut goes to a floor (firstFloor) and searches up from there
 // (while the lane ramps up, a window measures less than the index took at
 // the end of it). With fewer than three answers accepted since the last
 // cut there is nothing to measure by: the limit is half of what was sent,
@@ -321,13 +320,8 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 		reason = rateAtPrior
 		c.level, c.limit, c.ceiling = c.prior, c.prior, true
 	case c.episodes == 0:
-		// The first refusals say little of the rate: the index's bucket
-		// took in the start. Half of what was sent (slow start doubled
-		// it within the last round trip), or what it accepted spread over
-		// at least a second (a bucket holds up to a second's worth), is a
-		// floor to search up from.
 		reason = rateFirstCut
-		c.level = max(c.total/max(s.now.Sub(c.cutAt), time.Second).Seconds(), sent/2)
+		c.level = c.firstFloor(s, sent, t)
 		c.limit, c.search = c.level, true
 	case c.accepted < 3:
 		reason = rateHalved
@@ -352,6 +346,20 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	c.gain = 0
 	c.episodes++
 	return reason
+}
+
+// firstFloor is the level of the first cut, a floor to search up from:
+// the first refusals say little of the rate, the index's bucket took in
+// the start. It is the most of half of what was sent (slow start doubled
+// it within the last round trip), what the index accepted spread over at
+// least a second (a bucket holds up to a second's worth), and
+// tuning.cutDepth under what it accepted per second since c started, over
+// a window at most: as close under a measured rate as any cut goes (over
+// a whole window, a run younger than it reads diluted).
+func (c *rateControl) firstFloor(s rateSample, sent float64, t *tuning) float64 {
+	since := s.now.Sub(c.cutAt)
+	accepted := c.taken.rateOver(s.now, min(s.window, since+meterBucket)) // the bucket c started in counts whole
+	return max(c.total/max(since, time.Second).Seconds(), sent/2, (1-t.cutDepth)*accepted)
 }
 
 // sinceClimb is what the index accepted per second from the time the

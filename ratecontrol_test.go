@@ -96,11 +96,42 @@ func TestRateControl(t *testing.T) {
 		s.run(100*time.Millisecond, 10*time.Millisecond, 100, nil)
 		assert.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
 		require.True(t, s.c.capped())
-		// Half of what was sent over the window (1,200 records, the
-		// meter counting the window's first 180 ms as empty): slow start
-		// doubled within the last round trip.
-		assert.InDelta(t, 1200/0.22/2, s.c.limit, 100)
+		// A cut's depth under what the index accepted since the start
+		// (1,000 records in 220 ms, the meter's whole buckets), more than
+		// half of what was sent (1,200 records).
+		assert.InDelta(t, 0.8*1000/0.22, s.c.limit, 100)
 		assert.True(t, s.c.search, "the first cut measures a floor: it searches up from it")
+	})
+	t.Run("the first cut's floor", func(t *testing.T) {
+		// Each script answers a first refusal (no episode) and ten
+		// requests of 100 records, one every 10 ms; then, after more,
+		// the refusal that makes the first cut.
+		for _, tt := range []struct {
+			name   string
+			window time.Duration // the least span that measures a rate: four round trips
+			more   func(s *rateScript)
+			want   float64
+		}{
+			{"half of what was sent: slow start doubled within the last round trip", 300 * time.Millisecond,
+				func(s *rateScript) { s.c.send(s.now, 1000) }, // ten more in flight
+				2200 / 0.22 / 2},
+			{"a cut's depth under what was accepted since the start, not diluted by a window longer than the run", 2 * time.Second,
+				func(*rateScript) {},
+				0.8 * 1000 / 0.22},
+			{"what was accepted, spread over a second", 300 * time.Millisecond,
+				func(s *rateScript) { s.now = s.now.Add(500 * time.Millisecond) }, // nothing sent since
+				1000},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				s := newRateScript(t)
+				s.tn.minWindow = tt.window
+				s.answer(100, true, 10*time.Millisecond)
+				s.run(100*time.Millisecond, 10*time.Millisecond, 100, nil)
+				tt.more(s)
+				require.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
+				assert.InDelta(t, tt.want, s.c.limit, 0.02*tt.want)
+			})
+		}
 	})
 	t.Run("a search doubles every few round trips while bound, at most once between two answers", func(t *testing.T) {
 		s := newRateScript(t)

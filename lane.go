@@ -158,8 +158,9 @@ func (ln *lane) setLimits(l IndexLimits) {
 }
 
 // apply sets the bucket's rate to the controller's limit, and its burst
-// to tuning.burstFor of it. A bucket that had no limit starts empty: a
-// first cut follows an overshoot that emptied the index's bucket. A limit
+// to tuning.burstFor of it. A bucket that had no limit starts with at most
+// one token: a first cut follows an overshoot that emptied the index's
+// bucket (drain empties one that had a known limit). A limit
 // of zero or less (or NaN) is applied as the dimension's floor: for those
 // rate.Limit makes every request wait for ever (rate.InfDuration),
 // whatever the controller got wrong.
@@ -176,10 +177,10 @@ func (d *dimension) apply(now time.Time, t *tuning) {
 	d.bucket.SetBurstAt(now, max(1, int(limit*t.burstFor.Seconds()), d.least))
 }
 
-// drain spends the tokens the bucket saved, at the first cut: the index's
-// refusals say its own bucket is empty, and what the lane saved under a
-// known limit (withPrior) would go out at once into it and be refused, a
-// second episode a round trip after the first.
+// drain spends the tokens the bucket saved, at the first cut, as apply's
+// start from no limit does: what the lane saved under a known limit
+// (withPrior) would go out at once into the index's empty bucket and be
+// refused, a second episode a round trip after the first.
 func (d *dimension) drain(now time.Time) {
 	if saved := d.bucket.TokensAt(now); saved >= 1 {
 		d.bucket.ReserveN(now, int(saved))

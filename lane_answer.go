@@ -137,7 +137,7 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 			bound: now.Sub(d.waited) < ln.tuning.boundFor, window: window,
 			doubling: 4 * time.Duration(ln.seen.roundTrip),
 		}
-		searched := d.ctl.search
+		searched := d.ctl.search > 0
 		switch reason := d.ctl.answer(s, ln.tuning, d.floor); reason {
 		case rateFirstCut, rateCut, rateHalved, rateAtPrior:
 			ln.cuts++

@@ -36,7 +36,7 @@ type rateControl struct {
 	cutSeq   uint64                             // requests admitted up to this one were sent before the last cut
 	episodes int                                // 429 episodes so far
 	capacity float64                            // what the index accepted at the last cut: below it refusals are noise
-	search   bool                               // the last cut measured nothing: the limit doubles every few round trips
+	search   time.Duration                      // while > 0, the last cut measured no level: the limit doubles, no sooner than this
 	total    float64                            // amount accepted since the controller started
 	prior    float64                            // the index's known limit; 0: none
 	ceiling  bool                               // a cut found the index at its known limit: it is the limit
@@ -91,7 +91,7 @@ type rateSample struct {
 	refused  bool          // answered 429 for this dimension
 	bound    bool          // the limit held a request back within tuning.boundFor
 	window   time.Duration // the least span that measures a rate: a few round trips and answers
-	doubling time.Duration // four round trips: a search doubles no sooner, nor sooner than searchFloor
+	doubling time.Duration // four round trips: a search doubles no sooner, nor sooner than rateControl.search
 }
 
 // rateReason says what a rate controller did with a sample.
@@ -208,7 +208,7 @@ func (c *rateControl) endProbe(s rateSample, t *tuning) {
 // probing reports whether the limit probes above the level of the last
 // cut.
 func (c *rateControl) probing() bool {
-	return c.episodes > 0 && c.capped() && !c.search && c.level > 0 && c.limit > c.level
+	return c.episodes > 0 && c.capped() && c.search == 0 && c.level > 0 && c.limit > c.level
 }
 
 // climbing reports whether the limit climbs back to what the index
@@ -310,8 +310,8 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	}
 	sent := c.sent.rateOver(s.now, s.window)
 	reason := rateCut
-	searched := c.search
-	c.search, c.ceiling = false, false
+	searched := c.search > 0
+	c.search, c.ceiling = 0, false
 	switch {
 	case c.accepted >= 3 && c.prior > 0 && c.atPrior(s, accepted, t):
 		// The index accepted its known limit: that is its limit, a
@@ -321,11 +321,11 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 		c.level, c.limit, c.ceiling = c.prior, c.prior, true
 	case c.episodes == 0:
 		reason = rateFirstCut
-		c.level = c.firstFloor(s, sent, t)
-		c.limit, c.search = c.level, true
+		c.level, c.search = c.firstFloor(s, sent, t)
+		c.limit = c.level
 	case c.accepted < 3:
 		reason = rateHalved
-		c.level, c.limit, c.search = sent/2, sent/2, true
+		c.level, c.limit, c.search = sent/2, sent/2, t.minWindow
 	case searched:
 		// A search doubled its way past the capacity within the last
 		// few round trips, too fast for a window to measure: the
@@ -348,18 +348,25 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	return reason
 }
 
-// firstFloor is the level of the first cut, a floor to search up from:
-// the first refusals say little of the rate, the index's bucket took in
-// the start. It is the most of half of what was sent (slow start doubled
-// it within the last round trip), what the index accepted spread over at
-// least a second (a bucket holds up to a second's worth), and
-// tuning.cutDepth under what it accepted per second since c started, over
-// a window at most: as close under a measured rate as any cut goes (over
-// a whole window, a run younger than it reads diluted).
-func (c *rateControl) firstFloor(s rateSample, sent float64, t *tuning) float64 {
+// firstFloor is the level of the first cut, a floor to search up from,
+// and the least time that search takes to double: the first refusals say
+// little of the rate, the index's bucket took in the start. The floor is
+// the most of half of what was sent (slow start doubled it within the
+// last round trip), what the index accepted spread over at least a second
+// (a bucket holds up to a second's worth), and tuning.cutDepth under what
+// it accepted per second since c started, over a window at most: as close
+// under a measured rate as any cut goes (over a whole window, a run
+// younger than it reads diluted). A floor that is that measure is as near
+// the capacity as a later cut's, and searches at its pace; the others are
+// guesses, often several doublings under it (tuning.firstSearchFor).
+func (c *rateControl) firstFloor(s rateSample, sent float64, t *tuning) (float64, time.Duration) {
 	since := s.now.Sub(c.cutAt)
 	accepted := c.taken.rateOver(s.now, min(s.window, since+meterBucket)) // the bucket c started in counts whole
-	return max(c.total/max(since, time.Second).Seconds(), sent/2, (1-t.cutDepth)*accepted)
+	guess := max(c.total/max(since, time.Second).Seconds(), sent/2)
+	if measured := (1 - t.cutDepth) * accepted; measured > guess {
+		return measured, t.minWindow
+	}
+	return guess, t.firstSearchFor
 }
 
 // sinceClimb is what the index accepted per second from the time the
@@ -373,7 +380,7 @@ func (c *rateControl) firstFloor(s rateSample, sent float64, t *tuning) float64 
 // when higher.
 func (c *rateControl) sinceClimb(s rateSample, t *tuning) (float64, bool) {
 	since := s.now.Sub(c.climbed.at) - c.climbed.paused
-	if c.climbed.at.IsZero() || since < s.window || c.episodes == 0 || c.search {
+	if c.climbed.at.IsZero() || since < s.window || c.episodes == 0 || c.search > 0 {
 		return 0, false
 	}
 	accepted := c.climbed.taken / since.Seconds()
@@ -413,12 +420,12 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 		c.followed = now
 		return rateHeld
 	}
-	if c.search {
+	if c.search > 0 {
 		// Nothing measured: double every few round trips while bound,
 		// as slow start does every round trip, until the next episode;
 		// at most once between two answers, since a gap without
 		// answers (a request waiting for its tokens) measures nothing.
-		period := max(s.doubling, c.searchFloor(t))
+		period := max(s.doubling, c.search)
 		c.limit *= math.Exp2(min(1, now.Sub(c.followed).Seconds()/period.Seconds()))
 		c.level = max(c.level, c.limit)
 		c.followed = now
@@ -430,16 +437,6 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 		c.limit = min(c.limit, c.prior)
 	}
 	return rateGrew
-}
-
-// searchFloor is the least time a search takes to double:
-// tuning.firstSearchFor after the first episode's floor (rule 8),
-// tuning.minWindow after a later cut (their reasons are there).
-func (c *rateControl) searchFloor(t *tuning) time.Duration {
-	if c.episodes == 1 {
-		return t.firstSearchFor
-	}
-	return t.minWindow
 }
 
 // curve is the limit at now: from the cut (at the origin plus the climb

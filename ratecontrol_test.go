@@ -100,7 +100,7 @@ func TestRateControl(t *testing.T) {
 		// (1,000 records in 220 ms, the meter's whole buckets), more than
 		// half of what was sent (1,200 records).
 		assert.InDelta(t, 0.8*1000/0.22, s.c.limit, 100)
-		assert.True(t, s.c.search, "the first cut measures a floor: it searches up from it")
+		assert.Positive(t, s.c.search, "the first cut measures a floor: it searches up from it")
 	})
 	t.Run("the first cut's floor", func(t *testing.T) {
 		// Each script answers a first refusal (no episode) and ten
@@ -111,16 +111,17 @@ func TestRateControl(t *testing.T) {
 			window time.Duration // the least span that measures a rate: four round trips
 			more   func(s *rateScript)
 			want   float64
+			pace   func(tn *tuning) time.Duration // the least time its search takes to double
 		}{
 			{"half of what was sent: slow start doubled within the last round trip", 300 * time.Millisecond,
 				func(s *rateScript) { s.c.send(s.now, 1000) }, // ten more in flight
-				2200 / 0.22 / 2},
+				2200 / 0.22 / 2, guessed},
 			{"a cut's depth under what was accepted since the start, not diluted by a window longer than the run", 2 * time.Second,
 				func(*rateScript) {},
-				0.8 * 1000 / 0.22},
+				0.8 * 1000 / 0.22, measured},
 			{"what was accepted, spread over a second", 300 * time.Millisecond,
 				func(s *rateScript) { s.now = s.now.Add(500 * time.Millisecond) }, // nothing sent since
-				1000},
+				1000, guessed},
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				s := newRateScript(t)
@@ -130,6 +131,7 @@ func TestRateControl(t *testing.T) {
 				tt.more(s)
 				require.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
 				assert.InDelta(t, tt.want, s.c.limit, 0.02*tt.want)
+				assert.Equal(t, tt.pace(&s.tn), s.c.search, "a measure searches at a later cut's pace, a guess at the first search's")
 			})
 		}
 	})
@@ -146,16 +148,16 @@ func TestRateControl(t *testing.T) {
 		assert.Equal(t, rateGrew, s.answer(1, false, 5*time.Second), "one answer after a request waited 5 s for its tokens")
 		assert.InDelta(t, 2*from, s.c.limit, 1e-6*from, "a gap without answers measures nothing: not 2^(5 s / doubling)")
 	})
-	t.Run("on a fast index the first search doubles sooner than a later one", func(t *testing.T) {
-		grown := func(episodes int) float64 {
+	t.Run("on a fast index a search doubles no sooner than its pace", func(t *testing.T) {
+		grown := func(pace func(*tuning) time.Duration) float64 {
 			s := capScript(t, 1000)
-			s.c.episodes, s.c.search = episodes, true
-			s.run(s.tn.firstSearchFor, 10*time.Millisecond, 1, nil) // 4 round trips: 40 ms, under either floor
+			s.c.episodes, s.c.search = 1, pace(&s.tn)
+			s.run(s.tn.firstSearchFor, 10*time.Millisecond, 1, nil) // 4 round trips: 40 ms, under either pace
 			return s.c.limit / 1000
 		}
-		first, later := grown(1), grown(2)
-		assert.InDelta(t, 2, first, 1e-3, "the first cut's floor, measured before anything was known")
-		assert.InDelta(t, math.Exp2(defaultTuning.firstSearchFor.Seconds()/defaultTuning.minWindow.Seconds()), later, 1e-3, "a later search, near the capacity: a window's pace")
+		first, later := grown(guessed), grown(measured)
+		assert.InDelta(t, 2, first, 1e-3, "a first floor guessed before anything was known")
+		assert.InDelta(t, math.Exp2(defaultTuning.firstSearchFor.Seconds()/defaultTuning.minWindow.Seconds()), later, 1e-3, "a measured level, near the capacity: a window's pace")
 		assert.Greater(t, first, later)
 	})
 	t.Run("a refusal of a request sent before the cut is the same episode", func(t *testing.T) {
@@ -301,7 +303,7 @@ func TestRateControl(t *testing.T) {
 		}
 		s.c.limit = s.c.level
 		assert.Equal(t, rateHalved, s.answer(10, true, 10*time.Millisecond))
-		assert.True(t, s.c.search)
+		assert.Equal(t, s.tn.minWindow, s.c.search)
 	})
 }
 
@@ -368,3 +370,9 @@ func TestPoissonTail(t *testing.T) {
 		assert.InDelta(t, tt.want, poissonTail(tt.lambda, tt.k), 1e-12, "λ=%v k=%d", tt.lambda, tt.k)
 	}
 }
+
+// guessed and measured are the paces of a search from a first floor
+// guessed from the start and from one measured under what the index
+// accepted (or a later cut's).
+func guessed(tn *tuning) time.Duration  { return tn.firstSearchFor }
+func measured(tn *tuning) time.Duration { return tn.minWindow }

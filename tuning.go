@@ -43,14 +43,15 @@ type tuning struct {
 	drainFor time.Duration
 	// minWindow and maxWindow bound the span over which a rate is
 	// measured: a few round trips, so that it holds several answers, and
-	// at most what the meters keep. A search after a cut other than the
-	// first doubles no sooner than minWindow: it starts near the capacity,
-	// and that pace spares its overshoot.
+	// at most what the meters keep. A search from a measured level (a cut
+	// other than the first, or a first floor measured under what the index
+	// accepted) doubles no sooner than minWindow: it starts near the
+	// capacity, and that pace spares its overshoot.
 	minWindow, maxWindow time.Duration
-	// firstSearchFor is the least time the search after the first cut
-	// takes to double (later ones take minWindow): that cut measured a
-	// floor before anything was known, often several doublings under the
-	// capacity, and on a fast index a short run spends its seconds there.
+	// firstSearchFor is the least time the search after a first cut whose
+	// floor is a guess takes to double (others take minWindow): that floor
+	// was set before anything was measured, often several doublings under
+	// the capacity, and on a fast index a short run spends its seconds there.
 	firstSearchFor time.Duration
 	// windowRequests is how many requests that span holds at least, so
 	// that one request more or less moves the measure little.

@@ -221,22 +221,13 @@ func (c *rateControl) climbing() bool { return c.episodes > 0 && c.limit < c.cap
 // (tuning.cutDepth under it) over the last window, held there by its
 // concurrency or its callers, but for a refusal that follows another
 // (a bucket that overflows refuses several in a row: a capacity that
-// fell under what the lane sends). The same holds well under the limit
-// while it holds nothing back: the rate presses on nothing then, and an
-// index that refuses at random must not wait for a climb to show it.
+// fell under what the lane sends).
 func (c *rateControl) calm(s rateSample, t *tuning) bool {
 	if c.climbing() {
 		return true
 	}
 	inRow := s.refused && c.recent.refused&2 != 0 // the register holds this answer in bit 0
-	if c.episodes == 0 || inRow {
-		return false
-	}
-	under := c.capacity
-	if !s.bound {
-		under = max(under, c.limit)
-	}
-	return c.sent.rateOver(s.now, s.window) < (1-t.cutDepth)*under
+	return c.episodes > 0 && !inRow && c.sent.rateOver(s.now, s.window) < (1-t.cutDepth)*c.capacity
 }
 
 // leastRefusals is the fewest refusals among the last answers that start

@@ -264,19 +264,15 @@ func TestRateControl(t *testing.T) {
 		for _, tt := range []struct {
 			name   string
 			amount float64 // per 10 ms, against a capacity of 1,000 a second
-			bound  bool    // the limit (1,500 a second) held requests back
 			refuse func(i int) bool
 			want   float64 // refusals counted as the usual share
 		}{
-			{"half the capacity: a token bucket refuses none of it", 5, true, oneIn40, 3},
-			{"near the capacity, above the cut's limit: refusals may be the bucket's", 9, true, oneIn40, 0},
-			{"near the capacity, well under a limit that holds nothing back: the rate presses on nothing", 9, false, oneIn40, 3},
-			{"refusals in a row: a bucket that overflows, the capacity fell", 5, true, func(i int) bool { return i < 3 }, 1},
-			{"refusals in a row under a limit that holds nothing back: still a bucket", 9, false, func(i int) bool { return i < 3 }, 1},
+			{"half the capacity: a token bucket refuses none of it", 5, oneIn40, 3},
+			{"near the capacity, above the cut's limit: refusals may be the bucket's", 9, oneIn40, 0},
+			{"refusals in a row: a bucket that overflows, the capacity fell", 5, func(i int) bool { return i < 3 }, 1},
 		} {
 			s := capScript(t, 1000)
-			s.bound = tt.bound
-			s.c.limit, s.c.level = 1500, 1500 // back above the capacity, as after a search: not climbing, not probing
+			s.c.limit = 1500 // back above the capacity: not climbing
 			s.run(2*defaultTuning.drainFor, 10*time.Millisecond, tt.amount, nil)
 			s.run(time.Second, 10*time.Millisecond, tt.amount, tt.refuse)
 			assert.Equal(t, tt.want, s.c.quiet.refused, tt.name)

@@ -36,7 +36,7 @@ type rateControl struct {
 	cutSeq   uint64                             // requests admitted up to this one were sent before the last cut
 	episodes int                                // 429 episodes so far
 	capacity float64                            // what the index accepted at the last cut: below it refusals are noise
-	search   time.Duration                      // while > 0, the last cut measured no level: the limit doubles, no sooner than this
+	search   time.Duration                      // while > 0, the limit searches up from the last cut's floor, doubling no sooner than this
 	total    float64                            // amount accepted since the controller started
 	prior    float64                            // the index's known limit; 0: none
 	ceiling  bool                               // a cut found the index at its known limit: it is the limit

@@ -27,26 +27,26 @@ import (
 // the limit climbs back, or the lane sends well under it, when a token
 // bucket refuses nothing.
 type rateControl struct {
-	limit    float64                            // per second; +Inf: no cap
-	level    float64                            // what the index accepted at the last episode, or the prior; 0: none
-	depth    float64                            // how far below the level the curve starts, as a share of it
-	origin   time.Time                          // when the curve is back at the level, shifted by the time the limit bound nothing
-	followed time.Time                          // when the curve was last followed
-	cutAt    time.Time                          // when the last episode began, or the controller started
-	cutSeq   uint64                             // requests admitted up to this one were sent before the last cut
-	episodes int                                // 429 episodes so far
-	capacity float64                            // what the index accepted at the last cut: below it refusals are noise
-	search   time.Duration                      // while > 0, the limit searches up from the last cut's floor, doubling no sooner than this
-	total    float64                            // amount accepted since the controller started
-	prior    float64                            // the index's known limit; 0: none
-	ceiling  bool                               // a cut found the index at its known limit: it is the limit
-	accepted int                                // answers accepted since the last cut, of requests sent after it
-	climbed  climbed                            // since the limit climbed back to the capacity after the last cut
-	recent   answers                            // the last answers, refused or not
-	quiet    struct{ answers, refused float64 } // answers while calm, when a token bucket refuses nothing
-	sent     meter                              // amount sent
-	taken    meter                              // amount the index accepted
-	gain     float64                            // the probe's gain until the next cut, set by alone; 0: tuning.probeGain
+	limit    float64       // per second; +Inf: no cap
+	level    float64       // what the index accepted at the last episode, or the prior; 0: none
+	depth    float64       // how far below the level the curve starts, as a share of it
+	origin   time.Time     // when the curve is back at the level, shifted by the time the limit bound nothing
+	followed time.Time     // when the curve was last followed
+	cutAt    time.Time     // when the last episode began, or the controller started
+	cutSeq   uint64        // requests admitted up to this one were sent before the last cut
+	episodes int           // 429 episodes so far
+	capacity float64       // what the index accepted at the last cut: below it refusals are noise
+	search   time.Duration // while > 0, the limit searches up from the last cut's floor, doubling no sooner than this
+	total    float64       // amount accepted since the controller started
+	prior    float64       // the index's known limit; 0: none
+	ceiling  bool          // a cut found the index at its known limit: it is the limit
+	accepted int           // answers accepted since the last cut, of requests sent after it
+	climbed  climbed       // since the limit climbed back to the capacity after the last cut
+	recent   answers       // the last answers, refused or not
+	quiet    usualRefusals // answers while calm, when a token bucket refuses nothing
+	sent     meter         // amount sent
+	taken    meter         // amount the index accepted
+	gain     float64       // the probe's gain until the next cut, set by alone; 0: tuning.probeGain
 }
 
 // climbed is what a rate controller saw since its limit climbed back to
@@ -152,13 +152,7 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	// token-bucket index refuses nothing: what it refuses then, it
 	// refuses whatever the rate.
 	if after && c.accepted > 0 && s.now.Sub(c.cutAt) >= t.drainFor && c.calm(s, t) {
-		c.quiet.answers++
-		if s.refused {
-			c.quiet.refused++
-		}
-		if c.quiet.answers > 4*t.noiseAnswers {
-			c.quiet.answers, c.quiet.refused = c.quiet.answers/2, c.quiet.refused/2 // the index may change
-		}
+		c.quiet.add(s.refused, c.episodes, t)
 	}
 	if !s.refused {
 		c.taken.add(s.now, s.amount)
@@ -254,26 +248,13 @@ func (c *rateControl) excess(t *tuning) bool {
 	return poissonTail(c.noise(t)*float64(n), r) < t.significance
 }
 
-// noise is the share of answers the index refuses whatever the rate: of
-// those it gave while the limit climbed back after a cut or the lane sent
-// well under it (calm), counted over at least tuning.noiseAnswers
-// answers (most indexes refuse nothing, and a few refusals of a bucket
-// refilling late must not pass for a share;
-// past that many answers the share seen is the share, not pulled down by
-// the clean ones assumed); below three such refusals, one in that many,
-// so that a lone refusal of an index that refused nothing yet is no
-// episode (a bucket that overflows refuses several requests in a row).
-func (c *rateControl) noise(t *tuning) float64 {
-	if !c.refusesAtRandom() {
-		return 1 / max(c.quiet.answers, t.noiseAnswers)
-	}
-	return c.quiet.refused / max(c.quiet.answers, t.noiseAnswers)
-}
+// noise is the share of answers the index refuses whatever the rate
+// (see usualRefusals.share).
+func (c *rateControl) noise(t *tuning) float64 { return c.quiet.share(t) }
 
-// refusesAtRandom reports whether the index has refused requests while
-// calm, three of them: fewer may be a bucket refilling late, and the
-// usual share is still its prior.
-func (c *rateControl) refusesAtRandom() bool { return c.quiet.refused >= 3 }
+// refusesAtRandom reports whether the index refuses at random (see
+// usualRefusals.random).
+func (c *rateControl) refusesAtRandom() bool { return c.quiet.random() }
 
 // poissonTail is the chance of k or more events when lambda are expected.
 func poissonTail(lambda float64, k int) float64 {

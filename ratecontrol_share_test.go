@@ -29,7 +29,7 @@ func TestEpisodeCount(t *testing.T) {
 			if tc.climbing {
 				c.capacity = 200
 			}
-			c.quiet.answers, c.quiet.refused = tc.quietAnswers, tc.quietRefused
+			c.quiet = usualRefusals{answers: tc.quietAnswers, refused: tc.quietRefused, climbs: 2}
 			r, n := c.episodeCount(&defaultTuning)
 			assert.Equal(t, tc.refusals, r)
 			assert.Equal(t, tc.answers, n)

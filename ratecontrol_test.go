@@ -209,7 +209,7 @@ func TestRateControl(t *testing.T) {
 	})
 	t.Run("refusals at the index's usual share do not cut, more than it do", func(t *testing.T) {
 		s := capScript(t, 1000)
-		s.c.quiet.answers, s.c.quiet.refused = 1000, 40 // it refuses 4% anyway
+		s.c.quiet = usualRefusals{answers: 1000, refused: 40, climbs: 2} // it refuses 4% anyway
 		s.c.limit = s.c.level
 		s.run(time.Second, 10*time.Millisecond, 8, nil)
 		seen := s.run(10*time.Second, 10*time.Millisecond, 8, func(i int) bool { return i%25 == 0 })
@@ -224,16 +224,18 @@ func TestRateControl(t *testing.T) {
 			amount    float64 // accepted per 10 ms, against a level of 1,000 a second
 			climbing  bool    // the limit still climbs back to the level
 			noise     float64 // refusals seen while calm
+			climbs    int     // episodes whose climbs held them
 			wantLevel float64 // 0: the limit goes on as it was
 		}{
-			{"the probe restarts from the level", 10, false, 0, 1000},
-			{"from what the index accepted since the climb, when more", 15, false, 0, 1500},
-			{"an index that refuses at random: the refusal is its usual share", 10, false, 3, 0},
-			{"two refusals while calm are no share yet (a bucket refilling late)", 10, false, 2, 1000},
-			{"no probe while the limit climbs back", 10, true, 0, 0},
+			{"the probe restarts from the level", 10, false, 0, 0, 1000},
+			{"from what the index accepted since the climb, when more", 15, false, 0, 0, 1500},
+			{"an index that refuses at random: the refusal is its usual share", 10, false, 3, 2, 0},
+			{"two refusals while calm are no share yet (a bucket refilling late)", 10, false, 2, 2, 1000},
+			{"refusals of one climb are no share yet (a capacity that fell)", 10, false, 3, 1, 1000},
+			{"no probe while the limit climbs back", 10, true, 0, 0, 0},
 		} {
 			s := capScript(t, 1000)
-			s.c.quiet.answers, s.c.quiet.refused = 1000, tt.noise
+			s.c.quiet = usualRefusals{answers: 1000, refused: tt.noise, climbs: tt.climbs}
 			if tt.climbing {
 				s.c.limit, s.c.depth = 800, 0.2
 				s.c.origin = s.now.Add(time.Hour) // far from back
@@ -276,23 +278,6 @@ func TestRateControl(t *testing.T) {
 			s.run(2*defaultTuning.drainFor, 10*time.Millisecond, tt.amount, nil)
 			s.run(time.Second, 10*time.Millisecond, tt.amount, tt.refuse)
 			assert.Equal(t, tt.want, s.c.quiet.refused, tt.name)
-		}
-	})
-	t.Run("the usual share weighs a clean index's answers only until as many were seen", func(t *testing.T) {
-		tn := defaultTuning
-		for _, tt := range []struct {
-			answers, refused, share float64
-		}{
-			{0, 0, 1 / tn.noiseAnswers},   // nothing seen: one in noiseAnswers
-			{64, 2, 1 / tn.noiseAnswers},  // a bucket refilling late refuses a couple
-			{100, 5, 5 / tn.noiseAnswers}, // few answers: the prior holds the share down
-			{1000, 40, 0.04},              // many: the share seen, not pulled down by the prior
-			{10_000, 0, 1 / 10_000.0},     // a clean index, long watched
-			{4 * tn.noiseAnswers, 3, 3 / (4 * tn.noiseAnswers)},
-		} {
-			c := rateControl{}
-			c.quiet.answers, c.quiet.refused = tt.answers, tt.refused
-			assert.InDelta(t, tt.share, c.noise(&tn), 1e-9, "%v refused of %v", tt.refused, tt.answers)
 		}
 	})
 	t.Run("with nothing accepted since the last cut the limit halves what was sent and searches", func(t *testing.T) {

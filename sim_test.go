@@ -586,7 +586,7 @@ func (s *sim) oracle() {
 	}
 	if strings.Contains(simOracle, "noise") && ix.flaky > 0 {
 		for d := range ln.dims { // as if learnt over 10,000 answers
-			ln.dims[d].ctl.quiet.answers, ln.dims[d].ctl.quiet.refused = 10000, 10000*ix.flaky
+			ln.dims[d].ctl.quiet = usualRefusals{answers: 10000, refused: 10000 * ix.flaky, climbs: 2}
 		}
 	}
 	if strings.Contains(simOracle, "rate") {

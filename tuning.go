@@ -33,6 +33,10 @@ type tuning struct {
 	// counted over (those not seen yet count as accepted): most indexes
 	// refuse nothing, and a bucket refilling late refuses a few.
 	noiseAnswers float64
+	// randomAnswers replaces noiseAnswers once the index refuses at random
+	// (refusals in two episodes' climbs): those are its own, and a share
+	// backed by fewer answers follows it sooner.
+	randomAnswers float64
 	// significance is how rarely refusals at the index's usual share may
 	// start an episode by chance.
 	significance float64
@@ -178,6 +182,7 @@ var defaultTuning = tuning{
 	probeGain:       0.15,
 	cutDepth:        0.2,
 	noiseAnswers:    256,
+	randomAnswers:   128,
 	significance:    0.01,
 	drainFor:        time.Second,
 	minWindow:       300 * time.Millisecond,

@@ -40,18 +40,27 @@ func TestFamily(t *testing.T) {
 
 	var lostTotal []string
 	for _, name := range []string{"upsert", "article"} {
-		var effs, shares []float64
+		var effs, shares, above []float64
 		lost := 0
-		for _, row := range rows {
+		for i, row := range rows {
 			effs = append(effs, number(t, row[name+" eff"]))
 			shares = append(shares, number(t, row[name+" 429"]))
+			random := 100 * newFamilyIndex(uint64(i+1), 0.01, 0).ix.RandomRateLimited
+			above = append(above, max(0, number(t, row[name+" 429"])-random))
 			lost += int(number(t, row[name+" lost"]))
 		}
 		slices.Sort(effs)
 		slices.Sort(shares)
-		want := fmt.Sprintf("| %s | %.3f | %.3f | %.3f | %.2f%% | %.2f%% | %d |", name,
-			quantile(effs, 0.5), quantile(effs, 0.1), effs[0], quantile(shares, 0.5), quantile(shares, 0.9), lost)
-		assert.Contains(t, text, want, "the summary of %s", name)
+		slices.Sort(above)
+		want := fmt.Sprintf("| %s | %.3f | %.3f | %.3f | %.2f%% | %.2f%% | ", name,
+			quantile(effs, 0.5), quantile(effs, 0.1), effs[0], quantile(shares, 0.5), quantile(shares, 0.9))
+		require.Contains(t, text, want, "the summary of %s", name)
+		rest := strings.Split(strings.SplitN(text[strings.Index(text, want)+len(want):], "\n", 2)[0], " | ")
+		require.Len(t, rest, 3, "the 429s above random and the records lost")
+		// The rows' 429 cells are rounded to hundredths of a percent.
+		assert.InDelta(t, quantile(above, 0.5), number(t, rest[0]), 0.011, "median 429 above random")
+		assert.InDelta(t, quantile(above, 0.9), number(t, rest[1]), 0.011, "p90 429 above random")
+		assert.Equal(t, fmt.Sprintf("%d |", lost), rest[2])
 		lostTotal = append(lostTotal, fmt.Sprintf("%s %d", name, lost))
 	}
 
@@ -153,5 +162,31 @@ func TestFamilyIndexIsItsDrawnIndex(t *testing.T) {
 	for _, dim := range []int{8, 282, 1536, 4096} {
 		rec := makeRecords(0, 1, dim)
 		assert.Equal(t, upserttest.Index{Dimension: dim}.RecordBytes(), sdkRecordBytes(t, rec[0]), "dimension %d", dim)
+	}
+}
+
+// TestSummarizeStrategy checks the summary's 429 share above each index's
+// random one: what no client avoids is not counted against a strategy.
+func TestSummarizeStrategy(t *testing.T) {
+	index := func(random float64, requests, refused int) *familyIndex {
+		fi := &familyIndex{results: []result{{strategy: "upsert", requests: requests, rateLimited: refused, efficiency: 0.9}}}
+		fi.ix.RandomRateLimited = random
+		return fi
+	}
+	for _, tt := range []struct {
+		name              string
+		done              []*familyIndex
+		median, p90       float64 // of the 429 share
+		aboveMed, aboveP9 float64 // of the share above random
+	}{
+		{"no random 429s: the same", []*familyIndex{index(0, 100, 2), index(0, 100, 4)}, 0.02, 0.04, 0.02, 0.04},
+		{"the random share taken off", []*familyIndex{index(0.03, 100, 5), index(0.05, 100, 6)}, 0.05, 0.06, 0.01, 0.02},
+		{"fewer than random: none above", []*familyIndex{index(0.04, 100, 3), index(0, 100, 1)}, 0.01, 0.03, 0, 0.01},
+	} {
+		s := summarizeStrategy(tt.done, "upsert")
+		assert.InDelta(t, tt.median, s.medianRateLimited, 1e-9, tt.name)
+		assert.InDelta(t, tt.p90, s.p90RateLimit, 1e-9, tt.name)
+		assert.InDelta(t, tt.aboveMed, s.medianAbove, 1e-9, tt.name)
+		assert.InDelta(t, tt.aboveP9, s.p90Above, 1e-9, tt.name)
 	}
 }

@@ -288,7 +288,7 @@ func (ln *lane) closeBreaker(now, sent time.Time) {
 		return
 	}
 	for i := range ln.dims {
-		ln.dims[i].ctl.pause(now.Sub(openedAt))
+		ln.dims[i].ctl.pause(openedAt, now)
 	}
 	ln.signals.breaker.fire()
 	ln.queueBreaker(false)

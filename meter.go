@@ -7,11 +7,13 @@ import (
 
 // meter counts an amount (records, requests, bytes) over the last two
 // seconds, in buckets of 100 ms, to tell the rate over a recent window.
-// The time is passed in; the zero meter is empty.
+// Time the index was down (markDown) is no part of the window: the rate is
+// the one while it was up. The time is passed in; the zero meter is empty.
 type meter struct {
 	buckets [20]float64
-	epoch   int64 // index of the newest bucket, in meterBucket units since 1970 (bucketOf)
-	started bool  // epoch is set
+	down    [20]time.Duration // of each bucket, the time the index was down
+	epoch   int64             // index of the newest bucket, in meterBucket units since 1970 (bucketOf)
+	started bool              // epoch is set
 }
 
 const meterBucket = 100 * time.Millisecond
@@ -39,22 +41,53 @@ func (m *meter) slot(e int64) int {
 }
 
 // rateOver returns the amount per second over the last window, up to
-// meterSpan: whole buckets, the newest one partly elapsed. Time before the
-// meter's first amount counts as empty, so a burst at the start does not
-// read as a rate.
+// meterSpan: whole buckets, the newest one partly elapsed, less the time
+// the index was down in them (but at least a bucket's worth, or the span
+// when shorter: an amount landed as an outage ends is no rate). Time
+// before the meter's first amount counts as empty, so a burst at the
+// start does not read as a rate.
 func (m *meter) rateOver(now time.Time, window time.Duration) float64 {
 	m.advance(now)
 	n := int64(len(m.buckets))
 	k := min(max(int64((window+meterBucket-1)/meterBucket), 1), n)
-	sum := 0.0
+	sum, down := 0.0, time.Duration(0)
 	for i := range k {
 		sum += m.buckets[m.slot(m.epoch-i)]
+		down += m.down[m.slot(m.epoch-i)]
 	}
 	// How far now is into the newest bucket (before it, when the clock
 	// went back).
 	current := time.Duration(bucketOf(now)-m.epoch)*meterBucket + time.Duration(now.Nanosecond())%meterBucket
 	span := time.Duration(k-1)*meterBucket + current
-	return sum / max(span, meterBucket/10).Seconds()
+	up := max(span-down, min(span, meterBucket))
+	return sum / max(up, meterBucket/10).Seconds()
+}
+
+// markDown counts from to to as time the index was down, in the buckets
+// the meter still keeps.
+func (m *meter) markDown(from, to time.Time) {
+	m.advance(to)
+	for t := from; t.Before(to); {
+		e := bucketOf(t)
+		end := bucketStart(e + 1)
+		if to.Before(end) {
+			end = to
+		}
+		if m.epoch-e < int64(len(m.buckets)) {
+			m.down[m.slot(e)] += end.Sub(t)
+		}
+		t = end
+	}
+}
+
+// bucketStart is when bucket e (bucketOf's units) begins.
+func bucketStart(e int64) time.Time {
+	perSecond := int64(time.Second / meterBucket)
+	sec := e / perSecond
+	if e%perSecond < 0 {
+		sec-- // floor, before 1970
+	}
+	return time.Unix(sec, (e-sec*perSecond)*int64(meterBucket))
 }
 
 func (m *meter) advance(now time.Time) {
@@ -69,6 +102,7 @@ func (m *meter) advance(now time.Time) {
 	steps := min(e-m.epoch, int64(len(m.buckets)))
 	for i := int64(1); i <= steps; i++ {
 		m.buckets[m.slot(m.epoch+i)] = 0
+		m.down[m.slot(m.epoch+i)] = 0
 	}
 	m.epoch = e
 }

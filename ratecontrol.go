@@ -129,10 +129,15 @@ func (c *rateControl) atPlateau(now time.Time) {
 	c.origin, c.followed = now, now
 }
 
-// pause counts d of an outage, during which the index accepted nothing
-// through no fault of the rate: it is no part of what the index accepted
-// since the last cut.
-func (c *rateControl) pause(d time.Duration) { c.climbed.paused += d }
+// pause counts an outage from from to to, during which the index accepted
+// nothing through no fault of the rate: it is no part of what the index
+// accepted since the last cut, nor of any window a rate is measured over
+// (what was sent or accepted then is the rate while the index was up).
+func (c *rateControl) pause(from, to time.Time) {
+	c.climbed.paused += to.Sub(from)
+	c.sent.markDown(from, to)
+	c.taken.markDown(from, to)
+}
 
 // measured reports whether a 429 has set the limit.
 func (c *rateControl) measured() bool { return c.episodes > 0 }

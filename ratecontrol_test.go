@@ -201,11 +201,22 @@ func TestRateControl(t *testing.T) {
 		s.c.limit = s.c.level
 		s.run(time.Second, 10*time.Millisecond, 8, nil)
 		s.now = s.now.Add(time.Second) // an outage: the breaker held every request
-		s.c.pause(time.Second)
+		s.c.pause(s.now.Add(-time.Second), s.now)
 		s.run(time.Second, 10*time.Millisecond, 8, nil)
 		seen := s.run(30*time.Millisecond, 10*time.Millisecond, 8, func(int) bool { return true })
 		assert.Equal(t, 1, seen[rateCut])
 		assert.InDelta(t, 800, s.c.level, 20)
+	})
+	t.Run("time the index was down is no part of the windows rates are measured over", func(t *testing.T) {
+		s := capScript(t, 1000)
+		s.c.limit = math.Inf(1)
+		s.run(time.Second, 10*time.Millisecond, 10, nil)
+		from := s.now
+		s.now = s.now.Add(time.Second)
+		s.c.pause(from, s.now)
+		assert.InDelta(t, 1000, s.c.sent.rateOver(s.now, 2*time.Second), 20, "sent while up, not half of it")
+		assert.InDelta(t, 1000, s.c.taken.rateOver(s.now, 2*time.Second), 20, "accepted while up")
+		assert.Equal(t, time.Second, s.c.climbed.paused)
 	})
 	t.Run("refusals at the index's usual share do not cut, more than it do", func(t *testing.T) {
 		s := capScript(t, 1000)

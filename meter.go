@@ -67,15 +67,15 @@ func (m *meter) rateOver(now time.Time, window time.Duration) float64 {
 // the meter still keeps.
 func (m *meter) markDown(from, to time.Time) {
 	m.advance(to)
+	if oldest := bucketStart(m.epoch - int64(len(m.buckets)) + 1); from.Before(oldest) {
+		from = oldest // a long outage: only the buckets kept
+	}
 	for t := from; t.Before(to); {
-		e := bucketOf(t)
-		end := bucketStart(e + 1)
+		end := bucketStart(bucketOf(t) + 1)
 		if to.Before(end) {
 			end = to
 		}
-		if m.epoch-e < int64(len(m.buckets)) {
-			m.down[m.slot(e)] += end.Sub(t)
-		}
+		m.down[m.slot(bucketOf(t))] += end.Sub(t)
 		t = end
 	}
 }

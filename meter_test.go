@@ -66,3 +66,21 @@ func TestMeterLeavesOutDownTime(t *testing.T) {
 		}
 	}
 }
+
+// An outage longer than the meter keeps marks only the buckets it keeps:
+// each one down whole but the newest, which it ended as it began.
+func TestMeterMarksALongOutageInTheBucketsKept(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var m meter
+	m.add(start, 10)
+	end := start.Add(time.Hour)
+	m.markDown(start, end)
+	for i, d := range m.down {
+		want := meterBucket
+		if i == m.slot(m.epoch) {
+			want = 0
+		}
+		assert.Equal(t, want, d, "bucket %d", i)
+	}
+	assert.Zero(t, m.rateOver(end, meterSpan))
+}

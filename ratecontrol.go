@@ -37,7 +37,7 @@ type rateControl struct {
 	episodes int           // 429 episodes so far
 	capacity float64       // what the index accepted at the last cut: below it refusals are noise
 	search   time.Duration // while > 0, the limit searches up from the last cut's floor, doubling no sooner than this
-	total    float64       // amount accepted since the controller started
+	start    runStart      // what the controller saw of the run's start
 	prior    float64       // the index's known limit; 0: none
 	ceiling  bool          // a cut found the index at its known limit: it is the limit
 	accepted int           // answers accepted since the last cut, of requests sent after it
@@ -56,6 +56,14 @@ type climbed struct {
 	at     time.Time     // when; zero before
 	taken  float64       // amount accepted since, of any request
 	paused time.Duration // time the index was down (breaker open) since the last cut
+}
+
+// runStart is what a rate controller keeps of its run's start, for its
+// first episodes: a window then reaches back to when the lane ramped up
+// and the index's bucket still held its burst.
+type runStart struct {
+	taken    float64   // amount accepted since the controller started
+	firstCut time.Time // when the first episode began; zero before it
 }
 
 // answerSpan is how many answers the test of refusals counts: the width
@@ -168,7 +176,7 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 			c.climbed = climbed{at: s.now}
 		}
 		c.climbed.taken += s.amount
-		c.total += s.amount
+		c.start.taken += s.amount
 		if after {
 			c.accepted++
 		}
@@ -230,15 +238,16 @@ func (c *rateControl) calm(s rateSample, t *tuning) bool {
 }
 
 // leastRefusals is the fewest refusals among the last answers that start
-// an episode whatever the usual share: two for the first (one among the
-// first answers may be the index's usual share), three while climbing
-// (refusals then teach the usual share; only several say the cut was not
-// enough), none otherwise.
+// an episode whatever the usual share: for the first, two in a row (a
+// bucket that overflows refuses several in a row; refusals at random
+// seldom come so) or three (one among the first answers may be the
+// index's usual share); three while climbing (refusals then teach the
+// usual share; only several say the cut was not enough); none otherwise.
 func (c *rateControl) leastRefusals() int {
 	switch {
-	case c.episodes == 0:
+	case c.episodes == 0 && c.recent.refused&3 == 3: // the register holds the last answer in bit 0
 		return 2
-	case c.climbing():
+	case c.episodes == 0, c.climbing():
 		return 3
 	}
 	return 0
@@ -276,7 +285,8 @@ func poissonTail(lambda float64, k int) float64 {
 
 // cut begins an episode. The level becomes what the index accepted since
 // the limit climbed back to the capacity after the last cut (else over the
-// last window, the least span that measures a rate), which is its capacity
+// last window, the least span that measures a rate, or since the first cut
+// when that is shorter: afterFirstCut), which is its capacity
 // when it limits with a token bucket and refuses: it accepts exactly its
 // rate once its bucket is empty. The limit goes tuning.cutDepth under it,
 // so that the index's bucket refills in a fraction of a second, and climbs
@@ -290,11 +300,14 @@ func poissonTail(lambda float64, k int) float64 {
 // and searches up. A cut that does not find the index at its known limit
 // lifts the ceiling an earlier one set: the index's limits changed.
 func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
-	accepted := c.taken.rateOver(s.now, s.window)
+	accepted := c.taken.rateOver(s.now, c.afterFirstCut(s.now, s.window))
 	if r, ok := c.sinceClimb(s, t); ok {
 		accepted = r
 	}
 	sent := c.sent.rateOver(s.now, s.window)
+	if c.episodes == 0 {
+		c.start.firstCut = s.now
+	}
 	reason := rateCut
 	searched := c.search > 0
 	c.search, c.ceiling = 0, false
@@ -348,11 +361,22 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 func (c *rateControl) firstFloor(s rateSample, sent float64, t *tuning) (float64, time.Duration) {
 	since := s.now.Sub(c.cutAt)
 	accepted := c.taken.rateOver(s.now, min(s.window, since+meterBucket)) // the bucket c started in counts whole
-	guess := max(c.total/max(since, time.Second).Seconds(), sent/2)
+	guess := max(c.start.taken/max(since, time.Second).Seconds(), sent/2)
 	if measured := (1 - t.cutDepth) * accepted; measured > guess {
 		return measured, t.minWindow
 	}
 	return guess, t.firstSearchFor
+}
+
+// afterFirstCut is window, or the time since the first cut when that is
+// shorter (and a meter bucket at least): a young run's window reaches
+// back to the lane's ramp and the burst the index's bucket held; by the
+// first cut the bucket was empty, and what it accepted since is its rate.
+func (c *rateControl) afterFirstCut(now time.Time, window time.Duration) time.Duration {
+	if since := now.Sub(c.start.firstCut); c.episodes > 0 && since >= meterBucket && since < window {
+		return since
+	}
+	return window
 }
 
 // sinceClimb is what the index accepted per second from the time the

@@ -84,15 +84,18 @@ func viewCurve(v share.View, now time.Time, t *tuning) float64 {
 
 // episodeCount is how many refusals, among how many of the lane's last
 // answers, c's own rules call an episode: the fewest (leastRefusals, and
-// at least two, as a lane's first episode needs) that the index's usual
-// share explains less than tuning.significance of the time among some
-// answerSpan/2 to answerSpan answers, and the most answers that holds
-// for. Two refusals close together say as much as three spread wider,
+// at least two; two for a lane's first episode, whose writers' refusals
+// come in no one row) that the index's usual share explains less than
+// tuning.significance of the time among some answerSpan/2 to answerSpan
+// answers, and the most answers that holds for. Two refusals close together say as much as three spread wider,
 // and each one the lane waits for is a request refused; no fewer than
 // answerSpan/2, as the lane counts them over a time this writer estimates
 // from its own request rate, too rough over a few answers.
 func (c *rateControl) episodeCount(t *tuning) (refusals, answers int) {
-	least := max(2, c.leastRefusals())
+	least := 2
+	if c.episodes > 0 {
+		least = max(2, c.leastRefusals())
+	}
 	noise := c.noise(t)
 	for r := least; r < answerSpan; r++ {
 		if poissonTail(noise*answerSpan/2, r) >= t.significance {

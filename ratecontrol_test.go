@@ -90,10 +90,11 @@ func TestRateControl(t *testing.T) {
 		s.run(4*s.tn.recovery, 5*time.Millisecond, 1, nil)
 		assert.Greater(t, s.c.limit, 100.0, "limits that changed once may rise again: the probe passes the old one")
 	})
-	t.Run("one refusal among the first answers is no episode, two are", func(t *testing.T) {
+	t.Run("the first cut comes at two refusals in a row", func(t *testing.T) {
 		s := newRateScript(t)
 		assert.Equal(t, rateNoise, s.answer(100, true, 10*time.Millisecond))
 		s.run(100*time.Millisecond, 10*time.Millisecond, 100, nil)
+		s.answer(0, true, 0) // the refusal before it, answered with it
 		assert.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
 		require.True(t, s.c.capped())
 		// A cut's depth under what the index accepted since the start
@@ -129,6 +130,7 @@ func TestRateControl(t *testing.T) {
 				s.answer(100, true, 10*time.Millisecond)
 				s.run(100*time.Millisecond, 10*time.Millisecond, 100, nil)
 				tt.more(s)
+				s.answer(0, true, 0) // two in a row
 				require.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
 				assert.InDelta(t, tt.want, s.c.limit, 0.02*tt.want)
 				assert.Equal(t, tt.pace(&s.tn), s.c.search, "a measure searches at a later cut's pace, a guess at the first search's")
@@ -140,6 +142,7 @@ func TestRateControl(t *testing.T) {
 		s.doubling = 2 * s.tn.minWindow // four round trips of a slow index: above either floor
 		s.answer(100, true, 10*time.Millisecond)
 		s.run(100*time.Millisecond, 10*time.Millisecond, 100, nil)
+		s.answer(0, true, 0)
 		require.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
 		from := s.c.limit
 		s.run(s.doubling, 10*time.Millisecond, 1, nil) // answers all along: one doubling period
@@ -312,6 +315,66 @@ func capScript(t *testing.T, r float64) *rateScript {
 	c.cutAt, c.origin, c.followed, c.cutSeq = s.now, s.now, s.now, s.seq
 	c.episodes = 1
 	return s
+}
+
+// TestFirstEpisode covers rateControl.leastRefusals before the first
+// episode: '.' is an answer accepted, 'x' one refused, 10 ms apart, and
+// want is what the controller did with the last.
+func TestFirstEpisode(t *testing.T) {
+	for _, tt := range []struct {
+		name, answers string
+		want          rateReason
+	}{
+		{"one refusal", "..........x", rateNoise},
+		{"two apart: random refusals come so", "x.........x", rateNoise},
+		{"two in a row: a bucket that overflows refuses so", "..........xx", rateFirstCut},
+		{"three apart", "x....x....x", rateFirstCut},
+		{"two in a row after one apart", "x.........xx", rateFirstCut},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newRateScript(t)
+			var got rateReason
+			for _, a := range tt.answers {
+				got = s.answer(100, a == 'x', 10*time.Millisecond)
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// TestAfterFirstCut covers rateControl.afterFirstCut: a window that
+// reaches back before the first cut is cut short to the time since it.
+func TestAfterFirstCut(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name     string
+		episodes int
+		since    time.Duration // since the first cut
+		want     time.Duration
+	}{
+		{"before the first cut", 0, 300 * time.Millisecond, 2 * time.Second},
+		{"a young run", 1, 300 * time.Millisecond, 300 * time.Millisecond},
+		{"a run older than the window", 3, 5 * time.Second, 2 * time.Second},
+		{"under a meter bucket: too few answers to measure by", 2, 50 * time.Millisecond, 2 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := rateControl{episodes: tt.episodes, start: runStart{firstCut: now.Add(-tt.since)}}
+			assert.Equal(t, tt.want, c.afterFirstCut(now, 2*time.Second))
+		})
+	}
+	t.Run("a cut in a young run measures its rate since the first, not diluted by the window", func(t *testing.T) {
+		s := newRateScript(t)
+		s.tn.minWindow = 2 * time.Second // the window reaches before the run began
+		s.run(200*time.Millisecond, 10*time.Millisecond, 100, nil)
+		s.answer(0, true, 0)
+		require.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
+		s.c.search = 0 // measured as a cut, not a search's
+		s.run(500*time.Millisecond, 10*time.Millisecond, 50, nil)
+		s.answer(0, true, 0)
+		s.answer(0, true, 0) // three refusals among the answers since the cut
+		require.Equal(t, rateCut, s.answer(50, true, 10*time.Millisecond))
+		assert.InDelta(t, 5000, s.c.level, 500, "50 records every 10 ms since the first cut")
+	})
 }
 
 func TestRateCurve(t *testing.T) {

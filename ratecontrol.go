@@ -89,6 +89,10 @@ func (a *answers) count() (refused, n int) { return bits.OnesCount64(a.refused),
 
 func (a *answers) refusals() int { return bits.OnesCount64(a.refused) }
 
+// inRow reports whether the last two answers were both refusals: a bucket
+// that overflows refuses several in a row.
+func (a *answers) inRow() bool { return a.refused&3 == 3 }
+
 // rateSample is what the lane saw of one answered request, for one
 // dimension.
 type rateSample struct {
@@ -233,7 +237,7 @@ func (c *rateControl) calm(s rateSample, t *tuning) bool {
 	if c.climbing() {
 		return true
 	}
-	inRow := s.refused && c.recent.refused&2 != 0 // the register holds this answer in bit 0
+	inRow := s.refused && c.recent.inRow() // the register holds this answer
 	return c.episodes > 0 && !inRow && c.sent.rateOver(s.now, s.window) < (1-t.cutDepth)*c.capacity
 }
 
@@ -245,7 +249,7 @@ func (c *rateControl) calm(s rateSample, t *tuning) bool {
 // usual share; only several say the cut was not enough); none otherwise.
 func (c *rateControl) leastRefusals() int {
 	switch {
-	case c.episodes == 0 && c.recent.refused&3 == 3: // the register holds the last answer in bit 0
+	case c.episodes == 0 && c.recent.inRow():
 		return 2
 	case c.episodes == 0, c.climbing():
 		return 3
@@ -373,7 +377,7 @@ func (c *rateControl) firstFloor(s rateSample, sent float64, t *tuning) (float64
 // back to the lane's ramp and the burst the index's bucket held; by the
 // first cut the bucket was empty, and what it accepted since is its rate.
 func (c *rateControl) afterFirstCut(now time.Time, window time.Duration) time.Duration {
-	if since := now.Sub(c.start.firstCut); c.episodes > 0 && since >= meterBucket && since < window {
+	if since := now.Sub(c.start.firstCut); since >= meterBucket && since < window { // before it, since saturates at ~292 years
 		return since
 	}
 	return window

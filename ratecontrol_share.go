@@ -87,10 +87,11 @@ func viewCurve(v share.View, now time.Time, t *tuning) float64 {
 // at least two; two for a lane's first episode, whose writers' refusals
 // come in no one row) that the index's usual share explains less than
 // tuning.significance of the time among some answerSpan/2 to answerSpan
-// answers, and the most answers that holds for. Two refusals close together say as much as three spread wider,
-// and each one the lane waits for is a request refused; no fewer than
-// answerSpan/2, as the lane counts them over a time this writer estimates
-// from its own request rate, too rough over a few answers.
+// answers, and the most answers that holds for. Two refusals close
+// together say as much as three spread wider, and each one the lane waits
+// for is a request refused; no fewer than answerSpan/2, as the lane
+// counts them over a time this writer estimates from its own request
+// rate, too rough over a few answers.
 func (c *rateControl) episodeCount(t *tuning) (refusals, answers int) {
 	least := 2
 	if c.episodes > 0 {

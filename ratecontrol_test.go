@@ -348,17 +348,16 @@ func TestAfterFirstCut(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tt := range []struct {
 		name     string
-		episodes int
-		since    time.Duration // since the first cut
+		firstCut time.Time
 		want     time.Duration
 	}{
-		{"before the first cut", 0, 300 * time.Millisecond, 2 * time.Second},
-		{"a young run", 1, 300 * time.Millisecond, 300 * time.Millisecond},
-		{"a run older than the window", 3, 5 * time.Second, 2 * time.Second},
-		{"under a meter bucket: too few answers to measure by", 2, 50 * time.Millisecond, 2 * time.Second},
+		{"before the first cut", time.Time{}, 2 * time.Second},
+		{"a young run", now.Add(-300 * time.Millisecond), 300 * time.Millisecond},
+		{"a run older than the window", now.Add(-5 * time.Second), 2 * time.Second},
+		{"under a meter bucket: too few answers to measure by", now.Add(-50 * time.Millisecond), 2 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := rateControl{episodes: tt.episodes, start: runStart{firstCut: now.Add(-tt.since)}}
+			c := rateControl{start: runStart{firstCut: tt.firstCut}}
 			assert.Equal(t, tt.want, c.afterFirstCut(now, 2*time.Second))
 		})
 	}

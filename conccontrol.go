@@ -18,7 +18,10 @@ import (
 //
 // It starts with slow start: levels double while every slot is taken and
 // each doubling pays (one that falls short by less than the noise of its
-// few answers is measured on). Then it tries a level half again as high
+// few answers is measured on), but a doubling that would queue past the
+// request timeout if the index were saturated waits for a lower level's
+// test: kept, the index is saturated and slow start ends; rejected, it
+// is not, and slow start doubles on. Then it tries a level half again as high
 // now and then, and after one that did not pay, one a third lower (over
 // fewer answers), waiting longer after each trial that changed nothing. A
 // timeout takes a quarter off, once per round trip, when it says the index
@@ -35,6 +38,9 @@ type concControl struct {
 	trial     levelStats // answers at a level being tried; level 0 when none
 	hold      int        // epochs to wait before the next trial
 	holdFor   int        // the hold after the next trial that changes nothing
+	// unsaturated: slow start's test found that a lower level loses
+	// throughput, so latency is the index's, not a queue's (queuesPast)
+	unsaturated bool
 }
 
 // levelStats summarises the latencies of full batches answered at one
@@ -78,13 +84,14 @@ func (s *levelStats) deviation(latency time.Duration) (float64, int) {
 type concSample struct {
 	seq, issued uint64
 	latency     time.Duration
-	class       Class   // 0 for a success
-	full        bool    // a batch of the size handed out
-	loaded      bool    // for a timeout: no request sent after it was answered in good time
-	slotBound   bool    // a request waited for a slot since the last sample
-	rateBound   bool    // a rate held a request back within tuning.boundFor
-	mayTry      bool    // a trial may start: the lane runs one experiment at a time
-	spread      float64 // of the index's log latency, pooled
+	class       Class         // 0 for a success
+	full        bool          // a batch of the size handed out
+	loaded      bool          // for a timeout: no request sent after it was answered in good time
+	slotBound   bool          // a request waited for a slot since the last sample
+	rateBound   bool          // a rate held a request back within tuning.boundFor
+	mayTry      bool          // a trial may start: the lane runs one experiment at a time
+	spread      float64       // of the index's log latency, pooled
+	timeout     time.Duration // the run's request timeout; 0: none
 }
 
 // concReason says what the concurrency controller did with a sample.
@@ -141,7 +148,7 @@ func (c *concControl) answer(s concSample, t *tuning) concReason {
 		}
 		return c.judge(s.issued, s.mayTry, t)
 	}
-	return c.next(s.issued, s.mayTry, t)
+	return c.next(s.issued, s.mayTry, s.timeout, t)
 }
 
 // current returns the stats that the next full answer adds to.
@@ -160,11 +167,11 @@ func (c *concControl) current() *levelStats {
 // Then enough for the mean of log latency to tell the gain of a step from
 // noise at the spread seen; a lower level tried, tuning.downShare of that.
 func (c *concControl) epoch(spread float64, t *tuning) int {
-	if c.slowStart {
+	if c.slowStart && !c.triesLower() {
 		return max(min(t.epochAnswers, c.limit), c.limit/2)
 	}
 	n := c.enough(spread, float64(c.step(t))/float64(c.base.level), t)
-	if c.trial.level > 0 && c.trial.level < c.base.level {
+	if c.triesLower() {
 		return max(1, int(t.downShare*float64(n)))
 	}
 	return n
@@ -213,7 +220,7 @@ func shortfall(tr, b levelStats, t *tuning) float64 {
 func (c *concControl) step(t *tuning) int {
 	l := c.base.level
 	switch {
-	case c.slowStart:
+	case c.slowStart && !c.down:
 		return min(t.maxConcurrency, 2*l)
 	case c.down:
 		return max(1, min(l-1, l*2/3))
@@ -229,11 +236,16 @@ func (c *concControl) eager(slotBound bool, t *tuning) bool {
 }
 
 // next ends an epoch at the level kept: another is tried when every slot
-// was taken, no rate held requests back, no hold is left and it may.
-func (c *concControl) next(issued uint64, mayTry bool, t *tuning) concReason {
+// was taken, no rate held requests back, no hold is left and it may. In
+// slow start a doubling that would queue past the timeout waits for a
+// lower level's test (queuesPast).
+func (c *concControl) next(issued uint64, mayTry bool, timeout time.Duration, t *tuning) concReason {
 	bound := c.base.bound && !c.base.rated
 	if c.hold > 0 {
 		c.hold--
+	}
+	if c.queuesPast(timeout, t) {
+		c.down = true
 	}
 	if step := c.step(t); !bound || !mayTry || c.hold > 0 || step == c.base.level {
 		c.base = levelStats{level: c.base.level}
@@ -267,16 +279,44 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 	if shortfall(tr, b, t) <= 0 {
 		c.base = levelStats{level: tr.level, n: tr.n, sum: tr.sum, sumSq: tr.sumSq, bound: tr.bound, rated: tr.rated}
 		c.holdFor = t.holdEpochs
+		if ratio < 1 {
+			c.slowStart = false // saturated: the lower level lost nothing
+		}
 		if tr.bound && !tr.rated && (mayTry || c.slowStart) && c.step(t) != c.base.level {
 			c.try(issued, t)
 		}
 		return concKept
+	}
+	if c.slowStart && ratio < 1 {
+		// Not saturated: the doubling it held back goes ahead.
+		c.down, c.unsaturated = false, true
+		c.base = b
+		c.set(b.level, issued)
+		return concRejected
 	}
 	c.slowStart, c.down = false, ratio > 1 && b.level > 1
 	c.base = levelStats{level: b.level}
 	c.set(b.level, issued)
 	c.hold, c.holdFor = c.holdFor, min(2*c.holdFor, t.maxHold)
 	return concRejected
+}
+
+// queuesPast reports whether slow start's next doubling would take the
+// mean latency past tuning.queueShare of the request timeout if the index
+// were saturated (latency growing with the level, by Little's law), while
+// no test has found that it is not: a lower level is tested first, since a
+// saturated index would time out half the doubled level's requests.
+func (c *concControl) queuesPast(timeout time.Duration, t *tuning) bool {
+	if !c.slowStart || c.down || c.unsaturated || c.base.level < 2 || c.base.n == 0 || timeout <= 0 {
+		return false
+	}
+	ratio := float64(min(t.maxConcurrency, 2*c.base.level)) / float64(c.base.level)
+	return ratio > 1 && math.Exp(c.base.mean())*ratio > t.queueShare*timeout.Seconds()
+}
+
+// triesLower reports whether the level tried is lower than the level kept.
+func (c *concControl) triesLower() bool {
+	return c.trial.level > 0 && c.trial.level < c.base.level
 }
 
 // follow raises the limit, in slow start, by how much longer requests
@@ -308,11 +348,12 @@ func (c *concControl) reset(issued uint64) {
 	c.base = levelStats{level: c.base.level}
 }
 
-// abandon ends a trial that cannot be judged: in slow start its level is
-// kept (nothing says it does not pay), otherwise the level before.
+// abandon ends a trial that cannot be judged: in slow start a higher level
+// is kept (nothing says it does not pay), otherwise the level before (a
+// lower one tried said nothing of saturation yet).
 func (c *concControl) abandon(issued uint64) concReason {
 	level := c.base.level
-	if c.slowStart {
+	if c.slowStart && !c.triesLower() {
 		level = c.trial.level
 	}
 	c.trial = levelStats{}

@@ -185,6 +185,40 @@ func TestConcControl(t *testing.T) {
 			}
 		}
 	})
+	t.Run("slow start tests a lower level before a doubling that would queue past the timeout", func(t *testing.T) {
+		oneSlot := slots(1, 250*time.Millisecond)                  // 4 in flight take 1 s; 8 would take 2 s
+		slowSize := func(int) time.Duration { return time.Second } // the size is slow, the slots many
+		for _, tt := range []struct {
+			name       string
+			latency    func(int) time.Duration
+			timeout    time.Duration
+			queueShare float64
+			wantMax    int            // the highest level slow start reached
+			wantFinal  func(int) bool // nil: any
+			wantSlow   bool           // still in slow start
+		}{
+			{"one slot: the lower level loses nothing, and slow start ends under 4", oneSlot, 2 * time.Second, 0.75, 4,
+				func(l int) bool { return l < 4 }, false},
+			{"the same without the rule: doubles into the timeout", oneSlot, 2 * time.Second, math.Inf(1), 8, nil, false},
+			{"a slow size on many slots: the lower level loses, and slow start doubles on", slowSize, 2 * time.Second, 0.75, 64,
+				func(l int) bool { return l == 64 }, true},
+			{"no request timeout: nothing to queue past", oneSlot, 0, 0.75, 8, nil, false},
+			{"far under the timeout: doubles", oneSlot, 30 * time.Second, 0.75, 8, nil, false},
+		} {
+			s := newConcScript()
+			s.tn.queueShare = tt.queueShare
+			highest := s.c.limit
+			for range 3000 {
+				s.answers(1, tt.latency, func(cs *concSample) { cs.timeout = tt.timeout })
+				highest = max(highest, s.c.limit)
+			}
+			assert.Equal(t, tt.wantMax, highest, tt.name)
+			if tt.wantFinal != nil {
+				assert.True(t, tt.wantFinal(s.c.limit), "%s: level %d", tt.name, s.c.limit)
+			}
+			assert.Equal(t, tt.wantSlow, s.c.slowStart, tt.name)
+		}
+	})
 	t.Run("in slow start a level is measured over half of it, at least epochAnswers or the level", func(t *testing.T) {
 		s := newConcScript()
 		for _, tt := range []struct{ level, epoch int }{{4, 4}, {8, 8}, {20, 16}, {64, 32}} {

@@ -222,7 +222,7 @@ func (ln *lane) answerConc(p permit, now time.Time, window, latency time.Duratio
 	ln.conc.answer(concSample{
 		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, loaded: !ln.seen.fastSent.After(p.start),
 		slotBound: p.waitedSlot || ln.slots.waited, rateBound: rateBound,
-		mayTry: may, spread: ln.spread(),
+		mayTry: may, spread: ln.spread(), timeout: p.timeout,
 	}, ln.tuning)
 	if trying && ln.conc.trial.level == 0 && !ln.conc.slowStart {
 		ln.sizeTurn = true // the batch size's turn

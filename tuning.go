@@ -124,6 +124,12 @@ type tuning struct {
 	// kept wrongly is undone by the next trial up (a higher level that only
 	// queues is measured whole).
 	downShare float64
+	// queueShare is the share of the request timeout that slow start's
+	// next doubling may take, at the mean latency it would have if the
+	// index were saturated (the level's latency times the doubling), before
+	// a lower level is tested: past it, a saturated index times out many of
+	// that level's requests.
+	queueShare float64
 	// holdEpochs is how many epochs a level waits after a trial that
 	// changed nothing before the next one, doubling at each such trial up
 	// to maxHold: a level found is left alone, and looked at again.
@@ -207,6 +213,7 @@ var defaultTuning = tuning{
 	minGain:          0.3,
 	judgeNoise:       0.5,
 	downShare:        0.25,
+	queueShare:       0.75,
 	holdEpochs:       2,
 	maxHold:          32,
 	sizeBand:         1.25,

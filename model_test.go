@@ -450,18 +450,18 @@ func TestModelWriter(t *testing.T) {
 		case <-run.closeNow:
 		case <-produced:
 		case <-time.After(modelBound):
-			t.Fatal("the producers hang")
+			hung(t, "the producers hang")
 		}
 		cctx, ccancel := context.WithTimeout(context.Background(), modelBound)
 		defer ccancel()
 		res, err := w.Close(cctx)
 		if err != nil && cctx.Err() != nil {
-			t.Fatal("Close hangs")
+			hung(t, "Close hangs")
 		}
 		select {
 		case <-produced:
 		case <-time.After(modelBound):
-			t.Fatal("the producers hang after Close")
+			hung(t, "the producers hang after Close")
 		}
 		replaced := run.check(t, res)
 		acks.check(t, run.records, replaced, res, err, true)
@@ -667,7 +667,7 @@ func TestModelStream(t *testing.T) {
 		select {
 		case <-finished:
 		case <-time.After(modelBound):
-			t.Fatal("Stream hangs")
+			hung(t, "Stream hangs")
 		}
 		if panicked && in.panicAt < 0 {
 			t.Fatal("Stream panicked, and the iterator did not")
@@ -945,4 +945,14 @@ func (m *modelAcks) check(t *rapid.T, records []taken, replaced map[int]bool, re
 		t.Errorf("%d acks say stale, the result lists %d", stale, len(res.MayBeStale))
 	}
 	note("stale acked", stale > 0)
+}
+
+// hung fails t for a hang, with every goroutine's stack: a hang seen once
+// in a thousand runs (a lost wakeup, a slot not given back) is found from
+// where each goroutine waits, which a replay of the same draws may not
+// reach again.
+func hung(t *rapid.T, what string) {
+	buf := make([]byte, 1<<22)
+	t.Logf("goroutines at the hang:\n%s", buf[:runtime.Stack(buf, true)])
+	t.Fatal(what)
 }

@@ -305,12 +305,12 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 // mean latency past tuning.queueShare of the request timeout if the index
 // were saturated (latency growing with the level, by Little's law), while
 // no test has found that it is not: a lower level is tested first, since a
-// saturated index would time out half the doubled level's requests.
+// saturated index would time out many of the doubled level's requests.
 func (c *concControl) queuesPast(timeout time.Duration, t *tuning) bool {
 	if !c.slowStart || c.down || c.unsaturated || c.base.level < 2 || c.base.n == 0 || timeout <= 0 {
 		return false
 	}
-	ratio := float64(min(t.maxConcurrency, 2*c.base.level)) / float64(c.base.level)
+	ratio := float64(c.step(t)) / float64(c.base.level) // the doubling, capped at tuning.maxConcurrency
 	return ratio > 1 && math.Exp(c.base.mean())*ratio > t.queueShare*timeout.Seconds()
 }
 

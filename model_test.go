@@ -35,6 +35,7 @@ import (
 	"hash/maphash"
 	"iter"
 	"maps"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -953,6 +954,8 @@ func (m *modelAcks) check(t *rapid.T, records []taken, replaced map[int]bool, re
 // reach again.
 func hung(t *rapid.T, what string) {
 	buf := make([]byte, 1<<22)
-	t.Logf("goroutines at the hang:\n%s", buf[:runtime.Stack(buf, true)])
+	// To stderr, not t.Logf: rapid drops a run's log when a replay of its
+	// draws does not fail again, and a hang's replay seldom does.
+	fmt.Fprintf(os.Stderr, "%s; goroutines at the hang:\n%s\n", what, buf[:runtime.Stack(buf, true)])
 	t.Fatal(what)
 }

@@ -34,6 +34,7 @@ type batchControl struct {
 	timeouts   int       // timeouts of full batches of the size adopted since one succeeded
 	sizedAt    int       // the concurrency when the size was adopted; 0 for the first size
 	lookedDown bool      // the size below the start was tried
+	halves     sizeStats // answers of batches of about half the size adopted (size: the size adopted); sent counts their records
 }
 
 // sizeStats summarises the latencies of batches of one size.
@@ -297,6 +298,8 @@ func (c *batchControl) answer(s batchSample, t *tuning) batchReason {
 			c.sizedAt = s.conc
 			return batchTooLarge
 		}
+	case s.class == 0 && c.trial.size == 0 && c.isHalf(s.records):
+		return c.answerHalf(s, t)
 	case s.class == 0 && full:
 		c.timeouts = 0
 		c.base.add(s.latency)
@@ -306,6 +309,37 @@ func (c *batchControl) answer(s batchSample, t *tuning) batchReason {
 		return batchHeld
 	}
 	return batchHeld
+}
+
+// isHalf reports whether a batch of n records is about half the size
+// adopted: a piece of a batch split after a timeout, or a partial batch.
+func (c *batchControl) isHalf(n int) bool {
+	return c.size > 1 && 20*n >= 9*c.size && 20*n <= 11*c.size
+}
+
+// answerHalf takes the answer of a batch of about half the size adopted,
+// a measure of that size that costs no trial: once tuning.halfAnswers
+// such answers cost clearly less per record than the size adopted (by
+// tuning.halfCheaper beyond probeWorse and the noise), the index slows
+// down above a size between the two, and the half is adopted.
+func (c *batchControl) answerHalf(s batchSample, t *tuning) batchReason {
+	if c.halves.size != c.size {
+		c.halves = sizeStats{size: c.size}
+	}
+	c.halves.add(s.latency)
+	c.halves.sent += s.records
+	if c.halves.n < t.halfAnswers || c.base.n < 2 {
+		return batchHeld
+	}
+	records := float64(c.halves.sent) / float64(c.halves.n)
+	costHalf := c.halves.mean() - math.Log(records)
+	costBase := c.base.mean() - math.Log(float64(c.size))
+	se := s.spread * math.Sqrt(1/float64(c.halves.n)+1/float64(c.base.n))
+	if costHalf >= costBase-math.Log(t.probeWorse*t.halfCheaper)-t.costNoise*se {
+		return batchHeld
+	}
+	c.trial, c.halves = sizeStats{levelStats: c.halves.levelStats, size: c.size / 2}, sizeStats{}
+	return c.judgeSmaller(s, true, t)
 }
 
 // answerTrial takes the answer of a trial batch.
@@ -394,7 +428,7 @@ func (c *batchControl) judgeSmaller(s batchSample, cheaper bool, t *tuning) batc
 // forget drops the latencies of the size adopted, when the concurrency
 // changes: they are no measure of the new level.
 func (c *batchControl) forget() {
-	c.base = sizeStats{size: c.size}
+	c.base, c.halves = sizeStats{size: c.size}, sizeStats{}
 }
 
 // tooSlow reports whether the 99th percentile of a lognormal latency of

@@ -163,6 +163,46 @@ func TestBatchControl(t *testing.T) {
 		}
 		assert.Equal(t, 100, s.c.size, "queue timeouts at 18 in flight leave the size")
 	})
+	t.Run("the halves of a batch split are a measure of half the size, adopted when clearly cheaper per record", func(t *testing.T) {
+		for _, tt := range []struct {
+			name    string
+			halves  []int         // records of the batches answered after the size's own
+			latency time.Duration // of each of them
+			want    int           // the size adopted after them
+			reason  batchReason   // what the last of them did
+		}{
+			{"an index slow above a size between: the pieces take a fifth of the time", []int{50, 50}, 200 * time.Millisecond, 50, batchAdopted},
+			{"one piece is not enough", []int{50}, 200 * time.Millisecond, 100, batchHeld},
+			{"per request overhead: half the records take as long", []int{50, 50}, time.Second, 100, batchHeld},
+			{"cheaper by less than halfCheaper: the pieces met a shorter queue", []int{50, 50}, 400 * time.Millisecond, 100, batchHeld},
+			{"pieces of another size say nothing of half", []int{30, 30}, 100 * time.Millisecond, 100, batchHeld},
+			{"an odd size's pieces, 50 and 51, count", []int{50, 51}, 200 * time.Millisecond, 50, batchAdopted},
+		} {
+			s := newBatchScript()
+			s.c.slowStart, s.c.lookedDown = false, true
+			for range 3 {
+				s.now = s.now.Add(time.Second)
+				s.c.answer(batchSample{now: s.now, records: 100, latency: time.Second, timeout: s.timeout, spread: 0.1}, &s.tn)
+			}
+			var reason batchReason
+			for _, n := range tt.halves {
+				s.now = s.now.Add(tt.latency)
+				reason = s.c.answer(batchSample{now: s.now, records: n, latency: tt.latency, timeout: s.timeout, spread: 0.1}, &s.tn)
+			}
+			assert.Equal(t, tt.want, s.c.size, tt.name)
+			assert.Equal(t, tt.reason, reason, tt.name)
+			if tt.want < 100 {
+				assert.Equal(t, 100, s.c.ceil, "%s: the size it replaced is too large for a while", tt.name)
+				assert.Equal(t, 2, s.c.base.n, "%s: the pieces' answers measure the size adopted", tt.name)
+			}
+		}
+		s := newBatchScript()
+		s.c.slowStart = false
+		s.c.answer(batchSample{now: s.now, records: 50, latency: 100 * time.Millisecond, spread: 0.1}, &s.tn)
+		assert.Equal(t, 1, s.c.halves.n)
+		s.c.forget()
+		assert.Zero(t, s.c.halves.n, "a change of concurrency forgets the pieces' latencies with the size's")
+	})
 	t.Run("a request refused as too large makes its size too large", func(t *testing.T) {
 		s := newBatchScript()
 		s.c.slowStart = false

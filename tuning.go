@@ -161,6 +161,14 @@ type tuning struct {
 	// beyond probeWorse, and still be kept: judged on a few answers, a
 	// larger size no worse per record reads worse by chance.
 	costNoise float64
+	// halfCheaper is how many times less per record, beyond probeWorse,
+	// batches of half the size adopted must cost to be adopted untried:
+	// they are the pieces of batches that timed out, sent while the lane
+	// sheds, so they meet shorter queues than the size adopted met.
+	halfCheaper float64
+	// halfAnswers is how many such batches are enough: the two pieces of
+	// one batch split.
+	halfAnswers int
 	// carryShare is how many times the capped rate the lane's requests in
 	// flight must be able to carry in batches: where few slots keep the
 	// concurrency down, only larger batches carry the whole rate.
@@ -223,6 +231,8 @@ var defaultTuning = tuning{
 	batchSamples:      3,
 	probeWorse:        1.1,
 	costNoise:         1,
+	halfCheaper:       1.5,
+	halfAnswers:       2,
 	carryShare:        1.5,
 	ceilingFor:        30 * time.Second,
 	timeoutCeilingFor: time.Minute,

@@ -121,9 +121,8 @@ func (in *intake) dispatchReady(ctx context.Context, rt *route) error {
 	if len(b.items) == 0 {
 		return nil
 	}
-	err := in.r.dispatch(ctx, rt, b)
-	if err == nil || in.r.runCtx.Err() != nil {
-		// Dispatched, or failed for good because the run stopped.
+	kept, err := in.r.dispatch(ctx, rt, b)
+	if !kept { // dispatched, or failed for good because the run stopped
 		in.hold.records -= len(b.items)
 		in.hold.bytes -= b.bytes
 		rt.ready = batch{}

@@ -227,11 +227,14 @@ const minRoutes = 1024
 // Batches waiting out a backoff do not count, but the worker pool bounds
 // them. Waiting here is the backpressure that bounds memory.
 //
-// It returns ctx's error, with b not dispatched, when ctx ends first; when
-// the run has stopped it fails b's records and returns the stop error.
-func (r *run) dispatch(ctx context.Context, rt *route, b batch) error {
+// It returns kept true and ctx's error, with b not dispatched and still the
+// caller's, when ctx ends first; when the run has stopped it fails b's
+// records and returns the stop error. The caller must go by kept, not by
+// whether the run has stopped since: a run that stops just after ctx ended
+// has not failed b.
+func (r *run) dispatch(ctx context.Context, rt *route, b batch) (kept bool, err error) {
 	if r.runCtx.Err() != nil {
-		return r.failStopped(b.items)
+		return false, r.failStopped(b.items)
 	}
 	room := func() bool {
 		conc := r.cfg.concurrency
@@ -248,7 +251,7 @@ func (r *run) dispatch(ctx context.Context, rt *route, b batch) error {
 		select {
 		case <-finished:
 		case <-r.runCtx.Done():
-			return r.failStopped(b.items)
+			return false, r.failStopped(b.items)
 		case <-ctx.Done():
 			return r.notDispatched(ctx, b)
 		}
@@ -258,22 +261,22 @@ func (r *run) dispatch(ctx context.Context, rt *route, b batch) error {
 		r.active.Add(1)
 		r.wg.Add(1)
 		go r.process(id, rt, b)
-		return nil
+		return false, nil
 	case <-r.runCtx.Done():
-		return r.failStopped(b.items)
+		return false, r.failStopped(b.items)
 	case <-ctx.Done():
 		return r.notDispatched(ctx, b)
 	}
 }
 
 // notDispatched returns ctx's error for a batch that was not dispatched,
-// unless the run stopped meanwhile (ctx may be the run's): then b's records
-// fail.
-func (r *run) notDispatched(ctx context.Context, b batch) error {
+// kept by the caller, unless the run stopped meanwhile (ctx may be the
+// run's): then b's records fail.
+func (r *run) notDispatched(ctx context.Context, b batch) (kept bool, err error) {
 	if r.runCtx.Err() != nil {
-		return r.failStopped(b.items)
+		return false, r.failStopped(b.items)
 	}
-	return ctx.Err()
+	return true, ctx.Err()
 }
 
 // failStopped fails items that will never be sent because the run stopped,

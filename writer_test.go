@@ -64,8 +64,8 @@ func TestWriterCloseRacingAdds(t *testing.T) {
 
 // blockingWriter is a Writer with concurrency 1 and batch size 1 whose
 // sends wait for release: after three Adds (one sending, two queued), the
-// fourth holds the Writer while it waits for room.
-func blockingWriter(t *testing.T) (w *Writer, release func(), added *atomic.Int64) {
+// fourth, with ctx, holds the Writer while it waits for room.
+func blockingWriter(t *testing.T, ctx context.Context) (w *Writer, release func(), added *atomic.Int64) {
 	gate := make(chan struct{})
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate) }) }
@@ -86,7 +86,7 @@ func blockingWriter(t *testing.T) (w *Writer, release func(), added *atomic.Int6
 		added.Add(1)
 	}
 	go func() {
-		if w.Add(context.Background(), &pinecone.Vector{Id: "fourth", Values: &[]float32{1, 2}}) == nil {
+		if w.Add(ctx, &pinecone.Vector{Id: "fourth", Values: &[]float32{1, 2}}) == nil {
 			added.Add(1)
 		}
 	}()
@@ -101,7 +101,7 @@ func TestWriterCallsEndWithTheirContextWhileAnAddWaits(t *testing.T) {
 		t.Cleanup(cancel)
 		return ctx
 	}
-	w, release, added := blockingWriter(t)
+	w, release, added := blockingWriter(t, context.Background())
 	var released atomic.Bool
 	safety := time.AfterFunc(generous, func() { // the old code waited for this
 		released.Store(true)
@@ -151,28 +151,14 @@ func (c *givingUpCtx) Err() error {
 // soon after the run stops: its record fails with the run's cause, and
 // Close accounts for it, instead of waiting for it for ever.
 func TestWriterFailsABatchItsAddGaveUpOnAsTheRunStops(t *testing.T) {
-	gate := make(chan struct{})
-	send := func(ctx context.Context, _ string, _ []*pinecone.Vector) error {
-		select {
-		case <-gate:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithConcurrency(1), WithBatchSize(1))
-	require.NoError(t, err)
-	for _, v := range vectors(3, 2) { // one sending, two waiting for a slot
-		require.NoError(t, w.Add(context.Background(), v))
-	}
+	ctx := &givingUpCtx{Context: context.Background(), done: make(chan struct{})}
+	w, release, added := blockingWriter(t, ctx)
 	denied := &Error{Class: ClassDenied, Err: errors.New("the index denied the caller")}
-	ctx := &givingUpCtx{Context: context.Background(), done: make(chan struct{}), stop: func() { w.in.r.halt(denied) }}
-	added := make(chan error, 1)
-	go func() { added <- w.Add(ctx, &pinecone.Vector{Id: "fourth", Values: &[]float32{1, 2}}) }()
+	ctx.stop = func() { w.in.r.halt(denied) } // before done is closed, which orders it before its call
 	require.Eventually(t, w.in.r.waitsForRoom, generous, time.Millisecond, "the fourth Add waits for room")
 	close(ctx.done)
-	assert.NoError(t, <-added, "the record was taken before its batch waited")
-	close(gate)
+	require.Eventually(t, func() bool { return added.Load() == 4 }, generous, time.Millisecond, "the record was taken before its batch waited")
+	release()
 
 	cctx, cancel := context.WithTimeout(context.Background(), generous)
 	defer cancel()

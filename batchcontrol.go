@@ -34,7 +34,14 @@ type batchControl struct {
 	timeouts   int       // timeouts of full batches of the size adopted since one succeeded
 	sizedAt    int       // the concurrency when the size was adopted; 0 for the first size
 	lookedDown bool      // the size below the start was tried
-	halves     sizeStats // answers of batches of about half the size adopted (size: the size adopted); sent counts their records
+	halves     halfStats // answers of batches of about half the size adopted
+}
+
+// halfStats summarises the answers of batches of about half a size.
+type halfStats struct {
+	levelStats     // level unused
+	of         int // the size adopted they are half of
+	records    int // in all of them
 }
 
 // sizeStats summarises the latencies of batches of one size.
@@ -323,22 +330,20 @@ func (c *batchControl) isHalf(n int) bool {
 // tuning.halfCheaper beyond probeWorse and the noise), the index slows
 // down above a size between the two, and the half is adopted.
 func (c *batchControl) answerHalf(s batchSample, t *tuning) batchReason {
-	if c.halves.size != c.size {
-		c.halves = sizeStats{size: c.size}
+	h := &c.halves
+	if h.of != c.size {
+		*h = halfStats{of: c.size}
 	}
-	c.halves.add(s.latency)
-	c.halves.sent += s.records
-	if c.halves.n < t.halfAnswers || c.base.n < 2 {
+	h.add(s.latency)
+	h.records += s.records
+	if h.n < t.halfAnswers || c.base.n < 2 {
 		return batchHeld
 	}
-	records := float64(c.halves.sent) / float64(c.halves.n)
-	costHalf := c.halves.mean() - math.Log(records)
-	costBase := c.base.mean() - math.Log(float64(c.size))
-	se := s.spread * math.Sqrt(1/float64(c.halves.n)+1/float64(c.base.n))
-	if costHalf >= costBase-math.Log(t.probeWorse*t.halfCheaper)-t.costNoise*se {
+	costHalf := h.perRecord(float64(h.records) / float64(h.n))
+	if costHalf >= c.base.perRecord(float64(c.size))-math.Log(t.halfCheaper)-c.costSlack(s.spread, h.n, t) {
 		return batchHeld
 	}
-	c.trial, c.halves = sizeStats{levelStats: c.halves.levelStats, size: c.size / 2}, sizeStats{}
+	c.trial, c.halves = sizeStats{levelStats: h.levelStats, size: c.size / 2}, halfStats{}
 	return c.judgeSmaller(s, true, t)
 }
 
@@ -370,12 +375,12 @@ func (c *batchControl) answerTrial(s batchSample, t *tuning) batchReason {
 // noise of its few answers explains (costSlack); a smaller one must cost
 // clearly less.
 func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
-	costTrial := c.trial.mean() - math.Log(float64(c.trial.size))
-	costBase := c.base.mean() - math.Log(float64(c.size))
+	costTrial := c.trial.perRecord(float64(c.trial.size))
+	costBase := c.base.perRecord(float64(c.size))
 	if c.trial.size < c.size {
 		return c.judgeSmaller(s, costTrial < costBase-math.Log(t.probeWorse), t)
 	}
-	if costTrial > costBase+c.costSlack(s.spread, t) {
+	if costTrial > costBase+c.costSlack(s.spread, c.trial.n, t) {
 		return c.tooCostly(s.now, t)
 	}
 	if c.tooSlow(c.trial.mean(), c.trial.n, s, t) {
@@ -386,12 +391,12 @@ func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 	return batchAdopted
 }
 
-// costSlack is how much more, in log, a larger size tried may cost per
-// record than the size adopted and still be kept: tuning.probeWorse, and
-// tuning.costNoise standard errors of the difference of their mean log
-// latencies at the pooled spread.
-func (c *batchControl) costSlack(spread float64, t *tuning) float64 {
-	se := spread * math.Sqrt(1/float64(max(1, c.trial.n))+1/float64(max(1, c.base.n)))
+// costSlack is how much more, in log, a size measured on n answers may
+// cost per record than the size adopted and still be no worse:
+// tuning.probeWorse, and tuning.costNoise standard errors of the
+// difference of their mean log latencies at the pooled spread.
+func (c *batchControl) costSlack(spread float64, n int, t *tuning) float64 {
+	se := spread * math.Sqrt(1/float64(max(1, n))+1/float64(max(1, c.base.n)))
 	return math.Log(t.probeWorse) + t.costNoise*se
 }
 
@@ -428,7 +433,7 @@ func (c *batchControl) judgeSmaller(s batchSample, cheaper bool, t *tuning) batc
 // forget drops the latencies of the size adopted, when the concurrency
 // changes: they are no measure of the new level.
 func (c *batchControl) forget() {
-	c.base, c.halves = sizeStats{size: c.size}, sizeStats{}
+	c.base, c.halves = sizeStats{size: c.size}, halfStats{}
 }
 
 // tooSlow reports whether the 99th percentile of a lognormal latency of

@@ -62,6 +62,10 @@ func (s *levelStats) add(latency time.Duration) {
 
 func (s *levelStats) mean() float64 { return s.sum / float64(s.n) }
 
+// perRecord is the mean log latency per record of batches of records
+// records: the cost a batch size is judged by.
+func (s *levelStats) perRecord(records float64) float64 { return s.mean() - math.Log(records) }
+
 // spread is the standard deviation of log latency.
 func (s *levelStats) spread() float64 {
 	if s.n < 2 {

@@ -215,11 +215,13 @@ func (s *sim) admit() {
 	}
 }
 
-// recut cuts the head batch to limit, in place.
+// recut cuts the head batch to limit, in place, into pieces of equal
+// size as run.recutToLane does.
 func (s *sim) recut(b *simBatch, limit int) {
-	var pieces []*simBatch
-	for n := b.n; n > 0; n -= limit {
-		pieces = append(pieces, &simBatch{n: min(n, limit), retries: b.retries})
+	k := (b.n + limit - 1) / limit
+	pieces := make([]*simBatch, k)
+	for i := range k {
+		pieces[i] = &simBatch{n: (i+1)*b.n/k - i*b.n/k, retries: b.retries}
 	}
 	pieces[len(pieces)-1].then = b.then
 	s.active += len(pieces) - 1
@@ -282,6 +284,9 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 // answer takes the index's answer to b's request.
 func (s *sim) answer(b *simBatch, p permit, e *Error) {
 	outage := b.failed.free(s.ln.release(p, e), defaultRetryPolicy().maxRetries[ClassRateLimited])
+	if simTrace != nil && simTraceRequests {
+		s.traceAnswer(b, p, e)
+	}
 	s.oracle()
 	switch {
 	case e == nil:
@@ -534,7 +539,20 @@ func (b *simBucket) take(now time.Time, n float64) {
 var (
 	simTrace      func(format string, args ...any)
 	simTraceEvery = 500 * time.Millisecond
+	// simTraceRequests (UPSERT_SIM_TRACE_REQUESTS set) adds a line per
+	// answer: its records, latency, class, and the lane's size and
+	// concurrency.
+	simTraceRequests = os.Getenv("UPSERT_SIM_TRACE_REQUESTS") != ""
 )
+
+func (s *sim) traceAnswer(b *simBatch, p permit, e *Error) {
+	class := "ok"
+	if e != nil {
+		class = e.Class.String()
+	}
+	simTrace("%7.3fs answer: %d records, %.0f ms, %s, trial %v; conc %d size %d",
+		s.clk.now.Sub(s.start).Seconds(), b.n, s.clk.now.Sub(p.start).Seconds()*1000, class, b.trial, s.ln.conc.limit, s.ln.batch.size)
+}
 
 func (s *sim) trace() {
 	ln := s.ln

@@ -98,12 +98,14 @@ func (ln *lane) release(p permit, e *Error) failureNote {
 			ln.seen.fastSent = p.start
 		}
 	}
+	// The breaker first: the answer that closes it marks the outage down
+	// before the rates measure over their windows.
+	f := ln.answerBreaker(p, now, class)
 	window := ln.measureWindow(now)
 	cutFor := ln.answerRates(p, now, window, e)
 	ln.reportShare(p, now, window, class)
 	ln.answerBatch(p, now, latency, class)
 	ln.answerConc(p, now, window, latency, class)
-	f := ln.answerBreaker(p, now, class)
 	f.cutFor = cutFor
 	f.refused, f.successes = class == ClassRateLimited, ln.seen.successes
 	return f

@@ -315,7 +315,8 @@ func TestLaneTellsABatchWhichRefusalsWereTheLanes(t *testing.T) {
 	require.NoError(t, err)
 	ln.mu.Lock()
 	ln.cutTo(clk.Now(), 500)
-	ln.dims[dimRecords].ctl.episodes = 1
+	c := &ln.dims[dimRecords].ctl
+	c.episodes, c.capacity = 1, 1250 // climbing back after a cut
 	ln.mu.Unlock()
 	clk.Advance(time.Millisecond)
 	assert.True(t, ln.release(before, errRateLimited).cutFor, "sent before the cut")
@@ -749,4 +750,36 @@ func TestLimiterHoldsAboutMaxLanesWhateverTheirAge(t *testing.T) {
 	assert.Same(t, busy, lim.lane("busy", MaxBatchSize), "the least recently used lane is kept while a request is in flight")
 	assert.Same(t, last, lim.lane(fmt.Sprint("ns-", 20*maxLanes-1), MaxBatchSize), "the most recent lanes are kept")
 	busy.release(p, nil)
+}
+
+// A refusal that closes the breaker after an outage is measured against
+// what the index took before the outage, not the nothing it took while
+// down: the breaker marks the outage before the rates measure, and their
+// windows reach back past it.
+func TestLaneMeasuresARefusalAfterAnOutageByTheRateBeforeIt(t *testing.T) {
+	ctx := context.Background()
+	ln, clk := capLane(1000)
+	ln.conc.set(10, 0)
+	c := &ln.dims[dimRecords].ctl
+	c.episodes, c.capacity = 1, 1250 // climbing back after a cut
+	send := func(e *Error) {
+		p, err := ln.acquire(ctx, req(10))
+		require.NoError(t, err)
+		clk.Advance(10 * time.Millisecond)
+		ln.release(p, e)
+	}
+	for range 100 { // a second at 1000 records/s
+		send(nil)
+	}
+	c.recent.add(true) // two refusals: the probe's is the third, an episode
+	c.recent.add(true)
+	for range breakerThreshold {
+		send(errServer)
+	}
+	require.True(t, ln.state().Paused)
+	clk.Advance(1500 * time.Millisecond) // longer than any window
+	send(errRateLimited)                 // the probe
+	require.False(t, ln.state().Paused)
+	assert.Greater(t, c.limit, 500.0,
+		"cut under the rate the index took before the outage, not to the floor")
 }

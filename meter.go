@@ -13,6 +13,7 @@ type meter struct {
 	buckets [20]float64
 	down    [20]time.Duration // of each bucket, the time the index was down
 	epoch   int64             // index of the newest bucket, in meterBucket units since 1970 (bucketOf)
+	first   int64             // index of the bucket of the first amount
 	started bool              // epoch is set
 }
 
@@ -43,17 +44,23 @@ func (m *meter) slot(e int64) int {
 // rateOver returns the amount per second over the last window, up to
 // meterSpan: whole buckets, the newest one partly elapsed, less the time
 // the index was down in them (but at least a bucket's worth, or the span
-// when shorter: an amount landed as an outage ends is no rate). Time
-// before the meter's first amount counts as empty, so a burst at the
+// when shorter: an amount landed as an outage ends is no rate). The
+// window reaches back past the time the index was down, for as many
+// buckets of it were up as the window asks (back to the meter's first
+// amount): just after an outage, the rate is the one before it, not the
+// nothing it took while down. Time before the first amount counts as
+// empty, so a burst at the
 // start does not read as a rate.
 func (m *meter) rateOver(now time.Time, window time.Duration) float64 {
 	m.advance(now)
 	n := int64(len(m.buckets))
-	k := min(max(int64((window+meterBucket-1)/meterBucket), 1), n)
+	k0 := min(max(int64((window+meterBucket-1)/meterBucket), 1), n)
 	sum, down := 0.0, time.Duration(0)
-	for i := range k {
-		sum += m.buckets[m.slot(m.epoch-i)]
-		down += m.down[m.slot(m.epoch-i)]
+	k := int64(0)
+	for k < k0 || k < n && m.epoch-k >= m.first && time.Duration(k)*meterBucket-down < time.Duration(k0)*meterBucket {
+		sum += m.buckets[m.slot(m.epoch-k)]
+		down += m.down[m.slot(m.epoch-k)]
+		k++
 	}
 	// How far now is into the newest bucket (before it, when the clock
 	// went back).
@@ -93,7 +100,7 @@ func bucketStart(e int64) time.Time {
 func (m *meter) advance(now time.Time) {
 	e := bucketOf(now)
 	if !m.started {
-		m.epoch, m.started = e, true
+		m.epoch, m.first, m.started = e, e, true
 		return
 	}
 	if e <= m.epoch {

@@ -133,9 +133,6 @@ func (c *concControl) answer(s concSample, t *tuning) concReason {
 		c.base = levelStats{level: c.limit}
 		c.slowStart = false
 		return concTimedOut
-	case s.class == ClassRateLimited:
-		c.slowStart = false // the rate now limits, not concurrency
-		return concHeld
 	case s.class != 0 || !s.full || s.seq <= c.seq || s.seq <= c.from:
 		return concHeld
 	}

@@ -94,6 +94,22 @@ func TestConcControl(t *testing.T) {
 			assert.Equal(t, s.tn.startConcurrency, s.c.limit)
 		}
 	})
+	t.Run("a refusal does not end slow start: a rate that binds stops its trials itself", func(t *testing.T) {
+		for _, tt := range []struct {
+			name      string
+			rateBound bool
+			want      int
+		}{
+			{"a refusal of the first wave, the rate then binding nothing: slow start doubles on", false, 64},
+			{"a rate that binds: nothing tried", true, 4},
+		} {
+			s := newConcScript()
+			s.answers(1, flat, func(cs *concSample) { cs.class = ClassRateLimited })
+			s.answers(500, flat, func(cs *concSample) { cs.rateBound = tt.rateBound })
+			assert.Equal(t, tt.want, s.c.limit, tt.name)
+			assert.True(t, s.c.slowStart, tt.name)
+		}
+	})
 	t.Run("a timeout of a loaded index takes a quarter off, once per round trip", func(t *testing.T) {
 		s := newConcScript()
 		s.c.set(16, s.issued)

@@ -45,19 +45,20 @@ func (m *meter) slot(e int64) int {
 // meterSpan: whole buckets, the newest one partly elapsed, less the time
 // the index was down in them (but at least a bucket's worth, or the span
 // when shorter: an amount landed as an outage ends is no rate). The
-// window reaches back past the time the index was down, for as many
-// buckets of it were up as the window asks (back to the meter's first
-// amount): just after an outage, the rate is the one before it, not the
-// nothing it took while down. Time before the first amount counts as
-// empty, so a burst at the
-// start does not read as a rate.
+// window reaches back past the time the index was down, for as much time
+// up as it asks (back to the meter's first amount): just after an outage,
+// the rate is the one before it, not the nothing it took while down. Time
+// before the first amount counts as empty, so a burst at the start does
+// not read as a rate.
 func (m *meter) rateOver(now time.Time, window time.Duration) float64 {
 	m.advance(now)
 	n := int64(len(m.buckets))
 	k0 := min(max(int64((window+meterBucket-1)/meterBucket), 1), n)
 	sum, down := 0.0, time.Duration(0)
-	k := int64(0)
-	for k < k0 || k < n && m.epoch-k >= m.first && time.Duration(k)*meterBucket-down < time.Duration(k0)*meterBucket {
+	// The window's buckets, then older ones while the time up in them
+	// falls short of the window's.
+	want, k := time.Duration(k0)*meterBucket, int64(0)
+	for k < k0 || k < n && m.epoch-k >= m.first && time.Duration(k)*meterBucket-down < want {
 		sum += m.buckets[m.slot(m.epoch-k)]
 		down += m.down[m.slot(m.epoch-k)]
 		k++

@@ -315,8 +315,7 @@ func TestLaneTellsABatchWhichRefusalsWereTheLanes(t *testing.T) {
 	require.NoError(t, err)
 	ln.mu.Lock()
 	ln.cutTo(clk.Now(), 500)
-	c := &ln.dims[dimRecords].ctl
-	c.episodes, c.capacity = 1, 1250 // climbing back after a cut
+	ln.dims[dimRecords].ctl.episodes = 1
 	ln.mu.Unlock()
 	clk.Advance(time.Millisecond)
 	assert.True(t, ln.release(before, errRateLimited).cutFor, "sent before the cut")

@@ -26,8 +26,9 @@ import (
 // fewer answers), waiting longer after each trial that changed nothing. A
 // timeout takes a quarter off, once per round trip, when it says the index
 // is loaded: not when other requests sent after it were answered in good
-// time, which says the size or the tail was to blame. It is a pure
-// controller: no lock, no clock.
+// time, which says the size or the tail was to blame, and not when it is
+// the batch size's trial, which says the size tried is too large. It is a
+// pure controller: no lock, no clock.
 type concControl struct {
 	limit     int
 	slowStart bool
@@ -90,6 +91,7 @@ type concSample struct {
 	latency     time.Duration
 	class       Class         // 0 for a success
 	full        bool          // a batch of the size handed out
+	sizeTrial   bool          // a trial batch of the batch size's: its timeout is the size's
 	loaded      bool          // for a timeout: no request sent after it was answered in good time
 	slotBound   bool          // a request waited for a slot since the last sample
 	rateBound   bool          // a rate held a request back within tuning.boundFor
@@ -119,7 +121,7 @@ func newConcControl(t *tuning) concControl {
 // answer takes one answered request and returns what it did.
 func (c *concControl) answer(s concSample, t *tuning) concReason {
 	switch {
-	case s.class == ClassTimeout && s.loaded && s.seq > c.seq:
+	case s.class == ClassTimeout && s.loaded && s.seq > c.seq && !s.sizeTrial:
 		if c.trial.level > c.base.level {
 			// The level tried only queued (its slowest answers time out,
 			// so its latency reads low): rejected, as judge would.
@@ -323,13 +325,17 @@ func (c *concControl) triesLower() bool {
 // follow raises the limit, in slow start, by how much longer requests
 // take after a larger batch size was adopted (ratio of their latencies):
 // as many requests a second need that many more in flight (Little's law),
-// and doubling there would take round trips of the longer latency.
+// and doubling there would take round trips of the longer latency. The
+// new level is measured as try measures one: from after the requests the
+// raise lets out at once.
 func (c *concControl) follow(ratio float64, issued uint64, t *tuning) {
 	if !c.slowStart || ratio <= 1 || c.trial.level > 0 {
 		return
 	}
+	before := c.limit
 	c.set(min(t.maxConcurrency, int(math.Ceil(float64(c.limit)*ratio))), issued)
 	c.base = levelStats{level: c.limit}
+	c.from = issued + uint64(max(0, c.limit-before))
 }
 
 // set changes the limit for requests admitted after issued.

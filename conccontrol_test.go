@@ -118,6 +118,14 @@ func TestConcControl(t *testing.T) {
 		assert.Equal(t, 12, s.c.limit)
 		assert.False(t, s.c.slowStart)
 	})
+	t.Run("a timeout of the batch size's trial is the size's, not the load's", func(t *testing.T) {
+		s := newConcScript()
+		s.c.set(16, s.issued)
+		seen := s.answers(1, flat, func(cs *concSample) { cs.class, cs.loaded, cs.full, cs.sizeTrial = ClassTimeout, true, false, true })
+		assert.Zero(t, seen[concTimedOut])
+		assert.Equal(t, 16, s.c.limit)
+		assert.True(t, s.c.slowStart)
+	})
 	t.Run("a timeout of a loaded index while a higher level is tried rejects that level", func(t *testing.T) {
 		s := trialFrom(t, 9, 13)
 		holdFor := s.c.holdFor
@@ -275,5 +283,14 @@ func TestConcControl(t *testing.T) {
 		s.c.slowStart = false
 		s.c.follow(3, s.issued, &s.tn)
 		assert.Equal(t, 3*s.tn.startConcurrency, s.c.limit, "not after slow start")
+	})
+	t.Run("the requests a larger batch size's raise lets out at once measure nothing of the new level", func(t *testing.T) {
+		s := newConcScript()
+		s.c.follow(3, s.issued, &s.tn)
+		require.Equal(t, 12, s.c.limit)
+		s.answers(8, flat, nil) // the eight let out at once, queued behind the four before
+		assert.Zero(t, s.c.base.n)
+		s.answers(1, flat, nil)
+		assert.Equal(t, 1, s.c.base.n, "the ninth queued behind the new level")
 	})
 }

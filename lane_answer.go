@@ -222,7 +222,7 @@ func (ln *lane) answerConc(p permit, now time.Time, window, latency time.Duratio
 	before, trying := ln.conc.limit, ln.conc.trial.level > 0
 	may := ln.mayTryConc()
 	ln.conc.answer(concSample{
-		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, loaded: !ln.seen.fastSent.After(p.start),
+		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, sizeTrial: p.sizeProbe, loaded: !ln.seen.fastSent.After(p.start),
 		slotBound: p.waitedSlot || ln.slots.waited, rateBound: rateBound,
 		mayTry: may, spread: ln.spread(), timeout: p.timeout,
 	}, ln.tuning)

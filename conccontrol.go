@@ -325,17 +325,13 @@ func (c *concControl) triesLower() bool {
 // follow raises the limit, in slow start, by how much longer requests
 // take after a larger batch size was adopted (ratio of their latencies):
 // as many requests a second need that many more in flight (Little's law),
-// and doubling there would take round trips of the longer latency. The
-// new level is measured as try measures one: from after the requests the
-// raise lets out at once.
+// and doubling there would take round trips of the longer latency.
 func (c *concControl) follow(ratio float64, issued uint64, t *tuning) {
 	if !c.slowStart || ratio <= 1 || c.trial.level > 0 {
 		return
 	}
-	before := c.limit
 	c.set(min(t.maxConcurrency, int(math.Ceil(float64(c.limit)*ratio))), issued)
 	c.base = levelStats{level: c.limit}
-	c.from = issued + uint64(max(0, c.limit-before))
 }
 
 // set changes the limit for requests admitted after issued.

@@ -284,13 +284,4 @@ func TestConcControl(t *testing.T) {
 		s.c.follow(3, s.issued, &s.tn)
 		assert.Equal(t, 3*s.tn.startConcurrency, s.c.limit, "not after slow start")
 	})
-	t.Run("the requests a larger batch size's raise lets out at once measure nothing of the new level", func(t *testing.T) {
-		s := newConcScript()
-		s.c.follow(3, s.issued, &s.tn)
-		require.Equal(t, 12, s.c.limit)
-		s.answers(8, flat, nil) // the eight let out at once, queued behind the four before
-		assert.Zero(t, s.c.base.n)
-		s.answers(1, flat, nil)
-		assert.Equal(t, 1, s.c.base.n, "the ninth queued behind the new level")
-	})
 }

@@ -42,6 +42,8 @@ type concControl struct {
 	// unsaturated: slow start's test found that a lower level loses
 	// throughput, so latency is the index's, not a queue's (queuesPast)
 	unsaturated bool
+	wave        uint64  // the last request follow's raise let out at once; 0 when measured
+	waveLog     float64 // the log latency of the larger size's answer that raised the level
 }
 
 // levelStats summarises the latencies of full batches answered at one
@@ -143,6 +145,9 @@ func (c *concControl) answer(s concSample, t *tuning) concReason {
 	st.bound = st.bound || s.slotBound
 	st.rated = st.rated || s.rateBound
 	if st.n < c.epoch(s.spread, t) {
+		return concHeld
+	}
+	if c.remeasure(s.spread) {
 		return concHeld
 	}
 	if c.trial.level > 0 {
@@ -326,12 +331,33 @@ func (c *concControl) triesLower() bool {
 // take after a larger batch size was adopted (ratio of their latencies):
 // as many requests a second need that many more in flight (Little's law),
 // and doubling there would take round trips of the longer latency.
-func (c *concControl) follow(ratio float64, issued uint64, t *tuning) {
+// sizeLog is the log latency of the larger size's answer (see remeasure).
+func (c *concControl) follow(ratio, sizeLog float64, issued uint64, t *tuning) {
 	if !c.slowStart || ratio <= 1 || c.trial.level > 0 {
 		return
 	}
+	before := c.limit
 	c.set(min(t.maxConcurrency, int(math.Ceil(float64(c.limit)*ratio))), issued)
 	c.base = levelStats{level: c.limit}
+	c.wave, c.waveLog = issued+uint64(max(0, c.limit-before)), sizeLog
+}
+
+// remeasure ends the first epoch of a level follow raised to, and reports
+// whether the level is measured again from after the requests the raise
+// let out at once. It is when their answers took longer than the larger
+// size's answer that raised the level, by more than the spread (that one
+// answer's noise): they queued behind each other in the index's slots, so
+// they read a level filling, not the level. A wave that did not queue
+// measures the level in one round trip, and stands.
+func (c *concControl) remeasure(spread float64) bool {
+	wave := c.wave
+	c.wave = 0
+	if wave == 0 || !c.slowStart || c.trial.level > 0 || c.base.mean() <= c.waveLog+spread {
+		return false
+	}
+	c.from = wave
+	c.base = levelStats{level: c.base.level}
+	return true
 }
 
 // set changes the limit for requests admitted after issued.

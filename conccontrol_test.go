@@ -278,10 +278,35 @@ func TestConcControl(t *testing.T) {
 	})
 	t.Run("in slow start, a larger batch size takes that many more requests in flight", func(t *testing.T) {
 		s := newConcScript()
-		s.c.follow(3, s.issued, &s.tn)
+		s.c.follow(3, math.Log(0.15), s.issued, &s.tn)
 		assert.Equal(t, 3*s.tn.startConcurrency, s.c.limit)
 		s.c.slowStart = false
-		s.c.follow(3, s.issued, &s.tn)
+		s.c.follow(3, math.Log(0.15), s.issued, &s.tn)
 		assert.Equal(t, 3*s.tn.startConcurrency, s.c.limit, "not after slow start")
+	})
+	t.Run("a raise's wave that queued is measured again from after it; one that did not stands", func(t *testing.T) {
+		sizeLog := math.Log(0.05) // the larger size's answer that raised the level
+		for _, tt := range []struct {
+			name      string
+			wave      time.Duration // the latency of the level's first answers
+			remeasure bool
+			want      int // the level after the first epoch
+		}{
+			{"the wave took four times the size's answer: it queued", 200 * time.Millisecond, true, 12},
+			{"the wave took the size's time: the level doubles", 50 * time.Millisecond, false, 24},
+			{"within a spread of it: noise, not a queue", 54 * time.Millisecond, false, 24},
+		} {
+			s := newConcScript()
+			s.c.follow(3, sizeLog, s.issued, &s.tn)
+			require.Equal(t, 12, s.c.limit)
+			wave := s.c.wave
+			epoch := s.c.epoch(0.1, &s.tn)
+			s.answers(epoch, func(int) time.Duration { return tt.wave }, nil)
+			assert.Equal(t, tt.want, s.c.limit, tt.name)
+			if tt.remeasure {
+				assert.Equal(t, wave, s.c.from, tt.name)
+				assert.Zero(t, s.c.base.n, tt.name)
+			}
+		}
 	})
 }

@@ -196,7 +196,8 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 		conc: ln.conc.limit,
 	}, ln.tuning)
 	if verdict == batchAdopted && ln.batch.size > before && p.slots == nil {
-		ln.conc.follow(math.Exp(ln.batch.base.mean()-baseMean), ln.issued, ln.tuning)
+		sizeLog := ln.batch.base.mean()
+		ln.conc.follow(math.Exp(sizeLog-baseMean), sizeLog, ln.issued, ln.tuning)
 		ln.signals.slots.fire()
 	}
 	if ln.batch.size != before {

@@ -147,7 +147,7 @@ func (c *concControl) answer(s concSample, t *tuning) concReason {
 	if st.n < c.epoch(s.spread, t) {
 		return concHeld
 	}
-	if c.remeasure(s.spread) {
+	if c.remeasure(s.spread, t) {
 		return concHeld
 	}
 	if c.trial.level > 0 {
@@ -346,13 +346,13 @@ func (c *concControl) follow(ratio, sizeLog float64, issued uint64, t *tuning) {
 // whether the level is measured again from after the requests the raise
 // let out at once. It is when their answers took longer than the larger
 // size's answer that raised the level, by more than the spread (that one
-// answer's noise): they queued behind each other in the index's slots, so
-// they read a level filling, not the level. A wave that did not queue
-// measures the level in one round trip, and stands.
-func (c *concControl) remeasure(spread float64) bool {
+// answer's noise) and tuning.waveQueued: they queued behind each other in
+// the index's slots, so they read a level filling, not the level. A wave
+// that did not queue measures the level in one round trip, and stands.
+func (c *concControl) remeasure(spread float64, t *tuning) bool {
 	wave := c.wave
 	c.wave = 0
-	if wave == 0 || !c.slowStart || c.trial.level > 0 || c.base.mean() <= c.waveLog+spread {
+	if wave == 0 || !c.slowStart || c.trial.level > 0 || c.base.mean() <= c.waveLog+max(spread, math.Log(t.waveQueued)) {
 		return false
 	}
 	c.from = wave

@@ -295,6 +295,7 @@ func TestConcControl(t *testing.T) {
 			{"the wave took four times the size's answer: it queued", 200 * time.Millisecond, true, 12},
 			{"the wave took the size's time: the level doubles", 50 * time.Millisecond, false, 24},
 			{"within a spread of it: noise, not a queue", 54 * time.Millisecond, false, 24},
+			{"a spread past it, within waveQueued: the client's noise", 60 * time.Millisecond, false, 24},
 		} {
 			s := newConcScript()
 			s.c.follow(3, sizeLog, s.issued, &s.tn)

@@ -130,6 +130,12 @@ type tuning struct {
 	// a lower level is tested: past it, a saturated index times out many of
 	// that level's requests.
 	queueShare float64
+	// waveQueued is how many times the latency of the larger size's answer
+	// that raised the level (rule 17c) its wave's answers must take, and
+	// more than the spread, to have queued: waiting for a slot adds a
+	// service time to the requests that wait, where the client's own
+	// noise on a steady index adds a few percent.
+	waveQueued float64
 	// holdEpochs is how many epochs a level waits after a trial that
 	// changed nothing before the next one, doubling at each such trial up
 	// to maxHold: a level found is left alone, and looked at again.
@@ -222,6 +228,7 @@ var defaultTuning = tuning{
 	judgeNoise:       0.5,
 	downShare:        0.25,
 	queueShare:       0.75,
+	waveQueued:       1.3,
 	holdEpochs:       2,
 	maxHold:          32,
 	sizeBand:         1.25,

@@ -352,7 +352,10 @@ func (c *concControl) follow(ratio, sizeLog float64, issued uint64, t *tuning) {
 func (c *concControl) remeasure(spread float64, t *tuning) bool {
 	wave := c.wave
 	c.wave = 0
-	if wave == 0 || !c.slowStart || c.trial.level > 0 || c.base.mean() <= c.waveLog+max(spread, math.Log(t.waveQueued)) {
+	if wave == 0 || !c.slowStart || c.trial.level > 0 {
+		return false
+	}
+	if c.base.mean() <= c.waveLog+max(spread, math.Log(t.waveQueued)) {
 		return false
 	}
 	c.from = wave

@@ -289,20 +289,21 @@ func TestConcControl(t *testing.T) {
 		for _, tt := range []struct {
 			name      string
 			wave      time.Duration // the latency of the level's first answers
+			spread    float64       // pooled, of log latency
 			remeasure bool
 			want      int // the level after the first epoch
 		}{
-			{"the wave took four times the size's answer: it queued", 200 * time.Millisecond, true, 12},
-			{"the wave took the size's time: the level doubles", 50 * time.Millisecond, false, 24},
-			{"within a spread of it: noise, not a queue", 54 * time.Millisecond, false, 24},
-			{"a spread past it, within waveQueued: the client's noise", 60 * time.Millisecond, false, 24},
+			{"the wave took four times the size's answer: it queued", 200 * time.Millisecond, 0.1, true, 12},
+			{"the wave took the size's time: the level doubles", 50 * time.Millisecond, 0.1, false, 24},
+			{"past the spread, within waveQueued: the client's noise", 60 * time.Millisecond, 0.1, false, 24},
+			{"past waveQueued, within a jittery index's spread: noise", 75 * time.Millisecond, 0.5, false, 24},
 		} {
 			s := newConcScript()
 			s.c.follow(3, sizeLog, s.issued, &s.tn)
 			require.Equal(t, 12, s.c.limit)
 			wave := s.c.wave
-			epoch := s.c.epoch(0.1, &s.tn)
-			s.answers(epoch, func(int) time.Duration { return tt.wave }, nil)
+			epoch := s.c.epoch(tt.spread, &s.tn)
+			s.answers(epoch, func(int) time.Duration { return tt.wave }, func(cs *concSample) { cs.spread = tt.spread })
 			assert.Equal(t, tt.want, s.c.limit, tt.name)
 			if tt.remeasure {
 				assert.Equal(t, wave, s.c.from, tt.name)

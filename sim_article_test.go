@@ -40,7 +40,7 @@ func runArticle(ix simIndex, seed uint64) simResult {
 	send = func(w *articleWorker) {
 		top := w.stack[len(w.stack)-1]
 		s.res.requests++
-		s.idx.arrive(top.n, top.n*ix.recordBytes+20, s.clk.now, func(e *Error) {
+		done := func(e *Error) {
 			w.stack = w.stack[:len(w.stack)-1]
 			if e == nil {
 				s.res.landed += top.n
@@ -83,7 +83,9 @@ func runArticle(ix simIndex, seed uint64) simResult {
 				ceil = min(ceil, 250*time.Millisecond<<n)
 			}
 			s.at(s.clk.now.Add(time.Duration(s.rng.Int64N(int64(ceil)+1))), func() { send(w) })
-		})
+		}
+		sent, bytes := s.clk.now, top.n*ix.recordBytes+20
+		s.at(sent.Add(simWire(top.n, bytes)), func() { s.idx.arrive(top.n, bytes, sent, done) })
 	}
 	for i := range 4 {
 		next(&articleWorker{id: i})

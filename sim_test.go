@@ -277,7 +277,8 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 	}
 	p := ln.issue(q, probe, waited)
 	s.res.requests++
-	s.idx.arrive(p.n, p.bytes, p.start, func(e *Error) { s.answer(b, p, e) })
+	arrive := func() { s.idx.arrive(p.n, p.bytes, p.start, func(e *Error) { s.answer(b, p, e) }) }
+	s.at(now.Add(simWire(p.n, p.bytes)), arrive)
 	return 0, true
 }
 
@@ -419,6 +420,16 @@ func (v *simServer) arrive(n, bytes int, sent time.Time, done func(*Error)) {
 	s.at(sent.Add(v.cfg.timeout), func() { v.timeout(j) })
 	v.queue = append(v.queue, j)
 	v.serve()
+}
+
+// simWire is how long a request of n records and bytes bytes takes from
+// the client to the index: the SDK's encoding, gRPC over loopback and the
+// server's decoding, during which it holds no write slot (so more requests
+// in flight than slots overlap them). BenchmarkSDKTrip measures it one
+// request at a time; served runs share two cores with the server and take
+// longer, so the constants sit above that fit (BENCHMARKS.md).
+func simWire(n, bytes int) time.Duration {
+	return 300*time.Microsecond + time.Duration(n)*2500*time.Nanosecond + time.Duration(float64(bytes)*5)
 }
 
 func (v *simServer) down(now time.Time) bool {

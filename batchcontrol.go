@@ -409,6 +409,13 @@ func (c *batchControl) adopt(conc int, t *tuning) {
 	c.slowStart = c.slowStart && c.brackets(t)
 }
 
+// searched reports whether the size's first search is over: slow start
+// has ended, no trial is out, and the size below the start was looked at
+// (or the size is too small to look below).
+func (c *batchControl) searched(t *tuning) bool {
+	return !c.slowStart && c.trial.size == 0 && (c.lookedDown || min(c.size, t.startBatch)/10 == 0)
+}
+
 // blames reports whether a timeout counts against the size adopted. A
 // queue's timeout, with more requests in flight than when the size was
 // adopted, is concurrency's to shed (concTimedOut): halving the size too

@@ -330,3 +330,24 @@ func TestBatchJudgesALargerSizeOnItsNoise(t *testing.T) {
 		assert.Equal(t, tt.want, got, tt.name)
 	}
 }
+
+func TestBatchSearched(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		size       int
+		slowStart  bool
+		lookedDown bool
+		trial      int
+		want       bool
+	}{
+		{"slow start goes on", 100, true, false, 0, false},
+		{"the size below the start not looked at", 100, false, false, 0, false},
+		{"looked at", 100, false, true, 0, true},
+		{"a trial out", 100, false, true, 200, false},
+		{"too small to look below", 9, false, false, 0, true},
+	} {
+		c := newBatchControl(MaxBatchSize, &defaultTuning)
+		c.size, c.slowStart, c.lookedDown, c.trial.size = tt.size, tt.slowStart, tt.lookedDown, tt.trial
+		assert.Equal(t, tt.want, c.searched(&defaultTuning), tt.name)
+	}
+}

@@ -27,8 +27,9 @@ import (
 // timeout takes a quarter off, once per round trip, when it says the index
 // is loaded: not when other requests sent after it were answered in good
 // time, which says the size or the tail was to blame, and not when it is
-// the batch size's trial, which says the size tried is too large. It is a
-// pure controller: no lock, no clock.
+// the batch size's trial, which says the size tried is too large. No level
+// goes under the floor the lane raises (raiseFloor). It is a pure
+// controller: no lock, no clock.
 type concControl struct {
 	limit     int
 	slowStart bool
@@ -44,6 +45,7 @@ type concControl struct {
 	unsaturated bool
 	wave        uint64  // the last request follow's raise let out at once; 0 when measured
 	waveLog     float64 // the log latency of the larger size's answer that raised the level
+	floor       int     // the lowest level: 1 until raiseFloor
 }
 
 // levelStats summarises the latencies of full batches answered at one
@@ -116,7 +118,7 @@ const (
 func newConcControl(t *tuning) concControl {
 	return concControl{
 		limit: t.startConcurrency, slowStart: true, base: levelStats{level: t.startConcurrency},
-		holdFor: t.holdEpochs,
+		holdFor: t.holdEpochs, floor: 1,
 	}
 }
 
@@ -127,13 +129,13 @@ func (c *concControl) answer(s concSample, t *tuning) concReason {
 		if c.trial.level > c.base.level {
 			// The level tried only queued (its slowest answers time out,
 			// so its latency reads low): rejected, as judge would.
-			c.down = c.base.level > 1
+			c.down = c.base.level > c.floor
 			c.hold, c.holdFor = c.holdFor, min(2*c.holdFor, t.maxHold)
 		} else {
 			c.down = false
 		}
 		c.trial = levelStats{}
-		c.set(max(1, c.limit*3/4), s.issued)
+		c.set(max(c.floor, c.limit*3/4), s.issued)
 		c.base = levelStats{level: c.limit}
 		c.slowStart = false
 		return concTimedOut
@@ -231,7 +233,7 @@ func (c *concControl) step(t *tuning) int {
 	case c.slowStart && !c.down:
 		return min(t.maxConcurrency, 2*l)
 	case c.down:
-		return max(1, min(l-1, l*2/3))
+		return max(c.floor, min(l-1, l*2/3))
 	default:
 		return min(t.maxConcurrency, max(l+1, l*3/2))
 	}
@@ -302,7 +304,7 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 		c.set(b.level, issued)
 		return concRejected
 	}
-	c.slowStart, c.down = false, ratio > 1 && b.level > 1
+	c.slowStart, c.down = false, ratio > 1 && b.level > c.floor
 	c.base = levelStats{level: b.level}
 	c.set(b.level, issued)
 	c.hold, c.holdFor = c.holdFor, min(2*c.holdFor, t.maxHold)
@@ -315,7 +317,7 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 // no test has found that it is not: a lower level is tested first, since a
 // saturated index would time out many of the doubled level's requests.
 func (c *concControl) queuesPast(timeout time.Duration, t *tuning) bool {
-	if !c.slowStart || c.down || c.unsaturated || c.base.level < 2 || c.base.n == 0 || timeout <= 0 {
+	if !c.slowStart || c.down || c.unsaturated || c.base.level <= c.floor || c.base.n == 0 || timeout <= 0 {
 		return false
 	}
 	ratio := float64(c.step(t)) / float64(c.base.level) // the doubling, capped at tuning.maxConcurrency
@@ -361,6 +363,22 @@ func (c *concControl) remeasure(spread float64, t *tuning) bool {
 	c.from = wave
 	c.base = levelStats{level: c.base.level}
 	return true
+}
+
+// raiseFloor makes floor the lowest level, for requests admitted after
+// issued: the level is raised to it, and a lower level tried is abandoned.
+func (c *concControl) raiseFloor(floor int, issued uint64) {
+	if floor <= c.floor {
+		return
+	}
+	c.floor = floor
+	if c.trial.level > 0 && c.trial.level < floor {
+		c.abandon(issued)
+	}
+	if c.limit < floor {
+		c.set(floor, issued)
+		c.base = levelStats{level: floor}
+	}
 }
 
 // set changes the limit for requests admitted after issued.

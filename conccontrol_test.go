@@ -118,6 +118,47 @@ func TestConcControl(t *testing.T) {
 		assert.Equal(t, 12, s.c.limit)
 		assert.False(t, s.c.slowStart)
 	})
+	t.Run("a floor raised is the lowest level", func(t *testing.T) {
+		loadedTimeout := func(cs *concSample) { cs.class, cs.loaded = ClassTimeout, true }
+		for _, tt := range []struct {
+			name   string
+			script func(s *concScript)
+			want   int
+		}{
+			{"no floor: a timeout at two leaves one", func(s *concScript) {
+				s.c.set(2, s.issued)
+				s.answers(1, flat, loadedTimeout)
+			}, 1},
+			{"a floor of two: a timeout at two leaves two", func(s *concScript) {
+				s.c.raiseFloor(2, s.issued)
+				s.c.set(2, s.issued)
+				s.answers(1, flat, loadedTimeout)
+			}, 2},
+			{"a floor of two: no lower level is tried from two", func(s *concScript) {
+				s.c.raiseFloor(2, s.issued)
+				s.c.set(2, s.issued)
+				s.c.down = true
+				s.answers(400, slots(1, 50*time.Millisecond), nil)
+			}, 2},
+			{"a floor raised raises the level", func(s *concScript) {
+				s.c.set(1, s.issued)
+				s.c.raiseFloor(2, s.issued)
+			}, 2},
+			{"a floor raised abandons a trial under it", func(s *concScript) {
+				s.c.set(2, s.issued)
+				s.c.down = true
+				s.c.try(s.issued, &s.tn)
+				require.Equal(t, 1, s.c.limit)
+				s.c.raiseFloor(2, s.issued)
+				require.Zero(t, s.c.trial.level)
+			}, 2},
+		} {
+			s := newConcScript()
+			s.c.slowStart = false
+			tt.script(s)
+			assert.Equal(t, tt.want, s.c.limit, tt.name)
+		}
+	})
 	t.Run("a timeout of the batch size's trial is the size's, not the load's", func(t *testing.T) {
 		s := newConcScript()
 		s.c.set(16, s.issued)

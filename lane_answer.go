@@ -206,6 +206,27 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 	if trying && ln.batch.trial.size == 0 {
 		ln.sizeTurn = false // the concurrency's turn
 	}
+	ln.raiseConcFloor(p)
+}
+
+// raiseConcFloor keeps tuning.minConcurrency requests in flight from now
+// on, once fewer measured the size adopted (the batch size's first search
+// over) and that many times their latency keeps its tail within the
+// timeout's share: one request alone leaves the index idle while the next
+// travels to it, but requests waiting in one slot must not push the tail
+// into timeouts.
+func (ln *lane) raiseConcFloor(p permit) {
+	t, b := ln.tuning, &ln.batch
+	if p.slots != nil || ln.conc.limit >= t.minConcurrency || !b.searched(t) || b.base.n < t.batchSamples {
+		return
+	}
+	queued := b.base.mean() + math.Log(float64(t.minConcurrency))
+	if b.tooSlow(queued, b.base.n, batchSample{timeout: p.timeout, spread: ln.spread()}, t) {
+		return
+	}
+	ln.conc.raiseFloor(t.minConcurrency, ln.issued)
+	ln.batch.forget()
+	ln.signals.slots.fire()
 }
 
 // answerConc feeds the outcome to the concurrency's controller; more room

@@ -308,6 +308,42 @@ func TestLaneJudgesATimeoutByTheRequestsSentAfterIt(t *testing.T) {
 	}
 }
 
+// One request in flight at a time leaves the index idle while the next
+// travels to it. Until the batch size's first search is over, one alone
+// measures the sizes tried without a queue; and a second request waiting
+// in one slot must not push the tail into the timeout.
+func TestLaneKeepsTwoInFlightOnceTheSizeIsSearched(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name       string
+		slowStart  bool
+		lookedDown bool
+		answers    int
+		latency    time.Duration
+		want       int
+	}{
+		{"the size searched, three answers whose tail fits twice: two in flight", false, true, 3, 100 * time.Millisecond, 2},
+		{"the size below the start not looked at yet: one", false, false, 3, 100 * time.Millisecond, 1},
+		{"the size's slow start: one", true, true, 3, 100 * time.Millisecond, 1},
+		{"two answers: one", false, true, 2, 100 * time.Millisecond, 1},
+		{"two of them would take more than three quarters of the timeout: one", false, true, 3, 800 * time.Millisecond, 1},
+	} {
+		clk := newFakeClock()
+		ln := newLane(clk, MaxBatchSize, &defaultTuning)
+		ln.mu.Lock()
+		ln.conc.slowStart, ln.conc.limit, ln.conc.base.level = false, 1, 1
+		ln.batch.slowStart, ln.batch.lookedDown = tt.slowStart, tt.lookedDown
+		ln.mu.Unlock()
+		for range tt.answers {
+			p, err := ln.acquire(ctx, request{n: 100, timeout: 2 * time.Second})
+			require.NoError(t, err)
+			clk.Advance(tt.latency)
+			ln.release(p, nil)
+		}
+		assert.Equal(t, tt.want, ln.concurrency(), tt.name)
+	}
+}
+
 func TestLaneTellsABatchWhichRefusalsWereTheLanes(t *testing.T) {
 	ctx := context.Background()
 	ln, clk := capLane(1000)

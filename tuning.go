@@ -105,6 +105,11 @@ type tuning struct {
 	// startConcurrency is the article's pool of four; maxConcurrency
 	// bounds the goroutines and the index's load.
 	startConcurrency, maxConcurrency int
+	// minConcurrency is the fewest requests the lane keeps in flight once
+	// the batch size's first search is over, where twice the latency fits
+	// the timeout: with two, one request's trip to the index overlaps the
+	// other's service, where one alone leaves the index idle for every trip.
+	minConcurrency int
 	// epochAnswers is how many answers, at least, a concurrency level is
 	// measured over out of slow start: fewer, and a heavy latency tail
 	// decides.
@@ -223,6 +228,7 @@ var defaultTuning = tuning{
 
 	startConcurrency: 4,
 	maxConcurrency:   64,
+	minConcurrency:   2,
 	epochAnswers:     16,
 	minGain:          0.3,
 	judgeNoise:       0.5,

@@ -28,7 +28,7 @@ import (
 const e2eNamespace = "e2e"
 
 // connect opens an SDK index connection to srv, the way a user would.
-func connect(t *testing.T, srv *upserttest.Server, dialOpts ...grpc.DialOption) *pinecone.IndexConnection {
+func connect(t testing.TB, srv *upserttest.Server, dialOpts ...grpc.DialOption) *pinecone.IndexConnection {
 	t.Helper()
 	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
 	require.NoError(t, err)

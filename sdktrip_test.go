@@ -20,15 +20,7 @@ func BenchmarkSDKTrip(b *testing.B) {
 		b.Run(fmt.Sprintf("records=%d/dims=%d", c.records, c.dims), func(b *testing.B) {
 			srv := upserttest.NewServer()
 			defer srv.Close()
-			pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "trip"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer idx.Close()
+			idx := connect(b, srv)
 			batch := tripBatch(c.records, c.dims)
 			b.SetBytes(int64(c.records * c.dims * 4))
 			ctx := context.Background()

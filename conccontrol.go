@@ -366,13 +366,14 @@ func (c *concControl) remeasure(spread float64, t *tuning) bool {
 }
 
 // raiseFloor makes floor the lowest level, for requests admitted after
-// issued: the level is raised to it, and a lower level tried is abandoned.
+// issued: the level is raised to it, and a trial of a level under it, or
+// from one, is abandoned.
 func (c *concControl) raiseFloor(floor int, issued uint64) {
 	if floor <= c.floor {
 		return
 	}
 	c.floor = floor
-	if c.trial.level > 0 && c.trial.level < floor {
+	if c.trial.level > 0 && min(c.trial.level, c.base.level) < floor {
 		c.abandon(issued)
 	}
 	if c.limit < floor {

@@ -144,6 +144,14 @@ func TestConcControl(t *testing.T) {
 				s.c.set(1, s.issued)
 				s.c.raiseFloor(2, s.issued)
 			}, 2},
+			{"a floor raised abandons a trial from a level under it", func(s *concScript) {
+				s.c.set(1, s.issued)
+				s.c.try(s.issued, &s.tn)
+				require.Equal(t, 2, s.c.limit)
+				s.c.raiseFloor(2, s.issued)
+				require.Zero(t, s.c.trial.level)
+				s.answers(400, slots(1, 50*time.Millisecond), nil)
+			}, 2},
 			{"a floor raised abandons a trial under it", func(s *concScript) {
 				s.c.set(2, s.issued)
 				s.c.down = true

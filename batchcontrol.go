@@ -198,7 +198,7 @@ func (c *batchControl) nextTrial(cap int, t *tuning) int {
 	if c.base.n < c.trialSamples(t) {
 		return 0
 	}
-	if below := min(c.size, t.startBatch) / 10; !c.slowStart && !c.lookedDown && below > 0 {
+	if below := c.below(t); !c.slowStart && !c.lookedDown && below > 0 {
 		// An index can slow down above a size below the start (cost per
 		// record jumps there); only a smaller size shows it, once.
 		return below
@@ -413,8 +413,12 @@ func (c *batchControl) adopt(conc int, t *tuning) {
 // has ended, no trial is out, and the size below the start was looked at
 // (or the size is too small to look below).
 func (c *batchControl) searched(t *tuning) bool {
-	return !c.slowStart && c.trial.size == 0 && (c.lookedDown || min(c.size, t.startBatch)/10 == 0)
+	return !c.slowStart && c.trial.size == 0 && (c.lookedDown || c.below(t) == 0)
 }
+
+// below is the size tried once below the start: a tenth of it, or of the
+// size adopted when smaller; 0 when that is under one record.
+func (c *batchControl) below(t *tuning) int { return min(c.size, t.startBatch) / 10 }
 
 // blames reports whether a timeout counts against the size adopted. A
 // queue's timeout, with more requests in flight than when the size was

@@ -45,7 +45,7 @@ type concControl struct {
 	unsaturated bool
 	wave        uint64  // the last request follow's raise let out at once; 0 when measured
 	waveLog     float64 // the log latency of the larger size's answer that raised the level
-	floor       int     // the lowest level: 1 until raiseFloor
+	floor       int     // the lowest level raiseFloor set; 0: none (one)
 }
 
 // levelStats summarises the latencies of full batches answered at one
@@ -118,7 +118,7 @@ const (
 func newConcControl(t *tuning) concControl {
 	return concControl{
 		limit: t.startConcurrency, slowStart: true, base: levelStats{level: t.startConcurrency},
-		holdFor: t.holdEpochs, floor: 1,
+		holdFor: t.holdEpochs,
 	}
 }
 
@@ -129,13 +129,13 @@ func (c *concControl) answer(s concSample, t *tuning) concReason {
 		if c.trial.level > c.base.level {
 			// The level tried only queued (its slowest answers time out,
 			// so its latency reads low): rejected, as judge would.
-			c.down = c.base.level > c.floor
+			c.down = c.base.level > c.lowest()
 			c.hold, c.holdFor = c.holdFor, min(2*c.holdFor, t.maxHold)
 		} else {
 			c.down = false
 		}
 		c.trial = levelStats{}
-		c.set(max(c.floor, c.limit*3/4), s.issued)
+		c.set(max(c.lowest(), c.limit*3/4), s.issued)
 		c.base = levelStats{level: c.limit}
 		c.slowStart = false
 		return concTimedOut
@@ -233,7 +233,7 @@ func (c *concControl) step(t *tuning) int {
 	case c.slowStart && !c.down:
 		return min(t.maxConcurrency, 2*l)
 	case c.down:
-		return max(c.floor, min(l-1, l*2/3))
+		return max(c.lowest(), min(l-1, l*2/3))
 	default:
 		return min(t.maxConcurrency, max(l+1, l*3/2))
 	}
@@ -304,7 +304,7 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 		c.set(b.level, issued)
 		return concRejected
 	}
-	c.slowStart, c.down = false, ratio > 1 && b.level > c.floor
+	c.slowStart, c.down = false, ratio > 1 && b.level > c.lowest()
 	c.base = levelStats{level: b.level}
 	c.set(b.level, issued)
 	c.hold, c.holdFor = c.holdFor, min(2*c.holdFor, t.maxHold)
@@ -317,7 +317,7 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 // no test has found that it is not: a lower level is tested first, since a
 // saturated index would time out many of the doubled level's requests.
 func (c *concControl) queuesPast(timeout time.Duration, t *tuning) bool {
-	if !c.slowStart || c.down || c.unsaturated || c.base.level <= c.floor || c.base.n == 0 || timeout <= 0 {
+	if !c.slowStart || c.down || c.unsaturated || c.base.level <= c.lowest() || c.base.n == 0 || timeout <= 0 {
 		return false
 	}
 	ratio := float64(c.step(t)) / float64(c.base.level) // the doubling, capped at tuning.maxConcurrency
@@ -369,7 +369,7 @@ func (c *concControl) remeasure(spread float64, t *tuning) bool {
 // issued: the level is raised to it, and a trial of a level under it, or
 // from one, is abandoned.
 func (c *concControl) raiseFloor(floor int, issued uint64) {
-	if floor <= c.floor {
+	if floor <= c.lowest() {
 		return
 	}
 	c.floor = floor
@@ -381,6 +381,9 @@ func (c *concControl) raiseFloor(floor int, issued uint64) {
 		c.base = levelStats{level: floor}
 	}
 }
+
+// lowest is the lowest level: one, until raiseFloor.
+func (c *concControl) lowest() int { return max(1, c.floor) }
 
 // set changes the limit for requests admitted after issued.
 func (c *concControl) set(limit int, issued uint64) {

@@ -210,11 +210,11 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 }
 
 // raiseConcFloor keeps tuning.minConcurrency requests in flight from now
-// on, once fewer measured the size adopted (the batch size's first search
-// over) and that many times their latency keeps its tail within the
-// timeout's share: one request alone leaves the index idle while the next
-// travels to it, but requests waiting in one slot must not push the tail
-// into timeouts.
+// on, once the lane, with fewer in flight, has measured the size adopted
+// (the batch size's first search over) and that many times its latency
+// keeps the tail within the timeout's share: one request alone leaves the
+// index idle while the next travels to it, but requests waiting in one
+// slot must not push the tail into timeouts.
 func (ln *lane) raiseConcFloor(p permit) {
 	t, b := ln.tuning, &ln.batch
 	if p.slots != nil || ln.conc.limit >= t.minConcurrency || !b.searched(t) || b.base.n < t.batchSamples {

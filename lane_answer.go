@@ -214,14 +214,18 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 // (the batch size's first search over) and that many times its latency
 // keeps the tail within the timeout's share: one request alone leaves the
 // index idle while the next travels to it, but requests waiting in one
-// slot must not push the tail into timeouts.
+// slot must not push the tail into timeouts. The floor is for good and
+// rests on a few answers, so their mean is taken a standard error higher
+// and the spread is the larger of the index's and theirs: a lucky few of a
+// heavy tail must not queue every later request behind another.
 func (ln *lane) raiseConcFloor(p permit) {
 	t, b := ln.tuning, &ln.batch
 	if p.slots != nil || ln.conc.limit >= t.minConcurrency || !b.searched(t) || b.base.n < t.batchSamples {
 		return
 	}
-	queued := b.base.mean() + math.Log(float64(t.minConcurrency))
-	if b.tooSlow(queued, b.base.n, batchSample{timeout: p.timeout, spread: ln.spread()}, t) {
+	spread := max(ln.spread(), b.base.spread())
+	queued := b.base.mean() + spread/math.Sqrt(float64(b.base.n)) + math.Log(float64(t.minConcurrency))
+	if b.tooSlow(queued, b.base.n, batchSample{timeout: p.timeout, spread: spread}, t) {
 		return
 	}
 	ln.conc.raiseFloor(t.minConcurrency, ln.issued)

@@ -318,15 +318,17 @@ func TestLaneKeepsTwoInFlightOnceTheSizeIsSearched(t *testing.T) {
 		name       string
 		slowStart  bool
 		lookedDown bool
-		answers    int
-		latency    time.Duration
+		latencies  []time.Duration
 		want       int
 	}{
-		{"the size searched, three answers whose tail fits twice: two in flight", false, true, 3, 100 * time.Millisecond, 2},
-		{"the size below the start not looked at yet: one", false, false, 3, 100 * time.Millisecond, 1},
-		{"the size's slow start: one", true, true, 3, 100 * time.Millisecond, 1},
-		{"two answers: one", false, true, 2, 100 * time.Millisecond, 1},
-		{"two of them would take more than three quarters of the timeout: one", false, true, 3, 800 * time.Millisecond, 1},
+		{"the size searched, three answers whose tail fits twice: two in flight", false, true, ms(100, 100, 100), 2},
+		{"the size below the start not looked at yet: one", false, false, ms(100, 100, 100), 1},
+		{"the size's slow start: one", true, true, ms(100, 100, 100), 1},
+		{"two answers: one", false, true, ms(100, 100), 1},
+		{"two of them would take more than three quarters of the timeout: one", false, true, ms(800, 800, 800), 1},
+		// The index's spread is still its prior (0.3) after three answers.
+		{"their mean a standard error higher would: one", false, true, ms(340, 340, 340), 1},
+		{"their own spread, wider than the index's, would: one", false, true, ms(20, 60, 180), 1},
 	} {
 		clk := newFakeClock()
 		ln := newLane(clk, MaxBatchSize, &defaultTuning)
@@ -334,10 +336,10 @@ func TestLaneKeepsTwoInFlightOnceTheSizeIsSearched(t *testing.T) {
 		ln.conc.slowStart, ln.conc.limit, ln.conc.base.level = false, 1, 1
 		ln.batch.slowStart, ln.batch.lookedDown = tt.slowStart, tt.lookedDown
 		ln.mu.Unlock()
-		for range tt.answers {
+		for _, latency := range tt.latencies {
 			p, err := ln.acquire(ctx, request{n: 100, timeout: 2 * time.Second})
 			require.NoError(t, err)
-			clk.Advance(tt.latency)
+			clk.Advance(latency)
 			ln.release(p, nil)
 		}
 		assert.Equal(t, tt.want, ln.concurrency(), tt.name)
@@ -817,4 +819,13 @@ func TestLaneMeasuresARefusalAfterAnOutageByTheRateBeforeIt(t *testing.T) {
 	require.False(t, ln.state().Paused)
 	assert.Greater(t, c.limit, 500.0,
 		"cut under the rate the index took before the outage, not to the floor")
+}
+
+// ms returns the durations of so many milliseconds.
+func ms(v ...int) []time.Duration {
+	d := make([]time.Duration, len(v))
+	for i, x := range v {
+		d[i] = time.Duration(x) * time.Millisecond
+	}
+	return d
 }

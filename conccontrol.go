@@ -18,7 +18,8 @@ import (
 //
 // It starts with slow start: levels double while every slot is taken and
 // each doubling pays (one that falls short by less than the noise of its
-// few answers is measured on), but a doubling that would queue past the
+// few answers is measured on, and the first that falls short by a little
+// more is tried again after an epoch at the level kept), but a doubling that would queue past the
 // request timeout if the index were saturated waits for a lower level's
 // test: kept, the index is saturated and slow start ends; rejected, it
 // is not, and slow start doubles on. Then it tries a level half again as high
@@ -46,6 +47,7 @@ type concControl struct {
 	wave        uint64  // the last request follow's raise let out at once; 0 when measured
 	waveLog     float64 // the log latency of the larger size's answer that raised the level
 	floor       int     // the lowest level raiseFloor set; 0: none (one)
+	retried     bool    // slow start's last rejected doubling is tried once more
 }
 
 // levelStats summarises the latencies of full batches answered at one
@@ -156,7 +158,7 @@ func (c *concControl) answer(s concSample, t *tuning) concReason {
 		if c.unclear(s.spread, t) {
 			return concHeld
 		}
-		return c.judge(s.issued, s.mayTry, t)
+		return c.judge(s.issued, s.mayTry, s.spread, t)
 	}
 	return c.next(s.issued, s.mayTry, s.timeout, t)
 }
@@ -278,8 +280,9 @@ func (c *concControl) try(issued uint64, t *tuning) {
 // brought at least tuning.minGain of the throughput the extra requests
 // would bring an index far from saturated; a lower one when it lost less
 // than that share of what the requests taken away would. A level kept is
-// followed by the next step the same way at once.
-func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
+// followed by the next step the same way at once. spread is the index's,
+// pooled.
+func (c *concControl) judge(issued uint64, mayTry bool, spread float64, t *tuning) concReason {
 	tr, b := c.trial, c.base
 	if b.n == 0 {
 		return c.abandon(issued)
@@ -288,7 +291,7 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 	ratio := float64(tr.level) / float64(b.level)
 	if shortfall(tr, b, t) <= 0 {
 		c.base = levelStats{level: tr.level, n: tr.n, sum: tr.sum, sumSq: tr.sumSq, bound: tr.bound, rated: tr.rated}
-		c.holdFor = t.holdEpochs
+		c.holdFor, c.retried = t.holdEpochs, false
 		if ratio < 1 {
 			c.slowStart = false // saturated: the lower level lost nothing
 		}
@@ -304,11 +307,29 @@ func (c *concControl) judge(issued uint64, mayTry bool, t *tuning) concReason {
 		c.set(b.level, issued)
 		return concRejected
 	}
+	if c.retries(tr, b, spread, t) {
+		c.retried = true
+		c.base = levelStats{level: b.level}
+		c.set(b.level, issued)
+		return concRejected
+	}
 	c.slowStart, c.down = false, ratio > 1 && b.level > c.lowest()
 	c.base = levelStats{level: b.level}
 	c.set(b.level, issued)
 	c.hold, c.holdFor = c.holdFor, min(2*c.holdFor, t.maxHold)
 	return concRejected
+}
+
+// retries reports whether slow start's doubling tr, rejected against b,
+// is tried once more after an epoch at b rather than ending slow start:
+// the first since a level was kept that falls short by less than
+// tuning.retryNoise standard errors of the difference at the spread.
+func (c *concControl) retries(tr, b levelStats, spread float64, t *tuning) bool {
+	if !c.slowStart || c.retried || tr.level <= b.level {
+		return false
+	}
+	se := spread * math.Sqrt(1/float64(tr.n)+1/float64(b.n))
+	return shortfall(tr, b, t) < t.retryNoise*se
 }
 
 // queuesPast reports whether slow start's next doubling would take the

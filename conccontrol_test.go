@@ -239,7 +239,7 @@ func TestConcControl(t *testing.T) {
 			{"measured on no further than an epoch out of slow start would be", 0.1, 0.5, 32, concRejected},
 		} {
 			s := newConcScript()
-			s.tn.judgeNoise = tt.judgeNoise
+			s.tn.judgeNoise, s.tn.retryNoise = tt.judgeNoise, 0 // a rejection here ends slow start (TestConcControlTriesACloseDoublingOnce)
 			for range 8 {
 				s.c.base.add(100 * time.Millisecond)
 			}
@@ -360,4 +360,41 @@ func TestConcControl(t *testing.T) {
 			}
 		}
 	})
+}
+
+// levelOf returns the stats of n answers at level, each of latency d,
+// with the slots taken.
+func levelOf(level, n int, d time.Duration) levelStats {
+	s := levelStats{level: level, bound: true}
+	for range n {
+		s.add(d)
+	}
+	return s
+}
+
+func TestConcControlTriesACloseDoublingOnce(t *testing.T) {
+	// At the pooled spread of 0.5 and eight answers a level, a standard
+	// error of the difference is 0.25: a doubling of 100 ms answers pays
+	// up to 154 ms (tuning.minGain), and retryNoise allows 0.375 more.
+	for _, tt := range []struct {
+		name        string
+		retried     bool
+		trial       time.Duration
+		slowStart   bool
+		limit       int
+		wantRetried bool
+	}{
+		{"short by less than retryNoise standard errors: back to four, slow start goes on", false, 180 * time.Millisecond, true, 4, true},
+		{"the second such rejection since a level was kept ends slow start", true, 180 * time.Millisecond, false, 4, true},
+		{"short by more ends slow start at once", false, 300 * time.Millisecond, false, 4, false},
+		{"a doubling that pays is kept, the next tried, and a close rejection allowed again", true, 110 * time.Millisecond, true, 16, false},
+	} {
+		s := newConcScript()
+		s.c.base, s.c.trial, s.c.retried = levelOf(4, 8, 100*time.Millisecond), levelOf(8, 8, tt.trial), tt.retried
+		s.c.set(8, s.issued)
+		s.c.judge(s.issued, true, 0.5, &s.tn)
+		assert.Equal(t, tt.slowStart, s.c.slowStart, tt.name)
+		assert.Equal(t, tt.limit, s.c.limit, tt.name)
+		assert.Equal(t, tt.wantRetried, s.c.retried, tt.name)
+	}
 }

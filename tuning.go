@@ -124,6 +124,12 @@ type tuning struct {
 	// pays reads as not paying by chance on a jittery index, and its
 	// rejection ends slow start.
 	judgeNoise float64
+	// retryNoise is how many standard errors of the difference a
+	// doubling in slow start may fall short of paying by and be tried
+	// once more rather than end slow start: one comparison of a jittery
+	// index's few answers misreads a doubling that pays often enough, and
+	// an early end leaves the level far under the index's for the run.
+	retryNoise float64
 	// downShare is the share of an epoch a lower level tried is measured
 	// over: while tried it gives up throughput if it does not pay, and one
 	// kept wrongly is undone by the next trial up (a higher level that only
@@ -232,6 +238,7 @@ var defaultTuning = tuning{
 	epochAnswers:     16,
 	minGain:          0.3,
 	judgeNoise:       0.5,
+	retryNoise:       1.5,
 	downShare:        0.25,
 	queueShare:       0.75,
 	waveQueued:       1.3,

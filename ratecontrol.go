@@ -22,8 +22,9 @@ import (
 // After the cut the limit climbs back to the level along a cubic curve
 // (CUBIC congestion control, in rate: the deeper the cut, the longer the
 // climb) and probes ever faster above it, while the limit holds requests
-// back; unless the index refuses at random (refusesAtRandom), a refusal
-// of the probe restarts it. The usual share of refusals is learnt while
+// back, searching up once it doubled the level unrefused (outgrown);
+// unless the index refuses at random (refusesAtRandom), a refusal of the
+// probe restarts it. The usual share of refusals is learnt while
 // the limit climbs back, or the lane sends well under it, when a token
 // bucket refuses nothing.
 type rateControl struct {
@@ -450,7 +451,21 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 	if c.ceiling {
 		c.limit = min(c.limit, c.prior)
 	}
+	if c.outgrown(t) {
+		c.level, c.search = c.limit, t.recovery
+	}
 	return rateGrew
+}
+
+// outgrown reports whether the probe has reached tuning.probeSearch times
+// the level of the last cut, no refusal restarting it: the capacity rose.
+// The level becomes the limit, which searches up (doubling no sooner than
+// once a recovery) as after the first cut, and a refusal then cuts from
+// what the search reached (rule 10 of docs/limiter.md) instead of
+// restarting the probe from the old level. A known limit the index was
+// found at caps the probe instead.
+func (c *rateControl) outgrown(t *tuning) bool {
+	return !c.ceiling && c.episodes > 0 && c.level > 0 && c.limit >= t.probeSearch*c.level
 }
 
 // curve is the limit at now: from the cut (at the origin plus the climb

@@ -254,7 +254,7 @@ func TestRateControl(t *testing.T) {
 				s.c.limit, s.c.depth = 800, 0.2
 				s.c.origin = s.now.Add(time.Hour) // far from back
 			}
-			s.run(2*s.tn.recovery, 10*time.Millisecond, tt.amount, nil)
+			s.run(7*s.tn.recovery/4, 10*time.Millisecond, tt.amount, nil) // the probe at 1.8 times the level, short of probeSearch's
 			before := s.c.limit
 			require.Equal(t, rateNoise, s.answer(tt.amount, true, 10*time.Millisecond), tt.name)
 			if tt.wantLevel == 0 {
@@ -402,6 +402,29 @@ func TestRateCurve(t *testing.T) {
 	t.Run("a deeper cut climbs back for longer, as the cube root of its depth", func(t *testing.T) {
 		deep := rateControl{depth: 8 * tn.recoveryDepth}
 		assert.Equal(t, 2*tn.recovery, deep.climb(&tn))
+	})
+	t.Run("a probe that doubled the level unrefused searches up from there", func(t *testing.T) {
+		for _, tt := range []struct {
+			name        string
+			probeSearch float64
+			search      time.Duration
+		}{
+			{"twice the level: the capacity rose, a search goes on from the limit", 2, tn.recovery},
+			{"without the rule: the cubic goes on from the old level", math.Inf(1), 0},
+		} {
+			s := capScript(t, 1000)
+			s.tn.probeSearch = tt.probeSearch
+			s.run(4*time.Second, 10*time.Millisecond, 1, nil) // the cubic passes twice the level after 1.88 recoveries
+			assert.Equal(t, tt.search, s.c.search, tt.name)
+			if tt.search == 0 {
+				assert.Equal(t, 1000.0, s.c.level, tt.name)
+				continue
+			}
+			assert.Equal(t, s.c.limit, s.c.level, tt.name)
+			from := s.c.limit
+			s.run(tn.recovery, 10*time.Millisecond, 1, nil)
+			assert.InDelta(t, 2*from, s.c.limit, 0.05*from, "%s: doubling once a recovery", tt.name)
+		}
 	})
 	t.Run("a cap that binds nothing holds the curve where it is", func(t *testing.T) {
 		s := capScript(t, 1000)

@@ -24,6 +24,10 @@ type tuning struct {
 	// slow at first, so that the index's bucket is overdrawn by little,
 	// and capacity that grew fourfold is found within three recoveries.
 	probeGain float64
+	// probeSearch is how many times the level the probe reaches, no
+	// request refused, before the limit searches up instead: the capacity
+	// rose, and doubling finds it sooner than the cubic.
+	probeSearch float64
 	// cutDepth is how far below what the index accepted a cut goes: a
 	// batch is a twentieth of a second's worth, and the index's bucket
 	// refills one in a quarter of a second at that margin; the measure
@@ -211,6 +215,7 @@ var defaultTuning = tuning{
 	recovery:        2 * time.Second,
 	recoveryDepth:   0.05,
 	probeGain:       0.15,
+	probeSearch:     2,
 	cutDepth:        0.2,
 	noiseAnswers:    256,
 	randomAnswers:   128,

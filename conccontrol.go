@@ -19,10 +19,10 @@ import (
 // It starts with slow start: levels double while every slot is taken and
 // each doubling pays (one that falls short by less than the noise of its
 // few answers is measured on, and the first that falls short by a little
-// more is tried again after an epoch at the level kept), but a doubling that would queue past the
-// request timeout if the index were saturated waits for a lower level's
-// test: kept, the index is saturated and slow start ends; rejected, it
-// is not, and slow start doubles on. Then it tries a level half again as high
+// more is tried again after an epoch at the level kept), but a doubling
+// that would queue past the request timeout if the index were saturated
+// waits for a lower level's test: kept, the index is saturated and slow
+// start ends; rejected, it is not, and slow start doubles on. Then it tries a level half again as high
 // now and then, and after one that did not pay, one a third lower (over
 // fewer answers), waiting longer after each trial that changed nothing. A
 // timeout takes a quarter off, once per round trip, when it says the index
@@ -213,9 +213,14 @@ func (c *concControl) unclear(spread float64, t *tuning) bool {
 		return false
 	}
 	ratio := float64(tr.level) / float64(b.level)
-	se := spread * math.Sqrt(1/float64(tr.n)+1/float64(b.n))
 	short := shortfall(tr, b, t)
-	return short > 0 && short < t.judgeNoise*se && tr.n < c.enough(spread, ratio, t)
+	return short > 0 && short < t.judgeNoise*diffError(tr, b, spread) && tr.n < c.enough(spread, ratio, t)
+}
+
+// diffError is the standard error of the difference of two levels' mean
+// log latency, at the spread of log latency.
+func diffError(a, b levelStats, spread float64) float64 {
+	return spread * math.Sqrt(1/float64(a.n)+1/float64(b.n))
 }
 
 // shortfall is how much longer, in mean log latency, the level tried took
@@ -307,15 +312,13 @@ func (c *concControl) judge(issued uint64, mayTry bool, spread float64, t *tunin
 		c.set(b.level, issued)
 		return concRejected
 	}
+	c.base = levelStats{level: b.level}
+	c.set(b.level, issued)
 	if c.retries(tr, b, spread, t) {
 		c.retried = true
-		c.base = levelStats{level: b.level}
-		c.set(b.level, issued)
 		return concRejected
 	}
 	c.slowStart, c.down = false, ratio > 1 && b.level > c.lowest()
-	c.base = levelStats{level: b.level}
-	c.set(b.level, issued)
 	c.hold, c.holdFor = c.holdFor, min(2*c.holdFor, t.maxHold)
 	return concRejected
 }
@@ -328,8 +331,7 @@ func (c *concControl) retries(tr, b levelStats, spread float64, t *tuning) bool 
 	if !c.slowStart || c.retried || tr.level <= b.level {
 		return false
 	}
-	se := spread * math.Sqrt(1/float64(tr.n)+1/float64(b.n))
-	return shortfall(tr, b, t) < t.retryNoise*se
+	return shortfall(tr, b, t) < t.retryNoise*diffError(tr, b, spread)
 }
 
 // queuesPast reports whether slow start's next doubling would take the

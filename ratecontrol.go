@@ -296,8 +296,9 @@ func poissonTail(lambda float64, k int) float64 {
 // rate once its bucket is empty. The limit goes tuning.cutDepth under it,
 // so that the index's bucket refills in a fraction of a second, and climbs
 // back to it. Refusals that come whatever the rate do not get here
-// (answer's test of their excess): they must not grind the rate down. A
-// cut after a search takes at least √2/2 of the limit it doubled to. The
+// (answer's test of their excess): they must not grind the rate down; nor
+// do those that got here while the limit climbed back lower the level
+// (keepsCapacity). A cut after a search takes at least √2/2 of the limit it doubled to. The
 // first cut goes to a floor (firstFloor) and searches up from there
 // (while the lane ramps up, a window measures less than the index took at
 // the end of it). With fewer than three answers accepted since the last
@@ -310,6 +311,7 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 		accepted = r
 	}
 	sent := c.sent.rateOver(s.now, s.window)
+	keep := c.keepsCapacity()
 	if c.episodes == 0 {
 		c.start.firstCut = s.now
 	}
@@ -337,7 +339,11 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 		c.level = max(accepted, c.limit*math.Sqrt2/2)
 		c.limit = c.level * (1 - t.cutDepth)
 	default:
-		c.level, c.limit = accepted, accepted*(1-t.cutDepth)
+		c.level = accepted
+		if keep {
+			c.level = max(accepted, c.capacity)
+		}
+		c.limit = c.level * (1 - t.cutDepth)
 	}
 	c.capacity = accepted
 	c.limit = max(floor, c.limit)
@@ -350,6 +356,18 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	c.gain = 0
 	c.episodes++
 	return reason
+}
+
+// keepsCapacity reports whether a cut keeps the capacity measured at the
+// last one as its level: its refusals came while the limit climbed back to
+// that capacity, none two in a row. The lane then sent less than the
+// index took before, so what the index accepted is the lane's own rate,
+// and the refusals its usual share or a bucket refilling late: cut to
+// them, an index that refuses at random would have its rate ratcheted
+// down. A capacity that fell under what the lane sends overflows the
+// bucket, which refuses several in a row, and lowers the level as before.
+func (c *rateControl) keepsCapacity() bool {
+	return c.climbing() && !c.recent.inRow()
 }
 
 // firstFloor is the level of the first cut, a floor to search up from,

@@ -188,6 +188,27 @@ func TestRateControl(t *testing.T) {
 		assert.InDelta(t, 800, s.c.level, 10)
 		assert.InDelta(t, 800*(1-defaultTuning.cutDepth), s.c.limit, 10)
 	})
+	t.Run("refusals while the limit climbs back cut without lowering the level, unless they come in a row", func(t *testing.T) {
+		for _, tt := range []struct {
+			name      string
+			refuse    func(i int) bool
+			wantLevel float64
+		}{
+			{"one in ten: the usual share or a bucket refilling late", func(i int) bool { return i%10 == 0 }, 1000},
+			{"in a row: the capacity fell under the climb", func(i int) bool { return i < 3 }, 600},
+		} {
+			// The last cut measured 1,000 a second; the limit climbs back
+			// from 600, and the lane sends that.
+			s := capScript(t, 1000)
+			s.c.limit, s.c.depth = 600, 0.4
+			s.c.origin = s.now.Add(time.Hour) // far from back
+			s.run(2*time.Second, 10*time.Millisecond, 6, nil)
+			seen := s.run(300*time.Millisecond, 10*time.Millisecond, 6, tt.refuse)
+			require.Equal(t, 1, seen[rateCut], tt.name)
+			assert.InDelta(t, tt.wantLevel, s.c.level, 0.1*tt.wantLevel, tt.name)
+			assert.InDelta(t, tt.wantLevel*(1-s.tn.cutDepth), s.c.limit, 0.1*tt.wantLevel, tt.name)
+		}
+	})
 	t.Run("a capacity that rose during the climb is measured over the climb's second half", func(t *testing.T) {
 		// The last cut found 1000 a second; the index accepts that for a
 		// second, then 2000 a second for another, then refuses.

@@ -298,8 +298,9 @@ func poissonTail(lambda float64, k int) float64 {
 // back to it. Refusals that come whatever the rate do not get here
 // (answer's test of their excess): they must not grind the rate down; nor
 // do those that got here while the limit climbed back lower the level
-// (keepsCapacity). A cut after a search takes at least √2/2 of the limit it doubled to. The
-// first cut goes to a floor (firstFloor) and searches up from there
+// (keepsCapacity). A cut after a search takes at least √2/2 of the limit
+// it doubled to. The first cut goes to a floor (firstFloor) and searches
+// up from there
 // (while the lane ramps up, a window measures less than the index took at
 // the end of it). With fewer than three answers accepted since the last
 // cut there is nothing to measure by: the limit is half of what was sent,

@@ -300,11 +300,10 @@ func poissonTail(lambda float64, k int) float64 {
 // do those that got here while the limit climbed back lower the level
 // (keepsCapacity). A cut after a search takes at least √2/2 of the limit
 // it doubled to. The first cut goes to a floor (firstFloor) and searches
-// up from there
-// (while the lane ramps up, a window measures less than the index took at
-// the end of it). With fewer than three answers accepted since the last
-// cut there is nothing to measure by: the limit is half of what was sent,
-// and searches up. A cut that does not find the index at its known limit
+// up from there (while the lane ramps up, a window measures less than the
+// index took at the end of it). With fewer than three answers accepted
+// since the last cut there is nothing to measure by: the limit is half of
+// what was sent, and searches up. A cut that does not find the index at its known limit
 // lifts the ceiling an earlier one set: the index's limits changed.
 func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	accepted := c.taken.rateOver(s.now, c.afterFirstCut(s.now, s.window))

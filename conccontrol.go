@@ -22,15 +22,16 @@ import (
 // more is tried again after an epoch at the level kept), but a doubling
 // that would queue past the request timeout if the index were saturated
 // waits for a lower level's test: kept, the index is saturated and slow
-// start ends; rejected, it is not, and slow start doubles on. Then it tries a level half again as high
-// now and then, and after one that did not pay, one a third lower (over
-// fewer answers), waiting longer after each trial that changed nothing. A
-// timeout takes a quarter off, once per round trip, when it says the index
-// is loaded: not when other requests sent after it were answered in good
-// time, which says the size or the tail was to blame, and not when it is
-// the batch size's trial, which says the size tried is too large. No level
-// goes under the floor the lane raises (raiseFloor). It is a pure
-// controller: no lock, no clock.
+// start ends; rejected, it is not, and slow start doubles on. Then it
+// tries a level half again as high now and then, and after one that did
+// not pay, one a third lower (over fewer answers), waiting longer after
+// each trial that changed nothing. A timeout takes a quarter off, once
+// per round trip, when it says the index is loaded: not when other
+// requests sent after it were answered in good time, which says the size
+// or the tail was to blame, and not when it is the batch size's trial,
+// which says the size tried is too large. No level goes under the floor
+// the lane raises (raiseFloor). It is a pure controller: no lock, no
+// clock.
 type concControl struct {
 	limit     int
 	slowStart bool

@@ -303,15 +303,15 @@ func poissonTail(lambda float64, k int) float64 {
 // up from there (while the lane ramps up, a window measures less than the
 // index took at the end of it). With fewer than three answers accepted
 // since the last cut there is nothing to measure by: the limit is half of
-// what was sent, and searches up. A cut that does not find the index at its known limit
-// lifts the ceiling an earlier one set: the index's limits changed.
+// what was sent, and searches up. A cut that does not find the index at
+// its known limit lifts the ceiling an earlier one set: the index's limits
+// changed.
 func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	accepted := c.taken.rateOver(s.now, c.afterFirstCut(s.now, s.window))
 	if r, ok := c.sinceClimb(s, t); ok {
 		accepted = r
 	}
 	sent := c.sent.rateOver(s.now, s.window)
-	keep := c.keepsCapacity()
 	if c.episodes == 0 {
 		c.start.firstCut = s.now
 	}
@@ -340,7 +340,7 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 		c.limit = c.level * (1 - t.cutDepth)
 	default:
 		c.level = accepted
-		if keep {
+		if c.keepsCapacity() { // the limit and capacity are still the last cut's
 			c.level = max(accepted, c.capacity)
 		}
 		c.limit = c.level * (1 - t.cutDepth)

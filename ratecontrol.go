@@ -90,6 +90,14 @@ func (a *answers) count() (refused, n int) { return bits.OnesCount64(a.refused),
 
 func (a *answers) refusals() int { return bits.OnesCount64(a.refused) }
 
+// within is how many of the last n answers were refusals.
+func (a *answers) within(n int) int {
+	if n >= answerSpan {
+		return a.refusals()
+	}
+	return bits.OnesCount64(a.refused & (1<<n - 1))
+}
+
 // inRow reports whether the last two answers were both refusals: a bucket
 // that overflows refuses several in a row.
 func (a *answers) inRow() bool { return a.refused&3 == 3 }
@@ -194,7 +202,7 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 	if c.episodes > 0 && c.accepted == 0 && since < t.drainFor {
 		return rateDraining
 	}
-	if !c.excess(t) || c.recent.refusals() < c.leastRefusals() {
+	if least, among := c.leastRefusals(t); !c.excess(t) || c.recent.within(among) < least {
 		c.endProbe(s, t)
 		return rateNoise
 	}
@@ -242,20 +250,25 @@ func (c *rateControl) calm(s rateSample, t *tuning) bool {
 	return c.episodes > 0 && !inRow && c.sent.rateOver(s.now, s.window) < (1-t.cutDepth)*c.capacity
 }
 
-// leastRefusals is the fewest refusals among the last answers that start
-// an episode whatever the usual share: for the first, two in a row (a
-// bucket that overflows refuses several in a row; refusals at random
-// seldom come so) or three (one among the first answers may be the
-// index's usual share); three while climbing (refusals then teach the
-// usual share; only several say the cut was not enough); none otherwise.
-func (c *rateControl) leastRefusals() int {
+// leastRefusals is the fewest refusals, among how many of the last
+// answers, that start an episode whatever the usual share: for the first,
+// two in a row (a bucket that overflows refuses several in a row; refusals
+// at random seldom come so) or three among the last tuning.firstAnswers
+// (one among the first answers may be the index's usual share, and a
+// bucket that slow start overflowed refuses some of every round trip,
+// where refusals at random spread over the run); three among the register
+// while climbing (refusals then teach the usual share; only several say
+// the cut was not enough); none otherwise.
+func (c *rateControl) leastRefusals(t *tuning) (refusals, among int) {
 	switch {
 	case c.episodes == 0 && c.recent.inRow():
-		return 2
-	case c.episodes == 0, c.climbing():
-		return 3
+		return 2, answerSpan
+	case c.episodes == 0:
+		return 3, t.firstAnswers
+	case c.climbing():
+		return 3, answerSpan
 	}
-	return 0
+	return 0, answerSpan
 }
 
 // excess reports whether the last answers hold more refusals than the

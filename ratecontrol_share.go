@@ -95,7 +95,8 @@ func viewCurve(v share.View, now time.Time, t *tuning) float64 {
 func (c *rateControl) episodeCount(t *tuning) (refusals, answers int) {
 	least := 2
 	if c.episodes > 0 {
-		least = max(2, c.leastRefusals())
+		r, _ := c.leastRefusals(t) // after the first episode: among the whole register
+		least = max(2, r)
 	}
 	noise := c.noise(t)
 	for r := least; r < answerSpan; r++ {

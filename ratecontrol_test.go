@@ -339,8 +339,8 @@ func capScript(t *testing.T, r float64) *rateScript {
 }
 
 // TestFirstEpisode covers rateControl.leastRefusals before the first
-// episode: '.' is an answer accepted, 'x' one refused, 10 ms apart, and
-// want is what the controller did with the last.
+// episode (firstAnswers 16): '.' is an answer accepted, 'x' one refused,
+// 10 ms apart, and want is what the controller did with the last.
 func TestFirstEpisode(t *testing.T) {
 	for _, tt := range []struct {
 		name, answers string
@@ -350,6 +350,8 @@ func TestFirstEpisode(t *testing.T) {
 		{"two apart: random refusals come so", "x.........x", rateNoise},
 		{"two in a row: a bucket that overflows refuses so", "..........xx", rateFirstCut},
 		{"three apart", "x....x....x", rateFirstCut},
+		{"three within the last 16", "x......x......x", rateFirstCut},
+		{"three spread wider: random refusals spread over the run", "x..........x..........x", rateNoise},
 		{"two in a row after one apart", "x.........xx", rateFirstCut},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

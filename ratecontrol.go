@@ -253,20 +253,18 @@ func (c *rateControl) calm(s rateSample, t *tuning) bool {
 // leastRefusals is the fewest refusals, among how many of the last
 // answers, that start an episode whatever the usual share: for the first,
 // two in a row (a bucket that overflows refuses several in a row; refusals
-// at random seldom come so) or three among the last tuning.firstAnswers
-// (one among the first answers may be the index's usual share, and a
-// bucket that slow start overflowed refuses some of every round trip,
-// where refusals at random spread over the run); three among the register
-// while climbing (refusals then teach the usual share; only several say
-// the cut was not enough); none otherwise.
+// at random seldom come so); for the first and while the limit climbs
+// back, three among the last tuning.closeAnswers (one among the first
+// answers may be the index's usual share, refusals while climbing teach
+// it, and a bucket that slow start or a fallen capacity overflowed
+// refuses some of every round trip, where refusals at random spread over
+// the run); none otherwise.
 func (c *rateControl) leastRefusals(t *tuning) (refusals, among int) {
 	switch {
 	case c.episodes == 0 && c.recent.inRow():
 		return 2, answerSpan
-	case c.episodes == 0:
-		return 3, t.firstAnswers
-	case c.climbing():
-		return 3, answerSpan
+	case c.episodes == 0, c.climbing():
+		return 3, t.closeAnswers
 	}
 	return 0, answerSpan
 }

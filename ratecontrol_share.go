@@ -95,7 +95,7 @@ func viewCurve(v share.View, now time.Time, t *tuning) float64 {
 func (c *rateControl) episodeCount(t *tuning) (refusals, answers int) {
 	least := 2
 	if c.episodes > 0 {
-		r, _ := c.leastRefusals(t) // after the first episode: among the whole register
+		r, _ := c.leastRefusals(t) // the lane counts over its own span
 		least = max(2, r)
 	}
 	noise := c.noise(t)

@@ -51,6 +51,17 @@ func (s *rateScript) run(d, step time.Duration, amount float64, refuse func(i in
 	return seen
 }
 
+// pattern answers a request of amount for each of answers, 10 ms apart:
+// '.' accepted, 'x' refused; it returns what the controller did with the
+// last.
+func (s *rateScript) pattern(answers string, amount float64) rateReason {
+	var got rateReason
+	for _, a := range answers {
+		got = s.answer(amount, a == 'x', 10*time.Millisecond)
+	}
+	return got
+}
+
 func TestRateControl(t *testing.T) {
 	t.Run("no limit until the index refuses", func(t *testing.T) {
 		s := newRateScript(t)
@@ -194,7 +205,7 @@ func TestRateControl(t *testing.T) {
 			refuse    func(i int) bool
 			wantLevel float64
 		}{
-			{"one in ten: the usual share or a bucket refilling late", func(i int) bool { return i%10 == 0 }, 1000},
+			{"one in six: the usual share or a bucket refilling late", func(i int) bool { return i%6 == 0 }, 1000},
 			{"in a row: the capacity fell under the climb", func(i int) bool { return i < 3 }, 600},
 		} {
 			// The last cut measured 1,000 a second; the limit climbs back
@@ -203,7 +214,7 @@ func TestRateControl(t *testing.T) {
 			s.c.limit, s.c.depth = 600, 0.4
 			s.c.origin = s.now.Add(time.Hour) // far from back
 			s.run(2*time.Second, 10*time.Millisecond, 6, nil)
-			seen := s.run(300*time.Millisecond, 10*time.Millisecond, 6, tt.refuse)
+			seen := s.run(130*time.Millisecond, 10*time.Millisecond, 6, tt.refuse) // the third refusal last
 			require.Equal(t, 1, seen[rateCut], tt.name)
 			assert.InDelta(t, tt.wantLevel, s.c.level, 0.1*tt.wantLevel, tt.name)
 			assert.InDelta(t, tt.wantLevel*(1-s.tn.cutDepth), s.c.limit, 0.1*tt.wantLevel, tt.name)
@@ -338,29 +349,37 @@ func capScript(t *testing.T, r float64) *rateScript {
 	return s
 }
 
-// TestFirstEpisode covers rateControl.leastRefusals before the first
-// episode (firstAnswers 16): '.' is an answer accepted, 'x' one refused,
-// 10 ms apart, and want is what the controller did with the last.
-func TestFirstEpisode(t *testing.T) {
+// TestEpisodeStart covers rateControl.leastRefusals (closeAnswers 16)
+// before the first episode and while the limit climbs back after a cut
+// (after a second of answers accepted): '.' is an answer accepted, 'x' one
+// refused, 10 ms apart, and want is what the controller did with the last.
+func TestEpisodeStart(t *testing.T) {
 	for _, tt := range []struct {
 		name, answers string
+		climbing      bool
 		want          rateReason
 	}{
-		{"one refusal", "..........x", rateNoise},
-		{"two apart: random refusals come so", "x.........x", rateNoise},
-		{"two in a row: a bucket that overflows refuses so", "..........xx", rateFirstCut},
-		{"three apart", "x....x....x", rateFirstCut},
-		{"three within the last 16", "x......x......x", rateFirstCut},
-		{"three spread wider: random refusals spread over the run", "x..........x..........x", rateNoise},
-		{"two in a row after one apart", "x.........xx", rateFirstCut},
+		{"one refusal", "..........x", false, rateNoise},
+		{"two apart: random refusals come so", "x.........x", false, rateNoise},
+		{"two in a row: a bucket that overflows refuses so", "..........xx", false, rateFirstCut},
+		{"three apart", "x....x....x", false, rateFirstCut},
+		{"three within the last 16", "x......x......x", false, rateFirstCut},
+		{"three spread wider: random refusals spread over the run", "x..........x..........x", false, rateNoise},
+		{"two in a row after one apart", "x.........xx", false, rateFirstCut},
+		{"climbing, two in a row: fewer than three teach the usual share", "..........xx", true, rateNoise},
+		{"climbing, three within the last 16: a bucket that overflows refuses so", "x......x......x", true, rateCut},
+		{"climbing, three spread wider", "x..........x..........x", true, rateNoise},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newRateScript(t)
-			var got rateReason
-			for _, a := range tt.answers {
-				got = s.answer(100, a == 'x', 10*time.Millisecond)
+			if tt.climbing {
+				s = capScript(t, 1000)
+				s.c.capacity = 1250 // the last cut's measure: the limit climbs back to it
+				s.bound = false     // the limit holds nothing back: the curve stays put
+				s.run(s.tn.drainFor, 10*time.Millisecond, 10, nil)
+				require.True(t, s.c.climbing())
 			}
-			assert.Equal(t, tt.want, got)
+			assert.Equal(t, tt.want, s.pattern(tt.answers, 10))
 		})
 	}
 }

@@ -44,12 +44,13 @@ type tuning struct {
 	// significance is how rarely refusals at the index's usual share may
 	// start an episode by chance.
 	significance float64
-	// firstAnswers is how many of the last answers the first episode's
-	// three refusals (unless two in a row) come among: a bucket that slow
-	// start overflowed refuses some of every round trip, and an index
-	// refusing 4% at random gives three among 16 answers about once in
-	// 36 such spans, against one in two among 64.
-	firstAnswers int
+	// closeAnswers is how many of the last answers three refusals must
+	// fall among to start the first episode (unless two come in a row),
+	// or one while the limit climbs back: a bucket that overflows refuses
+	// some of every round trip, and an index refusing 4% at random gives
+	// three among 16 answers about once in 36 such spans, against one in
+	// two among 64.
+	closeAnswers int
 	// drainFor is how long after a cut refusals while the index has
 	// accepted nothing since belong to the episode: it still refuses
 	// what came before the cut (a request larger than its bucket leaves
@@ -226,7 +227,7 @@ var defaultTuning = tuning{
 	noiseAnswers:    256,
 	randomAnswers:   128,
 	significance:    0.01,
-	firstAnswers:    16,
+	closeAnswers:    16,
 	drainFor:        time.Second,
 	minWindow:       300 * time.Millisecond,
 	maxWindow:       2 * time.Second,

@@ -88,14 +88,13 @@ func (a *answers) add(refused bool) {
 
 func (a *answers) count() (refused, n int) { return bits.OnesCount64(a.refused), a.n }
 
-func (a *answers) refusals() int { return bits.OnesCount64(a.refused) }
-
 // within is how many of the last n answers were refusals.
 func (a *answers) within(n int) int {
-	if n >= answerSpan {
-		return a.refusals()
+	mask := ^uint64(0)
+	if n < answerSpan {
+		mask = 1<<n - 1
 	}
-	return bits.OnesCount64(a.refused & (1<<n - 1))
+	return bits.OnesCount64(a.refused & mask)
 }
 
 // inRow reports whether the last two answers were both refusals: a bucket

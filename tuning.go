@@ -46,10 +46,10 @@ type tuning struct {
 	significance float64
 	// closeAnswers is how many of the last answers three refusals must
 	// fall among to start the first episode (unless two come in a row),
-	// or one while the limit climbs back: a bucket that overflows refuses
-	// some of every round trip, and an index refusing 4% at random gives
-	// three among 16 answers about once in 36 such spans, against one in
-	// two among 64.
+	// or an episode while the limit climbs back: a bucket that overflows
+	// refuses some of every round trip, and an index refusing 4% at random
+	// gives three among 16 answers about once in 36 such spans, against
+	// one in two among 64.
 	closeAnswers int
 	// drainFor is how long after a cut refusals while the index has
 	// accepted nothing since belong to the episode: it still refuses

@@ -58,6 +58,73 @@ func (c *fakeClock) Sleeps() []time.Duration {
 	return slices.Clone(c.sleeps)
 }
 
+// gateClock is virtual time that moves only when the test moves it: a
+// Sleep blocks until the clock reaches its end or its context ends.
+type gateClock struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	start    time.Time
+	now      time.Time
+	sleepers int
+}
+
+func newGateClock() *gateClock {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := &gateClock{start: t0, now: t0}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+func (c *gateClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *gateClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.cond.Broadcast()
+	})
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sleepers++
+	defer func() { c.sleepers-- }()
+	for until := c.now.Add(d); c.now.Before(until); c.cond.Wait() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Advance moves the clock by d, ending the sleeps it passes.
+func (c *gateClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	c.cond.Broadcast()
+}
+
+// Sleepers is how many Sleeps are under way.
+func (c *gateClock) Sleepers() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sleepers
+}
+
+// Moved is how far the clock moved since it was made.
+func (c *gateClock) Moved() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now.Sub(c.start)
+}
+
 // withClock and withRand inject time and randomness so that no test sleeps.
 func withClock(c clock) Option { return func(cfg *config) { cfg.clock = c } }
 

@@ -562,6 +562,7 @@ func (in *intake) close() (Result, error) {
 	// Waits for room; what cannot be dispatched because the run stopped
 	// fails.
 	_ = in.flushAll(in.r.runCtx)
+	in.r.producerDone()
 	if in.acks == nil {
 		return in.r.finish()
 	}

@@ -35,6 +35,8 @@ type batchFailures struct {
 	spared    int    // 429s that spent no retry as the lane's overshoot
 	refusals  int    // 429s that answered it, spent or not
 	refusedAt uint64 // the lane's successes at the last of them
+	woke      bool   // its last retry went out before its backoff ended (run.wakeResting)
+	early     int    // 429s that answered such retries
 }
 
 // free takes what the lane said of a failure and reports whether it
@@ -53,18 +55,23 @@ func (b *batchFailures) free(f failureNote, maxSpared int) bool {
 	if f.refused {
 		free = free || b.refusals > 0 && f.successes > b.refusedAt
 		b.refusals, b.refusedAt = b.refusals+1, f.successes
+		if b.woke {
+			b.early++
+		}
 	}
+	b.woke = false
 	return free
 }
 
 // backoffStep is the step of the backoff after a failure of class c
 // (taken by free), given the retries of c spent before it. For a 429 every
 // earlier refusal of the batch counts, spent or not: each asked for a
-// slower pace. Which failures spend a retry decides when a batch fails,
-// not how long it waits.
+// slower pace; but not those of retries a wake sent early, which asked
+// before the backoff ended. Which failures spend a retry decides when a
+// batch fails, not how long it waits.
 func (b *batchFailures) backoffStep(c Class, spent int) int {
 	if c == ClassRateLimited {
-		return max(spent, b.refusals-1)
+		return max(spent, b.refusals-1-b.early)
 	}
 	return spent
 }

@@ -428,18 +428,22 @@ func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
 }
 
 // A 429's backoff grows with every refusal of the batch, whether or not
-// it spent a retry; other classes' with the retries spent.
+// it spent a retry, but for those of retries a wake sent before their
+// backoff ended; other classes' with the retries spent.
 func TestABatchBacksOffFromEveryRefusal(t *testing.T) {
 	var b batchFailures
 	for i, tt := range []struct {
 		note        failureNote
+		woke        bool // the retry this failure answered went out early
 		spent, step int
 	}{
-		{failureNote{refused: true, successes: 1}, 0, 0},
-		{failureNote{refused: true, successes: 5}, 1, 1}, // others landed: spent none
-		{failureNote{refused: true, successes: 9}, 1, 2},
-		{failureNote{refused: true, successes: 9, cutFor: true}, 1, 3},
+		{failureNote{refused: true, successes: 1}, false, 0, 0},
+		{failureNote{refused: true, successes: 5}, false, 1, 1}, // others landed: spent none
+		{failureNote{refused: true, successes: 9}, false, 1, 2},
+		{failureNote{refused: true, successes: 12}, true, 1, 2}, // asked before its backoff ended
+		{failureNote{refused: true, successes: 12, cutFor: true}, false, 1, 3},
 	} {
+		b.woke = tt.woke
 		b.free(tt.note, 8)
 		assert.Equal(t, tt.step, b.backoffStep(ClassRateLimited, tt.spent), "refusal %d", i+1)
 	}

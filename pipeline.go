@@ -51,8 +51,11 @@ type run struct {
 	wg               sync.WaitGroup
 	active           atomic.Int64  // batches in flight
 	resting          atomic.Int64  // of which waiting out a backoff or the retry budget
-	doneMu           sync.Mutex    // guards batchDone
+	doneMu           sync.Mutex    // guards batchDone and restWake
 	batchDone        chan struct{} // closed and replaced when a batch finishes
+	restWake         chan struct{} // closed and replaced to end the backoffs under way (wakeResting)
+	drained          atomic.Bool   // the producer has dispatched every batch (producerDone)
+	lastLanded       atomic.Bool   // the last request answered landed
 
 	stats        counters
 	lastProgress atomic.Int64 // clock time of the last progress report, in ns
@@ -300,8 +303,47 @@ func (r *run) batchFinished() <-chan struct{} {
 func (r *run) finishBatch(worker int) {
 	r.active.Add(-1)
 	r.signalBatch()
+	r.wakeResting()
 	r.workers <- worker
 	r.wg.Done()
+}
+
+// producerDone tells the run that every batch it will send is dispatched.
+func (r *run) producerDone() {
+	r.drained.Store(true)
+	r.wakeResting()
+}
+
+// restWaker returns the channel that wakeResting closes: a batch about to
+// rest takes it before it counts as resting.
+func (r *run) restWaker() <-chan struct{} {
+	r.doneMu.Lock()
+	defer r.doneMu.Unlock()
+	if r.restWake == nil {
+		r.restWake = make(chan struct{})
+	}
+	return r.restWake
+}
+
+// wakeResting ends the backoffs under way when every batch left rests:
+// the index took the last request, and a backoff spreads load that no
+// longer comes (the run's last batches, once the producer is done). Each
+// still waits out its Retry-After, the retry budget and the lane's
+// admission; one refused again rests its full backoff unless another
+// batch lands meanwhile.
+func (r *run) wakeResting() {
+	if !r.drained.Load() || !r.lastLanded.Load() {
+		return
+	}
+	if n := r.resting.Load(); n == 0 || r.active.Load() != n {
+		return
+	}
+	r.doneMu.Lock()
+	defer r.doneMu.Unlock()
+	if r.restWake != nil {
+		close(r.restWake)
+		r.restWake = nil
+	}
 }
 
 // rest counts a batch entering (+1) or leaving (-1) a backoff: a batch
@@ -444,8 +486,11 @@ func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 	r.stats.retry(c)
 	r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
 	r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
+	wake := r.restWaker()
 	r.rest(+1)
-	err := r.cfg.clock.Sleep(r.runCtx, wait)
+	r.wakeResting() // the others may have landed since p's refusal
+	woke, err := r.sleepBackoff(wait, e.RetryAfter, wake)
+	p.failures.woke = woke
 	if err == nil {
 		err = rt.lane.awaitRetry(r.runCtx)
 	}
@@ -455,6 +500,23 @@ func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 		return false
 	}
 	return true
+}
+
+// sleepBackoff waits out a backoff of wait, or until wake is closed once
+// the index's retryAfter (part of wait) has passed, and reports whether
+// wake ended it.
+func (r *run) sleepBackoff(wait, retryAfter time.Duration, wake <-chan struct{}) (woke bool, err error) {
+	if retryAfter > 0 {
+		if err := r.cfg.clock.Sleep(r.runCtx, retryAfter); err != nil {
+			return false, err
+		}
+		wait -= retryAfter
+	}
+	err = sleepOrWake(r.runCtx, r.cfg.clock, wait, wake)
+	if errors.Is(err, errWoken) {
+		return true, nil
+	}
+	return false, err
 }
 
 // isPanic reports whether e is a recovered panic (see [PanicError]).
@@ -504,6 +566,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 			r.halt(e)
 		}
 	}
+	r.lastLanded.Store(e == nil)
 	p.free = p.failures.free(rt.lane.release(perm, e), r.cfg.retry.maxRetries[ClassRateLimited])
 	r.minute.done(pass, e)
 	r.stats.request(n, latency, e)

@@ -21,6 +21,7 @@ import (
 func drawSimIndex(seed uint64) simIndex {
 	ix := upserttest.DrawIndex(seed)
 	timeout := upserttest.FamilyTimeout
+	shiftIndex(&ix, &timeout, os.Getenv("UPSERT_SIM_SHIFT"))
 	return simIndex{
 		records: ix.Records, recordBytes: ix.RecordBytes(), vecRate: ix.VectorRate, vecBurst: ix.VectorBurst,
 		reqRate: 100 * ix.PineconeLimits, byteRate: 50e6 * ix.PineconeLimits, slots: ix.Slots,
@@ -28,6 +29,37 @@ func drawSimIndex(seed uint64) simIndex {
 		sigma: ix.Jitter, slowAbove: ix.SlowAbove, slowFactor: ix.SlowFactor, changes: ix.Changes,
 		outageEvery: ix.OutageEvery, outageFor: ix.OutageLength, flaky: ix.RandomRateLimited, timeout: timeout,
 		idealFn: func(n int) time.Duration { return ix.IdealTime(n, timeout) },
+	}
+}
+
+// shiftIndex moves a drawn index off the family's ranges, for a check
+// that the distribution holds on indexes the limiter was not judged on
+// (UPSERT_SIM_SHIFT, comma-separated): records=F runs F times as many
+// records (the burst kept within a quarter of the run); tail raises the
+// jitter of a jittered index to σ 1–1.5; flaky adds five points to the
+// share of random 429s of an index that has them; timeout=D writes with
+// requests that time out after D (30s is the library's default).
+func shiftIndex(ix *upserttest.Index, timeout *time.Duration, shifts string) {
+	for _, kv := range strings.Split(shifts, ",") {
+		name, val, _ := strings.Cut(kv, "=")
+		switch name {
+		case "records":
+			f, _ := strconv.ParseFloat(val, 64)
+			ix.Records = max(1000, int(float64(ix.Records)*f))
+			ix.VectorBurst = min(ix.VectorBurst, max(1, ix.Records/4))
+		case "tail":
+			if ix.Jitter > 0 {
+				ix.Jitter = 1 + ix.Jitter/2
+			}
+		case "flaky":
+			if ix.RandomRateLimited > 0 {
+				ix.RandomRateLimited += 0.05
+			}
+		case "timeout":
+			if d, err := time.ParseDuration(val); err == nil {
+				*timeout = d
+			}
+		}
 	}
 }
 

@@ -118,6 +118,8 @@ type sim struct {
 	waiting  []*simBatch
 	active   int
 	resting  int
+	wakers   []func()  // end the backoffs under way (wakeResting)
+	landed   bool      // the last request answered landed
 	admitAt  time.Time // a pending admission attempt, zero when none
 	res      simResult
 	start    time.Time
@@ -289,6 +291,8 @@ func (s *sim) answer(b *simBatch, p permit, e *Error) {
 		s.traceAnswer(b, p, e)
 	}
 	s.oracle()
+	s.landed = e == nil
+	defer s.wakeResting()
 	switch {
 	case e == nil:
 		s.settle(b, true)
@@ -327,6 +331,20 @@ func (s *sim) rest(b *simBatch, c Class, retryAfter time.Duration) {
 	bo.n = b.failed.backoffStep(c, max(0, b.retries[c]-1))
 	s.resting++
 	var again func()
+	var wake func(early bool)
+	woken, until := false, s.clk.now.Add(retryAfter)
+	wake = func(early bool) {
+		switch {
+		case woken:
+		case s.clk.now.Before(until): // the index's Retry-After is waited out
+			s.at(until, func() { wake(early) })
+		default:
+			woken = true
+			b.failed.woke = early
+			again()
+		}
+	}
+	s.wakers = append(s.wakers, func() { wake(true) })
 	again = func() {
 		ok, wait := s.ln.budget.take(s.clk.now)
 		if !ok {
@@ -337,7 +355,20 @@ func (s *sim) rest(b *simBatch, c Class, retryAfter time.Duration) {
 		s.enqueue(b)
 		s.fill()
 	}
-	s.at(s.clk.now.Add(max(bo.NextBackOff(), retryAfter)), again)
+	s.at(s.clk.now.Add(max(bo.NextBackOff(), retryAfter)), func() { wake(false) })
+}
+
+// wakeResting ends the backoffs under way once every batch formed rests
+// and the last request landed, as the pipeline's run.wakeResting does.
+func (s *sim) wakeResting() {
+	if !s.landed || s.pending > 0 || s.active != s.resting || len(s.wakers) == 0 {
+		return
+	}
+	ws := s.wakers
+	s.wakers = nil
+	for _, w := range ws {
+		w()
+	}
 }
 
 // settle ends b, landed or failed, and queues the other half of its split.

@@ -819,3 +819,74 @@ func TestANamespaceFunctionNeverSeesANilRecord(t *testing.T) {
 		})
 	}
 }
+
+// A refused batch's backoff spreads load: once the producer is done and
+// every other batch left has landed, nothing is left to spread, and the
+// batch goes out at once. A run whose last answer was a refusal waits its
+// backoff out. Virtual time moves only when the test moves it.
+func TestAllSendsARestingBatchOnceNothingElseIsLeft(t *testing.T) {
+	refused := status.Error(codes.ResourceExhausted, "slow down")
+	t.Run("the others landed: the refused batch goes at once", func(t *testing.T) {
+		fi := newFakeIndex(func(call int, _ []string) error {
+			if call == 0 {
+				return refused // three batches land after it
+			}
+			return nil
+		})
+		clk := newGateClock()
+		res, err := runOnGate(t, clk, func() (Result, error) {
+			return All(context.Background(), vectors(40, 2), WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand),
+				WithBatchSize(10), WithConcurrency(1))
+		})
+		require.NoError(t, err)
+		assert.Equal(t, 40, res.Upserted)
+		assert.Len(t, fi.Calls(), 5)
+		assert.Zero(t, clk.Moved(), "no backoff was waited out")
+	})
+	t.Run("nothing landed since the refusal: its backoff is waited out", func(t *testing.T) {
+		fi := newFakeIndex(func(call int, _ []string) error {
+			if call == 0 {
+				return refused
+			}
+			return nil
+		})
+		clk := newGateClock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			res, err := All(context.Background(), vectors(10, 2), WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand))
+			assert.NoError(t, err)
+			assert.Equal(t, 10, res.Upserted)
+		}()
+		require.Eventually(t, func() bool { return clk.Sleepers() == 1 }, 10*time.Second, time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // room for a wrong wake
+		assert.Len(t, fi.Calls(), 1, "not sent again before its backoff ended")
+		clk.Advance(500 * time.Millisecond) // a 429's first backoff at maxRand
+		<-done
+		assert.Len(t, fi.Calls(), 2)
+	})
+}
+
+// runOnGate runs f and returns what it did; if f has not returned after
+// ten seconds, it moves clk an hour on, once, so that a run waiting for it
+// ends, and the test fails on what it asserts of clk.
+func runOnGate(t *testing.T, clk *gateClock, f func() (Result, error)) (Result, error) {
+	t.Helper()
+	type out struct {
+		res Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := f()
+		done <- out{res, err}
+	}()
+	select {
+	case o := <-done:
+		return o.res, o.err
+	case <-time.After(10 * time.Second):
+		clk.Advance(time.Hour)
+		o := <-done
+		return o.res, o.err
+	}
+}

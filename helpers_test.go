@@ -58,39 +58,54 @@ func (c *fakeClock) Sleeps() []time.Duration {
 	return slices.Clone(c.sleeps)
 }
 
+// condClock is the shared part of the test clocks whose Sleeps block on
+// a condition: virtual time guarded by mu, and cond to wake the sleepers.
+type condClock struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	start time.Time
+	now   time.Time
+}
+
+func (c *condClock) init() {
+	c.start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c.now = c.start
+	c.cond = sync.NewCond(&c.mu)
+}
+
+func (c *condClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// wakeOnDone wakes the sleepers when ctx ends, until the returned stop.
+func (c *condClock) wakeOnDone(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.cond.Broadcast()
+	})
+}
+
 // gateClock is virtual time that moves only when the test moves it: a
 // Sleep blocks until the clock reaches its end or its context ends.
 type gateClock struct {
-	mu       sync.Mutex
-	cond     *sync.Cond
-	start    time.Time
-	now      time.Time
+	condClock
 	sleepers int
 }
 
 func newGateClock() *gateClock {
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	c := &gateClock{start: t0, now: t0}
-	c.cond = sync.NewCond(&c.mu)
+	c := &gateClock{}
+	c.init()
 	return c
-}
-
-func (c *gateClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
 }
 
 func (c *gateClock) Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	stop := context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.cond.Broadcast()
-	})
-	defer stop()
+	defer c.wakeOnDone(ctx)()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.sleepers++

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -176,9 +175,7 @@ func TestEstimateTokens(t *testing.T) {
 // virtual time, and a long wait of one goroutine does not pass while
 // others work.
 type eventClock struct {
-	mu       sync.Mutex
-	cond     *sync.Cond
-	now      time.Time
+	condClock
 	wakes    []time.Time // of the sleepers
 	inFlight int
 	events   int // sleeps begun and ended, requests sent and answered
@@ -191,27 +188,16 @@ type eventClock struct {
 const quietFor = 4 * time.Millisecond
 
 func newEventClock() *eventClock {
-	c := &eventClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	c.cond = sync.NewCond(&c.mu)
+	c := &eventClock{}
+	c.init()
 	return c
-}
-
-func (c *eventClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
 }
 
 func (c *eventClock) Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	stop := context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.cond.Broadcast()
-	})
-	defer stop()
+	defer c.wakeOnDone(ctx)()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	wake := c.now.Add(d)

@@ -49,13 +49,13 @@ type run struct {
 	workers          chan int      // free worker ids; a batch in flight holds one
 	slots            chan struct{} // when concurrency is fixed: one per request in flight
 	wg               sync.WaitGroup
-	active           atomic.Int64  // batches in flight
-	resting          atomic.Int64  // of which waiting out a backoff or the retry budget
-	doneMu           sync.Mutex    // guards batchDone and restWake
-	batchDone        chan struct{} // closed and replaced when a batch finishes
-	restWake         chan struct{} // closed and replaced to end the backoffs under way (wakeResting)
-	drained          atomic.Bool   // the producer has dispatched every batch (producerDone)
-	lastLanded       atomic.Bool   // the last request answered landed
+	active           atomic.Int64 // batches in flight
+	resting          atomic.Int64 // of which waiting out a backoff or the retry budget
+	doneMu           sync.Mutex   // guards batchDone and restWake
+	batchDone        signal       // fired when a batch finishes or rests
+	restWake         signal       // fired to end the backoffs under way (wakeResting)
+	drained          atomic.Bool  // the producer has dispatched every batch (producerDone)
+	lastLanded       atomic.Bool  // the last request answered landed
 
 	stats        counters
 	lastProgress atomic.Int64 // clock time of the last progress report, in ns
@@ -294,10 +294,7 @@ func (r *run) failStopped(items []item) error {
 func (r *run) batchFinished() <-chan struct{} {
 	r.doneMu.Lock()
 	defer r.doneMu.Unlock()
-	if r.batchDone == nil {
-		r.batchDone = make(chan struct{})
-	}
-	return r.batchDone
+	return r.batchDone.wait()
 }
 
 func (r *run) finishBatch(worker int) {
@@ -319,10 +316,7 @@ func (r *run) producerDone() {
 func (r *run) restWaker() <-chan struct{} {
 	r.doneMu.Lock()
 	defer r.doneMu.Unlock()
-	if r.restWake == nil {
-		r.restWake = make(chan struct{})
-	}
-	return r.restWake
+	return r.restWake.wait()
 }
 
 // wakeResting ends the backoffs under way when every batch left rests:
@@ -340,10 +334,7 @@ func (r *run) wakeResting() {
 	}
 	r.doneMu.Lock()
 	defer r.doneMu.Unlock()
-	if r.restWake != nil {
-		close(r.restWake)
-		r.restWake = nil
-	}
+	r.restWake.fire()
 }
 
 // rest counts a batch entering (+1) or leaving (-1) a backoff: a batch
@@ -357,11 +348,8 @@ func (r *run) rest(delta int64) {
 
 func (r *run) signalBatch() {
 	r.doneMu.Lock()
-	if r.batchDone != nil {
-		close(r.batchDone)
-		r.batchDone = nil
-	}
-	r.doneMu.Unlock()
+	defer r.doneMu.Unlock()
+	r.batchDone.fire()
 }
 
 // part is a batch or a piece of one, with what its records went through.

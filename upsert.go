@@ -354,7 +354,10 @@ func WithMaxRetries(class Class, n int) Option {
 // jitter"). A 429 uses twice base, and never waits less than the index's
 // Retry-After or gRPC pushback, counted up to a minute (a longer ask, which
 // Pinecone's per-second and per-minute limits do not explain, waits a
-// minute). Defaults: base 250 ms, max 30 s.
+// minute). Defaults: base 250 ms, max 30 s. At the end of a call, when
+// every batch left is waiting out a backoff and the last request landed,
+// those waits end (not a Retry-After): they spread load that no longer
+// comes.
 func WithBackoff(base, max time.Duration) Option {
 	return func(c *config) {
 		if base <= 0 || max < base {

@@ -173,7 +173,7 @@ func TestWriterFailsABatchItsAddGaveUpOnAsTheRunStops(t *testing.T) {
 func (r *run) waitsForRoom() bool {
 	r.doneMu.Lock()
 	defer r.doneMu.Unlock()
-	return r.batchDone != nil
+	return r.batchDone.ch != nil
 }
 
 // Flush waits for the records added before it, not for those added while

@@ -85,7 +85,7 @@ type dimension struct {
 	ctl    rateControl
 	bucket *rate.Limiter
 	waited time.Time // when a request last waited for its tokens
-	floor  float64   // the least limit a cut sets
+	floor  float64   // the least limit a cut sets (see lane.floorOf)
 	least  int       // the least burst: a shared lane's batch (lane_share.go); 0 otherwise
 }
 
@@ -155,6 +155,18 @@ func (ln *lane) setLimits(l IndexLimits) {
 			d.bucket = rate.NewLimiter(rate.Limit(d.ctl.limit), max(1, int(d.ctl.limit*ln.tuning.burstFor.Seconds())))
 		}
 	}
+}
+
+// floorOf is the least limit a cut sets in dimension dim: its floor, and
+// for bytes no more than the bytes of tuning.minRecords records, so that
+// an index that takes fewer small records a second than the byte floor
+// carries is not sent more than it takes for good (a refusal storm).
+func (ln *lane) floorOf(dim int) float64 {
+	d := &ln.dims[dim]
+	if dim == dimBytes && ln.seen.recordBytes > 0 {
+		return min(d.floor, ln.tuning.minRecords*ln.seen.recordBytes)
+	}
+	return d.floor
 }
 
 // apply sets the bucket's rate to the controller's limit, and its burst

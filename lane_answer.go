@@ -147,7 +147,7 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 			doubling: 4 * time.Duration(ln.seen.roundTrip),
 		}
 		searched := d.ctl.search > 0
-		switch reason := d.ctl.answer(s, ln.tuning, d.floor); reason {
+		switch reason := d.ctl.answer(s, ln.tuning, ln.floorOf(i)); reason {
 		case rateFirstCut, rateCut, rateHalved, rateAtPrior:
 			ln.cuts++
 			ln.signals.rates.fire()

@@ -261,7 +261,7 @@ func (ln *lane) holdSearches(now time.Time, w time.Duration) {
 			view := ln.share.m.View()
 			v, k = &view, ln.laneMultiple(now, view)
 		}
-		if d.ctl.hold(max(d.floor, 2*ln.searchPace(now, w, *v, i, k))) {
+		if d.ctl.hold(max(ln.floorOf(i), 2*ln.searchPace(now, w, *v, i, k))) {
 			d.apply(now, ln.tuning)
 		}
 	}
@@ -323,7 +323,7 @@ func (ln *lane) shareRefusal(p permit, e *Error, dim int, s rateSample) {
 	}
 	d := &ln.dims[dim]
 	trial := d.ctl // a copy: the cut is made only if the lane's count is complete
-	reason := trial.cut(s, ln.tuning, d.floor)
+	reason := trial.cut(s, ln.tuning, ln.floorOf(dim))
 	c := ln.proposal(p, e, dim, &trial, d.ctl.search > 0 && reason != rateAtPrior)
 	refusals, answers := d.ctl.episodeCount(ln.tuning)
 	c.Refusals, c.Window = refusals, ln.laneAnswersSpan(s.now, answers)

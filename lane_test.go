@@ -833,3 +833,32 @@ func ms(v ...int) []time.Duration {
 	}
 	return d
 }
+
+func TestLaneCutsTheByteRateUnderItsFloorForSmallRecords(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		recordBytes int
+		floor       float64 // the least byte limit a cut may set
+	}{
+		{"small records: ten records' bytes", 60, 10 * 60},
+		{"large records: the byte floor", 4000, defaultTuning.minBytes},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := newFakeClock()
+			ln := newLane(clk, MaxBatchSize, &defaultTuning)
+			// An index that refuses every byte-rate request: the cuts go as
+			// low as the lane lets them.
+			for range 200 {
+				p, err := ln.acquire(ctx, request{n: 10, bytes: 10 * tt.recordBytes})
+				require.NoError(t, err)
+				clk.Advance(10 * time.Millisecond)
+				ln.release(p, &Error{Class: ClassRateLimited, Limit: LimitBytes})
+				clk.Advance(time.Second)
+			}
+			limit := ln.dims[dimBytes].ctl.limit
+			assert.GreaterOrEqual(t, limit, tt.floor*0.99, "never under the floor")
+			assert.Less(t, limit, 1.5*tt.floor, "down to the floor, not held above it")
+		})
+	}
+}

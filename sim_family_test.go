@@ -37,8 +37,11 @@ func drawSimIndex(seed uint64) simIndex {
 // (UPSERT_SIM_SHIFT, comma-separated): records=F runs F times as many
 // records (the burst kept within a quarter of the run); tail raises the
 // jitter of a jittered index to σ 1–1.5; flaky adds five points to the
-// share of random 429s of an index that has them; timeout=D writes with
-// requests that time out after D (30s is the library's default).
+// share of random 429s of an index that has them; capacity=F multiplies
+// the vector bucket's rate and burst by F; latency=F the fixed part of a
+// request's latency; slots=F the write slots of an index that has a limit;
+// timeout=D writes with requests that time out after D (30s is the
+// library's default).
 func shiftIndex(ix *upserttest.Index, timeout *time.Duration, shifts string) {
 	for _, kv := range strings.Split(shifts, ",") {
 		name, val, _ := strings.Cut(kv, "=")
@@ -54,6 +57,18 @@ func shiftIndex(ix *upserttest.Index, timeout *time.Duration, shifts string) {
 		case "flaky":
 			if ix.RandomRateLimited > 0 {
 				ix.RandomRateLimited += 0.05
+			}
+		case "capacity": // the vector bucket's rate and burst
+			f, _ := strconv.ParseFloat(val, 64)
+			ix.VectorRate *= f
+			ix.VectorBurst = max(1, int(float64(ix.VectorBurst)*f))
+		case "latency": // the fixed part of a request's latency
+			f, _ := strconv.ParseFloat(val, 64)
+			ix.Latency = time.Duration(float64(ix.Latency) * f)
+		case "slots":
+			f, _ := strconv.ParseFloat(val, 64)
+			if ix.Slots > 0 {
+				ix.Slots = max(1, int(float64(ix.Slots)*f))
 			}
 		case "timeout":
 			if d, err := time.ParseDuration(val); err == nil {

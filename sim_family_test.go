@@ -58,10 +58,10 @@ func shiftIndex(ix *upserttest.Index, timeout *time.Duration, shifts string) {
 			if ix.RandomRateLimited > 0 {
 				ix.RandomRateLimited += 0.05
 			}
-		case "capacity": // the vector bucket's rate and burst
-			f, _ := strconv.ParseFloat(val, 64)
-			ix.VectorRate *= f
-			ix.VectorBurst = max(1, int(float64(ix.VectorBurst)*f))
+		case "capacity":
+			if f, err := strconv.ParseFloat(val, 64); err == nil && f > 0 {
+				*ix = ix.RateScaled(f)
+			}
 		case "latency": // the fixed part of a request's latency
 			f, _ := strconv.ParseFloat(val, 64)
 			ix.Latency = time.Duration(float64(ix.Latency) * f)

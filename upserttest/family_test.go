@@ -209,3 +209,17 @@ func TestShortened(t *testing.T) {
 		assert.Greater(t, got, 8*time.Second, "seed %d: not much shorter than asked", seed)
 	}
 }
+
+func TestRateScaledMovesTheVectorBucket(t *testing.T) {
+	ix := upserttest.DrawIndex(1) // 5.11k records/s, a burst of 396
+	slow := ix.RateScaled(0.1)
+	assert.InDelta(t, ix.VectorRate/10, slow.VectorRate, 1e-9)
+	assert.Equal(t, ix.VectorBurst/10, slow.VectorBurst)
+	assert.Greater(t, slow.IdealTime(slow.Records, upserttest.FamilyTimeout), 5*ix.IdealTime(ix.Records, upserttest.FamilyTimeout), "the ideal follows the rate")
+	slow.VectorRate, slow.VectorBurst = ix.VectorRate, ix.VectorBurst
+	assert.Equal(t, ix, slow, "nothing else changes")
+	assert.Equal(t, 1, ix.RateScaled(1e-6).VectorBurst, "a burst of one record at least")
+	none := upserttest.Index{Records: 10, Latency: time.Millisecond}
+	assert.Equal(t, none, none.RateScaled(0.1), "no vector rate: unchanged")
+	assert.Panics(t, func() { ix.RateScaled(0) })
+}

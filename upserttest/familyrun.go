@@ -6,7 +6,7 @@ import (
 )
 
 // This file holds the changes of an Index's run that keep the index:
-// Scaled and Shortened.
+// Scaled and Shortened; and RateScaled, which moves its vector bucket.
 
 // Scaled returns ix with a run of f times its records (at least 1), its
 // capacity changes at f times their times, so at the same shares of the
@@ -48,6 +48,24 @@ func (ix Index) Shortened(maxIdeal time.Duration) Index {
 		// in the records (bursts, outages, changes).
 		f := float64(out.Records) / float64(ix.Records) * 0.98 * limit.Seconds() / ideal.Seconds()
 		out = ix.Scaled(f)
+	}
+	return out
+}
+
+// RateScaled returns ix with its vector bucket's rate and burst f times
+// theirs (a burst of at least one record): the same index, taking f times
+// the records a second where its vector bucket limits it, such as one
+// outside the family's range of 300 to 100,000. An index without a vector
+// rate is returned unchanged. RateScaled panics unless f is a positive
+// finite number.
+func (ix Index) RateScaled(f float64) Index {
+	if !(f > 0) || math.IsInf(f, 0) {
+		panic("upserttest: Index.RateScaled: need a positive finite factor")
+	}
+	out := ix
+	if ix.VectorRate > 0 {
+		out.VectorRate = ix.VectorRate * f
+		out.VectorBurst = max(1, int(float64(ix.VectorBurst)*f))
 	}
 	return out
 }

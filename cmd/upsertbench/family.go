@@ -44,10 +44,11 @@ type familyIndex struct {
 	results []result // in the order of the strategies
 }
 
-// newFamilyIndex draws the index of seed and prepares its run at scale,
-// shortened to an ideal time of maxIdeal if it is positive.
-func newFamilyIndex(seed uint64, scale float64, maxIdeal time.Duration) *familyIndex {
-	ix := upserttest.DrawIndex(seed).Scaled(scale)
+// newFamilyIndex draws the index of seed, its vector rate moved by
+// rateScale, and prepares its run at scale, shortened to an ideal time of
+// maxIdeal if it is positive.
+func newFamilyIndex(seed uint64, scale, rateScale float64, maxIdeal time.Duration) *familyIndex {
+	ix := upserttest.DrawIndex(seed).RateScaled(rateScale).Scaled(scale)
 	if maxIdeal > 0 {
 		ix = ix.Shortened(maxIdeal)
 	}
@@ -101,7 +102,7 @@ func benchFamily(ctx context.Context, cfg config, w io.Writer, progress io.Write
 	writeFamilyTableHead(w, cfg.strategies)
 	var done []*familyIndex
 	for _, seed := range cfg.family {
-		fi := newFamilyIndex(seed, cfg.scale, cfg.maxIdeal)
+		fi := newFamilyIndex(seed, cfg.scale, cfg.rateScale, cfg.maxIdeal)
 		if progress != nil {
 			fmt.Fprintf(progress, "seed %d: %v; %d records, ideal %v, stop at %v\n", seed, fi.ix, fi.records, fi.ideal.Round(time.Millisecond), fi.deadline.Round(time.Second))
 		}
@@ -132,6 +133,9 @@ func writeFamilyHeader(w io.Writer, cfg config) {
 	shortened := ""
 	if cfg.maxIdeal > 0 {
 		shortened = fmt.Sprintf(", runs shortened to an ideal of at most %v (Index.Shortened)", cfg.maxIdeal)
+	}
+	if cfg.rateScale != 1 {
+		shortened += fmt.Sprintf(", vector rates ×%g (Index.RateScaled)", cfg.rateScale)
 	}
 	fmt.Fprintf(w, "%s, %s, GOMAXPROCS %d, scale %g%s, %d indexes (seeds %s), strategies %s.\n\n",
 		time.Now().Format(time.RFC3339), runtime.Version(), runtime.GOMAXPROCS(0), cfg.scale, shortened,

@@ -35,7 +35,7 @@ func TestFamily(t *testing.T) {
 	for i, row := range rows {
 		assert.Equal(t, fmt.Sprint(i+1), row["seed"])
 		assert.Equal(t, "0", row["upsert lost"], "the library loses nothing")
-		assert.Equal(t, fmt.Sprint(newFamilyIndex(uint64(i+1), 0.01, 0).records), row["records"])
+		assert.Equal(t, fmt.Sprint(newFamilyIndex(uint64(i+1), 0.01, 1, 0).records), row["records"])
 	}
 
 	var lostTotal []string
@@ -45,7 +45,7 @@ func TestFamily(t *testing.T) {
 		for i, row := range rows {
 			effs = append(effs, number(t, row[name+" eff"]))
 			shares = append(shares, number(t, row[name+" 429"]))
-			random := 100 * newFamilyIndex(uint64(i+1), 0.01, 0).ix.RandomRateLimited
+			random := 100 * newFamilyIndex(uint64(i+1), 0.01, 1, 0).ix.RandomRateLimited
 			above = append(above, max(0, number(t, row[name+" 429"])-random))
 			lost += int(number(t, row[name+" lost"]))
 		}
@@ -138,10 +138,14 @@ func TestFamilyFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 10*time.Second, cfg.maxIdeal)
 	for seed := uint64(1); seed <= 5; seed++ {
-		assert.LessOrEqual(t, newFamilyIndex(seed, 1, cfg.maxIdeal).ideal, 10*time.Second, "-max-ideal shortens the run")
+		assert.LessOrEqual(t, newFamilyIndex(seed, 1, 1, cfg.maxIdeal).ideal, 10*time.Second, "-max-ideal shortens the run")
 	}
 
-	for _, bad := range [][]string{{"-family", "0"}, {"-family", "2", "-seed", "3"}, {"-seeds", "5-3"}, {"-seeds", "x"}, {"-seeds", ","}} {
+	cfg, err = parseFlags([]string{"-seed", "1", "-rate-scale", "0.1"})
+	require.NoError(t, err)
+	assert.InDelta(t, upserttest.DrawIndex(1).VectorRate/10, newFamilyIndex(1, 1, cfg.rateScale, 0).ix.VectorRate, 1e-9, "-rate-scale moves the vector rate")
+
+	for _, bad := range [][]string{{"-family", "0"}, {"-family", "2", "-seed", "3"}, {"-seeds", "5-3"}, {"-seeds", "x"}, {"-seeds", ","}, {"-seed", "1", "-rate-scale", "0"}} {
 		_, err := parseFlags(bad)
 		assert.Error(t, err, "%q", bad)
 	}
@@ -149,7 +153,7 @@ func TestFamilyFlags(t *testing.T) {
 }
 
 func TestFamilyIndexIsItsDrawnIndex(t *testing.T) {
-	fi := newFamilyIndex(1, 0.5, 0)
+	fi := newFamilyIndex(1, 0.5, 1, 0)
 	ix := upserttest.DrawIndex(1)
 	require.NotEmpty(t, ix.Changes)
 	assert.Equal(t, (ix.Records+1)/2, fi.records)

@@ -17,7 +17,7 @@
 // Usage:
 //
 //	go run ./cmd/upsertbench [-profiles fast,slow,...] [-strategies upsert,separate,article,naive] [-scale 1.0] [-deadline 60s] [-v]
-//	go run ./cmd/upsertbench -family 20 [-seeds 1-10,15 | -seed 7] [-family-out runs.jsonl] [-strategies upsert,article] [-scale 1.0] [-max-ideal 15s] [-v]
+//	go run ./cmd/upsertbench -family 20 [-seeds 1-10,15 | -seed 7] [-family-out runs.jsonl] [-strategies upsert,article] [-scale 1.0] [-max-ideal 15s] [-rate-scale 0.1] [-v]
 //
 // -family runs the library and the article's algorithm on indexes drawn
 // by upserttest.DrawIndex (one per seed, each on a fresh server, with a
@@ -42,6 +42,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
@@ -74,6 +75,7 @@ type config struct {
 	family    []uint64
 	familyOut string
 	maxIdeal  time.Duration
+	rateScale float64 // multiplies each index's vector rate and burst (Index.RateScaled)
 }
 
 func main() {
@@ -122,6 +124,7 @@ func parseFlags(args []string) (config, error) {
 	seeds := fs.String("seeds", "", "run the family benchmark on these `seeds` (such as 1-10,15)")
 	seed := fs.Uint64("seed", 0, "run the family benchmark on this `seed` alone (with -v: with progress)")
 	familyOut := fs.String("family-out", "", "with the family benchmark: write one JSON object per index and strategy to `file`")
+	rateScale := fs.Float64("rate-scale", 1, "with the family benchmark: multiply each index's vector rate and burst by `f`\n(upserttest.Index.RateScaled: indexes off the family's range of 300 to 100,000 records a second)")
 	maxIdeal := fs.Duration("max-ideal", 0, "with the family benchmark: shorten each run to an ideal time of at most this `long`\n(the same indexes, capacity changes at the same shares of the run; at least 2s)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -154,7 +157,10 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.family != nil {
 		cfg.strategies = familyStrategies(cfg.strategies, isSet(fs, "strategies"))
-		cfg.familyOut, cfg.maxIdeal = *familyOut, *maxIdeal
+		cfg.familyOut, cfg.maxIdeal, cfg.rateScale = *familyOut, *maxIdeal, *rateScale
+		if !(cfg.rateScale > 0) || math.IsInf(cfg.rateScale, 0) {
+			return config{}, fmt.Errorf("-rate-scale %v: need a positive finite factor", cfg.rateScale)
+		}
 	}
 	return cfg, nil
 }

@@ -18,9 +18,7 @@ import (
 // too large at once.
 //
 // Under a capped record rate, batches carry a fraction of a second's worth
-// (tuning.requestsPerSecond requests a second; one record at least, not a
-// tenth of the start: an index whose bucket holds fewer records refuses a
-// larger request until the bucket is full), up to the size adopted,
+// (tuning.requestsPerSecond requests a second), up to the size adopted,
 // but never so little that the record rate needs more than a share of the
 // request rate's cap, nor so little that the lane's requests in flight
 // cannot carry more than the rate. It is a pure
@@ -157,7 +155,7 @@ func (c *batchControl) maxSize(caps sizeCaps, t *tuning) int {
 		n = min(n, max(1, c.ceil-1))
 	}
 	if !math.IsInf(caps.records, 1) {
-		per := max(1, caps.records/t.requestsPerSecond)
+		per := max(float64(t.startBatch)/10, caps.records/t.requestsPerSecond)
 		if !math.IsInf(caps.requests, 1) {
 			per = max(per, caps.records/(t.requestShare*caps.requests))
 		}

@@ -225,11 +225,7 @@ func TestBatchControl(t *testing.T) {
 		}{
 			{math.Inf(1), math.Inf(1), 0, MaxBatchSize},
 			{4000, math.Inf(1), 0, 200},
-			// Down to one record: a small bucket refuses a larger request
-			// until it is full.
-			{100, math.Inf(1), 0, 5},
-			{40, math.Inf(1), 0, 2},
-			{10, math.Inf(1), 0, 1},
+			{100, math.Inf(1), 0, 10},
 			{8000, 10, 0, 1000},
 			{4000, 100, 0, 200},
 			{4000, 20, 0, 250},

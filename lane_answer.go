@@ -144,7 +144,7 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 		s := rateSample{
 			now: now, amount: amounts[i], seq: p.seq, issued: ln.issued, refused: i == refused,
 			bound: now.Sub(d.waited) < ln.tuning.boundFor, window: window,
-			doubling: 4 * time.Duration(ln.seen.roundTrip),
+			doubling: 4 * time.Duration(ln.seen.roundTrip), least: ln.leastAmount(i),
 		}
 		searched := d.ctl.search > 0
 		switch reason := d.ctl.answer(s, ln.tuning, ln.floorOf(i)); reason {
@@ -176,6 +176,20 @@ func (ln *lane) measureWindow(now time.Time) time.Duration {
 		w = max(w, time.Duration(ln.tuning.windowRequests/r*float64(time.Second)))
 	}
 	return min(w, ln.tuning.maxWindow)
+}
+
+// leastAmount is the amount in dimension dim of the smallest batch the
+// lane forms under a capped rate (batchControl.maxSize): a tenth of the
+// start size, in records, requests or bytes.
+func (ln *lane) leastAmount(dim int) float64 {
+	n := float64(ln.tuning.startBatch) / 10
+	switch dim {
+	case dimRequests:
+		return 1
+	case dimBytes:
+		return n * ln.seen.recordBytes
+	}
+	return n
 }
 
 // refusedDim is the dimension of the lane's rate that a 429 naming limit

@@ -112,6 +112,19 @@ type rateSample struct {
 	bound    bool          // the limit held a request back within tuning.boundFor
 	window   time.Duration // the least span that measures a rate: a few round trips and answers
 	doubling time.Duration // four round trips: a search doubles no sooner, nor sooner than rateControl.search
+	least    float64       // the amount of the smallest batch the lane forms (see leastTime)
+}
+
+// leastTime is how long two of the lane's smallest requests take at
+// limit: a search doubles no sooner, since one request says nothing of a
+// rate. On an index that takes fewer records a second than the smallest
+// batch carries in four round trips, a search doubled at each answer and
+// overshot at every other one. 0 for no limit.
+func (s rateSample) leastTime(limit float64) time.Duration {
+	if !(limit > 0) || math.IsInf(limit, 1) {
+		return 0
+	}
+	return time.Duration(2 * s.least / limit * float64(time.Second))
 }
 
 // rateReason says what a rate controller did with a sample.
@@ -464,11 +477,12 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 		return rateHeld
 	}
 	if c.search > 0 {
-		// Nothing measured: double every few round trips while bound,
-		// as slow start does every round trip, until the next episode;
-		// at most once between two answers, since a gap without
-		// answers (a request waiting for its tokens) measures nothing.
-		period := max(s.doubling, c.search)
+		// Nothing measured: double every few round trips (and two of
+		// the smallest requests) while bound, as slow start does every
+		// round trip, until the next episode; at most once between two
+		// answers, since a gap without answers (a request waiting for
+		// its tokens) measures nothing.
+		period := max(s.doubling, c.search, s.leastTime(c.limit))
 		c.limit *= math.Exp2(min(1, now.Sub(c.followed).Seconds()/period.Seconds()))
 		c.level = max(c.level, c.limit)
 		c.followed = now

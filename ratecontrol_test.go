@@ -21,6 +21,7 @@ type rateScript struct {
 	// doubling is what the lane passes as four round trips: of the 10 ms
 	// answers the script mostly sends.
 	doubling time.Duration
+	least    float64 // the amount of the lane's smallest batch; 0: none
 }
 
 func newRateScript(t *testing.T) *rateScript {
@@ -37,7 +38,7 @@ func (s *rateScript) answer(amount float64, refused bool, latency time.Duration)
 	s.now = s.now.Add(latency)
 	return s.c.answer(rateSample{
 		now: s.now, amount: amount, seq: seq, issued: s.seq, refused: refused, bound: s.bound,
-		window: s.tn.minWindow, doubling: s.doubling,
+		window: s.tn.minWindow, doubling: s.doubling, least: s.least,
 	}, &s.tn, 1)
 }
 
@@ -173,6 +174,27 @@ func TestRateControl(t *testing.T) {
 		assert.InDelta(t, 2, first, 1e-3, "a first floor guessed before anything was known")
 		assert.InDelta(t, math.Exp2(defaultTuning.firstSearchFor.Seconds()/defaultTuning.minWindow.Seconds()), later, 1e-3, "a measured level, near the capacity: a window's pace")
 		assert.Greater(t, first, later)
+	})
+	t.Run("a search doubles no sooner than two of the smallest requests take at its limit", func(t *testing.T) {
+		for _, tt := range []struct {
+			name         string
+			limit, least float64 // records a second; records of the smallest batch
+			paced        bool    // two of those take longer than the window's pace
+		}{
+			{"no smallest batch known: a window's pace", 40, 0, false},
+			{"batches of 10 at 1000 a second: a window's pace", 1000, 10, false},
+			{"batches of 10 at 40 a second: half a second, less as it grows", 40, 10, true},
+		} {
+			s := capScript(t, tt.limit)
+			s.c.search, s.least = s.tn.minWindow, tt.least
+			s.run(s.tn.minWindow, 100*time.Millisecond, 1, nil) // one window's pace of answers
+			grown := s.c.limit / tt.limit
+			if tt.paced {
+				assert.InDelta(t, 1.62, grown, 0.01, "%s: ×2^(0.1 s / 2×10/limit) at each answer", tt.name)
+			} else {
+				assert.InDelta(t, 2, grown, 1e-3, tt.name)
+			}
+		}
 	})
 	t.Run("a refusal of a request sent before the cut is the same episode", func(t *testing.T) {
 		s := capScript(t, 1000)

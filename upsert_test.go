@@ -298,10 +298,7 @@ func TestAllRetriesOnlyWhatFailed(t *testing.T) {
 	})
 	t.Run("records fail as rate-limited once the retries are spent", func(t *testing.T) {
 		fi := newFakeIndex(func(int, []string) error { return status.Error(codes.ResourceExhausted, "slow down") })
-		// One batch, pinned: cuts to the floor would recut it into single
-		// records, whose refusals in a row follow each other's and spend
-		// no retry (batchFailures.free).
-		res, err := All(context.Background(), vectors(5, 2), testOpts(fi, WithMaxRetries(ClassRateLimited, 3), WithBatchSize(5))...)
+		res, err := All(context.Background(), vectors(5, 2), testOpts(fi, WithMaxRetries(ClassRateLimited, 3))...)
 		require.ErrorIs(t, err, ErrRateLimited)
 		require.Len(t, res.Failed, 5)
 		for _, f := range res.Failed {

@@ -155,7 +155,7 @@ func (c *batchControl) maxSize(caps sizeCaps, t *tuning) int {
 		n = min(n, max(1, c.ceil-1))
 	}
 	if !math.IsInf(caps.records, 1) {
-		per := max(float64(t.startBatch)/10, caps.records/t.requestsPerSecond)
+		per := max(t.leastBatch(), caps.records/t.requestsPerSecond)
 		if !math.IsInf(caps.requests, 1) {
 			per = max(per, caps.records/(t.requestShare*caps.requests))
 		}

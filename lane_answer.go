@@ -179,10 +179,10 @@ func (ln *lane) measureWindow(now time.Time) time.Duration {
 }
 
 // leastAmount is the amount in dimension dim of the smallest batch the
-// lane forms under a capped rate (batchControl.maxSize): a tenth of the
-// start size, in records, requests or bytes.
+// lane forms under a capped rate (tuning.leastBatch), in records,
+// requests or bytes.
 func (ln *lane) leastAmount(dim int) float64 {
-	n := float64(ln.tuning.startBatch) / 10
+	n := ln.tuning.leastBatch()
 	switch dim {
 	case dimRequests:
 		return 1

@@ -45,32 +45,23 @@ func drawSimIndex(seed uint64) simIndex {
 func shiftIndex(ix *upserttest.Index, timeout *time.Duration, shifts string) {
 	for _, kv := range strings.Split(shifts, ",") {
 		name, val, _ := strings.Cut(kv, "=")
-		switch name {
-		case "records":
-			f, _ := strconv.ParseFloat(val, 64)
+		f, err := strconv.ParseFloat(val, 64)
+		factor := err == nil && f > 0 // a factor that moves a range; others are ignored
+		switch {
+		case name == "records" && factor:
 			ix.Records = max(1000, int(float64(ix.Records)*f))
 			ix.VectorBurst = min(ix.VectorBurst, max(1, ix.Records/4))
-		case "tail":
-			if ix.Jitter > 0 {
-				ix.Jitter = 1 + ix.Jitter/2
-			}
-		case "flaky":
-			if ix.RandomRateLimited > 0 {
-				ix.RandomRateLimited += 0.05
-			}
-		case "capacity":
-			if f, err := strconv.ParseFloat(val, 64); err == nil && f > 0 {
-				*ix = ix.RateScaled(f)
-			}
-		case "latency": // the fixed part of a request's latency
-			f, _ := strconv.ParseFloat(val, 64)
+		case name == "tail" && ix.Jitter > 0:
+			ix.Jitter = 1 + ix.Jitter/2
+		case name == "flaky" && ix.RandomRateLimited > 0:
+			ix.RandomRateLimited += 0.05
+		case name == "capacity" && factor:
+			*ix = ix.RateScaled(f)
+		case name == "latency" && factor: // the fixed part of a request's latency
 			ix.Latency = time.Duration(float64(ix.Latency) * f)
-		case "slots":
-			f, _ := strconv.ParseFloat(val, 64)
-			if ix.Slots > 0 {
-				ix.Slots = max(1, int(float64(ix.Slots)*f))
-			}
-		case "timeout":
+		case name == "slots" && factor && ix.Slots > 0:
+			ix.Slots = max(1, int(float64(ix.Slots)*f))
+		case name == "timeout":
 			if d, err := time.ParseDuration(val); err == nil {
 				*timeout = d
 			}

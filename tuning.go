@@ -273,3 +273,8 @@ var defaultTuning = tuning{
 	requestShare:      0.8,
 	latencyShare:      0.75,
 }
+
+// leastBatch is the fewest records a batch carries under a capped rate:
+// a tenth of the start size (batchControl.maxSize; the search's pace,
+// lane.leastAmount).
+func (t *tuning) leastBatch() float64 { return float64(t.startBatch) / 10 }

@@ -63,6 +63,19 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 	}
 	defer g.leave()
 
+	body, records, ok := s.readRecordsBody(w, r)
+	if !ok {
+		return
+	}
+	err := g.processUpsert(r.Context(), s.recordsUpsertCall(w, r, body, records, arrival))
+	s.answerRecordsUpsert(w, r, err)
+}
+
+// readRecordsBody reads and parses the body of a records upsert. When it
+// cannot, it counts the request, answers it (413 or 400) and returns ok
+// false, or panics with http.ErrAbortHandler when nobody would hear an
+// answer; it is called by the handler, so the panic aborts the handler.
+func (s *Server) readRecordsBody(w http.ResponseWriter, r *http.Request) (body []byte, records []record, ok bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.cfg.maxRequestBytes)))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -70,20 +83,25 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 			s.countUnprocessed(codes.ResourceExhausted, http.StatusRequestEntityTooLarge)
 			writeRESTError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted,
 				fmt.Sprintf("Request size exceeds the limit of %d bytes", s.cfg.maxRequestBytes))
-			return
+			return nil, nil, false
 		}
 		// The client went away while sending, or Restart or Close cut the
 		// connection: nobody hears an answer.
 		s.countUnprocessed(codes.Canceled, httpStatusFromCode(codes.Canceled))
 		panic(http.ErrAbortHandler)
 	}
-	records, err := parseRecords(body)
+	records, err = parseRecords(body)
 	if err != nil {
 		s.countUnprocessed(codes.InvalidArgument, http.StatusBadRequest)
 		writeStatusError(w, err)
-		return
+		return nil, nil, false
 	}
+	return body, records, true
+}
 
+// recordsUpsertCall is the parsed records upsert r as processUpsert sees
+// it. It counts the request's arrival, which gives it its Seq.
+func (s *Server) recordsUpsertCall(w http.ResponseWriter, r *http.Request, body []byte, records []record, arrival time.Time) upsertCall {
 	ns := r.PathValue("namespace")
 	ids := make([]string, len(records))
 	tokens := 0
@@ -92,7 +110,7 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 		tokens += embedTokens(rec)
 	}
 	seq := s.arrive(len(body), true)
-	err = g.processUpsert(r.Context(), upsertCall{
+	return upsertCall{
 		req: Request{
 			Seq:       seq,
 			Namespace: ns,
@@ -115,8 +133,13 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 			return validateRecords(records)
 		},
 		write: func(k int) error { return s.applyRecords(ns, records[:k]) },
-	})
+	}
+}
 
+// answerRecordsUpsert counts and answers a records upsert that processUpsert
+// returned err for. A reset or an interrupted request panics with
+// http.ErrAbortHandler, so it must run in the handler.
+func (s *Server) answerRecordsUpsert(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case err == nil:
 		s.answered(nil, http.StatusCreated)

@@ -319,37 +319,17 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 		return 0, err
 	}
 	defer tgt.Close()
+	return upsertToTarget(ctx, o, e, in, name, tgt, notice, start)
+}
 
-	dead := &deadLetters{path: o.deadLetter, append: in.skip > 0, mask: e.mask, resumable: o.checkpoint != ""}
-	dead.invalid = func(f upsert.Failure, rule error) string {
-		msg := fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), rule)
-		notice(msg)
-		return msg
-	}
-	in.onBad = func(b *badEntry) {
-		dead.Bad(b.pos, b.raw, b.err)
-		if b.replayed {
-			notice(fmt.Sprintf("%v (a bad line replayed from a dead letter, kept as it was)", b.err))
-		} else {
-			notice(b.err.Error())
-		}
-	}
+// upsertToTarget is upsertInput once the input and the target are open: it
+// upserts in's records to tgt, reports and returns the exit status.
+func upsertToTarget(ctx context.Context, o options, e *env, in *input, name string, tgt *target, notice func(string), start time.Time) (int, error) {
+	dead := newDeadLetters(o, e, in, notice)
 	causes := &causes{mask: e.mask}
-	opts := append(runOptions(o, e, in),
-		upsert.WithIndex(tgt.idx),
-		upsert.WithObserver(upsert.Observer{Failure: dead.Failure, RequestDone: causes.requestDone}))
-	if o.checkpoint != "" {
-		opts = append(opts, upsert.WithCheckpoint(durableCheckpoint{upsert.FileCheckpoint(o.checkpoint), dead}))
-	}
-	runCtx := ctx
-	if o.maxFailure > 0 {
-		w := &watchdog{limit: time.Duration(o.maxFailure * float64(time.Second))}
-		var stop func()
-		runCtx, stop = w.watch(ctx)
-		defer stop()
-		in.onRead = w.read
-		opts = append(opts, upsert.WithObserver(w.observer()))
-	}
+	opts := append(runOptions(o, e, in), targetOptions(o, tgt, dead, causes)...)
+	runCtx, opts, stop := watchFailures(ctx, o, in, opts)
+	defer stop()
 
 	// Records are read as they are sent: memory stays bounded whatever
 	// the input's size, and reading pauses while the index cannot keep up.
@@ -377,6 +357,54 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 		s.write(e.stdout)
 	}
 	return s.ExitStatus, nil
+}
+
+// newDeadLetters returns the dead letters of the run, and has bad lines of
+// in written to them; each bad line and invalid record is also a notice.
+func newDeadLetters(o options, e *env, in *input, notice func(string)) *deadLetters {
+	dead := &deadLetters{path: o.deadLetter, append: in.skip > 0, mask: e.mask, resumable: o.checkpoint != ""}
+	dead.invalid = func(f upsert.Failure, rule error) string {
+		msg := fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), rule)
+		notice(msg)
+		return msg
+	}
+	in.onBad = func(b *badEntry) {
+		dead.Bad(b.pos, b.raw, b.err)
+		if b.replayed {
+			notice(fmt.Sprintf("%v (a bad line replayed from a dead letter, kept as it was)", b.err))
+		} else {
+			notice(b.err.Error())
+		}
+	}
+	return dead
+}
+
+// targetOptions are the options that send the run to tgt and record its
+// outcome: failures to dead, request outcomes to causes, and, with
+// --checkpoint, the checkpoint, which syncs dead before it saves.
+func targetOptions(o options, tgt *target, dead *deadLetters, causes *causes) []upsert.Option {
+	opts := []upsert.Option{
+		upsert.WithIndex(tgt.idx),
+		upsert.WithObserver(upsert.Observer{Failure: dead.Failure, RequestDone: causes.requestDone}),
+	}
+	if o.checkpoint != "" {
+		opts = append(opts, upsert.WithCheckpoint(durableCheckpoint{upsert.FileCheckpoint(o.checkpoint), dead}))
+	}
+	return opts
+}
+
+// watchFailures applies --max-failure-seconds: it returns the context of
+// the run, which a watchdog ends when no record lands for that long, opts
+// with the watchdog's observer, and the function that stops the watch.
+// Without the flag it returns ctx and opts as they are.
+func watchFailures(ctx context.Context, o options, in *input, opts []upsert.Option) (context.Context, []upsert.Option, func()) {
+	if o.maxFailure > 0 {
+		w := &watchdog{limit: time.Duration(o.maxFailure * float64(time.Second))}
+		runCtx, stop := w.watch(ctx)
+		in.onRead = w.read
+		return runCtx, append(opts, upsert.WithObserver(w.observer())), stop
+	}
+	return ctx, opts, func() {}
 }
 
 // runOptions are the options of the run that the flags give.

@@ -157,61 +157,34 @@ type writerOutcome struct {
 // waits for "go <start, Unix ns>", writes from start + -start-after, and
 // prints its writerOutcome.
 func writeChild(args []string) error {
-	fs := flag.NewFlagSet("write", flag.ContinueOnError)
-	host := fs.String("host", "", "index host")
-	first := fs.Int("first", 0, "first record")
-	n := fs.Int("n", 0, "records")
-	failed := fs.String("failed", "", "file for the ids reported failed")
-	startAfter := fs.Duration("start-after", 0, "start this long after the common start")
-	stopAfter := fs.Duration("stop-after", 0, "stop this long after the common start (0: never)")
-	deadline := fs.Duration("deadline", defaultDeadline, "stop the run this long after the common start")
-	redisSocket := fs.String("redis", "", "Redis unix socket: join the lane with upsertredis")
-	prefix := fs.String("prefix", upsertredis.DefaultPrefix, "upsertredis key prefix")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	records := makeRecords(*first, *n, dimension)
-	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "bench"})
+	f, err := parseWriterFlags(args)
 	if err != nil {
 		return err
 	}
-	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: *host, Namespace: namespace})
+	records := makeRecords(f.first, f.n, dimension)
+	idx, err := dialIndex(f.host)
 	if err != nil {
 		return err
 	}
 	defer idx.Close()
 
 	fmt.Println("ready")
-	in := bufio.NewScanner(os.Stdin)
-	var startNanos int64
-	if !in.Scan() {
-		return errors.New("no go")
-	}
-	if _, err := fmt.Sscanf(in.Text(), "go %d", &startNanos); err != nil {
+	start, err := awaitGo()
+	if err != nil {
 		return err
 	}
-	start := time.Unix(0, startNanos)
-	time.Sleep(time.Until(start.Add(*startAfter)))
-	ctx, cancel := context.WithDeadline(context.Background(), start.Add(*deadline))
+	time.Sleep(time.Until(start.Add(f.startAfter)))
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(f.deadline))
 	defer cancel()
 	runCtx := ctx
-	if *stopAfter > 0 {
+	if f.stopAfter > 0 {
 		var stop context.CancelFunc
-		runCtx, stop = context.WithDeadline(ctx, start.Add(*stopAfter))
+		runCtx, stop = context.WithDeadline(ctx, start.Add(f.stopAfter))
 		defer stop()
 	}
 
 	var out writerOutcome
-	opts := []upsert.Option{upsert.WithIndex(idx)}
-	leave := func() {}
-	if *redisSocket != "" {
-		var more []upsert.Option
-		more, leave = joinLane(*redisSocket, *prefix, &out)
-		opts = append(opts, more...)
-	}
-	if os.Getenv(traceEnv) != "" {
-		opts = append(opts, traceOption(*first), traceRefusals(*first))
-	}
+	opts, leave := writerOptions(f, idx, &out)
 	res, err := upsert.All(runCtx, records, opts...)
 	out.EndNanos = time.Now().UnixNano()
 	leave()
@@ -220,14 +193,84 @@ func writeChild(args []string) error {
 	}
 	out.Reported = len(res.Failed)
 	out.Deadline = ctx.Err() != nil
-	var ids strings.Builder
-	for _, f := range res.Failed {
-		ids.WriteString(f.ID + "\n")
-	}
-	if err := os.WriteFile(*failed, []byte(ids.String()), 0o600); err != nil {
+	if err := writeFailedIDs(f.failed, res.Failed); err != nil {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(&out)
+}
+
+// writerFlags are the flags of a writer process, which runProcs gives.
+type writerFlags struct {
+	host, failed, redisSocket, prefix string
+	first, n                          int
+	startAfter, stopAfter, deadline   time.Duration
+}
+
+// parseWriterFlags reads the flags of a writer process.
+func parseWriterFlags(args []string) (writerFlags, error) {
+	var f writerFlags
+	fs := flag.NewFlagSet("write", flag.ContinueOnError)
+	fs.StringVar(&f.host, "host", "", "index host")
+	fs.IntVar(&f.first, "first", 0, "first record")
+	fs.IntVar(&f.n, "n", 0, "records")
+	fs.StringVar(&f.failed, "failed", "", "file for the ids reported failed")
+	fs.DurationVar(&f.startAfter, "start-after", 0, "start this long after the common start")
+	fs.DurationVar(&f.stopAfter, "stop-after", 0, "stop this long after the common start (0: never)")
+	fs.DurationVar(&f.deadline, "deadline", defaultDeadline, "stop the run this long after the common start")
+	fs.StringVar(&f.redisSocket, "redis", "", "Redis unix socket: join the lane with upsertredis")
+	fs.StringVar(&f.prefix, "prefix", upsertredis.DefaultPrefix, "upsertredis key prefix")
+	err := fs.Parse(args)
+	return f, err
+}
+
+// dialIndex connects to the benchmark's index at host, in its namespace.
+func dialIndex(host string) (*pinecone.IndexConnection, error) {
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "bench"})
+	if err != nil {
+		return nil, err
+	}
+	return pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: namespace})
+}
+
+// awaitGo reads the parent's "go <start, Unix ns>" from stdin and returns
+// the common start.
+func awaitGo() (time.Time, error) {
+	in := bufio.NewScanner(os.Stdin)
+	var startNanos int64
+	if !in.Scan() {
+		return time.Time{}, errors.New("no go")
+	}
+	if _, err := fmt.Sscanf(in.Text(), "go %d", &startNanos); err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(0, startNanos), nil
+}
+
+// writerOptions are the options of a writer's run on idx, and the function
+// to call once it is done: with -redis it joins the lane (see joinLane),
+// and with UPSERTBENCH_TRACE set it traces.
+func writerOptions(f writerFlags, idx *pinecone.IndexConnection, out *writerOutcome) (opts []upsert.Option, leave func()) {
+	opts = []upsert.Option{upsert.WithIndex(idx)}
+	leave = func() {}
+	if f.redisSocket != "" {
+		var more []upsert.Option
+		more, leave = joinLane(f.redisSocket, f.prefix, out)
+		opts = append(opts, more...)
+	}
+	if os.Getenv(traceEnv) != "" {
+		opts = append(opts, traceOption(f.first), traceRefusals(f.first))
+	}
+	return opts, leave
+}
+
+// writeFailedIDs writes the ids of failed to the file path, one a line,
+// for the index process to tell them from the records lost.
+func writeFailedIDs(path string, failed []upsert.Failure) error {
+	var ids strings.Builder
+	for _, f := range failed {
+		ids.WriteString(f.ID + "\n")
+	}
+	return os.WriteFile(path, []byte(ids.String()), 0o600)
 }
 
 // joinLane returns the options that share the writer's Limiter through

@@ -191,37 +191,23 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, rs
 		return procResult{}, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := startChild(ctx, "serve")
+	srv, host, err := startIndexChild(ctx)
 	if err != nil {
 		return procResult{}, err
 	}
 	defer srv.stop()
-	host, err := srv.readLine()
-	if err != nil {
-		return procResult{}, fmt.Errorf("index process: %w", err)
-	}
 
 	total := int(procsRecords * cfg.scale)
 	per := total / n
 	ideal := p.idealTime(per * n)
-	writers := make([]*child, n)
-	for i := range writers {
-		args := []string{"-host", host, "-first", strconv.Itoa(i * per), "-n", strconv.Itoa(per),
-			"-failed", filepath.Join(dir, fmt.Sprintf("failed-%d", i)),
-			"-start-after", sc.startAt(i, n, ideal).String(), "-stop-after", sc.stopAt(i, n, ideal).String(),
-			"-deadline", cfg.deadline.String()}
-		if rsrv != nil {
-			args = append(args, "-redis", rsrv.Socket(), "-prefix", fmt.Sprintf("upsertbench:%d:%s:", n, sc.name))
-		}
-		if writers[i], err = startChild(ctx, "write", args...); err != nil {
-			return procResult{}, err
-		}
-		defer writers[i].stop()
+	plan := writerPlan{host: host, dir: dir, sc: sc, n: n, per: per, ideal: ideal, deadline: cfg.deadline, rsrv: rsrv}
+	writers, err := plan.start(ctx)
+	if err != nil {
+		return procResult{}, err
 	}
-	for i, wr := range writers {
-		if line, err := wr.readLine(); err != nil || line != "ready" {
-			return procResult{}, fmt.Errorf("writer %d: %q, %v", i+1, line, err)
-		}
+	defer stopChildren(writers)
+	if err := awaitReady(writers); err != nil {
+		return procResult{}, err
 	}
 	start := time.Now().Add(100 * time.Millisecond)
 	if progress != nil {
@@ -233,15 +219,9 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, rs
 	if sc.killRedis && rsrv != nil {
 		defer killRedisAt(rsrv, start.Add(ideal/2))()
 	}
-	outs := make([]writerOutcome, n)
-	for i, wr := range writers {
-		line, err := wr.readLine()
-		if err == nil {
-			err = json.Unmarshal([]byte(line), &outs[i])
-		}
-		if err != nil {
-			return procResult{}, fmt.Errorf("writer %d: %w", i+1, err)
-		}
+	outs, err := readOutcomes(writers)
+	if err != nil {
+		return procResult{}, err
 	}
 	rep, err := srv.report(per, n, dir)
 	if err != nil {
@@ -252,6 +232,91 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, rs
 		r.cpu += c.stop()
 	}
 	return r, nil
+}
+
+// startIndexChild starts the index process and returns it with the host it
+// serves on.
+func startIndexChild(ctx context.Context) (srv *child, host string, err error) {
+	if srv, err = startChild(ctx, "serve"); err != nil {
+		return nil, "", err
+	}
+	if host, err = srv.readLine(); err != nil {
+		srv.stop()
+		return nil, "", fmt.Errorf("index process: %w", err)
+	}
+	return srv, host, nil
+}
+
+// writerPlan is what the writer processes of one run are told: writer i
+// writes the per records from i*per, against the index at host, and lists
+// the ids reported failed in dir.
+type writerPlan struct {
+	host, dir string
+	sc        scenario
+	n, per    int
+	ideal     time.Duration     // the ideal time of the n*per records
+	deadline  time.Duration     // -deadline
+	rsrv      *redistest.Server // the writers share through it when it is not nil
+}
+
+// args are the flags of writer i (see writeChild).
+func (wp writerPlan) args(i int) []string {
+	args := []string{"-host", wp.host, "-first", strconv.Itoa(i * wp.per), "-n", strconv.Itoa(wp.per),
+		"-failed", filepath.Join(wp.dir, fmt.Sprintf("failed-%d", i)),
+		"-start-after", wp.sc.startAt(i, wp.n, wp.ideal).String(), "-stop-after", wp.sc.stopAt(i, wp.n, wp.ideal).String(),
+		"-deadline", wp.deadline.String()}
+	if wp.rsrv != nil {
+		args = append(args, "-redis", wp.rsrv.Socket(), "-prefix", fmt.Sprintf("upsertbench:%d:%s:", wp.n, wp.sc.name))
+	}
+	return args
+}
+
+// start starts the n writer processes. If one fails to start, it stops
+// those it started and returns the error.
+func (wp writerPlan) start(ctx context.Context) ([]*child, error) {
+	writers := make([]*child, wp.n)
+	for i := range writers {
+		var err error
+		if writers[i], err = startChild(ctx, "write", wp.args(i)...); err != nil {
+			stopChildren(writers[:i])
+			return nil, err
+		}
+	}
+	return writers, nil
+}
+
+// stopChildren stops children, the last started first, as deferred stops
+// would.
+func stopChildren(children []*child) {
+	for _, c := range slices.Backward(children) {
+		c.stop()
+	}
+}
+
+// awaitReady waits for each writer's "ready", printed once its records are
+// made and its index connection open.
+func awaitReady(writers []*child) error {
+	for i, wr := range writers {
+		if line, err := wr.readLine(); err != nil || line != "ready" {
+			return fmt.Errorf("writer %d: %q, %v", i+1, line, err)
+		}
+	}
+	return nil
+}
+
+// readOutcomes reads each writer's writerOutcome, in the order of writers.
+func readOutcomes(writers []*child) ([]writerOutcome, error) {
+	outs := make([]writerOutcome, len(writers))
+	for i, wr := range writers {
+		line, err := wr.readLine()
+		if err == nil {
+			err = json.Unmarshal([]byte(line), &outs[i])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("writer %d: %w", i+1, err)
+		}
+	}
+	return outs, nil
 }
 
 // killRedisAt kills rsrv at the time at, and returns the function that

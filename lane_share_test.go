@@ -300,7 +300,7 @@ func TestSharedLaneMeasuresInTheLanesTerms(t *testing.T) {
 			c := ln.dims[dimRecords].ctl // as a cut of its own measured it, in its terms
 			c.level, c.limit, c.episodes = 2000, 1600, 2
 			if tc.search {
-				c.search = defaultTuning.minWindow
+				c.search.pace = defaultTuning.minWindow
 			}
 			ln.dims[dimRecords].ctl.taken.add(clk.Now(), tc.own)
 			part := ln.dims[dimRecords].ctl.taken.rateOver(clk.Now(), time.Second) / 6000
@@ -344,7 +344,7 @@ func TestSharedLanesFirstCutKeepsWhatTheLaneAccepted(t *testing.T) {
 			defer ln.mu.Unlock()
 			require.InDelta(t, 0.25, ln.share.frac, 1e-9)
 			c := ln.dims[dimRecords].ctl
-			c.level, c.limit, c.search, c.episodes = tc.own, tc.own, defaultTuning.firstSearchFor, 1 // rateFirstCut's search
+			c.level, c.limit, c.search.pace, c.episodes = tc.own, tc.own, defaultTuning.firstSearchFor, 1 // rateFirstCut's search
 			got := ln.proposal(permit{}, errRateLimited, dimRecords, &c, false)
 			assert.InDelta(t, tc.wantLevel, got.Level, 1e-6)
 			assert.InDelta(t, tc.wantLevel, got.Rate, 1e-6, "a floor to search up from")
@@ -381,7 +381,7 @@ func TestSharedLaneHoldsItsSearchesAndItsBatches(t *testing.T) {
 			ln.mu.Lock()
 			defer ln.mu.Unlock()
 			d := &ln.dims[dimRecords]
-			require.Positive(t, d.ctl.search)
+			require.Positive(t, d.ctl.search.pace)
 			d.ctl.limit, d.ctl.level = 500_000, 500_000 // doubled while its tokens bound
 			d.ctl.sent.add(clk.Now(), float64(tc.sent))
 			d.ctl.taken.add(clk.Now(), float64(tc.taken))

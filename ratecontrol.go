@@ -37,7 +37,7 @@ type rateControl struct {
 	cutSeq   uint64        // requests admitted up to this one were sent before the last cut
 	episodes int           // 429 episodes so far
 	capacity float64       // what the index accepted at the last cut: below it refusals are noise
-	search   time.Duration // while > 0, the limit searches up from the last cut's floor, doubling no sooner than this
+	search   rateSearch    // the limit searching up from the last cut's floor
 	start    runStart      // what the controller saw of the run's start
 	prior    float64       // the index's known limit; 0: none
 	ceiling  bool          // a cut found the index at its known limit: it is the limit
@@ -48,6 +48,31 @@ type rateControl struct {
 	sent     meter         // amount sent
 	taken    meter         // amount the index accepted
 	gain     float64       // the probe's gain until the next cut, set by alone; 0: tuning.probeGain
+}
+
+// rateSearch is a limit searching up, doubling, from a floor: after the
+// first cut, after one with too few answers to measure by, or once the
+// probe outgrew the level.
+type rateSearch struct {
+	pace    time.Duration // while > 0, it searches, doubling no sooner than this
+	refused float64       // the limit at its first refusal that started no episode; 0: none
+}
+
+// refusedAt notes a refusal that started no episode at limit, the first
+// of the search if it searches.
+func (s *rateSearch) refusedAt(limit float64) {
+	if s.pace > 0 && s.refused == 0 {
+		s.refused = limit
+	}
+}
+
+// reached is the limit the search had reached at its first refusal, or
+// limit, the one it reached since, when none came.
+func (s rateSearch) reached(limit float64) float64 {
+	if s.refused > 0 {
+		return min(limit, s.refused)
+	}
+	return limit
 }
 
 // climbed is what a rate controller saw since its limit climbed back to
@@ -111,7 +136,7 @@ type rateSample struct {
 	refused  bool          // answered 429 for this dimension
 	bound    bool          // the limit held a request back within tuning.boundFor
 	window   time.Duration // the least span that measures a rate: a few round trips and answers
-	doubling time.Duration // four round trips: a search doubles no sooner, nor sooner than rateControl.search
+	doubling time.Duration // four round trips: a search doubles no sooner, nor sooner than the search's pace
 	least    float64       // the amount of the smallest batch the lane forms (see leastTime)
 }
 
@@ -215,6 +240,7 @@ func (c *rateControl) answer(s rateSample, t *tuning, floor float64) rateReason 
 		return rateDraining
 	}
 	if least, among := c.leastRefusals(t); !c.excess(t) || c.recent.within(among) < least {
+		c.search.refusedAt(c.limit)
 		c.endProbe(s, t)
 		return rateNoise
 	}
@@ -240,7 +266,7 @@ func (c *rateControl) endProbe(s rateSample, t *tuning) {
 // probing reports whether the limit probes above the level of the last
 // cut.
 func (c *rateControl) probing() bool {
-	return c.episodes > 0 && c.capped() && c.search == 0 && c.level > 0 && c.limit > c.level
+	return c.episodes > 0 && c.capped() && c.search.pace == 0 && c.level > 0 && c.limit > c.level
 }
 
 // climbing reports whether the limit climbs back to what the index
@@ -265,17 +291,19 @@ func (c *rateControl) calm(s rateSample, t *tuning) bool {
 // leastRefusals is the fewest refusals, among how many of the last
 // answers, that start an episode whatever the usual share: for the first,
 // two in a row (a bucket that overflows refuses several in a row; refusals
-// at random seldom come so); for the first and while the limit climbs
-// back, three among the last tuning.closeAnswers (one among the first
-// answers may be the index's usual share, refusals while climbing teach
-// it, and a bucket that slow start or a fallen capacity overflowed
-// refuses some of every round trip, where refusals at random spread over
-// the run); none otherwise.
+// at random seldom come so); for the first, while the limit climbs back
+// and while it searches up, three among the last tuning.closeAnswers (one
+// among the first answers may be the index's usual share, refusals while
+// climbing teach it, and a bucket that slow start, a search or a fallen
+// capacity overflowed refuses some of every round trip, where refusals at
+// random spread over the run; a search has learnt no share yet, and two
+// such refusals in it would cut it far under the capacity); none
+// otherwise.
 func (c *rateControl) leastRefusals(t *tuning) (refusals, among int) {
 	switch {
 	case c.episodes == 0 && c.recent.inRow():
 		return 2, answerSpan
-	case c.episodes == 0, c.climbing():
+	case c.episodes == 0, c.climbing(), c.search.pace > 0:
 		return 3, t.closeAnswers
 	}
 	return 0, answerSpan
@@ -322,7 +350,7 @@ func poissonTail(lambda float64, k int) float64 {
 // (answer's test of their excess): they must not grind the rate down; nor
 // do those that got here while the limit climbed back lower the level
 // (keepsCapacity). A cut after a search takes at least √2/2 of the limit
-// it doubled to. The first cut goes to a floor (firstFloor) and searches
+// it doubled to, or had reached at its first refusal. The first cut goes to a floor (firstFloor) and searches
 // up from there (while the lane ramps up, a window measures less than the
 // index took at the end of it). With fewer than three answers accepted
 // since the last cut there is nothing to measure by: the limit is half of
@@ -339,8 +367,8 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 		c.start.firstCut = s.now
 	}
 	reason := rateCut
-	searched := c.search > 0
-	c.search, c.ceiling = 0, false
+	searched := c.search
+	c.search, c.ceiling = rateSearch{}, false
 	switch {
 	case c.accepted >= 3 && c.prior > 0 && c.atPrior(s, accepted, t):
 		// The index accepted its known limit: that is its limit, a
@@ -350,16 +378,18 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 		c.level, c.limit, c.ceiling = c.prior, c.prior, true
 	case c.episodes == 0:
 		reason = rateFirstCut
-		c.level, c.search = c.firstFloor(s, sent, t)
+		c.level, c.search.pace = c.firstFloor(s, sent, t)
 		c.limit = c.level
 	case c.accepted < 3:
 		reason = rateHalved
-		c.level, c.limit, c.search = sent/2, sent/2, t.minWindow
-	case searched:
+		c.level, c.limit, c.search.pace = sent/2, sent/2, t.minWindow
+	case searched.pace > 0:
 		// A search doubled its way past the capacity within the last
 		// few round trips, too fast for a window to measure: the
-		// capacity is between half the limit and the limit.
-		c.level = max(accepted, c.limit*math.Sqrt2/2)
+		// capacity is between half the limit and the limit, the limit
+		// at its first refusal (rule 11c: the doublings after it, while
+		// too few refusals came to cut, were past the capacity).
+		c.level = max(accepted, searched.reached(c.limit)*math.Sqrt2/2)
 		c.limit = c.level * (1 - t.cutDepth)
 	default:
 		c.level = accepted
@@ -436,7 +466,7 @@ func (c *rateControl) afterFirstCut(now time.Time, window time.Duration) time.Du
 // when higher.
 func (c *rateControl) sinceClimb(s rateSample, t *tuning) (float64, bool) {
 	since := s.now.Sub(c.climbed.at) - c.climbed.paused
-	if c.climbed.at.IsZero() || since < s.window || c.episodes == 0 || c.search > 0 {
+	if c.climbed.at.IsZero() || since < s.window || c.episodes == 0 || c.search.pace > 0 {
 		return 0, false
 	}
 	accepted := c.climbed.taken / since.Seconds()
@@ -476,13 +506,13 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 		c.followed = now
 		return rateHeld
 	}
-	if c.search > 0 {
+	if c.search.pace > 0 {
 		// Nothing measured: double every few round trips (and two of
 		// the smallest requests) while bound, as slow start does every
 		// round trip, until the next episode; at most once between two
 		// answers, since a gap without answers (a request waiting for
 		// its tokens) measures nothing.
-		period := max(s.doubling, c.search, s.leastTime(c.limit))
+		period := max(s.doubling, c.search.pace, s.leastTime(c.limit))
 		c.limit *= math.Exp2(min(1, now.Sub(c.followed).Seconds()/period.Seconds()))
 		c.level = max(c.level, c.limit)
 		c.followed = now
@@ -494,7 +524,7 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 		c.limit = min(c.limit, c.prior)
 	}
 	if c.outgrown(t) {
-		c.level, c.search = c.limit, t.recovery
+		c.level, c.search = c.limit, rateSearch{pace: t.recovery}
 	}
 	return rateGrew
 }

@@ -113,7 +113,7 @@ func TestRateControl(t *testing.T) {
 		// (1,000 records in 220 ms, the meter's whole buckets), more than
 		// half of what was sent (1,200 records).
 		assert.InDelta(t, 0.8*1000/0.22, s.c.limit, 100)
-		assert.Positive(t, s.c.search, "the first cut measures a floor: it searches up from it")
+		assert.Positive(t, s.c.search.pace, "the first cut measures a floor: it searches up from it")
 	})
 	t.Run("the first cut's floor", func(t *testing.T) {
 		// Each script answers a first refusal (no episode) and ten
@@ -145,7 +145,7 @@ func TestRateControl(t *testing.T) {
 				s.answer(0, true, 0) // two in a row
 				require.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
 				assert.InDelta(t, tt.want, s.c.limit, 0.02*tt.want)
-				assert.Equal(t, tt.pace(&s.tn), s.c.search, "a measure searches at a later cut's pace, a guess at the first search's")
+				assert.Equal(t, tt.pace(&s.tn), s.c.search.pace, "a measure searches at a later cut's pace, a guess at the first search's")
 			})
 		}
 	})
@@ -166,7 +166,7 @@ func TestRateControl(t *testing.T) {
 	t.Run("on a fast index a search doubles no sooner than its pace", func(t *testing.T) {
 		grown := func(pace func(*tuning) time.Duration) float64 {
 			s := capScript(t, 1000)
-			s.c.episodes, s.c.search = 1, pace(&s.tn)
+			s.c.episodes, s.c.search.pace = 1, pace(&s.tn)
 			s.run(s.tn.firstSearchFor, 10*time.Millisecond, 1, nil) // 4 round trips: 40 ms, under either pace
 			return s.c.limit / 1000
 		}
@@ -186,7 +186,7 @@ func TestRateControl(t *testing.T) {
 			{"batches of 10 at 40 a second: half a second, less as it grows", 40, 10, true},
 		} {
 			s := capScript(t, tt.limit)
-			s.c.search, s.least = s.tn.minWindow, tt.least
+			s.c.search.pace, s.least = s.tn.minWindow, tt.least
 			s.run(s.tn.minWindow, 100*time.Millisecond, 1, nil) // one window's pace of answers
 			grown := s.c.limit / tt.limit
 			if tt.paced {
@@ -348,6 +348,29 @@ func TestRateControl(t *testing.T) {
 			assert.Equal(t, tt.want, s.c.quiet.refused, tt.name)
 		}
 	})
+	t.Run("a cut after a search takes √2/2 of the limit at its first refusal, not of the one it doubled to since", func(t *testing.T) {
+		for _, tt := range []struct {
+			name    string
+			refused bool // a refusal that starts no episode when the search is at 1000
+			want    float64
+		}{
+			{"no refusal before the episode: the limit the search reached", false, 4000 * math.Sqrt2 / 2},
+			{"a refusal at 1000, two doublings before the episode", true, 1000 * math.Sqrt2 / 2},
+		} {
+			s := capScript(t, 1000)
+			s.c.capacity, s.c.search.pace = 0, s.tn.minWindow
+			s.run(s.tn.drainFor, 10*time.Millisecond, 0.1, nil) // 10 a second: far under either measure
+			s.c.limit = 1000
+			if tt.refused {
+				require.Equal(t, rateNoise, s.answer(0.1, true, 10*time.Millisecond))
+			}
+			s.run(2*s.tn.minWindow, 10*time.Millisecond, 0.1, nil) // two doublings
+			require.InDelta(t, 4000, s.c.limit, 400)
+			s.c.limit = 4000
+			require.Equal(t, rateCut, s.pattern("x..x..x", 0.1), tt.name)
+			assert.InDelta(t, tt.want*(1-s.tn.cutDepth), s.c.limit, 1, tt.name)
+		}
+	})
 	t.Run("with nothing accepted since the last cut the limit halves what was sent and searches", func(t *testing.T) {
 		s := capScript(t, 1000)
 		s.now = s.now.Add(2 * defaultTuning.drainFor)
@@ -356,7 +379,7 @@ func TestRateControl(t *testing.T) {
 		}
 		s.c.limit = s.c.level
 		assert.Equal(t, rateHalved, s.answer(10, true, 10*time.Millisecond))
-		assert.Equal(t, s.tn.minWindow, s.c.search)
+		assert.Equal(t, s.tn.minWindow, s.c.search.pace)
 	})
 }
 
@@ -372,34 +395,51 @@ func capScript(t *testing.T, r float64) *rateScript {
 }
 
 // TestEpisodeStart covers rateControl.leastRefusals (closeAnswers 16)
-// before the first episode and while the limit climbs back after a cut
-// (after a second of answers accepted): '.' is an answer accepted, 'x' one
-// refused, 10 ms apart, and want is what the controller did with the last.
+// before the first episode, while the limit climbs back after a cut and
+// while it searches up from a floor (after a second of answers accepted):
+// '.' is an answer accepted, 'x' one refused, 10 ms apart, and want is
+// what the controller did with the last.
 func TestEpisodeStart(t *testing.T) {
+	const (
+		first = iota
+		climbing
+		searching
+	)
 	for _, tt := range []struct {
 		name, answers string
-		climbing      bool
+		state         int
 		want          rateReason
 	}{
-		{"one refusal", "..........x", false, rateNoise},
-		{"two apart: random refusals come so", "x.........x", false, rateNoise},
-		{"two in a row: a bucket that overflows refuses so", "..........xx", false, rateFirstCut},
-		{"three apart", "x....x....x", false, rateFirstCut},
-		{"three within the last 16", "x......x......x", false, rateFirstCut},
-		{"three spread wider: random refusals spread over the run", "x..........x..........x", false, rateNoise},
-		{"two in a row after one apart", "x.........xx", false, rateFirstCut},
-		{"climbing, two in a row: fewer than three teach the usual share", "..........xx", true, rateNoise},
-		{"climbing, three within the last 16: a bucket that overflows refuses so", "x......x......x", true, rateCut},
-		{"climbing, three spread wider", "x..........x..........x", true, rateNoise},
+		{"one refusal", "..........x", first, rateNoise},
+		{"two apart: random refusals come so", "x.........x", first, rateNoise},
+		{"two in a row: a bucket that overflows refuses so", "..........xx", first, rateFirstCut},
+		{"three apart", "x....x....x", first, rateFirstCut},
+		{"three within the last 16", "x......x......x", first, rateFirstCut},
+		{"three spread wider: random refusals spread over the run", "x..........x..........x", first, rateNoise},
+		{"two in a row after one apart", "x.........xx", first, rateFirstCut},
+		{"climbing, two in a row: fewer than three teach the usual share", "..........xx", climbing, rateNoise},
+		{"climbing, three within the last 16: a bucket that overflows refuses so", "x......x......x", climbing, rateCut},
+		{"climbing, three spread wider", "x..........x..........x", climbing, rateNoise},
+		{"searching, two apart: no usual share learnt yet, random refusals come so", "x.........x", searching, rateNoise},
+		{"searching, three within the last 16: the search passed the bucket's rate", "x......x......x", searching, rateCut},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newRateScript(t)
-			if tt.climbing {
+			switch tt.state {
+			case climbing:
 				s = capScript(t, 1000)
 				s.c.capacity = 1250 // the last cut's measure: the limit climbs back to it
 				s.bound = false     // the limit holds nothing back: the curve stays put
 				s.run(s.tn.drainFor, 10*time.Millisecond, 10, nil)
 				require.True(t, s.c.climbing())
+			case searching:
+				s = capScript(t, 1000)
+				s.c.capacity = 0 // a first cut's floor, guessed: nothing to climb back to
+				s.c.search.pace = s.tn.firstSearchFor
+				s.bound = false // the search holds nothing back: it stays where it is
+				// A few answers since the cut: the register holds few.
+				s.run(50*time.Millisecond, 10*time.Millisecond, 10, nil)
+				require.False(t, s.c.climbing())
 			}
 			assert.Equal(t, tt.want, s.pattern(tt.answers, 10))
 		})
@@ -431,7 +471,7 @@ func TestAfterFirstCut(t *testing.T) {
 		s.run(200*time.Millisecond, 10*time.Millisecond, 100, nil)
 		s.answer(0, true, 0)
 		require.Equal(t, rateFirstCut, s.answer(100, true, 10*time.Millisecond))
-		s.c.search = 0 // measured as a cut, not a search's
+		s.c.search = rateSearch{} // measured as a cut, not a search's
 		s.run(500*time.Millisecond, 10*time.Millisecond, 50, nil)
 		s.answer(0, true, 0)
 		s.answer(0, true, 0) // three refusals among the answers since the cut
@@ -479,7 +519,7 @@ func TestRateCurve(t *testing.T) {
 			s := capScript(t, 1000)
 			s.tn.probeSearch = tt.probeSearch
 			s.run(4*time.Second, 10*time.Millisecond, 1, nil) // the cubic passes twice the level after 1.88 recoveries
-			assert.Equal(t, tt.search, s.c.search, tt.name)
+			assert.Equal(t, tt.search, s.c.search.pace, tt.name)
 			if tt.search == 0 {
 				assert.Equal(t, 1000.0, s.c.level, tt.name)
 				continue

@@ -360,18 +360,21 @@ func simTuning(t *testing.T) tuning {
 // fail.
 func TestLimiterOnSimulatedIndexes(t *testing.T) {
 	for i, tt := range []struct {
-		name string
-		eff  float64
+		name     string
+		eff      float64
+		refusals float64 // the most of its requests it may see refused
 	}{
-		{"fast (20k/s)", 0.95},
-		{"tight (3k/s)", 0.95},
-		{"fast, 3% of requests refused at random", 0.7}, // no collapse
+		{"fast (20k/s)", 0.95, 0.06},
+		{"tight (3k/s)", 0.95, 0.06},
+		// No collapse; 3% refused at random on top of the probe's (4–8%
+		// over sixteen streams of the simulation).
+		{"fast, 3% of requests refused at random", 0.7, 0.08},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := simulate(uint64(-int64(i+1)), &defaultTuning)
 			assert.Equal(t, o.ix.records, o.res.landed)
 			assert.GreaterOrEqual(t, o.efficiency, tt.eff, "of the ideal time")
-			assert.Less(t, o.refused, 0.06, "share of requests refused")
+			assert.Less(t, o.refused, tt.refusals, "share of requests refused")
 			assert.Greater(t, o.efficiency, o.article, "the article's algorithm")
 		})
 	}

@@ -350,9 +350,9 @@ func poissonTail(lambda float64, k int) float64 {
 // (answer's test of their excess): they must not grind the rate down; nor
 // do those that got here while the limit climbed back lower the level
 // (keepsCapacity). A cut after a search takes at least √2/2 of the limit
-// it doubled to, or had reached at its first refusal. The first cut goes to a floor (firstFloor) and searches
-// up from there (while the lane ramps up, a window measures less than the
-// index took at the end of it). With fewer than three answers accepted
+// it doubled to, or had reached at its first refusal. The first cut goes
+// to a floor (firstFloor) and searches up from there (while the lane ramps
+// up, a window measures less than the index took at the end of it). With fewer than three answers accepted
 // since the last cut there is nothing to measure by: the limit is half of
 // what was sent, and searches up. A cut that does not find the index at
 // its known limit lifts the ceiling an earlier one set: the index's limits

@@ -259,10 +259,14 @@ func writeStatusError(w http.ResponseWriter, err error) {
 	writeREST(w, httpStatusFromCode(st.Code()), name, st.Message())
 }
 
+// writeRESTError answers httpStatus with Pinecone's JSON error body for
+// code and message.
 func writeRESTError(w http.ResponseWriter, httpStatus int, code codes.Code, message string) {
 	writeREST(w, httpStatus, codeName(code), message)
 }
 
+// writeREST answers httpStatus with the JSON error body Pinecone's REST
+// API sends: {"error": {"code", "message"}, "status"}.
 func writeREST(w http.ResponseWriter, httpStatus int, codeName, message string) {
 	var e restError
 	e.Error.Code = codeName

@@ -238,6 +238,9 @@ func awaitGo() (time.Time, error) {
 	in := bufio.NewScanner(os.Stdin)
 	var startNanos int64
 	if !in.Scan() {
+		if err := in.Err(); err != nil {
+			return time.Time{}, fmt.Errorf("reading the go: %w", err)
+		}
 		return time.Time{}, errors.New("no go")
 	}
 	if _, err := fmt.Sscanf(in.Text(), "go %d", &startNanos); err != nil {
@@ -300,6 +303,8 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 // the writers' shares move.
 const traceEnv = "UPSERTBENCH_TRACE"
 
+// traceOption prints the writer's limiter every 250 ms on stderr, on the
+// clock every writer's trace shares.
 func traceOption(first int) upsert.Option {
 	return upsert.WithProgress(250*time.Millisecond, func(p upsert.Progress) {
 		l := p.Stats.Limiter

@@ -153,6 +153,7 @@ func picked(list, name string) bool {
 	return list == "" || slices.Contains(strings.Split(list, ","), name)
 }
 
+// writeProcRow writes r as a row of the process benchmark's table.
 func writeProcRow(w io.Writer, r procResult) {
 	takeUp := "–"
 	if r.takeUp > 0 {
@@ -176,6 +177,7 @@ func writeProcRow(w io.Writer, r procResult) {
 		r.spread, takeUp, lost, r.reported, formatDuration(r.elapsed), 100*r.secondHalf, r.cpu.Seconds()/r.elapsed.Seconds(), redis)
 }
 
+// fraction is part over whole, 0 when whole is 0.
 func fraction(part, whole int) float64 {
 	if whole == 0 {
 		return 0
@@ -432,6 +434,8 @@ type child struct {
 	stdout *bufio.Reader
 }
 
+// startChild starts this executable again as a child of role with args,
+// its stdin and stdout piped to the parent, its stderr shared.
 func startChild(ctx context.Context, role string, args ...string) (*child, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -453,6 +457,7 @@ func startChild(ctx context.Context, role string, args ...string) (*child, error
 	return &child{cmd: cmd, stdin: stdin, stdout: bufio.NewReaderSize(stdout, 1<<20)}, nil
 }
 
+// readLine returns the child's next line of stdout, without its newline.
 func (c *child) readLine() (string, error) {
 	line, err := c.stdout.ReadString('\n')
 	return strings.TrimSuffix(line, "\n"), err

@@ -146,7 +146,7 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 			bound: now.Sub(d.waited) < ln.tuning.boundFor, window: window,
 			doubling: 4 * time.Duration(ln.seen.roundTrip), least: ln.leastAmount(i),
 		}
-		searched := d.ctl.search.pace > 0
+		searched := d.ctl.search.on()
 		switch reason := d.ctl.answer(s, ln.tuning, ln.floorOf(i)); reason {
 		case rateFirstCut, rateCut, rateHalved, rateAtPrior:
 			ln.cuts++

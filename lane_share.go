@@ -254,7 +254,7 @@ func (ln *lane) holdSearches(now time.Time, w time.Duration) {
 	var k float64
 	for i := range ln.dims {
 		d := &ln.dims[i]
-		if d.ctl.search.pace == 0 {
+		if !d.ctl.search.on() {
 			continue // hold lowers only a search
 		}
 		if v == nil {
@@ -324,7 +324,7 @@ func (ln *lane) shareRefusal(p permit, e *Error, dim int, s rateSample) {
 	d := &ln.dims[dim]
 	trial := d.ctl // a copy: the cut is made only if the lane's count is complete
 	reason := trial.cut(s, ln.tuning, ln.floorOf(dim))
-	c := ln.proposal(p, e, dim, &trial, d.ctl.search.pace > 0 && reason != rateAtPrior)
+	c := ln.proposal(p, e, dim, &trial, d.ctl.search.on() && reason != rateAtPrior)
 	refusals, answers := d.ctl.episodeCount(ln.tuning)
 	c.Refusals, c.Window = refusals, ln.laneAnswersSpan(s.now, answers)
 	ln.queueCut(c)

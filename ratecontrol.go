@@ -37,7 +37,7 @@ type rateControl struct {
 	cutSeq   uint64        // requests admitted up to this one were sent before the last cut
 	episodes int           // 429 episodes so far
 	capacity float64       // what the index accepted at the last cut: below it refusals are noise
-	search   rateSearch    // the limit searching up from the last cut's floor
+	search   rateSearch    // the limit searching up from a floor; its zero value: none
 	start    runStart      // what the controller saw of the run's start
 	prior    float64       // the index's known limit; 0: none
 	ceiling  bool          // a cut found the index at its known limit: it is the limit
@@ -58,10 +58,13 @@ type rateSearch struct {
 	refused float64       // the limit at its first refusal that started no episode; 0: none
 }
 
+// on reports whether the limit searches up.
+func (s rateSearch) on() bool { return s.pace > 0 }
+
 // refusedAt notes a refusal that started no episode at limit, the first
 // of the search if it searches.
 func (s *rateSearch) refusedAt(limit float64) {
-	if s.pace > 0 && s.refused == 0 {
+	if s.on() && s.refused == 0 {
 		s.refused = limit
 	}
 }
@@ -266,7 +269,7 @@ func (c *rateControl) endProbe(s rateSample, t *tuning) {
 // probing reports whether the limit probes above the level of the last
 // cut.
 func (c *rateControl) probing() bool {
-	return c.episodes > 0 && c.capped() && c.search.pace == 0 && c.level > 0 && c.limit > c.level
+	return c.episodes > 0 && c.capped() && !c.search.on() && c.level > 0 && c.limit > c.level
 }
 
 // climbing reports whether the limit climbs back to what the index
@@ -303,7 +306,7 @@ func (c *rateControl) leastRefusals(t *tuning) (refusals, among int) {
 	switch {
 	case c.episodes == 0 && c.recent.inRow():
 		return 2, answerSpan
-	case c.episodes == 0, c.climbing(), c.search.pace > 0:
+	case c.episodes == 0, c.climbing(), c.search.on():
 		return 3, t.closeAnswers
 	}
 	return 0, answerSpan
@@ -352,9 +355,9 @@ func poissonTail(lambda float64, k int) float64 {
 // (keepsCapacity). A cut after a search takes at least √2/2 of the limit
 // it doubled to, or had reached at its first refusal. The first cut goes
 // to a floor (firstFloor) and searches up from there (while the lane ramps
-// up, a window measures less than the index took at the end of it). With fewer than three answers accepted
-// since the last cut there is nothing to measure by: the limit is half of
-// what was sent, and searches up. A cut that does not find the index at
+// up, a window measures less than the index took at the end of it). With
+// fewer than three answers accepted since the last cut there is nothing to
+// measure by: the limit is half of what was sent, and searches up. A cut that does not find the index at
 // its known limit lifts the ceiling an earlier one set: the index's limits
 // changed.
 func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
@@ -383,7 +386,7 @@ func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	case c.accepted < 3:
 		reason = rateHalved
 		c.level, c.limit, c.search.pace = sent/2, sent/2, t.minWindow
-	case searched.pace > 0:
+	case searched.on():
 		// A search doubled its way past the capacity within the last
 		// few round trips, too fast for a window to measure: the
 		// capacity is between half the limit and the limit, the limit
@@ -466,7 +469,7 @@ func (c *rateControl) afterFirstCut(now time.Time, window time.Duration) time.Du
 // when higher.
 func (c *rateControl) sinceClimb(s rateSample, t *tuning) (float64, bool) {
 	since := s.now.Sub(c.climbed.at) - c.climbed.paused
-	if c.climbed.at.IsZero() || since < s.window || c.episodes == 0 || c.search.pace > 0 {
+	if c.climbed.at.IsZero() || since < s.window || c.episodes == 0 || c.search.on() {
 		return 0, false
 	}
 	accepted := c.climbed.taken / since.Seconds()
@@ -506,7 +509,7 @@ func (c *rateControl) follow(s rateSample, t *tuning) rateReason {
 		c.followed = now
 		return rateHeld
 	}
-	if c.search.pace > 0 {
+	if c.search.on() {
 		// Nothing measured: double every few round trips (and two of
 		// the smallest requests) while bound, as slow start does every
 		// round trip, until the next episode; at most once between two

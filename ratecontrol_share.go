@@ -30,7 +30,7 @@ func (c *rateControl) scale(k float64) {
 // as a proposal for the episode that c just cut; a search (nothing
 // measured to climb back to) is a Recovery of 0.
 func (c *rateControl) anchors(frac float64) (rate, level float64, recovery time.Duration) {
-	if c.search.pace > 0 {
+	if c.search.on() {
 		return c.limit / frac, c.level / frac, 0
 	}
 	return c.limit / frac, c.level / frac, max(0, c.origin.Sub(c.cutAt))
@@ -60,7 +60,7 @@ func (c *rateControl) adopt(now time.Time, v share.View, frac float64, issued ui
 	// starts at the cut's rate whatever Recovery says.
 	c.origin = v.CutAt.Add(c.climb(t))
 	c.limit = rate
-	if c.search.pace == 0 {
+	if !c.search.on() {
 		c.limit = max(rate, min(level, c.curve(now, t)))
 	}
 	c.capacity = level
@@ -115,7 +115,7 @@ func (c *rateControl) episodeCount(t *tuning) (refusals, answers int) {
 // hold lowers c's search to most (its limit, and the level that follows
 // it), and reports whether it did.
 func (c *rateControl) hold(most float64) bool {
-	if c.search.pace == 0 || !(most > 0) || c.limit <= most {
+	if !c.search.on() || !(most > 0) || c.limit <= most {
 		return false
 	}
 	c.limit, c.level = most, min(c.level, most)
@@ -133,7 +133,7 @@ func (c *rateControl) alone(now time.Time, frac float64, t *tuning) {
 		return
 	}
 	c.prior /= frac
-	if !c.capped() || c.level <= 0 || c.search.pace > 0 {
+	if !c.capped() || c.level <= 0 || c.search.on() {
 		return // a search doubles from its limit, whatever the level
 	}
 	c.gain = max(t.probeGain, (1/frac-1)/8)

@@ -149,7 +149,7 @@ func (in *intake) dispatchRoute(ctx context.Context, rt *route) error {
 // hold. It returns ctx's error when ctx ends first; when the run has
 // stopped, the batches fail instead and it goes on.
 func (in *intake) flushAll(ctx context.Context) error {
-	for _, rt := range in.r.routes {
+	for _, rt := range in.r.routes.byKey {
 		if err := in.dispatchRoute(ctx, rt); err != nil && in.r.runCtx.Err() == nil {
 			return err
 		}
@@ -207,6 +207,6 @@ func (in *intake) abandon(ctx context.Context) {
 	}
 	_ = in.flushAll(in.r.runCtx)
 	in.unlock()
-	in.r.wg.Wait()
+	in.r.pool.wg.Wait()
 	in.r.releaseLimiter()
 }

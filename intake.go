@@ -58,7 +58,7 @@ func newIntake(r *run, mode intakeMode) *intake {
 	in := &intake{r: r, ordered: mode != forAll, seed: maphash.MakeSeed(), turn: make(chan struct{}, 1), validator: validator{index: r.shape}}
 	if in.ordered {
 		in.inFlight = make(map[uint64]int32)
-		r.forgetIdleRoutes = true
+		r.routes.forgetIdle = true
 	}
 	if mode == forWriter {
 		in.settled = &watermark{}
@@ -232,7 +232,7 @@ func (in *intake) sendTaken(rt *route, it item) {
 // failUntaken fails, after the run stopped, the records of All from
 // position from on, which were never looked at, and those held back for a
 // later occurrence of their id. The records' failures are built only once
-// the result is, in one piece and in order (see run.untaken): a canceled
+// the result is, in one piece and in order (see runResults.untaken): a canceled
 // run over millions of records returns at once.
 func (in *intake) failUntaken(records []*pinecone.Vector, from int, held map[string]item) {
 	r := in.r
@@ -242,17 +242,17 @@ func (in *intake) failUntaken(records []*pinecone.Vector, from int, held map[str
 		waiting = append(waiting, it)
 	}
 	r.failAll(waiting, e, 0, false)
-	r.untaken = untaken{records: records[from:], from: from, err: e}
+	r.results.untaken = untaken{records: records[from:], from: from, err: e}
 	n := len(records) - from
 	var samples []Failure
 	for i := range min(n, maxFailureSamples) {
-		samples = append(samples, r.untaken.failure(i))
+		samples = append(samples, r.results.untaken.failure(i))
 	}
 	r.stats.fail(samples)
 	r.stats.failed.Add(int64(n - len(samples)))
 	if observersHaveFailure(r.cfg.observers) {
 		for i := range n {
-			r.cfg.observers.failure(r.untaken.failure(i))
+			r.cfg.observers.failure(r.results.untaken.failure(i))
 		}
 	}
 }
@@ -566,7 +566,7 @@ func (in *intake) close() (Result, error) {
 	if in.acks == nil {
 		return in.r.finish()
 	}
-	in.r.wg.Wait()
+	in.r.pool.wg.Wait()
 	_ = in.acks.wait(context.Background(), nil, in.next, true)
 	res, err := in.r.finish()
 	return res, in.acks.err(err)

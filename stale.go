@@ -80,16 +80,17 @@ func (r *run) reportStale(stale []Stale) {
 		return
 	}
 	r.stats.mayBeStale.Add(int64(len(stale)))
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.keepFailed >= 0 {
-		stale = stale[:max(0, min(len(stale), r.keepFailed-len(r.stale)))]
+	res := &r.results
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	if res.keepFailed >= 0 {
+		stale = stale[:max(0, min(len(stale), res.keepFailed-len(res.stale)))]
 	}
-	r.stale = append(r.stale, stale...)
+	res.stale = append(res.stale, stale...)
 }
 
 // sortedStale returns the stale records in input order.
 func (r *run) sortedStale() []Stale {
-	slices.SortFunc(r.stale, func(a, b Stale) int { return a.Index - b.Index })
-	return r.stale
+	slices.SortFunc(r.results.stale, func(a, b Stale) int { return a.Index - b.Index })
+	return r.results.stale
 }

@@ -60,7 +60,7 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	r := newRun(ctx, cfg, k, -1, op)
 	in := newIntake(r, forStream)
 	if observersHaveFailure(cfg.observers) {
-		r.keepFailed = failuresKept
+		r.results.keepFailed = failuresKept
 	}
 	skip := 0
 	if cfg.checkpoint != nil {

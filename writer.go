@@ -56,7 +56,7 @@ func NewWriter(ctx context.Context, opts ...Option) (*Writer, error) {
 	r := newRun(ctx, cfg, vectorKind, -1, "Writer")
 	in := newIntake(r, forWriter)
 	if observersHaveFailure(cfg.observers) {
-		r.keepFailed = failuresKept
+		r.results.keepFailed = failuresKept
 	}
 	return &Writer{in: in, stopFlusher: in.startFlusher(cfg.maxDelay), closing: make(chan struct{}, 1)}, nil
 }

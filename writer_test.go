@@ -171,9 +171,9 @@ func TestWriterFailsABatchItsAddGaveUpOnAsTheRunStops(t *testing.T) {
 
 // waitsForRoom reports whether a dispatch waits for a batch to finish.
 func (r *run) waitsForRoom() bool {
-	r.doneMu.Lock()
-	defer r.doneMu.Unlock()
-	return r.batchDone.ch != nil
+	r.pool.doneMu.Lock()
+	defer r.pool.doneMu.Unlock()
+	return r.pool.batchDone.ch != nil
 }
 
 // Flush waits for the records added before it, not for those added while
@@ -275,7 +275,7 @@ func TestManyNamespacesHoldBoundedMemory(t *testing.T) {
 		for i := range n {
 			require.NoError(t, w.Add(context.Background(), &pinecone.Vector{Id: fmt.Sprint(i), Values: &[]float32{1, 2}}))
 			worstHeld = max(worstHeld, int64(i+1)-sent.Load())
-			worstRoutes = max(worstRoutes, len(w.in.r.routes))
+			worstRoutes = max(worstRoutes, len(w.in.r.routes.byKey))
 		}
 		res, err := w.Close(context.Background())
 		require.NoError(t, err)

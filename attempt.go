@@ -1,0 +1,149 @@
+package upsert
+
+import (
+	"context"
+	"errors"
+	"runtime/debug"
+)
+
+// errRecut is what attempt returns for a batch that the lane did not
+// admit because it had become larger than a request may carry: it was not
+// sent, and goes back to be cut.
+var errRecut = &Error{Class: ClassRateLimited, Err: errStaleBatch}
+
+// attempt sends p once: it waits for the lane to admit it (rate tokens,
+// then a slot), then sends with the per-request timeout. It returns nil when
+// the index confirmed every record.
+func (r *run) attempt(worker int, rt *route, p *part) *Error {
+	perm, pass, bytes, e := r.admit(rt, p)
+	if e != nil {
+		return e
+	}
+	n := len(p.items)
+	p.attempts++
+	ev := RequestEvent{
+		Context: r.runCtx, Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,
+		Attempt: p.attempts,
+	}
+	if r.traced {
+		ev.Context = r.cfg.observers.startRequest(ev)
+	}
+	r.minute.sending(pass)
+	ctx, cancel := context.WithTimeout(ev.Context, r.cfg.requestTimeout)
+	err := recovered(func() error { return r.kind.send(ctx, r.cfg, rt.namespace, p.items) })
+	cancel()
+	latency := r.cfg.clock.Now().Sub(perm.start)
+	if err != nil {
+		e = r.describe(err)
+		if r.mayHaveLanded(err, e) {
+			p.ambiguous = true
+		}
+		if e.Class == ClassServer || e.Class == ClassTimeout {
+			rt.lastFailure.Store(e)
+		}
+		if e.Class == ClassDenied || e.Class == ClassQuotaExceeded {
+			// Stop before the slot is released, so that no request
+			// waiting for it goes out after the answer.
+			r.halt(e)
+		}
+	}
+	r.pool.lastLanded.Store(e == nil)
+	p.free = p.failures.free(rt.lane.release(perm, e), r.cfg.retry.maxRetries[ClassRateLimited])
+	r.minute.done(pass, e)
+	r.stats.request(n, latency, e)
+	ev.Latency, ev.Err = latency, e
+	r.cfg.observers.requestDone(ev)
+	return e
+}
+
+// admit waits for p's pass of the per-minute limits, then for the lane to
+// admit it, and returns the permit, the pass and the request's bytes; or
+// the error that stops the attempt unsent (errRecut when the lane wants it
+// cut first), with anything taken given back.
+func (r *run) admit(rt *route, p *part) (permit, *minutePass, int, *Error) {
+	acquire := rt.lane.acquireOrRecut
+	if r.cfg.batchSize > 0 {
+		acquire = rt.lane.acquire // a pinned size is never cut
+	}
+	bytes := rt.overhead
+	for _, it := range p.items {
+		bytes += it.size
+	}
+	// The per-minute limits first: a wait of up to a minute must not hold
+	// a slot of the lane.
+	pass, err := r.paceMinute(p.items)
+	if err != nil {
+		return permit{}, nil, 0, r.describe(err)
+	}
+	perm, err := acquire(r.runCtx, request{n: len(p.items), bytes: bytes, slots: r.pool.slots, sizeProbe: p.sizeProbe, timeout: r.cfg.requestTimeout})
+	p.sizeProbe = false
+	if err != nil {
+		r.minute.withdraw(pass)
+		if errors.Is(err, errStaleBatch) && r.runCtx.Err() == nil {
+			return permit{}, nil, 0, errRecut
+		}
+		return permit{}, nil, 0, r.describe(err)
+	}
+	if r.runCtx.Err() != nil {
+		// Admitted as the run stopped (a slot freed by the answer that
+		// stopped it): not sent.
+		r.minute.withdraw(pass)
+		rt.lane.release(perm, &Error{Class: ClassCanceled})
+		return permit{}, nil, 0, r.stopError()
+	}
+	return perm, pass, bytes, nil
+}
+
+// paceMinute waits until integrated records fit under the per-minute
+// limits learned so far (minutegate.go); vectors do not wait.
+func (r *run) paceMinute(items []item) (*minutePass, error) {
+	if r.minute == nil {
+		return nil, nil
+	}
+	return r.minute.wait(r.runCtx, estimateTokens(items))
+}
+
+// recovered calls f, the caller's code on a library goroutine, and turns a
+// panic into a server-class [*Error] wrapping a [*PanicError].
+func recovered(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &Error{Class: ClassServer, Err: &PanicError{Value: v, Stack: debug.Stack()}}
+		}
+	}()
+	return f()
+}
+
+// describe classifies err, knowing what the classifier cannot: whether the
+// caller's context ended or the run was halted.
+func (r *run) describe(err error) *Error {
+	if r.runCtx.Err() != nil {
+		return r.stopError()
+	}
+	var e *Error
+	if perr := recovered(func() error { e = describe(err, r.cfg.classify); return nil }); perr != nil {
+		e = perr.(*Error)
+	}
+	if e.Class == ClassCanceled {
+		// The caller's context is alive, so the transport canceled the
+		// request on its own: worth another try.
+		e = &Error{Class: ClassServer, GRPCCode: e.GRPCCode, StatusCode: e.StatusCode, Err: e.Err}
+	}
+	return e
+}
+
+// mayHaveLanded reports whether a request that failed with err may have
+// written its records anyway: it reached the index, or may have, and no
+// answer said it was refused. A request cut off by the run's stop was in
+// flight, so it may have landed; one that could not connect cannot have.
+// e is what describe made of err.
+func (r *run) mayHaveLanded(err error, e *Error) bool {
+	if r.runCtx.Err() != nil {
+		return !neverSent(err) // cut off in flight, whatever e says of the stop
+	}
+	switch e.Class {
+	case ClassTimeout, ClassServer, ClassCanceled:
+		return !neverSent(err)
+	}
+	return false
+}

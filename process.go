@@ -1,0 +1,203 @@
+package upsert
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// part is a batch or a piece of one, with what its records went through.
+type part struct {
+	items     []item
+	retries   [numClasses]int // retries spent, per class, by this part and its ancestors
+	attempts  int             // requests that carried these records
+	ambiguous bool            // some request ended without a clear answer
+	sizeProbe bool            // the batch probes a larger size (until first sent)
+	free      bool            // its last failure spends no retry (see failureNote)
+	failures  batchFailures   // what tells whether the next failure does
+}
+
+// child is a piece of p, items, with what p went through; it probes no size.
+func (p *part) child(items []item) *part {
+	c := *p
+	c.items, c.sizeProbe = items, false
+	return &c
+}
+
+// process sends one batch until each of its records has landed or failed.
+// Halves of a split are sent one after the other, first half first.
+func (r *run) process(worker int, rt *route, b batch) {
+	defer r.finishBatch(worker)
+	stack := []*part{{items: b.items, sizeProbe: b.probe}}
+	retries := 0
+	for len(stack) > 0 {
+		p := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if r.runCtx.Err() != nil {
+			r.failPart(p, r.stopError())
+			continue
+		}
+		if pieces := r.recutToLane(rt, p); pieces != nil {
+			stack = append(stack, pieces...)
+			continue
+		}
+		e := r.attempt(worker, rt, p)
+		if e == errRecut {
+			stack = append(stack, p) // cut to the lane's limit above
+			continue
+		}
+		r.maybeProgress()
+		if e == nil {
+			r.shape.learn(p.items)
+			r.stats.upserted.Add(int64(len(p.items)))
+			r.settle(p.items, outcome{landed: true, final: true, ambiguous: p.ambiguous})
+			continue
+		}
+		next, retried := r.afterFailure(worker, rt, p, e)
+		if retried {
+			retries++
+		}
+		stack = append(stack, next...)
+	}
+	r.stats.batchDone(retries)
+}
+
+// recutToLane cuts p to the most records the lane lets a request carry
+// now, returning the pieces in the order they go on the stack (last piece
+// first), or nil when p fits or the caller pinned the batch size.
+func (r *run) recutToLane(rt *route, p *part) []*part {
+	if r.cfg.batchSize != 0 {
+		return nil
+	}
+	limit := rt.lane.sendLimit()
+	if len(p.items) <= limit {
+		return nil
+	}
+	pieces := recut(p.items, limit)
+	parts := make([]*part, 0, len(pieces))
+	for i := len(pieces) - 1; i >= 0; i-- {
+		parts = append(parts, p.child(pieces[i]))
+	}
+	return parts
+}
+
+// afterFailure decides what becomes of p after its request failed with
+// e: it fails p, or returns the parts to send next (its halves, or p
+// itself after its backoff) and whether a retry was spent.
+func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*part, retried bool) {
+	c := e.Class
+	switch {
+	case c == ClassDenied, c == ClassQuotaExceeded:
+		r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, e)
+		r.failPart(p, e)
+		r.halt(e)
+	case c == ClassCanceled:
+		r.failPart(p, e)
+	case isPanic(e):
+		r.log(slog.LevelError, "send function panicked; batch failed", worker, rt, p, e)
+		r.failPart(p, e) // a retry would panic again
+	case e == errNeverAnswered || e == errOutageTooLong:
+		r.log(slog.LevelError, "index down; batch not sent", worker, rt, p, e)
+		r.failPart(p, rt.withLastFailure(e))
+	case len(p.items) > 1 && (c == ClassTimeout || c == ClassTooLarge || c == ClassInvalid):
+		r.stats.splits.Add(1)
+		r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)
+		r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
+		a, b := split(p.items)
+		return []*part{p.child(b), p.child(a)}, false
+	case p.retries[c] < r.cfg.retry.maxRetries[c] || p.free && r.cfg.retry.maxRetries[c] > 0:
+		if r.retryAfterBackoff(worker, rt, p, e) {
+			return []*part{p}, true
+		}
+		return nil, true
+	default:
+		r.log(slog.LevelError, "giving up on batch", worker, rt, p, e)
+		r.failPart(p, e)
+	}
+	return nil, false
+}
+
+// retryAfterBackoff spends a retry of p's class (none when p.free),
+// waits out its backoff and the lane's retry budget, and reports whether
+// p is to be sent again; when the run stops meanwhile, p fails.
+func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
+	c := e.Class
+	wait := r.backoff(c, p.failures.backoffStep(c, p.retries[c]), e.RetryAfter)
+	if !p.free {
+		p.retries[c]++
+	}
+	r.stats.retry(c)
+	r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
+	r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
+	wake := r.restWaker()
+	r.rest(+1)
+	r.wakeResting() // the others may have landed since p's refusal
+	woke, err := r.sleepBackoff(wait, e.RetryAfter, wake)
+	p.failures.woke = woke
+	if err == nil {
+		err = rt.lane.awaitRetry(r.runCtx)
+	}
+	r.rest(-1)
+	if err != nil {
+		r.failPart(p, r.stopError())
+		return false
+	}
+	return true
+}
+
+// sleepBackoff waits out a backoff of wait, or until wake is closed once
+// the index's retryAfter (part of wait) has passed, and reports whether
+// wake ended it.
+func (r *run) sleepBackoff(wait, retryAfter time.Duration, wake <-chan struct{}) (woke bool, err error) {
+	if retryAfter > 0 {
+		if err := r.cfg.clock.Sleep(r.runCtx, retryAfter); err != nil {
+			return false, err
+		}
+		wait -= retryAfter
+	}
+	err = sleepOrWake(r.runCtx, r.cfg.clock, wait, wake)
+	if errors.Is(err, errWoken) {
+		return true, nil
+	}
+	return false, err
+}
+
+// isPanic reports whether e is a recovered panic (see [PanicError]).
+func isPanic(e *Error) bool {
+	_, ok := e.Err.(*PanicError)
+	return ok
+}
+
+// backoff is the wait before a retry of class c at step n of its backoff:
+// the policy's, but never shorter than the index asked (retryAfter).
+func (r *run) backoff(c Class, n int, retryAfter time.Duration) time.Duration {
+	b := r.cfg.retry.backoffFor(c, r.cfg.rand)
+	b.n = n
+	return max(b.NextBackOff(), retryAfter)
+}
+
+// log logs what became of p's request, unless the logger drops level.
+func (r *run) log(level slog.Level, msg string, worker int, rt *route, p *part, e *Error, extra ...slog.Attr) {
+	if !r.cfg.logger.Enabled(r.ctx, level) {
+		return
+	}
+	attrs := append([]slog.Attr{
+		slog.String("namespace", rt.namespace),
+		slog.Int("batch_size", len(p.items)),
+		slog.Int("worker", worker),
+		slog.Int("attempt", p.attempts),
+		slog.String("class", e.Class.String()),
+		slog.String("code", e.Code()),
+		slog.String("error", errMessage(e)),
+	}, extra...)
+	r.cfg.logger.LogAttrs(r.ctx, level, msg, attrs...)
+}
+
+// errMessage is the underlying error's text without the class prefix that
+// the class attribute already carries.
+func errMessage(e *Error) string {
+	if e.Err != nil {
+		return e.Err.Error()
+	}
+	return e.Class.String()
+}

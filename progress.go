@@ -1,0 +1,60 @@
+package upsert
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// progressReports is when and how far a run last reported its progress.
+type progressReports struct {
+	last     atomic.Int64 // clock time of the last progress report, in ns
+	lastDone atomic.Int64 // records settled at the last progress report
+	mu       sync.Mutex   // held while reporting, so that reports do not overlap
+}
+
+// snapshot returns the run's figures now.
+func (r *run) snapshot() Stats {
+	s := r.stats.snapshot()
+	s.Elapsed = r.cfg.clock.Now().Sub(r.start)
+	s.Limiter = r.limiterState()
+	r.shareStats(&s)
+	return s
+}
+
+// maybeProgress reports progress when an interval has passed since the
+// last report. Only one goroutine reports at a time; the others skip.
+func (r *run) maybeProgress() {
+	if r.cfg.progress == nil {
+		return
+	}
+	now := r.cfg.clock.Now().UnixNano()
+	last := r.progress.last.Load()
+	if now-last < int64(r.cfg.progressEvery) || !r.progress.last.CompareAndSwap(last, now) {
+		return
+	}
+	if !r.progress.mu.TryLock() {
+		return
+	}
+	defer r.progress.mu.Unlock()
+	r.emitProgress(time.Duration(now-last), false)
+}
+
+// emitProgress reports progress, the last report when final; since is the
+// time since the previous report, for the rate (0 when there is none).
+func (r *run) emitProgress(since time.Duration, final bool) {
+	s := r.snapshot()
+	done := s.Upserted + s.Failed + s.Duplicates
+	p := Progress{Total: r.total, Done: done, Final: final, Stats: s}
+	prev := r.progress.lastDone.Swap(int64(done))
+	if since > 0 {
+		p.Rate = float64(done-int(prev)) / since.Seconds()
+	}
+	if final && s.Elapsed > 0 {
+		p.Rate = float64(done) / s.Elapsed.Seconds()
+	}
+	if r.total >= 0 && p.Rate > 0 && !final {
+		p.ETA = time.Duration(float64(r.total-done) / p.Rate * float64(time.Second))
+	}
+	r.cfg.progress(p)
+}

@@ -1,0 +1,89 @@
+package upsert
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// route is where the records of one namespace go.
+type route struct {
+	namespace string
+	overhead  int // request bytes besides the records
+	lane      *lane
+	invalid   error // the rule the namespace breaks: its records fail before sending
+	batcher   batcher
+	ready     batch // a full batch that could not be dispatched yet
+	stalled   bool  // in the intake's list of routes whose ready batch waits
+	// lastFailure is the last server error or timeout of a request, for
+	// the records the circuit breaker fails without sending them.
+	lastFailure atomic.Pointer[Error]
+}
+
+// routeTable holds a run's routes; the producer's.
+type routeTable struct {
+	byKey map[string]*route // by namespaceKey
+	// forgetIdle drops the routes with nothing waiting when the map has
+	// doubled, so that a stream over many namespaces holds few: their
+	// lanes live on in the Limiter. All keeps its routes, which it compares.
+	forgetIdle bool
+	sweepAt    int // the size of byKey at which to drop the idle ones
+}
+
+// minRoutes is the most routes a stream keeps without looking for idle
+// ones.
+const minRoutes = 1024
+
+// route returns the route of namespace, creating it on first use. "" and
+// "__default__" share one route, which sends under the name it first saw.
+func (r *run) route(namespace string) *route {
+	key := namespaceKey(namespace)
+	rt, ok := r.routes.byKey[key]
+	if !ok {
+		if r.routes.forgetIdle && len(r.routes.byKey) >= r.routes.sweepAt {
+			r.routes.dropIdle()
+		}
+		rt = &route{
+			namespace: namespace,
+			overhead:  r.kind.overhead(namespace),
+			invalid:   checkNamespace(namespace),
+			lane:      r.cfg.limiter.lane(r.kind.lanePrefix+key, r.kind.maxBatch),
+		}
+		if key == "" {
+			// Either name may go out (WithIndex sends its own): room
+			// for the longer.
+			rt.overhead = r.kind.overhead(defaultNamespace)
+		}
+		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
+		rt.batcher.next = rt.lane.nextBatch
+		rt.lane.setLimits(r.cfg.indexLimits())
+		r.joinShare(rt.lane, r.kind.lanePrefix+key)
+		if r.cfg.batchSize > 0 {
+			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
+		}
+		r.routes.byKey[key] = rt
+	}
+	return rt
+}
+
+// dropIdle forgets the routes with no records waiting, and sets the size
+// at which to look again: twice what is left, at least minRoutes.
+func (t *routeTable) dropIdle() {
+	for ns, rt := range t.byKey {
+		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 {
+			delete(t.byKey, ns)
+		}
+	}
+	t.sweepAt = max(minRoutes, 2*len(t.byKey))
+}
+
+// withLastFailure returns e, an error of a batch the circuit breaker
+// failed without sending it, with the last failure the namespace's
+// requests met, which says why the index is taken for down (the host
+// that does not resolve, the connection refused).
+func (rt *route) withLastFailure(e *Error) *Error {
+	last := rt.lastFailure.Load()
+	if last == nil {
+		return e
+	}
+	return &Error{Class: e.Class, Err: fmt.Errorf("%w; the last request failed with: %v", e.Err, last)}
+}

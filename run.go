@@ -1,0 +1,183 @@
+package upsert
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+)
+
+// run is the streaming core under All: records flow in through add, are cut
+// into batches per namespace, sent by a bounded set of workers, and end up
+// counted as upserted or reported as failures. Memory is bounded by the
+// number of batches in flight, since add blocks while every worker is busy.
+//
+// add and flush are called from one goroutine, the producer; everything
+// else may run on the workers. Its state is grouped by concern: contexts,
+// routes (routes.go), workers (workers.go), progress (progress.go) and
+// results (settle.go).
+type run struct {
+	cfg   *config
+	kind  *kind
+	shape *indexShape // of the index, for vectors; nil for integrated records
+	// minute paces integrated records under per-minute limits; nil for
+	// vectors.
+	minute *minuteGate
+	start  time.Time
+	total  int // records expected, or -1 for a stream
+
+	runContexts // embedded: r.runCtx and r.halt are used all over the package
+
+	routes   routeTable
+	pool     workerPool
+	stats    counters // the run's figures, for progress and the result
+	progress progressReports
+	results  runResults
+
+	// onSettle, when set, is told of every record that landed or failed,
+	// from the workers: the intake's bookkeeping of ids in flight,
+	// settled positions, the checkpoint and ids that may be stale.
+	onSettle func(items []item, o outcome)
+
+	// releaseLimiter ends the run's use of a Limiter shared by default
+	// with the other calls writing into its index (shared.go).
+	releaseLimiter func()
+	// shares are the run's memberships of lanes shared across processes.
+	shares runShares
+}
+
+// runContexts are a run's contexts, and what its observers were told of it.
+type runContexts struct {
+	ctx    context.Context // the caller's
+	obsCtx context.Context // the caller's, as the observers' StartRun returned it
+	runCtx context.Context // obsCtx's, ending with ctx or when the index denies the caller
+	halt   context.CancelCauseFunc
+	op     string // the RunEvent's Operation
+	traced bool   // an observer starts something per request
+}
+
+// newRun starts a run; op names the call ("All", "Stream", "Records" or
+// "Writer") for the observers.
+func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *run {
+	r := &run{
+		cfg:         cfg,
+		kind:        k,
+		start:       cfg.clock.Now(),
+		total:       total,
+		runContexts: runContexts{ctx: ctx, op: op, traced: cfg.observers.traceRequests()},
+		routes:      routeTable{byKey: make(map[string]*route)},
+		results:     runResults{keepFailed: -1},
+	}
+	r.releaseLimiter = func() {}
+	if cfg.limiter == nil {
+		_, realTime := cfg.clock.(realClock)
+		if cfg.index != nil && realTime {
+			cfg.limiter, r.releaseLimiter = shareLimiter(cfg.index)
+		} else {
+			cfg.limiter = &Limiter{clock: cfg.clock}
+		}
+	}
+	r.shares.start(cfg)
+	if k == vectorKind {
+		r.shape = newIndexShape(ctx, cfg)
+	} else {
+		r.minute = newMinuteGate(cfg.clock)
+	}
+	r.obsCtx = cfg.observers.startRun(ctx, r.runEvent(Stats{}, nil))
+	r.runCtx, r.halt = context.WithCancelCause(r.obsCtx)
+	r.progress.last.Store(r.start.UnixNano())
+	r.pool.start(cfg.concurrency)
+	return r
+}
+
+// stopError is the error of records cut off because the run stopped: the
+// caller's context ended (canceled class), or the index denied the caller.
+func (r *run) stopError() *Error {
+	if err := r.ctx.Err(); err != nil {
+		return &Error{Class: ClassCanceled, Err: context.Cause(r.ctx)}
+	}
+	if e := asError(context.Cause(r.runCtx)); e != nil {
+		return e
+	}
+	return &Error{Class: ClassCanceled, Err: context.Cause(r.runCtx)}
+}
+
+// finish waits for every batch and assembles the result.
+func (r *run) finish() (Result, error) {
+	r.pool.wg.Wait()
+	r.halt(nil)
+	if r.cfg.progress != nil {
+		r.progress.mu.Lock()
+		r.emitProgress(0, true)
+		r.progress.mu.Unlock()
+	}
+	r.leaveShares()
+	s := r.snapshot()
+	r.releaseLimiter()
+	res := Result{Upserted: s.Upserted, Failed: r.results.failed, Duplicates: s.Duplicates, MayBeStale: r.sortedStale(), Stats: s}
+	slices.SortFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index })
+	res.Failed = r.results.untaken.appendTo(res.Failed) // all after the others
+	r.cfg.logger.LogAttrs(r.ctx, slog.LevelInfo, "upsert finished",
+		slog.String("namespace", r.cfg.namespace),
+		slog.Int("records", s.Records),
+		slog.Int("upserted", s.Upserted),
+		slog.Int("failed", s.Failed),
+		slog.Int("duplicates", s.Duplicates),
+		slog.Int("requests", s.Requests),
+		slog.Int("retries", s.Retries),
+		slog.Int("splits", s.Splits),
+		slog.Duration("p99_latency", s.Latency.P99),
+		slog.Duration("elapsed", s.Elapsed))
+	var err error
+	if s.Failed > 0 {
+		err = newRunError(res.Failed, s.Records)
+	}
+	r.cfg.observers.runDone(r.runEvent(s, err))
+	return res, err
+}
+
+// abandon ends a run that stopped before taking any record in, with err.
+func (r *run) abandon(err error) {
+	r.halt(nil)
+	r.leaveShares()
+	r.releaseLimiter()
+	r.cfg.observers.runDone(r.runEvent(r.snapshot(), err))
+}
+
+// runEvent describes the run for the observers.
+func (r *run) runEvent(s Stats, err error) RunEvent {
+	return RunEvent{
+		Context: r.obsCtx, Operation: r.op, Namespace: r.cfg.namespace,
+		LimiterState: r.limiterState, Stats: s, Err: err,
+	}
+}
+
+// limiterState returns the state of the run's namespace in its Limiter,
+// with the concurrency and batch size the run pinned, if it did.
+func (r *run) limiterState() LimiterState {
+	st := r.cfg.limiter.State(r.kind.lanePrefix + namespaceKey(r.cfg.namespace))
+	if r.cfg.concurrency > 0 {
+		st.Concurrency = r.cfg.concurrency
+	}
+	if r.cfg.batchSize > 0 {
+		st.BatchSize = r.cfg.batchSize
+	}
+	return st
+}
+
+func newRunError(failed []Failure, total int) *RunError {
+	e := &RunError{Failed: len(failed), Total: total, ByClass: make(map[Class]int)}
+	var first [numClasses]error
+	for _, f := range failed {
+		e.ByClass[f.Class]++
+		if first[f.Class] == nil {
+			first[f.Class] = f.Err
+		}
+	}
+	for _, err := range first {
+		if err != nil {
+			e.Errs = append(e.Errs, err)
+		}
+	}
+	return e
+}

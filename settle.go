@@ -1,0 +1,125 @@
+package upsert
+
+import (
+	"errors"
+	"slices"
+	"sync"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+)
+
+// runResults is what a run keeps for its Result besides the counters.
+type runResults struct {
+	mu         sync.Mutex // guards failed and stale: the producer and workers append to them
+	failed     []Failure
+	keepFailed int     // most failures (and stale records) kept for the result; < 0 keeps all
+	untaken    untaken // records All never looked at because the run stopped
+	stale      []Stale
+}
+
+// outcome is how records settled.
+type outcome struct {
+	landed    bool // the index confirmed them
+	final     bool // they settled for good (settlesForGood): a checkpoint may pass them
+	ambiguous bool // a request carrying them ended without an answer: it may be applied yet
+
+	// failures are the items' own, when they failed (for their acks).
+	failures []Failure
+}
+
+// untaken are the last records of All's slice, from position from on,
+// which failed with err when the run stopped before they were looked at.
+type untaken struct {
+	records []*pinecone.Vector
+	from    int
+	err     *Error
+}
+
+// failure returns the failure of the i-th of them.
+func (u untaken) failure(i int) Failure {
+	f := Failure{Index: u.from + i, Record: u.records[i], Class: u.err.Class, Err: u.err}
+	if v := u.records[i]; v != nil {
+		f.ID = v.Id
+	}
+	return f
+}
+
+// appendTo appends their failures to fs, in order, growing it once.
+func (u untaken) appendTo(fs []Failure) []Failure {
+	fs = slices.Grow(fs, len(u.records))
+	for i := range u.records {
+		fs = append(fs, u.failure(i))
+	}
+	return fs
+}
+
+// failPart fails p's records with e.
+func (r *run) failPart(p *part, e *Error) {
+	r.failAll(p.items, e, p.attempts, p.ambiguous)
+}
+
+// failAll fails items with e after attempts requests, reporting and
+// settling them.
+func (r *run) failAll(items []item, e *Error, attempts int, ambiguous bool) {
+	if len(items) == 0 {
+		return
+	}
+	fs := make([]Failure, len(items))
+	for i, it := range items {
+		fs[i] = Failure{
+			Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e,
+			Attempts: attempts, MayHaveLanded: ambiguous,
+		}
+	}
+	r.report(fs)
+	r.settle(items, outcome{final: settlesForGood(e, attempts), ambiguous: ambiguous, failures: fs})
+}
+
+// settlesForGood reports whether a failure settles its records for good,
+// so that a checkpoint may pass them (see [Checkpoint]): a rule they
+// broke, or retries that ran out after they were sent. A run that
+// stopped, or an index that was down, says nothing about the records:
+// the resumed run must send them.
+func settlesForGood(e *Error, attempts int) bool {
+	switch {
+	case e.Class == ClassCanceled || e.Class == ClassDenied || e.Class == ClassQuotaExceeded:
+		return false
+	case breakerGaveUp(e):
+		return false // the circuit breaker gave up on them, sent before or not
+	case e.Class == ClassInvalid || e.Class == ClassTooLarge:
+		return true
+	default:
+		return attempts > 0
+	}
+}
+
+// report records failures: counted, passed to the observers, kept for the
+// result (up to keepFailed, when set).
+func (r *run) report(fs []Failure) {
+	r.stats.fail(fs)
+	for _, f := range fs {
+		r.cfg.observers.failure(f)
+	}
+	res := &r.results
+	res.mu.Lock()
+	keep := fs
+	if res.keepFailed >= 0 {
+		keep = fs[:max(0, min(len(fs), res.keepFailed-len(res.failed)))]
+	}
+	res.failed = append(res.failed, keep...)
+	res.mu.Unlock()
+}
+
+// settle tells the intake that items landed or failed.
+func (r *run) settle(items []item, o outcome) {
+	if r.onSettle != nil {
+		r.onSettle(items, o)
+	}
+}
+
+// breakerGaveUp reports whether e is the circuit breaker's failure of a
+// request it did not send (see breaker.gaveUp), also with the last
+// failure added (withLastFailure).
+func breakerGaveUp(e *Error) bool {
+	return errors.Is(e.Err, errNeverAnswered.Err) || errors.Is(e.Err, errOutageTooLong.Err)
+}

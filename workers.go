@@ -1,0 +1,167 @@
+package upsert
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// workerPool is a run's bounded set of workers, each sending one batch
+// (process), and the signals between them and the producer.
+type workerPool struct {
+	workers    chan int      // free worker ids; a batch in flight holds one
+	slots      chan struct{} // when concurrency is fixed: one per request in flight
+	wg         sync.WaitGroup
+	active     atomic.Int64 // batches in flight
+	resting    atomic.Int64 // of which waiting out a backoff or the retry budget
+	doneMu     sync.Mutex   // guards batchDone and restWake
+	batchDone  signal       // fired when a batch finishes or rests
+	restWake   signal       // fired to end the backoffs under way (wakeResting)
+	drained    atomic.Bool  // the producer has dispatched every batch (producerDone)
+	lastLanded atomic.Bool  // the last request answered landed
+}
+
+// start fills the pool with workers; concurrency is the caller's fixed
+// number of requests in flight, or 0 when the lanes tune it.
+func (p *workerPool) start(concurrency int) {
+	maxInFlight := defaultTuning.maxConcurrency
+	if concurrency > 0 {
+		maxInFlight = concurrency
+		p.slots = make(chan struct{}, concurrency)
+	}
+	// Twice as many batches as requests in flight keep every slot busy
+	// while some batches wait out a backoff.
+	nWorkers := 2*maxInFlight + 2
+	p.workers = make(chan int, nWorkers)
+	for i := range nWorkers {
+		p.workers <- i
+	}
+}
+
+// dispatch hands a batch to a worker once fewer batches are ready to send
+// than the lane lets requests in flight, plus two: enough to keep every
+// slot busy, few enough that a new batch size takes effect at once.
+// Batches waiting out a backoff do not count, but the worker pool bounds
+// them. Waiting here is the backpressure that bounds memory.
+//
+// It returns kept true and ctx's error, with b not dispatched and still the
+// caller's, when ctx ends first; when the run has stopped it fails b's
+// records and returns the stop error. The caller must go by kept, not by
+// whether the run has stopped since: a run that stops just after ctx ended
+// has not failed b.
+func (r *run) dispatch(ctx context.Context, rt *route, b batch) (kept bool, err error) {
+	if r.runCtx.Err() != nil {
+		return false, r.failStopped(b.items)
+	}
+	room := func() bool {
+		conc := r.cfg.concurrency
+		if conc == 0 {
+			conc = rt.lane.concurrency()
+		}
+		return r.pool.active.Load()-r.pool.resting.Load() < int64(conc+2)
+	}
+	for !room() {
+		finished := r.batchFinished()
+		if room() {
+			break // a batch finished before the channel existed, and closed none
+		}
+		select {
+		case <-finished:
+		case <-r.runCtx.Done():
+			return false, r.failStopped(b.items)
+		case <-ctx.Done():
+			return r.notDispatched(ctx, b)
+		}
+	}
+	select {
+	case id := <-r.pool.workers:
+		r.pool.active.Add(1)
+		r.pool.wg.Add(1)
+		go r.process(id, rt, b)
+		return false, nil
+	case <-r.runCtx.Done():
+		return false, r.failStopped(b.items)
+	case <-ctx.Done():
+		return r.notDispatched(ctx, b)
+	}
+}
+
+// notDispatched returns ctx's error for a batch that was not dispatched,
+// kept by the caller, unless the run stopped meanwhile (ctx may be the
+// run's): then b's records fail.
+func (r *run) notDispatched(ctx context.Context, b batch) (kept bool, err error) {
+	if r.runCtx.Err() != nil {
+		return false, r.failStopped(b.items)
+	}
+	return true, ctx.Err()
+}
+
+// failStopped fails items that will never be sent because the run stopped,
+// and returns the stop error.
+func (r *run) failStopped(items []item) error {
+	e := r.stopError()
+	r.failAll(items, e, 0, false)
+	return e
+}
+
+// batchFinished returns a channel closed when the next batch finishes.
+func (r *run) batchFinished() <-chan struct{} {
+	r.pool.doneMu.Lock()
+	defer r.pool.doneMu.Unlock()
+	return r.pool.batchDone.wait()
+}
+
+func (r *run) finishBatch(worker int) {
+	r.pool.active.Add(-1)
+	r.signalBatch()
+	r.wakeResting()
+	r.pool.workers <- worker
+	r.pool.wg.Done()
+}
+
+// producerDone tells the run that every batch it will send is dispatched.
+func (r *run) producerDone() {
+	r.pool.drained.Store(true)
+	r.wakeResting()
+}
+
+// restWaker returns the channel that wakeResting closes: a batch about to
+// rest takes it before it counts as resting.
+func (r *run) restWaker() <-chan struct{} {
+	r.pool.doneMu.Lock()
+	defer r.pool.doneMu.Unlock()
+	return r.pool.restWake.wait()
+}
+
+// wakeResting ends the backoffs under way when every batch left rests:
+// the index took the last request, and a backoff spreads load that no
+// longer comes (the run's last batches, once the producer is done). Each
+// still waits out its Retry-After, the retry budget and the lane's
+// admission; one refused again rests its full backoff unless another
+// batch lands meanwhile.
+func (r *run) wakeResting() {
+	if !r.pool.drained.Load() || !r.pool.lastLanded.Load() {
+		return
+	}
+	if n := r.pool.resting.Load(); n == 0 || r.pool.active.Load() != n {
+		return
+	}
+	r.pool.doneMu.Lock()
+	defer r.pool.doneMu.Unlock()
+	r.pool.restWake.fire()
+}
+
+// rest counts a batch entering (+1) or leaving (-1) a backoff: a batch
+// that rests makes room for another to be formed.
+func (r *run) rest(delta int64) {
+	r.pool.resting.Add(delta)
+	if delta > 0 {
+		r.signalBatch()
+	}
+}
+
+func (r *run) signalBatch() {
+	r.pool.doneMu.Lock()
+	defer r.pool.doneMu.Unlock()
+	r.pool.batchDone.fire()
+}

@@ -8,7 +8,7 @@ import (
 
 // progressReports is when and how far a run last reported its progress.
 type progressReports struct {
-	last     atomic.Int64 // clock time of the last progress report, in ns
+	last     atomic.Int64 // clock time of the last progress report, in ns; written under mu
 	lastDone atomic.Int64 // records settled at the last progress report
 	mu       sync.Mutex   // held while reporting, so that reports do not overlap
 }
@@ -23,20 +23,23 @@ func (r *run) snapshot() Stats {
 }
 
 // maybeProgress reports progress when an interval has passed since the
-// last report. Only one goroutine reports at a time; the others skip.
+// last report. Only one goroutine reports at a time; the others skip, and
+// the interval runs from the last report made, so that a skipped one does
+// not shorten the next one's rate.
 func (r *run) maybeProgress() {
 	if r.cfg.progress == nil {
 		return
 	}
-	now := r.cfg.clock.Now().UnixNano()
-	last := r.progress.last.Load()
-	if now-last < int64(r.cfg.progressEvery) || !r.progress.last.CompareAndSwap(last, now) {
-		return
-	}
-	if !r.progress.mu.TryLock() {
+	every := int64(r.cfg.progressEvery)
+	if r.cfg.clock.Now().UnixNano()-r.progress.last.Load() < every || !r.progress.mu.TryLock() {
 		return
 	}
 	defer r.progress.mu.Unlock()
+	now, last := r.cfg.clock.Now().UnixNano(), r.progress.last.Load()
+	if now-last < every {
+		return // another goroutine reported meanwhile
+	}
+	r.progress.last.Store(now)
 	r.emitProgress(time.Duration(now-last), false)
 }
 

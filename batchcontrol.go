@@ -82,6 +82,7 @@ const (
 	batchAdopted                // the size tried costs no more per record
 	batchTooLarge               // the size tried, or the size adopted, is too large
 	batchTrialEnded             // the trial was abandoned: the rate caps batches below it
+	batchTimedOut               // a timeout counted against the size adopted; the second in a row makes it too large
 )
 
 func newBatchControl(limit int, t *tuning) batchControl {
@@ -305,6 +306,7 @@ func (c *batchControl) answer(s batchSample, t *tuning) batchReason {
 			c.sizedAt = s.conc
 			return batchTooLarge
 		}
+		return batchTimedOut
 	case s.class == 0 && c.trial.size == 0 && c.isHalf(s.records):
 		return c.answerHalf(s, t)
 	case s.class == 0 && full:
@@ -419,6 +421,13 @@ func (c *batchControl) searched(t *tuning) bool {
 // below is the size tried once below the start: a tenth of it, or of the
 // size adopted when smaller; 0 when that is under one record.
 func (c *batchControl) below(t *tuning) int { return min(c.size, t.startBatch) / 10 }
+
+// startGuess reports whether the size adopted is still the start's, a
+// guess no answer measured: the timeouts counted against it are the size's
+// alone to shed (lane.answerBatch). Once a size is measured, a queue's
+// timeouts are the concurrency's to shed as well: one slot's queue waits
+// as long at half the size when a request's latency is mostly its own.
+func (c *batchControl) startGuess() bool { return c.sizedAt == 0 }
 
 // blames reports whether a timeout counts against the size adopted. A
 // queue's timeout, with more requests in flight than when the size was

@@ -125,6 +125,7 @@ func TestBatchControl(t *testing.T) {
 		s := newBatchScript()
 		s.c.slowStart = false
 		seen := s.run(2, perRequest(10*time.Millisecond, 0, 0, 1), func(int) Class { return ClassTimeout })
+		assert.Equal(t, 1, seen[batchTimedOut], "the first counted: the size sheds it, not the concurrency")
 		assert.Equal(t, 1, seen[batchTooLarge])
 		assert.Equal(t, 50, s.c.size)
 		assert.Equal(t, 100, s.c.ceil)

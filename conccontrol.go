@@ -98,7 +98,7 @@ type concSample struct {
 	latency     time.Duration
 	class       Class         // 0 for a success
 	full        bool          // a batch of the size handed out
-	sizeTrial   bool          // a trial batch of the batch size's: its timeout is the size's
+	sizeShed    bool          // for a timeout: the batch size's to shed (a trial batch's, or one counted against the size)
 	loaded      bool          // for a timeout: no request sent after it was answered in good time
 	slotBound   bool          // a request waited for a slot since the last sample
 	rateBound   bool          // a rate held a request back within tuning.boundFor
@@ -128,7 +128,7 @@ func newConcControl(t *tuning) concControl {
 // answer takes one answered request and returns what it did.
 func (c *concControl) answer(s concSample, t *tuning) concReason {
 	switch {
-	case s.class == ClassTimeout && s.loaded && s.seq > c.seq && !s.sizeTrial:
+	case s.class == ClassTimeout && s.loaded && s.seq > c.seq && !s.sizeShed:
 		if c.trial.level > c.base.level {
 			// The level tried only queued (its slowest answers time out,
 			// so its latency reads low): rejected, as judge would.

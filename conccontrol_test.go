@@ -170,7 +170,7 @@ func TestConcControl(t *testing.T) {
 	t.Run("a timeout of the batch size's trial is the size's, not the load's", func(t *testing.T) {
 		s := newConcScript()
 		s.c.set(16, s.issued)
-		seen := s.answers(1, flat, func(cs *concSample) { cs.class, cs.loaded, cs.full, cs.sizeTrial = ClassTimeout, true, false, true })
+		seen := s.answers(1, flat, func(cs *concSample) { cs.class, cs.loaded, cs.full, cs.sizeShed = ClassTimeout, true, false, true })
 		assert.Zero(t, seen[concTimedOut])
 		assert.Equal(t, 16, s.c.limit)
 		assert.True(t, s.c.slowStart)

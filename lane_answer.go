@@ -111,8 +111,8 @@ func (ln *lane) release(p permit, e *Error) failureNote {
 	window := ln.measureWindow(now)
 	cutFor := ln.answerRates(p, now, window, e)
 	ln.reportShare(p, now, window, class)
-	ln.answerBatch(p, now, latency, class)
-	ln.answerConc(p, now, window, latency, class)
+	sizeShed := ln.answerBatch(p, now, latency, class)
+	ln.answerConc(p, now, window, latency, class, sizeShed)
 	f.cutFor = cutFor
 	f.refused, f.successes = class == ClassRateLimited, ln.seen.successes
 	return f
@@ -207,10 +207,13 @@ func refusedDim(limit Limit) int {
 	}
 }
 
-// answerBatch feeds the outcome to the batch size's controller.
-func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, class Class) {
+// answerBatch feeds the outcome to the batch size's controller, and
+// reports whether it is a timeout the size sheds alone: a trial's, or one
+// counted against the start's size, which no answer measured.
+func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, class Class) (sizeShed bool) {
 	before, trying := ln.batch.size, ln.batch.trial.size > 0
 	baseMean := ln.batch.base.mean()
+	guess := ln.batch.startGuess()
 	verdict := ln.batch.answer(batchSample{
 		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe,
 		spread: ln.spread(), queued: p.slots == nil && !ln.seen.fastSent.After(p.start),
@@ -228,6 +231,7 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 		ln.sizeTurn = false // the concurrency's turn
 	}
 	ln.raiseConcFloor(p)
+	return class == ClassTimeout && (p.sizeProbe || guess && (verdict == batchTimedOut || verdict == batchTooLarge))
 }
 
 // raiseConcFloor keeps tuning.minConcurrency requests in flight from now
@@ -256,8 +260,10 @@ func (ln *lane) raiseConcFloor(p permit) {
 
 // answerConc feeds the outcome to the concurrency's controller; more room
 // wakes the requests waiting for a slot. window is measureWindow(now),
-// which release computes once for every controller.
-func (ln *lane) answerConc(p permit, now time.Time, window, latency time.Duration, class Class) {
+// which release computes once for every controller; sizeShed, from
+// answerBatch, says a timeout is the batch size's to shed: taking a
+// quarter off the concurrency too would shed the same queue twice.
+func (ln *lane) answerConc(p permit, now time.Time, window, latency time.Duration, class Class, sizeShed bool) {
 	if p.slots != nil {
 		return // the caller's fixed concurrency
 	}
@@ -269,7 +275,7 @@ func (ln *lane) answerConc(p permit, now time.Time, window, latency time.Duratio
 	before, trying := ln.conc.limit, ln.conc.trial.level > 0
 	may := ln.mayTryConc()
 	ln.conc.answer(concSample{
-		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, sizeTrial: p.sizeProbe, loaded: !ln.seen.fastSent.After(p.start),
+		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, sizeShed: sizeShed, loaded: !ln.seen.fastSent.After(p.start),
 		slotBound: p.waitedSlot || ln.slots.waited, rateBound: rateBound,
 		mayTry: may, spread: ln.spread(), timeout: p.timeout,
 	}, ln.tuning)

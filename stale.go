@@ -15,6 +15,12 @@ import (
 // reports it instead of resending: upsert the record again, or check what
 // the index holds, once the index is quiet. Only [Stream], [Records] and
 // [Writer] send several records of one id; [All] sends the last one only.
+//
+// Only the run's own requests count: one that an earlier run or another
+// process left without an answer (a consumer that crashed, restarted and
+// reads its records again) can also be applied after this run's record of
+// its id, and no run sees it. A consumer that restarts within a request's
+// life on the index rechecks the ids it reads again.
 type Stale struct {
 	// Index is the record's position in the input.
 	Index int

@@ -4,7 +4,8 @@
 // records that have landed or gone to the dead letters, as the Writer's
 // acknowledgements (upsert.WithAcks) tell. It is killed twice on the way,
 // once as a crash (commits stop at once) and once by canceling its
-// context, and restarts each time from the offsets it committed. The
+// context, and restarts each time from the offsets it committed, once the
+// requests the killed one left in flight are over (see [upsert.Stale]). The
 // index, an embedded upserttest server, answers some requests with 429s
 // and 503s, answers every fiftieth so late that the client times out (the write
 // lands), and refuses some records.
@@ -87,6 +88,15 @@ func runWith(o options, out io.Writer) (summary, error) {
 	}
 	fmt.Fprintf(out, "log: %d partitions, %d records, %d keys over %d namespaces\n", partitions, total, topic.keys(), namespaces)
 	for i, k := range kills {
+		if i > 0 {
+			// The restarted consumer comes up after what the killed one
+			// left in flight was written or dropped, as a process restart
+			// outlasts a request's life on the index. Without it, such a
+			// request, applied late, may overwrite the restart's later
+			// change of its key: the Writer reports that as Stale only for
+			// requests of its own run.
+			srv.Restart()
+		}
 		start := store.offsetsNow()
 		r, err := consume(context.Background(), topic, srv, store, k, o.naive)
 		if err != nil {

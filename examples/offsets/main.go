@@ -7,7 +7,7 @@
 // context, and restarts each time from the offsets it committed, once the
 // requests the killed one left in flight are over (see [upsert.Stale]). The
 // index, an embedded upserttest server, answers some requests with 429s
-// and 503s, answers every fiftieth so late that the client times out (the write
+// and 503s, answers every twenty-fifth so late that the client times out (the write
 // lands), and refuses some records.
 //
 // At every commit it checks that each record committed is on the index or
@@ -153,13 +153,13 @@ func (k kill) String() string {
 }
 
 // newIndex starts the embedded index, with its faults: 429s (a burst),
-// 503s (two, and 3% of requests), every fiftieth answer so late that the
+// 503s (two, and 3% of requests), every twenty-fifth answer so late that the
 // client times out though the write landed (more than one, so that a kill
 // of the consumer while one is in flight leaves others), and the records
 // of the poisoned keys refused as invalid.
 func newIndex(t topic) *upserttest.Server {
 	late := func(r upserttest.Request) upserttest.Fault {
-		if r.Seq%50 == 12 {
+		if r.Seq%25 == 12 {
 			return upserttest.Fault{Delay: 300 * time.Millisecond}
 		}
 		return upserttest.Fault{}

@@ -34,7 +34,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	cancel()
 	latency := r.cfg.clock.Now().Sub(perm.start)
 	if err != nil {
-		e = r.describe(err)
+		e = r.classified(err)
 		if r.mayHaveLanded(err, e) {
 			p.ambiguous = true
 		}
@@ -73,7 +73,7 @@ func (r *run) admit(rt *route, p *part) (permit, *minutePass, int, *Error) {
 	// a slot of the lane.
 	pass, err := r.paceMinute(p.items)
 	if err != nil {
-		return permit{}, nil, 0, r.describe(err)
+		return permit{}, nil, 0, r.classified(err)
 	}
 	perm, err := acquire(r.runCtx, request{n: len(p.items), bytes: bytes, slots: r.pool.slots, sizeProbe: p.sizeProbe, timeout: r.cfg.requestTimeout})
 	p.sizeProbe = false
@@ -82,7 +82,7 @@ func (r *run) admit(rt *route, p *part) (permit, *minutePass, int, *Error) {
 		if errors.Is(err, errStaleBatch) && r.runCtx.Err() == nil {
 			return permit{}, nil, 0, errRecut
 		}
-		return permit{}, nil, 0, r.describe(err)
+		return permit{}, nil, 0, r.classified(err)
 	}
 	if r.runCtx.Err() != nil {
 		// Admitted as the run stopped (a slot freed by the answer that
@@ -114,9 +114,9 @@ func recovered(f func() error) (err error) {
 	return f()
 }
 
-// describe classifies err, knowing what the classifier cannot: whether the
+// classified classifies err, knowing what the classifier cannot: whether the
 // caller's context ended or the run was halted.
-func (r *run) describe(err error) *Error {
+func (r *run) classified(err error) *Error {
 	if r.runCtx.Err() != nil {
 		return r.stopError()
 	}
@@ -136,7 +136,7 @@ func (r *run) describe(err error) *Error {
 // written its records anyway: it reached the index, or may have, and no
 // answer said it was refused. A request cut off by the run's stop was in
 // flight, so it may have landed; one that could not connect cannot have.
-// e is what describe made of err.
+// e is what classified made of err.
 func (r *run) mayHaveLanded(err error, e *Error) bool {
 	if r.runCtx.Err() != nil {
 		return !neverSent(err) // cut off in flight, whatever e says of the stop

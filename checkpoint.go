@@ -25,7 +25,9 @@ import (
 // caller) or because the index was down (the circuit breaker gave up on
 // it, sent or not) stops the watermark: the resumed run sends it. Records
 // after the watermark may have landed too, and will be sent again, which
-// upserts allow.
+// upserts allow; a request the interrupted run left without an answer may
+// even be applied after the resumed run's record of its id (see [Stale]),
+// which matters only where the input holds several records of one id.
 //
 // The input must come back in the same order on the next run. A
 // checkpoint past its end is an error ([ErrCheckpointPastEnd]).

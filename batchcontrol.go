@@ -34,6 +34,7 @@ type batchControl struct {
 	timeouts   int       // timeouts of full batches of the size adopted since one succeeded
 	sizedAt    int       // the concurrency when the size was adopted; 0 for the first size
 	lookedDown bool      // the size below the start was tried
+	halved     bool      // the size adopted is a halving no full batch of it has answered since
 	halves     halfStats // answers of batches of about half the size adopted
 }
 
@@ -310,7 +311,7 @@ func (c *batchControl) answer(s batchSample, t *tuning) batchReason {
 	case s.class == 0 && c.trial.size == 0 && c.isHalf(s.records):
 		return c.answerHalf(s, t)
 	case s.class == 0 && full:
-		c.timeouts = 0
+		c.timeouts, c.halved = 0, false
 		c.base.add(s.latency)
 		if c.trial.size > 0 && c.trial.n >= c.trialSamples(t) {
 			return c.judgeTrial(s, t) // its answers came before this one
@@ -406,7 +407,7 @@ func (c *batchControl) costSlack(spread float64, n int, t *tuning) float64 {
 // lane's concurrency conc.
 func (c *batchControl) adopt(conc int, t *tuning) {
 	c.size, c.base = c.trial.size, sizeStats{levelStats: c.trial.levelStats, size: c.trial.size}
-	c.sizedAt = conc
+	c.sizedAt, c.halved = conc, false
 	c.trial = sizeStats{}
 	c.slowStart = c.slowStart && c.brackets(t)
 }
@@ -422,12 +423,13 @@ func (c *batchControl) searched(t *tuning) bool {
 // size adopted when smaller; 0 when that is under one record.
 func (c *batchControl) below(t *tuning) int { return min(c.size, t.startBatch) / 10 }
 
-// startGuess reports whether the size adopted is still the start's, a
-// guess no answer measured: the timeouts counted against it are the size's
-// alone to shed (lane.answerBatch). Once a size is measured, a queue's
-// timeouts are the concurrency's to shed as well: one slot's queue waits
-// as long at half the size when a request's latency is mostly its own.
-func (c *batchControl) startGuess() bool { return c.sizedAt == 0 }
+// guess reports whether the size adopted is a guess no answer measured:
+// the start's, or a halving no full batch of it has answered yet. The
+// timeouts counted against it are the size's alone to shed
+// (lane.answerBatch). Once a size is measured, a queue's timeouts are the
+// concurrency's to shed as well: one slot's queue waits as long at half
+// the size when a request's latency is mostly its own.
+func (c *batchControl) guess() bool { return c.sizedAt == 0 || c.halved }
 
 // blames reports whether a timeout counts against the size adopted. A
 // queue's timeout, with more requests in flight than when the size was
@@ -476,7 +478,7 @@ func (c *batchControl) setCeiling(size int, until time.Time) {
 		c.ceil, c.ceilUntil = size, until
 	}
 	if c.size >= size {
-		c.size = max(1, size/2)
+		c.size, c.halved = max(1, size/2), true
 		c.base = sizeStats{size: c.size}
 	}
 }

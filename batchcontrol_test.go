@@ -124,10 +124,14 @@ func TestBatchControl(t *testing.T) {
 	t.Run("two timeouts of batches of the size kept make it too large", func(t *testing.T) {
 		s := newBatchScript()
 		s.c.slowStart = false
+		s.c.lookedDown = true // no trial below
 		seen := s.run(2, perRequest(10*time.Millisecond, 0, 0, 1), func(int) Class { return ClassTimeout })
-		assert.Equal(t, 1, seen[batchTimedOut], "the first counted: the size sheds it, not the concurrency")
+		assert.Equal(t, 1, seen[batchTimedOut])
 		assert.Equal(t, 1, seen[batchTooLarge])
 		assert.Equal(t, 50, s.c.size)
+		assert.True(t, s.c.halved, "a halving is a guess until a batch of it is answered")
+		s.run(1, perRequest(10*time.Millisecond, 0, 0, 1), nil)
+		assert.False(t, s.c.halved)
 		assert.Equal(t, 100, s.c.ceil)
 	})
 	t.Run("a batch formed at a size since found too large goes out at the size adopted", func(t *testing.T) {

@@ -209,11 +209,11 @@ func refusedDim(limit Limit) int {
 
 // answerBatch feeds the outcome to the batch size's controller, and
 // reports whether it is a timeout the size sheds alone: a trial's, or one
-// counted against the start's size, which no answer measured.
+// counted against a size no answer measured (batchControl.guess).
 func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, class Class) (sizeShed bool) {
 	before, trying := ln.batch.size, ln.batch.trial.size > 0
 	baseMean := ln.batch.base.mean()
-	guess := ln.batch.startGuess()
+	guess := ln.batch.guess()
 	verdict := ln.batch.answer(batchSample{
 		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe,
 		spread: ln.spread(), queued: p.slots == nil && !ln.seen.fastSent.After(p.start),

@@ -277,27 +277,30 @@ func TestLaneKeepsAConcurrencyEpochThroughSmallChangesOfSize(t *testing.T) {
 // A timeout is the index's load (concurrency sheds a quarter) unless a
 // request sent after it was answered in good time: a quick answer to one
 // sent before it, ahead of it in the index's queue, clears nothing. A
-// timeout the batch size counts against the start's size, a guess no
-// answer measured, is the size's alone to shed.
+// timeout the batch size counts against a size no answer measured (the
+// start's, or a halving not answered yet) is the size's alone to shed.
 func TestLaneJudgesATimeoutByTheRequestsSentAfterIt(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
 		name      string
-		quick     int // which of the three requests is answered in good time: 0, the first sent; 2, the last
-		sizedAt   int // the concurrency when the size was adopted; 0: the start's size
+		quick     int  // which of the three requests is answered in good time: 0, the first sent; 2, the last; -1 none
+		sizedAt   int  // the concurrency when the size was adopted; 0: the start's size
+		halved    bool // the size is a halving by timeouts
 		wantLimit int
 		sizeCount bool // the batch size counts it against the size adopted
 	}{
-		{"the quick answer was to a request sent before it: the queue's", 0, 4, 6, false},
-		{"a request sent after it was quick: the size's or the tail's", 2, 4, 8, true},
-		{"the queue's, at no more in flight than when the size was adopted: both's", 0, 8, 6, true},
-		{"the queue's, at the start's size: the size's alone", 0, 0, 8, true},
+		{"the quick answer was to a request sent before it: the queue's", 0, 4, false, 6, false},
+		{"a request sent after it was quick: the size's or the tail's", 2, 4, false, 8, true},
+		{"the queue's, at no more in flight than when the size was adopted: both's", 0, 8, false, 6, true},
+		{"the queue's, at the start's size: the size's alone", 0, 0, false, 8, true},
+		{"no answer, at a measured size: both's", -1, 8, false, 6, true},
+		{"no answer, at a halving no batch of it answered: the size's alone", -1, 8, true, 8, true},
 	} {
 		clk := newFakeClock()
 		ln := newLane(clk, MaxBatchSize, &defaultTuning)
 		ln.mu.Lock()
 		ln.conc.slowStart, ln.conc.limit, ln.conc.base.level = false, 8, 8
-		ln.batch.slowStart, ln.batch.sizedAt = false, tt.sizedAt
+		ln.batch.slowStart, ln.batch.sizedAt, ln.batch.halved = false, tt.sizedAt, tt.halved
 		ln.mu.Unlock()
 		q := request{n: 100, timeout: 2 * time.Second}
 		var sent [3]permit
@@ -308,7 +311,9 @@ func TestLaneJudgesATimeoutByTheRequestsSentAfterIt(t *testing.T) {
 			clk.Advance(time.Millisecond)
 		}
 		clk.Advance(100 * time.Millisecond)
-		ln.release(sent[tt.quick], nil)
+		if tt.quick >= 0 {
+			ln.release(sent[tt.quick], nil)
+		}
 		clk.Advance(2 * time.Second)
 		ln.release(sent[1], &Error{Class: ClassTimeout})
 		assert.Equal(t, tt.wantLimit, ln.concurrency(), tt.name)

@@ -98,7 +98,7 @@ type concSample struct {
 	latency     time.Duration
 	class       Class         // 0 for a success
 	full        bool          // a batch of the size handed out
-	sizeShed    bool          // for a timeout: the batch size's to shed (a trial batch's, or one counted against the size)
+	sizeShed    bool          // for a timeout: the batch size's alone to shed (a trial's, or one counted against a size no answer measured)
 	loaded      bool          // for a timeout: no request sent after it was answered in good time
 	slotBound   bool          // a request waited for a slot since the last sample
 	rateBound   bool          // a rate held a request back within tuning.boundFor

@@ -65,6 +65,10 @@ type summary struct {
 type options struct {
 	seed  int64
 	naive bool // commit as soon as Add returns, without acks: the mistake the audit catches
+	// lateWrites gives the index a heavy-tailed write latency, so that many
+	// writes land after their client gave up: the run's Stale reports are
+	// what keeps the commits right.
+	lateWrites bool
 }
 
 // run consumes the log in three runs: killed by a crash, killed by a
@@ -75,7 +79,7 @@ func run(seed int64, out io.Writer) (summary, error) {
 
 func runWith(o options, out io.Writer) (summary, error) {
 	topic := makeTopic(o.seed)
-	srv := newIndex(topic)
+	srv := newIndex(topic, o.lateWrites)
 	defer srv.Close()
 	store := newCommitStore(topic, srv)
 	s := summary{ErrorsByClass: map[upsert.Class]int{}, LogPerTopic: topic.lengths()}
@@ -157,7 +161,7 @@ func (k kill) String() string {
 // client times out though the write landed (more than one, so that a kill
 // of the consumer while one is in flight leaves others), and the records
 // of the poisoned keys refused as invalid.
-func newIndex(t topic) *upserttest.Server {
+func newIndex(t topic, lateWrites bool) *upserttest.Server {
 	late := func(r upserttest.Request) upserttest.Fault {
 		if r.Seq%25 == 12 {
 			return upserttest.Fault{Delay: 300 * time.Millisecond}
@@ -170,13 +174,20 @@ func newIndex(t topic) *upserttest.Server {
 		}
 		return upserttest.Fault{}
 	}
-	return upserttest.NewServer(upserttest.WithDimension(dimension), upserttest.WithFaults(upserttest.Chain(
+	opts := []upserttest.Option{upserttest.WithDimension(dimension), upserttest.WithFaults(upserttest.Chain(
 		upserttest.RateLimitBurst(4, 3),
 		unavailable,
 		upserttest.ErrorRate(codes.Unavailable, 0.03, 5),
 		late,
 		upserttest.RejectIDs(t.poisoned...),
-	)))
+	))}
+	if lateWrites {
+		// 5 ms on average, past the 100-ms request timeout about once in
+		// 330 writes (σ 1.5), up to seconds: what a killed consumer left
+		// in flight lands after the restart without srv.Restart.
+		opts = append(opts, upserttest.WithLatency(5*time.Millisecond, 0), upserttest.WithLatencyJitter(1.5, 1))
+	}
+	return upserttest.NewServer(opts...)
 }
 
 // connect opens a connection to the index, as a consumer process does at

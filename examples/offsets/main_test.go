@@ -41,6 +41,26 @@ func TestOffsetsCommittedOnlyUpToWhatLanded(t *testing.T) {
 	}
 }
 
+// Writes that land after their client gave up, many of them: within a run
+// the Writer reports the records they may overwrite as Stale, and the
+// consumer rechecks them; nothing is committed early or lost. Not in
+// -short: about ten seconds.
+func TestOffsetsWithLateWrites(t *testing.T) {
+	if testing.Short() {
+		t.Skip("about ten seconds; run without -short")
+	}
+	for seed := range int64(3) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			s, err := runWith(options{seed: seed, lateWrites: true}, io.Discard)
+			require.NoError(t, err)
+			assert.Zero(t, s.Early, "no offset committed before its record was stored or dead-lettered")
+			assert.Zero(t, s.Lost, "every record of the log is on the index or in the dead letters")
+			assert.Equal(t, s.LogPerTopic, s.FinalOffsets, "the log is consumed to its end")
+			assert.Positive(t, s.ErrorsByClass[upsert.ClassTimeout], "writes that outlived their request")
+		})
+	}
+}
+
 // The audit is not blind: a consumer that commits each offset as soon as
 // Add returns, without acknowledgements, commits records that are not
 // stored yet, and a crash then loses them.

@@ -30,12 +30,12 @@ func (r *run) maybeProgress() {
 	if r.cfg.progress == nil {
 		return
 	}
-	every := int64(r.cfg.progressEvery)
-	if r.cfg.clock.Now().UnixNano()-r.progress.last.Load() < every || !r.progress.mu.TryLock() {
+	now, every := r.cfg.clock.Now().UnixNano(), int64(r.cfg.progressEvery)
+	if now-r.progress.last.Load() < every || !r.progress.mu.TryLock() {
 		return
 	}
 	defer r.progress.mu.Unlock()
-	now, last := r.cfg.clock.Now().UnixNano(), r.progress.last.Load()
+	last := r.progress.last.Load()
 	if now-last < every {
 		return // another goroutine reported meanwhile
 	}

@@ -357,9 +357,9 @@ func poissonTail(lambda float64, k int) float64 {
 // to a floor (firstFloor) and searches up from there (while the lane ramps
 // up, a window measures less than the index took at the end of it). With
 // fewer than three answers accepted since the last cut there is nothing to
-// measure by: the limit is half of what was sent, and searches up. A cut that does not find the index at
-// its known limit lifts the ceiling an earlier one set: the index's limits
-// changed.
+// measure by: the limit is half of what was sent, and searches up. A cut
+// that does not find the index at its known limit lifts the ceiling an
+// earlier one set: the index's limits changed.
 func (c *rateControl) cut(s rateSample, t *tuning, floor float64) rateReason {
 	accepted := c.taken.rateOver(s.now, c.afterFirstCut(s.now, s.window))
 	if r, ok := c.sinceClimb(s, t); ok {

@@ -182,9 +182,10 @@ func newIndex(t topic, lateWrites bool) *upserttest.Server {
 		upserttest.RejectIDs(t.poisoned...),
 	))}
 	if lateWrites {
-		// 5 ms on average, past the 100-ms request timeout about once in
-		// 330 writes (σ 1.5), up to seconds: what a killed consumer left
-		// in flight lands after the restart without srv.Restart.
+		// 5 ms on average, past the 100-ms request timeout for about 0.3%
+		// of writes (the lognormal's tail at σ 1.5): what a killed
+		// consumer left in flight would land after the restart without
+		// srv.Restart.
 		opts = append(opts, upserttest.WithLatency(5*time.Millisecond, 0), upserttest.WithLatencyJitter(1.5, 1))
 	}
 	return upserttest.NewServer(opts...)

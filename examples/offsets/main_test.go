@@ -41,13 +41,14 @@ func TestOffsetsCommittedOnlyUpToWhatLanded(t *testing.T) {
 	}
 }
 
-// Writes that land after their client gave up, many of them: within a run
-// the Writer reports the records they may overwrite as Stale, and the
-// consumer rechecks them; nothing is committed early or lost. Not in
-// -short: about ten seconds.
+// Writes that land after their client gave up, at any time (a write
+// latency with a heavy tail, besides every twenty-fifth answer delayed):
+// within a run the Writer reports the records they may overwrite as Stale,
+// and the consumer rechecks them; nothing is committed early or lost. Not
+// in -short: a few seconds, ten with -race.
 func TestOffsetsWithLateWrites(t *testing.T) {
 	if testing.Short() {
-		t.Skip("about ten seconds; run without -short")
+		t.Skip("a few seconds; run without -short")
 	}
 	for seed := range int64(3) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {

@@ -397,10 +397,9 @@ func WithClassifier(f func(error) Class) Option {
 // WithLimiter(NewLimiter()) keeps a call apart, as writers in separate
 // processes are. Separate Limiters learn their shares only from their own
 // 429s, which come to each with the same chance per request, so the
-// shares drift apart: in upsertbench's shared profile (four clients on one
-// namespace) the fastest gets 1.1 to 1.6 times the slowest, and the
-// clients together draw 2.1-2.5% 429s, against 1.01-1.04 and 1.0-1.8%
-// when they share. Calls in separate processes share through package
+// shares drift apart: with four writers on one namespace (BENCHMARKS.md)
+// the fastest gets 1.1 to 1.6 times the slowest, and the writers together
+// draw 2.1-2.5% 429s, against 1.01-1.04 and 1.0-1.8% when they share. Calls in separate processes share through package
 // upsertredis, whatever Limiter each uses.
 func WithLimiter(l *Limiter) Option {
 	return func(c *config) {

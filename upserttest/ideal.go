@@ -33,7 +33,9 @@ const IdealMaxInFlight = 64
 // records, with its rate and burst: the vectors, bytes (RequestBytes(n)/n a
 // record) and requests (1/n a record) per second of the namespace, at the
 // capacity factor in force, and the requests in flight, which refill at
-// min(slots, 64) per mean write latency of n and hold min(slots, 64). A
+// min(slots, 64) per mean write latency of n and hold min(slots, 64)
+// (when n changes, the requests in flight free their slots in the time
+// of the batch they carry). A
 // request whose latency, jitter included, exceeds the timeout is written
 // but sent again (its client cannot know it landed), so each record landed
 // costs 1/(1 − q(n)) of every bucket's tokens, q(n) the share of such

@@ -65,11 +65,25 @@ func (m *idealModel) setPhase(fm *flowModel, p batchPlan, f float64) {
 	set(fm.vectors, f*m.cfg.vectorRate.rate, 1)
 	set(fm.bytes, f*m.cfg.byteRate.rate, float64(m.empty+p.batch*m.perBytes)/n)
 	set(fm.requests, f*m.cfg.requestRate.rate, 1/n)
-	if p.latency > 0 {
-		set(fm.inFlight, m.inFlight()/p.latency, 1/n)
-	} else {
-		set(fm.inFlight, math.Inf(1), 1/n)
+	if b := fm.inFlight; b != nil {
+		rate := math.Inf(1)
+		if p.latency > 0 {
+			rate = m.inFlight() / p.latency
+		}
+		b.keepBusyTime(rate)
+		set(b, rate, 1/n)
 	}
+}
+
+// keepBusyTime rescales the slots in use of an in-flight bucket whose
+// refill rate changes to rate (a batch of another latency): the requests
+// in flight were sent at the old batch and free their slots in the old
+// one's time, not the new one's.
+func (b *flowBucket) keepBusyTime(rate float64) {
+	if b.rate <= 0 || math.IsInf(b.rate, 1) || math.IsInf(rate, 1) || rate == b.rate {
+		return
+	}
+	b.tokens = max(0, b.burst-(b.burst-b.tokens)*rate/b.rate)
 }
 
 // admitAll runs the fluid model until records are admitted and returns

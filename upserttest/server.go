@@ -122,6 +122,17 @@ type Stats struct {
 	// MaxQueued is the most Upsert requests waiting for a write slot at
 	// once.
 	MaxQueued int
+	// InFlight and Queued are the Upsert requests being written and
+	// waiting for a write slot when Stats was called: both 0 once every
+	// request received, its client gone or not, is written or dropped.
+	InFlight, Queued int
+	// LateWrites is the number of upsert requests written after their
+	// client had given up (its deadline passed, or it canceled, during the
+	// write latency): the client saw a timeout or a cancellation, and the
+	// records landed anyway, as a request past its deadline may on
+	// Pinecone. Such requests count in Codes as the code the server would
+	// have sent.
+	LateWrites int
 }
 
 // generation is one pair of servers (gRPC and HTTPS) serving the Server's
@@ -416,6 +427,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
+	st.InFlight, st.Queued = s.inFlight, s.queued
 	st.Codes = maps.Clone(s.stats.Codes)
 	st.HTTPCodes = maps.Clone(s.stats.HTTPCodes)
 	return st
@@ -576,6 +588,13 @@ func (s *Server) queuedDelta(d int) {
 	defer s.mu.Unlock()
 	s.queued += d
 	s.stats.MaxQueued = max(s.stats.MaxQueued, s.queued)
+}
+
+// lateWrite counts a request written after its client had given up.
+func (s *Server) lateWrite() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stats.LateWrites++
 }
 
 func cloneVector(v *pinecone.Vector) *pinecone.Vector {

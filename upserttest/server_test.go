@@ -472,6 +472,7 @@ func TestSlots(t *testing.T) {
 			done <- err
 		}()
 		require.Eventually(t, func() bool { return srv.Stats().MaxInFlight == 1 }, time.Second, time.Millisecond)
+		assert.Equal(t, 1, srv.Stats().InFlight, "the holder is being written")
 
 		_, err := idx.UpsertVectors(ctxTimeout(t, 30*time.Millisecond), []*pinecone.Vector{dense("quitter", 1)})
 		assert.Equal(t, codes.DeadlineExceeded, code(err))
@@ -480,7 +481,10 @@ func TestSlots(t *testing.T) {
 		assert.Equal(t, 1, srv.Count(ns))
 		_, ok := srv.Vector(ns, "quitter")
 		assert.False(t, ok, "a queued request whose client gave up must not be written")
-		assert.Equal(t, 1, srv.Stats().MaxQueued)
+		st := srv.Stats()
+		assert.Equal(t, 1, st.MaxQueued)
+		assert.Equal(t, [2]int{0, 0}, [2]int{st.InFlight, st.Queued}, "nothing left being written or waiting")
+		assert.Zero(t, st.LateWrites, "a request dropped from the queue is not written")
 	})
 }
 
@@ -512,9 +516,10 @@ func TestAmbiguousTimeout(t *testing.T) {
 	tests := []struct {
 		name string
 		opts []upserttest.Option
+		late int // Stats.LateWrites: written after the client gave up
 	}{
-		{"a write holding a slot lands after its client timed out", []upserttest.Option{upserttest.WithLatency(80*time.Millisecond, 0)}},
-		{"a delayed answer times out a write that already landed", []upserttest.Option{upserttest.WithFaults(upserttest.AmbiguousTimeouts(1, 500*time.Millisecond, 1))}},
+		{"a write holding a slot lands after its client timed out", []upserttest.Option{upserttest.WithLatency(80*time.Millisecond, 0)}, 1},
+		{"a delayed answer times out a write that already landed", []upserttest.Option{upserttest.WithFaults(upserttest.AmbiguousTimeouts(1, 500*time.Millisecond, 1))}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -522,7 +527,7 @@ func TestAmbiguousTimeout(t *testing.T) {
 			idx := connect(t, srv)
 			_, err := idx.UpsertVectors(ctxTimeout(t, 20*time.Millisecond), []*pinecone.Vector{dense("a", 1)})
 			require.Equal(t, codes.DeadlineExceeded, code(err))
-			assert.Eventually(t, func() bool { return srv.Count(ns) == 1 }, 2*time.Second, time.Millisecond)
+			assert.Eventually(t, func() bool { return srv.Count(ns) == 1 && srv.Stats().LateWrites == tt.late }, 2*time.Second, time.Millisecond)
 		})
 	}
 }

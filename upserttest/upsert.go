@@ -153,6 +153,9 @@ func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 	err := g.sleep(s.cfg.writeLatency(n, r.Bytes, r.Seq))
 	if err == nil {
 		err = c.write(fault.written(n))
+		if err == nil && ctx.Err() != nil {
+			s.lateWrite()
+		}
 	}
 	s.inFlightDelta(-1)
 	caps.slots.release()

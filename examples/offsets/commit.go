@@ -74,9 +74,12 @@ func (s *commitStore) handled(m *message) bool {
 	return ok && int((*v.Values)[0]) >= m.offset
 }
 
-// lost counts, once the log is consumed, the records that are not
-// handled: past a committed offset, or neither on the index nor
-// dead-lettered (nor replaced by a later change of their key that is).
+// lost counts, once the log is consumed and the index is quiet, the
+// records that are not handled: past a committed offset, or neither on the
+// index nor dead-lettered nor to recheck, and no later change of their key
+// is either of those two (the key's source is read again, or its failure
+// kept: a record replaced before it was sent, or one that a late write
+// undid, needs nothing more then).
 func (s *commitStore) lost() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -85,7 +88,7 @@ func (s *commitStore) lost() int {
 		lost += len(part) - s.offsets[p]
 		for o := range s.offsets[p] {
 			m := &part[o]
-			if !s.handled(m) && !s.deadLater(m) {
+			if !s.handled(m) && !s.keptLater(m) {
 				lost++
 			}
 		}
@@ -93,10 +96,12 @@ func (s *commitStore) lost() int {
 	return lost
 }
 
-// deadLater reports whether a later change of m's key is dead-lettered.
-func (s *commitStore) deadLater(m *message) bool {
+// keptLater reports whether a later change of m's key is dead-lettered or
+// to recheck.
+func (s *commitStore) keptLater(m *message) bool {
 	for _, later := range s.topic.parts[m.partition][m.offset+1:] {
-		if _, ok := s.dead[&s.topic.parts[m.partition][later.offset]]; ok && later.key == m.key {
+		lm := &s.topic.parts[m.partition][later.offset]
+		if _, dead := s.dead[lm]; later.key == m.key && (dead || s.recheck[lm]) {
 			return true
 		}
 	}

@@ -58,6 +58,7 @@ type summary struct {
 	ErrorsByClass             map[upsert.Class]int // of the requests, seen by the Writers
 	Splits                    int
 	ServerCodes               map[codes.Code]int
+	LateWrites                int // requests written after their client gave up
 	FinalOffsets, LogPerTopic []int
 }
 
@@ -65,7 +66,7 @@ type summary struct {
 type options struct {
 	seed  int64
 	naive bool // commit as soon as Add returns, without acks: the mistake the audit catches
-	// lateWrites gives the index a heavy-tailed write latency, so that many
+	// lateWrites gives the index a heavy-tailed write latency, so that
 	// writes land after their client gave up: the run's Stale reports are
 	// what keeps the commits right.
 	lateWrites bool
@@ -99,7 +100,7 @@ func runWith(o options, out io.Writer) (summary, error) {
 			// request, applied late, may overwrite the restart's later
 			// change of its key: the Writer reports that as Stale only for
 			// requests of its own run.
-			srv.Restart()
+			awaitQuiet(srv)
 		}
 		start := store.offsetsNow()
 		r, err := consume(context.Background(), topic, srv, store, k, o.naive)
@@ -111,12 +112,14 @@ func runWith(o options, out io.Writer) (summary, error) {
 			i+1, start, r.added, k, store.offsetsNow(), r.commits)
 	}
 	s.Early = store.early
+	awaitQuiet(srv) // a write whose client gave up may land yet
 	s.Lost = store.lost()
 	s.DeadLetters, s.Recheck = len(store.dead), len(store.recheck)
 	s.FinalOffsets = store.offsetsNow()
-	s.ServerCodes = srv.Stats().Codes
-	fmt.Fprintf(out, "server: %d requests, %d answered 429, %d answered 503; the writers saw errors %v, split %d batches\n",
-		srv.Stats().Requests, s.ServerCodes[codes.ResourceExhausted], s.ServerCodes[codes.Unavailable], s.ErrorsByClass, s.Splits)
+	st := srv.Stats()
+	s.ServerCodes, s.LateWrites = st.Codes, st.LateWrites
+	fmt.Fprintf(out, "server: %d requests, %d answered 429, %d answered 503, %d written after their client gave up; the writers saw errors %v, split %d batches\n",
+		st.Requests, s.ServerCodes[codes.ResourceExhausted], s.ServerCodes[codes.Unavailable], s.LateWrites, s.ErrorsByClass, s.Splits)
 	fmt.Fprintf(out, "dead letters %d, to recheck (may be stale) %d, replaced in their batch %d\n", s.DeadLetters, s.Recheck, s.Replaced)
 	fmt.Fprintf(out, "committed before stored: %d; records of the log neither stored nor dead-lettered: %d\n", s.Early, s.Lost)
 	return s, nil
@@ -182,13 +185,32 @@ func newIndex(t topic, lateWrites bool) *upserttest.Server {
 		upserttest.RejectIDs(t.poisoned...),
 	))}
 	if lateWrites {
-		// 5 ms on average, past the 100-ms request timeout for about 0.3%
-		// of writes (the lognormal's tail at σ 1.5): what a killed
-		// consumer left in flight would land after the restart without
-		// srv.Restart.
-		opts = append(opts, upserttest.WithLatency(5*time.Millisecond, 0), upserttest.WithLatencyJitter(1.5, 1))
+		// 20 ms on average, past the 100-ms request timeout for about 3%
+		// of writes (the lognormal's tail at σ 1.5), some of them seconds
+		// late: 5 to 12 requests a run of the test, counted in
+		// Stats.LateWrites.
+		opts = append(opts, upserttest.WithLatency(20*time.Millisecond, 0), upserttest.WithLatencyJitter(1.5, 1))
 	}
 	return upserttest.NewServer(opts...)
+}
+
+// awaitQuiet waits (up to a minute) until the index has written or
+// dropped every request it received and none has come for 100 ms: writes
+// whose client gave up land on their own time, and a request canceled
+// by a kill may still be on its way.
+func awaitQuiet(srv *upserttest.Server) {
+	const quiet = 100 * time.Millisecond
+	last, since := -1, time.Now()
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		st := srv.Stats()
+		if st.InFlight > 0 || st.Queued > 0 || st.Requests != last {
+			last, since = st.Requests, time.Now()
+			continue
+		}
+		if time.Since(since) >= quiet {
+			return
+		}
+	}
 }
 
 // connect opens a connection to the index, as a consumer process does at

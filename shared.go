@@ -11,10 +11,10 @@ import (
 // a Limiter by default. With a Limiter each, they would learn their
 // shares from their own 429s, which come to each with the same chance per
 // request, and their shares would drift apart (four writers on one
-// namespace, BENCHMARKS.md: the fastest gets 1.1 to 1.6 times the slowest,
-// and the four together draw more 429s than one would). Sharing is only among
-// calls that overlap: a call that starts when no other call writes to its
-// index starts with nothing learned, as it would alone.
+// namespace, BENCHMARKS.md: the fastest gets 1.1 to 1.6 times the
+// slowest, and the four together draw more 429s than one would). Sharing
+// is only among calls that overlap: a call that starts when no other call
+// writes to its index starts with nothing learned, as it would alone.
 var shared struct {
 	mu       sync.Mutex
 	limiters map[any]*sharedLimiter // by indexKey

@@ -399,8 +399,9 @@ func WithClassifier(f func(error) Class) Option {
 // 429s, which come to each with the same chance per request, so the
 // shares drift apart: with four writers on one namespace (BENCHMARKS.md)
 // the fastest gets 1.1 to 1.6 times the slowest, and the writers together
-// draw 2.1-2.5% 429s, against 1.01-1.04 and 1.0-1.8% when they share. Calls in separate processes share through package
-// upsertredis, whatever Limiter each uses.
+// draw 2.1-2.5% 429s, against 1.01-1.04 and 1.0-1.8% when they share.
+// Calls in separate processes share through package upsertredis, whatever
+// Limiter each uses.
 func WithLimiter(l *Limiter) Option {
 	return func(c *config) {
 		if l == nil {

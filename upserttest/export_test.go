@@ -6,5 +6,5 @@ import "time"
 // family's bounds by: that of the client sending the largest batches that
 // reach the capacity.
 func (ix Index) DrawnIdealTime() time.Duration {
-	return ix.clientTime(ix.Records, FamilyTimeout, idealClient{})
+	return ix.model(FamilyTimeout).clientTime(ix.Records, idealClient{})
 }

@@ -199,7 +199,7 @@ func fitRun(r *rand.Rand, ix *Index, changes []drawnChange, burstSeconds float64
 		if ix.VectorRate > 0 {
 			ix.VectorBurst = max(1, int(math.Round(min(ix.VectorRate*burstSeconds, float64(ix.Records)/4))))
 		}
-		ideal := ix.clientTime(ix.Records, FamilyTimeout, idealClient{}).Seconds()
+		ideal := ix.model(FamilyTimeout).clientTime(ix.Records, idealClient{}).Seconds()
 		switch {
 		case ideal > familyMaxIdeal && ix.Records > familyMinRecords:
 			want = float64(ix.Records) * (familyMaxIdeal - 1) / ideal

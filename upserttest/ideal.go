@@ -66,10 +66,15 @@ const IdealMaxInFlight = 64
 // for that), and one the quickest (its last batch lands soonest: above a
 // size where the index slows down, the largest takes many times as long).
 func (ix Index) IdealTime(records int, timeout time.Duration) time.Duration {
-	return min(ix.clientTime(records, timeout, idealClient{}),
-		ix.clientTime(records, timeout, idealClient{slack: 1e-3}),
-		ix.clientTime(records, timeout, idealClient{quickest: true}))
+	best := time.Duration(math.MaxInt64)
+	for _, c := range idealClients {
+		best = min(best, ix.model(timeout).clientTime(records, c))
+	}
+	return best
 }
+
+// idealClients are the three clients IdealTime takes the least time of.
+var idealClients = [...]idealClient{{}, {slack: 1e-3}, {quickest: true}}
 
 // idealClient is how a client that knows the index picks its batch among
 // the sizes that reach the capacity: the largest, or the quickest; a size
@@ -79,9 +84,8 @@ type idealClient struct {
 	slack    float64
 }
 
-// clientTime is the ideal time of client c.
-func (ix Index) clientTime(records int, timeout time.Duration, c idealClient) time.Duration {
-	m := ix.model(timeout)
+// clientTime is the ideal time of client c on a fresh model m.
+func (m *idealModel) clientTime(records int, c idealClient) time.Duration {
 	m.client = c
 	if records <= 0 || m.plan(1).batch == 0 {
 		return 0

@@ -47,7 +47,7 @@ func TestOffsetsCommittedOnlyUpToWhatLanded(t *testing.T) {
 // and the consumer rechecks them; across runs, the restarted consumer
 // comes up once the index is quiet. Nothing is committed early or lost
 // (without the wait for quiet, both happen in most runs). Not in -short:
-// about fifteen seconds.
+// about ten seconds.
 func TestOffsetsWithLateWrites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds; run without -short")

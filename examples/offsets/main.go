@@ -186,9 +186,8 @@ func newIndex(t topic, lateWrites bool) *upserttest.Server {
 	))}
 	if lateWrites {
 		// 20 ms on average, past the 100-ms request timeout for about 3%
-		// of writes (the lognormal's tail at σ 1.5), some of them seconds
-		// late: 4 to 12 requests a run of the test, counted in
-		// Stats.LateWrites.
+		// of writes (the lognormal's tail at σ 1.5, computed): 4 to 12
+		// requests a run of the test, counted in Stats.LateWrites.
 		opts = append(opts, upserttest.WithLatency(20*time.Millisecond, 0), upserttest.WithLatencyJitter(1.5, 1))
 	}
 	return upserttest.NewServer(opts...)

@@ -594,7 +594,7 @@ func soakRun(t *testing.T, sc soakScenario, out *soakTotals) {
 		}
 	case soakWriter:
 		var refused int
-		res, runErr, taken, refused = soakWrite(ctx, t, recs, opts)
+		res, taken, refused, runErr = soakWrite(ctx, t, recs, opts)
 		if refused > 0 && ctx.Err() == nil {
 			t.Errorf("Writer.Add refused %d records before the deadline", refused)
 		}
@@ -716,7 +716,7 @@ func soakInFlight(st upserttest.Stats) int {
 
 // soakWrite feeds recs to a Writer from several goroutines, each adding
 // its share in order, then closes it. taken tells which records Add took.
-func soakWrite(ctx context.Context, t *testing.T, recs []*pinecone.Vector, opts []upsert.Option) (res upsert.Result, err error, taken []bool, refused int) {
+func soakWrite(ctx context.Context, t *testing.T, recs []*pinecone.Vector, opts []upsert.Option) (res upsert.Result, taken []bool, refused int, err error) {
 	w, err := upsert.NewWriter(ctx, opts...)
 	require.NoError(t, err)
 	const producers = 4
@@ -742,7 +742,7 @@ func soakWrite(ctx context.Context, t *testing.T, recs []*pinecone.Vector, opts 
 		t.Logf("Writer.Add refused %d records; first: %v", n, firstRefusal.Load())
 	}
 	res, err = w.Close(context.WithoutCancel(ctx))
-	return res, err, taken, int(refusals.Load())
+	return res, taken, int(refusals.Load()), err
 }
 
 // soakQuiesce waits until the server has answered every request it

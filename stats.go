@@ -149,11 +149,6 @@ func (c *counters) fail(fs []Failure) {
 	}
 }
 
-// settled returns how many records are upserted, failed or duplicates.
-func (c *counters) settled() int64 {
-	return c.upserted.Load() + c.failed.Load() + c.duplicates.Load()
-}
-
 func (c *counters) snapshot() Stats {
 	s := Stats{
 		Records:        int(c.records.Load()),

@@ -83,7 +83,7 @@ func printTree(spans tracetest.SpanStubs) {
 		for _, k := range show {
 			if v, ok := a[k]; ok {
 				short := strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(string(k), "upsert.run."), "upsert.request."), "upsert.")
-				fmt.Fprintf(&b, " %s=%s", short, v.Emit())
+				fmt.Fprintf(&b, " %s=%s", short, v.String())
 			}
 		}
 		return b.String()

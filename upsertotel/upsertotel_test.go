@@ -74,7 +74,7 @@ func sums(t *testing.T, data metricdata.Aggregation, key attribute.Key) map[stri
 	out := make(map[string]int)
 	for _, p := range sum.DataPoints {
 		v, _ := p.Attributes.Value(key)
-		out[v.Emit()] += int(p.Value)
+		out[v.String()] += int(p.Value)
 	}
 	return out
 }

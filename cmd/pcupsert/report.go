@@ -37,17 +37,16 @@ type deadLetters struct {
 
 	// wmu is held shared while a letter is written, and exclusively
 	// while the file is made durable (sync) or closed.
-	wmu       sync.RWMutex
-	mu        sync.Mutex
-	dl        *ndjson.DeadLetters
-	synced    int   // letters in the file closed by sync, before dl's
-	err       error // creating the file failed
-	byClass   map[upsert.Class]int
-	landed    int // failed records that may have landed
-	toResume  int // canceled records left to the next run
-	notSent   int // records never read by the run, written after it gave up
-	rejected  map[string]int
-	rejectedN int
+	wmu      sync.RWMutex
+	mu       sync.Mutex
+	dl       *ndjson.DeadLetters
+	synced   int   // letters in the file closed by sync, before dl's
+	err      error // creating the file failed
+	byClass  map[upsert.Class]int
+	landed   int // failed records that may have landed
+	toResume int // canceled records left to the next run
+	notSent  int // records never read by the run, written after it gave up
+	rejected map[string]int
 }
 
 // file returns the file, creating it on first use; nil if that failed.

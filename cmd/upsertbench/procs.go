@@ -78,22 +78,21 @@ const procsRecords = 600_000
 
 // procResult is the outcome of one process run.
 type procResult struct {
-	writers             int
-	scenario, strategy  string
-	records, landed     int
-	reported, lost      int
-	requests, limited   int
-	elapsed             time.Duration
-	efficiency          float64
-	spread              float64       // max/min of the running writers' throughputs
-	takeUp              time.Duration // one-stops: see scenarios; -1 when never
-	stopped             bool
-	cpu                 time.Duration // user and system time of the index and writer processes
-	sharedWriters       int           // with Redis: the most writers a writer saw in its lane
-	redisExchanges      int64
-	redisFailures       int64
-	redisRoundTripsPerS float64
-	secondHalf          float64 // what the index accepted from ideal/2 to the end, over C (the kill's time, for every scenario)
+	writers            int
+	scenario, strategy string
+	records, landed    int
+	reported, lost     int
+	requests, limited  int
+	elapsed            time.Duration
+	efficiency         float64
+	spread             float64       // max/min of the running writers' throughputs
+	takeUp             time.Duration // one-stops: see scenarios; -1 when never
+	stopped            bool
+	cpu                time.Duration // user and system time of the index and writer processes
+	sharedWriters      int           // with Redis: the most writers a writer saw in its lane
+	redisExchanges     int64
+	redisFailures      int64
+	secondHalf         float64 // what the index accepted from ideal/2 to the end, over C (the kill's time, for every scenario)
 }
 
 // benchProcs runs every number of writers of cfg.procs in every scenario,

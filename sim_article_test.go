@@ -48,7 +48,7 @@ func runArticle(ix simIndex, seed uint64) simResult {
 				next(w)
 				return
 			}
-			retry := true
+			var retry bool
 			switch e.Class {
 			case ClassRateLimited:
 				retry = top.rateLimited < 8

@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/upsertlib/upsert/upserttest"
 )
@@ -263,8 +265,8 @@ func TestSimFamily(t *testing.T) {
 		above = append(above, max(0, o.refused-o.ix.flaky)) // what no client avoids taken off
 		art = append(art, o.article)
 		ratio = append(ratio, o.efficiency-o.article)
-		if f := os.Getenv("UPSERT_SIM_CSV"); f != "" {
-			appendCSV(f, o)
+		if f := os.Getenv("UPSERT_SIM_JSONL"); f != "" {
+			appendJSONL(t, f, o)
 		}
 		if len(seeds) == 1 || os.Getenv("UPSERT_SIM_V") != "" {
 			t.Logf("seed %d: eff %.3f (article %.3f), 429 %.2f%%, %v (ideal %v), landed %d failed %d, %d requests, %d timeouts: %v",
@@ -298,20 +300,31 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-// appendCSV appends o to the file at path, a line of comma-separated
-// figures.
-func appendCSV(path string, o simOutcome) {
+// simLine is one line of UPSERT_SIM_JSONL, in the field names of
+// upsertbench's -family-out where they mean the same (upsertbench -plot
+// reads either): one for the library's run of an index, one for the
+// article's on the same index.
+type simLine struct {
+	Seed        uint64  `json:"seed"`
+	Stream      uint64  `json:"stream"` // UPSERT_SIM_STREAM
+	Strategy    string  `json:"strategy"`
+	Efficiency  float64 `json:"efficiency"`
+	Refused     float64 `json:"rate_limited_share,omitempty"` // the library's line only
+	Ideal       float64 `json:"ideal_seconds"`
+	Description string  `json:"description"`
+}
+
+// appendJSONL appends o's two lines to the file at path.
+func appendJSONL(t *testing.T, path string, o simOutcome) {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return
-	}
+	require.NoError(t, err)
 	defer f.Close()
-	ix := o.ix
-	c, _ := ix.capacity(1)
-	fmt.Fprintf(f, "%d,%.4f,%.4f,%.4f,%d,%d,%.0f,%.0f,%d,%.4f,%.4f,%d,%.2f,%.2f,%.1f,%.2f,%.4f,%d,%.3f\n",
-		o.seed, o.efficiency, o.article, o.refused, ix.records, ix.recordBytes, c, ix.vecRate, ix.slots,
-		ix.base.Seconds(), ix.perRecord.Seconds()*1e6, ix.slowAbove, ix.slowFactor, float64(len(ix.changes)), ix.outageFor.Seconds(),
-		ix.sigma, ix.flaky, int(ix.reqRate), o.ideal.Seconds())
+	enc := json.NewEncoder(f)
+	line := simLine{Seed: o.seed, Stream: simStream, Strategy: "upsert", Efficiency: o.efficiency, Refused: o.refused,
+		Ideal: o.ideal.Seconds(), Description: o.ix.String()}
+	require.NoError(t, enc.Encode(line))
+	line.Strategy, line.Efficiency, line.Refused = "article", o.article, 0
+	require.NoError(t, enc.Encode(line))
 }
 
 // simTuning is defaultTuning with the fields UPSERT_SIM_TUNE names

@@ -18,6 +18,7 @@
 //
 //	go run ./cmd/upsertbench [-profiles fast,slow,...] [-strategies upsert,separate,article,naive] [-scale 1.0] [-deadline 60s] [-v]
 //	go run ./cmd/upsertbench -family 20 [-seeds 1-10,15 | -seed 7] [-family-out runs.jsonl] [-strategies upsert,article] [-scale 1.0] [-max-ideal 15s] [-rate-scale 0.1] [-v]
+//	go run ./cmd/upsertbench -plot served=runs.jsonl[,label=other.jsonl] > family.svg
 //
 // -family runs the library and the article's algorithm on indexes drawn
 // by upserttest.DrawIndex (one per seed, each on a fresh server, with a
@@ -27,6 +28,10 @@
 // landed. -deadline does not apply to it. -scale scales each run with
 // upserttest.Index.Scaled (its capacity changes with it), -max-ideal
 // shortens the longer runs with Index.Shortened.
+//
+// -plot draws -family-out files (or any JSON lines with seed, strategy and
+// efficiency) as SVG to standard output: the cumulative distribution of the
+// efficiency, one curve per file and strategy, a seed's runs averaged.
 //
 // The default profiles are the ones of the issue the benchmark answers, and
 // a few more; others (extraProfiles) run only when named with -profiles.
@@ -76,6 +81,8 @@ type config struct {
 	familyOut string
 	maxIdeal  time.Duration
 	rateScale float64 // multiplies each index's vector rate and burst (Index.RateScaled)
+	// plot, when set, draws these -family-out files instead (familyplot.go).
+	plot []plotSource
 }
 
 func main() {
@@ -102,6 +109,8 @@ func main() {
 		run = benchProcs
 	case cfg.family != nil:
 		run = benchFamily
+	case cfg.plot != nil:
+		run = benchPlot
 	}
 	if err := run(ctx, cfg, os.Stdout, progress); err != nil {
 		fmt.Fprintln(os.Stderr, "upsertbench:", err)
@@ -126,6 +135,7 @@ func parseFlags(args []string) (config, error) {
 	familyOut := fs.String("family-out", "", "with the family benchmark: write one JSON object per index and strategy to `file`")
 	rateScale := fs.Float64("rate-scale", 1, "with the family benchmark: multiply each index's vector rate and burst by `f`\n(upserttest.Index.RateScaled: indexes off the family's range of 300 to 100,000 records a second)")
 	maxIdeal := fs.Duration("max-ideal", 0, "with the family benchmark: shorten each run to an ideal time of at most this `long`\n(the same indexes, capacity changes at the same shares of the run; at least 2s)")
+	plot := fs.String("plot", "", "draw these comma-separated `label=file.jsonl` (of -family-out) as SVG to standard output\n(instead of running anything)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -151,6 +161,14 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.strategies, err = pick(strategies(), strategy.key, *strategyNames); err != nil {
 		return config{}, fmt.Errorf("-strategies: %w", err)
+	}
+	if isSet(fs, "plot") {
+		if isSet(fs, "procs") || isSet(fs, "family") || isSet(fs, "seeds") || isSet(fs, "seed") {
+			return config{}, errors.New("-plot draws files and runs nothing: give it alone")
+		}
+		if cfg.plot, err = parsePlotSources(*plot); err != nil {
+			return config{}, fmt.Errorf("-plot: %w", err)
+		}
 	}
 	if cfg.family, err = familySeeds(*family, *seeds, *seed, fs); err != nil {
 		return config{}, err

@@ -305,13 +305,13 @@ func cmpFloat(a, b float64) int {
 // reads either): one for the library's run of an index, one for the
 // article's on the same index.
 type simLine struct {
-	Seed        uint64  `json:"seed"`
-	Stream      uint64  `json:"stream"` // UPSERT_SIM_STREAM
-	Strategy    string  `json:"strategy"`
-	Efficiency  float64 `json:"efficiency"`
-	Refused     float64 `json:"rate_limited_share,omitempty"` // the library's line only
-	Ideal       float64 `json:"ideal_seconds"`
-	Description string  `json:"description"`
+	Seed        uint64   `json:"seed"`
+	Stream      uint64   `json:"stream"` // UPSERT_SIM_STREAM
+	Strategy    string   `json:"strategy"`
+	Efficiency  float64  `json:"efficiency"`
+	Refused     *float64 `json:"rate_limited_share,omitempty"` // the library's line only (the article's is not counted)
+	Ideal       float64  `json:"ideal_seconds"`
+	Description string   `json:"description"`
 }
 
 // appendJSONL appends o's two lines to the file at path.
@@ -320,10 +320,10 @@ func appendJSONL(t *testing.T, path string, o simOutcome) {
 	require.NoError(t, err)
 	defer f.Close()
 	enc := json.NewEncoder(f)
-	line := simLine{Seed: o.seed, Stream: simStream, Strategy: "upsert", Efficiency: o.efficiency, Refused: o.refused,
+	line := simLine{Seed: o.seed, Stream: simStream, Strategy: "upsert", Efficiency: o.efficiency, Refused: &o.refused,
 		Ideal: o.ideal.Seconds(), Description: o.ix.String()}
 	require.NoError(t, enc.Encode(line))
-	line.Strategy, line.Efficiency, line.Refused = "article", o.article, 0
+	line.Strategy, line.Efficiency, line.Refused = "article", o.article, nil
 	require.NoError(t, enc.Encode(line))
 }
 

@@ -112,7 +112,7 @@ func TestRateControl(t *testing.T) {
 		// A cut's depth under what the index accepted since the start
 		// (1,000 records in 220 ms, the meter's whole buckets), more than
 		// half of what was sent (1,200 records).
-		assert.InDelta(t, 0.8*1000/0.22, s.c.limit, 100)
+		assert.InDelta(t, (1-defaultTuning.cutDepth)*1000/0.22, s.c.limit, 100)
 		assert.Positive(t, s.c.search.pace, "the first cut measures a floor: it searches up from it")
 	})
 	t.Run("the first cut's floor", func(t *testing.T) {
@@ -131,7 +131,7 @@ func TestRateControl(t *testing.T) {
 				2200 / 0.22 / 2, guessed},
 			{"a cut's depth under what was accepted since the start, not diluted by a window longer than the run", 2 * time.Second,
 				func(*rateScript) {},
-				0.8 * 1000 / 0.22, measured},
+				(1 - defaultTuning.cutDepth) * 1000 / 0.22, measured},
 			{"what was accepted, spread over a second", 300 * time.Millisecond,
 				func(s *rateScript) { s.now = s.now.Add(500 * time.Millisecond) }, // nothing sent since
 				1000, guessed},
@@ -256,6 +256,7 @@ func TestRateControl(t *testing.T) {
 	t.Run("time the index was down is no part of what it accepted since the last cut", func(t *testing.T) {
 		s := capScript(t, 1000)
 		s.c.limit = s.c.level
+		s.bound = false // the lane sends under the limit: the probe holds
 		s.run(time.Second, 10*time.Millisecond, 8, nil)
 		s.now = s.now.Add(time.Second) // an outage: the breaker held every request
 		s.c.pause(s.now.Add(-time.Second), s.now)

@@ -378,7 +378,9 @@ func TestLimiterOnSimulatedIndexes(t *testing.T) {
 		refusals float64 // the most of its requests it may see refused
 	}{
 		{"fast (20k/s)", 0.95, 0.06},
-		{"tight (3k/s)", 0.95, 0.06},
+		// A cut a tenth deep refills the index's small bucket little
+		// before the probe overdraws it again.
+		{"tight (3k/s)", 0.95, 0.09},
 		// No collapse; 3% refused at random on top of the probe's (4–8%
 		// over sixteen streams of the simulation).
 		{"fast, 3% of requests refused at random", 0.7, 0.08},

@@ -30,7 +30,8 @@ type tuning struct {
 	probeSearch float64
 	// cutDepth is how far below what the index accepted a cut goes: a
 	// batch is a twentieth of a second's worth, and the index's bucket
-	// refills one in a quarter of a second at that margin; the measure
+	// refills one in half a second at that margin; deeper cuts give up
+	// more of the plateau than the refusals they spare cost. The measure
 	// it cuts from includes what the bucket had saved during the climb.
 	cutDepth float64
 	// noiseAnswers is the fewest answers the usual share of refusals is
@@ -219,11 +220,11 @@ type tuning struct {
 
 // defaultTuning is the tuning of every lane.
 var defaultTuning = tuning{
-	recovery:        2 * time.Second,
+	recovery:        1500 * time.Millisecond,
 	recoveryDepth:   0.05,
 	probeGain:       0.15,
 	probeSearch:     2,
-	cutDepth:        0.2,
+	cutDepth:        0.1,
 	noiseAnswers:    256,
 	randomAnswers:   128,
 	significance:    0.01,

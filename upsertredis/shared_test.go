@@ -3,6 +3,7 @@ package upsertredis
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,6 +127,7 @@ func TestSharedRunsSplitTheIndex(t *testing.T) {
 	ws := runWriters(t, idx, stores, n, per, nil)
 	var cuts, same int64
 	shortest, longest := time.Hour, time.Duration(0)
+	var each []string // what each writer saw, for a failure's message
 	for i, w := range ws {
 		require.NoError(t, w.err, "writer %d", i)
 		assert.Equal(t, per, w.res.Upserted)
@@ -134,12 +136,15 @@ func TestSharedRunsSplitTheIndex(t *testing.T) {
 		assert.Equal(t, int64(n), st.MostWriters, "writer %d saw every writer", i)
 		cuts, same = cuts+st.Cuts, same+st.SameEpisode
 		shortest, longest = min(shortest, w.res.Stats.Elapsed), max(longest, w.res.Stats.Elapsed)
+		each = append(each, fmt.Sprintf("writer %d: %v, %d requests, 429s %d, store %+v", i, w.res.Stats.Elapsed,
+			w.res.Stats.Requests, w.res.Stats.ErrorsByClass[upsert.ClassRateLimited], st))
 	}
 	t.Logf("cuts applied %d, proposals of an episode already cut %d, elapsed %v-%v", cuts, same, shortest, longest)
 	assert.Positive(t, cuts, "the index's 429s cut the lane's rate")
 	// 1.0–1.4 on a quiet machine; 2.05 once beside the whole suite under
 	// -race. A writer starved of its part would take several times as long.
-	assert.Less(t, float64(longest), 2.5*float64(shortest), "the writers split the index: none is left far behind")
+	assert.Less(t, float64(longest), 2.5*float64(shortest), "the writers split the index: none is left far behind\n%s",
+		strings.Join(each, "\n"))
 	assert.Empty(t, keys(t, rdb, t.Name()+":"), "the last writer out dropped the lane's keys")
 }
 

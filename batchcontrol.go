@@ -52,6 +52,7 @@ type sizeStats struct {
 	sent       int       // trial batches handed out
 	out        int       // trial batches sent and not answered
 	oldest     time.Time // when the oldest of those was sent
+	held       bool      // slow start's trial, held under its size by a rate
 }
 
 // sizeCaps are the lane's rate limits that bound a batch, +Inf for none.
@@ -114,10 +115,21 @@ func (c *batchControl) next(now time.Time, caps sizeCaps, mayTry bool, spread fl
 	}
 	if n := c.nextTrial(cap, t); n > 0 && mayTry {
 		c.lookedDown = c.lookedDown || n < c.size
-		c.trial = sizeStats{size: n, sent: 1}
+		c.trial = sizeStats{size: n, sent: 1, held: c.heldByRate(n, caps, t)}
 		return n, true
 	}
 	return min(c.size, cap), false
+}
+
+// heldByRate reports whether slow start's trial of n records is smaller
+// than it would be but for the rate caps: a size the rate allows says
+// nothing of a larger one's cost, so slow start goes on as the rate rises.
+func (c *batchControl) heldByRate(n int, caps sizeCaps, t *tuning) bool {
+	if !c.slowStart {
+		return false
+	}
+	unrated := sizeCaps{records: math.Inf(1), requests: math.Inf(1), perRequest: caps.perRequest}
+	return n < c.nextTrial(c.maxSize(unrated, t), t)
 }
 
 // sent counts a trial batch sent at now.
@@ -288,9 +300,10 @@ func (c *batchControl) capTrial() { c.trial = sizeStats{} }
 func (c *batchControl) answer(s batchSample, t *tuning) batchReason {
 	if s.trial && c.trial.size > 0 {
 		if s.records != c.trial.size {
-			// The batch went out smaller (cut to the request's bytes, or a
-			// stream's partial batch): it says nothing of the size tried.
-			c.endTrial(s.now, true, t)
+			// The batch went out smaller (cut to a rate or the request's
+			// bytes, or a stream's partial batch): it says nothing of the
+			// size tried, so it ends the trial, not slow start.
+			c.capTrial()
 			return batchHeld
 		}
 		return c.answerTrial(s, t)
@@ -404,12 +417,14 @@ func (c *batchControl) costSlack(spread float64, n int, t *tuning) float64 {
 }
 
 // adopt makes the size tried the size adopted, with its latencies, at the
-// lane's concurrency conc.
+// lane's concurrency conc. Slow start goes on after a trial a rate held
+// (heldByRate) or while it brackets a size too costly.
 func (c *batchControl) adopt(conc int, t *tuning) {
+	held := c.trial.held
 	c.size, c.base = c.trial.size, sizeStats{levelStats: c.trial.levelStats, size: c.trial.size}
 	c.sizedAt, c.halved = conc, false
 	c.trial = sizeStats{}
-	c.slowStart = c.slowStart && c.brackets(t)
+	c.slowStart = c.slowStart && (held || c.brackets(t))
 }
 
 // searched reports whether the size's first search is over: slow start

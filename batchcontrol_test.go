@@ -273,6 +273,48 @@ func TestBatchControl(t *testing.T) {
 			assert.Equal(t, 1, s.c.trialSamples(&s.tn), "%s: judged on one answer, as slow start's", tt.name)
 		}
 	})
+	t.Run("an answer of a trial batch that went out smaller forgets the trial, unjudged, and slow start goes on", func(t *testing.T) {
+		// The batch was cut to a rate cap when sent, after the cap had
+		// already ended its trial and a new one had started at the cap.
+		s := newBatchScript()
+		s.run(1, perRequest(5*time.Millisecond, 0, 0, 1), nil)
+		size, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+		require.True(t, trial)
+		s.c.sent(s.now, size)
+		s.now = s.now.Add(5 * time.Millisecond)
+		reason := s.c.answer(batchSample{now: s.now, records: 85, latency: 5 * time.Millisecond, trial: true, spread: 0.1}, &s.tn)
+		assert.Equal(t, batchHeld, reason)
+		assert.Zero(t, s.c.trial.size, "85 records say nothing of 1,000")
+		assert.Zero(t, s.c.ceil)
+		assert.True(t, s.c.slowStart, "the ten-times trial is still to come")
+	})
+	t.Run("slow start's trial held under ten times the size by a rate, once kept, leaves slow start on; held by a request's bytes, it ends it", func(t *testing.T) {
+		for _, tt := range []struct {
+			name      string
+			caps      sizeCaps
+			want      int // the size kept
+			slowStart bool
+			next      int // the next trial once the rate allows
+		}{
+			{"held by the record rate", sizeCaps{records: 5_000, requests: math.Inf(1)}, 250, true, 1000},
+			{"held by the request rate", sizeCaps{records: 5_000, requests: 10}, 625, true, 1000},
+			{"held by a request's bytes", sizeCaps{records: math.Inf(1), requests: math.Inf(1), perRequest: 400}, 400, false, 0},
+		} {
+			s := newBatchScript()
+			s.caps = tt.caps
+			s.run(3, perRequest(5*time.Millisecond, 10*time.Microsecond, 0, 1), nil)
+			assert.Equal(t, tt.want, s.c.size, tt.name)
+			assert.Equal(t, tt.slowStart, s.c.slowStart, tt.name)
+			s.caps = sizeCaps{records: math.Inf(1), requests: math.Inf(1), perRequest: tt.caps.perRequest}
+			size, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+			if tt.next == 0 {
+				assert.False(t, trial && size > s.c.size, "%s: nothing larger to try", tt.name)
+				continue
+			}
+			assert.True(t, trial, tt.name)
+			assert.Equal(t, tt.next, size, "%s: ten times, judged on one answer", tt.name)
+		}
+	})
 	t.Run("a trial is not started when the lane runs another experiment", func(t *testing.T) {
 		s := newBatchScript()
 		s.run(1, perRequest(10*time.Millisecond, 0, 0, 1), nil)

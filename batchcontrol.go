@@ -79,12 +79,11 @@ type batchSample struct {
 type batchReason int
 
 const (
-	batchHeld       batchReason = iota
-	batchTrying                 // a larger size is being tried
-	batchAdopted                // the size tried costs no more per record
-	batchTooLarge               // the size tried, or the size adopted, is too large
-	batchTrialEnded             // the trial was abandoned: the rate caps batches below it
-	batchTimedOut               // a timeout counted against the size adopted; the second in a row makes it too large
+	batchHeld     batchReason = iota
+	batchTrying               // a larger size is being tried
+	batchAdopted              // the size tried costs no more per record
+	batchTooLarge             // the size tried, or the size adopted, is too large
+	batchTimedOut             // a timeout counted against the size adopted; the second in a row makes it too large
 )
 
 func newBatchControl(limit int, t *tuning) batchControl {
@@ -104,7 +103,7 @@ func (c *batchControl) next(now time.Time, caps sizeCaps, mayTry bool, spread fl
 			c.capTrial()
 			return min(c.size, cap), false
 		case c.overdue(now, spread, t):
-			c.endTrial(now, false, t)
+			c.endTrial(now, t)
 			return min(c.size, cap), false
 		}
 		if c.trial.sent < c.trialSamples(t) {
@@ -249,10 +248,11 @@ func (c *batchControl) overdue(now time.Time, spread float64, t *tuning) bool {
 	return now.Sub(c.trial.oldest).Seconds() > budget
 }
 
-// endTrial forgets the trial and ends slow start; unless capped, its
-// size is remembered as too large.
-func (c *batchControl) endTrial(now time.Time, capped bool, t *tuning) {
-	if !capped && c.trial.size > c.size {
+// endTrial forgets the trial, remembers its size as too large and ends
+// slow start. A trial that says nothing of its size is forgotten by
+// capTrial instead.
+func (c *batchControl) endTrial(now time.Time, t *tuning) {
+	if c.trial.size > c.size {
 		c.setCeiling(c.trial.size, now.Add(t.ceilingFor))
 	}
 	c.trial = sizeStats{}
@@ -267,7 +267,7 @@ func (c *batchControl) endTrial(now time.Time, capped bool, t *tuning) {
 // few slots, the sizes between queue into timeouts as well.
 func (c *batchControl) tooCostly(now time.Time, t *tuning) batchReason {
 	bracket := c.slowStart
-	c.endTrial(now, false, t)
+	c.endTrial(now, t)
 	c.slowStart = bracket && c.brackets(t)
 	return batchTooLarge
 }
@@ -369,7 +369,7 @@ func (c *batchControl) answerTrial(s batchSample, t *tuning) batchReason {
 	c.trial.oldest = s.now
 	switch s.class {
 	case ClassTimeout, ClassTooLarge:
-		c.endTrial(s.now, false, t)
+		c.endTrial(s.now, t)
 		c.ceilUntil = s.now.Add(t.timeoutCeilingFor)
 		return batchTooLarge
 	case 0:
@@ -400,7 +400,7 @@ func (c *batchControl) judgeTrial(s batchSample, t *tuning) batchReason {
 		return c.tooCostly(s.now, t)
 	}
 	if c.tooSlow(c.trial.mean(), c.trial.n, s, t) {
-		c.endTrial(s.now, false, t)
+		c.endTrial(s.now, t)
 		return batchTooLarge
 	}
 	c.adopt(s.conc, t)

@@ -274,8 +274,8 @@ func TestBatchControl(t *testing.T) {
 		}
 	})
 	t.Run("an answer of a trial batch that went out smaller forgets the trial, unjudged, and slow start goes on", func(t *testing.T) {
-		// The batch was cut to a rate cap when sent, after the cap had
-		// already ended its trial and a new one had started at the cap.
+		// Answered with fewer records than the size tried: cut when sent
+		// (to a rate, after rule 20c forgot its trial and another began).
 		s := newBatchScript()
 		s.run(1, perRequest(5*time.Millisecond, 0, 0, 1), nil)
 		size, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)

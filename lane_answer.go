@@ -79,12 +79,16 @@ func (b *batchFailures) backoffStep(c Class, spent int) int {
 // release returns p's slot and feeds its outcome to the controllers; e is
 // nil for a success. It reports what the failure says of the index.
 func (ln *lane) release(p permit, e *Error) failureNote {
-	if p.slots != nil {
-		<-p.slots
-	}
 	now := ln.clock.Now()
 	latency := now.Sub(p.start)
 	defer ln.flushShare() // after the unlock: a shared lane's round trips
+	if p.slots != nil {
+		// After the answer is counted: a request sent in the freed slot
+		// must not be answered first (its failure would follow no
+		// success, and spend a retry, in an outage the index had
+		// answered before).
+		defer func() { <-p.slots }()
+	}
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	if p.slots == nil {

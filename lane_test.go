@@ -486,6 +486,32 @@ func TestLaneKeepsItsSlots(t *testing.T) {
 	assert.Zero(t, ln.state().InFlight-1)
 }
 
+// A caller's own slot frees only once its request's answer is counted, so
+// that the request sent in it is never answered first: with one slot, a
+// failure that follows a success must find the success counted.
+func TestLaneFreesACallersSlotAfterTheAnswer(t *testing.T) {
+	ctx := context.Background()
+	ln := newLane(newFakeClock(), MaxBatchSize, &defaultTuning)
+	own := make(chan struct{}, 1)
+	for i := range 2000 {
+		p, err := ln.acquire(ctx, request{n: 1, slots: own})
+		require.NoError(t, err)
+		released := make(chan struct{})
+		go func() {
+			ln.release(p, nil)
+			close(released)
+		}()
+		next, err := ln.acquire(ctx, request{n: 1, slots: own})
+		require.NoError(t, err)
+		ln.mu.Lock()
+		successes := ln.seen.successes
+		ln.mu.Unlock()
+		require.Equal(t, uint64(2*i+1), successes, "round %d: the slot freed before its answer was counted", i)
+		<-released
+		ln.release(next, nil)
+	}
+}
+
 func TestLaneCutsTheRateA429Names(t *testing.T) {
 	for _, tt := range []struct {
 		limit Limit

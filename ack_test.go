@@ -342,8 +342,7 @@ func TestACancelMidRunAcksEveryRecord(t *testing.T) {
 func TestAPanickingAckFunctionStopsTheRun(t *testing.T) {
 	boom := func(acks []Ack) {
 		var m map[int]int
-		//lint:ignore SA5000 a nil map: the bug this test plants
-		m[acks[0].Position]++
+		m[acks[0].Position]++ //nolint:staticcheck // deliberate panic: a nil map, the bug this test plants (checked for by its runtime error)
 	}
 	requirePanicError := func(t *testing.T, err error) {
 		t.Helper()

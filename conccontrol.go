@@ -199,7 +199,8 @@ func (c *concControl) enough(spread, ratio float64, t *tuning) int {
 	if r == 0 {
 		r = math.Log(1.5)
 	}
-	need := 32 * math.Pow(spread/r, 2)
+	x := spread / r
+	need := 32 * x * x
 	return min(max(t.epochAnswers, c.limit, int(need)), 8*t.epochAnswers)
 }
 

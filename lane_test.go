@@ -47,7 +47,7 @@ func (c *cuttingClock) Sleep(ctx context.Context, d time.Duration) error {
 	if !c.cut {
 		c.cut = true
 		c.ln.mu.Lock()
-		c.ln.cutTo(c.fakeClock.Now(), c.ln.dims[dimRecords].ctl.limit/2)
+		c.ln.cutTo(c.Now(), c.ln.dims[dimRecords].ctl.limit/2)
 		c.ln.mu.Unlock()
 		// The cut closed the head's wake channel; let its watcher cancel
 		// the sleep's context before sleeping.

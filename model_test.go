@@ -122,7 +122,7 @@ func (p modelProfile) namespaceOf(v *pinecone.Vector) string {
 	}
 	var tok int
 	var kind shape
-	fmt.Sscanf(v.Id, "k%d-t%d", &kind, &tok)
+	_, _ = fmt.Sscanf(v.Id, "k%d-t%d", &kind, &tok)
 	switch {
 	case kind == recBadNS:
 		return "bad-\xff"

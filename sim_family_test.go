@@ -318,13 +318,14 @@ type simLine struct {
 func appendJSONL(t *testing.T, path string, o simOutcome) {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	require.NoError(t, err)
-	defer f.Close()
+	defer f.Close() // when an Encode fails; otherwise the Close below, checked
 	enc := json.NewEncoder(f)
 	line := simLine{Seed: o.seed, Stream: simStream, Strategy: "upsert", Efficiency: o.efficiency, Refused: &o.refused,
 		Ideal: o.ideal.Seconds(), Description: o.ix.String()}
 	require.NoError(t, enc.Encode(line))
 	line.Strategy, line.Efficiency, line.Refused = "article", o.article, nil
 	require.NoError(t, enc.Encode(line))
+	require.NoError(t, f.Close())
 }
 
 // simTuning is defaultTuning with the fields UPSERT_SIM_TUNE names

@@ -330,7 +330,7 @@ func TestNamespacesHaveTheirOwnBatchesAndLimiter(t *testing.T) {
 
 func nsOf(v *pinecone.Vector) string {
 	var n int
-	fmt.Sscanf(v.Id, "v%d", &n)
+	_, _ = fmt.Sscanf(v.Id, "v%d", &n)
 	return []string{"tenant-a", "tenant-b"}[n%2]
 }
 

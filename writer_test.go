@@ -297,13 +297,13 @@ func TestAPanicInTheCallersCodeLeavesNothingRunning(t *testing.T) {
 		run  func()
 	}{
 		{"Stream, the iterator", func() {
-			Stream(context.Background(), func(yield func(*pinecone.Vector) bool) {
+			_, _ = Stream(context.Background(), func(yield func(*pinecone.Vector) bool) {
 				yield(recs[0])
 				panic("iterator bug")
 			}, WithIndex(idx))
 		}},
 		{"Stream, the namespace function", func() {
-			Stream(context.Background(), func(yield func(*pinecone.Vector) bool) {
+			_, _ = Stream(context.Background(), func(yield func(*pinecone.Vector) bool) {
 				for _, v := range recs {
 					yield(v)
 				}
@@ -315,7 +315,7 @@ func TestAPanicInTheCallersCodeLeavesNothingRunning(t *testing.T) {
 			}))
 		}},
 		{"All, the namespace function", func() {
-			All(context.Background(), recs, WithIndex(idx), WithNamespaceOf(func(v *pinecone.Vector) string {
+			_, _ = All(context.Background(), recs, WithIndex(idx), WithNamespaceOf(func(v *pinecone.Vector) string {
 				if v.Id == "v3" {
 					panic("namespace bug")
 				}
@@ -340,7 +340,7 @@ func TestAPanicInTheCallersCodeLeavesNothingRunning(t *testing.T) {
 		require.NoError(t, err)
 		for _, v := range recs {
 			if v.Id == "v3" {
-				assert.Panics(t, func() { w.Add(context.Background(), v) })
+				assert.Panics(t, func() { _ = w.Add(context.Background(), v) })
 				continue
 			}
 			require.NoError(t, w.Add(context.Background(), v))

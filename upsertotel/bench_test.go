@@ -42,8 +42,8 @@ func BenchmarkOverhead(b *testing.B) {
 		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		b.Cleanup(func() {
-			tp.Shutdown(context.Background())
-			mp.Shutdown(context.Background())
+			_ = tp.Shutdown(context.Background())
+			_ = mp.Shutdown(context.Background())
 		})
 		tel, err := upsertotel.New(upsertotel.WithTracerProvider(tp), upsertotel.WithMeterProvider(mp))
 		if err != nil {

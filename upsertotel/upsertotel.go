@@ -192,7 +192,7 @@ func New(opts ...Option) (*Telemetry, error) {
 		runs:   make(map[*runState]struct{}),
 	}
 	meter := cfg.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
-	if err := t.instruments.init(meter, t.observeLimiters); err != nil {
+	if err := t.instruments.init(meter, t.observeLimiters); err != nil { //nolint:staticcheck // QF1008: t.init would read as initializing the whole Telemetry
 		return nil, fmt.Errorf("upsertotel: %w", err)
 	}
 	return t, nil

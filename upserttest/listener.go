@@ -82,12 +82,12 @@ func (m *muxListener) acceptLoop() {
 func (m *muxListener) route(c *trackedConn) {
 	defer m.routing.Done()
 	var first [1]byte
-	c.SetReadDeadline(time.Now().Add(sniffTimeout))
+	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
 	if _, err := c.Read(first[:]); err != nil {
 		c.Close()
 		return
 	}
-	c.SetReadDeadline(time.Time{})
+	_ = c.SetReadDeadline(time.Time{})
 	to := m.grpcConns
 	if first[0] == tlsRecordHandshake {
 		to = m.tlsConns
@@ -117,7 +117,7 @@ func (m *muxListener) reset(addr string) bool {
 		return false
 	}
 	if tcp, ok := tc.Conn.(*net.TCPConn); ok {
-		tcp.SetLinger(0) // Close sends an RST instead of a FIN.
+		_ = tcp.SetLinger(0) // Close sends an RST instead of a FIN.
 	}
 	tc.Close()
 	return true

@@ -140,17 +140,17 @@ func (s *Server) recordsUpsertCall(w http.ResponseWriter, r *http.Request, body 
 // returned err for. A reset or an interrupted request panics with
 // http.ErrAbortHandler, so it must run in the handler.
 func (s *Server) answerRecordsUpsert(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case err == nil:
+	switch err {
+	case nil:
 		s.answered(nil, http.StatusCreated)
 		w.WriteHeader(http.StatusCreated) // an empty body, as Pinecone's
-	case err == errReset:
+	case errReset:
 		s.answered(errReset, 0)
 		// Close the connection with an RST, then abort the handler so that
 		// the HTTP server neither answers nor logs.
 		s.mux.reset(r.RemoteAddr)
 		panic(http.ErrAbortHandler)
-	case err == errStopped:
+	case errStopped:
 		// Restart or Close is closing the connection: a request it
 		// interrupts gets no answer, as with a real restart, rather than a
 		// 503 that could slip out before the connection is closed.
@@ -275,7 +275,7 @@ func writeREST(w http.ResponseWriter, httpStatus int, codeName, message string) 
 	body, _ := json.Marshal(e)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(httpStatus)
-	w.Write(body)
+	_, _ = w.Write(body)
 }
 
 // httpStatusFromCode maps a gRPC code to the HTTP status of its answer, as

@@ -282,11 +282,11 @@ func (s *Server) startGeneration() *generation {
 	tlsLis := tls.NewListener(s.mux.tlsListener(), s.tlsConfig)
 	go func() {
 		defer close(g.served)
-		g.grpc.Serve(grpcLis)
+		_ = g.grpc.Serve(grpcLis) // returns when shutdown stops it
 	}()
 	go func() {
 		defer close(g.httpServed)
-		g.http.Serve(tlsLis)
+		_ = g.http.Serve(tlsLis) // likewise: http.ErrServerClosed
 	}()
 	return g
 }

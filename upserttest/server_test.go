@@ -733,7 +733,7 @@ func TestClose(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				idx.UpsertVectors(bg(t), []*pinecone.Vector{dense(string(rune('a'+i)), 1)})
+				_, _ = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense(string(rune('a'+i)), 1)})
 			}()
 		}
 		require.Eventually(t, func() bool { return srv.Stats().MaxQueued == 2 }, time.Second, time.Millisecond)

@@ -78,8 +78,8 @@ func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Messa
 		retryAfter: func(d time.Duration) {
 			sec, ms := retryAfterValues(d)
 			md := metadata.Pairs("retry-after", sec, "grpc-retry-pushback-ms", ms)
-			grpc.SetHeader(ctx, md)
-			grpc.SetTrailer(ctx, md)
+			_ = grpc.SetHeader(ctx, md)
+			_ = grpc.SetTrailer(ctx, md)
 		},
 		validate: func() error {
 			if err := validateNamespace(ns); err != nil {

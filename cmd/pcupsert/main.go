@@ -352,7 +352,10 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	}
 	finishSummary(&s, dead, causes, tgt, res)
 	if o.json {
-		s.writeJSON(e.stdout)
+		if err := s.writeJSON(e.stdout); err != nil {
+			fmt.Fprintf(e.con, "pcupsert: writing the summary: %v\n", err)
+			return exitFailed, nil
+		}
 	} else {
 		s.write(e.stdout)
 	}
@@ -538,7 +541,10 @@ func dryRunInput(ctx context.Context, o options, e *env, in *input, name string,
 	if o.json {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetEscapeHTML(false)
-		enc.Encode(rep)
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(e.con, "pcupsert: writing the report: %v\n", err)
+			return exitFailed, nil
+		}
 	} else {
 		rep.write(e.stdout)
 	}

@@ -37,12 +37,13 @@ func newConsole(w io.Writer) *console { return &console{w: w} }
 func (c *console) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The bar is only drawn: what matters is the message's write.
 	if c.bar != nil {
-		c.bar.Clear()
+		_ = c.bar.Clear()
 	}
 	n, err := c.w.Write(p)
 	if c.bar != nil {
-		c.bar.RenderBlank()
+		_ = c.bar.RenderBlank()
 	}
 	return n, err
 }
@@ -60,7 +61,7 @@ func (c *console) endBar() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.bar != nil {
-		io.WriteString(c.w, "\n")
+		_, _ = io.WriteString(c.w, "\n")
 		c.bar = nil
 	}
 }
@@ -142,7 +143,7 @@ func (p *progress) show(pr upsert.Progress) {
 			p.pb.ChangeMax64(int64(max(st.total, 1)))
 		}
 		p.pb.Describe(st.counts())
-		p.pb.Set64(int64(st.done))
+		_ = p.pb.Set64(int64(st.done))
 	})
 	if pr.Final {
 		p.con.endBar()

@@ -92,12 +92,16 @@ func (fi *familyIndex) ratio() (float64, bool) {
 
 // benchFamily runs the strategies of cfg on the indexes of cfg.family and
 // writes the report to w as it goes: a row per index, then the summary.
-func benchFamily(ctx context.Context, cfg config, w io.Writer, progress io.Writer) error {
+func benchFamily(ctx context.Context, cfg config, w io.Writer, progress io.Writer) (err error) {
 	out, err := openFamilyOut(cfg.familyOut)
 	if err != nil {
 		return err
 	}
-	defer out.close()
+	defer func() {
+		if cerr := out.close(); err == nil {
+			err = cerr
+		}
+	}()
 	writeFamilyHeader(w, cfg)
 	writeFamilyTableHead(w, cfg.strategies)
 	var done []*familyIndex

@@ -63,7 +63,7 @@ func namespaceOf(key int) string { return fmt.Sprint("tenant-", key%namespaces) 
 // vectorNamespace routes a record to its key's namespace.
 func vectorNamespace(v *pinecone.Vector) string {
 	var key int
-	fmt.Sscanf(v.Id, "key-%d", &key)
+	_, _ = fmt.Sscanf(v.Id, "key-%d", &key) // every id is idOf's
 	return namespaceOf(key)
 }
 

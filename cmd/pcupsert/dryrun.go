@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -74,7 +75,8 @@ func dryRun(ctx context.Context, o options, in *input, onInvalid func(upsert.Fai
 }
 
 // write writes the dry run's findings.
-func (r dryRunReport) write(w io.Writer) {
+func (r dryRunReport) write(out io.Writer) error {
+	w := &stickyWriter{w: out}
 	fmt.Fprintf(w, "dry run: nothing was sent\n")
 	fmt.Fprintf(w, "records read   %d\n", r.RecordsRead)
 	fmt.Fprintf(w, "bad lines      %d\n", r.BadLines)
@@ -84,4 +86,12 @@ func (r dryRunReport) write(w io.Writer) {
 	for _, ns := range slices.Sorted(maps.Keys(r.Namespaces)) {
 		fmt.Fprintf(w, "  namespace %q: %d records\n", ns, r.Namespaces[ns])
 	}
+	return w.err
+}
+
+// writeJSON writes the dry run's findings as one JSON object.
+func (r dryRunReport) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(r)
 }

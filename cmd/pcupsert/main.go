@@ -23,7 +23,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -335,11 +334,16 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	// the input's size, and reading pauses while the index cannot keep up.
 	res, err := upsert.Stream(runCtx, in.records(runCtx), opts...)
 	if in.err != nil {
-		dead.Close()
-		return 0, fmt.Errorf("reading %s: %w", name, in.err)
+		// The records read before the error were sent: their dead
+		// letters must be on disk, or the error says they are not.
+		err := fmt.Errorf("reading %s: %w", name, in.err)
+		if _, derr := dead.Close(); derr != nil {
+			err = errors.Join(err, fmt.Errorf("writing dead letters to %s: %w", o.deadLetter, derr))
+		}
+		return 0, err
 	}
 	if errors.Is(err, upsert.ErrBadOption) {
-		dead.Close()
+		_, _ = dead.Close() // nothing was sent: no letters to lose
 		return 0, &usageError{err.Error()}
 	}
 	s := summarize(o, tgt, name, in, res, start)
@@ -351,13 +355,13 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 		drain(in, dead, context.Cause(runCtx))
 	}
 	finishSummary(&s, dead, causes, tgt, res)
+	write := s.write
 	if o.json {
-		if err := s.writeJSON(e.stdout); err != nil {
-			fmt.Fprintf(e.con, "pcupsert: writing the summary: %v\n", err)
-			return exitFailed, nil
-		}
-	} else {
-		s.write(e.stdout)
+		write = s.writeJSON
+	}
+	if err := write(e.stdout); err != nil {
+		fmt.Fprintf(e.con, "pcupsert: writing the summary: %v\n", err)
+		return exitFailed, nil
 	}
 	return s.ExitStatus, nil
 }
@@ -538,15 +542,13 @@ func dryRunInput(ctx context.Context, o options, e *env, in *input, name string,
 	if rep.BadLines > 0 || rep.Invalid > 0 {
 		rep.ExitStatus = exitFailed
 	}
+	write := rep.write
 	if o.json {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(rep); err != nil {
-			fmt.Fprintf(e.con, "pcupsert: writing the report: %v\n", err)
-			return exitFailed, nil
-		}
-	} else {
-		rep.write(e.stdout)
+		write = rep.writeJSON
+	}
+	if err := write(e.stdout); err != nil {
+		fmt.Fprintf(e.con, "pcupsert: writing the report: %v\n", err)
+		return exitFailed, nil
 	}
 	return rep.ExitStatus, nil
 }

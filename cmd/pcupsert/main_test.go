@@ -404,7 +404,7 @@ func TestReportChecksWhatTheEmbeddedIndexHolds(t *testing.T) {
 			ok := storedAsExpected(tt.stored, 10, tt.mayHaveLanded)
 			s := summary{Upserted: 10, Embedded: &embedded{Stored: tt.stored, AsExpected: ok}}
 			var buf bytes.Buffer
-			s.write(&buf)
+			require.NoError(t, s.write(&buf))
 			_, tail, _ := strings.Cut(buf.String(), "rec/s\n")
 			assert.Equal(t, tt.want, tail)
 			assert.Equal(t, tt.ok, ok)

@@ -366,7 +366,8 @@ func (s *summary) writeJSON(w io.Writer) error {
 
 // write writes s as an aligned table, then what the embedded index holds
 // and where the dead letters are.
-func (s *summary) write(w io.Writer) {
+func (s *summary) write(out io.Writer) error {
+	w := &stickyWriter{w: out}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(name, format string, args ...any) {
 		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{name}, args...)...)
@@ -403,7 +404,7 @@ func (s *summary) write(w io.Writer) {
 	row("batch size mean", "%.1f", s.BatchSizeMean)
 	row("elapsed", "%v (upserting %v)", round(seconds(s.ElapsedSeconds)), round(seconds(s.UpsertingSeconds)))
 	row("throughput", "%s rec/s", si(s.RecordsPerSecond))
-	tw.Flush()
+	_ = tw.Flush() // its error is w's
 
 	if e := s.Embedded; e != nil {
 		switch {
@@ -421,6 +422,23 @@ func (s *summary) write(w io.Writer) {
 	case d.Count > 0:
 		fmt.Fprintf(w, "dead letters: %d in %s\n", d.Count, d.Path)
 	}
+	return w.err
+}
+
+// stickyWriter keeps the first error of the writes through it, so that a
+// report written line by line is checked once, at its end.
+type stickyWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (s *stickyWriter) Write(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.w.Write(p)
+	s.err = err
+	return n, err
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -286,4 +287,33 @@ func TestTheProgressBarOfAFileShowsAPercentage(t *testing.T) {
 	assert.Contains(t, res.stderr, "100% |")
 	assert.Contains(t, res.stderr, "(4000/4000,")
 	assert.Regexp(t, `\d+% \|[^|]*\| \(\d+/4000, \d+ rec/s\) \[\d+s:\d+s\]`, res.stderr, "a bar under way, with its ETA")
+}
+
+// failingWriter fails every write, as stdout does on a full disk or a
+// closed pipe.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }
+
+// A report that could not be written fails the run: a script reading it
+// must not take a missing report for success.
+func TestAReportNotWrittenFailsTheRun(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"summary", []string{"--progress", "off"}, "writing the summary"},
+		{"summary as JSON", []string{"--progress", "off", "--json"}, "writing the summary"},
+		{"dry run", []string{"--dry-run", "--dimension", "3"}, "writing the report"},
+		{"dry run as JSON", []string{"--dry-run", "--json", "--dimension", "3"}, "writing the report"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			status := run(context.Background(), tt.args, strings.NewReader(records(t, 20)), failingWriter{}, &stderr)
+			assert.Equal(t, exitFailed, status)
+			assert.Contains(t, stderr.String(), tt.want)
+		})
+	}
 }

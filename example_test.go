@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"google.golang.org/grpc/codes"
@@ -208,4 +209,26 @@ func ExampleWithIndexLimits() {
 	fmt.Println("upserted:", res.Upserted, err)
 	// Output:
 	// upserted: 2000 <nil>
+}
+
+// A backfill held to 10,000 records a second, whatever the index would
+// accept: ten requests of 100 records, the last sent 90 ms after the
+// first.
+func ExampleWithMaxRate() {
+	vectors := make([]*pinecone.Vector, 1000)
+	for i := range vectors {
+		vectors[i] = &pinecone.Vector{Id: fmt.Sprint("v", i), Values: &[]float32{float32(i), 1}}
+	}
+	var sent []time.Time
+	send := func(_ context.Context, _ string, _ []*pinecone.Vector) error {
+		sent = append(sent, time.Now()) // one request at a time: no lock needed
+		return nil
+	}
+	res, err := upsert.All(context.Background(), vectors, upsert.WithUpsertFunc(send),
+		upsert.WithBatchSize(100), upsert.WithConcurrency(1), upsert.WithMaxRate(10000))
+	fmt.Println("upserted:", res.Upserted, err)
+	fmt.Println("paced:", sent[len(sent)-1].Sub(sent[0]) >= 90*time.Millisecond)
+	// Output:
+	// upserted: 1000 <nil>
+	// paced: true
 }

@@ -23,8 +23,11 @@ type run struct {
 	// minute paces integrated records under per-minute limits; nil for
 	// vectors.
 	minute *minuteGate
-	start  time.Time
-	total  int // records expected, or -1 for a stream
+	// pacer spaces requests under the caller's cap (WithMaxRate); nil
+	// for none.
+	pacer *pacer
+	start time.Time
+	total int // records expected, or -1 for a stream
 
 	runContexts // embedded: r.runCtx and r.halt are used all over the package
 
@@ -78,6 +81,7 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *ru
 		}
 	}
 	r.shares.start(cfg)
+	r.pacer = newPacer(cfg.maxRate)
 	if k == vectorKind {
 		r.shape = newIndexShape(ctx, cfg)
 	} else {

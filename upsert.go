@@ -72,6 +72,7 @@ type config struct {
 	store          share.Store                         // from upsertredis; nil: each lane learns alone
 	shareHost      string                              // the lanes' host without WithIndex: tests only
 	limits         *IndexLimits                        // from WithIndexLimits; nil: the default for the source
+	maxRate        float64                             // records a second, from WithMaxRate; 0: no cap
 	nsOf           func(k *kind) func(it *item) string // from WithNamespaceOf, per kind
 	logger         *slog.Logger
 	observers      observers

@@ -112,6 +112,10 @@ func TestAllRejectsBadOptionsBeforeSending(t *testing.T) {
 		{"a nil limiter is an error", []Option{send, WithLimiter(nil)}, "nil *Limiter"},
 		{"a nil classifier is an error", []Option{send, WithClassifier(nil)}, "WithClassifier"},
 		{"a nil logger is an error", []Option{send, WithLogger(nil)}, "WithLogger"},
+		{"a max rate of zero is an error", []Option{send, WithMaxRate(0)}, "WithMaxRate(0)"},
+		{"a negative max rate is an error", []Option{send, WithMaxRate(-5)}, "WithMaxRate(-5)"},
+		{"a max rate that is not a number is an error", []Option{send, WithMaxRate(math.NaN())}, "WithMaxRate(NaN)"},
+		{"an infinite max rate is an error", []Option{send, WithMaxRate(math.Inf(1))}, "WithMaxRate(+Inf)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -29,6 +29,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -73,6 +74,7 @@ type options struct {
 	logLevel    string
 	fault       string
 	rate        float64
+	maxRate     float64 // records a second; 0: as fast as the index accepts
 	dimension   int
 	format      string // "" (by extension), ndjson or parquet
 	json        bool
@@ -101,6 +103,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.deadLetter, "dead-letter", defaultDeadLetter, "the dead-letter file at `PATH`: records that failed and lines that could not\nbe read, for replay as input; created (mode 0600) only if something fails")
 	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("`N` records per request, 1 to %d (default 0: adaptive, from 100 up)", upsert.MaxBatchSize))
 	fs.IntVar(&o.concurrency, "concurrency", 0, "`N` requests in flight at most, 1 to 256 (default 0: adaptive, from 4 up)")
+	fs.Float64Var(&o.maxRate, "max-rate", 0, "send at most `N` records a second, retries included, as for an index that also\nserves queries (default 0: as fast as the index accepts)")
 	fs.DurationVar(&o.timeout, "timeout", upsert.DefaultRequestTimeout, "the `DURATION` each request may take; a slower one is retried, split in halves")
 	fs.StringVar(&o.progress, "progress", "auto", "how to show progress on stderr, the `MODE`: auto, bar, lines or off\n(auto: a bar on a terminal, a line every few seconds otherwise)")
 	fs.StringVar(&o.logLevel, "log-level", "off", "log retries, splits and failures on stderr from `LEVEL`: off, error, warn, info or debug")
@@ -145,6 +148,8 @@ func parseArgs(args []string) (options, error) {
 		return o, usagef("--progress %q: want auto, bar, lines or off", o.progress)
 	case o.rate < 0:
 		return o, usagef("--rate %v: want 0 or more", o.rate)
+	case o.maxRate < 0 || math.IsNaN(o.maxRate) || math.IsInf(o.maxRate, 0):
+		return o, usagef("--max-rate %v: want a number of records a second, or 0 for no cap", o.maxRate)
 	case o.deadLetter == "":
 		return o, usagef("--dead-letter: want a path")
 	case o.dimension < 0 || o.dimension > upsert.MaxDimension:
@@ -422,6 +427,9 @@ func runOptions(o options, e *env, in *input) []upsert.Option {
 	}
 	if o.concurrency > 0 {
 		opts = append(opts, upsert.WithConcurrency(o.concurrency))
+	}
+	if o.maxRate > 0 {
+		opts = append(opts, upsert.WithMaxRate(o.maxRate))
 	}
 	if lvl, _ := logLevel(o.logLevel); o.logLevel != "off" {
 		opts = append(opts, upsert.WithLogger(slog.New(slog.NewTextHandler(e.con, &slog.HandlerOptions{Level: lvl}))))

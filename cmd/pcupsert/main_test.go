@@ -102,6 +102,17 @@ func TestRecordsOnStdinLandInTheEmbeddedIndex(t *testing.T) {
 	assert.NoFileExists(t, dl, "no dead-letter file when nothing failed")
 }
 
+func TestMaxRateCapsTheRun(t *testing.T) {
+	res := runCmd(t, nil, strings.NewReader(records(t, 1000)), "--dead-letter", deadLetterPath(t), "--progress", "off",
+		"--batch-size", "100", "--max-rate", "10000", "--json")
+	require.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+	s := jsonReport(t, res)
+	assert.Equal(t, 1000, s.Upserted)
+	// Ten requests of 100 at 10,000 a second: the last starts 90 ms after
+	// the first, however fast the embedded index answers.
+	assert.GreaterOrEqual(t, s.UpsertingSeconds, 0.09)
+}
+
 func TestBadLinesGoToTheDeadLetterFileWhileTheRestLands(t *testing.T) {
 	input := `{"id":"a","values":[1,2]}
 {"id":"b","values":[1,"two"]}
@@ -298,6 +309,7 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 		{"a batch size above Pinecone's limit", []string{"--batch-size", "1001"}, "--batch-size 1001"},
 		{"a concurrency out of range", []string{"--concurrency", "-1"}, "--concurrency -1"},
 		{"a zero timeout", []string{"--timeout", "0s"}, "--timeout 0s"},
+		{"a negative max rate", []string{"--max-rate", "-1"}, "--max-rate -1"},
 		{"an unknown fault", []string{"--fault", "418=0.5"}, `unknown fault "418"`},
 		{"a fault share above 1", []string{"--fault", "429=2"}, "want a share from 0 to 1"},
 		{"both --host and --index", []string{"--host", "http://127.0.0.1:1", "--index", "x"}, "not both"},

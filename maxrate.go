@@ -1,0 +1,67 @@
+package upsert
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// WithMaxRate caps the records this call sends a second, in every
+// namespace together: for an index that also serves queries (a pod-based
+// index's writes and queries share its pods), or a backfill that must
+// leave room for other writers. Without it, the default, a call sends as
+// fast as the index accepts.
+//
+// Requests are spaced, not counted per second: each waits, before the
+// Limiter admits it, until the records sent before it have had their
+// time at recordsPerSecond, so over any span the call sends at most the
+// cap's records plus one request's. Retries count, as they are records
+// sent. The wait holds no slot of the Limiter, which sees a source
+// slower than the index. Calls that share a Limiter each keep their own
+// cap. A rate that is not a finite number above 0 is an error
+// ([ErrBadOption]).
+func WithMaxRate(recordsPerSecond float64) Option {
+	return func(c *config) {
+		if !(recordsPerSecond > 0) || math.IsInf(recordsPerSecond, 0) {
+			c.bad("WithMaxRate(%v): want a finite number of records a second above 0", recordsPerSecond)
+			return
+		}
+		c.maxRate = recordsPerSecond
+	}
+}
+
+// pacer spaces a run's requests under its cap (WithMaxRate): each request
+// starts when the records before it have had their time, so the first
+// goes at once and an idle spell earns no burst. A nil *pacer admits
+// everything at once. It is safe for concurrent use.
+type pacer struct {
+	mu   sync.Mutex
+	rate float64   // records a second
+	next time.Time // when the next request may start
+}
+
+func newPacer(recordsPerSecond float64) *pacer {
+	if recordsPerSecond <= 0 {
+		return nil
+	}
+	return &pacer{rate: recordsPerSecond}
+}
+
+// reserveAt books the time of a request of n records asked for at now,
+// and returns how long it must wait before it is sent. The booking holds
+// whether or not the request is sent: one given up on (the run stopped,
+// or the batch went back to be cut) slows the requests after it, never
+// speeds them.
+func (p *pacer) reserveAt(now time.Time, n int) time.Duration {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := now
+	if p.next.After(now) {
+		start = p.next
+	}
+	p.next = start.Add(time.Duration(float64(n) / p.rate * float64(time.Second)))
+	return start.Sub(now)
+}

@@ -1,0 +1,91 @@
+package upsert
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPacerSpacesRequestsByTheirRecords(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	type ask struct {
+		at   time.Duration // after t0
+		n    int
+		wait time.Duration
+	}
+	tests := []struct {
+		name string
+		rate float64
+		asks []ask
+	}{
+		{"the first request goes at once", 1000, []ask{{0, 500, 0}}},
+		{"the next waits for the records before it", 1000, []ask{{0, 500, 0}, {0, 100, ms(500)}, {0, 100, ms(600)}}},
+		{"a request asked after its turn goes at once", 1000, []ask{{0, 100, 0}, {ms(300), 100, 0}}},
+		{"an idle spell earns no burst", 1000, []ask{{0, 100, 0}, {ms(5000), 100, 0}, {ms(5000), 100, ms(100)}}},
+		{"a request part way through its wait waits the rest", 100, []ask{{0, 100, 0}, {ms(400), 10, ms(600)}}},
+		{"a request of no records waits its turn and books none", 100, []ask{{0, 100, 0}, {0, 0, ms(1000)}, {0, 1, ms(1000)}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPacer(tt.rate)
+			for i, a := range tt.asks {
+				assert.Equal(t, a.wait, p.reserveAt(t0.Add(a.at), a.n), "ask %d", i)
+			}
+		})
+	}
+	t.Run("no cap waits for nothing", func(t *testing.T) {
+		p := newPacer(0)
+		assert.Nil(t, p)
+		assert.Zero(t, p.reserveAt(t0, 1000))
+	})
+}
+
+// arrivals is an UpsertFunc that accepts everything and notes when each
+// request arrived and how many records it carried.
+type arrivals struct {
+	clk *fakeClock
+	mu  sync.Mutex
+	at  []time.Time
+	n   []int
+}
+
+func (a *arrivals) note(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.at, a.n = append(a.at, a.clk.Now()), append(a.n, n)
+}
+
+// The records sent before each request fit under the cap since the first
+// one, plus one request's; the fake clock adds up the sleeps of requests
+// that wait together, so only this bound, not the spacing, is exact here
+// (the pacer's own test has the spacing).
+func TestAllKeepsUnderItsMaxRate(t *testing.T) {
+	const rate, batch, records = 2000, 100, 5000
+	for _, conc := range []int{0, 1, 8} {
+		t.Run(fmt.Sprintf("concurrency %d (0: adaptive)", conc), func(t *testing.T) {
+			clk := newFakeClock()
+			a := &arrivals{clk: clk}
+			fi := newFakeIndex(func(_ int, ids []string) error { a.note(len(ids)); return nil })
+			opts := []Option{WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand), WithBatchSize(batch), WithMaxRate(rate)}
+			if conc > 0 {
+				opts = append(opts, WithConcurrency(conc))
+			}
+			res, err := All(context.Background(), vectors(records, 2), opts...)
+			require.NoError(t, err)
+			assert.Equal(t, records, res.Upserted)
+			sent := 0
+			for i, at := range a.at {
+				allowed := rate*at.Sub(a.at[0]).Seconds() + batch
+				require.LessOrEqual(t, float64(sent), allowed, "request %d: the records sent before it", i)
+				sent += a.n[i]
+			}
+			assert.Equal(t, records, sent)
+		})
+	}
+}

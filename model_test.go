@@ -74,14 +74,15 @@ const (
 // one run.
 type modelProfile struct {
 	seed        maphash.Seed
-	faultPct    int  // share of requests that fail, in percent
-	poisonEvery int  // a record whose token is a multiple of it is always refused as invalid (0: none)
-	denyAfter   int  // the index denies the caller from this request on (0: never)
-	namespaces  int  // 1, a few, or 0 for one per record
-	concurrency int  // fixed
-	batchSize   int  // fixed, or 0 for adaptive
-	maxHeld     int  // the bound on records held undispatched
-	panics      bool // some requests panic in the send function
+	faultPct    int     // share of requests that fail, in percent
+	poisonEvery int     // a record whose token is a multiple of it is always refused as invalid (0: none)
+	denyAfter   int     // the index denies the caller from this request on (0: never)
+	namespaces  int     // 1, a few, or 0 for one per record
+	concurrency int     // fixed
+	batchSize   int     // fixed, or 0 for adaptive
+	maxHeld     int     // the bound on records held undispatched
+	panics      bool    // some requests panic in the send function
+	maxRate     float64 // records a second (WithMaxRate), or 0 for none
 }
 
 func drawProfile(t *rapid.T) modelProfile {
@@ -94,6 +95,7 @@ func drawProfile(t *rapid.T) modelProfile {
 		batchSize:   rapid.SampledFrom([]int{0, 1, 2, 5, 20}).Draw(t, "batchSize"),
 		maxHeld:     rapid.SampledFrom([]int{2, 8, 50}).Draw(t, "maxHeld"),
 		panics:      rapid.Bool().Draw(t, "panics"),
+		maxRate:     rapid.SampledFrom([]float64{0, 0, 50, 1e4}).Draw(t, "maxRate"),
 	}
 	if rapid.IntRange(0, 9).Draw(t, "deny?") == 0 {
 		p.denyAfter = rapid.IntRange(1, 20).Draw(t, "denyAfter")
@@ -111,6 +113,9 @@ func (p modelProfile) options(ix *modelIndex) []Option {
 	}
 	if p.batchSize > 0 {
 		opts = append(opts, WithBatchSize(p.batchSize))
+	}
+	if p.maxRate > 0 {
+		opts = append(opts, WithMaxRate(p.maxRate))
 	}
 	return opts
 }

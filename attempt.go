@@ -71,10 +71,8 @@ func (r *run) admit(rt *route, p *part) (permit, *minutePass, int, *Error) {
 	}
 	// The caller's cap and the per-minute limits first: their waits must
 	// not hold a slot of the lane.
-	if wait := r.pacer.reserveAt(r.cfg.clock.Now(), len(p.items)); wait > 0 {
-		if err := r.cfg.clock.Sleep(r.runCtx, wait); err != nil {
-			return permit{}, nil, 0, r.stopError()
-		}
+	if err := r.paceCap(len(p.items)); err != nil {
+		return permit{}, nil, 0, r.stopError()
 	}
 	pass, err := r.paceMinute(p.items)
 	if err != nil {

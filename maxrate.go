@@ -40,6 +40,19 @@ type pacer struct {
 	next time.Time // when the next request may start
 }
 
+// paceCap waits until a request of n records fits under the caller's cap
+// (WithMaxRate); it returns the run's context's error if the run stops
+// first.
+func (r *run) paceCap(n int) error {
+	if r.pacer == nil {
+		return nil
+	}
+	if wait := r.pacer.reserveAt(r.cfg.clock.Now(), n); wait > 0 {
+		return r.cfg.clock.Sleep(r.runCtx, wait)
+	}
+	return nil
+}
+
 func newPacer(recordsPerSecond float64) *pacer {
 	if recordsPerSecond <= 0 {
 		return nil

@@ -31,6 +31,7 @@ type laneShare struct {
 	cutAlone   bool
 	cutDim     int
 	pending    []func() // round trips to the store, made outside the mutex
+	flushing   bool     // a goroutine is making them (flushShare)
 	stop, done chan struct{}
 }
 
@@ -476,6 +477,9 @@ func (ln *lane) queueCut(c share.Cut) {
 			sh.cutAlone, sh.cutDim = true, int(c.Unit)
 		case c.Refusals > 1 && v.Epoch <= sh.epoch:
 			// Counted, no episode yet: the writer's curve goes on.
+		case v.Epoch < sh.epoch:
+			// The watcher applied a later episode's cut while the
+			// proposal was out: this answer is older.
 		case v.Epoch > 0:
 			// Applied (this writer's proposal, which the lane's
 			// measure may have raised) or not (the episode's cut
@@ -502,18 +506,31 @@ func (ln *lane) queueShare(f func()) {
 	ln.shareSync.pending.Store(true)
 }
 
-// flushShare makes the round trips queued under the mutex, without it.
+// flushShare makes the round trips queued under the mutex, without it, in
+// the order queued: one goroutine at a time makes them, and one that finds
+// another at it leaves its calls to that one (a breaker's "closed" sent
+// before its "opened" would keep the outage open for every writer).
 // Without pending calls it costs an atomic load.
 func (ln *lane) flushShare() {
 	if !ln.shareSync.pending.Load() {
 		return
 	}
-	ln.mu.Lock()
-	calls := ln.share.pending
-	ln.share.pending = nil
-	ln.shareSync.pending.Store(false)
-	ln.mu.Unlock()
-	for _, f := range calls {
-		f()
+	for {
+		ln.mu.Lock()
+		sh := &ln.share
+		if sh.flushing || len(sh.pending) == 0 {
+			ln.mu.Unlock()
+			return
+		}
+		calls := sh.pending
+		sh.pending, sh.flushing = nil, true
+		ln.shareSync.pending.Store(false)
+		ln.mu.Unlock()
+		for _, f := range calls {
+			f()
+		}
+		ln.mu.Lock()
+		sh.flushing = false
+		ln.mu.Unlock()
 	}
 }

@@ -28,6 +28,8 @@ type fakeMember struct {
 	left     int
 	// cut answers a proposal; nil applies it as a store would.
 	cut func(c share.Cut) (share.View, bool, error)
+	// breakerHook, when set, runs as a breaker report arrives.
+	breakerHook func(open bool)
 }
 
 func newFakeMember(v share.View) *fakeMember {
@@ -80,6 +82,9 @@ func (f *fakeMember) Cut(_ context.Context, c share.Cut) (share.View, bool, erro
 }
 
 func (f *fakeMember) Breaker(_ context.Context, open bool) (share.View, error) {
+	if f.breakerHook != nil {
+		f.breakerHook(open)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.breakers = append(f.breakers, open)
@@ -412,6 +417,25 @@ func TestSharedLaneTakesTheLanesCutOverItsOwn(t *testing.T) {
 	assert.Equal(t, uint64(1), ln.share.epoch)
 }
 
+// The store's answer to a proposal can come after the watcher applied a
+// later episode's cut: the older answer must not set that cut back.
+func TestSharedLaneKeepsALaterCutThanTheAnswerToItsProposal(t *testing.T) {
+	now := newFakeClock().Now()
+	m := newFakeMember(capped(now, 0, math.Inf(1), 0, 2))
+	ln, _, _ := sharedLane(t, m)
+	m.cut = func(share.Cut) (share.View, bool, error) {
+		apply(ln, m, capped(now, 2, 5000, 6000, 2)) // the watcher, while the proposal is out
+		return capped(now, 1, 7000, 9000, 2), true, nil
+	}
+	ln.mu.Lock()
+	ln.queueCut(share.Cut{Sent: now, Unit: share.Unit(dimRecords), Rate: 7000, Level: 9000})
+	ln.mu.Unlock()
+	ln.flushShare()
+	records, _, _ := limits(ln)
+	assert.InDelta(t, 2500, records, 1e-6, "its half of the later cut")
+	assert.Equal(t, uint64(2), ln.share.epoch)
+}
+
 // fallBack makes ln's store answer that it shares no more, as when Redis
 // is gone.
 func fallBack(ln *lane, m *fakeMember) {
@@ -546,6 +570,39 @@ func TestSharedLaneBreaker(t *testing.T) {
 	defer ln.mu.Unlock()
 	assert.True(t, ln.breaker.open)
 	assert.Equal(t, errOutageTooLong, ln.breaker.gaveUp(clk.Now()))
+}
+
+// The lane's reports reach the store in the order its breaker changed,
+// even when another goroutine is still making the first: "closed" before
+// "opened" would keep the outage open for every writer.
+func TestSharedLaneReportsItsBreakerInOrder(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, _, _ := sharedLane(t, m)
+	entered, hold := make(chan struct{}), make(chan struct{})
+	m.breakerHook = func(open bool) {
+		if open {
+			close(entered)
+			<-hold // the store is slow to take the first report
+		}
+	}
+	report := func(open bool) {
+		ln.mu.Lock()
+		ln.queueBreaker(open)
+		ln.mu.Unlock()
+		ln.flushShare()
+	}
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		report(true)
+	}()
+	<-entered
+	report(false)
+	close(hold)
+	<-first
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	assert.Equal(t, []bool{true, false}, m.breakers)
 }
 
 func TestSharedLaneBreakerHeardAloneFailsNothingAtOnce(t *testing.T) {

@@ -199,8 +199,8 @@ func (in *intake) startFlusher(d time.Duration) (stop func()) {
 }
 
 // abandon fails what waits in a run whose context ended, waits for its
-// batches to end and lets go of its Limiter. The call's own end does the
-// same again, harmlessly.
+// batches to end and lets go of its lanes' memberships and its Limiter.
+// The call's own end does the same again, harmlessly.
 func (in *intake) abandon(ctx context.Context) {
 	if in.lock(ctx) != nil {
 		return
@@ -208,5 +208,6 @@ func (in *intake) abandon(ctx context.Context) {
 	_ = in.flushAll(in.r.runCtx)
 	in.unlock()
 	in.r.pool.wg.Wait()
+	in.r.leaveShares()
 	in.r.releaseLimiter()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -380,4 +381,24 @@ func (in *intake) flushWaiters() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.waiting
+}
+
+// A Writer whose context ends and that is never closed leaves the lanes it
+// shared with other processes: its membership (the store's heartbeat and
+// the lane's watcher) does not outlive it.
+func TestWriterNeverClosedLeavesItsShares(t *testing.T) {
+	m := newFakeMember(capped(time.Now(), 0, math.Inf(1), 0, 1))
+	fi := newFakeIndex(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := NewWriter(ctx, WithUpsertFunc(fi.Upsert), WithMaxDelay(time.Millisecond),
+		func(c *config) { c.store, c.shareHost = fakeStore{m}, "h" })
+	require.NoError(t, err)
+	require.NoError(t, w.Add(ctx, vectors(1, 2)[0]))
+	require.Eventually(t, func() bool { return len(fi.Stored()) == 1 }, 5*time.Second, time.Millisecond)
+	cancel()
+	require.Eventually(t, func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.left == 1
+	}, 5*time.Second, time.Millisecond, "the Writer's run left the lane")
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
@@ -900,4 +903,36 @@ func TestLaneCutsTheByteRateUnderItsFloorForSmallRecords(t *testing.T) {
 			assert.Less(t, limit, 1.5*tt.floor, "down to the floor, not held above it")
 		})
 	}
+}
+
+// Asking a Limiter's state makes no lane: the route that sends through a
+// namespace makes it, with its kind's batch cap (96 integrated records a
+// request). An observer that asked before the first request once left a
+// records lane capped at 1,000.
+func TestLimiterStateMakesNoLane(t *testing.T) {
+	lim := NewLimiter()
+	assert.Equal(t, 100, lim.State("docs").BatchSize, "the start of an unseen namespace")
+	assert.Empty(t, lim.lanes)
+
+	var largest atomic.Int64
+	send := func(_ context.Context, _ string, b []*pinecone.IntegratedRecord) error {
+		for n := int64(len(b)); ; {
+			if old := largest.Load(); n <= old || largest.CompareAndSwap(old, n) {
+				return nil
+			}
+		}
+	}
+	recs := make([]*pinecone.IntegratedRecord, 5000)
+	for i := range recs {
+		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("r", i), "text": "t"}
+	}
+	asked := Observer{StartRun: func(ctx context.Context, e RunEvent) context.Context {
+		_ = e.LimiterState()
+		return ctx
+	}}
+	res, err := Records(context.Background(), slices.Values(recs), WithRecordsFunc(send), WithLimiter(lim), WithObserver(asked))
+	require.NoError(t, err)
+	assert.Equal(t, len(recs), res.Upserted)
+	assert.LessOrEqual(t, largest.Load(), int64(MaxRecordsBatchSize))
+	assert.Positive(t, largest.Load())
 }

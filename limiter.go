@@ -90,9 +90,27 @@ type LimiterState struct {
 	Paused bool
 }
 
-// State returns what l has learned about namespace, for vectors.
+// State returns what l has learned about namespace, for vectors; for a
+// namespace it has not seen, the state it would start from.
 func (l *Limiter) State(namespace string) LimiterState {
-	return l.lane(namespaceKey(namespace), MaxBatchSize).state()
+	return l.stateOf(namespaceKey(namespace), MaxBatchSize)
+}
+
+// stateOf returns the state of the lane of key, or of a new one (whose
+// batches hold at most maxBatch records) without keeping it: a lane is
+// made by the route that sends through it, with its kind's batch cap.
+func (l *Limiter) stateOf(key string, maxBatch int) LimiterState {
+	l.mu.Lock()
+	ln, ok := l.lanes[key]
+	c := l.clock
+	l.mu.Unlock()
+	if !ok {
+		if c == nil {
+			c = realClock{}
+		}
+		ln = newLane(c, maxBatch, &defaultTuning)
+	}
+	return ln.state()
 }
 
 // Lanes idle for laneIdle are forgotten once a Limiter holds minLanes;

@@ -159,7 +159,7 @@ func (r *run) runEvent(s Stats, err error) RunEvent {
 // limiterState returns the state of the run's namespace in its Limiter,
 // with the concurrency and batch size the run pinned, if it did.
 func (r *run) limiterState() LimiterState {
-	st := r.cfg.limiter.State(r.kind.lanePrefix + namespaceKey(r.cfg.namespace))
+	st := r.cfg.limiter.stateOf(r.kind.lanePrefix+namespaceKey(r.cfg.namespace), r.kind.maxBatch)
 	if r.cfg.concurrency > 0 {
 		st.Concurrency = r.cfg.concurrency
 	}

@@ -351,6 +351,12 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 		_, _ = dead.Close() // nothing was sent: no letters to lose
 		return 0, &usageError{err.Error()}
 	}
+	if errors.Is(err, upsert.ErrCheckpointPastEnd) {
+		// Nothing was sent: the checkpoint is another input's, and
+		// loading none of this one is no success.
+		_, _ = dead.Close()
+		return 0, fmt.Errorf("%w; remove %s to load %s from its start", err, o.checkpoint, name)
+	}
 	s := summarize(o, tgt, name, in, res, start)
 	s.GaveUp = ctx.Err() == nil && runCtx.Err() != nil
 	s.Interrupted = ctx.Err() != nil

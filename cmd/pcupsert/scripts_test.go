@@ -317,3 +317,20 @@ func TestAReportNotWrittenFailsTheRun(t *testing.T) {
 		})
 	}
 }
+
+// A checkpoint past the end of the input (the input is not the one the
+// checkpoint was saved for: another file, or a shorter one) fails the run:
+// none of its records was sent, and an exit status of 0 would say they
+// landed. (pcupsert once dropped upsert.ErrCheckpointPastEnd and exited 0.)
+func TestACheckpointPastTheEndOfTheInputFailsTheRun(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, dl, in := filepath.Join(dir, "ckpt"), filepath.Join(dir, "failed.ndjson"), filepath.Join(dir, "in.ndjson")
+	// The checkpoint of an earlier, longer input (or of another file).
+	require.NoError(t, os.WriteFile(ckpt, []byte("10\n"), 0o600))
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 3)+"not json\n"), 0o600))
+
+	res := runCmd(t, nil, nil, "--checkpoint", ckpt, "--dead-letter", dl, "--progress", "off", in)
+	assert.NotEqual(t, exitOK, res.status, "none of the 3 records was sent, nor the bad line reported")
+	assert.Contains(t, res.stderr, "checkpoint", "the error says the checkpoint does not fit the input")
+	assert.NotContains(t, res.stderr, "which the checkpoint says a previous run settled")
+}

@@ -135,14 +135,18 @@ func (in *intake) dispatchReady(ctx context.Context, rt *route) error {
 // dispatchRoute dispatches rt's ready batch and then its current one,
 // however few records it holds.
 func (in *intake) dispatchRoute(ctx context.Context, rt *route) error {
-	if err := in.dispatchReady(ctx, rt); err != nil {
-		return err
+	err := in.dispatchReady(ctx, rt)
+	if err != nil && (len(rt.ready.items) > 0 || in.r.runCtx.Err() == nil) {
+		return err // the ready batch stays, stalled: the current one waits behind it
 	}
+	// Dispatched, or failed because the run stopped: then the current
+	// batch fails too, or no later pass may come for it (a Writer never
+	// closed gets one).
 	if b := rt.batcher.take(); len(b.items) > 0 {
 		rt.ready = b
 		return in.dispatchReady(ctx, rt)
 	}
-	return nil
+	return err
 }
 
 // flushAll dispatches every route's batches, however few records they

@@ -402,3 +402,112 @@ func TestWriterNeverClosedLeavesItsShares(t *testing.T) {
 		return m.left == 1
 	}, 5*time.Second, time.Millisecond, "the Writer's run left the lane")
 }
+
+// armedCtx is a context for one Add whose Done channel closes on the
+// after-th call of Done: the call made while Add waits in dispatch for a
+// batch slot (the first is the producers' turn).
+type armedCtx struct {
+	context.Context
+	after int32
+	calls atomic.Int32
+	ch    chan struct{}
+	fired atomic.Bool
+}
+
+func newArmedCtx(after int32) *armedCtx {
+	return &armedCtx{Context: context.Background(), after: after, ch: make(chan struct{})}
+}
+
+func (c *armedCtx) Done() <-chan struct{} {
+	if c.calls.Add(1) == c.after && c.fired.CompareAndSwap(false, true) {
+		close(c.ch)
+	}
+	return c.ch
+}
+
+func (c *armedCtx) Err() error {
+	if c.fired.Load() {
+		return context.Canceled
+	}
+	return nil
+}
+
+// bigVectors makes n records whose ids have the same length, of dimension
+// dim, so that every record has the same encoded size.
+func bigVectors(n, dim int) []*pinecone.Vector {
+	vs := make([]*pinecone.Vector, n)
+	for i := range vs {
+		vals := make([]float32, dim)
+		for j := range vals {
+			vals[j] = float32(i+j) / 7
+		}
+		vs[i] = &pinecone.Vector{Id: fmt.Sprintf("r%04d", i), Values: &vals}
+	}
+	return vs
+}
+
+// A Writer whose context ends and that is never closed fails what it holds
+// (its doc, and "a Writer never closed" in ack_test.go). A route can hold a
+// ready batch that an Add whose own context ended could not dispatch, and at
+// once a current batch: the record whose bytes did not fit in the ready one.
+// The background flusher's abandon makes one pass of flushAll, which must
+// fail the current batch too once the ready one failed because the run
+// stopped (it once returned there, and the record was never failed,
+// reported nor acknowledged).
+func TestWriterNeverClosedFailsTheRecordBehindAStalledBatch(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	block := func(ctx context.Context, _ string, _ []*pinecone.Vector) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	var mu sync.Mutex
+	failed := map[int]bool{}
+	obs := Observer{Failure: func(f Failure) {
+		mu.Lock()
+		defer mu.Unlock()
+		failed[f.Index] = true
+	}}
+	log := &ackLog{}
+	w, err := NewWriter(ctx, WithUpsertFunc(block), withClock(newFakeClock()), withRand(maxRand),
+		WithConcurrency(1), WithBatchSize(MaxBatchSize), WithMaxDelay(time.Hour),
+		WithObserver(obs), WithAcks(log.f))
+	require.NoError(t, err)
+
+	// Records of 40 kB: about 49 fill the 2 MB of a request, and the
+	// record that does not fit closes the batch and starts the next one.
+	taken := 0
+	for _, v := range bigVectors(400, 10_000) {
+		if w.in.r.pool.active.Load() < 3 {
+			require.NoError(t, w.Add(context.Background(), v))
+			taken++
+			continue
+		}
+		// Three batches in flight (one sending, two waiting for the one
+		// slot): the next full batch waits for room in dispatch, and this
+		// Add's context ends while it waits.
+		actx := newArmedCtx(2)
+		require.NoError(t, w.Add(actx, v), "taken: the batch stays ready for later")
+		taken++
+		if actx.fired.Load() {
+			break
+		}
+	}
+	last := taken - 1
+	cancel() // the Writer's context ends; it is never closed
+
+	// The flusher fails what it holds under the producers' turn: once the
+	// ready batch's records are reported and the turn is free, it is done.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		n := len(failed)
+		mu.Unlock()
+		return n >= last && !w.in.busy()
+	}, 5*time.Second, time.Millisecond, "the records before the last are failed")
+	time.Sleep(2 * time.Millisecond)
+	mu.Lock()
+	lastFailed := failed[last]
+	mu.Unlock()
+	require.True(t, lastFailed, "record %d, taken by Add (nil error), is never failed nor reported: %d of %d records reported", last, last, taken)
+	require.Eventually(t, func() bool { return len(log.all()) == taken }, time.Second, time.Millisecond, "every record taken is acked")
+}

@@ -50,6 +50,10 @@ func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, s
 		m := s.Join(ctx, lane) // not under mu: requests of other runs go on
 		ln.mu.Lock()
 		sh.m, sh.stats, sh.shared = m, stats, true
+		// A new membership counts the lane's episodes afresh: the lane's
+		// keys may have been dropped since an earlier one (a Limiter kept
+		// between calls), and its epochs started over.
+		sh.epoch, sh.cutAlone = 0, false
 		sh.stop, sh.done = make(chan struct{}), make(chan struct{})
 		ln.applyView(m.View())
 		go ln.watchShare(m, sh.stop, sh.done)

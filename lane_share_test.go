@@ -617,6 +617,26 @@ func TestSharedLaneBreakerHeardAloneFailsNothingAtOnce(t *testing.T) {
 	assert.Nil(t, ln.breaker.gaveUp(clk.Now()), "this writer's own requests decide that an index never answers")
 }
 
+// A membership after the last one ended counts the lane's episodes
+// afresh: the lane's keys were dropped when its writers left, and the next
+// session's epochs start over, below what a Limiter kept between calls
+// remembers.
+func TestSharedLaneCountsANewMembershipsEpochsAfresh(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	ln := newLane(realClock{}, MaxBatchSize, &defaultTuning)
+	stats := new(shareCounters)
+	leave := ln.joinShare(ctx, fakeStore{newFakeMember(capped(now, 3, 1e6, 1e6, 1))}, share.Lane{Host: "h"}, stats)
+	leave()
+	leave = ln.joinShare(ctx, fakeStore{newFakeMember(capped(now, 1, 100, 100, 1))}, share.Lane{Host: "h"}, stats)
+	defer leave()
+	records, _, _ := limits(ln)
+	assert.InDelta(t, 100, records, 1, "the new session's first cut adopted")
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	assert.Equal(t, uint64(1), ln.share.epoch)
+}
+
 func TestJoinShareOncePerLaneAndLeaveAtTheEnd(t *testing.T) {
 	m := newFakeMember(capped(time.Now(), 0, math.Inf(1), 0, 1))
 	ln := newLane(realClock{}, MaxBatchSize, &defaultTuning)

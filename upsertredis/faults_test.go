@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/upsertlib/upsert"
 	"github.com/upsertlib/upsert/internal/redistest"
 	"github.com/upsertlib/upsert/internal/share"
 )
@@ -170,4 +172,54 @@ func proxied(t *testing.T, latency time.Duration) (*redistest.Proxy, *redis.Clie
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
 	t.Cleanup(func() { rdb.Close() })
 	return proxy, rdb
+}
+
+// A Redis that hangs (the proxy holds every byte: a stopped server, a
+// black-holed host) must cost a lane's join one store timeout, and its
+// leave one more: Join subscribes to the lane's channel with
+// context.Background(), which waits for the client's own dial/handshake
+// timeouts (5 s with go-redis's defaults), and Leave waits for the
+// subscription's reconnect under the PubSub's mutex as long.
+func TestHungRedisBoundsJoinAndLeave(t *testing.T) {
+	proxy, rdb := proxied(t, 0)
+	s := newStore(t, rdb, WithTimeout(50*time.Millisecond))
+	proxy.Hold()
+	t.Cleanup(proxy.Release)
+	start := time.Now()
+	m := s.Join(context.Background(), lane).(*member)
+	joined := time.Since(start)
+	assert.False(t, m.View().Shared)
+	assert.Less(t, joined, time.Second, "Join is bounded by the store's timeout (50 ms)")
+	time.Sleep(50 * time.Millisecond)
+	start = time.Now()
+	_ = m.Leave(context.Background())
+	assert.Less(t, time.Since(start), time.Second, "Leave is bounded by the store's timeout (50 ms)")
+}
+
+// The same at the user's level: a call of 50 records into a healthy index,
+// sharing through a Redis that hangs, goes on alone after one timeout (it
+// once took 15 s).
+func TestHungRedisDoesNotHoldUpARun(t *testing.T) {
+	proxy, rdb := proxied(t, 0)
+	idx := e2eIndex(t, 100000)
+	conn := indexConn(t, idx.Host())
+	s := New(rdb, WithPrefix(t.Name()+":"), WithInterval(20*time.Millisecond), WithTimeout(100*time.Millisecond))
+	proxy.Hold()
+	t.Cleanup(proxy.Release)
+	start := time.Now()
+	res, err := upsert.All(context.Background(), vectors(0, 50), upsert.WithIndex(conn),
+		upsert.WithLimiter(upsert.NewLimiter()), s.Option())
+	require.NoError(t, err)
+	assert.Equal(t, 50, res.Upserted)
+	assert.Less(t, time.Since(start), 2*time.Second, "Redis hung: the run goes on alone after one 100 ms timeout")
+}
+
+// indexConn is an SDK connection to host, closed at the end of t.
+func indexConn(t *testing.T, host string) *pinecone.IndexConnection {
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
+	require.NoError(t, err)
+	conn, err := pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: e2eNamespace})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }

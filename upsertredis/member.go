@@ -51,9 +51,13 @@ type member struct {
 // channel is the lane's channel of cuts, under the lane's hash tag.
 func (m *member) channel() string { return strings.TrimSuffix(m.keys[0], ":state") + ":cuts" }
 
-// listen pokes the member's loop at each cut announced on its lane's
-// channel, until the subscription is closed.
+// listen subscribes to the lane's channel of cuts and pokes the member's
+// loop at each cut announced on it, until the subscription is closed. It
+// subscribes here, not in Join: the subscription's round trip has no
+// deadline of the store's, and a hung Redis holds this goroutine for the
+// client's own timeouts rather than the lane's join.
 func (m *member) listen() {
+	_ = m.cuts.Subscribe(context.Background(), m.channel()) // on failure, the channel resubscribes as it reconnects
 	for range m.cuts.Channel() {
 		select {
 		case m.poke <- struct{}{}:
@@ -132,7 +136,10 @@ func (m *member) Leave(ctx context.Context) error {
 // loop exchanges with Redis every interval until Leave.
 func (m *member) loop() {
 	defer close(m.done)
-	defer m.cuts.Close() // ends listen
+	// Closing ends listen. Not waited for: while Redis hangs, Close waits
+	// for the subscription's reconnect, which the client's own timeouts
+	// bound (seconds), not the store's.
+	defer func() { go func() { _ = m.cuts.Close() }() }()
 	tick := time.NewTicker(m.store.opts.interval)
 	defer tick.Stop()
 	skip := 0

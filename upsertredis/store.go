@@ -133,8 +133,8 @@ func (s *Store) Join(ctx context.Context, lane share.Lane) share.Member {
 	}
 	m.demand.Store(math.Float64bits(math.Inf(1)))
 	m.view.Store(&share.View{Rate: math.Inf(1), Writers: 1})
-	_ = m.sync(ctx) // on failure the member starts alone
-	m.cuts = s.rdb.Subscribe(context.Background(), m.channel())
+	_ = m.sync(ctx)                                // on failure the member starts alone
+	m.cuts = s.rdb.Subscribe(context.Background()) // no channel yet, so no round trip: listen subscribes
 	go m.listen()
 	go m.loop()
 	return m

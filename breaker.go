@@ -18,11 +18,13 @@ type breaker struct {
 	failures  int       // consecutive server failures, in the order their requests were sent
 	firstSent time.Time // when the request of the first of those failures was sent
 	answered  bool      // the index answered once: it is not dead or misconfigured
-	timedOut  bool      // the last failure was a timeout, which says less about the index
-	open      bool
-	openedAt  time.Time
-	nextProbe time.Time
-	probing   bool // a probe request is in flight
+	// lastAnswered is when the latest request the index answered was sent.
+	lastAnswered time.Time
+	timedOut     bool // the last failure was a timeout, which says less about the index
+	open         bool
+	openedAt     time.Time
+	nextProbe    time.Time
+	probing      bool // a probe request is in flight
 	// shared is what the writers of the lane in other processes know of
 	// the outage, when the lane is shared (see heard).
 	shared struct {
@@ -87,6 +89,9 @@ func (b *breaker) admit(now time.Time) (ok, probe bool, wait time.Duration) {
 // the breaker. It reports whether the breaker closed.
 func (b *breaker) success(sent time.Time) (closed bool) {
 	b.answered = true
+	if sent.After(b.lastAnswered) {
+		b.lastAnswered = sent
+	}
 	if b.failures > 0 && sent.Before(b.firstSent) {
 		return false
 	}
@@ -161,6 +166,10 @@ func (b *breaker) heard(now, openSince time.Time, answered bool) (opened bool) {
 	b.nextProbe = now.Add(probeEvery)
 	return true
 }
+
+// answeredSince reports whether the index answered a request this writer
+// sent after t: an outage that began at t is over for it.
+func (b *breaker) answeredSince(t time.Time) bool { return b.lastAnswered.After(t) }
 
 // gaveUp returns the error that fails a request without sending it when
 // the breaker is open and no longer waits the outage out (see

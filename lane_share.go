@@ -137,7 +137,15 @@ func (ln *lane) applyView(v share.View) {
 		ln.pausedUntil = v.PausedUntil
 		ln.signals.rates.fire()
 	}
-	if ln.breaker.heard(now, v.OpenSince, v.Answered) {
+	openSince := v.OpenSince
+	if rejoined && !openSince.IsZero() && !ln.breaker.open && ln.breaker.answeredSince(openSince) {
+		// This writer saw the outage end while the store was out of
+		// reach, and could not say so: it says so now rather than
+		// reopen for an outage that its own answers show is over.
+		openSince = time.Time{}
+		ln.queueBreaker(false)
+	}
+	if ln.breaker.heard(now, openSince, v.Answered) {
 		ln.signals.breaker.fire()
 	}
 }

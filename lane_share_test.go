@@ -605,6 +605,40 @@ func TestSharedLaneReportsItsBreakerInOrder(t *testing.T) {
 	assert.Equal(t, []bool{true, false}, m.breakers)
 }
 
+// An outage whose end this writer could not report (Redis was out of
+// reach when its breaker closed) is still open in the lane's state when it
+// rejoins. It must not reopen the breaker of a writer whose index answers
+// (after a minute of outage that would fail requests unsent): the writer
+// reports the close it missed instead.
+func TestSharedLaneReportsAtItsRejoinTheCloseItMissed(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	server := &Error{Class: ClassServer}
+	for range breakerThreshold {
+		p, err := ln.acquire(context.Background(), req(1))
+		require.NoError(t, err)
+		ln.release(p, server)
+	}
+	outage := m.View()
+	outage.OpenSince, outage.Answered = clk.Now(), true
+	apply(ln, m, outage) // the lane heard of the open
+	fallBack(ln, m)
+	clk.Advance(2 * outagePatience)
+	p, err := ln.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	require.True(t, p.probe)
+	ln.release(p, nil) // the index answers; Redis is out of reach
+	apply(ln, m, outage)
+	ln.mu.Lock()
+	open, gaveUp := ln.breaker.open, ln.breaker.gaveUp(clk.Now())
+	ln.mu.Unlock()
+	assert.False(t, open, "the writer's own answers say the index is up")
+	assert.Nil(t, gaveUp)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	assert.Equal(t, []bool{true, false}, m.breakers, "the close it missed, reported at the rejoin")
+}
+
 func TestSharedLaneBreakerHeardAloneFailsNothingAtOnce(t *testing.T) {
 	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
 	ln, clk, _ := sharedLane(t, m)

@@ -543,15 +543,21 @@ func TestSharedLaneReportsAcceptedAndDemand(t *testing.T) {
 	assert.True(t, math.IsInf(m.demand, 1), "its part of 1000/s held 300 records back")
 }
 
-func TestSharedLaneBreaker(t *testing.T) {
-	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
-	ln, clk, _ := sharedLane(t, m)
-	server := &Error{Class: ClassServer}
+// openBreaker fails breakerThreshold requests through ln: its breaker
+// opens.
+func openBreaker(t *testing.T, ln *lane) {
+	t.Helper()
 	for range breakerThreshold {
 		p, err := ln.acquire(context.Background(), req(1))
 		require.NoError(t, err)
-		ln.release(p, server)
+		ln.release(p, &Error{Class: ClassServer})
 	}
+}
+
+func TestSharedLaneBreaker(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	openBreaker(t, ln)
 	clk.Advance(probeEvery)
 	p, err := ln.acquire(context.Background(), req(1))
 	require.NoError(t, err)
@@ -613,12 +619,7 @@ func TestSharedLaneReportsItsBreakerInOrder(t *testing.T) {
 func TestSharedLaneReportsAtItsRejoinTheCloseItMissed(t *testing.T) {
 	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
 	ln, clk, _ := sharedLane(t, m)
-	server := &Error{Class: ClassServer}
-	for range breakerThreshold {
-		p, err := ln.acquire(context.Background(), req(1))
-		require.NoError(t, err)
-		ln.release(p, server)
-	}
+	openBreaker(t, ln)
 	outage := m.View()
 	outage.OpenSince, outage.Answered = clk.Now(), true
 	apply(ln, m, outage) // the lane heard of the open

@@ -435,13 +435,9 @@ func (c *armedCtx) Err() error {
 // bigVectors makes n records whose ids have the same length, of dimension
 // dim, so that every record has the same encoded size.
 func bigVectors(n, dim int) []*pinecone.Vector {
-	vs := make([]*pinecone.Vector, n)
-	for i := range vs {
-		vals := make([]float32, dim)
-		for j := range vals {
-			vals[j] = float32(i+j) / 7
-		}
-		vs[i] = &pinecone.Vector{Id: fmt.Sprintf("r%04d", i), Values: &vals}
+	vs := vectors(n, dim)
+	for i, v := range vs {
+		v.Id = fmt.Sprintf("r%04d", i)
 	}
 	return vs
 }

@@ -225,8 +225,8 @@ func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 			if !ok {
 				return
 			}
-			if in.onRead != nil {
-				in.onRead()
+			if in.onRead != nil && in.read > in.skip {
+				in.onRead() // the checkpoint's records are skipped, not waited on
 			}
 			if !yield(v) {
 				in.stopped = true

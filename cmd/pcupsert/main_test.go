@@ -423,3 +423,15 @@ func TestReportChecksWhatTheEmbeddedIndexHolds(t *testing.T) {
 		})
 	}
 }
+
+// The records a checkpoint skips settle with no event of the library:
+// the watchdog of --max-failure-seconds must not count them as waiting, or
+// a resumed run whose input is slow is given up while nothing waits.
+func TestTheWatchdogDoesNotWaitOnTheCheckpointsRecords(t *testing.T) {
+	in := &input{src: newNDJSONSource(strings.NewReader(records(t, 5)), -1), unit: "line", skip: 3}
+	w := &watchdog{limit: time.Second}
+	in.onRead = w.read
+	for range in.records(context.Background()) {
+	}
+	assert.Equal(t, 2, w.waiting, "the two records after the checkpoint's three")
+}

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	grpcstatus "google.golang.org/grpc/status"
 
@@ -232,8 +233,15 @@ func (c *causes) requestDone(e upsert.RequestEvent) {
 	if e.Err.Err != nil {
 		msg = indexMessage(e.Err.Err)
 	}
+	// Masked before it is cut: a key cut in two is not the key the mask
+	// looks for.
+	msg = c.mask(msg)
 	if len(msg) > maxCauseChars {
-		msg = msg[:maxCauseChars] + "…"
+		n := maxCauseChars
+		for n > 0 && !utf8.RuneStart(msg[n]) {
+			n--
+		}
+		msg = msg[:n] + "…"
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -243,7 +251,7 @@ func (c *causes) requestDone(e upsert.RequestEvent) {
 	if c.n[e.Err.Class] == nil {
 		c.n[e.Err.Class] = make(map[string]int)
 	}
-	c.n[e.Err.Class][c.mask(msg)]++
+	c.n[e.Err.Class][msg]++
 }
 
 // cause is an error message and how many times it came, in the report.

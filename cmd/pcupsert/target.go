@@ -103,7 +103,11 @@ func (t *target) Close() {
 // could not dial it: pinecone.Client.Index ends the program (log.Fatalf)
 // when its gRPC client cannot be created.
 func checkHost(host string) (string, error) {
-	bad := fmt.Errorf("--host %q: want an index host such as https://NAME-PROJECT.svc.REGION.pinecone.io", host)
+	shown := fmt.Sprintf("%q", host)
+	if strings.ContainsAny(host, "@?#") {
+		shown = "with credentials, a query or a fragment" // not echoed: it may hold a password or a key
+	}
+	bad := fmt.Errorf("--host %s: want an index host such as https://NAME-PROJECT.svc.REGION.pinecone.io", shown)
 	s := host
 	if !strings.Contains(s, "://") {
 		s = "https://" + s

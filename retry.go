@@ -258,7 +258,11 @@ func defaultRetryPolicy() retryPolicy {
 func (p *retryPolicy) backoffFor(c Class, rnd func(int64) int64) *fullJitter {
 	base := p.base
 	if c == ClassRateLimited {
-		base *= rateLimitedFactor
+		if base > p.cap/rateLimitedFactor {
+			base = p.cap // the ceiling's anyway, and the product could overflow
+		} else {
+			base *= rateLimitedFactor
+		}
 	}
 	return &fullJitter{base: base, cap: p.cap, rand: rnd}
 }
@@ -283,7 +287,11 @@ func (b *fullJitter) NextBackOff() time.Duration {
 	if ceil <= 0 {
 		return 0
 	}
-	return time.Duration(b.rand(int64(ceil) + 1))
+	n := int64(ceil)
+	if n < math.MaxInt64 {
+		n++ // ceil itself may be drawn; at MaxInt64 (a cap meaning none) it may not
+	}
+	return time.Duration(b.rand(n))
 }
 
 // Reset starts the sequence over.

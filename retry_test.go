@@ -262,3 +262,32 @@ func TestServerWaitsHaveOneBound(t *testing.T) {
 		prev = d
 	}
 }
+
+// WithBackoff accepts max = time.Duration(math.MaxInt64), a common way to
+// say "no cap". A backoff at that ceiling once drew rand(cap+1), which
+// overflowed, and math/rand/v2.Int64N panicked on a worker goroutine,
+// killing the caller's process (a 429 with base 1 s reached it at a
+// batch's 33rd refusal, which spared refusals reach without spending
+// retries).
+func TestBackoffWithNoCapNeverPanics(t *testing.T) {
+	cfg, err := newConfig([]Option{WithUpsertFunc(newFakeIndex(nil).Upsert), WithBackoff(time.Second, time.Duration(math.MaxInt64))}, vectorKind, entryAll)
+	if err != nil {
+		t.Fatalf("WithBackoff(1s, MaxInt64) refused: %v", err)
+	}
+	r := &run{cfg: cfg}
+	r.cfg.rand = rand.Int64N // the default
+	for _, c := range []Class{ClassRateLimited, ClassServer} {
+		for n := 30; n <= 40; n++ {
+			func() {
+				defer func() {
+					if v := recover(); v != nil {
+						t.Fatalf("backoff(%v, step %d) panicked: %v", c, n, v)
+					}
+				}()
+				if d := r.backoff(c, n, 0); d < 0 {
+					t.Errorf("backoff(%v, %d) = %v", c, n, d)
+				}
+			}()
+		}
+	}
+}

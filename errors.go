@@ -287,7 +287,8 @@ type RunError struct {
 	Failed, Total int
 	// ByClass counts the failed records per class.
 	ByClass map[Class]int
-	// Errs holds the last error seen for each class, in class order.
+	// Errs holds the first error of each class that failed records, in
+	// class order.
 	Errs []error
 }
 

@@ -249,7 +249,7 @@ func (in *intake) failUntaken(records []*pinecone.Vector, from int, held map[str
 		samples = append(samples, r.results.untaken.failure(i))
 	}
 	r.stats.fail(samples)
-	r.stats.failed.Add(int64(n - len(samples)))
+	r.stats.failMore(e, n-len(samples))
 	if observersHaveFailure(r.cfg.observers) {
 		for i := range n {
 			r.cfg.observers.failure(r.results.untaken.failure(i))
@@ -555,8 +555,9 @@ func (in *intake) reject(it *item, cause error) {
 }
 
 // close sends whatever is left and waits for the run to end, and for the
-// last ack to be delivered.
-func (in *intake) close() (Result, error) {
+// last ack to be delivered. end, when not nil, makes the call's error of
+// the run's (see run.finish).
+func (in *intake) close(end func(error) error) (Result, error) {
 	_ = in.lock(context.Background())
 	defer in.unlock()
 	// Waits for room; what cannot be dispatched because the run stopped
@@ -564,10 +565,15 @@ func (in *intake) close() (Result, error) {
 	_ = in.flushAll(in.r.runCtx)
 	in.r.producerDone()
 	if in.acks == nil {
-		return in.r.finish()
+		return in.r.finish(end)
 	}
 	in.r.pool.wg.Wait()
 	_ = in.acks.wait(context.Background(), nil, in.next, true)
-	res, err := in.r.finish()
-	return res, in.acks.err(err)
+	return in.r.finish(func(err error) error {
+		err = in.acks.err(err)
+		if end != nil {
+			err = end(err)
+		}
+		return err
+	})
 }

@@ -106,8 +106,10 @@ func (r *run) stopError() *Error {
 	return &Error{Class: ClassCanceled, Err: context.Cause(r.runCtx)}
 }
 
-// finish waits for every batch and assembles the result.
-func (r *run) finish() (Result, error) {
+// finish waits for every batch, assembles the result and tells the
+// observers. end, when not nil, makes the call's error of the run's, so
+// that RunDone carries what the call returns.
+func (r *run) finish(end func(error) error) (Result, error) {
 	r.pool.wg.Wait()
 	r.halt(nil)
 	if r.cfg.progress != nil {
@@ -134,7 +136,10 @@ func (r *run) finish() (Result, error) {
 		slog.Duration("elapsed", s.Elapsed))
 	var err error
 	if s.Failed > 0 {
-		err = newRunError(res.Failed, s.Records)
+		err = r.stats.runError(s.Records)
+	}
+	if end != nil {
+		err = end(err)
 	}
 	r.cfg.observers.runDone(r.runEvent(s, err))
 	return res, err
@@ -167,21 +172,4 @@ func (r *run) limiterState() LimiterState {
 		st.BatchSize = r.cfg.batchSize
 	}
 	return st
-}
-
-func newRunError(failed []Failure, total int) *RunError {
-	e := &RunError{Failed: len(failed), Total: total, ByClass: make(map[Class]int)}
-	var first [numClasses]error
-	for _, f := range failed {
-		e.ByClass[f.Class]++
-		if first[f.Class] == nil {
-			first[f.Class] = f.Err
-		}
-	}
-	for _, err := range first {
-		if err != nil {
-			e.Errs = append(e.Errs, err)
-		}
-	}
-	return e
 }

@@ -89,12 +89,14 @@ type counters struct {
 	minBatch, maxBatch                    atomic.Int64
 	retriesByClass                        [numClasses]atomic.Int64
 	errorsByClass                         [numClasses]atomic.Int64
+	failedByClass                         [numClasses]atomic.Int64
 	latency                               histogram.Histogram
 
 	mu              sync.Mutex
 	errorsByCode    map[string]int
 	retriesPerBatch []int
 	samples         []Failure
+	firstFailure    [numClasses]error // of each class, for the run's error
 }
 
 // request counts one request of n records and its outcome.
@@ -147,6 +149,36 @@ func (c *counters) fail(fs []Failure) {
 	if n := maxFailureSamples - len(c.samples); n > 0 {
 		c.samples = append(c.samples, fs[:min(n, len(fs))]...)
 	}
+	for _, f := range fs {
+		c.failedByClass[f.Class].Add(1)
+		if c.firstFailure[f.Class] == nil {
+			c.firstFailure[f.Class] = f.Err
+		}
+	}
+}
+
+// failMore counts n more failures of e's class beyond those given to fail.
+func (c *counters) failMore(e *Error, n int) {
+	c.failed.Add(int64(n))
+	c.failedByClass[e.Class].Add(int64(n))
+}
+
+// runError is the error of a run of total records, from every failure
+// counted: a Result may keep only the first of them (WithObserver's
+// Failure on a Stream or a Writer).
+func (c *counters) runError(total int) *RunError {
+	e := &RunError{Failed: int(c.failed.Load()), Total: total, ByClass: make(map[Class]int)}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for class := range c.failedByClass {
+		if n := c.failedByClass[class].Load(); n > 0 {
+			e.ByClass[Class(class)] = int(n)
+		}
+		if err := c.firstFailure[class]; err != nil {
+			e.Errs = append(e.Errs, err)
+		}
+	}
+	return e
 }
 
 func (c *counters) snapshot() Stats {

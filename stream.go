@@ -89,13 +89,18 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 		}
 	}
 	stop()
-	res, err := in.close()
-	ended = true
+	var end func(error) error
 	if skip > 0 {
-		res.Stats.Skipped -= skip
-		return res, fmt.Errorf("%w: it says %d records settled, and the input has %d records: the input changed, or the checkpoint belongs to another",
-			ErrCheckpointPastEnd, in.loaded, res.Stats.Skipped)
+		// Counted as skipped at the start; the input had fewer.
+		in.r.stats.skipped.Add(-int64(skip))
+		had := int(in.loaded) - skip
+		end = func(error) error {
+			return fmt.Errorf("%w: it says %d records settled, and the input has %d records: the input changed, or the checkpoint belongs to another",
+				ErrCheckpointPastEnd, in.loaded, had)
+		}
 	}
+	res, err := in.close(end)
+	ended = true
 	return res, err
 }
 
@@ -112,7 +117,7 @@ func (in *intake) abort(stop func()) {
 		stop()
 	}
 	in.r.halt(errCallerPanicked)
-	_, _ = in.close()
+	_, _ = in.close(nil)
 }
 
 // DefaultMaxDelay is how long a partial batch of a [Writer] or [Stream]

@@ -514,7 +514,7 @@ func All(ctx context.Context, records []*pinecone.Vector, opts ...Option) (Resul
 		}
 	}()
 	in.admitAll(records)
-	res, err := in.close()
+	res, err := in.close(nil)
 	ended = true
 	return res, err
 }

@@ -161,7 +161,7 @@ func (w *Writer) Close(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	w.stopFlusher()
-	w.res, w.err = in.close()
+	w.res, w.err = in.close(nil)
 	w.done = true
 	return w.res, w.err
 }

@@ -49,13 +49,17 @@
 //     breaker is not.
 //
 // The label namespace is the Pinecone namespace of the request ("" for the
-// default namespace), not the Prometheus namespace.
+// default namespace), not the Prometheus namespace. Namespaces are the
+// user's data (one per tenant is Pinecone's pattern for multitenancy), so
+// a Collector labels at most [DefaultMaxNamespaces] of them, the first it
+// sees, and every later one [OtherNamespace]: see [WithMaxNamespaces].
 package upsertprom
 
 import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -82,15 +86,40 @@ const (
 	// is resent whole after a wait, or split in halves.
 	KindBackoff = "backoff"
 	KindSplit   = "split"
+	// OtherNamespace is the namespace label of the namespaces seen after
+	// the Collector labelled its most ([WithMaxNamespaces]).
+	OtherNamespace = "_other"
 )
+
+// DefaultMaxNamespaces is how many namespaces a Collector labels unless
+// [WithMaxNamespaces] says otherwise.
+const DefaultMaxNamespaces = 100
 
 // Option configures [New].
 type Option func(*config)
 
 type config struct {
-	namespace string
-	buckets   []float64
-	err       error
+	namespace     string
+	buckets       []float64
+	maxNamespaces int
+	err           error
+}
+
+// WithMaxNamespaces sets how many Pinecone namespaces the Collector's
+// metrics label, the first it sees; later ones are labelled
+// [OtherNamespace], so that the number of series stays bounded whatever
+// the data (a run over thousands of tenants' namespaces would otherwise
+// make thousands of series per metric). The default is
+// [DefaultMaxNamespaces]; 0 labels every namespace [OtherNamespace]. A
+// negative n is an error of New.
+func WithMaxNamespaces(n int) Option {
+	return func(c *config) {
+		if n < 0 {
+			c.err = errors.Join(c.err, fmt.Errorf("upsertprom: WithMaxNamespaces(%d): want 0 or more", n))
+			return
+		}
+		c.maxNamespaces = n
+	}
 }
 
 // WithNamespace sets the Prometheus namespace: the prefix of every metric
@@ -146,9 +175,34 @@ type Collector struct {
 	retries       *prometheus.CounterVec
 	recordsFailed *prometheus.CounterVec
 	retryWait     *prometheus.CounterVec
+	namespaces    namespaceLabels
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
+
+// namespaceLabels gives the namespace label of a Pinecone namespace: the
+// namespace itself for the first max seen, OtherNamespace after.
+type namespaceLabels struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]struct{}
+}
+
+func (l *namespaceLabels) of(ns string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[ns]; ok {
+		return ns
+	}
+	if len(l.seen) >= l.max {
+		return OtherNamespace
+	}
+	if l.seen == nil {
+		l.seen = make(map[string]struct{})
+	}
+	l.seen[ns] = struct{}{}
+	return ns
+}
 
 // New returns a Collector whose metrics are registered with reg, all or
 // none: the error of the registration (such as a
@@ -157,7 +211,7 @@ var _ prometheus.Collector = (*Collector)(nil)
 // returned, wrapped. When reg is nil nothing is registered, and the
 // Collector can be registered later, as one prometheus.Collector.
 func New(reg prometheus.Registerer, opts ...Option) (*Collector, error) {
-	cfg := config{namespace: DefaultNamespace}
+	cfg := config{namespace: DefaultNamespace, maxNamespaces: DefaultMaxNamespaces}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -170,6 +224,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Collector, error) {
 	}
 	ns := cfg.namespace
 	c := &Collector{
+		namespaces: namespaceLabels{max: cfg.maxNamespaces},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "requests_total",
 			Help: `Upsert requests sent, retries included, by Pinecone namespace and outcome: class "ok" and code "OK" on success, else the failure's class and code (HTTP status or gRPC code name).`,
@@ -237,10 +292,11 @@ func (c *Collector) requestDone(e upsert.RequestEvent) {
 	if e.Err != nil {
 		class, code = e.Err.Class.String(), e.Err.Code()
 	}
-	c.requests.WithLabelValues(e.Namespace, class, code).Inc()
-	c.duration.WithLabelValues(e.Namespace).Observe(e.Latency.Seconds())
+	ns := c.namespaces.of(e.Namespace)
+	c.requests.WithLabelValues(ns, class, code).Inc()
+	c.duration.WithLabelValues(ns).Observe(e.Latency.Seconds())
 	if e.Records > 0 {
-		c.recordsSent.WithLabelValues(e.Namespace).Add(float64(e.Records))
+		c.recordsSent.WithLabelValues(ns).Add(float64(e.Records))
 	}
 }
 
@@ -253,11 +309,12 @@ func (c *Collector) retry(e upsert.RetryEvent) {
 	if e.Split {
 		kind = KindSplit
 	}
-	c.retries.WithLabelValues(e.Namespace, class, kind).Inc()
+	ns := c.namespaces.of(e.Namespace)
+	c.retries.WithLabelValues(ns, class, kind).Inc()
 	if !e.Split {
 		// Touch the series even for a zero wait, so that it exists as soon
 		// as the namespace has retried.
-		c.retryWait.WithLabelValues(e.Namespace).Add(max(e.Wait.Seconds(), 0))
+		c.retryWait.WithLabelValues(ns).Add(max(e.Wait.Seconds(), 0))
 	}
 }
 

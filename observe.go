@@ -9,8 +9,10 @@ import (
 // OpenTelemetry) or a dead-letter store. Every field is optional. The
 // functions are called from the run's workers, concurrently: they must be
 // safe for concurrent use and return quickly, since a slow observer slows
-// the run. [WithObserver] may be given several times; each observer gets
-// every event.
+// the run, and must not call the run's Writer (Add, Flush, Close): some
+// events come while the Writer holds its producers' turn, and such a call
+// would wait for ever. [WithObserver] may be given several times; each
+// observer gets every event.
 //
 // StartRun, StartRequest and RunDone carry the caller's context through
 // the run, for tracing (package upsertotel): a span started in StartRun

@@ -40,6 +40,8 @@ func TestClassifyReadsPineconesMessages(t *testing.T) {
 		err  error
 		want Class
 	}{
+		{"Pinecone's too-large text is too large even as a 429 over REST", pineconeREST(429, "RESOURCE_EXHAUSTED", "Your request is larger than the maximum supported size - 2MB"), ClassTooLarge},
+		{"Pinecone's too-large text is too large even as RESOURCE_EXHAUSTED over gRPC", status.Error(codes.ResourceExhausted, "Your request is larger than the maximum supported size - 2MB"), ClassTooLarge},
 		{"the monthly write units over REST are a quota", pineconeREST(429, "RESOURCE_EXHAUSTED", monthlyWriteUnitsMessage), ClassQuotaExceeded},
 		{"the monthly write units over gRPC are a quota", status.Error(codes.ResourceExhausted, monthlyWriteUnitsMessage), ClassQuotaExceeded},
 		{"HTTP 402 is a quota", pineconeREST(402, "PAYMENT_REQUIRED", "delinquent payment"), ClassQuotaExceeded},

@@ -67,13 +67,15 @@ func classOfHTTP(code int, msg string) Class {
 	case code == http.StatusPaymentRequired,
 		(code == http.StatusTooManyRequests || code == http.StatusForbidden) && isQuota(msg):
 		return ClassQuotaExceeded
+	case code == http.StatusRequestEntityTooLarge,
+		code/100 == 4 && strings.Contains(normalize(msg), tooLargePhrase):
+		// Before 429: whatever status carries it, a request too large is
+		// split, not resent whole after a wait.
+		return ClassTooLarge
 	case code == http.StatusTooManyRequests:
 		return ClassRateLimited
 	case code == http.StatusRequestTimeout, code == http.StatusGatewayTimeout:
 		return ClassTimeout
-	case code == http.StatusRequestEntityTooLarge,
-		code/100 == 4 && strings.Contains(normalize(msg), tooLargePhrase):
-		return ClassTooLarge
 	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusNotFound:
 		return ClassDenied
 	case code >= 500:
@@ -95,7 +97,7 @@ func classOfGRPC(code codes.Code, msg string) Class {
 		// the text to tell that apart from the index's rate limit, so the
 		// text is matched here; so is a monthly quota's.
 		switch {
-		case strings.Contains(msg, "larger than max"):
+		case strings.Contains(msg, "larger than max"), strings.Contains(normalize(msg), tooLargePhrase):
 			return ClassTooLarge
 		case isQuota(msg):
 			return ClassQuotaExceeded

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -82,7 +81,7 @@ func (s *Server) readRecordsBody(w http.ResponseWriter, r *http.Request) (body [
 		if errors.As(err, &tooLarge) {
 			s.countUnprocessed(codes.ResourceExhausted, http.StatusRequestEntityTooLarge)
 			writeRESTError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted,
-				fmt.Sprintf("Request size exceeds the limit of %d bytes", s.cfg.maxRequestBytes))
+				"Your request is larger than the maximum supported size - 2MB") // Pinecone's text (reference.md); its status is unpublished
 			return nil, nil, false
 		}
 		// The client went away while sending, or Restart or Close cut the

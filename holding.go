@@ -210,6 +210,7 @@ func (in *intake) abandon(ctx context.Context) {
 		return
 	}
 	_ = in.flushAll(in.r.runCtx)
+	in.r.routes.release() // under the producers' turn, as routes are made
 	in.unlock()
 	in.r.pool.wg.Wait()
 	in.r.leaveShares()

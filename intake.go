@@ -199,7 +199,7 @@ func (in *intake) firstPass(records []*pinecone.Vector) (routeOf func(int) *rout
 // it; an earlier valid one is held until then. It returns held, made when
 // needed.
 func (in *intake) takeRepeated(held map[string]item, rt *route, it item, flag uint8, err error) map[string]item {
-	key := rt.namespace + "\x00" + it.vec.Id
+	key := namespaceKey(rt.namespace) + "\x00" + it.vec.Id
 	prev, hasPrev := held[key]
 	if err == nil && hasPrev {
 		in.r.stats.duplicates.Add(1)
@@ -341,7 +341,9 @@ func (in *intake) push(ctx context.Context, it item, tag any) error {
 		return err
 	}
 	if in.ordered {
-		it.hash = maphash.String(in.seed, rt.namespace) ^ maphash.String(in.seed, it.id)
+		// By the namespace's key: a route made again after its drop may
+		// carry the namespace's other name ("" or "__default__").
+		it.hash = maphash.String(in.seed, namespaceKey(rt.namespace)) ^ maphash.String(in.seed, it.id)
 		if replaced := in.replacePending(rt, it); replaced {
 			in.take(tag)
 			return nil

@@ -35,6 +35,7 @@ type lane struct {
 	pausedUntil time.Time // the index's Retry-After
 	seen        laneSeen
 	lastUse     time.Time
+	routes      int // routes of calls going on that send through the lane: a sweep keeps it
 	limitsSet   bool
 	sizeTurn    bool // the batch size's turn to be tried; else the concurrency's
 	signals     laneSignals
@@ -403,6 +404,14 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 		ln.mu.Unlock()
 		return p, nil
 	}
+}
+
+// holdRoute counts a route of a call that holds the lane (delta 1) or
+// lets go of it (-1).
+func (ln *lane) holdRoute(delta int) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	ln.routes += delta
 }
 
 // issue counts an admitted request; ln.mu is held.

@@ -160,7 +160,9 @@ func (l *Limiter) sweep(now time.Time) {
 		ln.mu.Lock()
 		// A lane a run still shares across processes is kept: dropping
 		// it would join the lane a second time from this process.
-		quiet := ln.slots.inFlight == 0 && len(ln.head) == 0 && ln.share.users == 0
+		// So is one a call's route holds: the call would go on with a
+		// lane that another call no longer shares.
+		quiet := ln.slots.inFlight == 0 && len(ln.head) == 0 && ln.share.users == 0 && ln.routes == 0
 		last := ln.lastUse
 		ln.mu.Unlock()
 		switch {

@@ -21,7 +21,8 @@ type route struct {
 
 // routeTable holds a run's routes; the producer's.
 type routeTable struct {
-	byKey map[string]*route // by namespaceKey
+	byKey    map[string]*route // by namespaceKey
+	released bool              // the routes' lanes were let go (release)
 	// forgetIdle drops the routes with nothing waiting when the map has
 	// doubled, so that a stream over many namespaces holds few: their
 	// lanes live on in the Limiter. All keeps its routes, which it compares.
@@ -55,6 +56,7 @@ func (r *run) route(namespace string) *route {
 		}
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
+		rt.lane.holdRoute(1)
 		rt.lane.setLimits(r.cfg.indexLimits())
 		r.joinShare(rt.lane, r.kind.lanePrefix+key)
 		if r.cfg.batchSize > 0 {
@@ -71,9 +73,22 @@ func (t *routeTable) dropIdle() {
 	for ns, rt := range t.byKey {
 		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 {
 			delete(t.byKey, ns)
+			rt.lane.holdRoute(-1)
 		}
 	}
 	t.sweepAt = max(minRoutes, 2*len(t.byKey))
+}
+
+// release lets go of the routes' lanes, once, when the call ends: the
+// Limiter may forget them once idle. The producers are done.
+func (t *routeTable) release() {
+	if t.released {
+		return
+	}
+	t.released = true
+	for _, rt := range t.byKey {
+		rt.lane.holdRoute(-1)
+	}
 }
 
 // withLastFailure returns e, an error of a batch the circuit breaker

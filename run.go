@@ -118,6 +118,7 @@ func (r *run) finish(end func(error) error) (Result, error) {
 		r.progress.mu.Unlock()
 	}
 	r.leaveShares()
+	r.routes.release()
 	s := r.snapshot()
 	r.releaseLimiter()
 	res := Result{Upserted: s.Upserted, Failed: r.results.failed, Duplicates: s.Duplicates, MayBeStale: r.sortedStale(), Stats: s}
@@ -149,6 +150,7 @@ func (r *run) finish(end func(error) error) (Result, error) {
 func (r *run) abandon(err error) {
 	r.halt(nil)
 	r.leaveShares()
+	r.routes.release()
 	r.releaseLimiter()
 	r.cfg.observers.runDone(r.runEvent(r.snapshot(), err))
 }

@@ -298,6 +298,19 @@ func TestDimension(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	t.Run("an index with a dimension refuses sparse values alone as dimension 0", func(t *testing.T) {
+		// Pinecone: "Records with sparse vector values must also contain
+		// dense vector values" (docs, limits); a user's capture of the
+		// answer: "Vector dimension 0 does not match the dimension of the
+		// index 1536".
+		srv := start(t, upserttest.WithDimension(4))
+		idx := connect(t, srv)
+		sparseOnly := &pinecone.Vector{Id: "s", SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{0.5}}}
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{sparseOnly})
+		require.Equal(t, codes.InvalidArgument, code(err))
+		assert.Equal(t, "Vector dimension 0 does not match the dimension of the index 4", status.Convert(err).Message())
+	})
+
 	t.Run("the first dense vector fixes the dimension by default", func(t *testing.T) {
 		srv := start(t)
 		idx := connect(t, srv)

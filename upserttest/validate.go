@@ -195,15 +195,25 @@ func dimensionError(got, want int) error {
 	return invalid("Vector dimension %d does not match the dimension of the index %d", got, want)
 }
 
-// checkDimension checks every dense vector against dim (0: not yet fixed, in
-// which case the vectors must agree with each other). It returns the
+// checkDimension checks every vector against dim (0: not yet fixed, in
+// which case the dense vectors must agree with each other, and the first
+// fixes it). It returns the
 // dimension the index has after writing them.
 func checkDimension(vectors []*pinecone.Vector, dim int) (int, error) {
 	for _, v := range vectors {
-		if v.Values == nil || len(*v.Values) == 0 {
+		n := 0
+		if v.Values != nil {
+			n = len(*v.Values)
+		}
+		if n == 0 {
+			if dim > 0 {
+				// An index with a dimension is dense: sparse values alone
+				// are refused as dimension 0 (Pinecone: "Vector dimension
+				// 0 does not match the dimension of the index 1536").
+				return 0, dimensionError(0, dim)
+			}
 			continue
 		}
-		n := len(*v.Values)
 		if dim == 0 {
 			dim = n
 			continue

@@ -936,3 +936,37 @@ func TestLimiterStateMakesNoLane(t *testing.T) {
 	assert.LessOrEqual(t, largest.Load(), int64(MaxRecordsBatchSize))
 	assert.Positive(t, largest.Load())
 }
+
+// A Writer holds its route, and so its lane, for its whole life: another
+// call on the same Limiter that meets more than maxLanes namespaces must
+// not evict it (it once did, nothing being in flight, and the next call
+// writing the Writer's namespace got a fresh lane: one namespace paced
+// through two lanes, each with the whole rate).
+func TestLimiterKeepsALaneACallsRouteHolds(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	fi := newFakeIndex(nil)
+	hot := func(*pinecone.Vector) string { return "hot" }
+	a, err := NewWriter(ctx, WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand), WithLimiter(lim), WithNamespaceOf(hot))
+	require.NoError(t, err)
+	defer a.Close(ctx) //nolint:errcheck
+	vs := vectors(maxLanes+100, 4)
+	require.NoError(t, a.Add(ctx, vs[0]))
+	require.NoError(t, a.Flush(ctx))
+	laneA := a.in.r.routes.byKey["hot"].lane
+	clk.Advance(time.Millisecond) // "hot" is the least recently used lane
+
+	// Another call spreads over many namespaces, through the same Limiter.
+	_, err = All(ctx, vs[1:], WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand), WithLimiter(lim),
+		WithNamespaceOf(func(v *pinecone.Vector) string { return "spread-" + v.Id }))
+	require.NoError(t, err)
+
+	b, err := NewWriter(ctx, WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand), WithLimiter(lim), WithNamespaceOf(hot))
+	require.NoError(t, err)
+	defer b.Close(ctx) //nolint:errcheck
+	require.NoError(t, b.Add(ctx, vs[1]))
+	require.NoError(t, b.Flush(ctx))
+	laneB := b.in.r.routes.byKey["hot"].lane
+	assert.True(t, laneA == laneB, "two live Writers on one namespace and one Limiter pace it through two lanes")
+}

@@ -87,7 +87,14 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *ru
 	} else {
 		r.minute = newMinuteGate(cfg.clock)
 	}
+	started := false
+	defer func() {
+		if !started { // a StartRun observer panicked: the call lets go of what it took
+			r.releaseLimiter()
+		}
+	}()
 	r.obsCtx = cfg.observers.startRun(ctx, r.runEvent(Stats{}, nil))
+	started = true
 	r.runCtx, r.halt = context.WithCancelCause(r.obsCtx)
 	r.progress.last.Store(r.start.UnixNano())
 	r.pool.start(cfg.concurrency)

@@ -111,3 +111,15 @@ type brokenCheckpoint struct{}
 
 func (brokenCheckpoint) Load(context.Context) (int64, error) { return 0, errors.New("unreadable") }
 func (brokenCheckpoint) Save(context.Context, int64) error   { return nil }
+
+// A StartRun observer that panics does not keep the index's shared Limiter
+// in the registry (later calls would inherit its state instead of starting
+// with nothing learned).
+func TestAPanickingStartRunLetsGoOfTheSharedLimiter(t *testing.T) {
+	before := sharedCount()
+	boom := Observer{StartRun: func(ctx context.Context, _ RunEvent) context.Context { panic("observer bug") }}
+	assert.Panics(t, func() {
+		_, _ = All(context.Background(), vectors(3, 2), WithIndex(indexConn(t, "http://127.0.0.1:7", "ns")), WithObserver(boom))
+	})
+	assert.Equal(t, before, sharedCount())
+}

@@ -125,8 +125,8 @@ func (r *run) finish(end func(error) error) (Result, error) {
 		r.progress.mu.Unlock()
 	}
 	r.leaveShares()
+	s := r.snapshot() // before the lanes are let go: a sweep may then forget them
 	r.routes.release()
-	s := r.snapshot()
 	r.releaseLimiter()
 	res := Result{Upserted: s.Upserted, Failed: r.results.failed, Duplicates: s.Duplicates, MayBeStale: r.sortedStale(), Stats: s}
 	slices.SortFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index })

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -90,8 +89,4 @@ func (r dryRunReport) write(out io.Writer) error {
 }
 
 // writeJSON writes the dry run's findings as one JSON object.
-func (r dryRunReport) writeJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return enc.Encode(r)
-}
+func (r dryRunReport) writeJSON(w io.Writer) error { return encodeJSON(w, r) }

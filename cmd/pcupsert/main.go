@@ -366,15 +366,7 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 		drain(in, dead, context.Cause(runCtx))
 	}
 	finishSummary(&s, dead, causes, tgt, res)
-	write := s.write
-	if o.json {
-		write = s.writeJSON
-	}
-	if err := write(e.stdout); err != nil {
-		fmt.Fprintf(e.con, "pcupsert: writing the summary: %v\n", err)
-		return exitFailed, nil
-	}
-	return s.ExitStatus, nil
+	return writeReport(e, o.json, s.write, s.writeJSON, "summary", s.ExitStatus), nil
 }
 
 // newDeadLetters returns the dead letters of the run, and has bad lines of
@@ -556,13 +548,5 @@ func dryRunInput(ctx context.Context, o options, e *env, in *input, name string,
 	if rep.BadLines > 0 || rep.Invalid > 0 {
 		rep.ExitStatus = exitFailed
 	}
-	write := rep.write
-	if o.json {
-		write = rep.writeJSON
-	}
-	if err := write(e.stdout); err != nil {
-		fmt.Fprintf(e.con, "pcupsert: writing the report: %v\n", err)
-		return exitFailed, nil
-	}
-	return rep.ExitStatus, nil
+	return writeReport(e, o.json, rep.write, rep.writeJSON, "report", rep.ExitStatus), nil
 }

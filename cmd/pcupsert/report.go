@@ -366,10 +366,28 @@ func storedAsExpected(stored, upserted, mayHaveLanded int) bool {
 }
 
 // writeJSON writes s as one JSON object on a line.
-func (s *summary) writeJSON(w io.Writer) error {
+func (s *summary) writeJSON(w io.Writer) error { return encodeJSON(w, s) }
+
+// encodeJSON writes v as one line of JSON, with <, > and & as they are.
+func encodeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	return enc.Encode(s)
+	return enc.Encode(v)
+}
+
+// writeReport writes a report on e's stdout, as JSON when asJSON, and
+// returns status; a report that could not be written fails the run (a
+// script must not take a missing report for success).
+func writeReport(e *env, asJSON bool, text, inJSON func(io.Writer) error, what string, status int) int {
+	write := text
+	if asJSON {
+		write = inJSON
+	}
+	if err := write(e.stdout); err != nil {
+		fmt.Fprintf(e.con, "pcupsert: writing the %s: %v\n", what, err)
+		return exitFailed
+	}
+	return status
 }
 
 // write writes s as an aligned table, then what the embedded index holds

@@ -3,6 +3,7 @@ package upsert
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 )
@@ -12,7 +13,7 @@ import (
 // size and the call differ.
 type kind struct {
 	// lanePrefix keeps a Limiter's state for the two kinds apart within a
-	// namespace, since their batch sizes have nothing in common.
+	// namespace, since their batch sizes have nothing in common; see laneKey.
 	lanePrefix string
 	maxBatch   int // records per request
 	maxBytes   int // encoded request size
@@ -20,6 +21,23 @@ type kind struct {
 	overhead func(namespace string) int
 	// send sends items to namespace with the run's configuration.
 	send func(ctx context.Context, cfg *config, namespace string, items []item) error
+}
+
+// vectorEscape starts the lane key of a vectors' namespace that begins
+// with a kind's prefix, so that no vectors' namespace shares a lane with a
+// records' one (vectors in "records:x" and records in "x").
+const vectorEscape = "vectors:"
+
+// laneKey returns the key of the Limiter's lane (and of its shared state
+// in a Store) for the kind's records in the namespace of key
+// (namespaceKey's): distinct for every kind and namespace, and the
+// namespace's own key for the vectors of any namespace that does not
+// begin with "records:" or "vectors:".
+func (k *kind) laneKey(key string) string {
+	if k.lanePrefix == "" && (strings.HasPrefix(key, recordKind.lanePrefix) || strings.HasPrefix(key, vectorEscape)) {
+		return vectorEscape + key
+	}
+	return k.lanePrefix + key
 }
 
 var vectorKind = &kind{

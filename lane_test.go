@@ -970,3 +970,38 @@ func TestLimiterKeepsALaneACallsRouteHolds(t *testing.T) {
 	laneB := b.in.r.routes.byKey["hot"].lane
 	assert.True(t, laneA == laneB, "two live Writers on one namespace and one Limiter pace it through two lanes")
 }
+
+// A Limiter keeps one lane per kind and namespace: vectors written to a
+// namespace named "records:x" once shared the lane of integrated records
+// written to "x", so the two kinds' batch sizes and rates mixed.
+func TestLimiterKeepsVectorsAndRecordsInTheirOwnLanes(t *testing.T) {
+	key := func(k *kind, ns string) string { return k.laneKey(namespaceKey(ns)) }
+	assert.Equal(t, "docs", key(vectorKind, "docs"), "an ordinary namespace's vectors keep their key")
+	assert.Equal(t, "", key(vectorKind, defaultNamespace))
+	assert.Equal(t, "records:docs", key(recordKind, "docs"))
+	seen := map[string]string{}
+	for _, c := range []struct {
+		k  *kind
+		ns string
+	}{
+		{vectorKind, "x"}, {vectorKind, "records:x"}, {vectorKind, "vectors:x"}, {vectorKind, "vectors:records:x"},
+		{vectorKind, "vectors:vectors:x"}, {vectorKind, ""}, {vectorKind, "records:"}, {vectorKind, "vectors:"},
+		{recordKind, "x"}, {recordKind, "records:x"}, {recordKind, "vectors:x"}, {recordKind, ""}, {recordKind, "records:"},
+	} {
+		name := fmt.Sprintf("%s in %q", map[*kind]string{vectorKind: "vectors", recordKind: "records"}[c.k], c.ns)
+		k := key(c.k, c.ns)
+		require.NotContains(t, seen, k, "%s shares the lane of %s", name, seen[k])
+		seen[k] = name
+	}
+
+	lim := NewLimiter()
+	ctx := context.Background()
+	_, err := All(ctx, vectors(10, 4), WithUpsertFunc(newFakeIndex(nil).Upsert), WithLimiter(lim),
+		WithNamespaceOf(func(*pinecone.Vector) string { return "records:x" }))
+	require.NoError(t, err)
+	recs := []*pinecone.IntegratedRecord{{"_id": "r", "text": "t"}}
+	_, err = Records(ctx, slices.Values(recs), WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }),
+		WithLimiter(lim), WithNamespaceOf(func(*pinecone.IntegratedRecord) string { return "x" }))
+	require.NoError(t, err)
+	assert.Len(t, lim.lanes, 2)
+}

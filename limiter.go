@@ -93,7 +93,7 @@ type LimiterState struct {
 // State returns what l has learned about namespace, for vectors; for a
 // namespace it has not seen, the state it would start from.
 func (l *Limiter) State(namespace string) LimiterState {
-	return l.stateOf(namespaceKey(namespace), MaxBatchSize)
+	return l.stateOf(vectorKind.laneKey(namespaceKey(namespace)), MaxBatchSize)
 }
 
 // stateOf returns the state of the lane of key, or of a new one (whose

@@ -47,7 +47,7 @@ func (r *run) route(namespace string) *route {
 			namespace: namespace,
 			overhead:  r.kind.overhead(namespace),
 			invalid:   checkNamespace(namespace),
-			lane:      r.cfg.limiter.lane(r.kind.lanePrefix+key, r.kind.maxBatch),
+			lane:      r.cfg.limiter.lane(r.kind.laneKey(key), r.kind.maxBatch),
 		}
 		if key == "" {
 			// Either name may go out (WithIndex sends its own): room
@@ -58,7 +58,7 @@ func (r *run) route(namespace string) *route {
 		rt.batcher.next = rt.lane.nextBatch
 		rt.lane.holdRoute(1)
 		rt.lane.setLimits(r.cfg.indexLimits())
-		r.joinShare(rt.lane, r.kind.lanePrefix+key)
+		r.joinShare(rt.lane, r.kind.laneKey(key))
 		if r.cfg.batchSize > 0 {
 			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
 		}

@@ -173,7 +173,7 @@ func (r *run) runEvent(s Stats, err error) RunEvent {
 // limiterState returns the state of the run's namespace in its Limiter,
 // with the concurrency and batch size the run pinned, if it did.
 func (r *run) limiterState() LimiterState {
-	st := r.cfg.limiter.stateOf(r.kind.lanePrefix+namespaceKey(r.cfg.namespace), r.kind.maxBatch)
+	st := r.cfg.limiter.stateOf(r.kind.laneKey(namespaceKey(r.cfg.namespace)), r.kind.maxBatch)
 	if r.cfg.concurrency > 0 {
 		st.Concurrency = r.cfg.concurrency
 	}

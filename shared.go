@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"reflect"
+	"strings"
 	"sync"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
@@ -67,9 +68,16 @@ func indexKey(idx *pinecone.IndexConnection) any {
 	return idx
 }
 
-// indexHost returns the host idx connects to ("name.svc.pinecone.io:443"),
-// read as indexKey says, or "" when it cannot be read.
+// indexHost returns the host idx connects to ("name.svc.pinecone.io"),
+// spelled as canonicalHost says, or "" when it cannot be read.
 func indexHost(idx *pinecone.IndexConnection) string {
+	return canonicalHost(indexTarget(idx))
+}
+
+// indexTarget returns the target idx's gRPC client dials, as the caller
+// spelled it without its scheme ("name.svc.pinecone.io:443"), read as
+// indexKey says, or "" when it cannot be read.
+func indexTarget(idx *pinecone.IndexConnection) string {
 	conn := reflect.ValueOf(idx).Elem().FieldByName("grpcConn")
 	if conn.Kind() == reflect.Pointer && !conn.IsNil() && conn.Elem().Kind() == reflect.Struct {
 		target := conn.Elem().FieldByName("target")
@@ -78,4 +86,13 @@ func indexHost(idx *pinecone.IndexConnection) string {
 		}
 	}
 	return ""
+}
+
+// canonicalHost spells one index's host one way, whichever way each
+// writer was given it ("Name.svc.pinecone.io:443/" as "name.svc.pinecone.io"),
+// so that they share its Limiter and its lanes in a Store: host names are
+// not case-sensitive and gRPC dials port 443 when none is given.
+func canonicalHost(target string) string {
+	host := strings.ToLower(strings.TrimSuffix(target, "/"))
+	return strings.TrimSuffix(host, ":443")
 }

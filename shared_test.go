@@ -64,6 +64,14 @@ func TestShareLimiter(t *testing.T) {
 		defer release()
 		assert.NotSame(t, a, b)
 	})
+	t.Run("one index's host spelled several ways is one key", func(t *testing.T) {
+		want := "name.svc.pinecone.io"
+		for _, host := range []string{"name.svc.pinecone.io", "https://name.svc.pinecone.io", "name.svc.pinecone.io:443",
+			"https://Name.SVC.pinecone.io:443", "https://name.svc.pinecone.io/"} {
+			assert.Equal(t, want, indexKey(indexConn(t, host, "ns")), host)
+		}
+		assert.Equal(t, "name.svc.pinecone.io:8443", indexKey(indexConn(t, "name.svc.pinecone.io:8443", "ns")), "another port is another server")
+	})
 	t.Run("the key is the host the SDK keeps, not the connection", func(t *testing.T) {
 		// Fails if the SDK or gRPC renames the fields indexKey reads.
 		assert.Equal(t, "127.0.0.1:1", indexKey(indexConn(t, "http://127.0.0.1:1", "ns")))

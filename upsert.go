@@ -192,7 +192,7 @@ func WithIndex(idx *pinecone.IndexConnection) Option {
 			return idx.WithNamespace(namespace)
 		}
 		c.describe = func(ctx context.Context) (indexInfo, error) { return describeIndex(ctx, idx) }
-		host := indexHost(idx)
+		host := indexTarget(idx) // as the caller wrote it, for errors
 		c.send = func(ctx context.Context, namespace string, batch []*pinecone.Vector) error {
 			n, err := conn(namespace).UpsertVectors(ctx, batch)
 			if err == nil && int(n) != len(batch) {

@@ -29,7 +29,7 @@ type DeadLetters struct {
 	f      *os.File
 	w      *bufio.Writer
 	n      int
-	err    error // the first error; once set, later letters are dropped
+	err    error // the first error, for Close; after an I/O error, w takes no more letters
 	closed bool
 }
 
@@ -38,19 +38,29 @@ type DeadLetters struct {
 // applied to an existing file). It returns the error of os.OpenFile or
 // Chmod, having closed the file.
 func CreateDeadLetters(path string) (*DeadLetters, error) {
-	return openDeadLetters(path, os.O_TRUNC)
+	return openDeadLetters(path, os.O_WRONLY|os.O_TRUNC)
 }
 
 // AppendDeadLetters opens the dead-letter file at path to add letters
 // after those it holds, creating it if it does not exist, as
 // [CreateDeadLetters] does otherwise: for a run that resumes an
-// interrupted one, whose letters the file keeps.
+// interrupted one, whose letters the file keeps. A last line without its
+// "\n" (a run killed while writing, a file edited by hand) gets one first,
+// which is not counted as a letter.
 func AppendDeadLetters(path string) (*DeadLetters, error) {
-	return openDeadLetters(path, os.O_APPEND)
+	d, err := openDeadLetters(path, os.O_RDWR|os.O_APPEND)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.endLastLine(); err != nil {
+		d.f.Close()
+		return nil, err
+	}
+	return d, nil
 }
 
 func openDeadLetters(path string, mode int) (*DeadLetters, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|mode, 0o600)
+	f, err := os.OpenFile(path, os.O_CREATE|mode, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +69,25 @@ func openDeadLetters(path string, mode int) (*DeadLetters, error) {
 		return nil, err
 	}
 	return &DeadLetters{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10)}, nil
+}
+
+// endLastLine writes a "\n" to the file if it is a regular file whose last
+// byte is not one: the first letter appended would otherwise be glued to
+// its last line, and neither would read back.
+func (d *DeadLetters) endLastLine() error {
+	fi, err := d.f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return err
+	}
+	last := make([]byte, 1)
+	if _, err := d.f.ReadAt(last, fi.Size()-1); err != nil {
+		return err
+	}
+	if last[0] == '\n' {
+		return nil
+	}
+	_, err = d.f.Write([]byte("\n"))
+	return err
 }
 
 // letterOut is a dead letter of a record: the record's fields, then the
@@ -71,7 +100,7 @@ type letterOut struct {
 	MayHaveLanded bool   `json:"may_have_landed"`
 	Index         int    `json:"index"`
 	// RecordError says why the record's values and metadata are missing:
-	// JSON cannot hold them (NaN or infinite numbers).
+	// JSON cannot hold them as they are (see Encode).
 	RecordError string `json:"record_error,omitempty"`
 }
 
@@ -83,20 +112,25 @@ type integratedLetter struct {
 	Attempts      int                       `json:"attempts"`
 	MayHaveLanded bool                      `json:"may_have_landed"`
 	Index         int                       `json:"index"`
+	// RecordError says why the record holds its id alone: JSON cannot
+	// hold its fields.
+	RecordError string `json:"record_error,omitempty"`
 }
 
 // Write writes the dead letter of f: its record's fields, then "class",
 // "error" (f.Err's message), "attempts", "may_have_landed" and "index" (the
 // record's position in the input). A failure with a nil Record is written
-// as {"index":N,"error":"…"} alone. A record that JSON cannot hold (a NaN
-// or infinite value or metadata number) is written with its id and the
+// as {"index":N,"error":"…"} alone. A record that JSON cannot hold as it
+// is (as for [Encode]: a NaN or infinite value or metadata number, an id
+// or metadata that is not valid UTF-8) is written with its id and the
 // failure only, plus "record_error" saying why.
 //
 // The failure of an integrated record (upsert.Records) is written as
 // {"integrated_record":{…},"class":…,"error":…,"attempts":…,
 // "may_have_landed":…,"index":…}, the record's fields as given; a Reader
 // does not read it back (it reports a line without an id). One that JSON
-// cannot hold is not written, and counts as an error for Close.
+// cannot hold is written with {"integrated_record":{"_id":<f.ID>}} and
+// "record_error", as a record is.
 //
 // Write has the signature of upsert.Observer.Failure:
 //
@@ -114,33 +148,50 @@ func (d *DeadLetters) Write(f upsert.Failure) {
 	var err error
 	switch {
 	case f.Record == nil && f.Integrated != nil:
-		line, err = marshalLine(integratedLetter{
-			Record: *f.Integrated, Class: f.Class.String(), Error: msg, Attempts: f.Attempts,
-			MayHaveLanded: f.MayHaveLanded, Index: f.Index,
-		})
+		line, err = marshalIntegratedLetter(f, msg)
 	case f.Record == nil:
 		line, err = marshalLine(struct {
 			Index int    `json:"index"`
 			Error string `json:"error"`
 		}{f.Index, msg})
 	default:
-		l := letterOut{
-			recordOut: newRecordOut(f.Record),
-			Class:     f.Class.String(), Error: msg, Attempts: f.Attempts,
-			MayHaveLanded: f.MayHaveLanded, Index: f.Index,
-		}
-		line, err = marshalLine(l)
-		if err != nil {
-			l.recordOut = recordOut{ID: f.Record.Id}
-			l.RecordError = err.Error()
-			line, err = marshalLine(l)
-		}
+		line, err = marshalRecordLetter(f, msg)
 	}
-	if err != nil { // an integrated record JSON cannot hold
+	if err != nil { // cannot happen: the fallbacks hold only strings and numbers
 		d.fail(fmt.Errorf("ndjson: encoding the dead letter of record %d: %w", f.Index, err))
 		return
 	}
 	d.write(line)
+}
+
+// marshalRecordLetter encodes the letter of f, a failure of a record, with
+// error msg; with the record's id alone and "record_error" when JSON cannot
+// hold the record as it is.
+func marshalRecordLetter(f upsert.Failure, msg string) ([]byte, error) {
+	l := letterOut{Class: f.Class.String(), Error: msg, Attempts: f.Attempts, MayHaveLanded: f.MayHaveLanded, Index: f.Index}
+	var err error
+	if l.recordOut, err = newRecordOut(f.Record); err == nil {
+		var line []byte
+		if line, err = marshalLine(l); err == nil {
+			return line, nil
+		}
+	}
+	l.recordOut = recordOut{ID: f.Record.Id}
+	l.RecordError = err.Error()
+	return marshalLine(l)
+}
+
+// marshalIntegratedLetter is marshalRecordLetter for the failure of an
+// integrated record: with {"_id":f.ID} alone when JSON cannot hold it.
+func marshalIntegratedLetter(f upsert.Failure, msg string) ([]byte, error) {
+	l := integratedLetter{Record: *f.Integrated, Class: f.Class.String(), Error: msg, Attempts: f.Attempts, MayHaveLanded: f.MayHaveLanded, Index: f.Index}
+	line, err := marshalLine(l)
+	if err == nil {
+		return line, nil
+	}
+	l.Record = pinecone.IntegratedRecord{"_id": f.ID}
+	l.RecordError = err.Error()
+	return marshalLine(l)
 }
 
 // WriteBad writes an input line that could not be read as a record:
@@ -166,12 +217,14 @@ func (d *DeadLetters) WriteBad(line int, raw []byte, err error) {
 
 // BadLine reports whether raw, a line of input, is the dead letter of a
 // bad line as [DeadLetters.WriteBad] writes it, and returns the line
-// number and the content it holds: a run that replays a dead-letter file
-// then deals with the original line (which may have been fixed since)
-// instead of taking the letter for a record without an id.
-func BadLine(raw []byte) (line int, content []byte, ok bool) {
+// number, the content and the error message it holds: a run that replays
+// a dead-letter file then deals with the original line (which may have
+// been fixed since) instead of taking the letter for a record without an
+// id. The content is empty for a line that was not kept, such as one
+// longer than MaxLineBytes; msg then says what was wrong with it.
+func BadLine(raw []byte) (line int, content []byte, msg string, ok bool) {
 	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte(`{"line":`)) {
-		return 0, nil, false
+		return 0, nil, "", false
 	}
 	var l struct {
 		Line  *int    `json:"line"`
@@ -180,25 +233,24 @@ func BadLine(raw []byte) (line int, content []byte, ok bool) {
 		ID    any     `json:"id"`
 	}
 	if json.Unmarshal(raw, &l) != nil || l.Line == nil || l.Raw == nil || l.Error == nil || l.ID != nil {
-		return 0, nil, false
+		return 0, nil, "", false
 	}
-	return *l.Line, []byte(*l.Raw), true
+	return *l.Line, []byte(*l.Raw), *l.Error, true
 }
 
 func (d *DeadLetters) write(line []byte) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	switch {
-	case d.closed:
+	if d.closed {
 		d.failLocked(fmt.Errorf("ndjson: dead letter written after Close of %s: %w", d.path, os.ErrClosed))
-	case d.err != nil:
-	default:
-		if _, err := d.w.Write(line); err != nil {
-			d.failLocked(err)
-			return
-		}
-		d.n++
+		return
 	}
+	// After an I/O error, w writes nothing and returns that error again.
+	if _, err := d.w.Write(line); err != nil {
+		d.failLocked(err)
+		return
+	}
+	d.n++
 }
 
 func (d *DeadLetters) fail(err error) {
@@ -233,9 +285,7 @@ func (d *DeadLetters) Close() error {
 		return d.err
 	}
 	d.closed = true
-	if d.err == nil {
-		d.failLocked(d.w.Flush())
-	}
+	d.failLocked(d.w.Flush()) // after an I/O error, that error again
 	d.failLocked(d.f.Sync())
 	d.failLocked(d.f.Close())
 	return d.err

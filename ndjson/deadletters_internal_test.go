@@ -2,7 +2,9 @@ package ndjson
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -34,4 +36,21 @@ func TestDeadLettersKeepTheFirstError(t *testing.T) {
 	assert.Equal(t, 1, disk.n, "letters after the error are dropped, not retried")
 	assert.EqualError(t, dl.Close(), "disk error #1")
 	assert.EqualError(t, dl.Close(), "disk error #1", "a second Close gives the same error")
+}
+
+// Only an I/O error stops the letters: an error that is not one (a letter
+// that could not be encoded) is kept for Close, and the letters written
+// before and after it all reach the file.
+func TestDeadLettersKeepWritingAfterAnErrorThatIsNotIO(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "failed.ndjson")
+	dl, err := CreateDeadLetters(path)
+	require.NoError(t, err)
+	dl.WriteBad(1, []byte("before"), nil)
+	dl.fail(errors.New("not encodable"))
+	dl.WriteBad(2, []byte("after"), nil)
+	assert.EqualError(t, dl.Close(), "not encodable")
+	assert.Equal(t, 2, dl.Count())
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, `{"line":1,"raw":"before","error":""}`+"\n"+`{"line":2,"raw":"after","error":""}`+"\n", string(data))
 }

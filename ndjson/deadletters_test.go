@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/upsertlib/upsert"
 	"github.com/upsertlib/upsert/ndjson"
@@ -42,6 +43,29 @@ func lines(t *testing.T, path string) []map[string]any {
 		out = append(out, m)
 	}
 	return out
+}
+
+// readLetters reads every line of a dead-letter file with a Reader: the
+// records, and the LineErrors of the lines that are not records.
+func readLetters(t *testing.T, path string) (recs []*pinecone.Vector, bad []error) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	r := ndjson.NewReader(f)
+	for {
+		v, err := r.Next()
+		if err == io.EOF {
+			return recs, bad
+		}
+		var le *ndjson.LineError
+		if errors.As(err, &le) {
+			bad = append(bad, err)
+			continue
+		}
+		require.NoError(t, err)
+		recs = append(recs, v)
+	}
 }
 
 func rateLimited(index int, v *pinecone.Vector) upsert.Failure {
@@ -133,6 +157,88 @@ func TestDeadLettersWrite(t *testing.T) {
 			assert.Equal(t, tt.want+"\n", string(data))
 		})
 	}
+}
+
+// A record whose metadata holds a NaN (refused by the library as invalid)
+// is written with its id and "record_error" only, since JSON cannot hold
+// it: structpb's AsMap would turn NaN into the string "NaN", and the letter
+// would replay as a valid record with metadata the user never had.
+func TestDeadLetterOfNaNMetadataDoesNotReplayAsAString(t *testing.T) {
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{
+		"score": structpb.NewNumberValue(math.NaN()),
+		"neg":   structpb.NewNumberValue(math.Inf(-1)),
+	}}
+	rec := &pinecone.Vector{Id: "nanmeta", Values: floats(1, 2), Metadata: md}
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	dl.Write(upsert.Failure{Index: 0, ID: rec.Id, Record: rec, Class: upsert.ClassInvalid,
+		Err: &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New(`metadata field "score" is NaN or infinite; numbers must be finite`)}})
+	require.NoError(t, dl.Close())
+
+	letters := lines(t, path)
+	require.Len(t, letters, 1)
+	assert.Equal(t, "nanmeta", letters[0]["id"])
+	assert.NotContains(t, letters[0], "metadata")
+	assert.NotContains(t, letters[0], "values")
+	assert.Regexp(t, `^metadata field "(score|neg)": NaN or infinite`, letters[0]["record_error"])
+	recs, _ := readLetters(t, path)
+	require.Len(t, recs, 1)
+	assert.Nil(t, recs[0].Metadata, "no metadata to replay as strings")
+}
+
+// A record refused for metadata that is not valid UTF-8 (Latin-1 text from
+// a legacy database) is written with its id and "record_error" only:
+// encoding/json would replace the bad bytes with U+FFFD, and the replay
+// would land metadata the user never wrote, with no error anywhere.
+func TestDeadLetterOfInvalidUTF8MetadataDoesNotReplayAsAnotherRecord(t *testing.T) {
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{
+		"title": structpb.NewStringValue("caf\xe9"), // Latin-1 "café"
+	}}
+	rec := &pinecone.Vector{Id: "latin1", Values: floats(1, 2), Metadata: md}
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	dl.Write(upsert.Failure{Index: 0, ID: rec.Id, Record: rec, Class: upsert.ClassInvalid,
+		Err: &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New(`metadata field "title" is not valid UTF-8`)}})
+	require.NoError(t, dl.Close())
+
+	letters := lines(t, path)
+	require.Len(t, letters, 1)
+	assert.Equal(t, `metadata field "title": not valid UTF-8`, letters[0]["record_error"])
+	recs, _ := readLetters(t, path)
+	require.Len(t, recs, 1)
+	assert.Equal(t, "latin1", recs[0].Id)
+	assert.Nil(t, recs[0].Values, "the letter replays as no record but the failed one")
+	assert.Nil(t, recs[0].Metadata)
+}
+
+// An integrated record that JSON cannot hold is written with its id alone
+// and "record_error", as a record is, and takes no other letter with it:
+// neither those written before it, in the buffer and counted, nor those
+// written after it.
+func TestAnUnencodableIntegratedLetterLosesNoOtherLetter(t *testing.T) {
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	dl.Write(rateLimited(0, &pinecone.Vector{Id: "before", Values: floats(1, 2)}))
+	dl.Write(upsert.Failure{Index: 1, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "x", "score": math.NaN()},
+		Class: upsert.ClassRateLimited, Err: &upsert.Error{Class: upsert.ClassRateLimited, StatusCode: 429}, Attempts: 9})
+	dl.Write(rateLimited(2, &pinecone.Vector{Id: "after", Values: floats(3, 4)}))
+	require.NoError(t, dl.Close())
+	assert.Equal(t, 3, dl.Count())
+
+	recs, bad := readLetters(t, path)
+	var ids []string
+	for _, v := range recs {
+		ids = append(ids, v.Id)
+	}
+	assert.Equal(t, []string{"before", "after"}, ids)
+	require.Len(t, bad, 1, "the integrated record's letter, which a Reader does not read back")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, `{"integrated_record":{"_id":"r1"},"class":"rate-limited","error":"rate-limited (HTTP 429)","attempts":9,"may_have_landed":false,"index":1,"record_error":"json: unsupported value: NaN"}`,
+		strings.Split(string(data), "\n")[1])
 }
 
 func TestDeadLettersReplay(t *testing.T) {
@@ -293,29 +399,34 @@ func TestBadLineRecognisesItsOwnLetters(t *testing.T) {
 	dl, err := ndjson.CreateDeadLetters(path)
 	require.NoError(t, err)
 	dl.WriteBad(6, []byte(`not json, "quoted"`), errors.New("line 6: invalid JSON at byte 2"))
+	dl.WriteBad(7, nil, errors.New("line 7: line longer than 64 MiB"))
 	require.NoError(t, dl.Close())
-	letter, err := os.ReadFile(path)
+	letters, err := os.ReadFile(path)
 	require.NoError(t, err)
+	letter := strings.Split(strings.TrimSpace(string(letters)), "\n")
 
 	tests := []struct {
 		name    string
 		raw     string
 		line    int
 		content string
+		msg     string
 		ok      bool
 	}{
-		{"a letter of WriteBad", strings.TrimSpace(string(letter)), 6, `not json, "quoted"`, true},
-		{"a record", `{"id":"a","values":[1]}`, 0, "", false},
-		{"a record letter", `{"id":"a","values":[1],"class":"invalid","error":"x","attempts":0,"may_have_landed":false,"index":3}`, 0, "", false},
-		{"a record with fields named alike", `{"line":1,"raw":"x","error":"y","id":"a"}`, 0, "", false},
-		{"not JSON", `{"line":`, 0, "", false},
+		{"a letter of WriteBad", letter[0], 6, `not json, "quoted"`, "line 6: invalid JSON at byte 2", true},
+		{"a letter of a line not kept", letter[1], 7, "", "line 7: line longer than 64 MiB", true},
+		{"a record", `{"id":"a","values":[1]}`, 0, "", "", false},
+		{"a record letter", `{"id":"a","values":[1],"class":"invalid","error":"x","attempts":0,"may_have_landed":false,"index":3}`, 0, "", "", false},
+		{"a record with fields named alike", `{"line":1,"raw":"x","error":"y","id":"a"}`, 0, "", "", false},
+		{"not JSON", `{"line":`, 0, "", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			line, content, ok := ndjson.BadLine([]byte(tt.raw))
+			line, content, msg, ok := ndjson.BadLine([]byte(tt.raw))
 			assert.Equal(t, tt.ok, ok)
 			assert.Equal(t, tt.line, line)
 			assert.Equal(t, tt.content, string(content))
+			assert.Equal(t, tt.msg, msg)
 		})
 	}
 }
@@ -338,4 +449,28 @@ func TestAppendDeadLettersKeepsWhatTheFileHolds(t *testing.T) {
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}
+
+// AppendDeadLetters adds letters after those the file holds. A file whose
+// last line has no newline (a run killed in the middle of a flush, a file
+// edited by hand) gets one before the first new letter, which is not
+// glued to that line: both records would then replay as one line of
+// invalid JSON.
+func TestAppendDeadLettersAfterAnUnterminatedLastLineKeepsEveryRecord(t *testing.T) {
+	path := tempPath(t)
+	require.NoError(t, os.WriteFile(path, []byte(`{"id":"old","values":[1,2]}`), 0o600))
+
+	dl, err := ndjson.AppendDeadLetters(path)
+	require.NoError(t, err)
+	dl.Write(rateLimited(5, &pinecone.Vector{Id: "new", Values: floats(3, 4)}))
+	require.NoError(t, dl.Close())
+	assert.Equal(t, 1, dl.Count(), "the newline is not a letter")
+
+	recs, bad := readLetters(t, path)
+	assert.Empty(t, bad, "no line of the file is unreadable")
+	var ids []string
+	for _, v := range recs {
+		ids = append(ids, v.Id)
+	}
+	assert.Equal(t, []string{"old", "new"}, ids)
 }

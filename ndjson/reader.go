@@ -1,11 +1,14 @@
 // Package ndjson reads and writes records as newline-delimited JSON, one
-// object per line, with the field names of Pinecone's REST API:
+// object per line, with the field names of Pinecone's bulk import:
 //
 //	{"id":"a","values":[0.1,0.2],"sparse_values":{"indices":[1,5],"values":[0.5,0.25]},"metadata":{"genre":"x"}}
 //
-// values, sparse_values and metadata are optional. The same format holds
-// dead letters (see [DeadLetters]): a record that did not land, followed by
-// what happened to it,
+// values, sparse_values and metadata are optional. A [Reader] also takes
+// sparse values as "sparseValues", the REST API's spelling (a line with
+// both is a bad line); records are always written with "sparse_values".
+//
+// The same format holds dead letters (see [DeadLetters]): a record that did
+// not land, followed by what happened to it,
 //
 //	{"id":"a","values":[0.1,0.2],"class":"rate-limited","error":"…","attempts":3,"may_have_landed":true,"index":17}
 //
@@ -39,8 +42,8 @@ var (
 	ErrSyntax = errors.New("invalid JSON")
 	// ErrWrongType: a field has the wrong JSON type (a string for values, a
 	// null among them, a negative sparse index, a number too large for a
-	// float32), the line is not a JSON object, or its metadata cannot be
-	// represented.
+	// float32), the line is not a JSON object, its metadata cannot be
+	// represented, or it holds sparse values under both names.
 	ErrWrongType = errors.New("wrong type")
 	// ErrMissingID: the object has no id, or an empty or null one.
 	ErrMissingID = errors.New("missing or empty id")
@@ -80,8 +83,9 @@ func (e *LineError) Unwrap() error { return e.Err }
 
 // A Reader reads records from NDJSON input, one object per line. Empty and
 // blank lines are skipped (but counted in line numbers); lines may end in
-// "\n" or "\r\n", and the last one needs no line ending. A Reader is not
-// safe for concurrent use.
+// "\n" or "\r\n", and the last one needs no line ending. A UTF-8 byte
+// order mark at the start of the input is skipped. A Reader is not safe
+// for concurrent use.
 type Reader struct {
 	br   *bufio.Reader
 	line int
@@ -124,9 +128,10 @@ func (r *Reader) Next() (*pinecone.Vector, error) {
 func (r *Reader) Line() int { return r.line }
 
 // Raw returns the bytes of the line Next read last, without its line
-// ending, so that a bad line can be kept as is (see
-// [DeadLetters.WriteBad]). It is nil for a line longer than MaxLineBytes.
-// The slice is valid only until the next call to Next.
+// ending (nor the byte order mark of the first line), so that a bad line
+// can be kept as is (see [DeadLetters.WriteBad]). It is nil for a line
+// longer than MaxLineBytes. The slice is valid only until the next call to
+// Next.
 func (r *Reader) Raw() []byte { return r.raw }
 
 // readLine reads the next line, without its line ending, into r.raw.
@@ -157,6 +162,9 @@ func (r *Reader) readLine() ([]byte, error) {
 		r.line++
 		r.raw = bytes.TrimSuffix(r.raw, []byte("\n"))
 		r.raw = bytes.TrimSuffix(r.raw, []byte("\r"))
+		if r.line == 1 {
+			r.raw = bytes.TrimPrefix(r.raw, utf8BOM)
+		}
 		if n > MaxLineBytes+2 || len(r.raw) > MaxLineBytes {
 			r.raw = nil
 			return nil, &LineError{Line: r.line, Err: ErrLineTooLong}
@@ -165,6 +173,10 @@ func (r *Reader) readLine() ([]byte, error) {
 	}
 }
 
+// utf8BOM is the UTF-8 byte order mark, which Windows tools write at the
+// start of a file.
+var utf8BOM = []byte("\xEF\xBB\xBF")
+
 // recordJSON is a record as the format spells it. Pointers tell an absent
 // or null field from an empty one.
 type recordJSON struct {
@@ -172,6 +184,9 @@ type recordJSON struct {
 	Values       *[]float32     `json:"values,omitempty"`
 	SparseValues *sparseJSON    `json:"sparse_values,omitempty"`
 	Metadata     map[string]any `json:"metadata,omitempty"`
+	// SparseValuesREST is sparse_values as the REST API spells it; read,
+	// never written.
+	SparseValuesREST *sparseJSON `json:"sparseValues,omitempty"`
 }
 
 type sparseJSON struct {
@@ -199,9 +214,16 @@ func decode(line []byte) (*pinecone.Vector, string, error) {
 			return nil, id, err
 		}
 	}
+	sparse := rec.SparseValues
+	if rec.SparseValuesREST != nil {
+		if sparse != nil {
+			return nil, id, fmt.Errorf(`%w: fields "sparse_values" and "sparseValues" both given; want one`, ErrWrongType)
+		}
+		sparse = rec.SparseValuesREST
+	}
 	v := &pinecone.Vector{Id: id, Values: rec.Values}
-	if rec.SparseValues != nil {
-		v.SparseValues = &pinecone.SparseValues{Indices: rec.SparseValues.Indices, Values: rec.SparseValues.Values}
+	if sparse != nil {
+		v.SparseValues = &pinecone.SparseValues{Indices: sparse.Indices, Values: sparse.Values}
 	}
 	if rec.Metadata != nil {
 		m, err := structpb.NewStruct(rec.Metadata)
@@ -219,11 +241,14 @@ func decode(line []byte) (*pinecone.Vector, string, error) {
 // without an error, and a vector exported with a missing value (a NaN
 // written as null) would be upserted with a zero in its place.
 type numbersJSON struct {
-	Values       []*float32 `json:"values"`
-	SparseValues *struct {
-		Indices []*uint32  `json:"indices"`
-		Values  []*float32 `json:"values"`
-	} `json:"sparse_values"`
+	Values           []*float32         `json:"values"`
+	SparseValues     *sparseNumbersJSON `json:"sparse_values"`
+	SparseValuesREST *sparseNumbersJSON `json:"sparseValues"`
+}
+
+type sparseNumbersJSON struct {
+	Indices []*uint32  `json:"indices"`
+	Values  []*float32 `json:"values"`
 }
 
 // findNull reports a null among the numbers of a line that decoded as a
@@ -236,13 +261,23 @@ func findNull(line []byte) error {
 	if i := slices.Index(n.Values, nil); i >= 0 {
 		return fmt.Errorf("%w: field \"values\": null at index %d, want float32", ErrWrongType, i)
 	}
-	if sv := n.SparseValues; sv != nil {
-		if i := slices.Index(sv.Indices, nil); i >= 0 {
-			return fmt.Errorf("%w: field \"sparse_values.indices\": null at index %d, want uint32", ErrWrongType, i)
-		}
-		if i := slices.Index(sv.Values, nil); i >= 0 {
-			return fmt.Errorf("%w: field \"sparse_values.values\": null at index %d, want float32", ErrWrongType, i)
-		}
+	if err := n.SparseValues.findNull("sparse_values"); err != nil {
+		return err
+	}
+	return n.SparseValuesREST.findNull("sparseValues")
+}
+
+// findNull reports a null among sv's numbers, sv being the field named
+// field; sv may be nil.
+func (sv *sparseNumbersJSON) findNull(field string) error {
+	if sv == nil {
+		return nil
+	}
+	if i := slices.Index(sv.Indices, nil); i >= 0 {
+		return fmt.Errorf("%w: field \"%s.indices\": null at index %d, want uint32", ErrWrongType, field, i)
+	}
+	if i := slices.Index(sv.Values, nil); i >= 0 {
+		return fmt.Errorf("%w: field \"%s.values\": null at index %d, want float32", ErrWrongType, field, i)
 	}
 	return nil
 }

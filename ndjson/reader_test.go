@@ -119,12 +119,42 @@ func TestEncodeRefusesWhatJSONCannotHold(t *testing.T) {
 		{"a nil record", nil},
 		{"a NaN value", &pinecone.Vector{Id: "nan", Values: floats(float32(math.NaN()))}},
 		{"an infinite sparse value", &pinecone.Vector{Id: "inf", SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{float32(math.Inf(1))}}}},
+		{"an id that is not UTF-8", &pinecone.Vector{Id: "caf\xe9", Values: floats(1)}},
+		{"a metadata string that is not UTF-8", &pinecone.Vector{Id: "s", Values: floats(1), Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			"title": structpb.NewStringValue("caf\xe9")}}}},
+		{"a metadata key that is not UTF-8", &pinecone.Vector{Id: "k", Values: floats(1), Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			"caf\xe9": structpb.NewBoolValue(true)}}}},
+		{"a string that is not UTF-8 deep in metadata", &pinecone.Vector{Id: "d", Values: floats(1), Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			"a": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				"tags": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStringValue("ok"), structpb.NewStringValue("caf\xe9")}})}})}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+" is an error and writes nothing", func(t *testing.T) {
 			var buf bytes.Buffer
 			require.Error(t, ndjson.Encode(&buf, tt.v))
 			assert.Zero(t, buf.Len())
+		})
+	}
+}
+
+// Encode's doc: it fails, writing nothing, for a record that JSON cannot
+// hold; otherwise a Reader returns a record equal to v. A NaN or infinite
+// metadata number, at any depth, is one: structpb's AsMap would write it as
+// the string "NaN" or "Infinity". The error names the field, not the value.
+func TestEncodeRefusesNaNMetadata(t *testing.T) {
+	for name, md := range map[string]*structpb.Struct{
+		"a NaN number": {Fields: map[string]*structpb.Value{"score": structpb.NewNumberValue(math.NaN())}},
+		"an infinite number in a list of an object": {Fields: map[string]*structpb.Value{"a": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"scores": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewNumberValue(1), structpb.NewNumberValue(math.Inf(-1))}})}})}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec := &pinecone.Vector{Id: "nanmeta", Values: floats(1), Metadata: md}
+			var buf bytes.Buffer
+			err := ndjson.Encode(&buf, rec)
+			require.Error(t, err, "wrote %q", buf.String())
+			assert.Zero(t, buf.Len())
+			assert.Contains(t, err.Error(), "NaN or infinite")
+			assert.Regexp(t, `metadata field ("score"|"a"\."scores"\[1\]): `, err.Error())
 		})
 	}
 }
@@ -151,6 +181,9 @@ func TestReaderReportsEachBadLineWithItsNumber(t *testing.T) {
 		{"a null among values is a wrong type, not a zero", `{"id":"a","values":[1,null,2]}`, ndjson.ErrWrongType, "a"},
 		{"a null sparse index is a wrong type", `{"id":"a","sparse_values":{"indices":[1,null],"values":[1,2]}}`, ndjson.ErrWrongType, "a"},
 		{"a null sparse value is a wrong type", `{"id":"a","sparse_values":{"indices":[1,2],"values":[null,2]}}`, ndjson.ErrWrongType, "a"},
+		{"a null sparseValues index is a wrong type", `{"id":"a","sparseValues":{"indices":[null],"values":[1]}}`, ndjson.ErrWrongType, "a"},
+		{"a null sparseValues value is a wrong type", `{"id":"a","sparseValues":{"indices":[1],"values":[null]}}`, ndjson.ErrWrongType, "a"},
+		{"sparse values under both names are a wrong type", `{"id":"a","sparse_values":{"indices":[1],"values":[1]},"sparseValues":{"indices":[2],"values":[2]}}`, ndjson.ErrWrongType, "a"},
 		{"string metadata is a wrong type", `{"id":"a","values":[1],"metadata":"` + secret + `"}`, ndjson.ErrWrongType, "a"},
 		{"an array line is a wrong type", `[1,2,3]`, ndjson.ErrWrongType, ""},
 		{"a string line is a wrong type", `"` + secret + `"`, ndjson.ErrWrongType, ""},
@@ -200,6 +233,21 @@ func TestReaderTakesNullWhereTheFormatAllowsIt(t *testing.T) {
 	assert.Nil(t, v.Values, "null values are no values, as when absent")
 }
 
+// Pinecone's REST API spells the field "sparseValues" (POST
+// /vectors/upsert): a hybrid record exported that way is read with its
+// sparse values, not landed with its sparse half silently dropped.
+func TestReaderDoesNotSilentlyDropSparseValuesSpelledAsTheRESTAPIDoes(t *testing.T) {
+	line := `{"id":"hybrid","values":[0.1,0.2],"sparseValues":{"indices":[2,7],"values":[0.4,0.5]}}`
+	v, err := ndjson.NewReader(strings.NewReader(line + "\n")).Next()
+	require.NoError(t, err)
+	require.NotNil(t, v.SparseValues, "the record's sparse values were dropped without a word")
+	assert.Equal(t, []uint32{2, 7}, v.SparseValues.Indices)
+	assert.Equal(t, []float32{0.4, 0.5}, v.SparseValues.Values)
+	var buf bytes.Buffer
+	require.NoError(t, ndjson.Encode(&buf, v))
+	assert.Contains(t, buf.String(), `"sparse_values":{"indices":[2,7],"values":[0.4,0.5]}`, "written with the format's own name")
+}
+
 func TestLineErrorMessage(t *testing.T) {
 	tests := []struct {
 		name string
@@ -239,6 +287,22 @@ func TestReaderLineEndings(t *testing.T) {
 			assert.Equal(t, tt.ids, ids)
 		})
 	}
+}
+
+// A file saved by a Windows tool (Notepad, PowerShell 5's Out-File -Encoding
+// utf8) starts with a UTF-8 byte order mark: the first record is read, not
+// lost to an "invalid JSON" error, and Raw leaves the mark out, so that the
+// dead letter of a bad first line replays once fixed.
+func TestReaderSkipsALeadingUTF8BOM(t *testing.T) {
+	input := "\xEF\xBB\xBF" + `{"id":"first","values":[1,2]}` + "\r\n" + `{"id":"second","values":[3,4]}` + "\r\n"
+	r := ndjson.NewReader(strings.NewReader(input))
+	v, err := r.Next()
+	require.NoError(t, err, "the first record of a file with a BOM")
+	assert.Equal(t, "first", v.Id)
+	assert.Equal(t, `{"id":"first","values":[1,2]}`, string(r.Raw()))
+	v, err = r.Next()
+	require.NoError(t, err)
+	assert.Equal(t, "second", v.Id)
 }
 
 func TestReaderRawIsTheLineWithoutItsEnding(t *testing.T) {

@@ -63,13 +63,17 @@ func formatOf(o options) string {
 }
 
 // openInput opens the input: the file o.input, or stdin. It refuses the
-// dead-letter file as input, since writing dead letters would truncate it
-// while it is read. name names the input in messages.
+// dead-letter file as input, by path or as stdin, since writing dead
+// letters would truncate it while it is read. name names the input in
+// messages.
 func openInput(o options, stdin io.Reader, con io.Writer) (src source, name string, closeIn func(), err error) {
 	format := formatOf(o)
 	if o.input == "" || o.input == "-" {
 		if format == formatParquet {
 			return nil, "", nil, usagef("Parquet input must be a file, not stdin")
+		}
+		if f, ok := stdin.(*os.File); ok && same(f, o.deadLetter) {
+			return nil, "", nil, usagef("stdin is the dead-letter file %s, which would be overwritten while it is read: pass another --dead-letter", o.deadLetter)
 		}
 		if isTerminal(stdin) {
 			fmt.Fprintln(con, "pcupsert: reading records from the terminal, one JSON object per line; end with Ctrl-D")
@@ -140,7 +144,7 @@ func (s *ndjsonSource) next() (*pinecone.Vector, *badEntry, error) {
 	if !errors.As(err, &le) {
 		return v, nil, err
 	}
-	line, content, ok := ndjson.BadLine(s.r.Raw())
+	line, content, msg, ok := ndjson.BadLine(s.r.Raw())
 	if !ok {
 		return nil, &badEntry{pos: le.Line, raw: bytes.Clone(s.r.Raw()), err: le}, nil
 	}
@@ -150,10 +154,22 @@ func (s *ndjsonSource) next() (*pinecone.Vector, *badEntry, error) {
 	if errors.As(err, &le) {
 		return nil, &badEntry{pos: line, raw: content, err: &ndjson.LineError{Line: line, ID: le.ID, Err: le.Err}, replayed: true}, nil
 	}
-	if err != nil { // io.EOF: the line was blank
-		return nil, &badEntry{pos: line, raw: content, err: &ndjson.LineError{Line: line, Err: ndjson.ErrMissingID}, replayed: true}, nil
+	if err != nil { // io.EOF: the line was not kept, or was blank
+		return nil, &badEntry{pos: line, raw: content, err: &ndjson.LineError{Line: line, Err: lostLineRule(line, msg)}, replayed: true}, nil
 	}
 	return v, nil, nil
+}
+
+// lostLineRule returns the rule broken by bad line number line, whose dead
+// letter kept nothing of it (a line longer than ndjson.MaxLineBytes): the
+// letter's error message msg, less its "line N: ", which the LineError
+// holding the rule adds back. A letter without a message is that of a
+// blank line.
+func lostLineRule(line int, msg string) error {
+	if msg == "" {
+		return ndjson.ErrMissingID // a blank line
+	}
+	return errors.New(strings.TrimPrefix(msg, fmt.Sprintf("line %d: ", line)))
 }
 
 func (s *ndjsonSource) pos() int { return s.r.Line() }

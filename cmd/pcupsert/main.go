@@ -7,9 +7,10 @@
 //	pcupsert [flags] [file]
 //
 // Records are read from file, or from stdin when file is "-" or absent, one
-// JSON object per line with the field names of Pinecone's REST API (see
-// package github.com/upsertlib/upsert/ndjson), or from a Parquet file in
-// the layout of Pinecone's bulk import. With PINECONE_API_KEY set and
+// JSON object per line with fields id, values, sparse_values (or
+// sparseValues, as the REST API spells it) and metadata (see package
+// github.com/upsertlib/upsert/ndjson), or from a Parquet file in the
+// layout of Pinecone's bulk import. With PINECONE_API_KEY set and
 // --host or --index given, pcupsert writes to that index; otherwise to an
 // embedded loopback index (package upserttest), where --fault and --rate
 // show how the library deals with rate limits and errors.
@@ -175,9 +176,9 @@ func printUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage: pcupsert [flags] [file]
 
 pcupsert upserts records into a Pinecone index. It reads them from file, or
-from stdin when file is "-" or absent: one JSON object per line, with the
-field names of Pinecone's REST API (values, sparse_values and metadata are
-optional):
+from stdin when file is "-" or absent: one JSON object per line (values,
+sparse_values and metadata are optional; sparseValues, as Pinecone's REST
+API spells it, is read as sparse_values):
 
   {"id":"a","values":[0.1,0.2],"sparse_values":{"indices":[1,5],"values":[0.5,0.25]},"metadata":{"genre":"x"}}
 

@@ -341,6 +341,26 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 	})
 }
 
+// Re-feeding the dead-letter file through stdin (pcupsert < pcupsert-failed.ndjson,
+// the default --dead-letter) is refused as a usage error, as the file given
+// by path is: writing dead letters would truncate it while it is read, and
+// every record past the reader's first buffer would be lost without a word.
+func TestStdinThatIsTheDeadLetterFileIsNotTruncatedWhileRead(t *testing.T) {
+	dl := deadLetterPath(t)
+	content := "not json\n" + records(t, 3)
+	require.NoError(t, os.WriteFile(dl, []byte(content), 0o600))
+	stdin, err := os.Open(dl)
+	require.NoError(t, err)
+	defer stdin.Close()
+
+	res := runCmd(t, nil, stdin, "--dead-letter", dl, "--progress", "off", "--json")
+	assert.Equal(t, exitUsage, res.status, "stderr:\n%s", res.stderr)
+	assert.Contains(t, res.stderr, "stdin is the dead-letter file "+dl)
+	got, err := os.ReadFile(dl)
+	require.NoError(t, err)
+	assert.Equal(t, content, string(got), "the file is left as it was")
+}
+
 func TestStatusLine(t *testing.T) {
 	stats := upsert.Stats{Retries: 12, ErrorsByClass: map[upsert.Class]int{upsert.ClassRateLimited: 3}}
 	half := func() (int, float64) { return 500_000, 0.5 } // half the input read: a million records in all

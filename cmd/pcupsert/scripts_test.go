@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -205,6 +206,46 @@ func TestReplayingDeadLettersKeepsBadLinesAsTheyWere(t *testing.T) {
 	res = runCmd(t, nil, nil, "--dead-letter", deadLetterPath(t), "--progress", "off", fixed)
 	assert.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
 	assert.Equal(t, "1", reportValue(t, res.stdout, "upserted"))
+}
+
+// longLine is a reader of a line of n bytes of 'x' and its "\n", without
+// holding it.
+func longLine(n int) io.Reader {
+	return io.MultiReader(io.LimitReader(xs{}, int64(n)), strings.NewReader("\n"))
+}
+
+type xs struct{}
+
+func (xs) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'x'
+	}
+	return len(p), nil
+}
+
+// A line longer than 64 MiB gets a dead letter with an empty "raw" (the
+// line is not kept) and its rule as error. Replaying the dead-letter file
+// reports that line with that rule, not as "missing or empty id", which
+// would send the user looking for an id problem in a line that never had
+// one read, and writes the letter again unchanged.
+func TestAReplayedLetterOfATooLongLineKeepsItsRule(t *testing.T) {
+	first := deadLetterPath(t)
+	in := io.MultiReader(strings.NewReader(records(t, 1)), longLine(64<<20+10), strings.NewReader(`{"id":"after","values":[1,2,3]}`+"\n"))
+	res := runCmd(t, nil, in, "--dead-letter", first, "--progress", "off")
+	require.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+	require.Contains(t, res.stderr, "line 2: line longer than 64 MiB")
+	want, err := os.ReadFile(first)
+	require.NoError(t, err)
+	require.Equal(t, `{"line":2,"raw":"","error":"line 2: line longer than 64 MiB"}`+"\n", string(want))
+
+	second := deadLetterPath(t)
+	res = runCmd(t, nil, nil, "--dead-letter", second, "--progress", "off", first)
+	assert.Equal(t, exitFailed, res.status)
+	assert.Contains(t, res.stderr, "line 2: line longer than 64 MiB (a bad line replayed from a dead letter, kept as it was)", "stderr:\n%s", res.stderr)
+	assert.NotContains(t, res.stderr, "missing or empty id")
+	got, err := os.ReadFile(second)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(got), "the replayed letter keeps the rule")
 }
 
 func TestAResumedRunDoesNotReportTheInterruptedOnesAgain(t *testing.T) {

@@ -70,8 +70,8 @@ func (in *instruments) init(m metric.Meter, observe metric.Callback) error {
 
 // requestDone ends the request's span and measures it.
 func (t *Telemetry) requestDone(e upsert.RequestEvent) {
-	endRequest(e)
-	op := operationOf(e.Context)
+	t.endRequest(e)
+	op := t.operationOf(e.Context)
 	if e.Err == nil {
 		t.upserted.Add(e.Context, int64(e.Records), metric.WithAttributes(namespaceAttrs(op, e.Namespace)...))
 	}
@@ -92,7 +92,7 @@ func namespaceAttrs(operation, namespace string) []attribute.KeyValue {
 }
 
 func (t *Telemetry) retry(e upsert.RetryEvent) {
-	retryEvent(e)
+	t.retryEvent(e)
 	kind := RetryKindBackoff
 	if e.Split {
 		kind = RetryKindSplit

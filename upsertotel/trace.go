@@ -17,21 +17,35 @@ type runState struct {
 	namespace string     // the run's namespace
 	span      trace.Span // the run's span; nil for a Writer
 	limiter   func() upsert.LimiterState
+	// stopWatch stops the watch that ends a Writer's run when its
+	// context ends; nil for other runs.
+	stopWatch func() bool
 }
 
-type runKey struct{}
+// runKey is the key of t's runState in a run's context. The keys of the
+// context values are t's own, so that several Telemetry values observing
+// one run (upsert.WithObserver given more than once) each find their own
+// run and spans, never another's.
+type runKey struct{ t *Telemetry }
 
-// requestKey marks the span that startRequest started, so that
-// requestDone never ends a span of the caller's.
-type requestKey struct{}
+// requestKey marks the span that t's startRequest started, so that
+// requestDone never ends a span of the caller's, nor another Telemetry's.
+type requestKey struct{ t *Telemetry }
 
-func runOf(ctx context.Context) *runState {
-	rs, _ := ctx.Value(runKey{}).(*runState)
+// runOf returns t's state of the run ctx belongs to, or nil.
+func (t *Telemetry) runOf(ctx context.Context) *runState {
+	rs, _ := ctx.Value(runKey{t}).(*runState)
 	return rs
 }
 
 // startRun starts the run's span, except for a Writer (see the package
 // documentation), and registers the run for the limiter gauges.
+//
+// A Writer's run lasts until Close, but a Writer whose context ends stops
+// by itself, and one that is never closed ends without RunDone. So a
+// Writer's run is also ended when ctx (the context given to
+// upsert.NewWriter) ends: whichever of that and RunDone comes first ends
+// it (see endRun), the other does nothing.
 func (t *Telemetry) startRun(ctx context.Context, e upsert.RunEvent) context.Context {
 	rs := &runState{operation: "upsert", namespace: e.Namespace, limiter: e.LimiterState}
 	if e.Operation == "Records" {
@@ -45,7 +59,26 @@ func (t *Telemetry) startRun(ctx context.Context, e upsert.RunEvent) context.Con
 	t.mu.Lock()
 	t.runs[rs] = struct{}{}
 	t.mu.Unlock()
-	return context.WithValue(ctx, runKey{}, rs)
+	if e.Operation == "Writer" {
+		// Registered first, so that a context already ended ends the run
+		// at once. A Writer has no run span: the run only stops being
+		// observed.
+		rs.stopWatch = context.AfterFunc(ctx, func() { t.endRun(rs) })
+	}
+	return context.WithValue(ctx, runKey{t}, rs)
+}
+
+// endRun unregisters rs from the limiter gauges. It reports whether it
+// did: only the first call for a run does, so that the one whose call
+// returns true, and only it, ends the run's span.
+func (t *Telemetry) endRun(rs *runState) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.runs[rs]; !ok {
+		return false
+	}
+	delete(t.runs, rs)
+	return true
 }
 
 // commonAttrs are the attributes of every span and of the duration
@@ -58,8 +91,8 @@ func (t *Telemetry) commonAttrs(operation, namespace string) []attribute.KeyValu
 }
 
 // operationOf returns the db.operation.name of the run ctx belongs to.
-func operationOf(ctx context.Context) string {
-	if rs := runOf(ctx); rs != nil {
+func (t *Telemetry) operationOf(ctx context.Context) string {
+	if rs := t.runOf(ctx); rs != nil {
 		return rs.operation
 	}
 	return "upsert"
@@ -68,7 +101,7 @@ func operationOf(ctx context.Context) string {
 // startRequest starts the request's span, a client span named as the
 // database conventions say: "{db.operation.name} {db.namespace}".
 func (t *Telemetry) startRequest(ctx context.Context, e upsert.RequestEvent) context.Context {
-	op := operationOf(ctx)
+	op := t.operationOf(ctx)
 	name := op
 	if e.Namespace != "" {
 		name += " " + e.Namespace
@@ -78,12 +111,12 @@ func (t *Telemetry) startRequest(ctx context.Context, e upsert.RequestEvent) con
 		attribute.Int("upsert.request.bytes", e.Bytes),
 		attribute.Int("upsert.attempt", e.Attempt))
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	return context.WithValue(ctx, requestKey{}, span)
+	return context.WithValue(ctx, requestKey{t}, span)
 }
 
-// endRequest ends the span startRequest started, with the outcome.
-func endRequest(e upsert.RequestEvent) {
-	span, ok := e.Context.Value(requestKey{}).(trace.Span)
+// endRequest ends the span t's startRequest started, with the outcome.
+func (t *Telemetry) endRequest(e upsert.RequestEvent) {
+	span, ok := e.Context.Value(requestKey{t}).(trace.Span)
 	if !ok {
 		return
 	}
@@ -95,8 +128,8 @@ func endRequest(e upsert.RequestEvent) {
 }
 
 // retryEvent adds the retry or split to the run's span.
-func retryEvent(e upsert.RetryEvent) {
-	rs := runOf(e.Context)
+func (t *Telemetry) retryEvent(e upsert.RetryEvent) {
+	rs := t.runOf(e.Context)
 	if rs == nil || rs.span == nil {
 		return
 	}
@@ -119,16 +152,16 @@ func retryEvent(e upsert.RetryEvent) {
 }
 
 // runDone ends the run's span with its figures, and stops observing its
-// limiter.
+// limiter, unless a Writer's run already ended with its context.
 func (t *Telemetry) runDone(e upsert.RunEvent) {
-	rs := runOf(e.Context)
+	rs := t.runOf(e.Context)
 	if rs == nil {
 		return
 	}
-	t.mu.Lock()
-	delete(t.runs, rs)
-	t.mu.Unlock()
-	if rs.span == nil {
+	if rs.stopWatch != nil {
+		rs.stopWatch()
+	}
+	if !t.endRun(rs) || rs.span == nil {
 		return
 	}
 	s := e.Stats

@@ -9,7 +9,9 @@
 // By default the spans go to the global TracerProvider and the metrics to
 // the global MeterProvider (otel.GetTracerProvider, otel.GetMeterProvider);
 // [WithTracerProvider] and [WithMeterProvider] choose others. One
-// Telemetry serves any number of runs, concurrent ones included.
+// Telemetry serves any number of runs, concurrent ones included, and
+// several may observe one run. Its observer receives failures: see
+// [Telemetry.Observer] for what that does to a Result.
 //
 // # Spans
 //
@@ -26,7 +28,12 @@
 // A [upsert.Writer] gets no run span: it may live for days, and one trace
 // would hold every request it ever sent. Its request spans descend from the
 // context given to [upsert.NewWriter] (the roots of their own traces when
-// it holds no span).
+// it holds no span). Its run, for the limiter gauges, lasts until
+// [upsert.Writer.Close], or until that context ends if it ends first: the
+// Writer then stops by itself, and is no longer observed whether or not
+// it is ever closed. With no run span, no span status tells how a Writer
+// ended; its failed records and requests are counted and traced as any
+// run's.
 //
 // # Attributes
 //
@@ -83,7 +90,8 @@
 //   - upsert.retries (counter, {retry}): failed batches sent again, by
 //     error.type and upsert.retry.kind: "backoff" when resent whole after a
 //     wait (the sum is [upsert.Stats].Retries, by class RetriesByClass),
-//     "split" when split in halves ([upsert.Stats].Splits).
+//     "split" when split in halves ([upsert.Stats].Splits); with
+//     db.namespace, the batch's namespace (left out when empty).
 //   - upsert.limiter.rate ({record}/s), upsert.limiter.concurrency
 //     ({request}) and upsert.limiter.batch_size ({record}) (gauges): the
 //     [upsert.LimiterState] of each running call's namespace, by
@@ -199,7 +207,14 @@ func New(opts ...Option) (*Telemetry, error) {
 }
 
 // Observer returns the observer that feeds t, for [upsert.WithObserver].
-// The same observer may be given to any number of runs.
+// The same observer may be given to any number of runs, and a run may be
+// given the observers of several Telemetry values (one per
+// TracerProvider, say): each starts and ends its own spans.
+//
+// The observer has a Failure function (for upsert.records.failed), so a
+// run of [upsert.Stream], [upsert.Records] or a [upsert.Writer] given it
+// keeps at most the first 1000 failures in [upsert.Result].Failed, as
+// those calls document; [upsert.Stats].Failed still counts all.
 func (t *Telemetry) Observer() upsert.Observer {
 	return upsert.Observer{
 		StartRun:     t.startRun,

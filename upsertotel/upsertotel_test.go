@@ -132,6 +132,20 @@ func retryThenSplit(r upserttest.Request) upserttest.Fault {
 	return upserttest.Fault{}
 }
 
+// acceptAll is an UpsertFunc that accepts every batch.
+func acceptAll(context.Context, string, []*pinecone.Vector) error { return nil }
+
+// limiterPoints is how many data points the limiter's concurrency gauge
+// holds now: one per running call observed.
+func limiterPoints(t *testing.T, tel *telemetry) int {
+	t.Helper()
+	g, ok := tel.metrics(t)["upsert.limiter.concurrency"].(metricdata.Gauge[int64])
+	if !ok {
+		return 0
+	}
+	return len(g.DataPoints)
+}
+
 func attrs(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {
 	m := make(map[attribute.Key]attribute.Value, len(kvs))
 	for _, kv := range kvs {
@@ -294,6 +308,57 @@ func TestLimiterGaugesFollowAWriterWhichHasNoRunSpan(t *testing.T) {
 	if g, ok := tel.metrics(t)["upsert.limiter.concurrency"].(metricdata.Gauge[int64]); ok {
 		assert.Empty(t, g.DataPoints, "a closed Writer is no longer observed")
 	}
+}
+
+// Two Telemetry values observing one run (one per TracerProvider, say, or
+// a library's own next to the service's) each end the spans they started,
+// once, and stop observing the run when it ends.
+func TestTwoTelemetriesOnOneRunEachEndTheirOwnSpans(t *testing.T) {
+	a, b := newTelemetry(t), newTelemetry(t)
+	res, err := upsert.All(context.Background(), records(4, 4), upsert.WithUpsertFunc(acceptAll),
+		upsert.WithBatchSize(2), upsert.WithConcurrency(1),
+		upsert.WithObserver(a.Observer()), upsert.WithObserver(b.Observer()))
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Stats.Requests)
+
+	for name, tel := range map[string]*telemetry{"first": a, "second": b} {
+		var runs, requests int
+		for _, sp := range tel.spans.GetSpans() { // only ended spans are exported
+			switch sp.Name {
+			case "upsert.All":
+				runs++
+			case "upsert":
+				requests++
+			}
+		}
+		assert.Equal(t, 1, runs, "%s Telemetry: its run span ended once", name)
+		assert.Equal(t, res.Stats.Requests, requests, "%s Telemetry: each of its request spans ended once", name)
+		assert.Zero(t, limiterPoints(t, tel), "%s Telemetry: a run that ended is no longer observed", name)
+	}
+}
+
+// A Writer whose context ends stops by itself, closed or not: the
+// Telemetry stops reporting its limiter, and lets go of its run, without
+// waiting for a Close that may never come.
+func TestAWriterStoppedByItsContextIsNoLongerObserved(t *testing.T) {
+	tel := newTelemetry(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := upsert.NewWriter(ctx, upsert.WithUpsertFunc(acceptAll), upsert.WithObserver(tel.Observer()))
+	require.NoError(t, err)
+	for _, v := range records(10, 4) {
+		require.NoError(t, w.Add(context.Background(), v))
+	}
+	require.NoError(t, w.Flush(context.Background()))
+	require.Equal(t, 1, limiterPoints(t, tel), "a running Writer is observed")
+
+	cancel()
+	require.Eventually(t, func() bool { return w.Add(context.Background(), records(1, 4)[0]) != nil },
+		time.Second, time.Millisecond, "the Writer stopped")
+	assert.Eventually(t, func() bool { return limiterPoints(t, tel) == 0 }, time.Second, 5*time.Millisecond,
+		"a Writer whose context ended, never closed, is no longer observed")
+
+	_, _ = w.Close(context.Background()) // a late Close ends nothing twice
+	assert.Zero(t, limiterPoints(t, tel), "a Writer closed after its context ended is no longer observed")
 }
 
 func TestIntegratedRecordsCarryTheHTTPStatus(t *testing.T) {

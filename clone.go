@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"encoding/json"
 	"maps"
 	"slices"
 
@@ -77,7 +78,9 @@ func cloneValue(v *structpb.Value) *structpb.Value {
 }
 
 // cloneRecord copies an integrated record, down through its maps and
-// lists, for the same reason.
+// lists, for the same reason; a value of any other type but a JSON scalar
+// (a json.RawMessage, a []byte, a pointer, a struct) is kept as the JSON
+// it encodes to now.
 func cloneRecord(r *pinecone.IntegratedRecord) *pinecone.IntegratedRecord {
 	if r == nil {
 		return nil
@@ -104,7 +107,14 @@ func cloneJSON(v any) any {
 		return slices.Clone(x)
 	case []float64:
 		return slices.Clone(x)
+	case nil, string, bool, float64, float32, int, int64, json.Number:
+		return v
 	default:
+		// It may share the caller's memory: freeze what it says now.
+		// One that cannot be encoded is left for checkRecord to name.
+		if b, err := json.Marshal(v); err == nil {
+			return json.RawMessage(b)
+		}
 		return v
 	}
 }

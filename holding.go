@@ -165,8 +165,9 @@ func (in *intake) flushAll(ctx context.Context) error {
 // batches that started d/2 ago or more, so that no record waits longer
 // than d however steadily records trickle in; and, when the run's context
 // ends, fails what waits and lets go of the Limiter, so that a Writer that
-// is never closed leaves nothing running. stop ends it and waits for it.
-func (in *intake) startFlusher(d time.Duration) (stop func()) {
+// is never closed leaves nothing running, then calls ended (when not nil).
+// stop ends it and waits for it.
+func (in *intake) startFlusher(d time.Duration, ended func()) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {
@@ -180,6 +181,9 @@ func (in *intake) startFlusher(d time.Duration) (stop func()) {
 				return
 			case <-in.r.runCtx.Done():
 				in.abandon(ctx)
+				if ended != nil && ctx.Err() == nil {
+					ended()
+				}
 				return
 			case <-t.C:
 			}

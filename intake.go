@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,10 +131,21 @@ func (in *intake) check(it *item, rt *route) error {
 // (tens of milliseconds for a million records), and the checks run as the
 // records are batched. An occurrence that a later one may replace is held
 // back until the last occurrence of its id is checked.
+//
+// A panic of the caller's namespace function, in the first pass, fails
+// every record with errCallerPanicked before it reaches the caller:
+// nothing was taken yet.
 func (in *intake) admitAll(records []*pinecone.Vector) {
 	r := in.r
 	r.stats.records.Store(int64(len(records)))
+	passed := false
+	defer func() {
+		if !passed {
+			in.abort(nil, func() { in.failUntaken(records, 0, nil) })
+		}
+	}()
 	routeOf, flags := in.firstPass(records)
+	passed = true
 	var held map[string]item // the latest valid occurrence of an id that comes again
 	var it item              // reused: in.check takes its address
 	for i, v := range records {
@@ -432,18 +444,32 @@ func (in *intake) replacePending(rt *route, it item) bool {
 	for i := range items {
 		if items[i].hash == it.hash && items[i].id == it.id {
 			old := items[i]
+			fits := rt.batcher.bytes-old.size+it.size <= rt.batcher.maxBytes
 			in.flightMu.Lock()
 			if pos, ok := in.exposed[old.seq]; ok { // the replaced record's exposure is this one's now
 				delete(in.exposed, old.seq)
 				in.exposed[it.seq] = pos
 			}
+			if !fits {
+				in.forgetInFlightLocked(old.hash)
+			}
 			in.flightMu.Unlock()
-			rt.batcher.bytes += it.size - old.size
-			in.hold.bytes += it.size - old.size
-			items[i] = it
 			in.r.stats.duplicates.Add(1)
 			in.positionsSettled([]item{old}, true)
 			in.ackSettled([]item{old}, nil, nil, ackReplaced, false)
+			if !fits {
+				// The earlier record leaves its batch, and this one is
+				// taken as any other: in this batch it would pass the
+				// request's size. (Alone, a record always fits.)
+				rt.batcher.cur.items = slices.Delete(items, i, i+1)
+				rt.batcher.bytes -= old.size
+				in.hold.records--
+				in.hold.bytes -= old.size
+				return false
+			}
+			rt.batcher.bytes += it.size - old.size
+			in.hold.bytes += it.size - old.size
+			items[i] = it
 			return true
 		}
 	}
@@ -479,6 +505,20 @@ func (in *intake) awaitSettled(ctx context.Context, rt *route, h uint64) error {
 	}
 }
 
+// forgetInFlightLocked counts a record of hash h as no longer in flight,
+// and wakes those waiting for one to settle; in.flightMu is held.
+func (in *intake) forgetInFlightLocked(h uint64) {
+	if n := in.inFlight[h] - 1; n > 0 {
+		in.inFlight[h] = n
+	} else {
+		delete(in.inFlight, h)
+	}
+	if in.flightDone != nil {
+		close(in.flightDone)
+		in.flightDone = nil
+	}
+}
+
 // settle is told by the run of records that landed or failed, and how.
 // Records that did not settle for good (settlesForGood) are not passed by
 // the checkpoint.
@@ -494,18 +534,10 @@ func (in *intake) settle(items []item, o outcome) {
 			now = in.r.cfg.clock.Now()
 		}
 		for _, it := range items {
-			if n := in.inFlight[it.hash] - 1; n > 0 {
-				in.inFlight[it.hash] = n
-			} else {
-				delete(in.inFlight, it.hash)
-			}
+			in.forgetInFlightLocked(it.hash)
 			if o.ambiguous {
 				in.ambiguous.add(now, it.hash, it.seq)
 			}
-		}
-		if in.flightDone != nil {
-			close(in.flightDone)
-			in.flightDone = nil
 		}
 		in.flightMu.Unlock()
 		in.r.reportStale(stale)

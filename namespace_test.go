@@ -11,6 +11,7 @@ import (
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/upsertlib/upsert/upserttest"
 )
 
 // "" and "__default__" are one namespace for Pinecone: one batch stream,
@@ -142,4 +143,25 @@ func TestTheDefaultNamespacesTwoNamesKeepIDOrderAfterARouteDrop(t *testing.T) {
 	}
 	assert.False(t, second, "the second write of x (as %q) was sent while the first (as \"\") was in flight", defaultNamespace)
 	assert.Fail(t, "Add of x under \"__default__\" did not wait for x under \"\" to settle")
+}
+
+// "" names the default namespace as well as "__default__", and
+// WithNamespaceOf may return either: records routed to "" through
+// WithIndex go to "__default__" (go-pinecone v5 once asked for
+// /records/namespaces//upsert, a path with an empty segment).
+func TestRecordsRoutedToTheEmptyNamespaceLandInTheDefaultNamespace(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	pc, err := NewClient(pinecone.NewClientParams{ApiKey: "test-key", RestClient: srv.Client()})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	require.NoError(t, err)
+	defer idx.Close()
+	recs := textRecords(3)
+	res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx),
+		WithNamespaceOf(func(*pinecone.IntegratedRecord) string { return "" }),
+		WithBackoff(time.Millisecond, 2*time.Millisecond))
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.Upserted)
+	assert.Len(t, srv.Records(defaultNamespace), 3)
 }

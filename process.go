@@ -46,17 +46,18 @@ func (r *run) process(worker int, rt *route, b batch) {
 			stack = append(stack, p) // cut to the lane's limit above
 			continue
 		}
-		r.maybeProgress()
 		if e == nil {
 			r.shape.learn(p.items)
 			r.stats.upserted.Add(int64(len(p.items)))
 			r.settle(p.items, outcome{landed: true, final: true, ambiguous: p.ambiguous})
+			r.maybeProgress() // after counting, so that the report has this request's records
 			continue
 		}
 		next, retried := r.afterFailure(worker, rt, p, e)
 		if retried {
 			retries++
 		}
+		r.maybeProgress()
 		stack = append(stack, next...)
 	}
 	r.stats.batchDone(retries)

@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -35,4 +36,27 @@ func TestProgressRateAfterASkippedReport(t *testing.T) {
 
 	r.maybeProgress()
 	assert.Len(t, got, 1, "no second report within the interval")
+}
+
+// A progress report made because a request completed counts that
+// request's records: a run of slow requests once showed each batch one
+// report late, starting with "0 done, rate 0, ETA unknown" after its first
+// batch landed.
+func TestProgressCountsTheRequestThatTriggeredIt(t *testing.T) {
+	clk := newFakeClock()
+	fi := newFakeIndex(func(int, []string) error {
+		clk.Advance(time.Second) // each request takes a second
+		return nil
+	})
+	var got []Progress
+	res, err := All(context.Background(), vectors(4, 2), WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand),
+		WithBatchSize(2), WithConcurrency(1),
+		WithProgress(time.Second, func(p Progress) { got = append(got, p) }))
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Upserted)
+	require.Len(t, fi.Calls(), 2)
+	require.NotEmpty(t, got)
+	require.False(t, got[0].Final, "a report after the first request, a second after the start")
+	assert.Equal(t, 2, got[0].Done, "the first batch had landed when its request's completion triggered the report")
+	assert.Positive(t, got[0].Rate)
 }

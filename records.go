@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // MaxRecordsBatchSize is the most integrated-embedding records Pinecone
@@ -43,7 +44,10 @@ func WithRecordsFunc(f RecordsFunc) Option {
 // [MaxRecordsBatchSize] per request, with the classes, retries, splitting,
 // pacing and reporting of [Stream], whose rules apply (each record is
 // copied, down through its maps and lists, as it is pulled). Each record needs
-// an "_id" or "id" field holding a string.
+// an "_id" or "id" field holding a string. Its other fields are its
+// metadata on Pinecone, and follow metadata's rules: strings, numbers,
+// booleans and lists of strings, no null, at most [MaxMetadataBytes] as
+// JSON; a record that breaks one fails alone before anything is sent.
 //
 // Any client works: the SDK (since v5.4.1) returns every answer but 201 as
 // a *pinecone.PineconeError with the HTTP status. A client made by
@@ -61,9 +65,11 @@ func checkRecord(r *pinecone.IntegratedRecord) (id string, size int, err error) 
 	if r == nil {
 		return "", 0, fmt.Errorf("record is nil")
 	}
-	raw, ok := (*r)["_id"]
+	idKey := "_id"
+	raw, ok := (*r)[idKey]
 	if !ok {
-		raw, ok = (*r)["id"]
+		idKey = "id"
+		raw, ok = (*r)[idKey]
 	}
 	if !ok {
 		return "", 0, fmt.Errorf(`has no "_id" or "id" field`)
@@ -85,7 +91,29 @@ func checkRecord(r *pinecone.IntegratedRecord) (id string, size int, err error) 
 			return id, 0, fmt.Errorf("field %s is not valid UTF-8; it would be sent altered", path)
 		}
 	}
+	if err := checkRecordFields(b, idKey); err != nil {
+		return id, 0, err
+	}
 	return id, len(b) + 1, nil
+}
+
+// checkRecordFields checks an integrated record's fields other than its
+// id, whose key is idKey, by the rules of metadata, since Pinecone stores
+// them as the record's metadata; encoded is the record as JSON.
+func checkRecordFields(encoded []byte, idKey string) error {
+	var fields map[string]any
+	if err := json.Unmarshal(encoded, &fields); err != nil {
+		return fmt.Errorf("cannot be encoded as JSON: %w", err)
+	}
+	delete(fields, idKey)
+	md, err := structpb.NewStruct(fields)
+	if err != nil { // cannot happen: decoded JSON has JSON's types only
+		return fmt.Errorf("fields cannot be read as metadata: %w", err)
+	}
+	if _, err := checkMetadata(md); err != nil {
+		return fmt.Errorf("its fields but the id are its metadata: %w", err)
+	}
+	return nil
 }
 
 // notUTF8 finds a key or string in v that is not valid UTF-8 and returns

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"slices"
 	"testing"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A Stream with a Failure observer keeps only the first failuresKept
@@ -101,4 +105,55 @@ func TestRunDoneCarriesTheErrorOfAPanickingAckFunction(t *testing.T) {
 	if !errors.As(done.Err, &pe) {
 		t.Errorf("RunDone Err = %v, but the call returned %v", done.Err, err)
 	}
+}
+
+// A call whose caller's code panics ends its run before the panic reaches
+// the caller, and RunDone, the observers' only word on it, says it failed:
+// All's namespace function panicking in its first pass once left RunDone
+// with 50 records given, none settled and Err nil (a run span ended OK).
+func TestRunDoneOfAnAllStoppedByAPanicSaysItFailed(t *testing.T) {
+	fi := newFakeIndex(nil)
+	var done []RunEvent
+	obs := Observer{RunDone: func(e RunEvent) { done = append(done, e) }}
+	func() {
+		defer func() { require.NotNil(t, recover(), "the namespace function's panic reaches the caller") }()
+		_, _ = All(context.Background(), vectors(50, 2), testOpts(fi, WithBatchSize(5), WithConcurrency(1), WithObserver(obs),
+			WithNamespaceOf(func(v *pinecone.Vector) string {
+				if v.Id == "v30" {
+					panic("namespace function bug")
+				}
+				return ""
+			}))...)
+	}()
+	require.Len(t, done, 1)
+	s := done[0].Stats
+	assert.Error(t, done[0].Err, "RunDone of a run cut short by a panic carries an error")
+	assert.Equal(t, s.Records, s.Upserted+s.Failed+s.Duplicates,
+		"every record the run was given is settled (upserted %d, failed %d of %d)", s.Upserted, s.Failed, s.Records)
+}
+
+// A Stream whose iterator panics after every record it gave landed: RunDone
+// carries the panic's stop, not a clean run.
+func TestRunDoneOfAStreamStoppedByAPanicSaysItStopped(t *testing.T) {
+	fi := newFakeIndex(nil)
+	var done []RunEvent
+	obs := Observer{RunDone: func(e RunEvent) { done = append(done, e) }}
+	vs := vectors(10, 2)
+	seq := func(yield func(*pinecone.Vector) bool) {
+		for _, v := range vs {
+			if !yield(v) {
+				return
+			}
+		}
+		panic("iterator bug")
+	}
+	func() {
+		defer func() { require.NotNil(t, recover(), "the iterator's panic reaches the caller") }()
+		_, _ = Stream(context.Background(), seq, testOpts(fi, WithObserver(obs))...)
+	}()
+	require.Len(t, done, 1)
+	require.ErrorIs(t, done[0].Err, ErrCanceled)
+	assert.ErrorContains(t, done[0].Err, "panicked")
+	s := done[0].Stats
+	assert.Equal(t, s.Records, s.Upserted+s.Failed+s.Duplicates)
 }

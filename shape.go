@@ -43,8 +43,14 @@ func (s *indexShape) accepts(dense int, sparse bool) error {
 	case s.vectorType == vectorTypeDense && dense == 0 && sparse:
 		return fmt.Errorf("has sparse values only; the index is dense and needs dense values")
 	}
-	if dim := int(s.dimension.Load()); dim != 0 && dense > 0 && dense != dim {
+	dim := int(s.dimension.Load())
+	switch {
+	case dim != 0 && dense > 0 && dense != dim:
 		return fmt.Errorf("has %d dense values; the index's dimension is %d", dense, dim)
+	case dim != 0 && dense == 0 && sparse:
+		// Only a dense index has a dimension, and it refuses a record
+		// without dense values.
+		return fmt.Errorf("has sparse values only; the index has dimension %d and needs dense values", dim)
 	}
 	return nil
 }

@@ -70,11 +70,11 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 		}
 		defer in.saveCheckpoint()
 	}
-	stop := in.startFlusher(cfg.maxDelay)
+	stop := in.startFlusher(cfg.maxDelay, nil) // the call's own end finishes the run
 	ended := false
 	defer func() {
 		if !ended {
-			in.abort(stop)
+			in.abort(stop, nil)
 		}
 	}()
 	for v := range seq {
@@ -112,12 +112,24 @@ var errCallerPanicked = &Error{Class: ClassCanceled, Err: errors.New("stopped: t
 // it stops the flusher (stop may be nil), halts the run and waits for
 // everything the run started, and lets go of the Limiter, so that the
 // panic reaches the caller with nothing left running.
-func (in *intake) abort(stop func()) {
+//
+// failRest, when not nil, fails what the call had not taken in once the
+// run is halted. The run's error, for RunDone, is errCallerPanicked when
+// no record failed.
+func (in *intake) abort(stop, failRest func()) {
 	if stop != nil {
 		stop()
 	}
 	in.r.halt(errCallerPanicked)
-	_, _ = in.close(nil)
+	if failRest != nil {
+		failRest()
+	}
+	_, _ = in.close(func(err error) error {
+		if err == nil {
+			return errCallerPanicked
+		}
+		return err
+	})
 }
 
 // DefaultMaxDelay is how long a partial batch of a [Writer] or [Stream]

@@ -6,6 +6,7 @@ import (
 	"iter"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -397,4 +398,44 @@ func TestRecords(t *testing.T) {
 		_, err = All(ctx, vectors(1, 2), WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }))
 		assert.ErrorIs(t, err, ErrBadOption)
 	})
+}
+
+// A stream replaces a record still waiting in its batch by a later one of
+// the same id (replacePending), and adds the size difference to the
+// batch's bytes without checking the cap: a batch filled close to 2 MB
+// goes over it when the later record is larger, and the request is over
+// Pinecone's (and gRPC's) limit.
+func TestAReplacedRecordNeverPushesItsBatchOverTheRequestSize(t *testing.T) {
+	const dim = 5000 // about 20 KB a record: 99 fill a request
+	mk := func(id string) *pinecone.Vector {
+		vals := make([]float32, dim)
+		for j := range vals {
+			vals[j] = float32(j+1) / 7
+		}
+		return &pinecone.Vector{Id: id, Values: &vals}
+	}
+	recs := []*pinecone.Vector{mk("dup")}
+	for i := range 98 {
+		recs = append(recs, mk(fmt.Sprint("r", i)))
+	}
+	// The same id again, 30 KB larger: it replaces the first, in place.
+	recs = append(recs, withMetadata(mk("dup"), map[string]any{"body": strings.Repeat("x", 30_000)}))
+	recs = append(recs, mk("after"))
+
+	var mu sync.Mutex
+	var sizes []int
+	send := func(_ context.Context, _ string, b []*pinecone.Vector) error {
+		n := encodedRequestSize(t, b, defaultNamespace) // what go-pinecone v5 sends for ""
+		mu.Lock()
+		defer mu.Unlock()
+		sizes = append(sizes, n)
+		return nil
+	}
+	res, err := Stream(context.Background(), slices.Values(recs),
+		WithUpsertFunc(send), WithBatchSize(MaxBatchSize), withClock(newFakeClock()), withRand(maxRand))
+	require.NoError(t, err)
+	assert.Equal(t, 100, res.Upserted)
+	for _, n := range sizes {
+		assert.LessOrEqual(t, n, MaxRequestBytes, "no request is over 2 MB; sent %v", sizes)
+	}
 }

@@ -133,6 +133,9 @@ func newConfig(opts []Option, k *kind, use entry) (*config, error) {
 		c.bad("WithCheckpoint: %s cannot use it; it applies to Stream and Records, whose input can be replayed in order", use.name)
 	}
 	c.checkAcks(use)
+	if c.batchSize > k.maxBatch {
+		c.bad("WithBatchSize(%d): integrated records go at most %d to a request", c.batchSize, k.maxBatch)
+	}
 	if c.nsOf != nil {
 		c.namespaceOf = c.nsOf(k)
 		if c.namespaceOf == nil {
@@ -187,6 +190,10 @@ func WithIndex(idx *pinecone.IndexConnection) Option {
 		conn := func(namespace string) *pinecone.IndexConnection {
 			if sameNamespace(namespace, idx.Namespace()) {
 				return idx
+			}
+			if namespace == "" {
+				// v5's REST path would have an empty segment.
+				namespace = defaultNamespace
 			}
 			// Shares the gRPC connection.
 			return idx.WithNamespace(namespace)
@@ -267,7 +274,8 @@ func WithDimension(d int) Option {
 }
 
 // WithBatchSize fixes how many records go in one request, 1 to
-// [MaxBatchSize]. Requests are also cut so that none exceeds
+// [MaxBatchSize] for vectors and to [MaxRecordsBatchSize] for [Records]
+// (more is an error, [ErrBadOption]). Requests are also cut so that none exceeds
 // [MaxRequestBytes]. By default the batch size is adaptive: it starts at
 // 100 and grows while larger requests succeed, and shrinks below a size
 // that timed out.
@@ -507,14 +515,6 @@ func All(ctx context.Context, records []*pinecone.Vector, opts ...Option) (Resul
 	}
 	r := newRun(ctx, cfg, vectorKind, len(records), "All")
 	in := newIntake(r, forAll)
-	ended := false
-	defer func() {
-		if !ended { // the caller's namespace function panicked
-			in.abort(nil)
-		}
-	}()
-	in.admitAll(records)
-	res, err := in.close(nil)
-	ended = true
-	return res, err
+	in.admitAll(records) // a panic of the caller's code unwinds from there, the run ended
+	return in.close(nil)
 }

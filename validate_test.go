@@ -14,6 +14,7 @@ import (
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/upsertlib/upsert/upserttest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -39,11 +40,11 @@ func TestValidationNamesTheRecordAndTheRule(t *testing.T) {
 		{"all-zero dense values are refused beside sparse ones", &pinecone.Vector{Id: "bad", Values: dense(0, 0, 0), SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{1}}}, "all zero"},
 		{"a NaN is refused", &pinecone.Vector{Id: "bad", Values: dense(1, float32(math.NaN()), 3)}, "position 1 is NaN or infinite"},
 		{"an infinity is refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2, float32(math.Inf(1)))}, "must be finite"},
-		{"sparse indices and values of different lengths are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 2}, Values: []float32{1}}}, "must be equal"},
-		{"duplicate sparse indices are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{4, 4}, Values: []float32{1, 2}}}, "appears more than once"},
-		{"unsorted duplicate sparse indices are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{9, 4, 9}, Values: []float32{1, 2, 3}}}, "appears more than once"},
-		{"more than 2048 sparse values are refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: seq(2049), Values: make([]float32, 2049)}}, "at most 2048"},
-		{"a NaN sparse value is refused", &pinecone.Vector{Id: "bad", SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{float32(math.NaN())}}}, "must be finite"},
+		{"sparse indices and values of different lengths are refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2, 3), SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 2}, Values: []float32{1}}}, "must be equal"},
+		{"duplicate sparse indices are refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2, 3), SparseValues: &pinecone.SparseValues{Indices: []uint32{4, 4}, Values: []float32{1, 2}}}, "appears more than once"},
+		{"unsorted duplicate sparse indices are refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2, 3), SparseValues: &pinecone.SparseValues{Indices: []uint32{9, 4, 9}, Values: []float32{1, 2, 3}}}, "appears more than once"},
+		{"more than 2048 sparse values are refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2, 3), SparseValues: &pinecone.SparseValues{Indices: seq(2049), Values: make([]float32, 2049)}}, "at most 2048"},
+		{"a NaN sparse value is refused", &pinecone.Vector{Id: "bad", Values: dense(1, 2, 3), SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{float32(math.NaN())}}}, "must be finite"},
 		{"nested metadata is refused", withMetadata(good(), map[string]any{"a": map[string]any{"b": 1}}), `"a" is an object`},
 		{"a list of numbers in metadata is refused", withMetadata(good(), map[string]any{"a": []any{1.0, 2.0}}), "lists of strings only"},
 		{"a null in metadata is refused", withMetadata(good(), map[string]any{"a": nil}), "is null"},
@@ -264,4 +265,48 @@ func TestAWrongFirstRecordDoesNotFailTheRightOnes(t *testing.T) {
 			assert.Equal(t, 2000, res.Upserted)
 		})
 	}
+}
+
+// An index with a dense dimension is a dense index: Pinecone refuses a
+// record with sparse values only ("Vector dimension 0 does not match the
+// dimension of the index N", and upserttest does the same). When the run
+// knows the dimension (WithDimension, or learned from an accepted record)
+// but not the type, validation let such a record through and the index
+// refused its whole batch; the record now fails alone, before sending.
+func TestASparseOnlyRecordIsRefusedBeforeSendingWhenTheIndexHasADimension(t *testing.T) {
+	sparseOnly := &pinecone.Vector{Id: "sparse", SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{0.5}}}
+	fi := newFakeIndex(nil)
+	recs := []*pinecone.Vector{
+		{Id: "ok-1", Values: &[]float32{1, 2, 3}},
+		sparseOnly,
+		{Id: "ok-2", Values: &[]float32{4, 5, 6}},
+	}
+	check := func(t *testing.T, res Result, err error) {
+		t.Helper()
+		require.ErrorIs(t, err, ErrInvalid)
+		require.Len(t, res.Failed, 1)
+		f := res.Failed[0]
+		assert.Equal(t, "sparse", f.ID)
+		assert.Equal(t, ClassInvalid, f.Class)
+		assert.Zero(t, f.Attempts, "refused before sending")
+		assert.Contains(t, f.Err.Error(), "record 1")
+		assert.Equal(t, 2, res.Upserted)
+	}
+	t.Run("WithDimension", func(t *testing.T) {
+		res, err := All(context.Background(), recs, testOpts(fi, WithDimension(3))...)
+		check(t, res, err)
+	})
+	t.Run("an upserttest index that holds dense vectors, through the SDK", func(t *testing.T) {
+		srv := upserttest.NewServer()
+		defer srv.Close()
+		pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
+		require.NoError(t, err)
+		idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"})
+		require.NoError(t, err)
+		defer idx.Close()
+		_, err = idx.UpsertVectors(context.Background(), []*pinecone.Vector{{Id: "seed", Values: &[]float32{1, 1, 1}}})
+		require.NoError(t, err)
+		res, err := All(context.Background(), recs, WithIndex(idx), withClock(newFakeClock()), withRand(maxRand))
+		check(t, res, err)
+	})
 }

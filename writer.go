@@ -29,7 +29,8 @@ var ErrClosed = errors.New("upsert: writer closed")
 // A Writer is safe for concurrent use, and every method returns when its
 // context ends, also while another call waits for room. When the Writer's
 // own context ends, it fails what it holds and stops by itself: nothing is
-// left running even if Close is never called.
+// left running even if Close is never called, and the observers' RunDone
+// comes then, once.
 type Writer struct {
 	in          *intake
 	stopFlusher func()
@@ -58,7 +59,26 @@ func NewWriter(ctx context.Context, opts ...Option) (*Writer, error) {
 	if observersHaveFailure(cfg.observers) {
 		r.results.keepFailed = failuresKept
 	}
-	return &Writer{in: in, stopFlusher: in.startFlusher(cfg.maxDelay), closing: make(chan struct{}, 1)}, nil
+	w := &Writer{in: in, closing: make(chan struct{}, 1)}
+	w.stopFlusher = in.startFlusher(cfg.maxDelay, w.finishStopped)
+	return w, nil
+}
+
+// finishStopped ends the run of a Writer that stopped by itself (its
+// context ended, or the index denied the caller) as Close would, so that
+// observers get RunDone even if Close is never called; a Close under way
+// ends it instead, and a later one returns the same result.
+func (w *Writer) finishStopped() {
+	select {
+	case w.closing <- struct{}{}:
+	default:
+		return
+	}
+	defer func() { <-w.closing }()
+	if !w.done {
+		w.res, w.err = w.in.close(nil)
+		w.done = true
+	}
 }
 
 // Add takes a copy of v in (its values, sparse values and metadata): the
@@ -139,11 +159,11 @@ func (w *Writer) Close(ctx context.Context) (Result, error) {
 		return Result{}, ctx.Err()
 	}
 	defer func() { <-w.closing }()
+	in := w.in
+	in.closed.Store(true)
 	if w.done {
 		return w.res, w.err
 	}
-	in := w.in
-	in.closed.Store(true)
 	if err := in.lock(ctx); err != nil {
 		return Result{}, err
 	}

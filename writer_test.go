@@ -507,3 +507,34 @@ func TestWriterNeverClosedFailsTheRecordBehindAStalledBatch(t *testing.T) {
 	require.True(t, lastFailed, "record %d, taken by Add (nil error), is never failed nor reported: %d of %d records reported", last, last, taken)
 	require.Eventually(t, func() bool { return len(log.all()) == taken }, time.Second, time.Millisecond, "every record taken is acked")
 }
+
+// A Writer whose context ends stops by itself: its observers get RunDone
+// once, with the records it held failed, even if Close is never called;
+// a later Close returns the same result and sends no second RunDone.
+func TestAWriterStoppedByItsContextEndsItsRunOnce(t *testing.T) {
+	fi := newFakeIndex(nil)
+	var mu sync.Mutex
+	var done []RunEvent
+	obs := Observer{RunDone: func(e RunEvent) { mu.Lock(); defer mu.Unlock(); done = append(done, e) }}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := NewWriter(ctx, testOpts(fi, WithObserver(obs), WithMaxDelay(time.Hour))...)
+	require.NoError(t, err)
+	for _, v := range vectors(5, 2) {
+		require.NoError(t, w.Add(context.Background(), v))
+	}
+	cancel()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(done) == 1 }, 5*time.Second, time.Millisecond)
+	mu.Lock()
+	e := done[0]
+	mu.Unlock()
+	assert.ErrorIs(t, e.Err, ErrCanceled)
+	assert.Equal(t, 5, e.Stats.Failed, "the records it held failed")
+
+	res, err := w.Close(context.Background())
+	require.ErrorIs(t, err, ErrCanceled)
+	assert.Len(t, res.Failed, 5)
+	assert.ErrorIs(t, w.Add(context.Background(), vectors(1, 2)[0]), ErrClosed)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Len(t, done, 1, "RunDone once")
+}

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // This file holds the REST records endpoint of the HTTPS side of a Server:
@@ -206,8 +207,27 @@ func validateRecords(records []record) error {
 		if err := validID("Record", id); err != nil {
 			return err
 		}
+		if err := validateRecordFields(rec); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// validateRecordFields checks a record's fields but its id as metadata,
+// which Pinecone stores them as.
+func validateRecordFields(rec record) error {
+	fields := make(map[string]any, len(rec.fields))
+	for k, v := range rec.fields {
+		if k != rec.idKey {
+			fields[k] = v
+		}
+	}
+	md, err := structpb.NewStruct(fields)
+	if err != nil { // cannot happen: the fields were decoded from JSON
+		return invalid("Record fields cannot be read as metadata")
+	}
+	return validateMetadata(md)
 }
 
 // applyRecords stores records into namespace: under its id, each record's

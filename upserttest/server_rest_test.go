@@ -2,6 +2,7 @@ package upserttest_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
@@ -633,4 +634,29 @@ func TestCertificateAndClient(t *testing.T) {
 		status, _, _ := post(t, srv, "/records/namespaces/ns/upsert", "k", `{"_id":"a"}`)
 		assert.Equal(t, http.StatusCreated, status)
 	})
+}
+
+// A record's fields but its id are its metadata, and follow metadata's
+// rules, as for vectors: Pinecone refuses a records request holding one
+// over 40 KB, or a null, and stores none of its records.
+func TestUpserttestRefusesARecordWhoseFieldsBreakTheMetadataRules(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key", RestClient: srv.Client()})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"})
+	require.NoError(t, err)
+	defer idx.Close()
+	for _, rec := range []*pinecone.IntegratedRecord{
+		{"_id": "big", "chunk_text": "x", "body": strings.Repeat("y", 41_000)},
+		{"_id": "null", "chunk_text": "x", "author": nil},
+	} {
+		ok := &pinecone.IntegratedRecord{"_id": "ok", "chunk_text": "y"}
+		err = idx.UpsertRecords(context.Background(), []*pinecone.IntegratedRecord{ok, rec})
+		require.Error(t, err, "record %s", (*rec)["_id"])
+		var pe *pinecone.PineconeError
+		require.ErrorAs(t, err, &pe)
+		assert.Equal(t, 400, pe.Code)
+		assert.Empty(t, srv.Records("ns"))
+	}
 }

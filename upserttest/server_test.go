@@ -220,17 +220,17 @@ func TestValidationRejectsTheWholeRequest(t *testing.T) {
 			v := dense(secret, 1, 2)
 			v.Metadata = meta(t, map[string]any{"nested": map[string]any{"a": "b"}})
 			return []*pinecone.Vector{v}
-		}, `field "nested" must be a string, number, boolean or list of strings`},
+		}, "got 'object' for field 'nested'"},
 		{"a metadata list of numbers is rejected", func(t *testing.T) []*pinecone.Vector {
 			v := dense(secret, 1, 2)
 			v.Metadata = meta(t, map[string]any{"nums": []any{1.0, 2.0}})
 			return []*pinecone.Vector{v}
-		}, `field "nums"`},
+		}, "got 'list' for field 'nums'"},
 		{"a null metadata value is rejected", func(t *testing.T) []*pinecone.Vector {
 			v := dense(secret, 1, 2)
 			v.Metadata = meta(t, map[string]any{"nothing": nil})
 			return []*pinecone.Vector{v}
-		}, `field "nothing"`},
+		}, "Metadata value must be a string, number, boolean or list of strings, got 'null' for field 'nothing'"},
 		{"a dense vector over 20000 dimensions is rejected", func(t *testing.T) []*pinecone.Vector {
 			return []*pinecone.Vector{denseN(secret, 20001)}
 		}, "exceeds the maximum dimension of 20000"},

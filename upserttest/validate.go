@@ -143,7 +143,8 @@ func validateMetadata(md *structpb.Struct) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if !validMetadataValue(md.Fields[k]) {
-			return invalid("Metadata value for field %q must be a string, number, boolean or list of strings", k)
+			// Pinecone's words; "got 'null'" is the form seen answered.
+			return invalid("Metadata value must be a string, number, boolean or list of strings, got '%s' for field '%s'", metadataKindName(md.Fields[k]), k)
 		}
 	}
 	if n := metadataSize(md); n > MaxMetadataBytes {
@@ -167,6 +168,21 @@ func validMetadataValue(v *structpb.Value) bool {
 		return true
 	default: // null, nested struct, unset
 		return false
+	}
+}
+
+// metadataKindName names the kind of a metadata value that Pinecone
+// refuses.
+func metadataKindName(v *structpb.Value) string {
+	switch v.GetKind().(type) {
+	case *structpb.Value_NullValue, nil:
+		return "null"
+	case *structpb.Value_StructValue:
+		return "object"
+	case *structpb.Value_ListValue:
+		return "list"
+	default:
+		return "number"
 	}
 }
 

@@ -114,7 +114,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.format, "format", "", "the input's `FORMAT`: ndjson, or parquet (Pinecone's import layout: columns id, values,\nsparse_values, metadata as a JSON string) (default: parquet for a .parquet file, else ndjson)")
 	fs.BoolVar(&o.json, "json", false, "write the final report on stdout as one JSON object (the same figures), for scripts")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check the input, say what would be sent (records, batches, namespaces,\nbad lines and invalid records), and send nothing: no index is opened")
-	fs.Float64Var(&o.maxFailure, "max-failure-seconds", 0, "give up when records wait and none has landed for `N` seconds: what was not sent\ngoes to the dead-letter file, read or not, and the exit status is 1 (default 0: never)")
+	fs.Float64Var(&o.maxFailure, "max-failure-seconds", 0, "give up when records wait and requests have failed, none landing, for `N` seconds:\nwhat was not sent goes to the dead-letter file, read or not, and the exit status is 1\n(default 0: never)")
 	return fs
 }
 

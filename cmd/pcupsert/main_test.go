@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -454,4 +455,25 @@ func TestTheWatchdogDoesNotWaitOnTheCheckpointsRecords(t *testing.T) {
 	for range in.records(context.Background()) {
 	}
 	assert.Equal(t, 2, w.waiting, "the two records after the checkpoint's three")
+}
+
+// A record replaced by a later one of its id settles with no event, so the
+// watchdog cannot count it as settled: it gives up only once requests
+// fail, measured from the first failure since the last landing, never on a
+// slow input whose records all landed.
+func TestTheWatchdogGivesUpOnlyOnFailures(t *testing.T) {
+	w := &watchdog{limit: time.Second}
+	obs := w.observer()
+	w.read()
+	w.read() // the same id again: replaced, with no event
+	obs.RequestDone(upsert.RequestEvent{Records: 1})
+	assert.False(t, w.idle(time.Now().Add(time.Hour)), "the input is slow, nothing fails: not stuck")
+
+	w.read()
+	obs.RequestDone(upsert.RequestEvent{Records: 1, Err: &upsert.Error{Class: upsert.ClassServer, Err: errors.New("unavailable")}})
+	assert.False(t, w.idle(time.Now().Add(time.Second/2)), "failing for half the limit")
+	assert.True(t, w.idle(time.Now().Add(2*time.Second)), "failing, nothing landing, for the limit")
+
+	obs.RequestDone(upsert.RequestEvent{Records: 1})
+	assert.False(t, w.idle(time.Now().Add(time.Hour)), "a landing ends the failures")
 }

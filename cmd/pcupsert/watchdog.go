@@ -16,16 +16,20 @@ func (e errGaveUp) Error() string {
 	return fmt.Sprintf("gave up: no record landed for %v (--max-failure-seconds)", e.limit)
 }
 
-// watchdog gives a run up when records wait and none has landed for limit:
-// an index that accepts nothing is not waited on forever, whatever the
-// retries and the circuit breaker would still try. A run whose records
-// all settled is not waiting, so a slow input never trips it.
+// watchdog gives a run up when records wait and, since a request first
+// failed after the last landing, none has landed for limit: an index that accepts
+// nothing is not waited on forever, whatever the retries and the circuit
+// breaker would still try. A run whose records all settled is not waiting,
+// and one whose requests do not fail is not stuck, so a slow input never
+// trips it. (A record replaced by a later one of its id settles with no
+// event, so waiting alone cannot tell.)
 type watchdog struct {
 	limit time.Duration
 
 	mu      sync.Mutex
-	waiting int       // records read and not settled
-	since   time.Time // the last landing, or when records began to wait
+	waiting int       // records read and not settled, as far as events tell
+	failed  bool      // a request failed since the last landing
+	since   time.Time // the first failure since the last landing
 }
 
 // watch returns a context that ends with ctx, or with errGaveUp when w
@@ -59,20 +63,18 @@ func (w *watchdog) watch(ctx context.Context) (_ context.Context, stop func()) {
 	}
 }
 
-// idle reports whether records have waited for limit without any landing.
+// idle reports whether records wait and requests have failed for limit
+// without any landing.
 func (w *watchdog) idle(now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.waiting > 0 && now.Sub(w.since) >= w.limit
+	return w.waiting > 0 && w.failed && now.Sub(w.since) >= w.limit
 }
 
 // read counts a record read.
 func (w *watchdog) read() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.waiting == 0 {
-		w.since = time.Now()
-	}
 	w.waiting++
 }
 
@@ -80,13 +82,16 @@ func (w *watchdog) read() {
 func (w *watchdog) observer() upsert.Observer {
 	return upsert.Observer{
 		RequestDone: func(e upsert.RequestEvent) {
-			if e.Err != nil {
-				return
-			}
 			w.mu.Lock()
 			defer w.mu.Unlock()
+			if e.Err != nil {
+				if !w.failed {
+					w.failed, w.since = true, time.Now()
+				}
+				return
+			}
 			w.waiting -= e.Records
-			w.since = time.Now()
+			w.failed = false
 		},
 		Failure: func(upsert.Failure) {
 			w.mu.Lock()

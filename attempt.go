@@ -38,7 +38,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 		if r.mayHaveLanded(err, e) {
 			p.ambiguous = true
 		}
-		if e.Class == ClassServer || e.Class == ClassTimeout {
+		if (e.Class == ClassServer || e.Class == ClassTimeout) && !isPanic(e) {
 			rt.lastFailure.Store(e)
 		}
 		if e.Class == ClassDenied || e.Class == ClassQuotaExceeded {
@@ -48,8 +48,12 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 		}
 	}
 	r.pool.lastLanded.Store(e == nil)
-	p.free = p.failures.free(rt.lane.release(perm, e), r.cfg.retry.maxRetries[ClassRateLimited])
-	r.minute.done(pass, e)
+	answer := e
+	if e != nil && isPanic(e) {
+		answer = errCallerCode // the index's answer, if any, never reached us
+	}
+	p.free = p.failures.free(rt.lane.release(perm, answer), r.cfg.retry.maxRetries[ClassRateLimited])
+	r.minute.done(pass, answer)
 	r.stats.request(n, latency, e)
 	ev.Latency, ev.Err = latency, e
 	r.cfg.observers.requestDone(ev)
@@ -87,12 +91,15 @@ func (r *run) admit(rt *route, p *part) (permit, *minutePass, int, *Error) {
 		}
 		return permit{}, nil, 0, r.classified(err)
 	}
-	if r.runCtx.Err() != nil {
+	if r.paceSend(len(p.items)) != nil || r.runCtx.Err() != nil {
 		// Admitted as the run stopped (a slot freed by the answer that
 		// stopped it): not sent.
 		r.minute.withdraw(pass)
 		rt.lane.release(perm, &Error{Class: ClassCanceled})
 		return permit{}, nil, 0, r.stopError()
+	}
+	if r.pacer != nil {
+		perm.start = r.cfg.clock.Now() // sent now: its wait is no latency
 	}
 	return perm, pass, bytes, nil
 }
@@ -126,6 +133,7 @@ func (r *run) classified(err error) *Error {
 	var e *Error
 	if perr := recovered(func() error { e = describe(err, r.cfg.classify); return nil }); perr != nil {
 		e = perr.(*Error)
+		e.Err.(*PanicError).fn = "classifier"
 	}
 	if e.Class == ClassCanceled {
 		// The caller's context is alive, so the transport canceled the

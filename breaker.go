@@ -105,8 +105,14 @@ func (b *breaker) success(sent time.Time) (closed bool) {
 
 // failure counts a server failure or a timeout of a request sent at sent;
 // probe tells whether it was the probe. It reports whether the next probe
-// is scheduled (waiters should look again).
+// is scheduled (waiters should look again). A failure of a request sent
+// before one the index answered says nothing of the index since (requests
+// hung in a blip that time out later): it is not counted, as success
+// ignores answers older than the failures.
 func (b *breaker) failure(now, sent time.Time, probe, timeout bool) (rescheduled bool) {
+	if !probe && sent.Before(b.lastAnswered) {
+		return false
+	}
 	if b.failures == 0 || sent.Before(b.firstSent) {
 		b.firstSent = sent
 	}

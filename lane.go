@@ -395,9 +395,11 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 			return permit{}, err
 		}
 		ln.mu.Lock()
-		if ln.cuts != cuts {
+		if ln.cuts != cuts || ln.clock.Now().Before(ln.pausedUntil) {
+			// Tokens granted at a rate since cut, or a Retry-After
+			// answered while it waited for the slot.
 			ln.mu.Unlock()
-			ln.giveSlot(q.slots) // tokens granted at a rate since cut
+			ln.giveSlot(q.slots)
 			continue
 		}
 		p := ln.issue(q, probe, waited)

@@ -1005,3 +1005,52 @@ func TestLimiterKeepsVectorsAndRecordsInTheirOwnLanes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, lim.lanes, 2)
 }
+
+// Failures are counted in the order their requests were sent: a request
+// sent after the ones that fail late succeeded, so the index answers. Five
+// stragglers sent before that success (requests hung in a blip that time
+// out afterwards) are no outage and must not open the breaker.
+func TestBreakerIgnoresFailuresOfRequestsSentBeforeTheLastSuccess(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var b breaker
+	b.success(t0.Add(10 * time.Second)) // sent after the stragglers, answered
+	now := t0.Add(30 * time.Second)
+	for i := range breakerThreshold {
+		b.failure(now, t0.Add(time.Duration(i)*time.Second), false, true)
+	}
+	assert.False(t, b.open, "the index answered a request sent after every one of these")
+	ok, _, _ := b.admit(now)
+	assert.True(t, ok)
+}
+
+// A request that passed the rate wait and waits for a slot must not go out
+// in the slot freed by a 429 whose Retry-After asks the lane to pause:
+// it is sent after the index asked for the wait, and must wait it out.
+func TestLaneHonoursRetryAfterForTheRequestWaitingForASlot(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	ln.conc.set(1, 0)
+	first, err := ln.acquire(ctx, req(1))
+	require.NoError(t, err)
+	type admitted struct {
+		p   permit
+		err error
+	}
+	next := make(chan admitted, 1)
+	go func() {
+		p, err := ln.acquire(ctx, req(1))
+		next <- admitted{p, err}
+	}()
+	require.Eventually(t, func() bool {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.signals.slots.ch != nil
+	}, time.Second, time.Millisecond, "the second request waits for the slot")
+	refusedAt := clk.Now()
+	ln.release(first, &Error{Class: ClassRateLimited, RetryAfter: 10 * time.Second})
+	a := <-next
+	require.NoError(t, a.err)
+	assert.GreaterOrEqual(t, a.p.start.Sub(refusedAt), 10*time.Second, "sent before the index's Retry-After ended")
+	ln.release(a.p, nil)
+}

@@ -15,7 +15,8 @@ import (
 // what the index answered; docs/limiter.md has the rules and the evidence):
 //
 //   - the send rate, in records, requests and bytes per second: no cap on
-//     records until the index first answers 429, requests and bytes
+//     records until the index's 429s start an episode (more of them than
+//     its usual share of refusals explains: a lone 429 does not), requests and bytes
 //     starting a tenth above the index's known limits ([WithIndexLimits];
 //     [ServerlessLimits] by default with [WithIndex]). A 429 cuts the rate
 //     its message names (Pinecone names requests or upsert size) once per
@@ -76,7 +77,8 @@ func NewLimiter() *Limiter { return new(Limiter) }
 type LimiterState struct {
 	// Rate is the send rate cap in records per second: the record rate,
 	// or what the byte rate allows in records when a 429 has set it
-	// lower; +Inf until the index first answers 429.
+	// lower; +Inf until the index's 429s start an episode (see
+	// [Limiter]: a lone 429 does not).
 	Rate float64
 	// Concurrency is how many requests may be in flight.
 	Concurrency int

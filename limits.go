@@ -31,7 +31,7 @@ var ServerlessLimits = IndexLimits{RequestsPerSecond: 100, BytesPerSecond: 50e6}
 // what its lanes learned). The default is [ServerlessLimits] with
 // [WithIndex], and no known limits with [WithUpsertFunc] or
 // [WithRecordsFunc]; IndexLimits{} (the zero value) means none are known,
-// as for a pod-based index. A negative or NaN field is an error
+// as for a pod-based index. A negative, NaN or infinite field is an error
 // ([ErrBadOption]).
 func WithIndexLimits(l IndexLimits) Option {
 	return func(c *config) {

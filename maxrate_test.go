@@ -2,11 +2,13 @@ package upsert
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -91,5 +93,56 @@ func TestAllKeepsUnderItsMaxRate(t *testing.T) {
 			}
 			assert.Equal(t, records, sent)
 		})
+	}
+}
+
+// WithMaxRate accepts any finite rate above 0; a request's share of time
+// at a tiny rate must not overflow into a negative duration that lets
+// every later request go at once.
+func TestPacerKeepsTheCapAtATinyRate(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, rate := range []float64{1e-8, 1e-12, 5e-324} {
+		var c config
+		WithMaxRate(rate)(&c)
+		require.Empty(t, c.errs, "a finite rate above 0 is accepted")
+		p := newPacer(c.maxRate)
+		assert.Zero(t, p.reserveAt(now, 1000), "the first request goes at once")
+		assert.Positive(t, p.reserveAt(now, 1000), "rate %v: the second waits", rate)
+	}
+}
+
+// WithMaxRate: "over any span the call sends at most the cap's records
+// plus one request's". Requests that passed the pacer while the lane held
+// them back (here the index's Retry-After; a breaker outage or a slow
+// request in every slot does the same) must not then go out together.
+func TestMaxRateHoldsAfterTheLanePausedForRetryAfter(t *testing.T) {
+	const rate, batch, records = 10, 10, 60
+	clk := newEventClock()
+	var mu sync.Mutex
+	var at []time.Time
+	var n []int
+	send := func(_ context.Context, _ string, b []*pinecone.Vector) error {
+		mu.Lock()
+		defer mu.Unlock()
+		at, n = append(at, clk.Now()), append(n, len(b))
+		if len(at) == 1 {
+			return &Error{Class: ClassRateLimited, RetryAfter: 10 * time.Second, Err: errors.New("429")}
+		}
+		return nil
+	}
+	res, err := All(context.Background(), vectors(records, 2), WithUpsertFunc(send), WithBatchSize(batch), WithConcurrency(4),
+		WithMaxRate(rate), withClock(clk), withRand(maxRand))
+	require.NoError(t, err)
+	require.Equal(t, records, res.Upserted)
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range at {
+		sent := 0
+		for j := i; j < len(at); j++ {
+			sent += n[j]
+			span := at[j].Sub(at[i])
+			require.LessOrEqual(t, float64(sent), rate*span.Seconds()+batch,
+				"requests %d..%d: %d records in %v (sent at %v)", i, j, sent, span, at)
+		}
 	}
 }

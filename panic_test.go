@@ -57,5 +57,41 @@ func TestAPanickingSendFunctionFailsItsBatch(t *testing.T) {
 		require.Len(t, res.Failed, 3)
 		var pe *PanicError
 		require.ErrorAs(t, res.Failed[0].Err, &pe)
+		assert.Contains(t, pe.Error(), "the classifier panicked", "names the function that panicked")
 	})
+}
+
+// A send function that panics is a bug in the caller's code (PanicError):
+// it says nothing about the index. Five panicking batches in a row must not
+// open the circuit breaker, which then fails the next batch unsent as "the
+// index has answered nothing but server errors". Batches go one at a time
+// (Flush after each), so that the order is fixed.
+func TestPanicsOfTheSendFunctionDoNotOpenTheBreaker(t *testing.T) {
+	ctx := context.Background()
+	fi := newFakeIndex(nil)
+	calls := 0
+	send := func(ctx context.Context, ns string, batch []*pinecone.Vector) error {
+		calls++ // one batch at a time
+		if calls <= breakerThreshold {
+			panic("caller's bug on the first batches")
+		}
+		return fi.Upsert(ctx, ns, batch)
+	}
+	w, err := NewWriter(ctx, WithUpsertFunc(send), WithBatchSize(10), WithConcurrency(1),
+		withClock(newFakeClock()), withRand(maxRand))
+	require.NoError(t, err)
+	vs := vectors(100, 2)
+	for i := 0; i < len(vs); i += 10 {
+		for _, v := range vs[i : i+10] {
+			require.NoError(t, w.Add(ctx, v))
+		}
+		require.NoError(t, w.Flush(ctx))
+	}
+	res, err := w.Close(ctx)
+	require.Error(t, err)
+	assert.Equal(t, 50, res.Upserted, "the batches after the panicking ones land")
+	for _, f := range res.Failed {
+		var pe *PanicError
+		require.ErrorAs(t, f.Err, &pe, "record %s failed with %v, not its own panic", f.ID, f.Err)
+	}
 }

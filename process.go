@@ -164,6 +164,10 @@ func (r *run) sleepBackoff(wait, retryAfter time.Duration, wake <-chan struct{})
 }
 
 // isPanic reports whether e is a recovered panic (see [PanicError]).
+// errCallerCode is what the controllers are told of a request whose send
+// function panicked: nothing of the index, as for a canceled request.
+var errCallerCode = &Error{Class: ClassCanceled, Err: errors.New("the send function panicked")}
+
 func isPanic(e *Error) bool {
 	_, ok := e.Err.(*PanicError)
 	return ok

@@ -16,6 +16,11 @@ import (
 // the index holds, once the index is quiet. Only [Stream], [Records] and
 // [Writer] send several records of one id; [All] sends the last one only.
 //
+// A run remembers a request without an answer for 10 to 20 minutes: a
+// request the index has not applied that long after its client gave up is
+// taken as dropped (gRPC servers drop requests past their deadline), so a
+// later record of its id, in a long-lived Writer, lands as a plain success.
+//
 // Only the run's own requests count: one that an earlier run or another
 // process left without an answer (a consumer that crashed, restarted and
 // reads its records again) can also be applied after this run's record of
@@ -51,7 +56,10 @@ type ambiguousIDs struct {
 }
 
 func (a *ambiguousIDs) rotate(now time.Time) {
-	if a.cur != nil && now.Sub(a.since) >= staleWindow {
+	switch age := now.Sub(a.since); {
+	case a.cur != nil && age >= 2*staleWindow:
+		a.prev, a.cur = nil, nil // both generations are past their window
+	case a.cur != nil && age >= staleWindow:
 		a.prev, a.cur = a.cur, nil
 	}
 	if a.cur == nil {

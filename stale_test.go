@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
@@ -107,4 +108,55 @@ func TestAmbiguousIDsAreForgottenAfterTheWindow(t *testing.T) {
 	clock.Advance(staleWindow)
 	_, ok = a.lookup(clock.Now(), 7)
 	assert.False(t, ok, "forgotten after twice the window at most")
+}
+
+// ambiguousIDs remembers an id for between one and two windows, whatever
+// happens in between: an id that went quiet is forgotten after two
+// windows, not kept until the next add or lookup rotates it.
+func TestAmbiguousIDsAreForgottenAfterTwoWindowsWithoutActivity(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		name   string
+		later  time.Duration
+		other  bool // another id is added at later before the lookup
+		wantOK bool
+	}{
+		{"within the window", staleWindow / 2, false, true},
+		{"between one and two windows", staleWindow * 3 / 2, false, true},
+		{"after two windows, lookup alone", 2*staleWindow + time.Second, false, false},
+		{"an hour later, lookup alone", time.Hour, false, false},
+		{"an hour later, after another id was added", time.Hour, true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var a ambiguousIDs
+			a.add(t0, 7, 3)
+			if tt.other {
+				a.add(t0.Add(tt.later), 8, 5)
+			}
+			_, ok := a.lookup(t0.Add(tt.later), 7)
+			assert.Equal(t, tt.wantOK, ok)
+		})
+	}
+}
+
+// A Writer that went quiet for an hour after an ambiguous timeout does not
+// report the next record of that id as possibly stale: the request that
+// timed out is taken as dropped after staleWindow.
+func TestWriterDoesNotReportStaleAnHourAfterTheAmbiguousRequest(t *testing.T) {
+	clk := newFakeClock()
+	idx := &lateIndex{stored: map[string]float32{}, id: "x"}
+	w, err := NewWriter(context.Background(), WithUpsertFunc(idx.Upsert), WithBatchSize(1), WithConcurrency(1),
+		withClock(clk), withRand(maxRand))
+	require.NoError(t, err)
+	mk := func(id string, val float32) *pinecone.Vector {
+		return &pinecone.Vector{Id: id, Values: &[]float32{val, 1}}
+	}
+	require.NoError(t, w.Add(context.Background(), mk("x", 1)))
+	require.NoError(t, w.Flush(context.Background()))
+	clk.Advance(time.Hour)
+	require.NoError(t, w.Add(context.Background(), mk("x", 2)))
+	res, err := w.Close(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.Upserted)
+	assert.Empty(t, res.MayBeStale, "the timed-out request is an hour old: taken as dropped")
 }

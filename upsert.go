@@ -290,8 +290,10 @@ func WithBatchSize(n int) Option {
 }
 
 // WithConcurrency fixes how many requests may be in flight at once, from 1
-// to 256. By default concurrency is adaptive: it starts at 4, grows while
-// requests succeed and drops by one on a 429.
+// to 256. By default concurrency is adaptive (see [Limiter]): it starts at
+// 4 and grows while more requests in flight carry more records a second,
+// up to 64; a timeout takes a quarter off. 429s set the rate, not the
+// concurrency.
 func WithConcurrency(n int) Option {
 	return func(c *config) {
 		if n < 1 || n > 256 {
@@ -421,10 +423,13 @@ func WithLimiter(l *Limiter) Option {
 	}
 }
 
-// WithLogger logs one line per retry, split and final failure, and a
-// summary at the end, each with the namespace, batch size, worker, attempt,
-// class, code and message. Vector values, metadata and the API key are
-// never logged. By default nothing is logged.
+// WithLogger logs one line per failed request (its retry, split or final
+// failure of its batch), and a summary at the end, each with the
+// namespace, batch size, worker, attempt, class, code and message. A
+// record refused before it is sent, or failed unsent because the run
+// stopped, is counted in the summary, not logged one by one: the Failure
+// function of an [Observer] gets each. Vector values, metadata and the API
+// key are never logged. By default nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l == nil {
@@ -437,11 +442,14 @@ func WithLogger(l *slog.Logger) Option {
 
 // Result reports what happened to every record: each one was upserted, is
 // in Failed, or was a duplicate of a later record with the same id, so
-// Upserted + len(Failed) + Duplicates equals the number of records given.
+// Upserted + Stats.Failed + Duplicates equals the number of records given
+// (and so does Upserted + len(Failed) + Duplicates when Failed keeps them all).
 type Result struct {
 	// Upserted is how many records the index confirmed.
 	Upserted int
-	// Failed holds one entry per record that did not land, in input order.
+	// Failed holds one entry per record that did not land, in input order;
+	// a [Stream], [Records] or [Writer] whose [Observer] has a Failure
+	// function keeps only the first 1000 (Stats.Failed counts all).
 	Failed []Failure
 	// Duplicates counts records skipped because a later record in the same
 	// call has the same id: the last one wins and is sent once.

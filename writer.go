@@ -91,7 +91,9 @@ func (w *Writer) finishStopped() {
 // not taken, when ctx ends first (also while another Add waits for room),
 // after Close was called ([ErrClosed]), or when the run stopped (the index
 // denied the caller, or the Writer's context ended): then the error is the
-// [*Error] that stopped it.
+// [*Error] that stopped it. A record that breaks a rule of the index (see
+// [All]) is taken, and fails at once with [ClassInvalid], reported as any
+// failure: Add returns nil for it.
 func (w *Writer) Add(ctx context.Context, v *pinecone.Vector) error {
 	return w.AddTagged(ctx, v, nil)
 }
@@ -110,10 +112,12 @@ func (w *Writer) AddTagged(ctx context.Context, v *pinecone.Vector, tag any) err
 
 // Flush sends every record added before it was called, however few, and
 // waits until each of them has landed or failed (and, with [WithAcks], its
-// ack has been delivered), or ctx ends. Records
-// added while it waits are not waited for. It returns ctx's error when ctx
-// ends first, [ErrClosed] after Close, and the error that stopped the run
-// when the Writer's context ended or the index denied the caller.
+// ack has been delivered), or ctx ends. Records added while it waits are
+// not waited for. It returns ctx's error when ctx ends first, [ErrClosed]
+// after Close, and the error that stopped the run when the Writer's
+// context ended or the index denied the caller; nil otherwise, even when
+// some of the records failed (they are reported as failures, and counted
+// in the Result of Close).
 func (w *Writer) Flush(ctx context.Context) error {
 	in := w.in
 	if in.closed.Load() {
@@ -153,14 +157,14 @@ func (w *Writer) Flush(ctx context.Context) error {
 // context ends; a later Close waits again. Calling Close after it returned
 // gives the same result.
 func (w *Writer) Close(ctx context.Context) (Result, error) {
+	in := w.in
+	in.closed.Store(true) // from the moment it is called, whatever ctx
 	select {
 	case w.closing <- struct{}{}:
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
 	defer func() { <-w.closing }()
-	in := w.in
-	in.closed.Store(true)
 	if w.done {
 		return w.res, w.err
 	}

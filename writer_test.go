@@ -538,3 +538,30 @@ func TestAWriterStoppedByItsContextEndsItsRunOnce(t *testing.T) {
 	defer mu.Unlock()
 	assert.Len(t, done, 1, "RunDone once")
 }
+
+// Writer.Close's doc: "Close stops taking records (Add and Flush return
+// [ErrClosed] from the moment it is called)"; the README: "`Close` (safe
+// twice; `Add` and `Flush` after it are `ErrClosed`)".
+//
+// Close selects between taking w.closing and ctx.Done() before it sets
+// in.closed: with a ctx that has already ended (a shutdown path whose
+// deadline passed), Go picks either case at random, so about half the time
+// Close returns ctx's error without marking the Writer closed, and Add and
+// Flush go on taking records after Close. The code should set closed first.
+func TestWriterCloseWithAnEndedContextStillStopsTakingRecords(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 32 {
+		fi := newFakeIndex(nil)
+		w, err := NewWriter(context.Background(), testOpts(fi)...)
+		require.NoError(t, err)
+		_, _ = w.Close(ended) // may return ctx's error: the wait was cut short
+
+		addErr := w.Add(context.Background(), vectors(1, 4)[0])
+		flushErr := w.Flush(context.Background())
+
+		_, _ = w.Close(context.Background()) // let the Writer go either way
+		require.ErrorIs(t, addErr, ErrClosed, "try %d: Add after Close took a record", i)
+		require.ErrorIs(t, flushErr, ErrClosed, "try %d: Flush after Close", i)
+	}
+}

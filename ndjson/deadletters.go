@@ -13,9 +13,10 @@ import (
 	"github.com/upsertlib/upsert"
 )
 
-// DeadLetters is a dead-letter file: one line per record that did not land,
-// holding the record itself (values, sparse values and metadata, so that it
-// can be replayed) and what happened to it, and one line per input line that
+// DeadLetters is a dead-letter file: one line per record that did not land
+// (or that landed but may be stale: [DeadLetters.WriteStale]), holding the
+// record itself (values, sparse values and metadata, so that it can be
+// replayed) and what happened to it, and one line per input line that
 // could not be read. A [Reader] reads the records back; see the package
 // documentation for the format.
 //
@@ -192,6 +193,80 @@ func marshalIntegratedLetter(f upsert.Failure, msg string) ([]byte, error) {
 	l.Record = pinecone.IntegratedRecord{"_id": f.ID}
 	l.RecordError = err.Error()
 	return marshalLine(l)
+}
+
+// StaleClass is the "class" of the dead letter of a record that may be
+// stale, as [DeadLetters.WriteStale] writes it.
+const StaleClass = "may-be-stale"
+
+// staleLetter is the dead letter of a record that may be stale.
+type staleLetter struct {
+	recordOut
+	staleFields
+}
+
+// staleIntegratedLetter is that of an integrated record.
+type staleIntegratedLetter struct {
+	Record pinecone.IntegratedRecord `json:"integrated_record"`
+	staleFields
+}
+
+type staleFields struct {
+	Class         string `json:"class"`
+	Error         string `json:"error"`
+	MayHaveLanded bool   `json:"may_have_landed"`
+	Index         int    `json:"index"`
+	Earlier       int    `json:"earlier"`
+	RecordError   string `json:"record_error,omitempty"`
+}
+
+// WriteStale writes the dead letter of s, a record that landed while a
+// request carrying an earlier record of its id had ended without an
+// answer, so that the index may still apply that request and keep the
+// earlier record (see upsert.Stale). Replaying the file upserts the record
+// again, which is the remedy once the index is quiet. The letter holds the
+// record's fields, then "class":"may-be-stale" ([StaleClass]), "error"
+// (msg, or a sentence saying the above when msg is ""),
+// "may_have_landed":true (it landed), "index" (s.Index) and "earlier"
+// (s.Earlier, the earlier record's position); it has no "attempts". An
+// integrated record is written under "integrated_record", as by Write.
+// A record that JSON cannot hold as it is is written with its id alone
+// and "record_error", as by Write. Errors are handled as by Write.
+func (d *DeadLetters) WriteStale(s upsert.Stale, msg string) {
+	if msg == "" {
+		msg = fmt.Sprintf("landed while a request carrying record %d, of the same id, had ended without an answer: "+
+			"the index may still apply it and keep that earlier record; upsert this one again once the index is quiet", s.Earlier)
+	}
+	f := staleFields{Class: StaleClass, Error: msg, MayHaveLanded: true, Index: s.Index, Earlier: s.Earlier}
+	var line []byte
+	var err error
+	if s.Record == nil && s.Integrated != nil {
+		l := staleIntegratedLetter{Record: *s.Integrated, staleFields: f}
+		if line, err = marshalLine(l); err != nil {
+			l.Record = pinecone.IntegratedRecord{"_id": s.ID}
+			l.RecordError = err.Error()
+			line, err = marshalLine(l)
+		}
+	} else {
+		l := staleLetter{recordOut: recordOut{ID: s.ID}, staleFields: f}
+		if s.Record != nil {
+			if l.recordOut, err = newRecordOut(s.Record); err == nil {
+				line, err = marshalLine(l)
+			}
+			if err != nil {
+				l.recordOut = recordOut{ID: s.Record.Id}
+				l.RecordError = err.Error()
+			}
+		}
+		if line == nil {
+			line, err = marshalLine(l)
+		}
+	}
+	if err != nil { // cannot happen: the fallbacks hold only strings and numbers
+		d.fail(fmt.Errorf("ndjson: encoding the dead letter of record %d: %w", s.Index, err))
+		return
+	}
+	d.write(line)
 }
 
 // WriteBad writes an input line that could not be read as a record:

@@ -273,6 +273,39 @@ func TestDeadLettersReplay(t *testing.T) {
 	assert.Equal(t, io.EOF, err)
 }
 
+// The letter of a record that may be stale holds the record, so that
+// replaying the file upserts it again, with the class "may-be-stale", the
+// error given (or one saying what happened), and the earlier record's
+// position.
+func TestDeadLettersWriteStale(t *testing.T) {
+	rec := &pinecone.Vector{Id: "x", Values: floats(3, 1), Metadata: metadata(t, map[string]any{"v": "new"})}
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	dl.WriteStale(upsert.Stale{Index: 3, ID: "x", Record: rec, Earlier: 0}, "line 4 (id \"x\"): may be stale")
+	dl.WriteStale(upsert.Stale{Index: 5, ID: "nan", Record: &pinecone.Vector{Id: "nan", Values: floats(float32(math.NaN()))}, Earlier: 1}, "")
+	dl.WriteStale(upsert.Stale{Index: 7, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "hi"}, Earlier: 2}, "stale")
+	assert.Equal(t, 3, dl.Count())
+	require.NoError(t, dl.Close())
+
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	got := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	require.Len(t, got, 3)
+	assert.Equal(t, `{"id":"x","values":[3,1],"metadata":{"v":"new"},"class":"may-be-stale","error":"line 4 (id \"x\"): may be stale","may_have_landed":true,"index":3,"earlier":0}`, got[0])
+	assert.Equal(t, `{"id":"nan","class":"may-be-stale","error":"landed while a request carrying record 1, of the same id, had ended without an answer: the index may still apply it and keep that earlier record; upsert this one again once the index is quiet","may_have_landed":true,"index":5,"earlier":1,"record_error":"json: unsupported value: NaN"}`, got[1])
+	assert.Equal(t, `{"integrated_record":{"_id":"r1","chunk_text":"hi"},"class":"may-be-stale","error":"stale","may_have_landed":true,"index":7,"earlier":2}`, got[2])
+	assert.Equal(t, ndjson.StaleClass, lines(t, path)[0]["class"])
+
+	// Replayed, the file upserts the record again.
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	v, err := ndjson.NewReader(f).Next()
+	require.NoError(t, err)
+	requireSameRecord(t, rec, v)
+}
+
 func TestDeadLettersWriteBadKeepsTheLine(t *testing.T) {
 	path := tempPath(t)
 	dl, err := ndjson.CreateDeadLetters(path)

@@ -97,3 +97,29 @@ func TestTheEmbeddedIndexTakesItsDimensionFromTheFirstValidRecord(t *testing.T) 
 		})
 	}
 }
+
+// An id that comes again later in the input (an update) is sent twice, and
+// each landing counts in "upserted", while the embedded index holds it
+// once: the check of what it holds allows for that, and calls such a run,
+// where every record landed, no mismatch.
+func TestARecordRepeatedInALaterBatchIsNoMismatch(t *testing.T) {
+	input := records(t, 300) + `{"id":"r1","values":[9,9,9]}` + "\n"
+	dl := deadLetterPath(t)
+	res := runCmd(t, nil, strings.NewReader(input), "--json", "--progress", "off", "--dead-letter", dl, "--batch-size", "50")
+	s := jsonReport(t, res)
+	assert.Zero(t, s.Failed)
+	assert.Equal(t, 301, s.Upserted)
+	assert.Equal(t, 300, s.Embedded.Stored)
+	assert.True(t, s.Embedded.AsExpected, "every record landed; the index holds each id once")
+	assert.Equal(t, exitOK, res.status, "stdout:\n%s\nstderr:\n%s", res.stdout, res.stderr)
+
+	res = runCmd(t, nil, strings.NewReader(input), "--progress", "off", "--dead-letter", dl, "--batch-size", "50")
+	assert.Contains(t, res.stdout, "embedded index: holds 300 records, 1 fewer than upserted: records of an id upserted again replaced the earlier ones")
+
+	// A repeat within a batch is replaced before sending, not sent twice.
+	res = runCmd(t, nil, strings.NewReader(records(t, 10)+`{"id":"r1","values":[9,9,9]}`+"\n"), "--json", "--progress", "off", "--dead-letter", dl)
+	s = jsonReport(t, res)
+	assert.Equal(t, 1, s.Duplicates)
+	assert.Equal(t, &embedded{Stored: 10, AsExpected: true}, s.Embedded)
+	assert.Equal(t, exitOK, res.status)
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -21,7 +22,10 @@ import (
 	"github.com/upsertlib/upsert/ndjson"
 )
 
-// source reads the records of an input, one at a time.
+// source reads the records of an input, one at a time. Its methods are
+// called on the goroutine that reads the input (see input), one after the
+// other; what next returns is used by the run while the source reads on,
+// so a later call must not change it.
 type source interface {
 	// next returns the next record, or the next line or row that is not
 	// one (bad), or an error: io.EOF at the end of the input.
@@ -62,50 +66,139 @@ func formatOf(o options) string {
 	return formatNDJSON
 }
 
+// openedInput is an input opened for a run.
+type openedInput struct {
+	src  source
+	name string // names the input in messages
+	// close closes what openInput opened; stdin is left open.
+	close func()
+	// stdin: the input is stdin, which the run does not close, so that a
+	// read of it may outlast the run (see input.stopReading).
+	stdin bool
+	// head is the start of the input, which identifies it to a
+	// checkpoint.
+	head *inputHead
+}
+
 // openInput opens the input: the file o.input, or stdin. It refuses the
 // dead-letter file as input, by path or as stdin, since writing dead
-// letters would truncate it while it is read. name names the input in
-// messages.
-func openInput(o options, stdin io.Reader, con io.Writer) (src source, name string, closeIn func(), err error) {
+// letters would truncate it while it is read.
+func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) {
 	format := formatOf(o)
 	if o.input == "" || o.input == "-" {
 		if format == formatParquet {
-			return nil, "", nil, usagef("Parquet input must be a file, not stdin")
+			return nil, usagef("Parquet input must be a file, not stdin")
 		}
 		if f, ok := stdin.(*os.File); ok && same(f, o.deadLetter) {
-			return nil, "", nil, usagef("stdin is the dead-letter file %s, which would be overwritten while it is read: pass another --dead-letter", o.deadLetter)
+			return nil, usagef("stdin is the dead-letter file %s, which would be overwritten while it is read: pass another --dead-letter", o.deadLetter)
 		}
 		if isTerminal(stdin) {
 			fmt.Fprintln(con, "pcupsert: reading records from the terminal, one JSON object per line; end with Ctrl-D")
 		}
-		return newNDJSONSource(stdin, -1), "stdin", func() {}, nil
+		r, head := newHeadReader(stdin)
+		return &openedInput{src: newNDJSONSource(r, -1), name: "stdin", close: func() {}, stdin: true, head: head}, nil
 	}
 	f, err := os.Open(o.input)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, err
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, "", nil, err
+		return nil, err
 	}
 	if same(f, o.deadLetter) {
 		f.Close()
-		return nil, "", nil, usagef("%s is the dead-letter file, which would be overwritten while it is read: pass another --dead-letter", o.input)
+		return nil, usagef("%s is the dead-letter file, which would be overwritten while it is read: pass another --dead-letter", o.input)
 	}
+	closeIn := func() { f.Close() }
 	if format == formatParquet {
 		src, err := newParquetSource(f, fi.Size())
-		if err != nil {
-			f.Close()
-			return nil, "", nil, fmt.Errorf("reading %s: %w", o.input, err)
+		if err == nil {
+			var head *inputHead
+			if head, err = fileHead(f, fi.Size()); err == nil {
+				return &openedInput{src: src, name: o.input, close: closeIn, head: head}, nil
+			}
 		}
-		return src, o.input, func() { f.Close() }, nil
+		f.Close()
+		return nil, fmt.Errorf("reading %s: %w", o.input, err)
 	}
 	size := fi.Size()
 	if !fi.Mode().IsRegular() {
 		size = -1 // a pipe or a device: its size says nothing
 	}
-	return newNDJSONSource(f, size), o.input, func() { f.Close() }, nil
+	r, head := newHeadReader(f)
+	return &openedInput{src: newNDJSONSource(r, size), name: o.input, close: closeIn, head: head}, nil
+}
+
+// headBytes is how much of the start of an input identifies it to a
+// checkpoint.
+const headBytes = 64 << 10
+
+// inputHead is the start of an input, which identifies it to a checkpoint.
+type inputHead struct {
+	// peek returns the first n bytes of the input, n <= headBytes, or all
+	// of it if it is shorter; it is called before the input is read, and
+	// may block until the bytes come (on stdin).
+	peek func(n int) ([]byte, error)
+
+	mu   sync.Mutex
+	read []byte // the first bytes read, up to headBytes
+}
+
+// bytes returns the first bytes of the input read so far, up to
+// headBytes. It is safe for concurrent use.
+func (h *inputHead) bytes() []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.read
+}
+
+// record keeps p, read from the input after what was read so far, as far
+// as it falls within the head.
+func (h *inputHead) record(p []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n := headBytes - len(h.read); n > 0 {
+		// append writes past what bytes returned: a hash of that is
+		// unaffected.
+		h.read = append(h.read, p[:min(len(p), n)]...)
+	}
+}
+
+// fileHead returns the head of a file of the given size, read at once.
+func fileHead(f io.ReaderAt, size int64) (*inputHead, error) {
+	b := make([]byte, min(size, headBytes))
+	if _, err := f.ReadAt(b, 0); err != nil && err != io.EOF {
+		return nil, err
+	}
+	return &inputHead{peek: func(n int) ([]byte, error) { return b[:min(n, len(b))], nil }, read: b}, nil
+}
+
+// headReader reads an input and keeps its head.
+type headReader struct {
+	br   *bufio.Reader
+	head *inputHead
+}
+
+// newHeadReader returns a reader of r that keeps its head, and the head,
+// whose peek reads ahead in the reader's buffer.
+func newHeadReader(r io.Reader) (*headReader, *inputHead) {
+	br := bufio.NewReaderSize(r, headBytes)
+	h := &inputHead{peek: func(n int) ([]byte, error) {
+		b, err := br.Peek(n)
+		if err == io.EOF {
+			err = nil // the input is shorter
+		}
+		return b, err
+	}}
+	return &headReader{br: br, head: h}, h
+}
+
+func (r *headReader) Read(p []byte) (int, error) {
+	n, err := r.br.Read(p)
+	r.head.record(p[:n])
+	return n, err
 }
 
 // same reports whether f is the file at path.
@@ -197,6 +290,13 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // each bad entry to a function, skips the bad entries of the part of the
 // input a checkpoint says an earlier run settled, and remembers where each
 // record was, to name it in messages.
+//
+// The source is read on a goroutine of its own, which hands what it reads
+// over a channel: a run waiting for input (a pipe whose producer is idle)
+// still ends at once with its context. What that goroutine read but did
+// not hand over when the run ended is not the run's: it is not counted,
+// reported or written anywhere, as if it had not been read, and a
+// resumed run reads it again.
 type input struct {
 	src   source
 	unit  string // "line" or "row"
@@ -204,20 +304,105 @@ type input struct {
 	onBad func(*badEntry)
 	// onRead is told of each record read, before it is handed on.
 	onRead func()
+	// ids, when not nil, collects the ids of the records handed to the
+	// run, and repeated counts those whose id came before: for the check
+	// of what the embedded index holds.
+	ids      map[string]struct{}
+	repeated int
 
 	read        int   // records read
 	bad         int   // bad entries reported
 	skippedBad  int   // bad entries in the part skipped
+	pos         int   // the line or row of the last entry read
 	err         error // a read error that stopped the input
 	stopped     bool  // the run stopped taking records before the end of the input
 	ended       bool  // the input was read to its end
 	positionsMu sync.Mutex
 	positions   []position // where the record numbering jumps
 
+	// The reading goroutine: it sends on items until it sends the end of
+	// the input or a read error, or done is closed; it closes exited when
+	// it returns.
+	items  chan entry
+	done   chan struct{}
+	exited chan struct{}
+
 	// For the progress display, which runs on other goroutines: read,
 	// and the share of the input read, as float64 bits.
 	progressRead     atomic.Int64
 	progressConsumed atomic.Uint64
+}
+
+// entry is what the reading goroutine hands over: what source.next
+// returned, and where the source then was.
+type entry struct {
+	v        *pinecone.Vector
+	bad      *badEntry
+	err      error
+	pos      int
+	consumed float64
+}
+
+// readAhead is how many entries the reading goroutine may read ahead of
+// the run.
+const readAhead = 64
+
+// startReading starts the goroutine that reads the source, unless it runs.
+func (in *input) startReading() {
+	if in.items != nil {
+		return
+	}
+	in.items, in.done, in.exited = make(chan entry, readAhead), make(chan struct{}), make(chan struct{})
+	go readSource(in.src, in.items, in.done, in.exited)
+}
+
+// readSource reads src and sends what it reads on items, until the end of
+// the input, a read error, or done. A panic of the source (a corrupt file
+// that its library does not handle) is a read error.
+func readSource(src source, items chan<- entry, done <-chan struct{}, exited chan<- struct{}) {
+	defer close(exited)
+	for {
+		e := func() (e entry) {
+			defer func() {
+				if r := recover(); r != nil {
+					e = entry{err: fmt.Errorf("the input could not be read: panic: %v", r)}
+				}
+			}()
+			e.v, e.bad, e.err = src.next()
+			e.pos, e.consumed = src.pos(), src.consumed()
+			return e
+		}()
+		select {
+		case items <- e:
+		case <-done:
+			return
+		}
+		if e.err != nil {
+			return
+		}
+	}
+}
+
+// stopReading ends the reading goroutine, if it runs: at once when it is
+// waiting to hand an entry over, or else when its read returns, handing
+// nothing over. wait waits for it to return, which is bounded once the
+// input is closed (a read of a file, even a named pipe, then returns). The
+// run does not close stdin, and does not wait for a read of it, which may
+// block until more input comes or the input ends: that goroutine is the
+// only one a run leaves behind, and in the command the process exits
+// first.
+func (in *input) stopReading(wait bool) {
+	if in.items == nil {
+		return
+	}
+	select {
+	case <-in.done:
+	default:
+		close(in.done)
+	}
+	if wait {
+		<-in.exited
+	}
 }
 
 // progress returns how many records were read and the share of the input
@@ -237,12 +422,21 @@ type position struct{ index, pos int }
 func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 	return func(yield func(*pinecone.Vector) bool) {
 		for ctx.Err() == nil {
-			v, ok := in.next()
+			v, ok := in.next(ctx)
 			if !ok {
 				return
 			}
-			if in.onRead != nil && in.read > in.skip {
-				in.onRead() // the checkpoint's records are skipped, not waited on
+			if in.read > in.skip { // the checkpoint's records are skipped, not sent
+				if in.onRead != nil {
+					in.onRead()
+				}
+				if in.ids != nil {
+					if _, ok := in.ids[v.Id]; ok {
+						in.repeated++
+					} else {
+						in.ids[v.Id] = struct{}{}
+					}
+				}
 			}
 			if !yield(v) {
 				in.stopped = true
@@ -253,33 +447,42 @@ func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 }
 
 // next returns the next record, dealing with bad entries on the way; false
-// at the end of the input or on a read error.
-func (in *input) next() (*pinecone.Vector, bool) {
-	for {
-		v, bad, err := in.src.next()
-		in.progressConsumed.Store(math.Float64bits(in.src.consumed()))
+// at the end of the input, on a read error, or when ctx ends first.
+func (in *input) next(ctx context.Context) (*pinecone.Vector, bool) {
+	in.startReading()
+	for !in.ended && in.err == nil && ctx.Err() == nil {
+		var e entry
+		select {
+		case e = <-in.items:
+		case <-ctx.Done():
+			return nil, false
+		}
+		if e.err == nil || e.err == io.EOF { // a read error may come from a panic, with no position
+			in.pos = e.pos
+			in.progressConsumed.Store(math.Float64bits(e.consumed))
+		}
 		switch {
-		case bad != nil:
+		case e.bad != nil:
 			if in.read < in.skip {
 				in.skippedBad++ // the earlier run reported it
 				continue
 			}
 			in.bad++
-			in.onBad(bad)
-		case err != nil:
-			if err == io.EOF {
+			in.onBad(e.bad)
+		case e.err != nil:
+			if e.err == io.EOF {
 				in.ended = true
 			} else {
-				in.err = err
+				in.err = e.err
 			}
-			return nil, false
 		default:
-			in.note(in.read, in.src.pos())
+			in.note(in.read, e.pos)
 			in.read++
 			in.progressRead.Store(int64(in.read))
-			return v, true
+			return e.v, true
 		}
 	}
+	return nil, false
 }
 
 // note records that record index is at pos.

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +18,48 @@ import (
 
 	"github.com/upsertlib/upsert/upserttest"
 )
+
+// childArgs is the environment variable that makes the test binary run
+// the command itself, with these JSON-encoded arguments and an empty
+// stdin, and exit with its status: a test of a crash (a panic on one of
+// the command's goroutines, which would kill the whole test binary) runs
+// it so, with runChild.
+const childArgs = "PCUPSERT_TEST_CHILD_ARGS"
+
+func TestMain(m *testing.M) {
+	if raw := os.Getenv(childArgs); raw != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(raw), &args); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(99)
+		}
+		os.Exit(run(context.Background(), args, strings.NewReader(""), os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// runChild runs the command in a child process (this test binary, see
+// TestMain), without an API key, and returns its exit status and output.
+func runChild(t *testing.T, args ...string) result {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childArgs+"="+string(raw), "PINECONE_API_KEY=")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	status := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		status = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return result{status, stdout.String(), stderr.String()}
+}
 
 // A pcupsert process killed mid-run (SIGKILL: no deferred code runs) and
 // run again with the same checkpoint loses nothing: every record is on

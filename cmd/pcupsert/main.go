@@ -16,7 +16,9 @@
 // show how the library deals with rate limits and errors.
 //
 // Run pcupsert --help for the flags. The exit status is 0 when every record
-// landed, 1 when a record failed or a line was bad, and 2 for usage errors.
+// landed, 1 when a record failed or may be stale, a line was bad, or the
+// input could not be read to its end (the dead-letter file holds what to
+// replay), and 2 for usage errors.
 // For scripts, --json writes the final report as one JSON object,
 // --max-failure-seconds gives up on an index that accepts nothing, and
 // --dry-run checks the input without sending anything.
@@ -44,7 +46,7 @@ import (
 // Exit statuses.
 const (
 	exitOK     = 0 // every record landed
-	exitFailed = 1 // a record failed, a line was bad, or the run could not be done
+	exitFailed = 1 // a record failed or may be stale, a line was bad, or the run could not be done
 	exitUsage  = 2 // the command line is wrong
 )
 
@@ -83,6 +85,15 @@ type options struct {
 	maxFailure  float64 // seconds; 0: never give up
 }
 
+// The range of --max-failure-seconds, besides 0: from a millisecond to a
+// billion seconds (about 31 years), well within a time.Duration (the
+// watchdog's ticker needs a positive one; a value past 292 years would
+// overflow).
+const (
+	minFailureSeconds = 0.001
+	maxFailureSeconds = 1e9
+)
+
 // usageError is a wrong command line: exit status 2.
 type usageError struct{ msg string }
 
@@ -100,7 +111,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.host, "host", "", "the index `URL`, such as https://NAME-PROJECT.svc.REGION.pinecone.io\n(needs PINECONE_API_KEY; default: the embedded loopback index)")
 	fs.StringVar(&o.index, "index", "", "the index `NAME`, whose host is looked up with the API key\n(instead of --host)")
 	fs.StringVar(&o.namespace, "namespace", "", "the `NAMESPACE` to write into (default \"\": the SDK's default namespace, \"__default__\")")
-	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped")
+	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped\n(the file names the input by its first 64 KiB: another input is refused)")
 	fs.StringVar(&o.deadLetter, "dead-letter", defaultDeadLetter, "the dead-letter file at `PATH`: records that failed and lines that could not\nbe read, for replay as input; created (mode 0600) only if something fails")
 	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("`N` records per request, 1 to %d (default 0: adaptive, from 100 up)", upsert.MaxBatchSize))
 	fs.IntVar(&o.concurrency, "concurrency", 0, "`N` requests in flight at most, 1 to 256 (default 0: adaptive, from 4 up)")
@@ -147,8 +158,8 @@ func parseArgs(args []string) (options, error) {
 		return o, usagef("--timeout %v: want a positive duration", o.timeout)
 	case !slices.Contains([]string{"auto", "bar", "lines", "off"}, o.progress):
 		return o, usagef("--progress %q: want auto, bar, lines or off", o.progress)
-	case o.rate < 0:
-		return o, usagef("--rate %v: want 0 or more", o.rate)
+	case !(o.rate >= 0) || math.IsInf(o.rate, 0):
+		return o, usagef("--rate %v: want a number of vectors a second, or 0 for no limit", o.rate)
 	case o.maxRate < 0 || math.IsNaN(o.maxRate) || math.IsInf(o.maxRate, 0):
 		return o, usagef("--max-rate %v: want a number of records a second, or 0 for no cap", o.maxRate)
 	case o.deadLetter == "":
@@ -157,8 +168,8 @@ func parseArgs(args []string) (options, error) {
 		return o, usagef("--dimension %d: want 1 to %d, or 0 for that of the first valid record", o.dimension, upsert.MaxDimension)
 	case o.format != "" && o.format != formatNDJSON && o.format != formatParquet:
 		return o, usagef("--format %q: want ndjson or parquet", o.format)
-	case !(o.maxFailure >= 0):
-		return o, usagef("--max-failure-seconds %v: want 0 or more", o.maxFailure)
+	case o.maxFailure != 0 && !(o.maxFailure >= minFailureSeconds && o.maxFailure <= maxFailureSeconds):
+		return o, usagef("--max-failure-seconds %v: want 0 (never give up), or from %g to %g seconds", o.maxFailure, minFailureSeconds, maxFailureSeconds)
 	}
 	if _, ok := logLevel(o.logLevel); !ok {
 		return o, usagef("--log-level %q: want off, error, warn, info or debug", o.logLevel)
@@ -189,14 +200,16 @@ index. Otherwise it writes to an embedded loopback index, to try things out
 (see --fault and --rate), and checks at the end that it holds every record.
 
 Rate limits, timeouts and server errors are retried; records that still
-fail, and lines that cannot be read, go to the dead-letter file. Feed it back
-in as input (with another --dead-letter) to replay them. With --checkpoint,
-records canceled by an interruption are left to the next run, which appends
-to the dead-letter file.
+fail, and lines that cannot be read, go to the dead-letter file, as do
+records that landed but may be stale (an earlier write of their id, left
+without an answer, may still replace them). Feed it back in as input (with
+another --dead-letter) to replay them. With --checkpoint, records canceled
+by an interruption are left to the next run, which appends to the
+dead-letter file.
 
 Exit status: 0 when every record landed (for --dry-run: when every line is
-a valid record), 1 when a record failed or a line was bad, 2 for usage
-errors.
+a valid record), 1 when a record failed or may be stale, a line was bad or
+the input could not be read to its end, 2 for usage errors.
 
 Flags:
 `)
@@ -251,16 +264,6 @@ func logLevel(s string) (slog.Level, bool) {
 // output goes through a filter that masks it, in case an error quotes it.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	start := time.Now()
-	o, err := parseArgs(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		printUsage(stdout)
-		return exitOK
-	case err != nil:
-		fmt.Fprintf(stderr, "pcupsert: %v\nRun 'pcupsert --help' for usage.\n", err)
-		return exitUsage
-	}
-
 	key := os.Getenv("PINECONE_API_KEY")
 	mask := masker(key)
 	e := &env{
@@ -271,6 +274,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		mask:     mask,
 		terminal: isTerminal(stderr),
 	}
+	// Usage errors quote the arguments, where a key may have been passed
+	// by mistake: they are masked too.
+	o, err := parseArgs(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(e.stdout)
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(e.con, "pcupsert: %v\nRun 'pcupsert --help' for usage.\n", err)
+		return exitUsage
+	}
+
 	status, err := upsertInput(ctx, o, e, start)
 	var ue *usageError
 	switch {
@@ -296,27 +311,35 @@ type env struct {
 
 // upsertInput does the work of run once the flags are read: it reads the
 // input, upserts it, reports and returns the exit status. An error means
-// that nothing was upserted.
+// that the run did not start and nothing was sent: the input, the
+// checkpoint or the index could not be opened, or they do not fit (a
+// *usageError when the command line must change). Once records were
+// sent, the report says what became of them, whatever happened.
 func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, error) {
-	src, name, closeIn, err := openInput(o, e.stdin, e.con)
+	inp, err := openInput(o, e.stdin, e.con)
 	if err != nil {
 		return 0, err
 	}
-	defer closeIn()
-	in := &input{src: src, unit: "line"}
+	in := &input{src: inp.src, unit: "line"}
+	defer func() {
+		// The reading goroutine ends with the run: see stopReading.
+		in.stopReading(false)
+		inp.close()
+		in.stopReading(!inp.stdin)
+	}()
 	if formatOf(o) == formatParquet {
 		in.unit = "row"
 	}
 	notice := noticeReporter(e.con, o.deadLetter)
 	if o.dryRun {
-		return dryRunInput(ctx, o, e, in, name, notice)
+		return dryRunInput(ctx, o, e, in, inp.name, notice)
 	}
+	var ckpt *checkpointFile
 	if o.checkpoint != "" {
-		n, err := upsert.FileCheckpoint(o.checkpoint).Load(ctx)
-		if err != nil {
+		if ckpt, err = openCheckpoint(ctx, o.checkpoint, inp.name, inp.head, e.con); err != nil {
 			return 0, err
 		}
-		in.skip = int(n)
+		in.skip = int(ckpt.loaded)
 	}
 
 	tgt, err := openTarget(ctx, o, e.key, e.con)
@@ -324,39 +347,40 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 		return 0, err
 	}
 	defer tgt.Close()
-	return upsertToTarget(ctx, o, e, in, name, tgt, notice, start)
+	return upsertToTarget(ctx, o, e, in, inp.name, tgt, ckpt, notice, start)
 }
 
-// upsertToTarget is upsertInput once the input and the target are open: it
-// upserts in's records to tgt, reports and returns the exit status.
-func upsertToTarget(ctx context.Context, o options, e *env, in *input, name string, tgt *target, notice func(string), start time.Time) (int, error) {
+// upsertToTarget is upsertInput once the input, the checkpoint (nil
+// without --checkpoint) and the target are open: it upserts in's records
+// to tgt, reports and returns the exit status.
+func upsertToTarget(ctx context.Context, o options, e *env, in *input, name string, tgt *target, ckpt *checkpointFile, notice func(string), start time.Time) (int, error) {
 	dead := newDeadLetters(o, e, in, notice)
 	causes := &causes{mask: e.mask}
-	opts := append(runOptions(o, e, in), targetOptions(o, tgt, dead, causes)...)
+	opts := append(runOptions(o, e, in), targetOptions(tgt, ckpt, dead, causes, saveReporter(e.con, o.checkpoint))...)
 	runCtx, opts, stop := watchFailures(ctx, o, in, opts)
 	defer stop()
+	if tgt.srv != nil {
+		in.ids = make(map[string]struct{}) // for the check of what it holds
+	}
 
 	// Records are read as they are sent: memory stays bounded whatever
 	// the input's size, and reading pauses while the index cannot keep up.
 	res, err := upsert.Stream(runCtx, in.records(runCtx), opts...)
-	if in.err != nil {
-		// The records read before the error were sent: their dead
-		// letters must be on disk, or the error says they are not.
-		err := fmt.Errorf("reading %s: %w", name, in.err)
-		if _, derr := dead.Close(); derr != nil {
-			err = errors.Join(err, fmt.Errorf("writing dead letters to %s: %w", o.deadLetter, derr))
-		}
-		return 0, err
-	}
 	if errors.Is(err, upsert.ErrBadOption) {
 		_, _ = dead.Close() // nothing was sent: no letters to lose
 		return 0, &usageError{err.Error()}
 	}
 	if errors.Is(err, upsert.ErrCheckpointPastEnd) {
-		// Nothing was sent: the checkpoint is another input's, and
-		// loading none of this one is no success.
-		_, _ = dead.Close()
-		return 0, fmt.Errorf("%w; remove %s to load %s from its start", err, o.checkpoint, name)
+		// Nothing was sent: the checkpoint is another input's, or the
+		// input could not be read as far.
+		err := fmt.Errorf("%w; remove %s to load %s from its start", err, o.checkpoint, name)
+		if in.err != nil {
+			err = fmt.Errorf("reading %s: %w", name, in.err)
+		}
+		if _, derr := dead.Close(); derr != nil { // bad lines read before
+			err = errors.Join(err, fmt.Errorf("writing dead letters to %s: %w", o.deadLetter, derr))
+		}
+		return 0, err
 	}
 	s := summarize(o, tgt, name, in, res, start)
 	s.GaveUp = ctx.Err() == nil && runCtx.Err() != nil
@@ -364,10 +388,40 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	s.Stopped = in.stopped && !s.GaveUp && !s.Interrupted
 	tellHowItEnded(e.con, o, name, in, res, s)
 	if s.GaveUp && !dead.resumable {
-		drain(in, dead, context.Cause(runCtx))
+		if !drain(ctx, in, dead, context.Cause(runCtx)) {
+			s.Interrupted = true
+			fmt.Fprintf(e.con, "pcupsert: interrupted while writing the rest of %s to the dead-letter file, at %s %d; the rest of it was not read\n", name, in.unit, in.pos)
+		}
+		s.BadLines = in.bad // the drain's too
 	}
-	finishSummary(&s, dead, causes, tgt, res)
+	if in.err != nil {
+		// The records read before the error were sent, and are reported.
+		s.InputError = e.mask(fmt.Sprintf("reading %s: %v", name, in.err))
+		fmt.Fprintf(e.con, "pcupsert: %s; the rest of %s was not read, and is not in the dead-letter file\n", s.InputError, name)
+	}
+	writeStale(e.con, in, dead, res, o.deadLetter)
+	finishSummary(&s, in, dead, causes, tgt, res)
 	return writeReport(e, o.json, s.write, s.writeJSON, "summary", s.ExitStatus), nil
+}
+
+// writeStale writes the dead letters of the records that may be stale, so
+// that replaying the file upserts them again, and says so on con.
+func writeStale(con io.Writer, in *input, dead *deadLetters, res upsert.Result, path string) {
+	n := res.Stats.MayBeStale
+	if n == 0 {
+		return
+	}
+	for _, st := range res.MayBeStale {
+		dead.Stale(st, fmt.Sprintf("%s: landed while the request carrying %s %d, an earlier record of its id, had ended without an answer: "+
+			"the index may still apply that request and keep the earlier record; upsert this one again once the index is quiet",
+			in.where(st.Index, st.ID), in.unit, in.position(st.Earlier)))
+	}
+	fmt.Fprintf(con, "pcupsert: %s that landed may be stale: a request carrying an earlier record of their id ended without an answer, "+
+		"and the index may still apply it; replay %s once the index is quiet to upsert them again\n", plural(n, "%d record%s"), path)
+	if missed := n - len(res.MayBeStale); missed > 0 {
+		fmt.Fprintf(con, "pcupsert: the library names the first %d of them only: %d more are not in the dead-letter file; "+
+			"load the input again once the index is quiet, or check the ids given more than once\n", len(res.MayBeStale), missed)
+	}
 }
 
 // newDeadLetters returns the dead letters of the run, and has bad lines of
@@ -391,15 +445,16 @@ func newDeadLetters(o options, e *env, in *input, notice func(string)) *deadLett
 }
 
 // targetOptions are the options that send the run to tgt and record its
-// outcome: failures to dead, request outcomes to causes, and, with
-// --checkpoint, the checkpoint, which syncs dead before it saves.
-func targetOptions(o options, tgt *target, dead *deadLetters, causes *causes) []upsert.Option {
+// outcome: failures to dead, request outcomes to causes, and, with a
+// checkpoint, the checkpoint, which syncs dead before it saves and tells
+// saveFailed of a save that failed.
+func targetOptions(tgt *target, ckpt *checkpointFile, dead *deadLetters, causes *causes, saveFailed func(error)) []upsert.Option {
 	opts := []upsert.Option{
 		upsert.WithIndex(tgt.idx),
 		upsert.WithObserver(upsert.Observer{Failure: dead.Failure, RequestDone: causes.requestDone}),
 	}
-	if o.checkpoint != "" {
-		opts = append(opts, upsert.WithCheckpoint(durableCheckpoint{upsert.FileCheckpoint(o.checkpoint), dead}))
+	if ckpt != nil {
+		opts = append(opts, upsert.WithCheckpoint(durableCheckpoint{ckpt, dead, saveFailed}))
 	}
 	return opts
 }
@@ -445,7 +500,7 @@ func summarize(o options, tgt *target, name string, in *input, res upsert.Result
 	s := summary{
 		Input: name, Format: formatOf(o), Host: tgt.host, Namespace: tgt.idx.Namespace(),
 		RecordsRead: in.read, BadLines: in.bad, Skipped: st.Skipped,
-		Upserted: res.Upserted, Failed: st.Failed, Duplicates: res.Duplicates,
+		Upserted: res.Upserted, Failed: st.Failed, MayBeStale: st.MayBeStale, Duplicates: res.Duplicates,
 		Requests: st.Requests, Retries: st.Retries, RetriesByClass: classNames(st.RetriesByClass),
 		Splits: st.Splits, ErrorsByCode: st.ErrorsByCode,
 		LatencySeconds:   latency{P50: st.Latency.P50.Seconds(), P95: st.Latency.P95.Seconds(), P99: st.Latency.P99.Seconds()},
@@ -473,29 +528,30 @@ func tellHowItEnded(con io.Writer, o options, name string, in *input, res upsert
 	}
 	switch {
 	case s.Interrupted:
-		fmt.Fprintf(con, "pcupsert: interrupted at %s %d of %s; %s\n", in.unit, in.src.pos(), name, unsent)
+		fmt.Fprintf(con, "pcupsert: interrupted at %s %d of %s; %s\n", in.unit, in.pos, name, unsent)
 	case s.GaveUp:
 		if o.checkpoint == "" {
 			unsent = "what was not sent, read or not, goes to the dead-letter file"
 		}
-		fmt.Fprintf(con, "pcupsert: gave up at %s %d of %s: no record landed for %gs; %s\n", in.unit, in.src.pos(), name, o.maxFailure, unsent)
+		fmt.Fprintf(con, "pcupsert: gave up at %s %d of %s: no record landed for %gs; %s\n", in.unit, in.pos, name, o.maxFailure, unsent)
 	case s.Stopped:
 		// A failure that no retry can fix (a denied key) stops the run:
 		// reading on would only fail the rest the same way.
 		fmt.Fprintf(con, "pcupsert: the run stopped at %s %d of %s; the rest of it was not read, and is not in the dead-letter file\n",
-			in.unit, in.src.pos(), name)
+			in.unit, in.pos, name)
 	}
 }
 
 // drain writes the records the run did not read to the dead-letter file,
 // after it gave up, so that replaying the file sends everything that was
-// not sent.
-func drain(in *input, dead *deadLetters, cause error) {
+// not sent. It returns false if ctx ended first (the user interrupted the
+// drain of a slow input).
+func drain(ctx context.Context, in *input, dead *deadLetters, cause error) bool {
 	e := &upsert.Error{Class: upsert.ClassCanceled, Err: cause}
 	for {
-		v, ok := in.next()
+		v, ok := in.next(ctx)
 		if !ok {
-			return
+			return in.ended || in.err != nil
 		}
 		dead.NotSent(upsert.Failure{Index: in.read - 1, ID: v.Id, Record: v, Class: upsert.ClassCanceled, Err: e})
 	}
@@ -503,21 +559,21 @@ func drain(in *input, dead *deadLetters, cause error) {
 
 // finishSummary adds what the dead letters, the causes and the embedded
 // index say, and the exit status.
-func finishSummary(s *summary, dead *deadLetters, causes *causes, tgt *target, res upsert.Result) {
-	byClass, landed := func() (map[upsert.Class]int, int) {
+func finishSummary(s *summary, in *input, dead *deadLetters, causes *causes, tgt *target, res upsert.Result) {
+	byClass, landed, rejected := func() (map[upsert.Class]int, int, map[string]int) {
 		dead.mu.Lock()
 		defer dead.mu.Unlock()
 		s.LeftToResume, s.NotSent = dead.toResume, dead.notSent
-		return maps.Clone(dead.byClass), dead.landed
+		return maps.Clone(dead.byClass), dead.landed, maps.Clone(dead.rejected)
 	}()
 	s.FailedByClass, s.MayHaveLanded = classNames(byClass), landed
-	dead.mu.Lock()
-	rejected := maps.Clone(dead.rejected)
-	dead.mu.Unlock()
 	s.Causes = causes.top(tgt.host, rejected)
 	if tgt.srv != nil {
 		stored := tgt.srv.Count(tgt.idx.Namespace())
-		s.Embedded = &embedded{Stored: stored, AsExpected: storedAsExpected(stored, res.Upserted, landed)}
+		// Records replaced in their batch by a later one of their id
+		// (duplicates) were not sent; the other repeats were.
+		repeated := max(0, in.repeated-res.Duplicates)
+		s.Embedded = &embedded{Stored: stored, AsExpected: storedAsExpected(stored, res.Upserted, landed, repeated)}
 	}
 	n, err := dead.Close()
 	s.DeadLetters = deadLetterSummary{Path: dead.path, Count: n}
@@ -525,7 +581,8 @@ func finishSummary(s *summary, dead *deadLetters, causes *causes, tgt *target, r
 		s.DeadLetters.Error = err.Error()
 	}
 	s.ExitStatus = exitOK
-	if s.Failed > 0 || s.BadLines > 0 || s.NotSent > 0 || s.Interrupted || s.GaveUp || err != nil || (s.Embedded != nil && !s.Embedded.AsExpected) {
+	if s.Failed > 0 || s.BadLines > 0 || s.NotSent > 0 || s.MayBeStale > 0 || s.InputError != "" || s.Interrupted || s.GaveUp ||
+		err != nil || (s.Embedded != nil && !s.Embedded.AsExpected) {
 		s.ExitStatus = exitFailed
 	}
 }

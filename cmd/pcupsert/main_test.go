@@ -10,14 +10,18 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/upsertlib/upsert"
 	"github.com/upsertlib/upsert/ndjson"
@@ -177,27 +181,30 @@ func TestRetriedFaultsAreReported(t *testing.T) {
 	assert.Regexp(t, `^ResourceExhausted \d+, Unavailable \d+$`, reportValue(t, res.stdout, "errors by code"))
 }
 
-// cancelAtEOF cancels a context when its reader is exhausted, as a Ctrl-C
-// right after the input was read would.
-type cancelAtEOF struct {
-	r      io.Reader
-	cancel func()
-}
-
-func (c cancelAtEOF) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	if err == io.EOF {
-		c.cancel()
-	}
-	return n, err
+// interruptInFlight returns the arguments of a run against an index that
+// holds its first request, and a context that ends, as a Ctrl-C does,
+// once that request arrives: every record of the input handed over, in
+// a request of --batch-size 50 left without an answer.
+func interruptInFlight(t *testing.T) (context.Context, []string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	release := make(chan struct{})
+	var once sync.Once
+	srv := upserttest.NewServer(upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
+		once.Do(cancel)
+		<-release
+		return upserttest.Fault{Code: codes.Unavailable}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // before Close, which waits for the request
+	return ctx, append(remote(t, srv), "--batch-size", "50")
 }
 
 func TestAnInterruptedRunSendsWhatIsLeftToTheDeadLetterFile(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx, args := interruptInFlight(t)
 	dl := deadLetterPath(t)
 	start := time.Now()
-	res := runCmd(t, ctx, cancelAtEOF{strings.NewReader(records(t, 50)), cancel}, "--dead-letter", dl, "--progress", "off")
+	res := runCmd(t, ctx, strings.NewReader(records(t, 50)), append(args, "--dead-letter", dl, "--progress", "off")...)
 
 	assert.Less(t, time.Since(start), 5*time.Second, "returns promptly")
 	assert.Equal(t, exitFailed, res.status)
@@ -424,17 +431,20 @@ func TestReportChecksWhatTheEmbeddedIndexHolds(t *testing.T) {
 		name          string
 		stored        int
 		mayHaveLanded int
+		repeated      int
 		want          string
 		ok            bool
 	}{
-		{"as many as upserted is right", 10, 0, "embedded index: holds 10 records, as many as upserted\n", true},
-		{"more, explained by records that may have landed, is right", 12, 3, "embedded index: holds 12 records, 2 more than upserted: failed records that may have landed did\n", true},
-		{"more than may have landed is a mismatch", 12, 1, "embedded index: holds 12 records but 10 were upserted: MISMATCH\n", false},
-		{"fewer is a mismatch", 9, 0, "embedded index: holds 9 records but 10 were upserted: MISMATCH\n", false},
+		{"as many as upserted is right", 10, 0, 0, "embedded index: holds 10 records, as many as upserted\n", true},
+		{"more, explained by records that may have landed, is right", 12, 3, 0, "embedded index: holds 12 records, 2 more than upserted: failed records that may have landed did\n", true},
+		{"more than may have landed is a mismatch", 12, 1, 0, "embedded index: holds 12 records but 10 were upserted: MISMATCH\n", false},
+		{"fewer is a mismatch", 9, 0, 0, "embedded index: holds 9 records but 10 were upserted: MISMATCH\n", false},
+		{"fewer, explained by ids sent again, is right", 8, 0, 2, "embedded index: holds 8 records, 2 fewer than upserted: records of an id upserted again replaced the earlier ones\n", true},
+		{"fewer than ids sent again explain is a mismatch", 7, 0, 2, "embedded index: holds 7 records but 10 were upserted: MISMATCH\n", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ok := storedAsExpected(tt.stored, 10, tt.mayHaveLanded)
+			ok := storedAsExpected(tt.stored, 10, tt.mayHaveLanded, tt.repeated)
 			s := summary{Upserted: 10, Embedded: &embedded{Stored: tt.stored, AsExpected: ok}}
 			var buf bytes.Buffer
 			require.NoError(t, s.write(&buf))
@@ -476,4 +486,186 @@ func TestTheWatchdogGivesUpOnlyOnFailures(t *testing.T) {
 
 	obs.RequestDone(upsert.RequestEvent{Records: 1})
 	assert.False(t, w.idle(time.Now().Add(time.Hour)), "a landing ends the failures")
+
+	w.read()
+	obs.RequestDone(upsert.RequestEvent{Records: 1, Err: &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New("bad record")}})
+	obs.Failure(upsert.Failure{Class: upsert.ClassInvalid})
+	assert.False(t, w.idle(time.Now().Add(time.Hour)), "a refused record is no failure of the index")
+}
+
+// A run whose input holds a record replaced in its batch by a later one of
+// its id (which settles with no event, and so looks like it waits), and a
+// record the index refuses (a failed request, but no sign of an index
+// that is down), is not given up by --max-failure-seconds while its input
+// pauses: nothing waits, and the index works.
+func TestMaxFailureSecondsDoesNotGiveUpOnAPausedInput(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(upserttest.RejectIDs("bad")))
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	args := append(remote(t, srv), "--json", "--progress", "off", "--dead-letter", deadLetterPath(t), "--max-failure-seconds", "0.2")
+	done := make(chan result, 1)
+	go func() { done <- runCmd(t, nil, pr, args...) }()
+
+	// The refused record last, so that the last request fails.
+	_, err := io.WriteString(pw, `{"id":"a","values":[1,2,3]}
+{"id":"a","values":[1,2,4]}
+{"id":"b","values":[1,2,3]}
+{"id":"bad","values":[1,2,3]}
+`)
+	require.NoError(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.Stats().Codes[codes.InvalidArgument] < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Equal(t, 2, srv.Count("__default__"), "a and b landed")
+	time.Sleep(600 * time.Millisecond) // the input pauses for three times the limit
+	_, err = io.WriteString(pw, `{"id":"c","values":[1,2,3]}`+"\n")
+	require.NoError(t, err)
+	require.NoError(t, pw.Close())
+
+	res := <-done
+	s := jsonReport(t, res)
+	require.Equal(t, 1, s.Duplicates, "the run had a replaced duplicate")
+	assert.False(t, s.GaveUp, "stderr:\n%s", res.stderr)
+	assert.Zero(t, s.NotSent)
+	assert.Equal(t, 3, s.Upserted, "a, b and c")
+	assert.Equal(t, 1, s.Failed, "bad")
+	assert.Equal(t, 3, srv.Count("__default__"))
+}
+
+// A --max-failure-seconds that makes no usable duration (under a
+// millisecond, past a billion seconds, +Inf) is a usage error before
+// anything starts, not a crash of the watchdog's ticker once the index is
+// open. Run in a child process: a panic on the watchdog's goroutine would
+// kill the test binary.
+func TestAMaxFailureSecondsThatIsNoDurationIsAUsageError(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "in.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 2)), 0o600))
+	for _, v := range []string{"1e-10", "0.0009", "1e11", "+Inf", "NaN", "-1"} {
+		t.Run(v, func(t *testing.T) {
+			res := runChild(t, "--progress", "off", "--dead-letter", deadLetterPath(t), "--max-failure-seconds", v, in)
+			assert.NotContains(t, res.stderr, "panic:", "no crash")
+			assert.Equal(t, exitUsage, res.status, "stderr:\n%s", res.stderr)
+			assert.Contains(t, res.stderr, "--max-failure-seconds")
+			assert.NotContains(t, res.stderr, "embedded loopback index", "nothing was opened")
+		})
+	}
+	for _, v := range []string{"0", "0.001", "1e9"} {
+		_, err := parseArgs([]string{"--max-failure-seconds", v})
+		assert.NoError(t, err, v)
+	}
+}
+
+// --rate NaN or +Inf is a usage error (NaN once passed "rate < 0" and
+// made the embedded index panic).
+func TestANaNRateIsAUsageError(t *testing.T) {
+	for _, v := range []string{"NaN", "+Inf"} {
+		var res result
+		require.NotPanics(t, func() {
+			res = runCmd(t, nil, strings.NewReader(records(t, 2)), "--progress", "off", "--dead-letter", deadLetterPath(t), "--rate", v)
+		})
+		assert.Equal(t, exitUsage, res.status, v)
+		assert.Contains(t, res.stderr, "--rate")
+	}
+}
+
+// A Ctrl-C while the input is idle (a pipe whose producer waits: tail -f,
+// a slow export) ends the run at once: the input is read on a goroutine
+// of its own, and the run does not wait for its read. The report is
+// printed and the dead letters written so far are on disk.
+func TestAnInterruptEndsTheRunWhileTheInputIsIdle(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dl := deadLetterPath(t)
+	args := append(remote(t, srv), "--progress", "off", "--dead-letter", dl)
+	done := make(chan result, 1)
+	go func() { done <- runCmd(t, ctx, pr, args...) }()
+
+	_, err := io.WriteString(pw, records(t, 10)+"not json\n")
+	require.NoError(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.Count("__default__") < 10 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Equal(t, 10, srv.Count("__default__"), "the records written so far landed")
+	time.Sleep(100 * time.Millisecond) // for the answer to come back
+
+	cancel() // Ctrl-C; the producer writes nothing more
+	select {
+	case res := <-done:
+		assert.Equal(t, exitFailed, res.status)
+		assert.Contains(t, res.stderr, "interrupted at line 11 of stdin")
+		// Upserted, unless the answer was still on its way: then
+		// canceled, and a dead letter.
+		upserted, err := strconv.Atoi(reportValue(t, res.stdout, "upserted"))
+		require.NoError(t, err)
+		failed := "0"
+		if upserted < 10 {
+			failed = fmt.Sprintf("%d (canceled %d)", 10-upserted, 10-upserted)
+		}
+		assert.Equal(t, failed, reportValue(t, res.stdout, "failed"))
+		assert.Equal(t, "1", reportValue(t, res.stdout, "bad lines"))
+		_, byLine := letterErrors(t, dl)
+		assert.Equal(t, map[int]string{11: "line 11: invalid JSON at byte 2"}, byLine)
+	case <-time.After(3 * time.Second):
+		pw.Close() // let the run end, for the test's sake
+		<-done
+		t.Fatal("the run did not end within 3 s of the interrupt: it waits for input that may never come")
+	}
+}
+
+// What the reading goroutine read ahead of the run when the run ends is
+// not the run's: not counted, not reported, not handed on, as if it had
+// not been read (a resumed run reads it again).
+func TestWhatWasReadAheadOfAnInterruptedRunIsNotTheRuns(t *testing.T) {
+	var bad []int
+	in := &input{src: newNDJSONSource(strings.NewReader(records(t, 1)+"not json\n"+records(t, 3)), -1), unit: "line",
+		onBad: func(b *badEntry) { bad = append(bad, b.pos) }}
+	defer in.stopReading(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	v, ok := in.next(ctx)
+	require.True(t, ok)
+	assert.Equal(t, "r0", v.Id)
+	// Let the goroutine read everything ahead.
+	require.Eventually(t, func() bool { return len(in.items) == cap(in.items) || len(in.items) == 5 }, 5*time.Second, time.Millisecond)
+	cancel()
+	_, ok = in.next(ctx)
+	assert.False(t, ok)
+	assert.Equal(t, 1, in.read)
+	assert.Equal(t, 1, in.pos, "the run stopped at line 1")
+	assert.Empty(t, bad, "the bad line read ahead is not reported")
+	assert.Zero(t, in.bad)
+	assert.False(t, in.ended)
+}
+
+// A run that reads a file (here a named pipe, whose reads block) leaves
+// no goroutine reading it when it ends, interrupted while the input is
+// idle: the file is closed, which ends the read, and the run waits for it.
+func TestAnInterruptedRunLeavesNoGoroutineReadingItsFile(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "in.fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	w := make(chan *os.File, 1)
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0) // blocks until the run opens it
+		if err == nil {
+			_, _ = f.WriteString(records(t, 3))
+		}
+		w <- f
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	res := runCmd(t, ctx, nil, "--progress", "off", "--dead-letter", deadLetterPath(t), fifo)
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	assert.NotContains(t, stacks, "main.readSource", "the reading goroutine ended with the run")
+	assert.Equal(t, exitFailed, res.status)
+	assert.Contains(t, res.stderr, "interrupted at line 3 of "+fifo)
+	if f := <-w; f != nil {
+		f.Close()
+	}
 }

@@ -152,6 +152,16 @@ func (d *deadLetters) NotSent(f upsert.Failure) {
 	}
 }
 
+// Stale writes the dead letter of a record that landed but may be stale,
+// with msg as its error, so that replaying the file upserts it again.
+func (d *deadLetters) Stale(s upsert.Stale, msg string) {
+	d.wmu.RLock()
+	defer d.wmu.RUnlock()
+	if dl := d.file(); dl != nil {
+		dl.WriteStale(s, msg)
+	}
+}
+
 // Bad writes the dead letter of an input line that is not a record.
 func (d *deadLetters) Bad(line int, raw []byte, err error) {
 	d.wmu.RLock()
@@ -198,16 +208,24 @@ func (d *deadLetters) sync() error {
 // durable before it saves: the checkpoint passes records that failed for
 // good, which a resumed run skips, so their letters must be on disk first
 // (buffered, a kill lost them: TestAKilledRunResumedFromItsCheckpointLosesNothing).
+// A save that fails is told to failed.
 type durableCheckpoint struct {
-	upsert.Checkpoint
-	dead *deadLetters
+	*checkpointFile
+	dead   *deadLetters
+	failed func(error)
 }
 
 func (c durableCheckpoint) Save(ctx context.Context, n int64) error {
-	if err := c.dead.sync(); err != nil {
-		return fmt.Errorf("writing the dead-letter file %s before saving the checkpoint: %w", c.dead.path, err)
+	err := c.dead.sync()
+	if err != nil {
+		err = fmt.Errorf("writing the dead-letter file %s before saving the checkpoint: %w", c.dead.path, rootCause(err))
+	} else {
+		err = c.checkpointFile.Save(ctx, n)
 	}
-	return c.Checkpoint.Save(ctx, n)
+	if err != nil {
+		c.failed(err)
+	}
+	return err
 }
 
 // maxCauseChars bounds an error message in the report.
@@ -270,7 +288,7 @@ type cause struct {
 func (c *causes) top(host string, rejected map[string]int) []cause {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []cause
+	out := []cause{} // [] in the JSON report, not null, when nothing failed
 	add := func(class upsert.Class, msgs map[string]int, host string) {
 		keys := slices.SortedFunc(maps.Keys(msgs), func(a, b string) int {
 			return cmp.Or(msgs[b]-msgs[a], strings.Compare(a, b))
@@ -298,11 +316,15 @@ type summary struct {
 	BadLines    int `json:"bad_lines"`
 	// Skipped are the records at the start of the input that the
 	// checkpoint says an earlier run settled (counted in RecordsRead).
-	Skipped        int            `json:"skipped"`
-	Upserted       int            `json:"upserted"`
-	Failed         int            `json:"failed"`
-	FailedByClass  map[string]int `json:"failed_by_class"`
-	MayHaveLanded  int            `json:"may_have_landed"`
+	Skipped       int            `json:"skipped"`
+	Upserted      int            `json:"upserted"`
+	Failed        int            `json:"failed"`
+	FailedByClass map[string]int `json:"failed_by_class"`
+	MayHaveLanded int            `json:"may_have_landed"`
+	// MayBeStale counts records that landed while a request carrying an
+	// earlier record of their id had ended without an answer: the index
+	// may keep that earlier record. Their dead letters upsert them again.
+	MayBeStale     int            `json:"may_be_stale"`
 	LeftToResume   int            `json:"left_to_resume"`
 	NotSent        int            `json:"not_sent"`
 	Duplicates     int            `json:"duplicates"`
@@ -323,6 +345,9 @@ type summary struct {
 	Embedded *embedded `json:"embedded_index,omitempty"`
 
 	DeadLetters deadLetterSummary `json:"dead_letters"`
+	// InputError is the read error that ended the input before its end;
+	// what followed it was not read, and is not in the dead-letter file.
+	InputError string `json:"input_error,omitempty"`
 	// Interrupted: the run was stopped by a signal; GaveUp: by
 	// --max-failure-seconds; Stopped: by a failure no retry can fix (a
 	// denied key), with the rest of the input not read.
@@ -360,9 +385,11 @@ func classNames(m map[upsert.Class]int) map[string]int {
 
 // storedAsExpected reports whether the embedded index holds every record
 // upserted, and no more than the failed records that may have landed
-// explain.
-func storedAsExpected(stored, upserted, mayHaveLanded int) bool {
-	return stored >= upserted && stored-upserted <= mayHaveLanded
+// explain. The index holds an id once, however many times it was
+// upserted: repeated, the records sent whose id an earlier record sent had,
+// may have landed onto it, and account for as many fewer.
+func storedAsExpected(stored, upserted, mayHaveLanded, repeated int) bool {
+	return stored >= upserted-repeated && stored-upserted <= mayHaveLanded
 }
 
 // writeJSON writes s as one JSON object on a line.
@@ -411,6 +438,9 @@ func (s *summary) write(out io.Writer) error {
 	if s.NotSent > 0 {
 		row("not sent", "%d (read after giving up, into the dead-letter file)", s.NotSent)
 	}
+	if s.MayBeStale > 0 {
+		row("may be stale", "%d (landed, but an earlier write of their id left without an answer may still replace them; in the dead-letter file: replay it once the index is quiet)", s.MayBeStale)
+	}
 	row("duplicates", "%d", s.Duplicates)
 	row("requests", "%d", s.Requests)
 	row("retries", "%d%s", s.Retries, byClass(s.RetriesByClass))
@@ -436,8 +466,10 @@ func (s *summary) write(out io.Writer) error {
 		switch {
 		case e.Stored == s.Upserted:
 			fmt.Fprintf(w, "embedded index: holds %d records, as many as upserted\n", e.Stored)
-		case e.AsExpected:
+		case e.AsExpected && e.Stored > s.Upserted:
 			fmt.Fprintf(w, "embedded index: holds %d records, %d more than upserted: failed records that may have landed did\n", e.Stored, e.Stored-s.Upserted)
+		case e.AsExpected:
+			fmt.Fprintf(w, "embedded index: holds %d records, %d fewer than upserted: records of an id upserted again replaced the earlier ones\n", e.Stored, s.Upserted-e.Stored)
 		default:
 			fmt.Fprintf(w, "embedded index: holds %d records but %d were upserted: MISMATCH\n", e.Stored, s.Upserted)
 		}
@@ -447,6 +479,9 @@ func (s *summary) write(out io.Writer) error {
 		fmt.Fprintf(w, "dead letters: %d, but writing %s failed: %s\n", d.Count, d.Path, d.Error)
 	case d.Count > 0:
 		fmt.Fprintf(w, "dead letters: %d in %s\n", d.Count, d.Path)
+	}
+	if s.InputError != "" {
+		fmt.Fprintf(w, "input: %s; the rest of it was not read\n", s.InputError)
 	}
 	return w.err
 }

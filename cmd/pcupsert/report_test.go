@@ -1,13 +1,26 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/upserttest"
 )
 
 // figures are the counts of a final report, human or JSON, without the
@@ -176,4 +189,190 @@ func TestRecordsRefusedBeforeSendingAreNamedByTheirLineAsBadLinesAre(t *testing.
 			assert.Equal(t, "line 3 (id \"typed\"): "+named[0][3], byLine[3])
 		})
 	}
+}
+
+// Records that landed while a request carrying an earlier record of their
+// id had ended without an answer may be stale: the index may still apply
+// that request and keep the earlier record (Result.MayBeStale). The report
+// says how many, on stdout ("may be stale", "may_be_stale") and stderr;
+// each one has a dead letter, so that replaying the file upserts it
+// again; and the run exits 1.
+func TestRecordsThatMayBeStaleAreReported(t *testing.T) {
+	// An index where the first request carrying x times out on the client.
+	newIndex := func() *upserttest.Server {
+		var once sync.Once
+		srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+			var f upserttest.Fault
+			if slices.Contains(r.IDs, "x") {
+				once.Do(func() { f = upserttest.Fault{Code: codes.DeadlineExceeded} })
+			}
+			return f
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	input := `{"id":"x","values":[1,1,1]}
+{"id":"y","values":[1,1,1]}
+{"id":"z","values":[1,1,1]}
+{"id":"x","values":[3,1,1]}
+`
+	args := []string{"--progress", "off", "--batch-size", "1", "--concurrency", "1"}
+
+	// The library reports one such record for this input and index
+	// (checked here, so that the test is about pcupsert).
+	srv := newIndex()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host()})
+	require.NoError(t, err)
+	defer idx.Close()
+	mk := func(id string, v float32) *pinecone.Vector {
+		return &pinecone.Vector{Id: id, Values: &[]float32{v, 1, 1}}
+	}
+	lib, err := upsert.Stream(context.Background(), slices.Values([]*pinecone.Vector{mk("x", 1), mk("y", 1), mk("z", 1), mk("x", 3)}),
+		upsert.WithIndex(idx), upsert.WithBatchSize(1), upsert.WithConcurrency(1))
+	require.NoError(t, err)
+	require.Equal(t, 1, lib.Stats.MayBeStale)
+
+	dl := deadLetterPath(t)
+	res := runCmd(t, nil, strings.NewReader(input), append(append(remote(t, newIndex()), args...), "--json", "--dead-letter", dl)...)
+	assert.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+	s := jsonReport(t, res)
+	assert.Equal(t, 1, s.MayBeStale)
+	assert.Equal(t, 4, s.Upserted, "it landed")
+	assert.Equal(t, exitFailed, s.ExitStatus)
+	assert.Equal(t, 1, s.DeadLetters.Count)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &m))
+	assert.EqualValues(t, 1, m["may_be_stale"])
+	assert.Contains(t, res.stderr, "1 record that landed may be stale")
+
+	byID, _ := letterErrors(t, dl)
+	assert.Regexp(t, `^line 4 \(id "x"\): landed while the request carrying line 1, an earlier record of its id, had ended without an answer`, byID["x"])
+	data, err := os.ReadFile(dl)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"class":"may-be-stale"`)
+
+	// Replaying the dead-letter file upserts the record as it was last.
+	replay := newIndex()
+	res = runCmd(t, nil, nil, append(remote(t, replay), "--progress", "off", "--dead-letter", deadLetterPath(t), dl)...)
+	assert.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+	v, ok := replay.Vector("__default__", "x")
+	require.True(t, ok)
+	assert.Equal(t, []float32{3, 1, 1}, *v.Values)
+
+	res = runCmd(t, nil, strings.NewReader(input), append(append(remote(t, newIndex()), args...), "--dead-letter", deadLetterPath(t))...)
+	assert.Equal(t, exitFailed, res.status)
+	assert.Regexp(t, `^1 \(landed, but an earlier write`, reportValue(t, res.stdout, "may be stale"))
+}
+
+// eioReader fails as a disk or a broken pipe does.
+type eioReader struct{}
+
+func (eioReader) Read([]byte) (int, error) {
+	return 0, errors.New("read /mnt/export/part-7: input/output error")
+}
+
+// A read error after records were sent ends the run with its report, the
+// error stated in it and on stderr, and exit status 1: the records read
+// before it were sent, and a script must learn what became of them.
+func TestAReadErrorAfterRecordsLandedStillWritesTheReport(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	in := io.MultiReader(strings.NewReader(records(t, 500)), eioReader{})
+	res := runCmd(t, nil, in, append(remote(t, srv), "--json", "--progress", "off", "--dead-letter", deadLetterPath(t))...)
+	assert.Equal(t, exitFailed, res.status)
+	assert.Contains(t, res.stderr, "pcupsert: reading stdin: read /mnt/export/part-7: input/output error; the rest of stdin was not read")
+	require.Equal(t, 500, srv.Count("__default__"), "what was read before the error was sent")
+
+	s := jsonReport(t, res)
+	assert.Equal(t, 500, s.Upserted)
+	assert.Equal(t, "reading stdin: read /mnt/export/part-7: input/output error", s.InputError)
+	assert.Equal(t, exitFailed, s.ExitStatus)
+
+	res = runCmd(t, nil, io.MultiReader(strings.NewReader(records(t, 5)), eioReader{}), "--progress", "off", "--dead-letter", deadLetterPath(t))
+	assert.Equal(t, exitFailed, res.status)
+	assert.Equal(t, "5", reportValue(t, res.stdout, "upserted"))
+	assert.Contains(t, res.stdout, "input: reading stdin: read /mnt/export/part-7: input/output error; the rest of it was not read")
+}
+
+// The JSON report's collections are empty, not null, when nothing failed:
+// `jq '.causes[]'` and `for c in r["causes"]` work on a clean run.
+func TestTheJSONReportsCollectionsAreEmptyWhenNothingFailed(t *testing.T) {
+	res := runCmd(t, nil, strings.NewReader(records(t, 3)), "--json", "--progress", "off", "--dead-letter", deadLetterPath(t))
+	require.Equal(t, exitOK, res.status)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &m))
+	assert.Equal(t, []any{}, m["causes"], "causes: %s", res.stdout)
+	for _, k := range []string{"failed_by_class", "retries_by_class", "errors_by_code"} {
+		assert.Equal(t, map[string]any{}, m[k], k)
+	}
+}
+
+// After --max-failure-seconds gives up, the rest of the input is drained
+// into the dead-letter file, bad lines included, and the report counts
+// the bad lines the drain found: each dead letter is accounted for.
+func TestBadLinesFoundAfterGivingUpAreCountedInTheReport(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		if r.Seq > 2 {
+			return upserttest.Fault{Code: codes.Unavailable}
+		}
+		return upserttest.Fault{}
+	}))
+	defer srv.Close()
+	dl := deadLetterPath(t)
+	res := runCmd(t, nil, strings.NewReader(records(t, 5000)+"not json\n"), append(remote(t, srv),
+		"--json", "--dead-letter", dl, "--progress", "off", "--batch-size", "100", "--max-failure-seconds", "0.3")...)
+	require.Equal(t, exitFailed, res.status)
+	s := jsonReport(t, res)
+	require.True(t, s.GaveUp)
+	require.Positive(t, s.NotSent, "the bad line, at the end, was read by the drain")
+	_, byLine := letterErrors(t, dl)
+	require.Equal(t, map[int]string{5001: "line 5001: invalid JSON at byte 2"}, byLine)
+	assert.Equal(t, 1, s.BadLines, "the bad line in the dead-letter file is counted")
+	assert.Equal(t, s.Failed+s.NotSent+s.BadLines, s.DeadLetters.Count, "each dead letter is accounted for")
+}
+
+// A Ctrl-C while the rest of an idle input is being drained into the
+// dead-letter file, after --max-failure-seconds gave up, ends the run
+// with its report: both are said, and every letter written is counted.
+func TestAnInterruptWhileDrainingAfterGivingUpEndsTheRun(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		if r.Seq > 2 {
+			return upserttest.Fault{Code: codes.Unavailable}
+		}
+		return upserttest.Fault{}
+	}))
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dl := deadLetterPath(t)
+	args := append(remote(t, srv), "--json", "--dead-letter", dl, "--progress", "off", "--batch-size", "100", "--max-failure-seconds", "0.2")
+	done := make(chan result, 1)
+	go func() { done <- runCmd(t, ctx, pr, args...) }()
+	_, err := io.WriteString(pw, records(t, 500))
+	require.NoError(t, err)
+	time.Sleep(2 * time.Second) // gives up after 0.2 s of failures, then drains the idle input
+	cancel()
+
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(5 * time.Second):
+		pw.Close()
+		<-done
+		t.Fatal("the run did not end after the interrupt: the drain waits for input that may never come")
+	}
+	assert.Equal(t, exitFailed, res.status)
+	assert.Contains(t, res.stderr, "gave up at line")
+	assert.Contains(t, res.stderr, "interrupted while writing the rest of stdin to the dead-letter file, at line 500")
+	s := jsonReport(t, res)
+	assert.True(t, s.GaveUp)
+	assert.True(t, s.Interrupted)
+	assert.Equal(t, 200, s.Upserted)
+	ids, _ := letters(t, dl)
+	assert.Len(t, ids, 300)
+	assert.Equal(t, s.Failed+s.NotSent, s.DeadLetters.Count)
 }

@@ -183,6 +183,260 @@ func TestAParquetFileRoundTrips(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// parquetRow is a row of Pinecone's import layout as parquet-go writes it
+// from a Go struct.
+type parquetRow struct {
+	ID           string         `parquet:"id"`
+	Values       []float32      `parquet:"values,list"`
+	SparseValues *parquetSparse `parquet:"sparse_values,optional"`
+	Metadata     *string        `parquet:"metadata,optional"`
+}
+
+type parquetSparse struct {
+	Indices []uint32  `parquet:"indices,list"`
+	Values  []float32 `parquet:"values,list"`
+}
+
+// writeParquet writes rows to a Parquet file and returns its path.
+func writeParquet[T any](t *testing.T, rows []T, opts ...parquet.WriterOption) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "in.parquet")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	w := parquet.NewGenericWriter[T](f, opts...)
+	_, err = w.Write(rows)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.NoError(t, f.Close())
+	return path
+}
+
+// pyarrow writes list elements as nullable. A null inside "values" makes
+// a bad row, named by its number with the rule, and its dead letter shows
+// the null; it is not read as 0.
+type nullableElementsRow struct {
+	ID     string     `parquet:"id"`
+	Values []*float32 `parquet:"values,list"`
+}
+
+func TestANullInsideParquetValuesIsABadRowNotAZero(t *testing.T) {
+	f := func(x float32) *float32 { return &x }
+	path := writeParquet(t, []nullableElementsRow{
+		{"a", []*float32{f(1), nil, f(3)}},
+		{"b", []*float32{f(1), f(2), f(4)}},
+	})
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	dl := deadLetterPath(t)
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", dl, path)...)
+	if v, ok := srv.Vector("__default__", "a"); ok {
+		t.Errorf("row 1 landed as %v: its null became a value", *v.Values)
+	}
+	assert.Equal(t, exitFailed, res.status)
+	assert.Contains(t, res.stderr, `row 1 (id "a"): wrong type: column "values": null at index 1, want float32`)
+	_, ok := srv.Vector("__default__", "b")
+	assert.True(t, ok, "the valid row lands")
+	letter, err := os.ReadFile(dl)
+	require.NoError(t, err)
+	assert.Contains(t, string(letter), `"raw":"{\"id\":\"a\",\"values\":[1,null,3]}"`, "the dead letter shows the row as read")
+}
+
+// Sparse indices written as list<int64> (what pandas and pyarrow make of
+// Python ints) are checked against uint32's range: an index that is
+// negative or too large makes a bad row instead of wrapping (-1 landing as
+// 4294967295).
+type sparse64 struct {
+	Indices []int64   `parquet:"indices,list"`
+	Values  []float32 `parquet:"values,list"`
+}
+
+type sparse64Row struct {
+	ID           string    `parquet:"id"`
+	SparseValues *sparse64 `parquet:"sparse_values,optional"`
+}
+
+func TestAParquetSparseIndexOutOfRangeIsABadRowNotWrapped(t *testing.T) {
+	path := writeParquet(t, []sparse64Row{
+		{"ok", &sparse64{[]int64{1, 4_294_967_295}, []float32{1, 2}}},
+		{"neg", &sparse64{[]int64{-1, 7}, []float32{1, 2}}},
+		{"big", &sparse64{[]int64{3, 5_000_000_000}, []float32{1, 2}}},
+	})
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", deadLetterPath(t), path)...)
+	for _, id := range []string{"neg", "big"} {
+		if v, ok := srv.Vector("__default__", id); ok {
+			t.Errorf("%s landed with indices %v, not those of the file", id, v.SparseValues.Indices)
+		}
+	}
+	assert.Equal(t, exitFailed, res.status)
+	assert.Contains(t, res.stderr, `row 2 (id "neg"): wrong type: column "sparse_values.indices": a number not representable as uint32 at index 0`)
+	assert.Contains(t, res.stderr, `row 3 (id "big"): wrong type: column "sparse_values.indices": a number not representable as uint32 at index 1`)
+	v, ok := srv.Vector("__default__", "ok")
+	require.True(t, ok)
+	assert.Equal(t, []uint32{1, 4_294_967_295}, v.SparseValues.Indices)
+}
+
+// A "metadata" column that is a struct (what pyarrow makes of a column of
+// dicts) is the records' metadata, a field a key. A null field is a key
+// the row does not have (pyarrow writes a key missing from a row's dict as
+// null), a null struct a row without metadata, and a null inside a list a
+// bad row.
+type metaStruct struct {
+	Genre *string   `parquet:"genre,optional"`
+	Year  int64     `parquet:"year"`
+	Score float64   `parquet:"score"`
+	Draft bool      `parquet:"draft"`
+	Tags  []*string `parquet:"tags,list"`
+}
+
+type metaStructRow struct {
+	ID       string      `parquet:"id"`
+	Values   []float32   `parquet:"values,list"`
+	Metadata *metaStruct `parquet:"metadata,optional"`
+}
+
+func TestAParquetMetadataStructIsTheRecordsMetadata(t *testing.T) {
+	path := writeParquet(t, []metaStructRow{
+		{"a", []float32{1, 2, 3}, &metaStruct{ptr("drama"), 1999, 0.5, true, []*string{ptr("x"), ptr("y")}}},
+		{"no-genre", []float32{1, 2, 3}, &metaStruct{nil, 2001, 1, false, nil}},
+		{"no-metadata", []float32{1, 2, 3}, nil},
+		{"null-tag", []float32{1, 2, 3}, &metaStruct{ptr("drama"), 1999, 0.5, true, []*string{ptr("x"), nil}}},
+	})
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", deadLetterPath(t), path)...)
+	assert.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+	assert.Contains(t, res.stderr, `row 4 (id "null-tag"): wrong type: column "metadata.tags": null at index 1, want string`)
+	assert.Equal(t, 3, srv.Count("__default__"))
+
+	v, ok := srv.Vector("__default__", "a")
+	require.True(t, ok)
+	require.NotNil(t, v.Metadata)
+	assert.Equal(t, map[string]any{"genre": "drama", "year": float64(1999), "score": 0.5, "draft": true, "tags": []any{"x", "y"}}, v.Metadata.AsMap())
+	v, ok = srv.Vector("__default__", "no-genre")
+	require.True(t, ok)
+	require.NotNil(t, v.Metadata)
+	assert.Equal(t, map[string]any{"year": float64(2001), "score": float64(1), "draft": false, "tags": []any{}}, v.Metadata.AsMap(), "a null field is left out")
+	v, ok = srv.Vector("__default__", "no-metadata")
+	require.True(t, ok)
+	assert.Empty(t, v.Metadata.AsMap())
+}
+
+// A per-row value that the schema allows but a record cannot hold (a
+// double too large for a float32) makes a bad row: the other rows, those
+// of its batch and those after, land.
+type doubleValuesRow struct {
+	ID     string    `parquet:"id"`
+	Values []float64 `parquet:"values,list"`
+}
+
+func TestAParquetValueThatCannotBeConvertedIsABadRowAndTheOtherRowsLand(t *testing.T) {
+	var rows []doubleValuesRow
+	for i := range 600 {
+		v := []float64{float64(i + 1), 0.5, 0.25}
+		if i == 299 {
+			v[1] = 1e300
+		}
+		rows = append(rows, doubleValuesRow{fmt.Sprint("r", i), v})
+	}
+	path := writeParquet(t, rows)
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--json", "--dead-letter", deadLetterPath(t), path)...)
+	assert.Equal(t, exitFailed, res.status)
+	assert.Contains(t, res.stderr, `row 300 (id "r299"): wrong type: column "values": a number not representable as float32 at index 1`)
+	assert.Equal(t, 599, srv.Count("__default__"), "every other row lands")
+	v, ok := srv.Vector("__default__", "r0")
+	require.True(t, ok)
+	assert.Equal(t, []float32{1, 0.5, 0.25}, *v.Values, "doubles are read as float32")
+}
+
+// A file whose columns are not of the layout's types is refused when it
+// is opened, before anything is sent, with a message naming the column,
+// its type and the type wanted: a "values" column of strings is a wrong
+// schema, not 600 bad rows, and a "values" column that is not a list is
+// not rows "with neither dense nor sparse values".
+type stringValuesRow struct {
+	ID     string   `parquet:"id"`
+	Values []string `parquet:"values,list"`
+}
+
+type scalarValuesRow struct {
+	ID     string  `parquet:"id"`
+	Values float32 `parquet:"values"`
+}
+
+type floatIndicesRow struct {
+	ID           string `parquet:"id"`
+	SparseValues struct {
+		Indices []float32 `parquet:"indices,list"`
+		Values  []float32 `parquet:"values,list"`
+	} `parquet:"sparse_values"`
+}
+
+type sparseListRow struct {
+	ID           string    `parquet:"id"`
+	SparseValues []float32 `parquet:"sparse_values,list"`
+}
+
+type intIDRow struct {
+	ID     int64     `parquet:"id"`
+	Values []float32 `parquet:"values,list"`
+}
+
+type intMetadataRow struct {
+	ID       string    `parquet:"id"`
+	Values   []float32 `parquet:"values,list"`
+	Metadata int64     `parquet:"metadata"`
+}
+
+type timeMetadataRow struct {
+	ID       string    `parquet:"id"`
+	Values   []float32 `parquet:"values,list"`
+	Metadata struct {
+		Genre string    `parquet:"genre"`
+		When  time.Time `parquet:"when"`
+	} `parquet:"metadata"`
+}
+
+func TestAParquetFileNotInTheLayoutIsRefusedNamingTheColumnAndItsType(t *testing.T) {
+	var strs []stringValuesRow
+	for i := range 600 {
+		strs = append(strs, stringValuesRow{fmt.Sprint("r", i), []string{"1", "0.5", "0.25"}})
+	}
+	for _, c := range []struct {
+		name string
+		path string
+		want string
+	}{
+		{"values of strings", writeParquet(t, strs),
+			`column "values" is list<string>; want a list of numbers, such as list<float>`},
+		{"values not a list", writeParquet(t, []scalarValuesRow{{"a", 1}, {"b", 2}}),
+			`column "values" is float; want a list of numbers, such as list<float>`},
+		{"sparse indices of floats", writeParquet(t, []floatIndicesRow{{ID: "a"}}),
+			`column "sparse_values.indices" is list<float>; want a list of integers, such as list<uint32> or list<int64>`},
+		{"sparse values not a struct", writeParquet(t, []sparseListRow{{"a", []float32{1}}}),
+			`column "sparse_values" is list<float>; want a struct of "indices", a list of integers such as list<uint32>, and "values", a list of numbers such as list<float>`},
+		{"id not a string", writeParquet(t, []intIDRow{{1, []float32{1}}}),
+			`column "id" is int64; want a string`},
+		{"metadata a number", writeParquet(t, []intMetadataRow{{"a", []float32{1}, 1}}),
+			`column "metadata" is int64; want a JSON object as a string, or a struct`},
+		{"metadata with a timestamp", writeParquet(t, []timeMetadataRow{{ID: "a", Values: []float32{1}}}),
+			`column "metadata": field "when" is timestamp; a struct metadata column takes strings, numbers, booleans and lists of strings`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := upserttest.NewServer()
+			defer srv.Close()
+			res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", deadLetterPath(t), c.path)...)
+			assert.Equal(t, exitFailed, res.status)
+			assert.Contains(t, res.stderr, "pcupsert: reading "+c.path+": not Pinecone's import layout: "+c.want+"\n")
+			assert.NotContains(t, res.stderr, "row ", "no row is reported")
+			assert.Zero(t, srv.Stats().Requests, "nothing is sent")
+		})
+	}
+}
+
 func TestReplayingDeadLettersKeepsBadLinesAsTheyWere(t *testing.T) {
 	first := deadLetterPath(t)
 	input := records(t, 3) + "not json\n"
@@ -274,11 +528,10 @@ func TestAResumedRunDoesNotReportTheInterruptedOnesAgain(t *testing.T) {
 }
 
 func TestAnInterruptedRunWithACheckpointLeavesItsRecordsToTheNext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx, args := interruptInFlight(t)
 	dl := deadLetterPath(t)
 	ckpt := filepath.Join(t.TempDir(), "ckpt")
-	res := runCmd(t, ctx, cancelAtEOF{strings.NewReader(records(t, 50)), cancel}, "--dead-letter", dl, "--progress", "off", "--checkpoint", ckpt)
+	res := runCmd(t, ctx, strings.NewReader(records(t, 50)), append(args, "--dead-letter", dl, "--progress", "off", "--checkpoint", ckpt)...)
 	assert.Equal(t, exitFailed, res.status)
 	assert.Contains(t, res.stderr, "left to the next run with the same --checkpoint")
 	assert.Equal(t, "50 (canceled 50)", reportValue(t, res.stdout, "failed"))

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"google.golang.org/grpc/codes"
 
 	"github.com/upsertlib/upsert"
@@ -71,5 +72,23 @@ func TestTheReportPrintsNoPartOfTheKey(t *testing.T) {
 				t.Errorf("%v: %s holds part of the API key:\n%s", args, name, out)
 			}
 		}
+	}
+}
+
+// Usage errors are printed through the filter that masks the API key, as
+// every other output is: a key passed by mistake as an argument (as a
+// positional, or as the value of another flag) is not echoed.
+func TestUsageErrorsDoNotPrintTheAPIKey(t *testing.T) {
+	t.Setenv("PINECONE_API_KEY", longKey)
+	for _, args := range [][]string{
+		{longKey, "in.ndjson"},
+		{"--progress", longKey},
+		{"--dimension", longKey},
+	} {
+		res := runCmd(t, nil, strings.NewReader(""), args...)
+		assert.Equal(t, exitUsage, res.status)
+		assert.Contains(t, res.stderr, "[API key]", "args %q", args)
+		assert.NotContains(t, res.stderr, longKey[:20], "args %q", args)
+		assert.NotContains(t, res.stdout, longKey[:20])
 	}
 }

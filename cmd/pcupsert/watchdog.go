@@ -22,7 +22,10 @@ func (e errGaveUp) Error() string {
 // breaker would still try. A run whose records all settled is not waiting,
 // and one whose requests do not fail is not stuck, so a slow input never
 // trips it. (A record replaced by a later one of its id settles with no
-// event, so waiting alone cannot tell.)
+// event, so waiting alone cannot tell.) Only failures of the index count:
+// a request refused for its records (invalid, too large) is split until
+// the bad ones fail alone, and says nothing of an index that is down; it
+// may be the run's last request, before a pause of the input.
 type watchdog struct {
 	limit time.Duration
 
@@ -85,6 +88,9 @@ func (w *watchdog) observer() upsert.Observer {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			if e.Err != nil {
+				if e.Err.Class == upsert.ClassInvalid || e.Err.Class == upsert.ClassTooLarge {
+					return // the records', not the index's
+				}
 				if !w.failed {
 					w.failed, w.since = true, time.Now()
 				}

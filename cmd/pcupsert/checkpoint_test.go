@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// A checkpoint holds the count of records settled and the identity of the
+// input: the SHA-256 of its first bytes, and how many.
+func TestACheckpointNamesItsInput(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, in := filepath.Join(dir, "ckpt"), filepath.Join(dir, "in.ndjson")
+	input := records(t, 3)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	res := runCmd(t, nil, nil, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"), in)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	got, err := os.ReadFile(ckpt)
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprintf("3\n%v\n", idOf([]byte(input))), string(got))
+	assert.Regexp(t, `^3\ninput 102 [0-9a-f]{64}\n$`, string(got), "the whole input, of 102 bytes")
+}
+
+// A checkpoint saved for one input, given with another (a script that
+// loads several files with one --checkpoint, a regenerated export), is
+// refused before anything is sent, with exit status 2: resuming would skip
+// as many records of the other input, never sent. The message says to
+// remove the checkpoint to start over, which then loads every record.
+func TestACheckpointOfAnotherInputDoesNotSkipItsRecords(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	a, b := filepath.Join(dir, "a.ndjson"), filepath.Join(dir, "b.ndjson")
+	require.NoError(t, os.WriteFile(a, []byte(strings.ReplaceAll(records(t, 3), `"r`, `"a`)), 0o600))
+	require.NoError(t, os.WriteFile(b, []byte(records(t, 5)), 0o600))
+
+	res := runCmd(t, nil, nil, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl-a"), a)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	saved, err := os.ReadFile(ckpt)
+	require.NoError(t, err)
+
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res = runCmd(t, nil, nil, append(remote(t, srv), "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl-b"), b)...)
+	assert.Equal(t, exitUsage, res.status, "stderr:\n%s", res.stderr)
+	assert.Contains(t, res.stderr, "the checkpoint "+ckpt+" was saved for another input: "+b+" does not start as that input did")
+	assert.Contains(t, res.stderr, "remove "+ckpt+" to load "+b+" from its start")
+	assert.Zero(t, srv.Stats().Requests, "nothing was sent")
+	got, err := os.ReadFile(ckpt)
+	require.NoError(t, err)
+	assert.Equal(t, string(saved), string(got), "the checkpoint is left as it was")
+
+	require.NoError(t, os.Remove(ckpt))
+	res = runCmd(t, nil, nil, append(remote(t, srv), "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl-b"), b)...)
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.Equal(t, 5, srv.Count("__default__"))
+}
+
+// An input that grew at its end since its checkpoint was saved (a log, an
+// export still being written) is the same input: the run resumes it, and
+// sends what was added. So is stdin fed the same input again.
+func TestACheckpointResumesAnInputThatGrew(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, in := filepath.Join(dir, "ckpt"), filepath.Join(dir, "in.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 3)), 0o600))
+	res := runCmd(t, nil, nil, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"), in)
+	require.Equal(t, exitOK, res.status, res.stderr)
+
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 5)), 0o600))
+	res = runCmd(t, nil, nil, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"), in)
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.Equal(t, "3 (settled by an earlier run: --checkpoint)", reportValue(t, res.stdout, "skipped"))
+	assert.Equal(t, "2", reportValue(t, res.stdout, "upserted"))
+
+	// The same through stdin, with an input longer than the identity.
+	big := records(t, 3000)
+	require.Greater(t, len(big), headBytes)
+	stdinCkpt := filepath.Join(dir, "stdin-ckpt")
+	res = runCmd(t, nil, strings.NewReader(big), "--checkpoint", stdinCkpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"))
+	require.Equal(t, exitOK, res.status, res.stderr)
+	assert.Regexp(t, `^3000\ninput 65536 `, readString(t, stdinCkpt))
+	res = runCmd(t, nil, strings.NewReader(big+records(t, 3001)[len(big):]), "--checkpoint", stdinCkpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"))
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.Equal(t, "1", reportValue(t, res.stdout, "upserted"))
+	res = runCmd(t, nil, strings.NewReader("\n"+big), "--checkpoint", stdinCkpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"))
+	assert.Equal(t, exitUsage, res.status, "another input on stdin")
+	assert.Contains(t, res.stderr, "was saved for another input: stdin does not start as that input did")
+}
+
+func readString(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// A checkpoint of an earlier pcupsert, a count alone, is taken as it is,
+// with a warning that says what to do if it belongs to another input; the
+// run's saves then name the input.
+func TestACheckpointWithoutItsInputIsTakenWithAWarning(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, in := filepath.Join(dir, "ckpt"), filepath.Join(dir, "in.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 5)), 0o600))
+	require.NoError(t, os.WriteFile(ckpt, []byte("3\n"), 0o600))
+	res := runCmd(t, nil, nil, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"), in)
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "pcupsert: the checkpoint "+ckpt+" does not say which input it was saved for (an earlier pcupsert wrote it): "+
+		"skipping the first 3 records of "+in+" as it says; if it belongs to another input, stop and remove it")
+	assert.Equal(t, "2", reportValue(t, res.stdout, "upserted"))
+	assert.Regexp(t, `^5\ninput \d+ [0-9a-f]{64}\n$`, readString(t, ckpt))
+
+	for _, bad := range []string{"x\n", "3\ninput 12\n", "3\nsomething else\n"} {
+		require.NoError(t, os.WriteFile(ckpt, []byte(bad), 0o600))
+		res = runCmd(t, nil, nil, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"), in)
+		assert.Equal(t, exitFailed, res.status, "%q", bad)
+		assert.Contains(t, res.stderr, "not a pcupsert checkpoint", "%q", bad)
+	}
+}
+
+// A Ctrl-C while the run waits for the start of stdin, to check it against
+// the checkpoint, ends the run: nothing was sent.
+func TestAnInterruptWhileCheckingStdinAgainstTheCheckpointEndsTheRun(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	require.NoError(t, os.WriteFile(ckpt, []byte(fmt.Sprintf("3\n%v\n", idOf([]byte(records(t, 3))))), 0o600))
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	res := runCmd(t, ctx, pr, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"))
+	assert.Equal(t, exitFailed, res.status)
+	assert.Contains(t, res.stderr, "interrupted while waiting for the start of the input; nothing was sent")
+}
+
+// A --checkpoint that cannot be written (a directory that does not exist,
+// a directory as the path) is a usage error before anything starts, not a
+// silent run that would restart from the beginning when interrupted.
+func TestACheckpointThatCannotBeSavedIsReported(t *testing.T) {
+	dir := t.TempDir()
+	for _, ckpt := range []string{filepath.Join(dir, "no-such-dir", "ckpt"), dir} {
+		res := runCmd(t, nil, strings.NewReader(records(t, 20)), "--checkpoint", ckpt, "--progress", "off", "--dead-letter", deadLetterPath(t))
+		assert.Equal(t, exitUsage, res.status)
+		assert.Contains(t, res.stderr, "pcupsert: --checkpoint "+ckpt+": cannot be saved there: ")
+		assert.NotContains(t, res.stderr, "embedded loopback index", "nothing was opened")
+	}
+	assert.NoDirExists(t, filepath.Join(dir, "no-such-dir"))
+}
+
+// A save that fails during the run (the directory removed, a full disk) is
+// told on stderr, once per cause, not only logged by the library: the user
+// counts on resuming.
+func TestACheckpointSaveThatFailsIsToldOnce(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ckpts")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	path := filepath.Join(dir, "ckpt")
+	var con strings.Builder
+	c := durableCheckpoint{
+		checkpointFile: &checkpointFile{path: path, head: &inputHead{}},
+		dead:           &deadLetters{path: filepath.Join(t.TempDir(), "dl")},
+		failed:         saveReporter(&con, path),
+	}
+	ctx := context.Background()
+	require.NoError(t, c.Save(ctx, 1))
+	require.NoError(t, os.RemoveAll(dir))
+	for n := range 3 {
+		err := c.Save(ctx, int64(2+n))
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, os.ErrNotExist), "%v", err)
+	}
+	assert.Equal(t, "pcupsert: could not save the checkpoint "+path+": creating a file in "+dir+": no such file or directory; "+
+		"a run resumed from it sends again what it does not cover\n", con.String(), "once for the three saves")
+
+	// Another cause is told too.
+	require.NoError(t, os.WriteFile(dir, nil, 0o600)) // the directory is now a file
+	require.Error(t, c.Save(ctx, 9))
+	assert.Len(t, regexp.MustCompile(`could not save`).FindAllString(con.String(), -1), 2, con.String())
+}

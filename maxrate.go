@@ -46,25 +46,17 @@ type pacer struct {
 // paceCap waits until a request of n records fits under the caller's cap
 // (WithMaxRate), before it asks the Limiter; it returns the run's
 // context's error if the run stops first.
-func (r *run) paceCap(n int) error {
-	if r.pacer == nil {
-		return nil
-	}
-	if wait := r.pacer.reserveAt(r.cfg.clock.Now(), n); wait > 0 {
-		return r.cfg.clock.Sleep(r.runCtx, wait)
-	}
-	return nil
-}
+func (r *run) paceCap(n int) error { return r.paceBy((*pacer).reserveAt, n) }
 
 // paceSend waits, once the Limiter admitted a request of n records, until
 // it may be sent under the caller's cap, holding its slot; the Limiter
 // held it past its turn. It returns the run's context's error if the run
 // stops first.
-func (r *run) paceSend(n int) error {
-	if r.pacer == nil {
-		return nil
-	}
-	if wait := r.pacer.sendAt(r.cfg.clock.Now(), n); wait > 0 {
+func (r *run) paceSend(n int) error { return r.paceBy((*pacer).sendAt, n) }
+
+// paceBy sleeps the wait that book gives a request of n records.
+func (r *run) paceBy(book func(*pacer, time.Time, int) time.Duration, n int) error {
+	if wait := book(r.pacer, r.cfg.clock.Now(), n); wait > 0 {
 		return r.cfg.clock.Sleep(r.runCtx, wait)
 	}
 	return nil

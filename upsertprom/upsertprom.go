@@ -25,6 +25,9 @@
 //     admission by upsert's limiter to the answer ([upsert.RequestEvent].Latency;
 //     the wait for rate tokens and a concurrency slot is not included). Buckets:
 //     [DefaultBuckets] unless [WithBuckets].
+//   - upsert_records_upserted_total{namespace} (counter): records the
+//     index confirmed, each counted once: [upsert.Stats].Upserted, summed
+//     over runs.
 //   - upsert_records_sent_total{namespace} (counter): records carried by
 //     requests, counted once per request that carried them, so a record
 //     resent by a retry counts again. Compare it with the records given to
@@ -49,7 +52,8 @@
 //     breaker is not.
 //
 // The label namespace is the Pinecone namespace of the request ("" for the
-// default namespace), not the Prometheus namespace. Namespaces are the
+// default namespace, also when a run names it "__default__", as
+// go-pinecone v5 does), not the Prometheus namespace. Namespaces are the
 // user's data (one per tenant is Pinecone's pattern for multitenancy), so
 // a Collector labels at most [DefaultMaxNamespaces] of them, the first it
 // sees, and every later one [OtherNamespace]: see [WithMaxNamespaces].
@@ -169,16 +173,21 @@ func WithBuckets(buckets []float64) Option {
 // [upsert.WithObserver]. A Collector is a [prometheus.Collector] of all its
 // metrics, and is safe for concurrent use.
 type Collector struct {
-	requests      *prometheus.CounterVec
-	duration      *prometheus.HistogramVec
-	recordsSent   *prometheus.CounterVec
-	retries       *prometheus.CounterVec
-	recordsFailed *prometheus.CounterVec
-	retryWait     *prometheus.CounterVec
-	namespaces    namespaceLabels
+	requests        *prometheus.CounterVec
+	duration        *prometheus.HistogramVec
+	recordsUpserted *prometheus.CounterVec
+	recordsSent     *prometheus.CounterVec
+	retries         *prometheus.CounterVec
+	recordsFailed   *prometheus.CounterVec
+	retryWait       *prometheus.CounterVec
+	namespaces      namespaceLabels
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
+
+// defaultNamespace is Pinecone's other name of the default namespace, ""
+// (go-pinecone v5 sends it through WithIndex).
+const defaultNamespace = "__default__"
 
 // namespaceLabels gives the namespace label of a Pinecone namespace: the
 // namespace itself for the first max seen, OtherNamespace after.
@@ -189,6 +198,9 @@ type namespaceLabels struct {
 }
 
 func (l *namespaceLabels) of(ns string) string {
+	if ns == defaultNamespace {
+		ns = "" // one namespace, whichever name a run sends
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.seen[ns]; ok {
@@ -234,6 +246,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Collector, error) {
 			Help:    "Round trip of upsert requests, successful or not, in seconds, by Pinecone namespace.",
 			Buckets: buckets,
 		}, []string{"namespace"}),
+		recordsUpserted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "records_upserted_total",
+			Help: "Records the index confirmed, each once, by Pinecone namespace.",
+		}, []string{"namespace"}),
 		recordsSent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "records_sent_total",
 			Help: "Records carried by upsert requests, counted again for every retry, by Pinecone namespace.",
@@ -248,7 +264,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Collector, error) {
 		}, []string{"namespace", "class"}),
 		retryWait: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "retry_wait_seconds_total",
-			Help: "Backoff waited before whole-batch retries, in seconds, by Pinecone namespace.",
+			Help: "Backoff chosen before whole-batch retries, in seconds, by Pinecone namespace (a wait cut short when another batch lands counts whole).",
 		}, []string{"namespace"}),
 	}
 	if reg != nil {
@@ -260,7 +276,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Collector, error) {
 }
 
 func (c *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.requests, c.duration, c.recordsSent, c.retries, c.recordsFailed, c.retryWait}
+	return []prometheus.Collector{c.requests, c.duration, c.recordsUpserted, c.recordsSent, c.retries, c.recordsFailed, c.retryWait}
 }
 
 // Describe implements [prometheus.Collector].
@@ -297,6 +313,9 @@ func (c *Collector) requestDone(e upsert.RequestEvent) {
 	c.duration.WithLabelValues(ns).Observe(e.Latency.Seconds())
 	if e.Records > 0 {
 		c.recordsSent.WithLabelValues(ns).Add(float64(e.Records))
+		if e.Err == nil {
+			c.recordsUpserted.WithLabelValues(ns).Add(float64(e.Records))
+		}
 	}
 }
 

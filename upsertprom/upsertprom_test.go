@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/upsertlib/upsert"
 	"github.com/upsertlib/upsert/upsertprom"
@@ -198,6 +202,9 @@ ingest_records_failed_total{class="invalid",namespace=""} 2
 # HELP ingest_records_sent_total Records carried by upsert requests, counted again for every retry, by Pinecone namespace.
 # TYPE ingest_records_sent_total counter
 ingest_records_sent_total{namespace="a"} 20
+# HELP ingest_records_upserted_total Records the index confirmed, each once, by Pinecone namespace.
+# TYPE ingest_records_upserted_total counter
+ingest_records_upserted_total{namespace="a"} 5
 # HELP ingest_request_duration_seconds Round trip of upsert requests, successful or not, in seconds, by Pinecone namespace.
 # TYPE ingest_request_duration_seconds histogram
 ingest_request_duration_seconds_bucket{namespace="a",le="0.1"} 1
@@ -214,7 +221,7 @@ ingest_requests_total{class="timeout",code="DeadlineExceeded",namespace="a"} 1
 # TYPE ingest_retries_total counter
 ingest_retries_total{class="server",kind="backoff",namespace="b"} 1
 ingest_retries_total{class="timeout",kind="split",namespace="a"} 1
-# HELP ingest_retry_wait_seconds_total Backoff waited before whole-batch retries, in seconds, by Pinecone namespace.
+# HELP ingest_retry_wait_seconds_total Backoff chosen before whole-batch retries, in seconds, by Pinecone namespace (a wait cut short when another batch lands counts whole).
 # TYPE ingest_retry_wait_seconds_total counter
 ingest_retry_wait_seconds_total{namespace="b"} 1.5
 `
@@ -255,4 +262,82 @@ func TestNewReportsRegistrationErrors(t *testing.T) {
 	if err := prometheus.NewRegistry().Register(c); err != nil {
 		t.Errorf("registering the Collector: %v", err)
 	}
+}
+
+// seriesOf returns the value of each series of counter name in reg, by the
+// value of its label "namespace".
+func seriesOf(t *testing.T, reg prometheus.Gatherer, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "namespace" {
+					out[lp.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
+
+// The package documentation says the namespace label is "" for the default
+// namespace, and the core takes "" and "__default__" as one namespace. A
+// run through WithIndex on the default namespace (go-pinecone v5 names it
+// "__default__") and a run through WithUpsertFunc (namespace "") write to
+// the same namespace: one series, labelled "".
+func TestDefaultNamespaceIsLabelledEmptyWhateverTheTransport(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host()}) // the default namespace
+	require.NoError(t, err)
+	defer idx.Close()
+
+	reg := prometheus.NewRegistry()
+	c, err := upsertprom.New(reg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := upsert.All(ctx, records(10, 4), upsert.WithIndex(idx), upsert.WithObserver(c.Observer()))
+	require.NoError(t, err)
+	require.Equal(t, 10, res.Upserted)
+	send := func(context.Context, string, []*pinecone.Vector) error { return nil }
+	res, err = upsert.All(ctx, records(10, 4), upsert.WithUpsertFunc(send), upsert.WithObserver(c.Observer()))
+	require.NoError(t, err)
+	require.Equal(t, 10, res.Upserted)
+
+	assert.Equal(t, map[string]float64{"": 20}, seriesOf(t, reg, "upsert_records_sent_total"),
+		"the default namespace is one series, labelled \"\" as the package documentation says")
+}
+
+// The Prometheus adapter must say how many records landed: the run's
+// Stats.Upserted, which upsertotel exports as upsert.records.upserted.
+// upsert_records_sent_total counts retried records again, and
+// upsert_requests_total does not carry records, so no query gives it.
+func TestRecordsUpsertedAreCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, err := upsertprom.New(reg)
+	require.NoError(t, err)
+	var n atomic.Int64
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		if n.Add(1)%3 == 1 {
+			return status.Error(codes.Unavailable, "try again")
+		}
+		return nil
+	}
+	res, err := upsert.All(context.Background(), records(100, 4), upsert.WithUpsertFunc(send), upsert.WithBatchSize(10),
+		upsert.WithBackoff(time.Millisecond, time.Millisecond), upsert.WithObserver(c.Observer()))
+	require.NoError(t, err)
+	require.Equal(t, 100, res.Upserted)
+	require.Positive(t, res.Stats.Retries)
+
+	assert.Equal(t, map[string]float64{"": 100}, seriesOf(t, reg, "upsert_records_upserted_total"),
+		"records upserted, as Stats.Upserted (records sent: %v)", seriesOf(t, reg, "upsert_records_sent_total"))
 }

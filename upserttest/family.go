@@ -92,6 +92,7 @@ func (ix Index) Options() []Option {
 	var faults []FaultFunc
 	if ix.OutageEvery > 0 && ix.OutageLength > 0 {
 		faults = append(faults, Outage(ix.OutageEvery, ix.OutageLength, codes.Unavailable))
+		opts = append(opts, withStall(ix.OutageEvery, ix.OutageLength))
 	}
 	if ix.RandomRateLimited > 0 {
 		faults = append(faults, ErrorRate(codes.ResourceExhausted, ix.RandomRateLimited, int64(ix.Seed)))

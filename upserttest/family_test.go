@@ -175,7 +175,7 @@ func ExampleDrawIndex() {
 	fmt.Printf("ideal %v: %.0f records/s in batches of %d at the start\n", ideal.Round(time.Millisecond), perSecond, batch)
 	// Output:
 	// 203k records of 282 dims; 5.11k/s burst 396; 64.441ms+15.34µs/rec σ0.47; ×3.0 above 573; 33 slots; capacity ×0.75 at 10.6s; capacity ×2.75 at 20.5s; serverless limits ×5.4
-	// ideal 28.432s: 5111 records/s in batches of 573 at the start
+	// ideal 28.428s: 5111 records/s in batches of 573 at the start
 }
 
 func TestScaledKeepsTheIndex(t *testing.T) {

@@ -38,16 +38,29 @@ func (ix Index) Scaled(f float64) Index {
 // measurable; a smaller one is taken as 2 s.
 func (ix Index) Shortened(maxIdeal time.Duration) Index {
 	limit := max(maxIdeal, time.Duration(familyMinIdeal*float64(time.Second)))
-	out := ix
+	out, over := ix, 1.0 // over: a share of the records whose ideal is over the limit
 	for range 50 {
 		ideal := out.IdealTime(out.Records, FamilyTimeout)
 		if ideal <= limit || out.Records <= 1 {
-			return out
+			break
 		}
 		// Aim a little below the limit: the ideal is not quite linear
 		// in the records (bursts, outages, changes).
-		f := float64(out.Records) / float64(ix.Records) * 0.98 * limit.Seconds() / ideal.Seconds()
-		out = ix.Scaled(f)
+		over = float64(out.Records) / float64(ix.Records)
+		out = ix.Scaled(over * 0.98 * limit.Seconds() / ideal.Seconds())
+	}
+	if out.Records == ix.Records {
+		return out
+	}
+	// Then as many records as fit: the step can land well under the limit.
+	under := float64(out.Records) / float64(ix.Records)
+	for range 12 {
+		mid := (under + over) / 2
+		if c := ix.Scaled(mid); c.IdealTime(c.Records, FamilyTimeout) <= limit {
+			out, under = c, mid
+		} else {
+			over = mid
+		}
 	}
 	return out
 }

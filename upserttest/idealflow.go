@@ -10,6 +10,7 @@ import "math"
 // bytes or requests).
 type flowBucket struct {
 	tokens, burst float64
+	base          float64 // the index's burst; burst is wider for larger requests (widen)
 	rate          float64 // tokens per second in the current phase
 	cost          float64 // tokens per record in the current phase
 }
@@ -40,12 +41,12 @@ func (m *idealModel) newFlow() *flowModel {
 		if !c.enabled() {
 			return nil
 		}
-		return &flowBucket{tokens: float64(c.burst), burst: float64(c.burst)}
+		return &flowBucket{tokens: float64(c.burst), burst: float64(c.burst), base: float64(c.burst)}
 	}
 	fm := &flowModel{vectors: full(m.cfg.vectorRate), bytes: full(m.cfg.byteRate), requests: full(m.cfg.requestRate)}
 	if m.latency(1) > 0 || m.latency(m.maxBatch) > 0 {
 		n := m.inFlight()
-		fm.inFlight = &flowBucket{tokens: n, burst: n}
+		fm.inFlight = &flowBucket{tokens: n, burst: n, base: n}
 	}
 	return fm
 }
@@ -59,6 +60,7 @@ func (m *idealModel) setPhase(fm *flowModel, p batchPlan, f float64) {
 	waste := 1 / (1 - p.lost)
 	set := func(b *flowBucket, rate, cost float64) {
 		if b != nil {
+			b.widen(cost * n)
 			b.rate, b.cost = rate, cost*waste
 		}
 	}
@@ -73,6 +75,16 @@ func (m *idealModel) setPhase(fm *flowModel, p batchPlan, f float64) {
 		b.keepBusyTime(rate)
 		set(b, rate, 1/n)
 	}
+}
+
+// widen gives b the room that a request of amount tokens has in the
+// index's bucket, which admits a request larger than its burst once full,
+// into debt (internal/tokenbucket): for requests of that size, it is a
+// bucket of that burst, and its tokens count the debt it may take.
+func (b *flowBucket) widen(amount float64) {
+	burst := max(b.base, amount)
+	b.tokens = max(0, b.tokens+burst-b.burst)
+	b.burst = burst
 }
 
 // keepBusyTime rescales the slots in use of an in-flight bucket whose

@@ -53,6 +53,10 @@ type config struct {
 	changes []CapacityChange // sorted by At
 
 	faults FaultFunc
+
+	// stall is an outage that also fails the requests that reach their
+	// write slot during it (a family index's; see withStall).
+	stall struct{ every, length time.Duration }
 }
 
 // bucketConfig describes one token bucket. A zero rate disables it.
@@ -392,4 +396,20 @@ func WithClock(now func() time.Time) Option {
 		now = time.Now
 	}
 	return func(c *config) { c.now = now }
+}
+
+// withStall makes the outage windows of [Outage](every, length, …) stop
+// writes as well as arrivals: a request that waited for a write slot and
+// gets it during one fails with codes.Unavailable instead of being
+// written, as an index that is down writes nothing (the fault script sees
+// only arrivals). Requests already being written finish.
+func withStall(every, length time.Duration) Option {
+	return func(c *config) { c.stall.every, c.stall.length = every, length }
+}
+
+// stalled reports whether elapsed, from NewServer, falls in an outage
+// window of withStall.
+func (c *config) stalled(elapsed time.Duration) bool {
+	every, length := c.stall.every, c.stall.length
+	return every > 0 && elapsed >= 0 && elapsed%every >= every-length
 }

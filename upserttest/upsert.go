@@ -149,6 +149,10 @@ func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 		}
 		return status.FromContextError(err).Err()
 	}
+	if s.cfg.stalled(s.cfg.now().Sub(s.start)) {
+		caps.slots.release()
+		return s.faultAnswer(Fault{Code: codes.Unavailable})
+	}
 	s.inFlightDelta(+1)
 	err := g.sleep(s.cfg.writeLatency(n, r.Bytes, r.Seq))
 	if err == nil {

@@ -129,10 +129,18 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 		}
 	}
 
+	late := !answeredAll(srv)
 	if !settle(srv) && progress != nil {
 		fmt.Fprintf(progress, "%s/%s: the server still had requests in progress after %v\n", p.name, s.name, settleTimeout)
 	}
-	return measure(srv, p, s, clients), nil
+	r := measure(srv, p, s, clients)
+	if late {
+		// Writes the clients gave up on may land after they returned:
+		// the clock runs until the server has answered them.
+		r.elapsed = max(r.elapsed, time.Since(start))
+		r.efficiency = efficiency(p, r.landed, r.elapsed)
+	}
+	return r, nil
 }
 
 // measure compares what the clients sent and reported with what srv
@@ -186,12 +194,7 @@ func measure(srv *upserttest.Server, p profile, s strategy, clients []*client) r
 func settle(srv *upserttest.Server) bool {
 	deadline := time.Now().Add(settleTimeout)
 	for {
-		stats := srv.Stats()
-		answered := 0
-		for _, n := range stats.Codes {
-			answered += n
-		}
-		if answered >= stats.Requests {
+		if answeredAll(srv) {
 			return true
 		}
 		if time.Now().After(deadline) {
@@ -227,4 +230,15 @@ func reportProgress(w io.Writer, srv *upserttest.Server, p profile, s strategy, 
 		close(done)
 		wg.Wait()
 	}
+}
+
+// answeredAll reports whether srv has answered every upsert request it
+// received.
+func answeredAll(srv *upserttest.Server) bool {
+	stats := srv.Stats()
+	answered := 0
+	for _, n := range stats.Codes {
+		answered += n
+	}
+	return answered >= stats.Requests
 }

@@ -509,6 +509,12 @@ func (v *simServer) serve() {
 		if j.answered {
 			continue // the client gave up while it was queued: dropped
 		}
+		if now := v.s.clk.now; v.down(now) {
+			// upserttest's family index: an outage stops writes too.
+			j.answered = true
+			v.s.at(now.Add(200*time.Microsecond), func() { j.done(&Error{Class: ClassServer, GRPCCode: 14}) })
+			continue
+		}
 		j.started = true
 		v.busy++
 		s := v.s

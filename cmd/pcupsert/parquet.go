@@ -242,7 +242,7 @@ func metadataStructOf(c *parquet.Column) (*structColumn, error) {
 		switch list, isList := listOf("metadata."+name, f); {
 		case isList && isString(list.leaf):
 			s.fields = append(s.fields, structField{name: name, list: list})
-		case !f.Leaf() || f.Repeated() || !(isStringLeaf(f) || isNumber(f) || f.Type().Kind() == parquet.Boolean):
+		case !f.Leaf() || f.Repeated() || !isStringLeaf(f) && !isNumber(f) && f.Type().Kind() != parquet.Boolean:
 			return nil, fmt.Errorf(`column "metadata": field %q is %s; %s`, name, typeName(f), wantMetaField)
 		default:
 			s.fields = append(s.fields, structField{name: name, leaf: f})
@@ -347,10 +347,10 @@ func isUnsigned(c *parquet.Column) bool {
 // typeName names the type of column c as pyarrow does: string, float,
 // double, int64, list<float>, struct<genre: string>.
 func typeName(c *parquet.Column) string {
-	switch elem, repeated := listElement(c); {
-	case elem == nil:
+	switch elem, repeated := listElement(c); elem {
+	case nil:
 		return valuesTypeName(c)
-	case elem == repeated: // a repeated leaf or group: a list of its values
+	case repeated: // a repeated leaf or group: a list of its values
 		return "list<" + valuesTypeName(elem) + ">"
 	default:
 		return "list<" + typeName(elem) + ">"

@@ -165,9 +165,10 @@ func (in *intake) flushAll(ctx context.Context) error {
 // batches that started d/2 ago or more, so that no record waits longer
 // than d however steadily records trickle in; and, when the run's context
 // ends, fails what waits and lets go of the Limiter, so that a Writer that
-// is never closed leaves nothing running, then calls ended (when not nil).
-// stop ends it and waits for it.
-func (in *intake) startFlusher(d time.Duration, ended func()) (stop func()) {
+// is never closed leaves nothing running, then calls ended (when not nil)
+// with a context that ends when stop is called. stop ends it and waits
+// for it.
+func (in *intake) startFlusher(d time.Duration, ended func(stopped context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
 	go func() {
@@ -182,7 +183,7 @@ func (in *intake) startFlusher(d time.Duration, ended func()) (stop func()) {
 			case <-in.r.runCtx.Done():
 				in.abandon(ctx)
 				if ended != nil && ctx.Err() == nil {
-					ended()
+					ended(ctx)
 				}
 				return
 			case <-t.C:

@@ -66,12 +66,14 @@ func NewWriter(ctx context.Context, opts ...Option) (*Writer, error) {
 
 // finishStopped ends the run of a Writer that stopped by itself (its
 // context ended, or the index denied the caller) as Close would, so that
-// observers get RunDone even if Close is never called; a Close under way
-// ends it instead, and a later one returns the same result.
-func (w *Writer) finishStopped() {
+// observers get RunDone even if Close is never called; a later Close
+// returns the same result. It waits for a Close under way, which ends the
+// run instead (and stops the flusher: stopped ends) unless its context
+// ends first.
+func (w *Writer) finishStopped(stopped context.Context) {
 	select {
 	case w.closing <- struct{}{}:
-	default:
+	case <-stopped.Done():
 		return
 	}
 	defer func() { <-w.closing }()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -564,4 +566,56 @@ func TestWriterCloseWithAnEndedContextStillStopsTakingRecords(t *testing.T) {
 		require.ErrorIs(t, addErr, ErrClosed, "try %d: Add after Close took a record", i)
 		require.ErrorIs(t, flushErr, ErrClosed, "try %d: Flush after Close", i)
 	}
+}
+
+// Writer's doc: "When the Writer's own context ends, it fails what it holds
+// and stops by itself ... and the observers' RunDone comes then, once";
+// Close's: "when [ctx] ends first, Close returns ctx's error and the Writer
+// goes on sending in the background until its own context ends".
+//
+// The flusher that sees the run stop while a Close holds the closing token
+// waits for it: if that Close's own wait is cut short, the flusher ends the
+// run (it once gave up at once, and RunDone never came unless the caller
+// called Close again).
+func TestAWriterStoppedWhileACloseWaitsStillEndsItsRunWhenThatCloseGivesUp(t *testing.T) {
+	fi := newFakeIndex(nil)
+	var mu sync.Mutex
+	var done []RunEvent
+	obs := Observer{RunDone: func(e RunEvent) { mu.Lock(); defer mu.Unlock(); done = append(done, e) }}
+	release := make(chan struct{})
+	acks := func([]Ack) { <-release } // a slow consumer: Close waits for its acks
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := NewWriter(ctx, testOpts(fi, WithObserver(obs), WithAcks(acks), WithMaxDelay(time.Hour))...)
+	require.NoError(t, err)
+	require.NoError(t, w.Add(context.Background(), vectors(1, 2)[0]))
+
+	closeCtx, closeCancel := context.WithCancel(context.Background())
+	closed := make(chan error, 1)
+	go func() {
+		_, err := w.Close(closeCtx)
+		closed <- err
+	}()
+	// Close holds its token and waits for the ack of the record, which landed.
+	require.Eventually(t, func() bool { return len(w.closing) == 1 && len(fi.Stored()) == 1 }, generous, time.Millisecond)
+
+	cancel() // the Writer's own context ends while that Close waits
+	require.Eventually(t, flusherFinishing, generous, time.Millisecond, "the flusher saw the run stop")
+
+	closeCancel() // the caller's Close gives up on its wait
+	require.ErrorIs(t, <-closed, context.Canceled)
+	close(release)
+
+	assert.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(done) == 1 }, 500*time.Millisecond, time.Millisecond,
+		"RunDone never comes: the flusher left the run's end to a Close that then returned ctx's error")
+	_, _ = w.Close(context.Background()) // let the Writer go
+}
+
+// flusherFinishing reports whether the goroutine of intake.startFlusher
+// has failed what the run held and reached the Writer's finishStopped, or
+// has exited (passed it).
+func flusherFinishing() bool {
+	buf := make([]byte, 1<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	return !strings.Contains(stacks, "(*intake).startFlusher.func") || strings.Contains(stacks, "(*Writer).finishStopped")
 }

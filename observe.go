@@ -11,8 +11,10 @@ import (
 // safe for concurrent use and return quickly, since a slow observer slows
 // the run, and must not call the run's Writer (Add, Flush, Close): some
 // events come while the Writer holds its producers' turn, and such a call
-// would wait for ever. [WithObserver] may be given several times; each
-// observer gets every event.
+// would wait for ever. Nor must they panic: the library does not recover
+// an observer's panic (on one of its goroutines, it ends the process; on
+// the caller's, it leaves the run unfinished). [WithObserver] may be given
+// several times; each observer gets every event.
 //
 // StartRun, StartRequest and RunDone carry the caller's context through
 // the run, for tracing (package upsertotel): a span started in StartRun

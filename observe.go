@@ -34,6 +34,12 @@ type Observer struct {
 	// ndjson.DeadLetters (package github.com/upsertlib/upsert/ndjson)
 	// fits.
 	Failure func(Failure)
+	// Stale is called once per record that landed while an earlier record
+	// of its id may still be applied after it (see [Stale]), as soon as
+	// that is known: before a checkpoint ([WithCheckpoint]) passes the
+	// record, so that a dead-letter store that keeps it is not lost to a
+	// crash. Only [Stream], [Records] and [Writer] have such records.
+	Stale func(Stale)
 
 	// StartRun is called once as a run starts, with the caller's context:
 	// the one given to All, Stream or Records, or to NewWriter for a
@@ -225,6 +231,14 @@ func (os observers) runDone(e RunEvent) {
 	for _, o := range os {
 		if o.RunDone != nil {
 			o.RunDone(e)
+		}
+	}
+}
+
+func (os observers) stale(s Stale) {
+	for _, o := range os {
+		if o.Stale != nil {
+			o.Stale(s)
 		}
 	}
 }

@@ -94,6 +94,9 @@ func (r *run) reportStale(stale []Stale) {
 		return
 	}
 	r.stats.mayBeStale.Add(int64(len(stale)))
+	for _, s := range stale {
+		r.cfg.observers.stale(s)
+	}
 	res := &r.results
 	res.mu.Lock()
 	defer res.mu.Unlock()

@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -159,4 +160,32 @@ func TestWriterDoesNotReportStaleAnHourAfterTheAmbiguousRequest(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, res.Upserted)
 	assert.Empty(t, res.MayBeStale, "the timed-out request is an hour old: taken as dropped")
+}
+
+// The Stale observer gets each stale record as soon as it is known, before
+// the record settles (so before its ack, and before a checkpoint passes
+// it): a dead-letter store that keeps it is not lost to a crash after the
+// checkpoint moved on.
+func TestTheStaleObserverHearsOfARecordBeforeItSettles(t *testing.T) {
+	mk := func(id string, val float32) *pinecone.Vector {
+		return &pinecone.Vector{Id: id, Values: &[]float32{val, 1}}
+	}
+	recs := []*pinecone.Vector{mk("x", 1), mk("y", 1), mk("z", 1), mk("x", 3)}
+	idx := &lateIndex{stored: map[string]float32{}, id: "x"}
+	var mu sync.Mutex
+	var events []string
+	note := func(e string) { mu.Lock(); defer mu.Unlock(); events = append(events, e) }
+	res, err := Stream(context.Background(), slices.Values(recs), WithUpsertFunc(idx.Upsert), WithBatchSize(1), WithConcurrency(1),
+		withClock(newFakeClock()), withRand(maxRand),
+		WithObserver(Observer{Stale: func(s Stale) { note(fmt.Sprintf("stale %d", s.Index)) }}),
+		WithAcks(func(acks []Ack) {
+			for _, a := range acks {
+				note(fmt.Sprintf("ack %d", a.Position))
+			}
+		}))
+	require.NoError(t, err)
+	require.Len(t, res.MayBeStale, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"ack 0", "ack 1", "ack 2", "stale 3", "ack 3"}, events)
 }

@@ -8,14 +8,19 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
+	"github.com/upsertlib/upsert/ndjson"
 	"github.com/upsertlib/upsert/upserttest"
 )
 
@@ -139,4 +144,92 @@ func dedupe(ids []string) []string {
 		}
 	}
 	return out
+}
+
+// A record that may be stale gets its dead letter (class may-be-stale), so
+// that replaying the file upserts it again. With --checkpoint, the
+// checkpoint passes it as soon as it lands, and a resumed run skips it: its
+// letter must be on disk by then, as the letters of failed records are
+// (durableCheckpoint): it is written as the library reports the record
+// (Observer.Stale), before the checkpoint passes it. (Written once the
+// stream returned, it was lost to a run killed after the checkpoint
+// passed the record, and the resumed run never learnt of it.)
+func TestAKilledRunKeepsTheDeadLettersOfRecordsThatMayBeStale(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the command in a child process for a few seconds")
+	}
+	dir := t.TempDir()
+	var once sync.Once
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		var f upserttest.Fault
+		if slices.Contains(r.IDs, "x") {
+			// The first request carrying x ends without an answer.
+			once.Do(func() { f = upserttest.Fault{Code: codes.DeadlineExceeded} })
+			return f
+		}
+		if len(r.IDs) > 0 && strings.HasPrefix(r.IDs[0], "r") {
+			f.Delay = 5 * time.Millisecond // the rest is slow, so that the kill comes mid-run
+		}
+		return f
+	}))
+	defer srv.Close()
+
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "failed.ndjson")
+	input := `{"id":"x","values":[1,1,1]}
+{"id":"y","values":[1,1,1]}
+{"id":"z","values":[1,1,1]}
+{"id":"x","values":[3,1,1]}
+` + records(t, 800)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	args := []string{"--host", srv.Host(), "--checkpoint", ckpt, "--dead-letter", dl, "--progress", "off",
+		"--batch-size", "1", "--concurrency", "1", in}
+	child := func() *exec.Cmd {
+		raw, err := json.Marshal(args)
+		require.NoError(t, err)
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childArgs+"="+string(raw), "PINECONE_API_KEY=test-key-for-upserttest")
+		return cmd
+	}
+
+	first := child()
+	var stderr strings.Builder
+	first.Stderr = &stderr
+	require.NoError(t, first.Start())
+	// Kill it once the checkpoint has passed the second x (record 4).
+	deadline := time.Now().Add(20 * time.Second)
+	saved := 0
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(ckpt); err == nil {
+			count, _, _ := strings.Cut(string(b), "\n")
+			if saved, _ = strconv.Atoi(count); saved >= 10 {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_ = first.Wait()
+	require.GreaterOrEqual(t, saved, 10, "the checkpoint passed both x's before the kill; stderr:\n%s", stderr.String())
+	require.Less(t, srv.Count("__default__"), 804, "killed mid-run")
+
+	// The resumed run skips what the checkpoint passed, x included.
+	out, err := child().CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "skipped the first ")
+
+	var stale []string
+	if f, err := os.Open(dl); err == nil {
+		defer f.Close()
+		r := ndjson.NewReader(f)
+		for {
+			v, err := r.Next()
+			if err != nil {
+				break
+			}
+			if strings.Contains(string(r.Raw()), `"class":"`+ndjson.StaleClass+`"`) {
+				stale = append(stale, v.Id)
+			}
+		}
+	}
+	assert.Equal(t, []string{"x"}, stale, "the letter of the record that may be stale is in the dead-letter file after the kill and the resumed run")
 }

@@ -357,6 +357,7 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	dead := newDeadLetters(o, e, in, notice)
 	causes := &causes{mask: e.mask}
 	opts := append(runOptions(o, e, in), targetOptions(tgt, ckpt, dead, causes, saveReporter(e.con, o.checkpoint))...)
+	opts = append(opts, upsert.WithObserver(upsert.Observer{Stale: func(st upsert.Stale) { dead.Stale(st, staleMessage(in, st)) }}))
 	runCtx, opts, stop := watchFailures(ctx, o, in, opts)
 	defer stop()
 	if tgt.srv != nil {
@@ -399,28 +400,27 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 		s.InputError = e.mask(fmt.Sprintf("reading %s: %v", name, in.err))
 		fmt.Fprintf(e.con, "pcupsert: %s; the rest of %s was not read, and is not in the dead-letter file\n", s.InputError, name)
 	}
-	writeStale(e.con, in, dead, res, o.deadLetter)
+	writeStale(e.con, res, o.deadLetter)
 	finishSummary(&s, in, dead, causes, tgt, res)
 	return writeReport(e, o.json, s.write, s.writeJSON, "summary", s.ExitStatus), nil
 }
 
-// writeStale writes the dead letters of the records that may be stale, so
-// that replaying the file upserts them again, and says so on con.
-func writeStale(con io.Writer, in *input, dead *deadLetters, res upsert.Result, path string) {
-	n := res.Stats.MayBeStale
-	if n == 0 {
-		return
-	}
-	for _, st := range res.MayBeStale {
-		dead.Stale(st, fmt.Sprintf("%s: landed while the request carrying %s %d, an earlier record of its id, had ended without an answer: "+
-			"the index may still apply that request and keep the earlier record; upsert this one again once the index is quiet",
-			in.where(st.Index, st.ID), in.unit, in.position(st.Earlier)))
-	}
-	fmt.Fprintf(con, "pcupsert: %s that landed may be stale: a request carrying an earlier record of their id ended without an answer, "+
-		"and the index may still apply it; replay %s once the index is quiet to upsert them again\n", plural(n, "%d record%s"), path)
-	if missed := n - len(res.MayBeStale); missed > 0 {
-		fmt.Fprintf(con, "pcupsert: the library names the first %d of them only: %d more are not in the dead-letter file; "+
-			"load the input again once the index is quiet, or check the ids given more than once\n", len(res.MayBeStale), missed)
+// staleMessage is the error of the dead letter of st, a record that may be
+// stale: its letter makes a replay of the file upsert it again. The letter
+// is written as the library reports the record (Observer.Stale), before a
+// checkpoint passes it.
+func staleMessage(in *input, st upsert.Stale) string {
+	return fmt.Sprintf("%s: landed while the request carrying %s %d, an earlier record of its id, had ended without an answer: "+
+		"the index may still apply that request and keep the earlier record; upsert this one again once the index is quiet",
+		in.where(st.Index, st.ID), in.unit, in.position(st.Earlier))
+}
+
+// writeStale says on con that records may be stale, whose dead letters
+// were written as the library reported them.
+func writeStale(con io.Writer, res upsert.Result, path string) {
+	if n := res.Stats.MayBeStale; n > 0 {
+		fmt.Fprintf(con, "pcupsert: %s that landed may be stale: a request carrying an earlier record of their id ended without an answer, "+
+			"and the index may still apply it; replay %s once the index is quiet to upsert them again\n", plural(n, "%d record%s"), path)
 	}
 }
 

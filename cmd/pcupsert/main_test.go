@@ -669,3 +669,24 @@ func TestAnInterruptedRunLeavesNoGoroutineReadingItsFile(t *testing.T) {
 		f.Close()
 	}
 }
+
+// A run whose records all settled (they failed for good in an outage, say)
+// and whose input then paused is not waiting on anything. When the input
+// resumes, the records just read have not waited at all: the watchdog must
+// not give them up at its next tick because of failures that ended long
+// ago (tail -f | pcupsert --max-failure-seconds 300: an outage at night, an
+// idle input, the index back in the morning, and the first record read
+// gives the run up and drains everything after it to the dead-letter file
+// without sending it). A record read when none waits starts afresh.
+func TestTheWatchdogDoesNotGiveUpOnRecordsReadAfterEverythingSettled(t *testing.T) {
+	w := &watchdog{limit: 100 * time.Millisecond}
+	obs := w.observer()
+	w.read()
+	obs.RequestDone(upsert.RequestEvent{Records: 1, Err: &upsert.Error{Class: upsert.ClassServer, Err: errors.New("unavailable")}})
+	obs.Failure(upsert.Failure{Class: upsert.ClassServer}) // failed for good: nothing waits
+	time.Sleep(250 * time.Millisecond)                     // the input pauses
+	require.False(t, w.idle(time.Now()), "nothing waits")
+
+	w.read() // the input resumes
+	assert.False(t, w.idle(time.Now()), "a record read just now has not waited for the limit: the run must not give up on it")
+}

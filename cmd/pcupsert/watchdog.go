@@ -74,10 +74,14 @@ func (w *watchdog) idle(now time.Time) bool {
 	return w.waiting > 0 && w.failed && now.Sub(w.since) >= w.limit
 }
 
-// read counts a record read.
+// read counts a record read. A record read when none waits starts afresh:
+// failures of records that all failed since say nothing of its wait.
 func (w *watchdog) read() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.waiting <= 0 {
+		w.failed = false
+	}
 	w.waiting++
 }
 

@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"sync"
 	"time"
@@ -313,12 +314,28 @@ func estimateTokens(items []item) int {
 		bytes := 0
 		if it.rec != nil {
 			for k, v := range *it.rec {
-				if s, ok := v.(string); ok && k != "_id" && k != "id" {
-					bytes += len(s)
+				if k != "_id" && k != "id" {
+					bytes += textBytes(v)
 				}
 			}
 		}
 		n += max(1, (bytes+3)/4)
 	}
 	return n
+}
+
+// textBytes is the length of v if it is text: a string, or JSON holding
+// one (cloneRecord keeps a value of another type, such as a named string
+// type or a *string, as the JSON it encodes to).
+func textBytes(v any) int {
+	switch x := v.(type) {
+	case string:
+		return len(x)
+	case json.RawMessage:
+		var s string
+		if json.Unmarshal(x, &s) == nil {
+			return len(s)
+		}
+	}
+	return 0
 }

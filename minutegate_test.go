@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -290,4 +291,30 @@ func TestRecordsFinishAtATokensPerMinuteLimit(t *testing.T) {
 	t.Logf("virtual time %v (ideal %v), %d requests refused of %d", elapsed, ideal, srv.Stats().RateLimited, res.Stats.Requests)
 	assert.Less(t, elapsed, ideal+minuteWindow+ideal/10, "the run keeps to the limit")
 	assert.LessOrEqual(t, srv.Stats().RateLimited, 10, "few 429s: those in flight when the limit is first met")
+}
+
+// The library itself keeps a field of any type but a JSON scalar (a
+// json.RawMessage, a named string type, a *string) as the JSON it encodes
+// to (cloneRecord), and the SDK sends it as that JSON string, which the
+// index embeds: estimateTokens counts it as text (it once counted Go
+// strings only, one token however long such a text).
+func TestEstimateTokensCountsTextTheRecordCarriesAsJSON(t *testing.T) {
+	text := strings.Repeat("x", 400) // 100 tokens
+	type chunk string
+	for _, tt := range []struct {
+		name string
+		v    any
+	}{
+		{"a json.RawMessage", json.RawMessage(`"` + text + `"`)},
+		{"a named string type", chunk(text)},
+		{"a *string", &text},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := cloneRecord(&pinecone.IntegratedRecord{"_id": "a", "chunk_text": tt.v})
+			_, _, err := checkRecord(rec)
+			require.NoError(t, err, "a valid record")
+			plain := estimateTokens([]item{{rec: &pinecone.IntegratedRecord{"_id": "a", "chunk_text": text}}})
+			assert.Equal(t, plain, estimateTokens([]item{{rec: rec}}), "the text is counted as it is sent")
+		})
+	}
 }

@@ -166,14 +166,18 @@ func HTTPClient(c *http.Client) *http.Client {
 	return &cp
 }
 
-// Transport returns an http.RoundTripper over base (http.DefaultTransport
-// when nil) that turns a non-2xx answer of Pinecone's records upsert
-// endpoint into an [*Error] with the HTTP status and the Retry-After wait,
-// which the SDK's own error for it does not carry. Every other request
-// passes through untouched.
+// Transport returns an http.RoundTripper over base that turns a 4xx or
+// 5xx answer of Pinecone's records upsert endpoint into an [*Error] with
+// the HTTP status and the Retry-After wait, which the SDK's own error for
+// it does not carry. Every other request and answer passes through
+// untouched. When base is nil, it is a clone of http.DefaultTransport that
+// keeps up to 256 idle connections per host rather than 2, since a run has
+// up to 64 requests in flight to one host (256 with WithConcurrency).
 func Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
-		base = http.DefaultTransport
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 256
+		base = t
 	}
 	if t, ok := base.(*transport); ok {
 		return t
@@ -183,13 +187,21 @@ func Transport(base http.RoundTripper) http.RoundTripper {
 
 type transport struct{ base http.RoundTripper }
 
+// CloseIdleConnections closes the idle connections of the base transport,
+// if it can, as http.Client.CloseIdleConnections asks.
+func (t *transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // RoundTrip answers a records upsert that failed with an [*Error] instead
 // of the response: the SDK wraps the error it gets (since v5.4.1), so the
 // library finds it, Retry-After included, with errors.As.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
-	if err != nil || resp.StatusCode/100 == 2 || !isRecordsUpsert(req) {
-		return resp, err
+	if err != nil || resp.StatusCode < 400 || !isRecordsUpsert(req) {
+		return resp, err // a redirect is the http.Client's to follow
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()

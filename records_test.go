@@ -5,14 +5,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/upsertlib/upsert/upserttest"
+	"google.golang.org/grpc/codes"
 )
 
 // textRecords makes n integrated records "t0".. with a short text.
@@ -120,4 +127,170 @@ func TestRecordsCopyARawMessageField(t *testing.T) {
 	assert.Equal(t, 1, res.Upserted)
 	require.Len(t, sent, 1)
 	assert.Contains(t, sent[0], `"tags":["a","b"]`, "the record as it was pulled")
+}
+
+// textRecordsOf makes n integrated records "rec-0000".. with a short text.
+func textRecordsOf(n int) []*pinecone.IntegratedRecord {
+	out := make([]*pinecone.IntegratedRecord, n)
+	for i := range out {
+		out[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprintf("rec-%04d", i), "chunk_text": fmt.Sprint("text ", i)}
+	}
+	return out
+}
+
+// recordsConn opens an index connection to srv in namespace "docs" whose
+// REST calls go through rest, with the library's transport (upsert.NewClient)
+// or without it (pinecone.NewClient).
+func recordsConn(t *testing.T, srv *upserttest.Server, rest *http.Client, withTransport bool) *pinecone.IndexConnection {
+	t.Helper()
+	newClient := pinecone.NewClient
+	if withTransport {
+		newClient = NewClient
+	}
+	pc, err := newClient(pinecone.NewClientParams{ApiKey: "k", RestClient: rest})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+	return idx
+}
+
+// Pinecone's REST API maps gRPC codes to HTTP statuses as grpc-gateway
+// does: ABORTED (a transient conflict, which the library retries as a
+// server error over gRPC) comes back as 409 with "code":"ABORTED" in the
+// body: retried as over gRPC (every 409 was once read as invalid input,
+// the batch bisected down to single records that failed for good).
+func TestRecordsRetryARESTAbortedConflictLikeTheGRPCOne(t *testing.T) {
+	for _, withTransport := range []bool{true, false} {
+		t.Run(fmt.Sprintf("library transport %v", withTransport), func(t *testing.T) {
+			srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+				if r.Seq <= 3 {
+					return upserttest.Fault{Code: codes.Aborted}
+				}
+				return upserttest.Fault{}
+			}))
+			defer srv.Close()
+			res, err := Records(context.Background(), slices.Values(textRecordsOf(50)),
+				WithIndex(recordsConn(t, srv, srv.Client(), withTransport)), withClock(newFakeClock()), withRand(maxRand))
+			require.NotZero(t, srv.Stats().HTTPCodes[http.StatusConflict], "the index answered 409 ABORTED")
+			assert.NoError(t, err)
+			assert.Empty(t, res.Failed, "a transient conflict is retried, not blamed on the records")
+			assert.Equal(t, 50, srv.RecordCount("docs"))
+		})
+	}
+	// The same answer over gRPC is a server error: retried.
+	assert.Equal(t, ClassServer, classOfGRPC(codes.Aborted, "aborted"))
+	assert.Equal(t, ClassServer, classOfHTTP(http.StatusConflict,
+		`{"error":{"code":"ABORTED","message":"transaction aborted"},"status":409}`))
+}
+
+// http.Client follows a 307/308 of a POST whose body it can replay, as
+// the SDK's request body is: a client made by pinecone.NewClient writes
+// through a gateway that redirects, and so does one made by
+// upsert.NewClient (whose Transport once turned the redirect into an
+// error, and lost every record).
+func TestNewClientFollowsRedirectsLikeTheSDKsOwnClient(t *testing.T) {
+	for _, withTransport := range []bool{false, true} {
+		t.Run(fmt.Sprintf("library transport %v", withTransport), func(t *testing.T) {
+			srv := upserttest.NewServer()
+			defer srv.Close()
+			base := srv.Client().Transport
+			gateway := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if r.URL.Query().Get("moved") == "" {
+					u := *r.URL
+					u.RawQuery = "moved=1"
+					return &http.Response{StatusCode: http.StatusTemporaryRedirect, Header: http.Header{"Location": {u.String()}},
+						Body: http.NoBody, Request: r}, nil
+				}
+				return base.RoundTrip(r)
+			})
+			idx := recordsConn(t, srv, &http.Client{Transport: gateway}, withTransport)
+			res, err := Records(context.Background(), slices.Values(textRecordsOf(50)), WithIndex(idx),
+				withClock(newFakeClock()), withRand(maxRand))
+			assert.NoError(t, err)
+			assert.Equal(t, 50, res.Upserted)
+			assert.Equal(t, 50, srv.RecordCount("docs"))
+		})
+	}
+}
+
+// http.Client.CloseIdleConnections reaches its Transport only through the
+// optional CloseIdleConnections method: the library's wrapper forwards it
+// to the user's transport (without it, the call did nothing).
+func TestHTTPClientForwardsCloseIdleConnections(t *testing.T) {
+	closedAfter := func(c *http.Client) int32 {
+		var closed atomic.Int32
+		ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+		ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateClosed {
+				closed.Add(1)
+			}
+		}
+		ts.Start()
+		defer ts.Close()
+		resp, err := c.Get(ts.URL)
+		require.NoError(t, err)
+		resp.Body.Close()
+		c.CloseIdleConnections()
+		for deadline := time.Now().Add(50 * time.Millisecond); closed.Load() == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond / 2)
+		}
+		return closed.Load()
+	}
+	assert.EqualValues(t, 1, closedAfter(&http.Client{Transport: &http.Transport{}}), "the user's own client closes it")
+	assert.EqualValues(t, 1, closedAfter(HTTPClient(&http.Client{Transport: &http.Transport{}})), "the same client through HTTPClient")
+}
+
+// The library sends up to 64 records requests at once to one host:
+// HTTPClient(nil) (and so NewClient without a RestClient) keeps as many
+// idle connections, where http.DefaultTransport keeps 2 per host and every
+// request above 2 in flight opened, and threw away, a new TLS connection.
+func TestHTTPClientReusesConnectionsAtTheLibrarysConcurrency(t *testing.T) {
+	const inFlight = 16
+	var dials, inside atomic.Int32
+	release := make(chan struct{})
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inside.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	ts.Start()
+	defer func() {
+		ts.Close()
+		if tr, ok := http.DefaultTransport.(*http.Transport); ok {
+			tr.CloseIdleConnections()
+		}
+	}()
+	c := HTTPClient(nil)
+	wave := func() {
+		done := make(chan struct{}, inFlight)
+		for range inFlight {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				resp, err := c.Post(ts.URL+"/records/namespaces/docs/upsert", "application/x-ndjson", strings.NewReader("{}\n"))
+				if err == nil {
+					resp.Body.Close()
+				}
+			}()
+		}
+		require.Eventually(t, func() bool { return inside.Load() == inFlight }, 5*time.Second, time.Millisecond)
+		inside.Store(0)
+		for range inFlight {
+			release <- struct{}{}
+		}
+		for range inFlight {
+			<-done
+		}
+	}
+	wave()
+	wave()
+	assert.LessOrEqual(t, dials.Load(), int32(inFlight+2), "the second wave reuses the first wave's connections")
 }

@@ -78,7 +78,10 @@ func classOfHTTP(code int, msg string) Class {
 		return ClassTimeout
 	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusNotFound:
 		return ClassDenied
-	case code >= 500:
+	case code >= 500,
+		code == http.StatusConflict && strings.Contains(msg, "ABORTED"):
+		// ABORTED, as grpc-gateway maps it to 409: a conflict worth
+		// another try, as over gRPC.
 		return ClassServer
 	case code >= 400:
 		return ClassInvalid

@@ -172,12 +172,17 @@ func HTTPClient(c *http.Client) *http.Client {
 // it does not carry. Every other request and answer passes through
 // untouched. When base is nil, it is a clone of http.DefaultTransport that
 // keeps up to 256 idle connections per host rather than 2, since a run has
-// up to 64 requests in flight to one host (256 with WithConcurrency).
+// up to 64 requests in flight to one host (256 with WithConcurrency); or
+// http.DefaultTransport itself, if a program replaced it with a
+// RoundTripper of another type.
 func Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 256
-		base = t
+		base = http.DefaultTransport
+		if t, ok := base.(*http.Transport); ok { // a program may have replaced it
+			t = t.Clone()
+			t.MaxIdleConnsPerHost = 256
+			base = t
+		}
 	}
 	if t, ok := base.(*transport); ok {
 		return t

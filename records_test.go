@@ -294,3 +294,25 @@ func TestHTTPClientReusesConnectionsAtTheLibrarysConcurrency(t *testing.T) {
 	wave()
 	assert.LessOrEqual(t, dials.Load(), int32(inFlight+2), "the second wave reuses the first wave's connections")
 }
+
+// A program may replace http.DefaultTransport with a RoundTripper of
+// another type (an instrumented one): Transport(nil) then uses it as it
+// is, where it once assumed an *http.Transport and panicked.
+func TestTransportOfNilUsesAReplacedDefaultTransport(t *testing.T) {
+	called := false
+	replaced := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		called = true
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: r}, nil
+	})
+	saved := http.DefaultTransport
+	http.DefaultTransport = replaced
+	defer func() { http.DefaultTransport = saved }()
+	var tr http.RoundTripper
+	require.NotPanics(t, func() { tr = Transport(nil) })
+	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/describe_index_stats", nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.True(t, called, "the replaced default transport carried the request")
+}

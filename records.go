@@ -9,6 +9,7 @@ import (
 	"iter"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -177,17 +178,29 @@ func HTTPClient(c *http.Client) *http.Client {
 // RoundTripper of another type.
 func Transport(base http.RoundTripper) http.RoundTripper {
 	if base == nil {
-		base = http.DefaultTransport
-		if t, ok := base.(*http.Transport); ok { // a program may have replaced it
-			t = t.Clone()
-			t.MaxIdleConnsPerHost = 256
-			base = t
-		}
+		base = defaultTransport()
 	}
 	if t, ok := base.(*transport); ok {
 		return t
 	}
 	return &transport{base: base}
+}
+
+// defaultTransport is the base of Transport(nil): one clone of
+// http.DefaultTransport for the process, as http.DefaultTransport is one,
+// keeping 256 idle connections per host and no cap over all hosts; or
+// http.DefaultTransport itself when a program replaced it with another
+// type. It is made at its first use.
+var defaultTransport = sync.OnceValue(newDefaultTransport)
+
+func newDefaultTransport() http.RoundTripper {
+	t, ok := http.DefaultTransport.(*http.Transport)
+	if !ok {
+		return http.DefaultTransport
+	}
+	t = t.Clone()
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = 0, 256
+	return t
 }
 
 type transport struct{ base http.RoundTripper }
@@ -205,12 +218,19 @@ func (t *transport) CloseIdleConnections() {
 // library finds it, Retry-After included, with errors.As.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
-	if err != nil || resp.StatusCode < 400 || !isRecordsUpsert(req) {
-		return resp, err // a redirect is the http.Client's to follow
+	if err != nil || !isRecordsUpsert(req) || passes(resp.StatusCode) {
+		return resp, err
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	return nil, httpError(resp.StatusCode, parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), body)
+}
+
+// passes reports whether an answer to a records upsert goes to the
+// http.Client as it is: a success, or a redirect that keeps the POST (307,
+// 308) for it to follow; a 301-303 would be followed as a GET.
+func passes(code int) bool {
+	return code < 300 || code == http.StatusTemporaryRedirect || code == http.StatusPermanentRedirect
 }
 
 func isRecordsUpsert(req *http.Request) bool {

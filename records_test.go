@@ -296,8 +296,8 @@ func TestHTTPClientReusesConnectionsAtTheLibrarysConcurrency(t *testing.T) {
 }
 
 // A program may replace http.DefaultTransport with a RoundTripper of
-// another type (an instrumented one): Transport(nil) then uses it as it
-// is, where it once assumed an *http.Transport and panicked.
+// another type (an instrumented one): Transport(nil)'s base is then that
+// one as it is, where it once assumed an *http.Transport and panicked.
 func TestTransportOfNilUsesAReplacedDefaultTransport(t *testing.T) {
 	called := false
 	replaced := roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -308,11 +308,101 @@ func TestTransportOfNilUsesAReplacedDefaultTransport(t *testing.T) {
 	http.DefaultTransport = replaced
 	defer func() { http.DefaultTransport = saved }()
 	var tr http.RoundTripper
-	require.NotPanics(t, func() { tr = Transport(nil) })
+	require.NotPanics(t, func() { tr = &transport{base: newDefaultTransport()} })
 	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:1/describe_index_stats", nil)
 	require.NoError(t, err)
 	resp, err := tr.RoundTrip(req)
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.True(t, called, "the replaced default transport carried the request")
+}
+
+// Transport(nil) keeps an idle connection for each request in flight, up
+// to 256 to one host and with no cap over all hosts: with
+// http.DefaultTransport's MaxIdleConns of 100 kept, every wave of 150
+// requests threw away 50 connections and opened (over TLS, to Pinecone)
+// 50 new ones.
+func TestTransportOfNilKeepsAnIdleConnectionForEachRequestInFlightUpTo256(t *testing.T) {
+	const inFlight = 150
+	s := newCountingServer(t, true)
+	c := HTTPClient(nil)
+	defer c.CloseIdleConnections()
+	wave := func() {
+		done := make(chan struct{}, inFlight)
+		for range inFlight {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				postRecords(c, s.URL)
+			}()
+		}
+		require.Eventually(t, func() bool { return s.inside.Load() == inFlight }, 10*time.Second, time.Millisecond)
+		s.inside.Store(0)
+		for range inFlight {
+			s.release <- struct{}{}
+		}
+		for range inFlight {
+			<-done
+		}
+	}
+	wave()
+	wave()
+	assert.LessOrEqual(t, s.dials.Load(), int32(inFlight+2),
+		"the second wave of %d requests reuses the first wave's connections (MaxIdleConns of the clone: %d)", inFlight,
+		c.Transport.(*transport).base.(*http.Transport).MaxIdleConns)
+}
+
+// HTTPClient(nil) (and so NewClient without a RestClient) shares one
+// connection pool for the whole process, as http.DefaultTransport does: a
+// transport of its own per call made a program that makes a client per
+// job open a new connection (a new TLS handshake) for each, and leave each
+// dropped client's idle connections open for IdleConnTimeout.
+func TestHTTPClientsOfNilShareOneConnectionPoolAsTheDefaultTransportDid(t *testing.T) {
+	s := newCountingServer(t, false)
+	const clients = 5
+	for range clients {
+		c := HTTPClient(nil) // a client per job, dropped after it
+		postRecords(c, s.URL)
+	}
+	assert.EqualValues(t, 1, s.dials.Load(),
+		"%d clients made one after the other reuse one idle connection, as with http.DefaultTransport", clients)
+	// Let the connections go (the clients are gone: only the server can).
+	s.CloseClientConnections()
+}
+
+// countingServer is a loopback server that answers records upserts with
+// 201 once release lets each request go, and counts the connections it
+// was opened and the requests inside its handler.
+type countingServer struct {
+	*httptest.Server
+	dials, inside atomic.Int32
+	release       chan struct{}
+}
+
+func newCountingServer(t *testing.T, hold bool) *countingServer {
+	s := &countingServer{release: make(chan struct{})}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.inside.Add(1)
+		if hold {
+			select {
+			case <-s.release:
+			case <-r.Context().Done():
+			}
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.dials.Add(1)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+func postRecords(c *http.Client, url string) {
+	resp, err := c.Post(url+"/records/namespaces/docs/upsert", "application/x-ndjson", strings.NewReader("{}\n"))
+	if err == nil {
+		resp.Body.Close()
+	}
 }

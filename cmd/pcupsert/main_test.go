@@ -690,3 +690,30 @@ func TestTheWatchdogDoesNotGiveUpOnRecordsReadAfterEverythingSettled(t *testing.
 	w.read() // the input resumes
 	assert.False(t, w.idle(time.Now()), "a record read just now has not waited for the limit: the run must not give up on it")
 }
+
+// A record read after the input paused for longer than the limit gets the
+// limit to land, even when a record replaced by a later one of its id
+// (which settles with no event) keeps the watchdog's count of waiting
+// records above 0: the first record of the morning after a night's outage
+// once gave the run up at the next tick.
+func TestTheWatchdogGivesARecordReadAfterAPauseItsTimeEvenWhenAnIDCameTwice(t *testing.T) {
+	now := time.Date(2026, 12, 6, 23, 0, 0, 0, time.UTC)
+	w := &watchdog{limit: time.Minute, now: func() time.Time { return now }}
+	obs := w.observer()
+	w.read()
+	w.read() // "a" twice in one batch: the first is replaced, with no event
+	obs.RequestDone(upsert.RequestEvent{Records: 1})
+	w.read() // "down": fails for good in the outage
+	obs.RequestDone(upsert.RequestEvent{Records: 1, Err: &upsert.Error{Class: upsert.ClassServer, Err: errors.New("unavailable")}})
+	obs.Failure(upsert.Failure{})
+
+	now = now.Add(8 * time.Hour) // the input pauses for the night
+	w.read()                     // the index is back, and a record comes
+	assert.False(t, w.idle(now.Add(time.Minute/2)), "the record read has its time to land")
+	obs.RequestDone(upsert.RequestEvent{Records: 1})
+	assert.False(t, w.idle(now.Add(time.Hour)), "it landed")
+
+	w.read() // and if the index were still down, the run is given up a limit after the read
+	obs.RequestDone(upsert.RequestEvent{Records: 1, Err: &upsert.Error{Class: upsert.ClassServer, Err: errors.New("unavailable")}})
+	assert.True(t, w.idle(now.Add(2*time.Minute)))
+}

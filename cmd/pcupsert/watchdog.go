@@ -29,10 +29,13 @@ func (e errGaveUp) Error() string {
 type watchdog struct {
 	limit time.Duration
 
+	now   func() time.Time // nil: time.Now
+
 	mu      sync.Mutex
 	waiting int       // records read and not settled, as far as events tell
 	failed  bool      // a request failed since the last landing
-	since   time.Time // the first failure since the last landing
+	since   time.Time // the first failure since the last landing, or a later restart (read)
+	event   time.Time // the last request answered or record failed
 }
 
 // watch returns a context that ends with ctx, or with errGaveUp when w
@@ -74,15 +77,24 @@ func (w *watchdog) idle(now time.Time) bool {
 	return w.waiting > 0 && w.failed && now.Sub(w.since) >= w.limit
 }
 
-// read counts a record read. A record read when none waits starts afresh:
-// failures of records that all failed since say nothing of its wait.
+// read counts a record read. A record read when none waits, or after no
+// request was answered for limit (the input paused; a replaced record
+// settles with no event, so waiting may not say), restarts the clock: it
+// gets limit to land however long ago the failures began.
 func (w *watchdog) read() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.waiting <= 0 {
-		w.failed = false
+	if now := w.clock(); w.waiting <= 0 || now.Sub(w.event) >= w.limit {
+		w.since = now
 	}
 	w.waiting++
+}
+
+func (w *watchdog) clock() time.Time {
+	if w.now != nil {
+		return w.now()
+	}
+	return time.Now()
 }
 
 // observer counts records that land or fail.
@@ -91,12 +103,13 @@ func (w *watchdog) observer() upsert.Observer {
 		RequestDone: func(e upsert.RequestEvent) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
+			w.event = w.clock()
 			if e.Err != nil {
 				if e.Err.Class == upsert.ClassInvalid || e.Err.Class == upsert.ClassTooLarge {
 					return // the records', not the index's
 				}
 				if !w.failed {
-					w.failed, w.since = true, time.Now()
+					w.failed, w.since = true, w.clock()
 				}
 				return
 			}
@@ -106,6 +119,7 @@ func (w *watchdog) observer() upsert.Observer {
 		Failure: func(upsert.Failure) {
 			w.mu.Lock()
 			defer w.mu.Unlock()
+			w.event = w.clock()
 			w.waiting--
 		},
 	}

@@ -29,7 +29,7 @@ func (e errGaveUp) Error() string {
 type watchdog struct {
 	limit time.Duration
 
-	now   func() time.Time // nil: time.Now
+	now func() time.Time // nil: time.Now
 
 	mu      sync.Mutex
 	waiting int       // records read and not settled, as far as events tell

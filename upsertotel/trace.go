@@ -17,9 +17,6 @@ type runState struct {
 	namespace string     // the run's namespace
 	span      trace.Span // the run's span; nil for a Writer
 	limiter   func() upsert.LimiterState
-	// stopWatch stops the watch that ends a Writer's run when its
-	// context ends; nil for other runs.
-	stopWatch func() bool
 }
 
 // runKey is the key of t's runState in a run's context. The keys of the
@@ -39,13 +36,9 @@ func (t *Telemetry) runOf(ctx context.Context) *runState {
 }
 
 // startRun starts the run's span, except for a Writer (see the package
-// documentation), and registers the run for the limiter gauges.
-//
-// A Writer's run lasts until Close, but a Writer whose context ends stops
-// by itself, and one that is never closed ends without RunDone. So a
-// Writer's run is also ended when ctx (the context given to
-// upsert.NewWriter) ends: whichever of that and RunDone comes first ends
-// it (see endRun), the other does nothing.
+// documentation), and registers the run for the limiter gauges until
+// RunDone, which a Writer whose context ends sends by itself, closed or
+// not.
 func (t *Telemetry) startRun(ctx context.Context, e upsert.RunEvent) context.Context {
 	rs := &runState{operation: "upsert", namespace: e.Namespace, limiter: e.LimiterState}
 	if e.Operation == "Records" {
@@ -59,26 +52,7 @@ func (t *Telemetry) startRun(ctx context.Context, e upsert.RunEvent) context.Con
 	t.mu.Lock()
 	t.runs[rs] = struct{}{}
 	t.mu.Unlock()
-	if e.Operation == "Writer" {
-		// Registered first, so that a context already ended ends the run
-		// at once. A Writer has no run span: the run only stops being
-		// observed.
-		rs.stopWatch = context.AfterFunc(ctx, func() { t.endRun(rs) })
-	}
 	return context.WithValue(ctx, runKey{t}, rs)
-}
-
-// endRun unregisters rs from the limiter gauges. It reports whether it
-// did: only the first call for a run does, so that the one whose call
-// returns true, and only it, ends the run's span.
-func (t *Telemetry) endRun(rs *runState) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.runs[rs]; !ok {
-		return false
-	}
-	delete(t.runs, rs)
-	return true
 }
 
 // commonAttrs are the attributes of every span and of the duration
@@ -152,16 +126,16 @@ func (t *Telemetry) retryEvent(e upsert.RetryEvent) {
 }
 
 // runDone ends the run's span with its figures, and stops observing its
-// limiter, unless a Writer's run already ended with its context.
+// limiter.
 func (t *Telemetry) runDone(e upsert.RunEvent) {
 	rs := t.runOf(e.Context)
 	if rs == nil {
 		return
 	}
-	if rs.stopWatch != nil {
-		rs.stopWatch()
-	}
-	if !t.endRun(rs) || rs.span == nil {
+	t.mu.Lock()
+	delete(t.runs, rs)
+	t.mu.Unlock()
+	if rs.span == nil {
 		return
 	}
 	s := e.Stats

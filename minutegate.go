@@ -24,26 +24,41 @@ import (
 // minuteWindow is the span of Pinecone's per-minute limits.
 const minuteWindow = time.Minute
 
-// minuteGrowth is how much a learned limit grows after minuteGrowAfter in
-// which the gate held requests back and the index refused none: a limit
-// learned while a neighbour used part of the project's tokens would
-// otherwise hold the run below the limit for good. Each growth probes the
-// limit, which costs a few 429s when it has not moved: a probe every few
-// minutes keeps them few.
+// How a learned limit grows while the gate holds requests back and the
+// index refuses none. A limit learned from a refusal may be far under the
+// index's, since a neighbour, or an earlier run, may have spent the rest of
+// the minute: it grows each minute it holds (minuteSearchAfter), by a step
+// that starts at minuteSearchStep of it and grows minuteStepGrowth-fold,
+// so that a limit learned right costs one probe and one learned a hundred
+// times too low is out of it in five minutes. A refused probe bounds the
+// index's limit from above; the gate bisects up to that ceiling a minute
+// at a time until within a first step of it (closer is worth less than a
+// refused probe a minute), and from then probes
+// by minuteGrowth every minuteGrowAfter (a probe every few minutes keeps
+// the 429s few), which a limit raised, or a neighbour gone, answers by
+// starting a search again.
 const (
-	minuteGrowth    = 0.1
-	minuteGrowAfter = 3 * minuteWindow
+	minuteSearchAfter = minuteWindow
+	minuteSearchStep  = 0.25
+	minuteStepGrowth  = 4
+	minuteGrowth      = 0.1
+	minuteGrowAfter   = 3 * minuteWindow
 )
 
 // minuteLimit is what the gate knows of one per-minute dimension (tokens
-// or requests): the limit it keeps to (0: none known), and the last one
-// the index took for minuteGrowAfter without a refusal, which a probe
-// above it falls back to.
-type minuteLimit struct{ limit, proven int }
+// or requests).
+type minuteLimit struct {
+	limit   int       // the limit the gate keeps to; 0: none known
+	proven  int       // the last limit the index took without a refusal, which a probe above it falls back to
+	step    int       // the next growth while searching (ceiling 0)
+	ceiling int       // the last probe the index refused; 0: searching
+	since   time.Time // when limit last changed
+}
 
 // minuteObservation is what the gate saw of one per-minute dimension
 // when it reconsiders its limit.
 type minuteObservation struct {
+	now time.Time
 	// refused: the index refused a request naming this limit.
 	refused bool
 	// inWindow is what the window holds besides the refused request:
@@ -51,39 +66,54 @@ type minuteObservation struct {
 	inWindow int
 	// request is the refused request's size.
 	request int
-	// heldLong: minuteGrowAfter passed since the limit last changed, in
-	// which the gate held requests back and the index refused none.
-	heldLong bool
+	// held: the gate held a request back since the limit last changed.
+	held bool
 }
 
 // nextMinuteLimit returns what the gate knows of one per-minute dimension
 // after an observation. A refusal of a probe (the limit above the proven
-// one) falls back to the proven limit. Any other refusal caps the limit at
-// what the window held when the index refused, at least one request's
-// worth: a window of a minute refuses when that much was taken, a bucket
-// that refills over a minute when that much or more was (up to twice as
-// much, when it started full), so the least seen is the safest. After
-// minuteGrowAfter held back without a refusal, the limit is proven and
-// grows by minuteGrowth. The estimate of a request's size may be off by
-// any factor; the limit is in the same unit, so the error cancels.
+// one) falls back to the proven limit, under a ceiling of the refused one.
+// Any other refusal caps the limit at what the window held when the index
+// refused, at least one request's worth: a window of a minute refuses when
+// that much was taken, a bucket that refills over a minute when that much
+// or more was (up to twice as much, when it started full), so the least
+// seen is the safest; a limit so learned, or lowered, is searched up from.
+// A limit held without a refusal is proven and grows (minuteGrowth and
+// the constants above say how fast). The estimate of a request's size may
+// be off by any factor; the limit is in the same unit, so the error
+// cancels.
 func nextMinuteLimit(m minuteLimit, o minuteObservation) minuteLimit {
+	heldFor := o.now.Sub(m.since)
+	near := m.ceiling > 0 && float64(m.ceiling-m.limit) <= float64(m.limit)*minuteSearchStep
 	switch {
 	case o.refused && m.proven > 0 && m.limit > m.proven:
-		return minuteLimit{limit: m.proven, proven: m.proven}
-	case o.refused && m.limit > 0:
-		next := min(m.limit, max(o.inWindow, o.request, 1))
+		return minuteLimit{limit: m.proven, proven: m.proven, ceiling: m.limit, since: o.now}
+	case o.refused:
+		next := max(o.inWindow, o.request, 1)
+		if m.limit > 0 && next >= m.limit {
+			m.since = o.now // a bucket that started full: the index took more than the limit
+			return m
+		}
 		if next < m.proven {
 			m.proven = 0
 		}
-		return minuteLimit{limit: next, proven: m.proven}
-	case o.refused:
-		return minuteLimit{limit: max(o.inWindow, o.request, 1)}
-	case o.heldLong && m.limit > 0:
-		return minuteLimit{limit: m.limit + max(1, int(float64(m.limit)*minuteGrowth)), proven: m.limit}
+		return minuteLimit{limit: next, proven: m.proven, step: max(1, int(float64(next)*minuteSearchStep)), since: o.now}
+	case !o.held || m.limit == 0:
+		return m
+	case m.ceiling == 0 && heldFor >= minuteSearchAfter:
+		return minuteLimit{limit: m.limit + m.step, proven: m.limit, step: minuteStepGrowth * m.step, since: o.now}
+	case m.ceiling > 0 && !near && heldFor >= minuteSearchAfter:
+		return minuteLimit{limit: (m.limit + m.ceiling) / 2, proven: m.limit, ceiling: m.ceiling, since: o.now}
+	case near && heldFor >= minuteGrowAfter:
+		step := minuteStep(m.limit)
+		return minuteLimit{limit: m.limit + step, proven: m.limit, step: minuteStepGrowth * step, since: o.now}
 	default:
 		return m
 	}
 }
+
+// minuteStep is minuteGrowth of a limit, at least 1.
+func minuteStep(limit int) int { return max(1, int(float64(limit)*minuteGrowth)) }
 
 // minuteUse is the size of a request, or of the window, in the two
 // dimensions the gate paces.
@@ -113,12 +143,11 @@ type minuteGate struct {
 	used     minuteUse   // the sums of the last minute
 	tokens   minuteLimit // learned limits
 	requests minuteLimit
-	changed  time.Time // when a limit last changed
-	held     bool      // a request waited since then
+	heldAt   time.Time // when a request last waited
 }
 
 func newMinuteGate(c clock) *minuteGate {
-	return &minuteGate{clock: c, turn: make(chan struct{}, 1), changed: c.Now()}
+	return &minuteGate{clock: c, turn: make(chan struct{}, 1)}
 }
 
 // wait returns when a request of tokens embedding tokens fits in the
@@ -148,7 +177,7 @@ func (g *minuteGate) wait(ctx context.Context, tokens int) (*minutePass, error) 
 			g.mu.Unlock()
 			return p, nil
 		}
-		g.held = true
+		g.heldAt = now
 		g.mu.Unlock()
 		// Re-checked after the sleep: a refusal meanwhile may have
 		// lowered the limit.
@@ -170,16 +199,13 @@ func (g *minuteGate) done(p *minutePass, e *Error) {
 	size := p.size
 	g.remove(p)
 	taken := g.takenBefore(p.sentAt)
+	now := g.clock.Now()
 	switch e.Limit {
 	case LimitEmbedTokens:
-		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{refused: true, inWindow: taken.tokens, request: size.tokens})
+		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{now: now, refused: true, inWindow: taken.tokens, request: size.tokens})
 	case LimitInferenceRequests:
-		g.requests = nextMinuteLimit(g.requests, minuteObservation{refused: true, inWindow: taken.requests, request: 1})
-	default:
-		return
+		g.requests = nextMinuteLimit(g.requests, minuteObservation{now: now, refused: true, inWindow: taken.requests, request: 1})
 	}
-	now := g.clock.Now()
-	g.changed, g.held = now, false
 }
 
 // sending stamps p with the time its request goes out, which may be well
@@ -259,8 +285,8 @@ func (g *minuteGate) takenBefore(t time.Time) minuteUse {
 	return u
 }
 
-// advance drops what left the window and lets the limits grow after
-// minuteGrowAfter held back without a refusal; g.mu is held.
+// advance drops what left the window and lets the limits grow when they
+// held requests back long enough without a refusal; g.mu is held.
 func (g *minuteGate) advance(now time.Time) {
 	for i := 0; i < len(g.window) && now.Sub(g.window[i].at) >= minuteWindow; i++ {
 		g.uncount(g.window[i])
@@ -270,11 +296,10 @@ func (g *minuteGate) advance(now time.Time) {
 		old++
 	}
 	g.window = g.window[old:]
-	if g.held && now.Sub(g.changed) >= minuteGrowAfter {
-		o := minuteObservation{heldLong: true}
-		g.tokens, g.requests = nextMinuteLimit(g.tokens, o), nextMinuteLimit(g.requests, o)
-		g.changed, g.held = now, false
+	grow := func(m minuteLimit) minuteLimit {
+		return nextMinuteLimit(m, minuteObservation{now: now, held: !g.heldAt.IsZero() && !g.heldAt.Before(m.since)})
 	}
+	g.tokens, g.requests = grow(g.tokens), grow(g.requests)
 }
 
 // delay returns how long until a request of size fits in the window: 0

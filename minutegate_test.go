@@ -18,26 +18,42 @@ import (
 )
 
 func TestNextMinuteLimit(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	refused := func(inWindow, request int) minuteObservation {
-		return minuteObservation{refused: true, inWindow: inWindow, request: request}
+		return minuteObservation{now: at(10 * time.Second), refused: true, inWindow: inWindow, request: request}
 	}
-	held := minuteObservation{heldLong: true}
+	heldFor := func(d time.Duration) minuteObservation { return minuteObservation{now: at(d), held: true} }
+	searching := func(limit, proven, step int) minuteLimit {
+		return minuteLimit{limit: limit, proven: proven, step: step, since: t0}
+	}
+	under := func(limit, proven, ceiling int) minuteLimit {
+		return minuteLimit{limit: limit, proven: proven, ceiling: ceiling, since: t0}
+	}
+	refusedAt := func(m minuteLimit) minuteLimit { m.since = at(10 * time.Second); return m }
+	grownAt := func(m minuteLimit, d time.Duration) minuteLimit { m.since = at(d); return m }
 	tests := []struct {
 		name string
 		m    minuteLimit
 		o    minuteObservation
 		want minuteLimit
 	}{
-		{"nothing seen: no limit", minuteLimit{}, minuteObservation{}, minuteLimit{}},
-		{"a refusal: what the window held", minuteLimit{}, refused(9000, 500), minuteLimit{limit: 9000}},
-		{"a refusal of an empty window: one request's worth", minuteLimit{}, refused(0, 500), minuteLimit{limit: 500}},
-		{"a refusal lowers a limit", minuteLimit{limit: 12000}, refused(9000, 500), minuteLimit{limit: 9000}},
-		{"a refusal does not raise one: a bucket that started full takes up to twice its minute", minuteLimit{limit: 5000}, refused(9000, 500), minuteLimit{limit: 5000}},
-		{"held back for minutes without a refusal: proven, and a tenth more", minuteLimit{limit: 9000}, held, minuteLimit{limit: 9900, proven: 9000}},
-		{"a tiny limit still grows", minuteLimit{limit: 3}, held, minuteLimit{limit: 4, proven: 3}},
-		{"no limit does not grow into one", minuteLimit{}, held, minuteLimit{}},
-		{"a refused probe falls back to the proven limit", minuteLimit{limit: 9900, proven: 9000}, refused(7000, 500), minuteLimit{limit: 9000, proven: 9000}},
-		{"a refusal at the proven limit lowers it, proven no more", minuteLimit{limit: 9000, proven: 9000}, refused(7000, 500), minuteLimit{limit: 7000}},
+		{"nothing seen: no limit", minuteLimit{}, minuteObservation{now: t0}, minuteLimit{}},
+		{"a refusal: what the window held, searched up from", minuteLimit{}, refused(9000, 500), refusedAt(searching(9000, 0, 2250))},
+		{"a refusal of an empty window: one request's worth", minuteLimit{}, refused(0, 500), refusedAt(searching(500, 0, 125))},
+		{"a refusal lowers a limit, which is searched up from again", under(12000, 0, 13000), refused(9000, 500), refusedAt(searching(9000, 0, 2250))},
+		{"a refusal does not raise one: a bucket that started full takes up to twice its minute", under(5000, 0, 5100), refused(9000, 500), refusedAt(under(5000, 0, 5100))},
+		{"searching, held back for a minute without a refusal: proven, grown by the step, which grows", searching(9000, 0, 2250), heldFor(time.Minute), grownAt(searching(11250, 9000, 9000), time.Minute)},
+		{"searching, held back for less than a minute: unchanged", searching(9000, 0, 2250), heldFor(59 * time.Second), searching(9000, 0, 2250)},
+		{"not held back: unchanged", searching(9000, 0, 2250), minuteObservation{now: at(time.Hour)}, searching(9000, 0, 2250)},
+		{"a refused probe falls back to the proven limit, under the refused one", searching(12600, 9000, 9000), refused(12000, 500), refusedAt(under(9000, 9000, 12600))},
+		{"far under the ceiling, held back for a minute: halfway to it", under(9000, 9000, 12600), heldFor(time.Minute), grownAt(under(10800, 9000, 12600), time.Minute)},
+		{"near the ceiling, held back for a minute: unchanged", under(9000, 9000, 9900), heldFor(time.Minute), under(9000, 9000, 9900)},
+		{"near the ceiling, held back for minutes: a tenth more, and a search if it holds", under(9000, 0, 9900), heldFor(minuteGrowAfter), grownAt(searching(9900, 9000, 3600), minuteGrowAfter)},
+		{"a tiny limit still grows", under(3, 0, 4), heldFor(minuteGrowAfter), grownAt(searching(4, 3, 4), minuteGrowAfter)},
+		{"no limit does not grow into one", minuteLimit{}, heldFor(time.Hour), minuteLimit{}},
+		{"a refused probe near the ceiling falls back to the proven limit", searching(9900, 9000, 3600), refused(7000, 500), refusedAt(under(9000, 9000, 9900))},
+		{"a refusal at the proven limit lowers it, proven no more", under(9000, 9000, 9900), refused(7000, 500), refusedAt(searching(7000, 0, 1750))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,15 +147,29 @@ func TestMinuteGate(t *testing.T) {
 		send(t, g, 1000, nil)
 		assert.Empty(t, clk.Sleeps())
 	})
-	t.Run("held back for minutes without a refusal, the limit grows", func(t *testing.T) {
+	t.Run("held back without a refusal, a learned limit grows each minute; a refused probe is bisected to, then probed every few minutes", func(t *testing.T) {
 		clk := newFakeClock()
 		g := newMinuteGate(clk)
-		send(t, g, 1000, nil)
-		send(t, g, 1000, tokensRefused)
-		for range 4 {
-			send(t, g, 1000, nil) // one a minute: each waits for the last
+		send(t, g, 100, nil)
+		send(t, g, 100, tokensRefused)
+		require.Equal(t, 100, g.tokens.limit)
+		send(t, g, 100, nil) // held a minute, for the first to leave the window
+		assert.Equal(t, 125, g.tokens.limit)
+		send(t, g, 25, tokensRefused) // the probe refused: back to 100, under 125
+		assert.Equal(t, 100, g.tokens.limit)
+		send(t, g, 100, nil) // held a minute: halfway to the ceiling
+		assert.Equal(t, 112, g.tokens.limit)
+		send(t, g, 12, tokensRefused) // refused
+		send(t, g, 100, nil)          // held a minute: halfway to the ceiling again
+		assert.Equal(t, 106, g.tokens.limit)
+		send(t, g, 6, tokensRefused) // refused: within a tenth of the ceiling
+		require.Equal(t, 100, g.tokens.limit)
+		for range 2 {
+			send(t, g, 100, nil) // one a minute: each waits for the last
 		}
-		assert.Equal(t, 1100, g.tokens.limit)
+		assert.Equal(t, 100, g.tokens.limit, "near the ceiling: no probe within minuteGrowAfter")
+		send(t, g, 100, nil)
+		assert.Equal(t, 110, g.tokens.limit)
 	})
 	t.Run("a wait ends with its context", func(t *testing.T) {
 		g := newMinuteGate(newFakeClock())
@@ -317,4 +347,46 @@ func TestEstimateTokensCountsTextTheRecordCarriesAsJSON(t *testing.T) {
 			assert.Equal(t, plain, estimateTokens([]item{{rec: rec}}), "the text is counted as it is sent")
 		})
 	}
+}
+
+// A run that starts while the project's minute of embedding tokens is
+// already spent (by an earlier run, a run restarted after a crash, a
+// neighbour on the project) meets 429s on its first requests with nothing
+// of its own in the window, and learns one request's tokens a minute. That
+// limit doubles each minute it holds, so the run does not crawl at a
+// fraction of the limit long after the minute is free again.
+func TestRecordsStartedOnASpentMinuteStillFinishNearTheTokenLimit(t *testing.T) {
+	const (
+		tokensPerMinute = 6000
+		n               = 3000
+		tokensEach      = 10 // 40 bytes of text
+	)
+	clk := newEventClock()
+	srv := upserttest.NewServer(upserttest.WithEmbedTokensPerMinute(tokensPerMinute), upserttest.WithClock(clk.Now))
+	defer srv.Close()
+	rest := &http.Client{Transport: clk.transport(srv.Client().Transport)}
+	pc, err := NewClient(pinecone.NewClientParams{ApiKey: "k", RestClient: rest})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	require.NoError(t, err)
+	defer idx.Close()
+	// An earlier run spent the minute.
+	require.NoError(t, idx.UpsertRecords(context.Background(), []*pinecone.IntegratedRecord{
+		{"_id": "earlier", "chunk_text": strings.Repeat("x", 4*tokensPerMinute)},
+	}))
+
+	recs := make([]*pinecone.IntegratedRecord, n)
+	for i := range recs {
+		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("r", i), "chunk_text": fmt.Sprintf("%040d", i)}
+	}
+	start := clk.Now()
+	res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx), withClock(clk), withRand(maxRand))
+	elapsed := clk.Now().Sub(start)
+	require.NoError(t, err)
+	assert.Equal(t, n, res.Upserted)
+	// The index refills a minute's tokens in a minute: 30,000 tokens take
+	// 5 minutes from a spent minute.
+	ideal := time.Duration(float64(n*tokensEach) / tokensPerMinute * float64(time.Minute))
+	t.Logf("virtual time %v (ideal %v), %d refused of %d requests", elapsed, ideal, srv.Stats().RateLimited, res.Stats.Requests)
+	assert.Less(t, elapsed, 2*ideal, "the run keeps near the limit once the minute is free again")
 }

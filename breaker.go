@@ -20,11 +20,16 @@ type breaker struct {
 	answered  bool      // the index answered once: it is not dead or misconfigured
 	// lastAnswered is when the latest request the index answered was sent.
 	lastAnswered time.Time
-	timedOut     bool // the last failure was a timeout, which says less about the index
+	timedOut     bool      // the last failure was a timeout, which says less about the index
+	lastFailure  time.Time // when the last failure was counted
 	open         bool
 	openedAt     time.Time
 	nextProbe    time.Time
 	probing      bool // a probe request is in flight
+	// rechecking: the probe in flight went out after the lane sat idle for
+	// two probe periods, with no failure since: it, not the old verdict,
+	// decides whether the index is still down.
+	rechecking bool
 	// shared is what the writers of the lane in other processes know of
 	// the outage, when the lane is shared (see heard).
 	shared struct {
@@ -77,6 +82,7 @@ func (b *breaker) admit(now time.Time) (ok, probe bool, wait time.Duration) {
 		return false, false, b.nextProbe.Sub(now)
 	default:
 		b.probing = true
+		b.rechecking = now.Sub(b.lastFailure) > 2*probeMax
 		return true, true, 0
 	}
 }
@@ -117,7 +123,7 @@ func (b *breaker) failure(now, sent time.Time, probe, timeout bool) (rescheduled
 		b.firstSent = sent
 	}
 	b.failures++
-	b.timedOut = timeout
+	b.timedOut, b.lastFailure, b.rechecking = timeout, now, false
 	if probe {
 		b.probing = false
 		b.nextProbe = now.Add(b.probeWait(now))
@@ -183,10 +189,13 @@ func (b *breaker) answeredSince(t time.Time) bool { return b.lastAnswered.After(
 // once, unless its last failure was a timeout: requests too large for an
 // index that answers small ones in time time out from the first, and
 // their halves get through; a host that drops every packet (all
-// timeouts) is given up on after outagePatience, as an outage is.
+// timeouts) is given up on after outagePatience, as an outage is. A
+// verdict that no failure has borne out for two probe periods is stale
+// (the lane sat idle, as a Limiter does between calls): requests wait
+// for the next probe, which decides again.
 func (b *breaker) gaveUp(now time.Time) *Error {
 	switch {
-	case !b.open:
+	case !b.open, b.rechecking, !b.probing && now.Sub(b.lastFailure) > 2*probeMax:
 		return nil
 	case !b.everAnswered() && !b.timedOut && b.failures > 0:
 		// failures > 0: this writer's own requests failed; an outage

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // capAt puts ln in the state of a lane that measured the index at r
@@ -741,14 +743,32 @@ func TestLaneBreaker(t *testing.T) {
 		for range breakerThreshold {
 			b.failure(now, now, false, false)
 		}
+		late := now.Add(outagePatience)
+		b.failure(late.Add(-probeMax), late.Add(-probeMax), true, false) // the probes keep failing
 		assert.Nil(t, b.gaveUp(now.Add(outagePatience-time.Second)))
-		assert.Equal(t, errOutageTooLong, b.gaveUp(now.Add(outagePatience)))
+		assert.Equal(t, errOutageTooLong, b.gaveUp(late))
 		var slow breaker
 		for range breakerThreshold {
 			slow.failure(now, now, false, true)
 		}
 		assert.Nil(t, slow.gaveUp(now), "not at once after timeouts: the index may answer smaller requests")
-		assert.Equal(t, errOutageTooLong, slow.gaveUp(now.Add(outagePatience)), "but after a minute of them")
+		slow.failure(late.Add(-probeMax), late.Add(-probeMax), true, true)
+		assert.Equal(t, errOutageTooLong, slow.gaveUp(late), "but after a minute of them")
+	})
+	t.Run("a verdict no failure bore out for two probe periods waits for the next probe, which decides", func(t *testing.T) {
+		var b breaker
+		now := newFakeClock().Now()
+		b.success(now)
+		for range breakerThreshold {
+			b.failure(now, now, false, false)
+		}
+		idle := now.Add(10 * time.Minute) // the lane sat idle: a Limiter between calls
+		assert.Nil(t, b.gaveUp(idle), "stale")
+		ok, probe, _ := b.admit(idle)
+		require.True(t, ok && probe)
+		assert.Nil(t, b.gaveUp(idle), "the probe out decides, not the old verdict")
+		b.failure(idle.Add(time.Second), idle, true, false)
+		assert.Equal(t, errOutageTooLong, b.gaveUp(idle.Add(time.Second)), "the probe failed: still down")
 	})
 }
 
@@ -1053,4 +1073,81 @@ func TestLaneHonoursRetryAfterForTheRequestWaitingForASlot(t *testing.T) {
 	require.NoError(t, a.err)
 	assert.GreaterOrEqual(t, a.p.start.Sub(refusedAt), 10*time.Second, "sent before the index's Retry-After ended")
 	ln.release(a.p, nil)
+}
+
+// signalClock is a fakeClock that, once armed, closes slept at its first
+// Sleep: some request is waiting (here, for the breaker's probe).
+type signalClock struct {
+	*fakeClock
+	mu    sync.Mutex
+	armed bool
+	slept chan struct{}
+}
+
+func (c *signalClock) arm() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed, c.slept = true, make(chan struct{})
+	return c.slept
+}
+
+func (c *signalClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	if c.armed {
+		c.armed = false
+		close(c.slept)
+	}
+	c.mu.Unlock()
+	return c.fakeClock.Sleep(ctx, d)
+}
+
+// A Limiter carries its breaker from call to call. A call ten minutes
+// after an outage the breaker gave up on sends its records: the old
+// verdict waits for a probe, rather than failing every request but the
+// probe unsent for an outage that ended long ago.
+func TestANewCallLongAfterAnOutageSendsItsRecords(t *testing.T) {
+	clk := &signalClock{fakeClock: newFakeClock()}
+	lim := &Limiter{clock: clk}
+	down := status.Error(codes.Unavailable, "down")
+	var recovered atomic.Bool
+	fi := newFakeIndex(func(call int, _ []string) error {
+		if call < 2 || recovered.Load() {
+			return nil
+		}
+		return down
+	})
+	// The first call meets an outage of over a minute: the breaker gives up.
+	first, err := All(context.Background(), vectors(2000, 2), WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand),
+		WithLimiter(lim), WithBatchSize(100), WithConcurrency(1))
+	require.ErrorIs(t, err, ErrServer)
+	require.NotEmpty(t, first.Failed)
+	require.ErrorIs(t, first.Failed[len(first.Failed)-1].Err, errOutageTooLong.Err, "precondition: the breaker gave up in the first call")
+
+	// Ten minutes later the index is up again and the service calls again.
+	clk.Advance(10 * time.Minute)
+	recovered.Store(true)
+	slept := clk.arm()
+	moved := make(chan struct{}) // another batch waited, failed or was sent
+	var moveOnce sync.Once
+	signal := func() { moveOnce.Do(func() { close(moved) }) }
+	var sends atomic.Int64
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		if sends.Add(1) == 1 {
+			// The first request (the probe, if the breaker is still
+			// open) stays in flight until another batch has done
+			// something: waited, failed or been sent.
+			select {
+			case <-moved:
+			case <-slept:
+			}
+		} else {
+			signal()
+		}
+		return fi.Upsert(ctx, ns, b)
+	}
+	second, err := All(context.Background(), vectors(30, 2), WithUpsertFunc(send), withClock(clk), withRand(maxRand),
+		WithLimiter(lim), WithBatchSize(10), WithConcurrency(2),
+		WithObserver(Observer{Failure: func(Failure) { signal() }}))
+	require.NoError(t, err, "the index is up: no record of this call should fail for an outage that ended ten minutes ago")
+	assert.Equal(t, 30, second.Upserted)
 }

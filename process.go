@@ -110,7 +110,7 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*pa
 		if r.retryAfterBackoff(worker, rt, p, e) {
 			return []*part{p}, true
 		}
-		return nil, true
+		return nil, false // not resent: the run stopped during the backoff
 	default:
 		r.log(slog.LevelError, "giving up on batch", worker, rt, p, e)
 		r.failPart(p, e)
@@ -120,14 +120,14 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*pa
 
 // retryAfterBackoff spends a retry of p's class (none when p.free),
 // waits out its backoff and the lane's retry budget, and reports whether
-// p is to be sent again; when the run stops meanwhile, p fails.
+// p is to be sent again, counting it in the stats then; when the run
+// stops meanwhile, p fails.
 func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 	c := e.Class
 	wait := r.backoff(c, p.failures.backoffStep(c, p.retries[c]), e.RetryAfter)
 	if !p.free {
 		p.retries[c]++
 	}
-	r.stats.retry(c)
 	r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
 	r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
 	wake := r.restWaker()
@@ -143,6 +143,7 @@ func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 		r.failPart(p, r.stopError())
 		return false
 	}
+	r.stats.retry(c) // counted once it is to be resent: Stats.Retries counts resends
 	return true
 }
 

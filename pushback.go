@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -42,7 +43,9 @@ func pushbackOf(mds ...metadata.MD) time.Duration {
 	now := time.Now()
 	for _, md := range mds {
 		if v := md.Get("grpc-retry-pushback-ms"); len(v) > 0 {
-			if ms, err := strconv.ParseInt(v[0], 10, 64); err == nil && ms > 0 {
+			// An ask beyond int64 parses as its bound, with ErrRange: the
+			// longest wait, not none.
+			if ms, err := strconv.ParseInt(v[0], 10, 64); (err == nil || errors.Is(err, strconv.ErrRange)) && ms > 0 {
 				// Bounded before the conversion, which would overflow.
 				return serverWait(time.Duration(min(ms, maxServerWait.Milliseconds())) * time.Millisecond)
 			}

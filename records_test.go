@@ -182,6 +182,10 @@ func TestRecordsRetryARESTAbortedConflictLikeTheGRPCOne(t *testing.T) {
 	assert.Equal(t, ClassServer, classOfGRPC(codes.Aborted, "aborted"))
 	assert.Equal(t, ClassServer, classOfHTTP(http.StatusConflict,
 		`{"error":{"code":"ABORTED","message":"transaction aborted"},"status":409}`))
+	// Pinecone's data plane answers a google.rpc.Status, the code a number.
+	assert.Equal(t, ClassServer, classOfHTTP(http.StatusConflict, `{"code":10,"message":"transaction aborted","details":[]}`))
+	assert.Equal(t, ClassInvalid, classOfHTTP(http.StatusConflict, `{"code":6,"message":"already exists","details":[]}`))
+	assert.Equal(t, ClassInvalid, classOfHTTP(http.StatusConflict, `{"code":100,"message":"?"}`))
 }
 
 // http.Client follows a 307/308 of a POST whose body it can replay, as

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,7 +80,7 @@ func classOfHTTP(code int, msg string) Class {
 	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusNotFound:
 		return ClassDenied
 	case code >= 500,
-		code == http.StatusConflict && strings.Contains(msg, "ABORTED"):
+		code == http.StatusConflict && aborted(msg):
 		// ABORTED, as grpc-gateway maps it to 409: a conflict worth
 		// another try, as over gRPC.
 		return ClassServer
@@ -90,6 +91,16 @@ func classOfHTTP(code int, msg string) Class {
 		// records, so it is worth another try.
 		return ClassServer
 	}
+}
+
+// abortedCode matches the numeric code of ABORTED in a google.rpc.Status
+// body, the shape of Pinecone's data-plane REST errors ({"code":10,...}).
+var abortedCode = regexp.MustCompile(`"code"\s*:\s*10\b`)
+
+// aborted reports whether an HTTP error body (or an error's text holding
+// it) carries gRPC's ABORTED, by name or by number.
+func aborted(msg string) bool {
+	return strings.Contains(msg, "ABORTED") || abortedCode.MatchString(msg)
 }
 
 func classOfGRPC(code codes.Code, msg string) Class {
@@ -221,7 +232,9 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil {
+	// A number beyond float64 parses as an infinity, with ErrRange: the
+	// longest wait, not none.
+	if s, err := strconv.ParseFloat(v, 64); err == nil || errors.Is(err, strconv.ErrRange) {
 		if math.IsNaN(s) {
 			return 0
 		}

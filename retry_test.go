@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -290,4 +292,56 @@ func TestBackoffWithNoCapNeverPanics(t *testing.T) {
 			}()
 		}
 	}
+}
+
+// cancelOnSleepClock is a fakeClock that calls cancel at its first Sleep
+// of a positive duration (the first backoff): the caller gives up while a
+// failed batch waits to be resent.
+type cancelOnSleepClock struct {
+	*fakeClock
+	once   sync.Once
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnSleepClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d > 0 {
+		c.once.Do(c.cancel)
+	}
+	return c.fakeClock.Sleep(ctx, d)
+}
+
+// Stats.Retries counts resends: a batch whose run stopped during its
+// backoff was never resent, and is counted in neither Retries,
+// RetriesByClass nor RetriesPerBatch.
+func TestStatsCountOnlyRetriesThatWereSent(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clk := &cancelOnSleepClock{fakeClock: newFakeClock(), cancel: cancel}
+	fi := newFakeIndex(func(int, []string) error { return status.Error(codes.Unavailable, "down") })
+
+	res, err := All(ctx, vectors(1, 2), WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand))
+
+	require.ErrorIs(t, err, ErrCanceled)
+	require.Len(t, fi.Calls(), 1, "the batch was sent once; the cancel came during its backoff")
+	assert.Equal(t, 1, res.Stats.Requests)
+	assert.Zero(t, res.Stats.Retries, "no batch was resent")
+	assert.Empty(t, res.Stats.RetriesByClass, "no batch was resent")
+	assert.Equal(t, []int{1}, res.Stats.RetriesPerBatch, "the one batch was never retried")
+}
+
+// A grpc-retry-pushback-ms beyond int64 waits the bound, as any ask over
+// a minute does: a larger ask never waits less.
+func TestAHugeGRPCPushbackWaitsTheBoundNotNothing(t *testing.T) {
+	assert.Equal(t, maxServerWait, pushbackOf(metadata.Pairs("grpc-retry-pushback-ms", "9223372036854775807")), "the largest int64 waits the bound")
+	assert.Equal(t, maxServerWait, pushbackOf(metadata.Pairs("grpc-retry-pushback-ms", "99999999999999999999")), "a larger ask must not wait less")
+}
+
+// Retry-After's delay-seconds has no upper bound (RFC 9110 §10.2.3): a
+// number beyond float64 waits the bound, not nothing.
+func TestAHugeRetryAfterWaitsTheBoundNotNothing(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	huge := strings.Repeat("9", 400) // valid delay-seconds, beyond float64
+	assert.Equal(t, maxServerWait, parseRetryAfter("90000", now))
+	assert.Equal(t, maxServerWait, parseRetryAfter(huge, now), "a larger ask must not wait less")
+	assert.Equal(t, maxServerWait, pushbackOf(metadata.Pairs("retry-after", huge)), "over gRPC too")
 }

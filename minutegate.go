@@ -84,7 +84,7 @@ type minuteObservation struct {
 // cancels.
 func nextMinuteLimit(m minuteLimit, o minuteObservation) minuteLimit {
 	heldFor := o.now.Sub(m.since)
-	near := m.ceiling > 0 && float64(m.ceiling-m.limit) <= float64(m.limit)*minuteSearchStep
+	near := m.ceiling > 0 && m.ceiling-m.limit <= max(1, int(float64(m.limit)*minuteSearchStep))
 	switch {
 	case o.refused && m.proven > 0 && m.limit > m.proven:
 		return minuteLimit{limit: m.proven, proven: m.proven, ceiling: m.limit, since: o.now}

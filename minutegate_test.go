@@ -150,26 +150,33 @@ func TestMinuteGate(t *testing.T) {
 	t.Run("held back without a refusal, a learned limit grows each minute; a refused probe is bisected to, then probed every few minutes", func(t *testing.T) {
 		clk := newFakeClock()
 		g := newMinuteGate(clk)
+		// sendHeld sends a request of the limit's size, which waits a minute
+		// for the window to free room for it; refuse sends one that fits at
+		// once, refused.
+		sendHeld := func(e *Error) { send(t, g, g.tokens.limit, e) }
+		refuse := func() { send(t, g, 0, tokensRefused) }
 		send(t, g, 100, nil)
 		send(t, g, 100, tokensRefused)
 		require.Equal(t, 100, g.tokens.limit)
-		send(t, g, 100, nil) // held a minute, for the first to leave the window
+		sendHeld(nil) // held a minute: grown by a quarter
 		assert.Equal(t, 125, g.tokens.limit)
-		send(t, g, 25, tokensRefused) // the probe refused: back to 100, under 125
-		assert.Equal(t, 100, g.tokens.limit)
-		send(t, g, 100, nil) // held a minute: halfway to the ceiling
-		assert.Equal(t, 112, g.tokens.limit)
-		send(t, g, 12, tokensRefused) // refused
-		send(t, g, 100, nil)          // held a minute: halfway to the ceiling again
-		assert.Equal(t, 106, g.tokens.limit)
-		send(t, g, 6, tokensRefused) // refused: within a tenth of the ceiling
-		require.Equal(t, 100, g.tokens.limit)
+		sendHeld(nil) // held a minute: grown by four times that
+		assert.Equal(t, 225, g.tokens.limit)
+		refuse() // the probe refused: back to 125, under 225
+		assert.Equal(t, 125, g.tokens.limit)
+		sendHeld(nil) // held a minute: halfway to the ceiling
+		assert.Equal(t, 175, g.tokens.limit)
+		refuse()
+		sendHeld(nil)
+		assert.Equal(t, 150, g.tokens.limit, "halfway to the new ceiling")
+		refuse() // within a quarter of the ceiling: near
+		require.Equal(t, 125, g.tokens.limit)
 		for range 2 {
-			send(t, g, 100, nil) // one a minute: each waits for the last
+			sendHeld(nil)
 		}
-		assert.Equal(t, 100, g.tokens.limit, "near the ceiling: no probe within minuteGrowAfter")
-		send(t, g, 100, nil)
-		assert.Equal(t, 110, g.tokens.limit)
+		assert.Equal(t, 125, g.tokens.limit, "near the ceiling: no probe within minuteGrowAfter")
+		sendHeld(nil)
+		assert.Equal(t, 137, g.tokens.limit, "a tenth more")
 	})
 	t.Run("a wait ends with its context", func(t *testing.T) {
 		g := newMinuteGate(newFakeClock())

@@ -35,12 +35,14 @@ type Ack struct {
 	Replaced bool
 	// Resend reports a record that failed because the run stopped (its
 	// context ended, the index denied the caller, the acknowledgement
-	// function panicked) or the index was down (the circuit breaker gave
-	// up on it), not for a cause of its own: sending it again may well
-	// succeed. A consumer must not commit past it; a restarted run sends
-	// it. Failures that are not Resend are for good: a rule the record
-	// broke, or retries that ran out after it was sent (the dead letters).
-	// A [Checkpoint] stops at the same records.
+	// function panicked), the index was down (the circuit breaker gave
+	// up on it) or the caller's code panicked on it (the send function,
+	// the SDK, the classifier: a [*PanicError]), not for a cause of its
+	// own: sending it again may well succeed (once the bug is fixed). A
+	// consumer must not commit past it; a restarted run sends it.
+	// Failures that are not Resend are for good: a rule the record broke,
+	// or retries that ran out after it was sent (the dead letters). A
+	// [Checkpoint] stops at the same records.
 	Resend bool
 	// Stale is set for a record that landed while a request carrying an
 	// earlier record of its id had ended without an answer, so that the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/bits"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,8 +23,10 @@ import (
 // for good means for a cause of its own: a rule it broke (invalid, too
 // large), or retries that ran out after it was sent. A record that failed
 // because the run stopped (its context ended, the index denied the
-// caller) or because the index was down (the circuit breaker gave up on
-// it, sent or not) stops the watermark: the resumed run sends it. Records
+// caller), because the index was down (the circuit breaker gave up on
+// it, sent or not) or because the caller's code panicked (the send
+// function, the SDK, the classifier: a [*PanicError]) stops the
+// watermark: the resumed run sends it. Records
 // after the watermark may have landed too, and will be sent again, which
 // upserts allow; a request the interrupted run left without an answer may
 // even be applied after the resumed run's record of its id (see [Stale]),
@@ -48,8 +51,8 @@ var ErrCheckpointPastEnd = errors.New("upsert: the checkpoint is past the end of
 
 // FileCheckpoint is a [Checkpoint] kept in a small file at the path, as
 // decimal text. Save replaces the file atomically (a temporary file, then
-// a rename), so that a crash leaves the old watermark or the new one. A
-// missing file is a fresh start.
+// a rename), so that a crash leaves the old watermark or the new one, and
+// keeps the file's permissions. A missing file is a fresh start.
 type FileCheckpoint string
 
 // Load reads the watermark; a missing file means 0.
@@ -68,14 +71,27 @@ func (f FileCheckpoint) Load(context.Context) (int64, error) {
 	return n, nil
 }
 
-// Save writes the watermark durably.
+// Save writes the watermark durably. The file keeps its permissions (an
+// operator may have made it readable to the account that resumes the
+// run); a new file gets 0644 minus the umask, as with os.WriteFile.
 func (f FileCheckpoint) Save(_ context.Context, n int64) error {
 	path := string(f)
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	perm, keep := fs.FileMode(0o644), false
+	if fi, err := os.Stat(path); err == nil {
+		perm, keep = fi.Mode().Perm(), true
+	}
+	tmp, err := createTemp(filepath.Dir(path), filepath.Base(path)+".tmp", perm)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // after a successful rename, there is nothing to remove
+	if keep {
+		// The umask applied at creation; it does not to a chmod.
+		if err := tmp.Chmod(perm); err != nil {
+			tmp.Close()
+			return err
+		}
+	}
 	if _, err := fmt.Fprintf(tmp, "%d\n", n); err != nil {
 		tmp.Close()
 		return err
@@ -91,6 +107,19 @@ func (f FileCheckpoint) Save(_ context.Context, n int64) error {
 		return err
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// createTemp creates a new file in dir, named prefix and a random number,
+// with perm minus the umask: os.CreateTemp always uses 0600.
+func createTemp(dir, prefix string, perm fs.FileMode) (*os.File, error) {
+	for range 10000 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(uint64(rand.Uint32()), 10))
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*"), Err: fs.ErrExist}
 }
 
 // syncDir makes a rename in dir durable: the new name is in the

@@ -125,3 +125,78 @@ func TestACheckpointPastTheEndOfTheInputIsAnError(t *testing.T) {
 	require.NoError(t, err, "a checkpoint at the end is a finished run")
 	assert.Equal(t, 10, res.Stats.Skipped)
 }
+
+// FileCheckpoint.Save keeps the file's permissions: a checkpoint the
+// operator made readable (for the service account that resumes the
+// backfill, or a dashboard that shows its progress) stays so. os.CreateTemp
+// alone would make every save a file only the writing user can read, a new
+// one included.
+func TestFileCheckpointSaveKeepsTheFilesPermissions(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cp")
+	require.NoError(t, os.WriteFile(path, []byte("0\n"), 0o644))
+	require.NoError(t, os.Chmod(path, 0o644)) // whatever the umask
+	cp := FileCheckpoint(path)
+	require.NoError(t, cp.Save(context.Background(), 42))
+	n, err := cp.Load(context.Background())
+	require.NoError(t, err)
+	assert.EqualValues(t, 42, n)
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "Save replaced a 0644 checkpoint with a file only its owner can read")
+
+	// A new checkpoint is made as os.WriteFile makes one: 0644 minus the umask.
+	dir := t.TempDir()
+	require.NoError(t, FileCheckpoint(filepath.Join(dir, "new")).Save(context.Background(), 1))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ref"), nil, 0o644))
+	got, err := os.Stat(filepath.Join(dir, "new"))
+	require.NoError(t, err)
+	want, err := os.Stat(filepath.Join(dir, "ref"))
+	require.NoError(t, err)
+	assert.Equal(t, want.Mode().Perm(), got.Mode().Perm())
+}
+
+// A record that failed because the caller's code panicked (here the
+// classifier of WithClassifier; the same holds for the send function or the
+// SDK) did not fail for a cause of its own: the checkpoint stops before it
+// and its ack says Resend, so that once the bug is fixed the resumed run
+// sends it. The panic is a server-class failure after one attempt, which
+// for any other cause would settle the record for good.
+func TestACheckpointDoesNotPassARecordFailedByAPanicOfTheCallersCode(t *testing.T) {
+	ctx := context.Background()
+	cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
+	recs := vectors(10, 2)
+	send := func(_ context.Context, _ string, b []*pinecone.Vector) error {
+		if b[0].Id == "v3" {
+			return status.Error(codes.Unavailable, "connection reset") // not written
+		}
+		return nil
+	}
+	classify := func(err error) Class {
+		if status.Code(err) == codes.Unavailable {
+			panic("classifier: unexpected status") // a bug of the caller's, fixed before the resume
+		}
+		return Classify(err)
+	}
+	var mu sync.Mutex
+	resend := map[int]bool{}
+	res, err := Stream(ctx, slices.Values(recs), WithUpsertFunc(send), WithClassifier(classify), WithBatchSize(1), WithConcurrency(1),
+		WithCheckpoint(cp), withClock(newFakeClock()), withRand(maxRand),
+		WithAcks(func(acks []Ack) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, a := range acks {
+				if a.Failure != nil {
+					resend[a.Position] = a.Resend
+				}
+			}
+		}))
+	require.Error(t, err)
+	require.Len(t, res.Failed, 1)
+	require.Equal(t, 3, res.Failed[0].Index)
+	mark, err := cp.Load(ctx)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, mark, int64(3), "the checkpoint passed v3, which the index never wrote: a resumed run skips it")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.True(t, resend[3], "v3 failed because the caller's code panicked, not for a cause of its own")
+}

@@ -182,27 +182,36 @@ func (in *intake) firstPass(records []*pinecone.Vector) (routeOf func(int) *rout
 		}
 		return one
 	}
-	hashes := make([]uint64, len(records))
 	if in.nsOf != nil {
 		many = make([]*route, len(records))
 		var it item // reused: in.namespace takes its address
 		for i, v := range records {
 			it = item{seq: i, vec: v}
 			many[i] = r.route(in.namespace(&it))
-			hashes[i] = maphash.String(in.seed, many[i].namespace)
 		}
 	} else {
 		one = r.route(r.cfg.namespace)
 	}
+	hashes := make([]uint64, len(records))
 	for i, v := range records {
 		if v != nil {
-			hashes[i] ^= maphash.String(in.seed, v.Id)
+			hashes[i] = in.recordKey(routeOf(i).namespace, v.Id)
 		}
 	}
 	flags = repeats(hashes, func(i, j int) bool {
 		return records[i] != nil && records[j] != nil && records[i].Id == records[j].Id && routeOf(i) == routeOf(j)
 	})
 	return routeOf, flags
+}
+
+// recordKey hashes a record's namespace (by its key: "" and "__default__"
+// are one) and id, the key of ids in flight and of ambiguous ids. The
+// halves' hashes are combined unevenly: a symmetric combination such as
+// XOR gives a pair and its swap one key, and an id equal to its namespace
+// the key 0.
+func (in *intake) recordKey(namespace, id string) uint64 {
+	const odd = 0x9e3779b97f4a7c15 // 2^64 / φ: spreads the namespace's hash over every bit
+	return maphash.String(in.seed, namespaceKey(namespace))*odd + maphash.String(in.seed, id)
 }
 
 // takeRepeated takes in an occurrence of an id that occurs more than once
@@ -355,7 +364,7 @@ func (in *intake) push(ctx context.Context, it item, tag any) error {
 	if in.ordered {
 		// By the namespace's key: a route made again after its drop may
 		// carry the namespace's other name ("" or "__default__").
-		it.hash = maphash.String(in.seed, namespaceKey(rt.namespace)) ^ maphash.String(in.seed, it.id)
+		it.hash = in.recordKey(rt.namespace, it.id)
 		if replaced := in.replacePending(rt, it); replaced {
 			in.take(tag)
 			return nil

@@ -620,13 +620,17 @@ func modelExpected(err error) bool {
 
 // modelFailedForGood is the model's rule for a failure a checkpoint may
 // pass: a rule the record broke, or retries that ran out after it was
-// sent; never the run stopping (canceled, denied) or the index down (the
-// breaker's failures, whose message says the record was not sent).
+// sent; never the run stopping (canceled, denied), the index down (the
+// breaker's failures, whose message says the record was not sent) or a
+// panic of the caller's code.
 func modelFailedForGood(f Failure) bool {
+	var pe *PanicError
 	switch {
 	case f.Class == ClassInvalid || f.Class == ClassTooLarge:
 		return true
 	case f.Class == ClassCanceled || f.Class == ClassDenied:
+		return false
+	case errors.As(f.Err, &pe):
 		return false
 	case strings.Contains(f.Err.Error(), "circuit breaker open"):
 		return false

@@ -2,6 +2,8 @@ package upsert
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"time"
@@ -113,12 +115,26 @@ func (r *run) stopError() *Error {
 	return &Error{Class: ClassCanceled, Err: context.Cause(r.runCtx)}
 }
 
+// errRunFinished is the cause of the run's context once the run ended
+// normally (finish, abandon): unlike a stop, it says nothing against the
+// records. It wraps context.Canceled, which the cause was before.
+var errRunFinished = fmt.Errorf("upsert: the run finished: %w", context.Canceled)
+
+// stoppedBy returns the error that stopped the run before it finished (see
+// stopError), or nil while it runs or once it finished normally.
+func (r *run) stoppedBy() *Error {
+	if r.runCtx.Err() == nil || errors.Is(context.Cause(r.runCtx), errRunFinished) {
+		return nil
+	}
+	return r.stopError()
+}
+
 // finish waits for every batch, assembles the result and tells the
 // observers. end, when not nil, makes the call's error of the run's, so
 // that RunDone carries what the call returns.
 func (r *run) finish(end func(error) error) (Result, error) {
 	r.pool.wg.Wait()
-	r.halt(nil)
+	r.halt(errRunFinished)
 	if r.cfg.progress != nil {
 		r.progress.mu.Lock()
 		r.emitProgress(0, true)
@@ -155,7 +171,7 @@ func (r *run) finish(end func(error) error) (Result, error) {
 
 // abandon ends a run that stopped before taking any record in, with err.
 func (r *run) abandon(err error) {
-	r.halt(nil)
+	r.halt(errRunFinished)
 	r.leaveShares()
 	r.routes.release()
 	r.releaseLimiter()

@@ -78,7 +78,8 @@ func (r *run) failAll(items []item, e *Error, attempts int, ambiguous bool) {
 // settlesForGood reports whether a failure settles its records for good,
 // so that a checkpoint may pass them (see [Checkpoint]): a rule they
 // broke, or retries that ran out after they were sent. A run that
-// stopped, or an index that was down, says nothing about the records:
+// stopped, an index that was down, or a panic of the caller's code (the
+// send function, the SDK, the classifier) says nothing about the records:
 // the resumed run must send them.
 func settlesForGood(e *Error, attempts int) bool {
 	switch {
@@ -86,6 +87,8 @@ func settlesForGood(e *Error, attempts int) bool {
 		return false
 	case breakerGaveUp(e):
 		return false // the circuit breaker gave up on them, sent before or not
+	case isPanic(e):
+		return false // a bug, fixed before the resume: the records go again
 	case e.Class == ClassInvalid || e.Class == ClassTooLarge:
 		return true
 	default:

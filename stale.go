@@ -55,12 +55,19 @@ type ambiguousIDs struct {
 	since     time.Time // when cur started
 }
 
+// rotate brings the generations to now. Each generation spans one window
+// from its start, and the next one starts where it ends, however late the
+// rotating call comes: an entry added in cur is dropped at most two windows
+// after it was added, also in a Writer quiet for a while.
 func (a *ambiguousIDs) rotate(now time.Time) {
-	switch age := now.Sub(a.since); {
-	case a.cur != nil && age >= 2*staleWindow:
-		a.prev, a.cur = nil, nil // both generations are past their window
-	case a.cur != nil && age >= staleWindow:
-		a.prev, a.cur = a.cur, nil
+	if a.cur != nil {
+		switch age := now.Sub(a.since); {
+		case age >= 2*staleWindow:
+			a.prev, a.cur = nil, nil // both generations are past their window
+		case age >= staleWindow:
+			a.prev, a.cur = a.cur, make(map[uint64]int)
+			a.since = a.since.Add(staleWindow) // where the old window ended
+		}
 	}
 	if a.cur == nil {
 		a.cur, a.since = make(map[uint64]int), now

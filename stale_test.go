@@ -191,3 +191,53 @@ func TestTheStaleObserverHearsOfARecordBeforeItSettles(t *testing.T) {
 	// Acks come from their own goroutine, in order among themselves.
 	assert.Less(t, slices.Index(events, "stale 3"), slices.Index(events, "ack 3"), "heard of before its ack: %v", events)
 }
+
+// A record is reported stale only after an ambiguous request carrying an
+// earlier record of its id in its namespace: the key of ids in flight and
+// of ambiguous ids tells the pair (namespace, id) from its swap, and from
+// any other pair (a symmetric combination of the halves' hashes, as XOR,
+// would not, and would make an id equal to its namespace key 0). Here the
+// first record's request times out and lands on a retry; the second,
+// another id in another namespace, lands as a plain success.
+func TestStaleIsOnlyReportedForAnEarlierRecordOfTheSameIDAndNamespace(t *testing.T) {
+	nsOf := map[string]string{"x": "y", "y": "x"}
+	recs := []*pinecone.Vector{
+		{Id: "x", Values: &[]float32{1, 1}}, // in namespace "y"; its first request times out
+		{Id: "y", Values: &[]float32{2, 1}}, // in namespace "x"; no earlier record of its id anywhere
+	}
+	idx := &lateIndex{stored: map[string]float32{}, id: "x"}
+	res, err := Stream(context.Background(), slices.Values(recs), WithUpsertFunc(idx.Upsert), WithBatchSize(1), WithConcurrency(1),
+		WithNamespaceOf(func(v *pinecone.Vector) string { return nsOf[v.Id] }),
+		withClock(newFakeClock()), withRand(maxRand))
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.Upserted)
+	assert.Empty(t, res.MayBeStale, "record y in namespace x has no earlier record of its id: it cannot be stale")
+	assert.Zero(t, res.Stats.MayBeStale)
+}
+
+// Stale's doc promises that a run remembers a request without an answer
+// "for 10 to 20 minutes": a generation of ambiguous ids starts where the
+// one before ended, not when a quiet Writer's next record rotates them.
+// Here the generations rotate 19 minutes after the ambiguous request, and
+// its id comes back 28 minutes after it: a plain success.
+func TestWriterForgetsAnAmbiguousRequestWithinTwoWindows(t *testing.T) {
+	clk := newFakeClock()
+	idx := &lateIndex{stored: map[string]float32{}, id: "x"}
+	w, err := NewWriter(context.Background(), WithUpsertFunc(idx.Upsert), WithBatchSize(1), WithConcurrency(1),
+		withClock(clk), withRand(maxRand))
+	require.NoError(t, err)
+	mk := func(id string, val float32) *pinecone.Vector {
+		return &pinecone.Vector{Id: id, Values: &[]float32{val, 1}}
+	}
+	require.NoError(t, w.Add(context.Background(), mk("x", 1))) // times out, then lands: ambiguous
+	require.NoError(t, w.Flush(context.Background()))
+	clk.Advance(2*staleWindow - time.Minute)
+	require.NoError(t, w.Add(context.Background(), mk("y", 1))) // any record: its lookup rotates the generations
+	require.NoError(t, w.Flush(context.Background()))
+	clk.Advance(staleWindow - time.Minute) // 28 minutes after the ambiguous request
+	require.NoError(t, w.Add(context.Background(), mk("x", 2)))
+	res, err := w.Close(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.Upserted)
+	assert.Empty(t, res.MayBeStale, "the request without an answer is 28 minutes old: past the documented 20")
+}

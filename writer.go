@@ -116,10 +116,11 @@ func (w *Writer) AddTagged(ctx context.Context, v *pinecone.Vector, tag any) err
 // waits until each of them has landed or failed (and, with [WithAcks], its
 // ack has been delivered), or ctx ends. Records added while it waits are
 // not waited for. It returns ctx's error when ctx ends first, [ErrClosed]
-// after Close, and the error that stopped the run when the Writer's
-// context ended or the index denied the caller; nil otherwise, even when
-// some of the records failed (they are reported as failures, and counted
-// in the Result of Close).
+// when Close was called before it, and the error that stopped the run when
+// the Writer's context ended or the index denied the caller before the
+// Writer finished; nil otherwise, even when some of the records failed
+// (they are reported as failures, and counted in the Result of Close), and
+// also when a Close called while Flush waits ends the Writer normally.
 func (w *Writer) Flush(ctx context.Context) error {
 	in := w.in
 	if in.closed.Load() {
@@ -144,8 +145,10 @@ func (w *Writer) Flush(ctx context.Context) error {
 	if err := in.waitAcked(ctx, added); err != nil {
 		return err
 	}
-	if in.r.runCtx.Err() != nil {
-		return in.r.stopError()
+	// A Close that finished the Writer meanwhile is no stop: the records
+	// settled as they would have without it.
+	if e := in.r.stoppedBy(); e != nil {
+		return e
 	}
 	return nil
 }

@@ -619,3 +619,59 @@ func flusherFinishing() bool {
 	stacks := string(buf[:runtime.Stack(buf, true)])
 	return !strings.Contains(stacks, "(*intake).startFlusher.func") || strings.Contains(stacks, "(*Writer).finishStopped")
 }
+
+// pausingCtx is a context that never ends, whose Done parks its caller
+// once, while pause says so, until release is closed: it holds a call at
+// the point where it is about to wait, so that a test can run another
+// call meanwhile.
+type pausingCtx struct {
+	context.Context
+	pause   func() bool
+	once    sync.Once
+	parked  chan struct{}
+	release chan struct{}
+}
+
+func (c *pausingCtx) Done() <-chan struct{} {
+	if c.pause() {
+		c.once.Do(func() {
+			close(c.parked)
+			<-c.release
+		})
+	}
+	return nil
+}
+
+// A Flush waiting for its records while another goroutine closes the
+// Writer returns nil once they landed: the Close's normal end of the run
+// is no stop, and a service that flushes, then commits its source offsets,
+// while it shuts down must not read it as a failure (ClassCanceled).
+func TestAFlushWhoseRecordsLandedReturnsNilWhenACloseEndsMeanwhile(t *testing.T) {
+	gate := make(chan struct{})
+	send := func(ctx context.Context, _ string, _ []*pinecone.Vector) error {
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithBatchSize(1), WithConcurrency(1))
+	require.NoError(t, err)
+	require.NoError(t, w.Add(context.Background(), vectors(1, 2)[0]))
+
+	fctx := &pausingCtx{Context: context.Background(), parked: make(chan struct{}), release: make(chan struct{})}
+	fctx.pause = func() bool { return w.in.flushWaiters() > 0 }
+	flushed := make(chan error, 1)
+	go func() { flushed <- w.Flush(fctx) }()
+	<-fctx.parked // Flush waits for its record
+	close(gate)   // which lands
+
+	res, err := w.Close(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Upserted)
+	close(fctx.release)
+	err = <-flushed
+	assert.NoError(t, err, "every record added before Flush landed, and the Writer's context never ended")
+	assert.NotErrorIs(t, err, ErrCanceled)
+}

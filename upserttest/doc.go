@@ -23,18 +23,22 @@
 // requests against Pinecone's per-request limits (see [MaxVectorsPerRequest]
 // and the constants that follow it: ASCII ids without NUL, no all-zero dense
 // values, metadata size and types), the dimension of the index
-// ([WithDimension]) and its vector type ([WithVectorType]), and answers
-// invalid ones with codes.InvalidArgument and Pinecone's message, writing
-// nothing of them.
+// ([WithDimension]) and its vector type ([WithVectorType]; by default the
+// first write decides whether the index is dense or sparse, as Pinecone's
+// index is one or the other), and answers invalid ones with
+// codes.InvalidArgument and Pinecone's message, writing nothing of them.
 //
 // "" and "__default__" are one namespace, as on Pinecone since April 2025
 // (go-pinecone v5 sends "__default__" for the default namespace, v6 ""):
 // they share their stored vectors, records and limits, and the accessors
 // take either name. [Request.Namespace] is the name as received.
 //
-// DescribeIndexStats counts vectors at once by default. Pinecone's counts
-// lag behind writes: [WithStatsLag] makes the server's lag too, so that a
-// test can check that the code under test does not assume instant counts.
+// DescribeIndexStats counts vectors, and the records of REST records
+// upserts, at once by default. Pinecone's counts lag behind writes:
+// [WithStatsLag] makes the server's lag too, so that a test can check that
+// the code under test does not assume instant counts. A DescribeIndexStats
+// request with a filter is refused with codes.InvalidArgument, as a
+// serverless index refuses it.
 //
 // # REST records (integrated embedding)
 //
@@ -63,21 +67,25 @@
 //	fields, ok := srv.Record("docs", "rec1") // {"chunk_text": "..."}
 //
 // Each line of the body must be a JSON object with a string id in "_id" or
-// "id"; the request may hold at most [MaxRecordsPerRequest] (96) records,
-// and ids have the limits of vector ids. Otherwise the whole request is
-// answered 400, and nothing of it is written. The server embeds nothing: it
-// stores each record's fields as they came, apart from the vectors
-// ([Server.Record], [Server.Records], [Server.RecordCount]). Success is
-// answered 201 Created with an empty body, as Pinecone does; errors with a
-// JSON body such as
+// "id" and the text to embed (the field of [WithFieldMap], or by default
+// any string field); the request may hold at most [MaxRecordsPerRequest]
+// (96) records, and ids have the limits of vector ids. Otherwise the whole
+// request is answered 400, and nothing of it is written. The server embeds
+// nothing: it stores each record's fields as they came, apart from the
+// vectors ([Server.Record], [Server.Records], [Server.RecordCount]), and
+// DescribeIndexStats counts them with the vectors. Success is answered 201
+// Created with an empty body, as Pinecone does; errors with the JSON body
+// of Pinecone's data plane, a google.rpc.Status with the numeric gRPC
+// code (not the control plane's {"error":{...},"status":N}):
 //
-//	{"error":{"code":"RESOURCE_EXHAUSTED","message":"..."},"status":429}
+//	{"code":8,"message":"Request failed. You've reached ...","details":[]}
 //
-// Records upserts go through the same API key check, fault script,
-// admission buckets (a record counts as a vector, the body size as the
-// request's bytes), write slots and latency as gRPC Upserts, sharing them by
-// namespace; [Request.REST] tells a fault script which API a request came
-// through. Any other path is answered 404.
+// Records upserts go through the same API key check (made before the body
+// is read), fault script, admission buckets (a record counts as a vector,
+// the body size as the request's bytes), write slots and latency as gRPC
+// Upserts, sharing them by namespace; [Request.REST] tells a fault script
+// which API a request came through. Any other path is answered 404, with
+// the same error body.
 //
 // The SDK (since v5.4.1) returns a *pinecone.PineconeError whose Code is the
 // HTTP status for any answer but 201; v5.2.0 returned nil, and lost the
@@ -93,12 +101,13 @@
 // the upsert size per second naming the index, the request rate naming the
 // namespace and its rate. Index-wide limits are shared by all namespaces:
 // write units per second ([WithWriteUnitRate]; 1 per KB of request, at
-// least 5 per request, counted in [Stats.WriteUnits]) and, for integrated
-// records, embedding tokens per minute ([WithEmbedTokensPerMinute]). Quotas
-// answer what no retry can change: the monthly write units
+// least 5 per request, plus 1 per KB of the records an upsert overwrites,
+// counted in [Stats.WriteUnits]) and, for integrated records, embedding
+// tokens per minute ([WithEmbedTokensPerMinute]). Quotas answer what no
+// retry can change: the monthly write units
 // ([WithMonthlyWriteUnits], 429 "…write unit limit for the current
-// month…") and the namespaces of an index ([WithMaxNamespaces], 403
-// QUOTA_EXCEEDED). [WithClock] runs these limits on a test's virtual time,
+// month…") and the namespaces of an index ([WithMaxNamespaces], 403 "…max
+// namespaces…"). [WithClock] runs these limits on a test's virtual time,
 // so that a per-minute window passes in no time.
 //
 // Write slots with a FIFO queue ([WithSlots]) and a write latency

@@ -13,8 +13,8 @@ import (
 type Request struct {
 	// Seq is the 1-based order of arrival of the upsert requests, of both
 	// APIs, that reached the service of this server (requests rejected
-	// before, such as oversized ones or REST bodies that are not NDJSON,
-	// get none). It keeps counting across Restart and starts again from 1
+	// before, such as oversized ones, REST bodies that are not NDJSON and
+	// REST requests with a wrong API key, get none). It keeps counting across Restart and starts again from 1
 	// after Reset.
 	Seq int
 	// Namespace is the request's namespace, exactly as received (for REST,

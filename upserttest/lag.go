@@ -2,16 +2,17 @@ package upserttest
 
 import "time"
 
-// newVectors is a write that added n vectors to a namespace at a time,
-// which DescribeIndexStats counts only WithStatsLag later.
+// newVectors is a write that added n vectors, or records (which Pinecone
+// stores as vectors), to a namespace at a time, which DescribeIndexStats
+// counts only WithStatsLag later.
 type newVectors struct {
 	at        time.Time
 	namespace string
 	n         int
 }
 
-// noteNewVectors records that n vectors were added to namespace now, when
-// the stats lag; s.mu is held.
+// noteNewVectors records that n vectors or records were added to
+// namespace now, when the stats lag; s.mu is held.
 func (s *Server) noteNewVectors(namespace string, n int) {
 	if s.cfg.statsLag <= 0 || n == 0 {
 		return
@@ -19,9 +20,9 @@ func (s *Server) noteNewVectors(namespace string, n int) {
 	s.recent = append(s.recent, newVectors{at: s.cfg.now(), namespace: namespace, n: n})
 }
 
-// uncounted returns, per namespace, the vectors that DescribeIndexStats
-// does not count yet, and forgets the writes old enough to count; s.mu is
-// held.
+// uncounted returns, per namespace, the vectors and records that
+// DescribeIndexStats does not count yet, and forgets the writes old enough
+// to count; s.mu is held.
 func (s *Server) uncounted() map[string]int {
 	if len(s.recent) == 0 {
 		return nil

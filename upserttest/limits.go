@@ -64,17 +64,36 @@ func quotaExceeded(code codes.Code, msg string) error {
 	return &limitError{st: status.New(code, msg), quota: true}
 }
 
-// isQuotaAnswer reports whether err is a quota's answer, which the REST
-// API sends with the error code "QUOTA_EXCEEDED".
-func isQuotaAnswer(err error) bool {
-	le, ok := err.(*limitError)
-	return ok && le.quota
-}
-
 // writeUnits is what Pinecone meters for an upsert request of the given
 // size: 1 per KB, at least 5.
 func writeUnits(bytes int) int {
 	return max(5, (bytes+999)/1000)
+}
+
+// overwriteUnits is what Pinecone meters on top of an upsert request for
+// the records it overwrote, of the given total size: 1 per KB, rounded up
+// as writeUnits does; 0 when it overwrote none.
+func overwriteUnits(bytes int) int {
+	return (bytes + 999) / 1000
+}
+
+// chargeOverwrites meters the write units of the records a write
+// overwrote, bytes in all, once the write is done (only then is it known
+// what it replaced): they count in Stats.WriteUnits and the monthly quota,
+// and are taken from the write-unit bucket (WithWriteUnitRate), which they
+// may leave in debt, to be repaid by its refill before the next request is
+// admitted.
+func (s *Server) chargeOverwrites(bytes int) {
+	wu := overwriteUnits(bytes)
+	if wu == 0 {
+		return
+	}
+	l := &s.limits
+	l.mu.Lock()
+	l.writeUnits.Take(s.cfg.bucketTime(s.start, s.cfg.now()), wu)
+	l.monthlyUsed += int64(wu)
+	l.mu.Unlock()
+	s.countWriteUnits(wu)
 }
 
 // embedTokens estimates the embedding tokens of a record: one per 4 bytes

@@ -47,7 +47,10 @@ func restStatus(t *testing.T, err error) (int, string) {
 
 func TestRateLimitsAnswerPineconesMessages(t *testing.T) {
 	t.Run("the request rate names the namespace and its rate", func(t *testing.T) {
-		srv := start(t, upserttest.WithRequestRate(100, 1))
+		// A clock that stands still: at 100/s, a busy machine could
+		// otherwise refill the bucket between the two requests.
+		clk := newVirtualClock()
+		srv := start(t, upserttest.WithRequestRate(100, 1), upserttest.WithClock(clk.Now))
 		idx := connect(t, srv)
 		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1)})
 		require.NoError(t, err)
@@ -124,7 +127,9 @@ func TestQuotasAnswerPineconesMessages(t *testing.T) {
 
 		status, _, body := post(t, srv, "/records/namespaces/c/upsert", "", `{"_id":"r","chunk_text":"t"}`)
 		assert.Equal(t, http.StatusForbidden, status)
-		assert.Equal(t, "QUOTA_EXCEEDED", decodeError(t, body).Error.Code)
+		got, message := decodeError(t, body)
+		assert.Equal(t, codes.PermissionDenied, got, "the data plane's body has no QUOTA_EXCEEDED name: its code and message tell")
+		assert.Contains(t, message, "max namespaces")
 	})
 }
 
@@ -248,4 +253,80 @@ func TestStatsLag(t *testing.T) {
 	assert.Equal(t, uint32(5), count(), "the first write counts after the lag")
 	clk.Advance(5 * time.Second)
 	assert.Equal(t, uint32(8), count())
+}
+
+// Pinecone meters 1 WU per KB of request, at least 5 per request, "plus
+// the size of any record an upsert overwrites" (docs, understanding cost):
+// a retry of a batch that had landed costs double. The overwrite units
+// count in Stats.WriteUnits, the monthly quota and WithWriteUnitRate's
+// bucket, for vectors and records alike.
+func TestWriteUnitsIncludeTheSizeOfOverwrittenRecords(t *testing.T) {
+	srv := start(t)
+	idx := connect(t, srv)
+	vectors := batch("ow", 100, 1000) // about 400 KB: about 400 write units
+
+	_, err := idx.UpsertVectors(bg(t), vectors)
+	require.NoError(t, err)
+	first := srv.Stats().WriteUnits
+	require.Greater(t, first, int64(300))
+
+	_, err = idx.UpsertVectors(bg(t), vectors) // the same 100 ids: overwrites
+	require.NoError(t, err)
+	second := srv.Stats().WriteUnits - first
+	assert.Greater(t, second, first+first/2,
+		"overwriting ~400 KB of records costs the request's ~%d WU plus the ~%d WU of the records replaced; got %d", first, first, second)
+}
+
+func TestOverwriteWriteUnitsCountEverywhere(t *testing.T) {
+	t.Run("a new id costs the request alone", func(t *testing.T) {
+		srv := start(t)
+		idx := connect(t, srv)
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1)})
+		require.NoError(t, err)
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("b", 1)})
+		require.NoError(t, err)
+		assert.EqualValues(t, 10, srv.Stats().WriteUnits)
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 2)})
+		require.NoError(t, err)
+		assert.EqualValues(t, 16, srv.Stats().WriteUnits, "5 for the request, 1 for the few bytes of a, rounded up")
+	})
+
+	t.Run("records too", func(t *testing.T) {
+		srv := start(t)
+		idx, _ := connectREST(t, srv, "test", ns)
+		big := strings.Repeat("x", 3000)
+		require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("r", "chunk_text", big)}))
+		assert.EqualValues(t, 5, srv.Stats().WriteUnits, "a body of about 3 KB: at least 5")
+		require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("r", "chunk_text", big)}))
+		assert.EqualValues(t, 5+5+4, srv.Stats().WriteUnits, "the record of about 3 KB it replaced costs 4 more")
+	})
+
+	t.Run("the monthly quota", func(t *testing.T) {
+		srv := start(t, upserttest.WithMonthlyWriteUnits(1000))
+		idx := connect(t, srv)
+		vectors := batch("q", 100, 1000) // about 400 write units: 800 for two requests, 1200 with the overwrites
+		_, err := idx.UpsertVectors(bg(t), vectors)
+		require.NoError(t, err)
+		_, err = idx.UpsertVectors(bg(t), vectors)
+		require.NoError(t, err, "admitted: the quota is not yet spent")
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{denseN("new", 1000)})
+		require.Equal(t, codes.ResourceExhausted, code(err), "the overwrites spent the rest of the month")
+		assert.Contains(t, status.Convert(err).Message(), "for the current month")
+	})
+
+	t.Run("the write-unit bucket, in debt after the write", func(t *testing.T) {
+		clk := newVirtualClock()
+		srv := start(t, upserttest.WithClock(clk.Now), upserttest.WithWriteUnitRate(100, 500))
+		idx := connect(t, srv)
+		vectors := batch("w", 100, 1000) // about 400 write units
+		_, err := idx.UpsertVectors(bg(t), vectors)
+		require.NoError(t, err)
+		clk.Advance(5 * time.Second) // full again
+		_, err = idx.UpsertVectors(bg(t), vectors)
+		require.NoError(t, err, "admitted on its request's units")
+		clk.Advance(2 * time.Second) // 200 back: not enough to repay ~300 of debt
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{denseN("small", 1000)})
+		require.Equal(t, codes.ResourceExhausted, code(err))
+		assert.Contains(t, status.Convert(err).Message(), "write units per second")
+	})
 }

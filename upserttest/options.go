@@ -37,7 +37,8 @@ type config struct {
 	monthlyWriteUnits int64        // 0: unlimited
 	maxNamespaces     int          // 0: unlimited
 
-	vectorType string        // "dense", "sparse", or "": either is accepted
+	fieldMap   string        // the text field records must hold; "": any string field
+	vectorType string        // "dense", "sparse", or "": the first write decides
 	statsLag   time.Duration // how long DescribeIndexStats takes to count a new record
 	now        func() time.Time
 
@@ -87,9 +88,14 @@ func defaultConfig() config {
 // The default, d == 0, behaves like an index created with the dimension of
 // its first dense vector: the first dense vector stored fixes the dimension,
 // and later mismatches are rejected. [Server.Reset] forgets a dimension
-// learned that way, but not one set with WithDimension. Sparse values are not
-// subject to the dimension. WithDimension panics if d < 0 or d exceeds
-// MaxDimension.
+// learned that way, but not one set with WithDimension. An index with a
+// dimension is dense: a vector without dense values (sparse values only,
+// or none) gets the dimension error, as on Pinecone:
+//
+//	Vector dimension 0 does not match the dimension of the index 4
+//
+// The sparse values of a hybrid vector are not subject to the dimension.
+// WithDimension panics if d < 0 or d exceeds MaxDimension.
 func WithDimension(d int) Option {
 	if d < 0 || d > MaxDimension {
 		panic(fmt.Sprintf("upserttest: WithDimension(%d): dimension must be in [0, %d]", d, MaxDimension))
@@ -97,13 +103,20 @@ func WithDimension(d int) Option {
 	return func(c *config) { c.dimension = d }
 }
 
+// initialShape is the shape of the index before any write: the type of
+// WithVectorType and the dimension of WithDimension.
+func (c *config) initialShape() indexShape {
+	return indexShape{vectorType: c.vectorType, dim: c.dimension}
+}
+
 // WithAPIKey makes the server require the given API key: a request whose
 // "api-key" metadata (the header the Pinecone SDK sends, filled from
 // pinecone.NewClientParams.ApiKey) differs from key, or is missing, is
 // answered codes.Unauthenticated and is not passed to the fault script.
 // This applies to every gRPC method, not only Upsert, and to REST records
-// upserts, whose "Api-Key" header is checked likewise and which are answered
-// 401 Unauthorized.
+// upserts, whose "Api-Key" header is checked likewise, before their body is
+// read, and which are answered 401 Unauthorized whatever their body (such
+// a request gets no [Request.Seq] and its bytes are not counted).
 //
 // By default, or with key == "", any key (or none) is accepted.
 func WithAPIKey(key string) Option {
@@ -288,10 +301,14 @@ func WithFaults(f FaultFunc) Option {
 
 // WithWriteUnitRate limits the write units per second of the whole index,
 // shared by all its namespaces: Pinecone meters an upsert at 1 write unit
-// per KB (1,000 bytes, rounded up) of request, at least 5 per request (its
-// surcharge for the records an upsert overwrites is not modelled). It is an
-// admission bucket like [WithRate]'s, checked together with the
-// namespace's buckets; a request it refuses is answered
+// per KB (1,000 bytes, rounded up) of request, at least 5 per request, plus
+// 1 per KB (rounded up) of the records it overwrites (the size of each
+// stored under an id it writes: its Vector message, or its NDJSON line for
+// a record). It is an admission bucket like [WithRate]'s, checked together
+// with the namespace's buckets for the request's units; the overwrite
+// units are only known once the write is done, and are taken then,
+// possibly leaving the bucket in debt, which its refill repays before the
+// next request is admitted. A request it refuses is answered
 // codes.ResourceExhausted (HTTP 429) with
 //
 //	Request failed. You've reached the max write units per second for index upserttest. Pace your upserts or contact Pinecone Support (https://app.pinecone.io/organizations/-/settings/support/ticket) to request a higher limit.
@@ -306,8 +323,9 @@ func WithWriteUnitRate(perSecond float64, burst int) Option {
 
 // WithMonthlyWriteUnits gives the project a monthly quota of write units
 // (Pinecone's Starter plan has 2,000,000, Builder 5,000,000), counted as
-// [WithWriteUnitRate] says over every admitted upsert request since
-// NewServer or [Server.Reset] ([Stats.WriteUnits]). Once they are spent,
+// [WithWriteUnitRate] says, overwrites included, over every admitted upsert
+// request since NewServer or [Server.Reset] ([Stats.WriteUnits]). Once they
+// are spent,
 // every upsert request, of either API, is answered codes.ResourceExhausted
 // (HTTP 429) with Pinecone's message
 //
@@ -322,7 +340,8 @@ func WithMonthlyWriteUnits(n int64) Option {
 // WithMaxNamespaces limits the namespaces of the index that hold vectors
 // or records (Pinecone's Starter plan allows 100 per serverless index): an
 // upsert into a new namespace beyond n is answered
-// codes.PermissionDenied (HTTP 403, error code "QUOTA_EXCEEDED") with
+// codes.PermissionDenied (HTTP 403; the control plane names it
+// QUOTA_EXCEEDED, the data plane's body carries only the code, 7) with
 // Pinecone's message
 //
 //	Request failed. You've reached the max namespaces allowed in serverless index upserttest. To add more namespaces, upgrade your plan.
@@ -352,12 +371,37 @@ func WithEmbedTokensPerMinute(tokens int) Option {
 	return func(c *config) { c.embedTokens = b }
 }
 
+// WithFieldMap names the text field of the index's field_map: the field
+// of each record that an index with integrated embedding embeds (such as
+// "chunk_text"). A REST records upsert holding a record without that
+// field as a non-empty string is refused whole with codes.InvalidArgument
+// (HTTP 400), nothing of it written, with a message such as
+//
+//	Record must have the field 'chunk_text' of the index's field_map, a non-empty string to embed
+//
+// Pinecone refuses such records, but its wording is not published: this
+// message is not Pinecone's verified text, and a test should not match
+// it. Without WithFieldMap, and with "", the server refuses only the
+// records that no field map could embed: those with no string field
+// besides "_id" or "id" (an empty string counts as one).
+func WithFieldMap(field string) Option {
+	return func(c *config) { c.fieldMap = field }
+}
+
 // WithVectorType makes the index dense or sparse, as Pinecone's indexes
 // are: a sparse index refuses a vector with dense values, a dense index
-// one with sparse values only, with codes.InvalidArgument; and
-// DescribeIndexStats says the type (VectorType). By default, and with "",
-// the server takes both kinds and says no type. WithVectorType panics on
-// another value.
+// one with sparse values only, with codes.InvalidArgument (a dense index
+// with a known dimension answers the dimension error, see
+// [WithDimension]); and DescribeIndexStats says the type (VectorType).
+//
+// By default, and with "", the first vector written decides, as if the
+// index had been created for it: after a vector with sparse values only,
+// the index is sparse and refuses dense values ("Sparse index does not
+// support dense values"); after one with dense values, it is dense and has
+// that dimension. Within a request, each vector decides for the next ones.
+// DescribeIndexStats then says no type. [Server.Reset] forgets a type
+// decided that way. A test that needs both kinds needs two servers.
+// WithVectorType panics on another value.
 func WithVectorType(t string) Option {
 	if t != "" && t != VectorTypeDense && t != VectorTypeSparse {
 		panic(fmt.Sprintf("upserttest: WithVectorType(%q): want %q, %q or \"\"", t, VectorTypeDense, VectorTypeSparse))
@@ -371,8 +415,8 @@ const (
 	VectorTypeSparse = "sparse"
 )
 
-// WithStatsLag makes DescribeIndexStats count a new vector only d after it
-// was written, as Pinecone's eventually consistent stats do: a test that
+// WithStatsLag makes DescribeIndexStats count a new vector, or a new
+// record of a REST records upsert, only d after it was written, as Pinecone's eventually consistent stats do: a test that
 // reads counts right after an upsert must wait for them, as it would with
 // a real index. [Server.Count] and the other accessors are not delayed.
 // The default is 0, counts at once, so that existing tests keep working;

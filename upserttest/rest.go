@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"time"
 
@@ -49,10 +50,13 @@ func (r record) id() string {
 }
 
 // serveRecordsUpsert handles a records upsert through the steps of
-// processUpsert, as upsert does for gRPC. Before them, a body larger than
-// WithMaxRequestBytes is answered 413, and a body that is not NDJSON of
-// JSON objects 400; like requests that gRPC cannot decode, neither gets a
-// Seq nor reaches the fault script.
+// processUpsert, as upsert does for gRPC. Before them, the API key is
+// checked (WithAPIKey) before the body is read: a request with a wrong or
+// missing key is answered 401 whatever its body, as Pinecone authenticates
+// a request before reading it. Then a body larger than WithMaxRequestBytes
+// is answered 413, and a body that is not NDJSON of JSON objects 400. Like
+// requests that gRPC cannot decode, none of these gets a Seq or reaches
+// the fault script, and their bytes are not counted.
 func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) {
 	s := g.s
 	arrival := s.cfg.now()
@@ -63,6 +67,11 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 	}
 	defer g.leave()
 
+	if err := s.checkAPIKey(r.Header.Values("Api-Key")); err != nil {
+		s.countUnprocessed(codes.Unauthenticated, http.StatusUnauthorized)
+		writeStatusError(w, err)
+		return
+	}
 	body, records, ok := s.readRecordsBody(w, r)
 	if !ok {
 		return
@@ -121,7 +130,7 @@ func (s *Server) recordsUpsertCall(w http.ResponseWriter, r *http.Request, body 
 			REST:      true,
 		},
 		tokens:    tokens,
-		authorize: func() error { return s.checkAPIKey(r.Header.Values("Api-Key")) },
+		authorize: func() error { return nil }, // serveRecordsUpsert checked the key before the body
 		retryAfter: func(d time.Duration) {
 			sec, _ := retryAfterValues(d)
 			w.Header().Set("Retry-After", sec)
@@ -130,7 +139,7 @@ func (s *Server) recordsUpsertCall(w http.ResponseWriter, r *http.Request, body 
 			if err := validateNamespace(ns); err != nil {
 				return err
 			}
-			return validateRecords(records)
+			return validateRecords(records, s.cfg.fieldMap)
 		},
 		write: func(k int) error { return s.applyRecords(ns, records[:k]) },
 	}
@@ -191,8 +200,10 @@ func parseRecords(body []byte) ([]record, error) {
 	return out, nil
 }
 
-// validateRecords checks the per-request limits of a records upsert.
-func validateRecords(records []record) error {
+// validateRecords checks the per-request limits of a records upsert, and
+// that each record holds the text the index embeds (see textToEmbed);
+// fieldMap is WithFieldMap's field, "" if unset.
+func validateRecords(records []record, fieldMap string) error {
 	if len(records) > MaxRecordsPerRequest {
 		return invalid("Request contains %d records, which exceeds the limit of %d records per upsert request", len(records), MaxRecordsPerRequest)
 	}
@@ -207,11 +218,36 @@ func validateRecords(records []record) error {
 		if err := validID("Record", id); err != nil {
 			return err
 		}
+		if err := textToEmbed(rec, fieldMap); err != nil {
+			return err
+		}
 		if err := validateRecordFields(rec); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// textToEmbed refuses a record that holds no text for the index to embed:
+// with WithFieldMap, one whose field of that name is missing, not a string
+// or empty; without it, one with no string field besides its id, which no
+// field map could name. Pinecone refuses such records (its OpenAPI spec:
+// each record must include "a field that matches your index's field_map
+// configuration"), but the wording of its answer is not published: these
+// messages are this server's.
+func textToEmbed(rec record, fieldMap string) error {
+	if fieldMap != "" {
+		if text, _ := rec.fields[fieldMap].(string); text == "" {
+			return invalid("Record must have the field '%s' of the index's field_map, a non-empty string to embed", fieldMap)
+		}
+		return nil
+	}
+	for k, v := range rec.fields {
+		if _, ok := v.(string); ok && k != "_id" && k != "id" {
+			return nil
+		}
+	}
+	return invalid("Record must have a string field to embed, named by the index's field_map")
 }
 
 // validateRecordFields checks a record's fields but its id as metadata,
@@ -232,12 +268,19 @@ func validateRecordFields(rec record) error {
 
 // applyRecords stores records into namespace: under its id, each record's
 // fields but the one that held the id. The records are the request's own,
-// parsed for it, so the store takes them over.
+// parsed for it, so the store takes them over. Then it meters the records
+// they overwrote (chargeOverwrites).
 func (s *Server) applyRecords(namespace string, records []record) error {
 	if len(records) == 0 {
 		return nil
 	}
-	namespace = namespaceKey(namespace)
+	s.chargeOverwrites(s.storeRecords(namespaceKey(namespace), records))
+	return nil
+}
+
+// storeRecords does applyRecords' write, and returns the size of the
+// records it overwrote.
+func (s *Server) storeRecords(namespace string, records []record) (overwritten int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.records[namespace]
@@ -245,53 +288,64 @@ func (s *Server) applyRecords(namespace string, records []record) error {
 		m = make(map[string]map[string]any)
 		s.records[namespace] = m
 	}
+	added := 0
 	for _, rec := range records {
 		id := rec.id()
+		if n, ok := s.storedSizeLocked(namespace, id); ok {
+			overwritten += n
+		} else {
+			added++
+		}
 		fields := rec.fields
 		delete(fields, rec.idKey)
 		m[id] = fields
 	}
+	s.noteNewVectors(namespace, added)
 	s.stats.RecordsWritten += len(records)
-	return nil
+	return overwritten
 }
 
-// restError is the body of an error answer, in the form of Pinecone's REST
-// API:
+// recordSize is the size of a stored record as a line of a records
+// upsert: its fields and its id as "_id", in JSON, and a newline.
+func recordSize(id string, fields map[string]any) int {
+	line := maps.Clone(fields)
+	line["_id"] = id
+	b, err := json.Marshal(line)
+	if err != nil { // cannot happen: the fields were decoded from JSON
+		return 0
+	}
+	return len(b) + 1
+}
+
+// rpcStatus is the body of an error answer, in the form of Pinecone's
+// data-plane REST API: a google.rpc.Status, as its OpenAPI spec declares
+// for every 4xx and 5xx of the records upsert (schema rpcStatus) and as
+// real answers show, with the numeric gRPC code:
 //
-//	{"error":{"code":"RESOURCE_EXHAUSTED","message":"..."},"status":429}
-type restError struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-	Status int `json:"status"`
+//	{"code":3,"message":"Vector dimension 0 does not match the dimension of the index 1536","details":[]}
+//
+// It is not the control plane's {"error":{"code":"...","message":"..."},
+// "status":N}. The SDK's generated client decodes every error body of the
+// data plane as this shape.
+type rpcStatus struct {
+	Code    int32  `json:"code"`
+	Message string `json:"message"`
+	Details []any  `json:"details"`
 }
 
-// writeStatusError answers the gRPC status error err in HTTP. A quota's
-// answer has the error code "QUOTA_EXCEEDED", as Pinecone's.
+// writeStatusError answers the gRPC status error err in HTTP: the status
+// of its code (httpStatusFromCode) and an rpcStatus body with its code and
+// message. A quota's answer is no exception: the body has no room for a
+// "QUOTA_EXCEEDED" name, only its numeric code and its message.
 func writeStatusError(w http.ResponseWriter, err error) {
 	st := status.Convert(err)
-	name := codeName(st.Code())
-	if isQuotaAnswer(err) && st.Code() == codes.PermissionDenied {
-		name = "QUOTA_EXCEEDED"
-	}
-	writeREST(w, httpStatusFromCode(st.Code()), name, st.Message())
+	writeRESTError(w, httpStatusFromCode(st.Code()), st.Code(), st.Message())
 }
 
-// writeRESTError answers httpStatus with Pinecone's JSON error body for
-// code and message.
+// writeRESTError answers httpStatus with Pinecone's data-plane JSON error
+// body (rpcStatus) for code and message.
 func writeRESTError(w http.ResponseWriter, httpStatus int, code codes.Code, message string) {
-	writeREST(w, httpStatus, codeName(code), message)
-}
-
-// writeREST answers httpStatus with the JSON error body Pinecone's REST
-// API sends: {"error": {"code", "message"}, "status"}.
-func writeREST(w http.ResponseWriter, httpStatus int, codeName, message string) {
-	var e restError
-	e.Error.Code = codeName
-	e.Error.Message = message
-	e.Status = httpStatus
-	body, _ := json.Marshal(e)
+	body, _ := json.Marshal(rpcStatus{Code: int32(code), Message: message, Details: []any{}})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(httpStatus)
 	_, _ = w.Write(body)
@@ -326,49 +380,6 @@ func httpStatusFromCode(c codes.Code) int {
 		return http.StatusServiceUnavailable
 	default: // Unknown, Internal, DataLoss and codes out of range
 		return http.StatusInternalServerError
-	}
-}
-
-// codeName is the canonical name of a gRPC code, as in Pinecone's REST
-// error bodies: "RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", ...
-func codeName(c codes.Code) string {
-	switch c {
-	case codes.OK:
-		return "OK"
-	case codes.Canceled:
-		return "CANCELLED"
-	case codes.Unknown:
-		return "UNKNOWN"
-	case codes.InvalidArgument:
-		return "INVALID_ARGUMENT"
-	case codes.DeadlineExceeded:
-		return "DEADLINE_EXCEEDED"
-	case codes.NotFound:
-		return "NOT_FOUND"
-	case codes.AlreadyExists:
-		return "ALREADY_EXISTS"
-	case codes.PermissionDenied:
-		return "PERMISSION_DENIED"
-	case codes.ResourceExhausted:
-		return "RESOURCE_EXHAUSTED"
-	case codes.FailedPrecondition:
-		return "FAILED_PRECONDITION"
-	case codes.Aborted:
-		return "ABORTED"
-	case codes.OutOfRange:
-		return "OUT_OF_RANGE"
-	case codes.Unimplemented:
-		return "UNIMPLEMENTED"
-	case codes.Internal:
-		return "INTERNAL"
-	case codes.Unavailable:
-		return "UNAVAILABLE"
-	case codes.DataLoss:
-		return "DATA_LOSS"
-	case codes.Unauthenticated:
-		return "UNAUTHENTICATED"
-	default:
-		return "UNKNOWN"
 	}
 }
 

@@ -45,7 +45,7 @@ type Server struct {
 	mu       sync.Mutex
 	store    map[string]map[string]*pinecone.Vector // namespace -> id -> vector
 	records  map[string]map[string]map[string]any   // namespace -> id -> fields
-	dim      int                                    // 0: not yet fixed
+	shape    indexShape                             // the index's type and dimension, as far as known
 	seq      int
 	stats    Stats
 	inFlight int
@@ -100,8 +100,8 @@ type Stats struct {
 	// (WithMonthlyWriteUnits, WithMaxNamespaces).
 	QuotaExceeded int
 	// WriteUnits is the write units metered for the admitted upsert
-	// requests: 1 per KB of request, at least 5 per request (see
-	// WithWriteUnitRate).
+	// requests: 1 per KB of request, at least 5 per request, plus 1 per
+	// KB of the records each overwrote (see WithWriteUnitRate).
 	WriteUnits int64
 	// VectorsWritten is the number of vector writes applied by gRPC Upsert
 	// calls, overwrites included.
@@ -177,7 +177,7 @@ func NewServer(opts ...Option) *Server {
 		client:    client,
 		store:     make(map[string]map[string]*pinecone.Vector),
 		records:   make(map[string]map[string]map[string]any),
-		dim:       cfg.dimension,
+		shape:     cfg.initialShape(),
 		stats:     Stats{Codes: make(map[codes.Code]int)},
 		caps:      make(map[string]*nsCapacity),
 		faults:    cfg.faults,
@@ -369,7 +369,8 @@ func (s *Server) Record(namespace, id string) (map[string]any, bool) {
 // records upserts, by id, each as [Server.Record] returns it. The map is
 // empty, not nil, if there are none. Records are kept apart from vectors: a
 // records upsert stores no vector, and Vectors, Count and Namespaces do not
-// see records.
+// see records. DescribeIndexStats counts them, as Pinecone counts the
+// vectors it embeds from them.
 func (s *Server) Records(namespace string) map[string]map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -445,7 +446,7 @@ func (s *Server) Reset() {
 	s.store = make(map[string]map[string]*pinecone.Vector)
 	s.records = make(map[string]map[string]map[string]any)
 	s.recent = nil
-	s.dim = s.cfg.dimension
+	s.shape = s.cfg.initialShape()
 	s.seq = 0
 	s.stats = Stats{
 		Codes:       make(map[codes.Code]int),
@@ -484,31 +485,82 @@ func (s *Server) capacity(namespace string) *nsCapacity {
 	return c
 }
 
-// apply writes vectors into namespace, after checking all (the whole
-// request) against the dimension of the index.
-func (s *Server) apply(namespace string, vectors, all []*pinecone.Vector) error {
-	namespace = namespaceKey(namespace)
+// currentShape returns the index's shape as it stands.
+func (s *Server) currentShape() indexShape {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := checkDimension(all, s.dim); err != nil {
+	return s.shape
+}
+
+// apply writes vectors into namespace, after checking all (the whole
+// request) against the shape of the index, which they may complete (see
+// fit), then meters the records they overwrote (chargeOverwrites).
+func (s *Server) apply(namespace string, vectors, all []*pinecone.Vector) error {
+	overwritten, err := s.storeVectors(namespaceKey(namespace), vectors, all)
+	if err != nil {
 		return err
 	}
-	if len(vectors) == 0 {
-		return nil
+	s.chargeOverwrites(overwritten)
+	return nil
+}
+
+// storeVectors does apply's write, and returns the size of the records
+// the vectors overwrote.
+func (s *Server) storeVectors(namespace string, vectors, all []*pinecone.Vector) (overwritten int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := fit(all, s.shape); err != nil {
+		return 0, err
 	}
-	s.dim, _ = checkDimension(vectors, s.dim)
+	if len(vectors) == 0 {
+		return 0, nil
+	}
+	s.shape, _ = fit(vectors, s.shape)
 	m := s.store[namespace]
 	if m == nil {
 		m = make(map[string]*pinecone.Vector)
 		s.store[namespace] = m
 	}
-	added := len(m)
+	added := 0
 	for _, v := range vectors {
+		if n, ok := s.storedSizeLocked(namespace, v.Id); ok {
+			overwritten += n
+		} else {
+			added++
+		}
 		m[v.Id] = v
 	}
-	s.noteNewVectors(namespace, len(m)-added)
+	s.noteNewVectors(namespace, added)
 	s.stats.VectorsWritten += len(vectors)
-	return nil
+	return overwritten, nil
+}
+
+// storedSizeLocked returns the size of what namespace holds under id, as
+// a vector (its encoded Vector message) or as a record (its NDJSON line),
+// and whether it holds anything: on Pinecone both are records of the
+// index, one per id, which an upsert of the id overwrites; s.mu is held.
+func (s *Server) storedSizeLocked(namespace, id string) (size int, ok bool) {
+	if v, ok := s.store[namespace][id]; ok {
+		return vectorSize(v), true
+	}
+	if fields, ok := s.records[namespace][id]; ok {
+		return recordSize(id, fields), true
+	}
+	return 0, false
+}
+
+// indexedLocked is the number of ids namespace holds, as vectors or as
+// records (an id held as both counts once), which DescribeIndexStats
+// counts; s.mu is held.
+func (s *Server) indexedLocked(namespace string) int {
+	vectors := s.store[namespace]
+	n := len(vectors)
+	for id := range s.records[namespace] {
+		if _, ok := vectors[id]; !ok {
+			n++
+		}
+	}
+	return n
 }
 
 // arrive counts an upsert request reaching the service and returns its Seq.

@@ -111,20 +111,26 @@ func records(prefix string, n int) []*pinecone.IntegratedRecord {
 	return out
 }
 
-// restError decodes an error body of the server.
-type restError struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-	Status int `json:"status"`
+// rpcStatus decodes an error body of the server: Pinecone's data-plane
+// google.rpc.Status, {"code":<numeric gRPC code>,"message":"...","details":[]}.
+type rpcStatus struct {
+	Code    *int32  `json:"code"`
+	Message *string `json:"message"`
+	Details []any   `json:"details"`
 }
 
-func decodeError(t *testing.T, body string) restError {
+// decodeError decodes body as an rpcStatus, and fails the test unless it
+// has a code, a message and a list of details, and nothing else.
+func decodeError(t *testing.T, body string) (code codes.Code, message string) {
 	t.Helper()
-	var e restError
-	require.NoError(t, json.Unmarshal([]byte(body), &e), "body %q", body)
-	return e
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.DisallowUnknownFields()
+	var e rpcStatus
+	require.NoError(t, dec.Decode(&e), "body %q", body)
+	require.NotNil(t, e.Code, "no code in %q", body)
+	require.NotNil(t, e.Message, "no message in %q", body)
+	require.NotNil(t, e.Details, "no details in %q", body)
+	return codes.Code(*e.Code), *e.Message
 }
 
 // post sends body to path of srv's HTTPS endpoint with srv.Client(),
@@ -259,10 +265,9 @@ func TestSDKUpsertRecordsReturnsErrorStatus(t *testing.T) {
 		assert.Equal(t, http.StatusTooManyRequests, x.status)
 		assert.Equal(t, "2", x.respHeader.Get("Retry-After"), "whole seconds, rounded up")
 		assert.Equal(t, "application/json", x.respHeader.Get("Content-Type"))
-		e := decodeError(t, x.respBody)
-		assert.Equal(t, "RESOURCE_EXHAUSTED", e.Error.Code)
-		assert.Contains(t, e.Error.Message, "max upsert size limit per second")
-		assert.Equal(t, http.StatusTooManyRequests, e.Status)
+		got, message := decodeError(t, x.respBody)
+		assert.Equal(t, codes.ResourceExhausted, got)
+		assert.Contains(t, message, "max upsert size limit per second")
 		st := srv.Stats()
 		assert.Equal(t, map[int]int{http.StatusTooManyRequests: 1}, st.HTTPCodes)
 		assert.Equal(t, map[codes.Code]int{codes.ResourceExhausted: 1}, st.Codes)
@@ -277,7 +282,8 @@ func TestSDKUpsertRecordsReturnsErrorStatus(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, pe.Code)
 		assert.Zero(t, srv.RecordCount(ns))
 		assert.Equal(t, http.StatusBadRequest, rec.last(t).status)
-		assert.Equal(t, "INVALID_ARGUMENT", decodeError(t, rec.last(t).respBody).Error.Code)
+		got, _ := decodeError(t, rec.last(t).respBody)
+		assert.Equal(t, codes.InvalidArgument, got)
 	})
 }
 
@@ -301,7 +307,7 @@ func TestRecordsValidation(t *testing.T) {
 		{"96 records are accepted", records("r", upserttest.MaxRecordsPerRequest), http.StatusCreated},
 		{"97 records are rejected", records("r", upserttest.MaxRecordsPerRequest+1), http.StatusBadRequest},
 		{"an empty id is rejected", []*pinecone.IntegratedRecord{record("ok"), record("")}, http.StatusBadRequest},
-		{"an id of 512 bytes is accepted", []*pinecone.IntegratedRecord{record(strings.Repeat("x", upserttest.MaxIDBytes))}, http.StatusCreated},
+		{"an id of 512 bytes is accepted", []*pinecone.IntegratedRecord{record(strings.Repeat("x", upserttest.MaxIDBytes), "chunk_text", "t")}, http.StatusCreated},
 		{"an id over 512 bytes is rejected", []*pinecone.IntegratedRecord{record(strings.Repeat("x", upserttest.MaxIDBytes+1))}, http.StatusBadRequest},
 		{"a non-string id is rejected", []*pinecone.IntegratedRecord{{"_id": 7, "chunk_text": "t"}}, http.StatusBadRequest},
 		{"a nil record, sent by the SDK as null, is rejected", []*pinecone.IntegratedRecord{record("ok"), nil}, http.StatusBadRequest},
@@ -325,10 +331,9 @@ func TestRecordsValidation(t *testing.T) {
 				return
 			}
 			assert.Zero(t, srv.RecordCount(ns), "the whole request is rejected")
-			e := decodeError(t, x.respBody)
-			assert.Equal(t, "INVALID_ARGUMENT", e.Error.Code)
-			assert.Equal(t, http.StatusBadRequest, e.Status)
-			assert.NotEmpty(t, e.Error.Message)
+			got, message := decodeError(t, x.respBody)
+			assert.Equal(t, codes.InvalidArgument, got)
+			assert.NotEmpty(t, message)
 			assert.Equal(t, map[int]int{http.StatusBadRequest: 1}, srv.Stats().HTTPCodes)
 		})
 	}
@@ -344,7 +349,8 @@ func TestRecordsValidation(t *testing.T) {
 		}))
 		status, _, body := post(t, srv, "/records/namespaces/ns/upsert", "k", "{\"_id\":\"a\"}\nnot json\n")
 		assert.Equal(t, http.StatusBadRequest, status)
-		assert.Equal(t, "INVALID_ARGUMENT", decodeError(t, body).Error.Code)
+		got, _ := decodeError(t, body)
+		assert.Equal(t, codes.InvalidArgument, got)
 		assert.Zero(t, srv.RecordCount(ns))
 		mu.Lock()
 		assert.Zero(t, calls)
@@ -359,7 +365,8 @@ func TestRecordsValidation(t *testing.T) {
 		srv := start(t, upserttest.WithMaxRequestBytes(100))
 		status, _, body := post(t, srv, "/records/namespaces/ns/upsert", "k", fmt.Sprintf(`{"_id":"a","chunk_text":%q}`, strings.Repeat("x", 200)))
 		assert.Equal(t, http.StatusRequestEntityTooLarge, status)
-		assert.Equal(t, "RESOURCE_EXHAUSTED", decodeError(t, body).Error.Code)
+		got, _ := decodeError(t, body)
+		assert.Equal(t, codes.ResourceExhausted, got)
 		assert.Equal(t, map[codes.Code]int{codes.ResourceExhausted: 1}, srv.Stats().Codes)
 	})
 
@@ -367,7 +374,8 @@ func TestRecordsValidation(t *testing.T) {
 		srv := start(t)
 		status, _, body := post(t, srv, "/vectors/upsert", "k", "{}")
 		assert.Equal(t, http.StatusNotFound, status)
-		assert.Equal(t, "NOT_FOUND", decodeError(t, body).Error.Code)
+		got, _ := decodeError(t, body)
+		assert.Equal(t, codes.NotFound, got)
 		resp, err := srv.Client().Get(srv.RESTHost() + "/records/namespaces/ns/upsert")
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -383,7 +391,8 @@ func TestRecordsAPIKey(t *testing.T) {
 	require.Error(t, idx.UpsertRecords(bg(t), records("r", 1)), "the SDK returns the 401")
 	x := rec.last(t)
 	assert.Equal(t, http.StatusUnauthorized, x.status)
-	assert.Equal(t, "UNAUTHENTICATED", decodeError(t, x.respBody).Error.Code)
+	got, _ := decodeError(t, x.respBody)
+	assert.Equal(t, codes.Unauthenticated, got)
 	assert.Zero(t, srv.RecordCount(ns))
 
 	status, _, _ := post(t, srv, "/records/namespaces/ns/upsert", "", `{"_id":"a"}`)
@@ -407,7 +416,7 @@ func TestRecordsFaults(t *testing.T) {
 			return upserttest.Fault{}
 		}))
 		idx, rec := connectREST(t, srv, "test", ns)
-		require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("x"), {"id": "y"}}))
+		require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("x", "chunk_text", "t"), {"id": "y", "chunk_text": "t"}}))
 		mu.Lock()
 		defer mu.Unlock()
 		require.Len(t, seen, 1)
@@ -424,24 +433,22 @@ func TestRecordsFaults(t *testing.T) {
 		tests := []struct {
 			code   codes.Code
 			status int
-			name   string
 		}{
-			{codes.ResourceExhausted, 429, "RESOURCE_EXHAUSTED"},
-			{codes.Unavailable, 503, "UNAVAILABLE"},
-			{codes.Internal, 500, "INTERNAL"},
-			{codes.InvalidArgument, 400, "INVALID_ARGUMENT"},
-			{codes.Unauthenticated, 401, "UNAUTHENTICATED"},
-			{codes.DeadlineExceeded, 504, "DEADLINE_EXCEEDED"},
-			{codes.PermissionDenied, 403, "PERMISSION_DENIED"},
+			{codes.ResourceExhausted, 429},
+			{codes.Unavailable, 503},
+			{codes.Internal, 500},
+			{codes.InvalidArgument, 400},
+			{codes.Unauthenticated, 401},
+			{codes.DeadlineExceeded, 504},
+			{codes.PermissionDenied, 403},
 		}
 		for _, tt := range tests {
 			srv := start(t, upserttest.WithFaults(upserttest.ErrorRate(tt.code, 1, 0)))
 			status, header, body := post(t, srv, "/records/namespaces/ns/upsert", "k", `{"_id":"a"}`)
 			assert.Equal(t, tt.status, status, "%v", tt.code)
 			assert.Empty(t, header.Get("Retry-After"))
-			e := decodeError(t, body)
-			assert.Equal(t, tt.name, e.Error.Code)
-			assert.Equal(t, tt.status, e.Status)
+			got, _ := decodeError(t, body)
+			assert.Equal(t, tt.code, got)
 			assert.Zero(t, srv.RecordCount(ns))
 			assert.Equal(t, map[int]int{tt.status: 1}, srv.Stats().HTTPCodes)
 			assert.Equal(t, map[codes.Code]int{tt.code: 1}, srv.Stats().Codes)
@@ -462,7 +469,7 @@ func TestRecordsFaults(t *testing.T) {
 		srv := start(t, upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
 			return upserttest.Fault{RetryAfter: time.Second}
 		}))
-		status, header, _ := post(t, srv, "/records/namespaces/ns/upsert", "k", `{"_id":"a"}`)
+		status, header, _ := post(t, srv, "/records/namespaces/ns/upsert", "k", `{"_id":"a","chunk_text":"t"}`)
 		assert.Equal(t, http.StatusCreated, status)
 		assert.Equal(t, "1", header.Get("Retry-After"))
 	})
@@ -503,7 +510,8 @@ func TestRecordsCapacity(t *testing.T) {
 		require.Error(t, idx.UpsertRecords(bg(t), records("b", 1)))
 		x := rec.last(t)
 		assert.Equal(t, http.StatusTooManyRequests, x.status)
-		assert.Contains(t, decodeError(t, x.respBody).Error.Message, "max upsert size limit per second")
+		_, message := decodeError(t, x.respBody)
+		assert.Contains(t, message, "max upsert size limit per second")
 		assert.Equal(t, 1, srv.Stats().RateLimited)
 		assert.Equal(t, 2, srv.RecordCount(ns))
 	})
@@ -631,7 +639,7 @@ func TestCertificateAndClient(t *testing.T) {
 		c, err := net.Dial("tcp", srv.Addr())
 		require.NoError(t, err)
 		defer c.Close()
-		status, _, _ := post(t, srv, "/records/namespaces/ns/upsert", "k", `{"_id":"a"}`)
+		status, _, _ := post(t, srv, "/records/namespaces/ns/upsert", "k", `{"_id":"a","chunk_text":"t"}`)
 		assert.Equal(t, http.StatusCreated, status)
 	})
 }
@@ -659,4 +667,136 @@ func TestUpserttestRefusesARecordWhoseFieldsBreakTheMetadataRules(t *testing.T) 
 		assert.Equal(t, 400, pe.Code)
 		assert.Empty(t, srv.Records("ns"))
 	}
+}
+
+// A data-plane REST error has the body of Pinecone's OpenAPI spec for the
+// records upsert (2025-10, every 4xx and 5xx: schema rpcStatus), which the
+// SDK's generated client decodes, and a real answer shows
+// (probots-io/pinecone-php#15): {"code":3,"message":"...","details":[]},
+// the numeric gRPC code, not the control plane's
+// {"error":{"code":"INVALID_ARGUMENT",...},"status":400}. The messages
+// and HTTP statuses are unchanged.
+func TestRecordsUpsertErrorBodyIsAnRPCStatus(t *testing.T) {
+	srv := start(t)
+	// 97 records: over the 96 records a request may hold, a plain 400.
+	status, header, body := post(t, srv, "/records/namespaces/ns/upsert", "k", recordsNDJSON(upserttest.MaxRecordsPerRequest+1, ""))
+	require.Equal(t, http.StatusBadRequest, status, body)
+	assert.Equal(t, "application/json", header.Get("Content-Type"))
+
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &got), body)
+	assert.Equal(t, map[string]any{
+		"code":    float64(codes.InvalidArgument),
+		"message": "Request contains 97 records, which exceeds the limit of 96 records per upsert request",
+		"details": []any{},
+	}, got)
+
+	t.Run("for every answer the endpoint sends", func(t *testing.T) {
+		srv := start(t, upserttest.WithRate(0.001, 1))
+		post(t, srv, "/records/namespaces/ns/upsert", "k", recordsNDJSON(1, ""))
+		status, _, body := post(t, srv, "/records/namespaces/ns/upsert", "k", recordsNDJSON(1, ""))
+		require.Equal(t, http.StatusTooManyRequests, status)
+		got, message := decodeError(t, body)
+		assert.Equal(t, codes.ResourceExhausted, got)
+		assert.Contains(t, message, "max upsert size limit per second", "the message the library's classifier reads")
+
+		status, _, body = post(t, srv, "/no/such/path", "k", "")
+		require.Equal(t, http.StatusNotFound, status)
+		got, _ = decodeError(t, body)
+		assert.Equal(t, codes.NotFound, got)
+	})
+}
+
+// Records are vectors once embedded ("Pinecone converts the text to dense
+// vectors automatically ... and then upserts them", docs: upsert data), and
+// DescribeIndexStats, the documented way to check data freshness, counts
+// them, with the same lag as vectors. An id held as a vector and as a
+// record is one record of the index.
+func TestDescribeIndexStatsCountsRecordsUpsertedThroughREST(t *testing.T) {
+	srv := start(t)
+	idx, _ := connectREST(t, srv, "test", ns)
+	require.NoError(t, idx.UpsertRecords(bg(t), records("r", 3)))
+	require.Equal(t, 3, srv.RecordCount(ns))
+
+	st, err := idx.DescribeIndexStats(bg(t))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(3), st.TotalVectorCount, "the 3 records are 3 vectors of the index")
+	if assert.Contains(t, st.Namespaces, ns) {
+		assert.Equal(t, uint32(3), st.Namespaces[ns].VectorCount)
+	}
+	assert.Zero(t, st.Dimension, "records alone fix no dimension: the server embeds nothing")
+
+	t.Run("with vectors, an id counted once", func(t *testing.T) {
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("r-0", 1), dense("v", 1)})
+		require.NoError(t, err)
+		st, err := idx.DescribeIndexStats(bg(t))
+		require.NoError(t, err)
+		assert.Equal(t, uint32(4), st.TotalVectorCount, "r-0, r-1, r-2 and v")
+	})
+
+	t.Run("with the stats lag", func(t *testing.T) {
+		clk := newVirtualClock()
+		srv := start(t, upserttest.WithStatsLag(10*time.Second), upserttest.WithClock(clk.Now))
+		idx, _ := connectREST(t, srv, "test", ns)
+		require.NoError(t, idx.UpsertRecords(bg(t), records("r", 2)))
+		count := func() uint32 {
+			st, err := idx.DescribeIndexStats(bg(t))
+			require.NoError(t, err)
+			return st.TotalVectorCount
+		}
+		assert.Zero(t, count(), "new records are not counted at once")
+		require.NoError(t, idx.UpsertRecords(bg(t), records("r", 2)))
+		clk.Advance(10 * time.Second)
+		assert.Equal(t, uint32(2), count(), "overwrites add nothing")
+	})
+}
+
+// A record must hold the text the index embeds: "a field that matches your
+// index's field_map configuration" (OpenAPI spec 2025-10, records upsert).
+// Without WithFieldMap, a record with no string field but its id is
+// refused, since no field map could name one; with it, a record whose
+// field is missing, empty or not a string. The whole request is refused.
+func TestRecordWithoutTextToEmbedIsRefused(t *testing.T) {
+	srv := start(t)
+	idx, _ := connectREST(t, srv, "test", ns)
+	err := idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("ok", "chunk_text", "t"), record("r1", "year", 2020.0)})
+	require.Error(t, err, "a record with nothing to embed is refused")
+	code, _ := restStatus(t, err)
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Zero(t, srv.RecordCount(ns), "nothing written")
+
+	t.Run("WithFieldMap names the field", func(t *testing.T) {
+		srv := start(t, upserttest.WithFieldMap("chunk_text"))
+		idx, rec := connectREST(t, srv, "test", ns)
+		for _, bad := range []*pinecone.IntegratedRecord{
+			record("r", "text", "the wrong field"),
+			record("r", "chunk_text", ""),
+			record("r", "chunk_text", 7.0),
+		} {
+			err := idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("ok", "chunk_text", "t"), bad})
+			require.Error(t, err, "%v", *bad)
+			got, message := decodeError(t, rec.last(t).respBody)
+			assert.Equal(t, codes.InvalidArgument, got)
+			assert.Contains(t, message, "chunk_text")
+			assert.Zero(t, srv.RecordCount(ns))
+		}
+		require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("ok", "chunk_text", "t")}))
+	})
+}
+
+// Pinecone authenticates a request before reading it: a wrong or missing
+// key is answered 401 UNAUTHENTICATED whatever the body (WithAPIKey).
+func TestRecordsAPIKeyIsCheckedBeforeTheBody(t *testing.T) {
+	srv := start(t, upserttest.WithAPIKey("right"), upserttest.WithMaxRequestBytes(100))
+	for _, body := range []string{"this is not NDJSON\n", strings.Repeat("x", 200)} {
+		status, _, resp := post(t, srv, "/records/namespaces/ns/upsert", "wrong", body)
+		assert.Equal(t, http.StatusUnauthorized, status, "a wrong key is answered 401 whatever the body: %s", strings.TrimSpace(resp))
+		got, message := decodeError(t, resp)
+		assert.Equal(t, codes.Unauthenticated, got)
+		assert.Equal(t, "Unauthorized", message)
+	}
+	st := srv.Stats()
+	assert.Equal(t, 2, st.Requests)
+	assert.Equal(t, map[int]int{http.StatusUnauthorized: 2}, st.HTTPCodes)
+	assert.Zero(t, st.BytesReceived, "the body is not read")
 }

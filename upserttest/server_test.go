@@ -804,3 +804,103 @@ func TestUnimplementedMethods(t *testing.T) {
 	err = idx.DeleteVectorsById(bg(t), []string{"a"})
 	assert.Equal(t, codes.Unimplemented, code(err))
 }
+
+// A serverless index refuses a DescribeIndexStats request with a filter
+// (OpenAPI spec 2025-10, DescribeIndexStatsRequest.filter: "Serverless
+// indexes do not support filtering `describe_index_stats` by metadata";
+// go-pinecone's DescribeIndexStatsFiltered: "only available on pods-based
+// indexes"), with codes.InvalidArgument, rather than answer the
+// unfiltered counts.
+func TestDescribeIndexStatsFilterIsNotIgnored(t *testing.T) {
+	srv := start(t)
+	idx := connect(t, srv)
+	vectors := batch("f", 5, 2)
+	for _, v := range vectors {
+		v.Metadata = meta(t, map[string]any{"genre": "drama"})
+	}
+	_, err := idx.UpsertVectors(bg(t), vectors)
+	require.NoError(t, err)
+
+	filter := meta(t, map[string]any{"genre": map[string]any{"$eq": "comedy"}})
+	_, err = idx.DescribeIndexStatsFiltered(bg(t), filter)
+	require.Equal(t, codes.InvalidArgument, code(err), "a serverless index refuses the filter")
+
+	st, err := idx.DescribeIndexStatsFiltered(bg(t), nil)
+	require.NoError(t, err, "no filter: the plain DescribeIndexStats")
+	assert.Equal(t, uint32(5), st.TotalVectorCount)
+}
+
+// A Pinecone index is dense or sparse ("Dense and sparse indexes are
+// separate index types"): by default the first write decides. After a
+// sparse-only vector, dense values are refused; after a dense one, sparse
+// values alone are a dimension mismatch (TestDimension). Reset forgets it.
+func TestAnIndexIsEitherDenseOrSparse(t *testing.T) {
+	sparseOnly := func(id string) *pinecone.Vector {
+		return &pinecone.Vector{Id: id, SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 7}, Values: []float32{0.5, 0.25}}}
+	}
+	hybrid := dense("h", 1, 2, 3)
+	hybrid.SparseValues = &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{0.5}}
+
+	t.Run("sparse first", func(t *testing.T) {
+		srv := start(t)
+		idx := connect(t, srv)
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{sparseOnly("s")})
+		require.NoError(t, err)
+		for _, v := range []*pinecone.Vector{dense("d", 1, 2, 3), hybrid} {
+			_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{v})
+			require.Equal(t, codes.InvalidArgument, code(err), v.Id)
+			assert.Equal(t, "Sparse index does not support dense values", status.Convert(err).Message())
+		}
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{sparseOnly("s2")})
+		assert.NoError(t, err)
+
+		srv.Reset()
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("d", 1, 2, 3)})
+		assert.NoError(t, err, "Reset forgets the type")
+	})
+
+	t.Run("dense first", func(t *testing.T) {
+		srv := start(t)
+		idx := connect(t, srv)
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{hybrid})
+		require.NoError(t, err)
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{sparseOnly("s")})
+		require.Equal(t, codes.InvalidArgument, code(err))
+		assert.Equal(t, "Vector dimension 0 does not match the dimension of the index 3", status.Convert(err).Message())
+	})
+
+	t.Run("within one request, the first vector decides", func(t *testing.T) {
+		srv := start(t)
+		idx := connect(t, srv)
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{sparseOnly("s"), dense("d", 1, 2, 3)})
+		require.Equal(t, codes.InvalidArgument, code(err))
+		assert.Zero(t, srv.Count(ns), "the whole request is refused")
+		_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("d", 1, 2, 3), sparseOnly("s")})
+		require.Equal(t, codes.InvalidArgument, code(err))
+		assert.Zero(t, srv.Count(ns))
+	})
+}
+
+// A vector without dense values in an index with a dimension is answered
+// with the dimension error, before the other rules it breaks, as a real
+// answer shows (probots-io/pinecone-php#15: 400 {"code":3,"message":"Vector
+// dimension 0 does not match the dimension of the index 1536"}).
+func TestVectorWithoutDenseValuesInADenseIndexIsADimensionMismatch(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []upserttest.Option
+		vec  *pinecone.Vector
+	}{
+		{"a vector with no values", []upserttest.Option{upserttest.WithDimension(4)}, &pinecone.Vector{Id: "empty"}},
+		{"a sparse-only vector in an index declared dense", []upserttest.Option{upserttest.WithDimension(4), upserttest.WithVectorType(upserttest.VectorTypeDense)},
+			&pinecone.Vector{Id: "s", SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{0.5}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := start(t, tt.opts...)
+			_, err := connect(t, srv).UpsertVectors(bg(t), []*pinecone.Vector{tt.vec})
+			require.Equal(t, codes.InvalidArgument, code(err))
+			assert.Equal(t, "Vector dimension 0 does not match the dimension of the index 4", status.Convert(err).Message())
+		})
+	}
+}

@@ -36,6 +36,7 @@ var desc = loadDescriptors()
 
 type descriptors struct {
 	upsertReq, upsertResp, fetchReq, fetchResp, statsReq, statsResp protoreflect.MessageType
+	vector                                                          protoreflect.MessageType
 
 	upsertVectors, upsertNamespace, upsertedCount protoreflect.FieldDescriptor
 
@@ -46,7 +47,7 @@ type descriptors struct {
 	fetchRespVectors, fetchRespNS   protoreflect.FieldDescriptor
 	statsNamespaces, statsDimension protoreflect.FieldDescriptor
 	statsTotal, summaryVectorCount  protoreflect.FieldDescriptor
-	statsVectorType                 protoreflect.FieldDescriptor
+	statsVectorType, statsFilter    protoreflect.FieldDescriptor
 }
 
 func loadDescriptors() *descriptors {
@@ -72,7 +73,8 @@ func loadDescriptors() *descriptors {
 		statsReq:   msg("DescribeIndexStatsRequest"),
 		statsResp:  msg("DescribeIndexStatsResponse"),
 	}
-	vector := msg("Vector").Descriptor()
+	d.vector = msg("Vector")
+	vector := d.vector.Descriptor()
 	sparse := msg("SparseValues").Descriptor()
 	summary := msg("NamespaceSummary").Descriptor()
 
@@ -93,6 +95,7 @@ func loadDescriptors() *descriptors {
 	d.statsDimension = field(d.statsResp.Descriptor(), "dimension")
 	d.statsTotal = field(d.statsResp.Descriptor(), "total_vector_count")
 	d.statsVectorType = field(d.statsResp.Descriptor(), "vector_type")
+	d.statsFilter = field(d.statsReq.Descriptor(), "filter")
 	d.summaryVectorCount = field(summary, "vector_count")
 	return d
 }
@@ -252,6 +255,14 @@ func encodeVector(m protoreflect.Message, v *pinecone.Vector) {
 	}
 }
 
+// vectorSize is the size of v as a Vector message, as an upsert request
+// carries it.
+func vectorSize(v *pinecone.Vector) int {
+	m := desc.vector.New()
+	encodeVector(m, v)
+	return proto.Size(m.Interface())
+}
+
 func newUpsertResponse(n int) proto.Message {
 	resp := desc.upsertResp.New()
 	resp.Set(desc.upsertedCount, protoreflect.ValueOfUint32(uint32(n)))
@@ -290,13 +301,32 @@ func (g *generation) fetch(ctx context.Context, req proto.Message) (proto.Messag
 	return resp.Interface(), nil
 }
 
+// errStatsFilter refuses a DescribeIndexStats request with a filter.
+// Pinecone's OpenAPI spec (2025-10, DescribeIndexStatsRequest.filter):
+// "Serverless indexes do not support filtering `describe_index_stats` by
+// metadata"; go-pinecone's DescribeIndexStatsFiltered: "only available on
+// pods-based indexes". The server is a serverless index. The wording of
+// Pinecone's answer is not published: this message is the server's.
+var errStatsFilter = status.Error(codes.InvalidArgument,
+	"Serverless indexes do not support filtering describe_index_stats by metadata")
+
 // describeIndexStats answers the vector count of every non-empty namespace
 // (WithStatsLag after the writes), their total, the dimension of the index
-// if it is known, and its vector type if set (WithVectorType).
-func (g *generation) describeIndexStats(ctx context.Context, _ proto.Message) (proto.Message, error) {
+// if it is known, and its vector type if set (WithVectorType). A namespace
+// counts its vectors and its records (REST records upserts), which an
+// index with integrated embedding stores as vectors (see indexedLocked).
+// The dimension is only ever fixed by vectors (or WithDimension): the
+// server embeds no record, so it does not know the dimension of an
+// embedding model, and an index holding only records answers none (0),
+// where Pinecone would answer its model's (1024 for llama-text-embed-v2).
+// A request with a filter is refused (errStatsFilter).
+func (g *generation) describeIndexStats(ctx context.Context, req proto.Message) (proto.Message, error) {
 	s := g.s
 	if err := s.authorizeGRPC(ctx); err != nil {
 		return nil, err
+	}
+	if req.ProtoReflect().Has(desc.statsFilter) {
+		return nil, errStatsFilter
 	}
 	resp := desc.statsResp.New()
 	out := resp.Mutable(desc.statsNamespaces).Map()
@@ -305,8 +335,8 @@ func (g *generation) describeIndexStats(ctx context.Context, _ proto.Message) (p
 	defer s.mu.Unlock()
 	uncounted := s.uncounted()
 	total := 0
-	for ns, vs := range s.store {
-		n := len(vs) - uncounted[ns]
+	for ns := range s.namespacesLocked() {
+		n := s.indexedLocked(ns) - uncounted[ns]
 		if n <= 0 {
 			continue
 		}
@@ -316,8 +346,8 @@ func (g *generation) describeIndexStats(ctx context.Context, _ proto.Message) (p
 		total += n
 	}
 	resp.Set(desc.statsTotal, protoreflect.ValueOfUint32(uint32(total)))
-	if s.dim > 0 {
-		resp.Set(desc.statsDimension, protoreflect.ValueOfUint32(uint32(s.dim)))
+	if s.shape.dim > 0 {
+		resp.Set(desc.statsDimension, protoreflect.ValueOfUint32(uint32(s.shape.dim)))
 	}
 	if t := s.cfg.vectorType; t != "" {
 		resp.Set(desc.statsVectorType, protoreflect.ValueOfString(t))

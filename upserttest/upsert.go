@@ -16,18 +16,21 @@ import (
 // The life of an upsert request, gRPC Upsert or REST records upsert:
 //
 //  1. arrival: counted in Stats, given its Seq;
-//  2. API key check (WithAPIKey);
+//  2. API key check (WithAPIKey); a REST request's key is checked before
+//     its body is read, so before step 1: a request with a wrong key gets
+//     no Seq;
 //  3. the fault script (WithFaults, SetFaults); a fault that writes nothing
 //     and fails is answered now, after its Delay;
-//  4. validation: per-request limits, then, for vectors, the dimension of
-//     the index;
+//  4. validation: per-request limits, then, for vectors, the type and
+//     dimension of the index, for records, the text to embed;
 //  5. admission (limits.go): the quotas (WithMaxNamespaces,
 //     WithMonthlyWriteUnits), then the namespace's token buckets (WithRate,
 //     ...) and the index's (WithWriteUnitRate, WithEmbedTokensPerMinute);
 //  6. waiting for a write slot of the namespace, in FIFO order (WithSlots);
 //     a request whose client gives up while it waits is dropped;
-//  7. write latency (WithLatency, ..., WithLatencyJitter), then the write, then the slot is
-//     freed;
+//  7. write latency (WithLatency, ..., WithLatencyJitter), then the write,
+//     which meters the write units of the records it overwrites, then the
+//     slot is freed;
 //  8. the fault's Delay, then the answer: OK, the fault's code, or a reset
 //     connection.
 //
@@ -85,13 +88,11 @@ func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Messa
 			if err := validateNamespace(ns); err != nil {
 				return err
 			}
-			if err := validate(vectors, s.cfg.vectorType); err != nil {
+			shape := s.currentShape()
+			if err := validate(vectors, shape); err != nil {
 				return err
 			}
-			s.mu.Lock()
-			dim := s.dim
-			s.mu.Unlock()
-			_, err := checkDimension(vectors, dim)
+			_, err := fit(vectors, shape)
 			return err
 		},
 		write: func(k int) error { return s.apply(ns, vectors[:k], vectors) },

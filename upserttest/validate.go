@@ -35,19 +35,18 @@ const (
 )
 
 // Besides these limits, a vector id must be ASCII without NUL; a vector
-// must have dense values, sparse values or both (only sparse values in a
-// sparse index, dense values in a dense one, see WithVectorType); its
-// dense values must not be all zero; its sparse indices and values must
-// have the same length; all its values must be finite (no NaN or ±Inf);
-// and its metadata values must be strings, finite numbers, booleans or
-// lists of strings (no nested objects, no nulls).
+// must have dense values, sparse values or both; its dense values must not
+// be all zero; its sparse indices and values must have the same length;
+// all its values must be finite (no NaN or ±Inf); and its metadata values
+// must be strings, finite numbers, booleans or lists of strings (no nested
+// objects, no nulls). And a vector must fit the index (see indexShape):
+// only sparse values in a sparse index, dense values of the index's
+// dimension in a dense one.
 
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
-// validate checks the per-request limits and the index's vector type
-// ("" takes both), not the dimension of the index.
 // validateNamespace refuses a namespace name longer than Pinecone allows.
 // The message is this server's: Pinecone's is not published.
 func validateNamespace(ns string) error {
@@ -57,19 +56,43 @@ func validateNamespace(ns string) error {
 	return nil
 }
 
-func validate(vectors []*pinecone.Vector, vectorType string) error {
+// indexShape is what an index holds: its vector type (VectorTypeDense,
+// VectorTypeSparse, or "" while neither WithVectorType nor a write has
+// decided it) and its dimension (0 while neither WithDimension nor a dense
+// vector has fixed it). A Pinecone index is dense or sparse from its
+// creation; the server, by default, lets its first write decide, as if the
+// index had been created for it.
+type indexShape struct {
+	vectorType string
+	dim        int
+}
+
+// Errors of a vector that does not fit the index's vector type.
+var (
+	errDenseInSparseIndex = invalid("Sparse index does not support dense values")
+	errSparseInDenseIndex = invalid("Dense index requires dense values")
+)
+
+// validate checks the per-request limits, and each vector against the
+// index's shape as it stands before the request.
+func validate(vectors []*pinecone.Vector, shape indexShape) error {
 	if len(vectors) > MaxVectorsPerRequest {
 		return invalid("Request contains %d vectors, which exceeds the limit of %d vectors per upsert request", len(vectors), MaxVectorsPerRequest)
 	}
 	for _, v := range vectors {
-		if err := validateVector(v, vectorType); err != nil {
+		if err := validateVector(v, shape); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func validateVector(v *pinecone.Vector, vectorType string) error {
+// validateVector checks v against the per-record limits and against shape.
+// A vector without dense values in an index with a dimension is answered
+// as a dimension mismatch, "Vector dimension 0 does not match the
+// dimension of the index N", as Pinecone does (a captured answer:
+// probots-io/pinecone-php#15), rather than by the other rules it breaks.
+func validateVector(v *pinecone.Vector, shape indexShape) error {
 	if err := validID("Vector", v.Id); err != nil {
 		return err
 	}
@@ -87,6 +110,9 @@ func validateVector(v *pinecone.Vector, vectorType string) error {
 			return invalid("Sparse vector has %d non-zero values, which exceeds the limit of %d", sparse, MaxSparseValues)
 		}
 	}
+	if dense == 0 && shape.dim > 0 {
+		return dimensionError(0, shape.dim)
+	}
 	if dense == 0 && sparse == 0 {
 		return invalid("Vector must have dense values, sparse values, or both")
 	}
@@ -100,10 +126,10 @@ func validateVector(v *pinecone.Vector, vectorType string) error {
 		return invalid("Dense vectors must contain at least one non-zero value")
 	}
 	switch {
-	case vectorType == VectorTypeSparse && dense > 0:
-		return invalid("Sparse index does not support dense values")
-	case vectorType == VectorTypeDense && dense == 0:
-		return invalid("Dense index requires dense values")
+	case shape.vectorType == VectorTypeSparse && dense > 0:
+		return errDenseInSparseIndex
+	case shape.vectorType == VectorTypeDense && dense == 0:
+		return errSparseInDenseIndex
 	}
 	if sparse > 0 && !finite(v.SparseValues.Values) {
 		return invalid("Sparse vector values must be finite numbers, found NaN or Inf")
@@ -205,40 +231,44 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// dimensionError is the answer to a dense vector whose dimension differs from
-// the index's.
+// dimensionError is the answer to a vector whose dimension differs from
+// the index's; got is 0 for a vector without dense values.
 func dimensionError(got, want int) error {
 	return invalid("Vector dimension %d does not match the dimension of the index %d", got, want)
 }
 
-// checkDimension checks every vector against dim (0: not yet fixed, in
-// which case the dense vectors must agree with each other, and the first
-// fixes it). It returns the
-// dimension the index has after writing them.
-func checkDimension(vectors []*pinecone.Vector, dim int) (int, error) {
+// fit checks every vector, in order, against shape, which each vector may
+// complete: while the type is not decided, the first vector decides it
+// (sparse values only: sparse; dense values: dense), and the first dense
+// vector fixes the dimension. It returns the shape the index has after
+// writing them. In a dense index, or one with a dimension, a vector without
+// dense values is a dimension mismatch of dimension 0 ("Vector dimension
+// 0 does not match the dimension of the index 1536", Pinecone's answer); in
+// a sparse index, dense values are refused.
+func fit(vectors []*pinecone.Vector, shape indexShape) (indexShape, error) {
 	for _, v := range vectors {
 		n := 0
 		if v.Values != nil {
 			n = len(*v.Values)
 		}
-		if n == 0 {
-			if dim > 0 {
-				// An index with a dimension is dense: sparse values alone
-				// are refused as dimension 0 (Pinecone: "Vector dimension
-				// 0 does not match the dimension of the index 1536").
-				return 0, dimensionError(0, dim)
-			}
-			continue
-		}
-		if dim == 0 {
-			dim = n
-			continue
-		}
-		if n != dim {
-			return 0, dimensionError(n, dim)
+		switch {
+		case n == 0 && shape.dim > 0:
+			return shape, dimensionError(0, shape.dim)
+		case n == 0 && shape.vectorType == VectorTypeDense:
+			return shape, errSparseInDenseIndex
+		case n == 0:
+			shape.vectorType = VectorTypeSparse
+		case shape.vectorType == VectorTypeSparse:
+			return shape, errDenseInSparseIndex
+		case shape.dim == 0:
+			shape.vectorType, shape.dim = VectorTypeDense, n
+		case n != shape.dim:
+			return shape, dimensionError(n, shape.dim)
+		default:
+			shape.vectorType = VectorTypeDense
 		}
 	}
-	return dim, nil
+	return shape, nil
 }
 
 // errStopped is returned by waits that end because the server is closing or

@@ -360,8 +360,8 @@ func TestEstimateTokensCountsTextTheRecordCarriesAsJSON(t *testing.T) {
 // already spent (by an earlier run, a run restarted after a crash, a
 // neighbour on the project) meets 429s on its first requests with nothing
 // of its own in the window, and learns one request's tokens a minute. That
-// limit doubles each minute it holds, so the run does not crawl at a
-// fraction of the limit long after the minute is free again.
+// limit grows each minute it holds, faster and faster, so the run does not
+// crawl at a fraction of the limit long after the minute is free again.
 func TestRecordsStartedOnASpentMinuteStillFinishNearTheTokenLimit(t *testing.T) {
 	const (
 		tokensPerMinute = 6000

@@ -45,7 +45,9 @@ func WithRecordsFunc(f RecordsFunc) Option {
 // [MaxRecordsBatchSize] per request, with the classes, retries, splitting,
 // pacing and reporting of [Stream], whose rules apply (each record is
 // copied, down through its maps and lists, as it is pulled). Each record needs
-// an "_id" or "id" field holding a string. Its other fields are its
+// an "_id" or "id" field holding a string, and a string field for the
+// index to embed (the one its field_map names, which the library does not
+// know: a record with no string field fails). Its other fields are its
 // metadata on Pinecone, and follow metadata's rules: strings, numbers,
 // booleans and lists of strings, no null, at most [MaxMetadataBytes] as
 // JSON; a record that breaks one fails alone before anything is sent.
@@ -107,6 +109,9 @@ func checkRecordFields(encoded []byte, idKey string) error {
 		return fmt.Errorf("cannot be encoded as JSON: %w", err)
 	}
 	delete(fields, idKey)
+	if !hasText(fields) {
+		return fmt.Errorf("has no text to embed: every integrated index embeds a string field (its field_map), and this record has none but its id")
+	}
 	md, err := structpb.NewStruct(fields)
 	if err != nil { // cannot happen: decoded JSON has JSON's types only
 		return fmt.Errorf("fields cannot be read as metadata: %w", err)
@@ -115,6 +120,18 @@ func checkRecordFields(encoded []byte, idKey string) error {
 		return fmt.Errorf("its fields but the id are its metadata: %w", err)
 	}
 	return nil
+}
+
+// hasText reports whether a record's fields (its id taken out) hold a
+// string, which an index's field_map can name as the text to embed:
+// Pinecone refuses a record without that field.
+func hasText(fields map[string]any) bool {
+	for k, v := range fields {
+		if _, ok := v.(string); ok && k != "_id" && k != "id" {
+			return true
+		}
+	}
+	return false
 }
 
 // notUTF8 finds a key or string in v that is not valid UTF-8 and returns

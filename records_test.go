@@ -58,8 +58,9 @@ func TestRecordsRefuseABatchSizeOver96(t *testing.T) {
 
 // Every field of an integrated record but its id is stored as the record's
 // metadata, under the rules of metadata (40 KB per record; strings,
-// numbers, booleans or lists of strings): a record that breaks one fails
-// alone before sending, instead of taking its request of up to 96 down.
+// numbers, booleans or lists of strings), and one of them is the text the
+// index embeds: a record that breaks one fails alone before sending,
+// instead of taking its request of up to 96 down.
 func TestIntegratedRecordFieldsFollowTheMetadataRules(t *testing.T) {
 	tests := []struct {
 		name string
@@ -69,6 +70,8 @@ func TestIntegratedRecordFieldsFollowTheMetadataRules(t *testing.T) {
 		{"a null", &pinecone.IntegratedRecord{"_id": "bad", "chunk_text": "x", "author": nil}},
 		{"a list of numbers", &pinecone.IntegratedRecord{"_id": "bad", "chunk_text": "x", "scores": []any{1.0, 2.0}}},
 		{"over 40 KB of fields", &pinecone.IntegratedRecord{"_id": "bad", "chunk_text": "x", "body": strings.Repeat("y", 41_000)}},
+		// Pinecone refuses a record without its field_map's field, a string.
+		{"no text to embed", &pinecone.IntegratedRecord{"_id": "bad", "year": 2020, "id": "also-an-id"}},
 	}
 	for _, tt := range tests {
 		t.Run("a record with "+tt.name+" is refused before sending", func(t *testing.T) {

@@ -89,6 +89,7 @@ func requireAcksMatch(t *testing.T, acks []Ack, res Result, base int) {
 			assert.Equal(t, f.MayHaveLanded, a.Failure.MayHaveLanded)
 			assert.Equal(t, a.Position, a.Failure.Index)
 			assert.Equal(t, !modelFailedForGood(f), a.Resend, "position %d (%v, %d attempts)", a.Position, f.Class, f.Attempts)
+			assert.Equal(t, a.Resend, f.Resend, "the failure says what its ack says")
 			delete(failed, a.Position)
 		case a.Replaced:
 			replaced++

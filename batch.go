@@ -22,6 +22,7 @@ const (
 type item struct {
 	seq  int    // position in the input: the index in the slice given to All
 	id   string // the record's id
+	ns   string // the record's namespace, once checked
 	size int    // bytes the record adds to its encoded request
 	hash uint64 // of namespace and id, when the intake keeps ids in order
 	vec  *pinecone.Vector

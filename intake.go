@@ -104,6 +104,7 @@ func (in *intake) namespace(it *item) string {
 // check validates it and fills in its id and size; it returns the rule it
 // breaks, or nil.
 func (in *intake) check(it *item, rt *route) error {
+	it.ns = rt.namespace
 	var err error
 	if it.vec != nil || it.rec == nil && in.r.kind == vectorKind {
 		it.size, err = in.validator.check(it.vec)
@@ -264,6 +265,9 @@ func (in *intake) failUntaken(records []*pinecone.Vector, from int, held map[str
 	}
 	r.failAll(waiting, e, 0, false)
 	r.results.untaken = untaken{records: records[from:], from: from, err: e}
+	if in.nsOf == nil {
+		r.results.untaken.namespace = r.cfg.namespace
+	}
 	n := len(records) - from
 	var samples []Failure
 	for i := range min(n, maxFailureSamples) {
@@ -415,10 +419,11 @@ func (in *intake) refuse(it item, err error) {
 	if e == nil {
 		e = &Error{Class: ClassCanceled, Err: err}
 	}
-	fs := []Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e}}
+	resend := !settlesForGood(e, 0)
+	fs := []Failure{{Index: it.seq, ID: it.id, Namespace: it.ns, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e, Resend: resend}}
 	in.r.report(fs)
 	in.positionsSettled([]item{it}, false)
-	in.ackSettled([]item{it}, fs, nil, ackFailed, !settlesForGood(e, 0))
+	in.ackSettled([]item{it}, fs, nil, ackFailed, resend)
 }
 
 // enqueue puts it in its route's batch and dispatches the batch when it is
@@ -591,7 +596,7 @@ func (in *intake) positionsSettled(items []item, final bool) {
 // reject reports a record that broke a rule; it is never sent.
 func (in *intake) reject(it *item, cause error) {
 	err := &Error{Class: ClassInvalid, Err: fmt.Errorf("record %d (id %q): %w", it.seq, it.id, cause)}
-	fs := []Failure{{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: ClassInvalid, Err: err}}
+	fs := []Failure{{Index: it.seq, ID: it.id, Namespace: it.ns, Record: it.vec, Integrated: it.rec, Class: ClassInvalid, Err: err}}
 	in.r.report(fs)
 	in.positionsSettled([]item{*it}, true)
 	in.ackSettled([]item{*it}, fs, nil, ackFailed, false)

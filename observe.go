@@ -32,7 +32,9 @@ type Observer struct {
 	// Failure is called once per record that did not land, as soon as its
 	// failure is final: the dead-letter hook. The Write method of
 	// ndjson.DeadLetters (package github.com/upsertlib/upsert/ndjson)
-	// fits.
+	// fits. A failure with Resend set is sent again by a run resumed from
+	// a [Checkpoint]: with one, a hook that keeps only failures for good
+	// skips it, or a replay of the dead letters would send it twice.
 	Failure func(Failure)
 	// Stale is called once per record that landed while an earlier record
 	// of its id may still be applied after it (see [Stale]), as soon as

@@ -30,14 +30,15 @@ type outcome struct {
 // untaken are the last records of All's slice, from position from on,
 // which failed with err when the run stopped before they were looked at.
 type untaken struct {
-	records []*pinecone.Vector
-	from    int
-	err     *Error
+	records   []*pinecone.Vector
+	from      int
+	err       *Error
+	namespace string // the run's one namespace; "" under WithNamespaceOf
 }
 
 // failure returns the failure of the i-th of them.
 func (u untaken) failure(i int) Failure {
-	f := Failure{Index: u.from + i, Record: u.records[i], Class: u.err.Class, Err: u.err}
+	f := Failure{Index: u.from + i, Namespace: u.namespace, Record: u.records[i], Class: u.err.Class, Err: u.err, Resend: !settlesForGood(u.err, 0)}
 	if v := u.records[i]; v != nil {
 		f.ID = v.Id
 	}
@@ -64,15 +65,16 @@ func (r *run) failAll(items []item, e *Error, attempts int, ambiguous bool) {
 	if len(items) == 0 {
 		return
 	}
+	final := settlesForGood(e, attempts)
 	fs := make([]Failure, len(items))
 	for i, it := range items {
 		fs[i] = Failure{
-			Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e,
-			Attempts: attempts, MayHaveLanded: ambiguous,
+			Index: it.seq, ID: it.id, Namespace: it.ns, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e,
+			Attempts: attempts, MayHaveLanded: ambiguous, Resend: !final,
 		}
 	}
 	r.report(fs)
-	r.settle(items, outcome{final: settlesForGood(e, attempts), ambiguous: ambiguous, failures: fs})
+	r.settle(items, outcome{final: final, ambiguous: ambiguous, failures: fs})
 }
 
 // settlesForGood reports whether a failure settles its records for good,

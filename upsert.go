@@ -470,6 +470,10 @@ type Failure struct {
 	Index int
 	// ID is the record's id ("" for a nil record).
 	ID string
+	// Namespace is the record's namespace, as routed (see
+	// [WithNamespaceOf]); "" when the run stopped before looking at the
+	// record under WithNamespaceOf, and for the default namespace.
+	Namespace string
 	// Record is the vector as given, so that it can be replayed: the
 	// caller's own for All, the copy taken when the record was handed over
 	// for Stream and Writer; nil for a nil record and for integrated
@@ -489,6 +493,12 @@ type Failure struct {
 	// in flight), so the index may hold it after all. Upserts are
 	// idempotent: sending it again is safe.
 	MayHaveLanded bool
+	// Resend reports a failure that says nothing against the record: the
+	// run stopped, the index was down, or the caller's code panicked (as
+	// [Ack.Resend]). A [Checkpoint] stops before it and a resumed run
+	// sends it again, so a dead-letter hook that keeps only failures for
+	// good (a rule broken, retries run out) skips it.
+	Resend bool
 }
 
 // All upserts records and returns when each one has landed or failed. It

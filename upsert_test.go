@@ -894,3 +894,45 @@ func runOnGate(t *testing.T, clk *gateClock, f func() (Result, error)) (Result, 
 		return o.res, o.err
 	}
 }
+
+// A failure names its record's namespace, so that a dead letter of a run
+// over many namespaces can be replayed into the right one, and says
+// whether a resumed run sends it again (Resend): an invalid record is
+// failed for good, one the run stopped before sending is not.
+func TestFailuresNameTheirNamespaceAndWhetherTheyAreResent(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sent atomic.Int64
+	send := func(_ context.Context, _ string, b []*pinecone.Vector) error {
+		if sent.Add(1) == 1 {
+			cancel() // the run stops after its first request
+		}
+		return nil
+	}
+	recs := vectors(300, 2)
+	zero := []float32{0, 0}
+	recs[0].Values = &zero // all-zero: invalid
+	nsOf := WithNamespaceOf(func(v *pinecone.Vector) string { return "ns-" + v.Id[len(v.Id)-1:] })
+	res, err := All(ctx, recs, WithUpsertFunc(send), nsOf, WithBatchSize(10), WithConcurrency(1),
+		withClock(newFakeClock()), withRand(maxRand))
+	require.ErrorIs(t, err, ErrCanceled)
+	require.NotEmpty(t, res.Failed)
+	var invalid, stopped int
+	for _, f := range res.Failed {
+		switch f.Class {
+		case ClassInvalid:
+			invalid++
+			assert.Equal(t, "ns-"+f.ID[len(f.ID)-1:], f.Namespace)
+			assert.False(t, f.Resend, "a rule broken: for good")
+		case ClassCanceled:
+			stopped++
+			assert.True(t, f.Resend, "stopped: a resumed run sends it")
+			if f.Namespace != "" { // "" only for records the run never looked at
+				assert.Equal(t, "ns-"+f.ID[len(f.ID)-1:], f.Namespace)
+			}
+		}
+	}
+	assert.Equal(t, 1, invalid)
+	assert.NotZero(t, stopped)
+
+}

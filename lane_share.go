@@ -28,8 +28,12 @@ type laneShare struct {
 	// cutAlone is set when the lane cut a rate (cutDim) while the shared
 	// state did not answer: at the rejoin it proposes that cut if it is
 	// below its part of the lane's rate, so that the others learn it.
-	cutAlone   bool
-	cutDim     int
+	cutAlone bool
+	cutDim   int
+	// aloneFrac is the fraction goAlone made the controllers' known
+	// limits whole by (rateControl.alone), until the lane shares again;
+	// 0 while they hold this writer's part.
+	aloneFrac  float64
 	pending    []func() // round trips to the store, made outside the mutex
 	flushing   bool     // a goroutine is making them (flushShare)
 	stop, done chan struct{}
@@ -121,6 +125,7 @@ func (ln *lane) applyView(v share.View) {
 		sh.shared = true
 		sh.stats.rejoins.Add(1)
 	}
+	ln.shareAgain(now) // before setFraction: alone's rates are in terms of the fraction it left with
 	ln.setFraction(ln.shareFraction(v), now)
 	own := ln.dims[sh.cutDim].ctl.limit
 	switch {
@@ -155,13 +160,31 @@ func (ln *lane) applyView(v share.View) {
 // the rejoin it adopts its part of the lane's curve again.
 func (ln *lane) goAlone(now time.Time) {
 	sh := &ln.share
-	if sh.frac == 0 || sh.frac >= 1 {
-		return
+	if sh.frac == 0 || sh.frac >= 1 || sh.aloneFrac > 0 {
+		return // nothing shared, or alone already (a new membership that found no store)
 	}
+	sh.aloneFrac = sh.frac
 	for i := range ln.dims {
 		ln.dims[i].ctl.alone(now, sh.frac, ln.tuning)
 		ln.dims[i].apply(now, ln.tuning)
 	}
+	ln.signals.rates.fire()
+}
+
+// shareAgain undoes goAlone when the lane shares again, whatever the
+// lane's epoch (adoptCut resets only the rate a cut names), or at a new
+// membership that found the store after one that left alone; ln.mu is
+// held.
+func (ln *lane) shareAgain(now time.Time) {
+	sh := &ln.share
+	if sh.aloneFrac == 0 {
+		return
+	}
+	for i := range ln.dims {
+		ln.dims[i].ctl.rejoin(now, sh.aloneFrac, ln.tuning)
+		ln.dims[i].apply(now, ln.tuning)
+	}
+	sh.aloneFrac = 0
 	ln.signals.rates.fire()
 }
 

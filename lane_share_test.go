@@ -723,3 +723,61 @@ func TestSharedLaneProposesWhatTheLaneAccepted(t *testing.T) {
 		})
 	}
 }
+
+func TestRateControlRejoinGoesOnFromItsProbe(t *testing.T) {
+	tn := defaultTuning
+	now := time.Unix(1000, 0)
+	c := rateControl{limit: 1100, level: 1000, capacity: 1000, prior: 25, origin: now.Add(-tn.recovery)}
+	c.alone(now, 0.25, &tn)
+	later := now.Add(tn.recovery)
+	c.limit = c.curve(later, &tn) // the fast probe's
+	c.rejoin(later, 0.25, &tn)
+	assert.InDelta(t, 25, c.prior, 1e-9, "its part of the namespace's known limit again")
+	assert.Zero(t, c.gain, "the fast probe ends")
+	assert.InEpsilon(t, c.limit, c.curve(later, &tn), 1e-9, "from the limit it reached")
+}
+
+func TestSharedLaneBlipsDoNotMultiplyItsCaps(t *testing.T) {
+	now := newFakeClock().Now()
+	four := capped(now, 0, math.Inf(1), 0, 4)
+	m := newFakeMember(four)
+	ln, _, _ := sharedLane(t, m)
+	prior := func() float64 {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.dims[dimRequests].ctl.prior
+	}
+	part := prior()
+	for range 3 {
+		fallBack(ln, m)
+		assert.InDelta(t, 4*part, prior(), 1e-9, "alone, the namespace's whole")
+		apply(ln, m, four)
+		assert.InDelta(t, part, prior(), 1e-9, "shared again, its part")
+	}
+}
+
+// TestSharedLaneRejoinTakesBackItsPartOfTheNamespaceCaps: going alone
+// makes the writer's known limit of the namespace whole (Pinecone's 100
+// requests/s are the namespace's) and sets the fast probe; the rejoin
+// gives the limit back to this writer's part and ends the fast probe,
+// whatever the lane's epoch (before its first cut no adoptCut does it).
+func TestSharedLaneRejoinTakesBackItsPartOfTheNamespaceCaps(t *testing.T) {
+	now := newFakeClock().Now()
+	four := capped(now, 0, math.Inf(1), 0, 4) // four writers, before the lane's first cut
+	m := newFakeMember(four)
+	ln, _, stats := sharedLane(t, m)
+	ln.mu.Lock()
+	before := ln.dims[dimRequests].ctl
+	ln.mu.Unlock()
+	assert.InDelta(t, 100.0/4, before.prior, 1e-9, "its part of the namespace's 100 requests/s")
+
+	fallBack(ln, m)
+	apply(ln, m, four) // Redis answers again: the same four writers
+	assert.Equal(t, int64(1), stats.rejoins.Load())
+
+	ln.mu.Lock()
+	after := ln.dims[dimRequests].ctl
+	ln.mu.Unlock()
+	assert.InDelta(t, before.prior, after.prior, 1e-9, "back among four writers, its known request limit is its part again")
+	assert.Zero(t, after.gain, "back among four writers, it no longer probes for the whole lane")
+}

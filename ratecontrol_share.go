@@ -142,3 +142,23 @@ func (c *rateControl) alone(now time.Time, frac float64, t *tuning) {
 		c.origin = now.Add(-time.Duration(x * float64(t.recovery)))
 	}
 }
+
+// rejoin undoes alone (given the same frac) when the writer shares again:
+// its known limit of the namespace is its part again (alone made it
+// whole; left so, every fallback would multiply it), and a fast
+// probe under way goes on from the limit it reached at the usual gain,
+// whether or not the lane has a cut to adopt.
+func (c *rateControl) rejoin(now time.Time, frac float64, t *tuning) {
+	if !(frac > 0) || frac >= 1 {
+		return
+	}
+	c.prior *= frac
+	if c.gain == 0 {
+		return
+	}
+	c.gain = 0
+	if c.limit > c.level && c.level > 0 {
+		x := math.Cbrt((c.limit/c.level - 1) / t.probeGain)
+		c.origin = now.Add(-time.Duration(x * float64(t.recovery)))
+	}
+}

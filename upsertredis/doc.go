@@ -81,7 +81,8 @@
 // pool through its own package logger, many lines a second while Redis is
 // down; the Store leaves that process-wide setting to the caller:
 // redis.SetLogger quiets it.)
-// While alone it tries Redis again once a second, and rejoins when it
+// While alone it tries Redis again once a second (every half heartbeat
+// if that is shorter, whatever the interval), and rejoins when it
 // answers: a cut it made alone, below its part of the lane's rate, is
 // proposed to the others then. When Redis lost the lane's state (flushed, restarted,
 // evicted), the first writer to exchange rebuilds it from its last view, so

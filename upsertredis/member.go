@@ -36,7 +36,11 @@ type member struct {
 	joined  bool      // Redis answered once
 	alone   bool      // the last exchange failed: deciding alone
 	recent  recent    // the lane's count of records accepted at each answer
+	counted string    // the state's counted_from at the last answer adopted
 	changed chan struct{}
+	// signalled is the view when changed was last closed: the writers'
+	// demands are compared with it, so that a slow drift fires too.
+	signalled share.View
 
 	leave      sync.Once
 	stop, done chan struct{}
@@ -142,29 +146,41 @@ func (m *member) loop() {
 	defer func() { go func() { _ = m.cuts.Close() }() }()
 	tick := time.NewTicker(m.store.opts.interval)
 	defer tick.Stop()
-	skip := 0
+	var retry <-chan time.Time // while alone: when to try Redis again; ticks and pokes wait for it
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-m.poke:
-			if skip == 0 && m.sync(context.Background()) != nil {
-				skip = aloneEvery - 1
+			if retry == nil {
+				retry = m.try()
 			}
 		case <-tick.C:
-			if skip > 0 {
-				skip--
-			} else if m.sync(context.Background()) != nil {
-				skip = aloneEvery - 1
+			if retry == nil {
+				retry = m.try()
 			}
+		case <-retry:
+			retry = m.try()
 		}
 	}
 }
 
-// aloneEvery is how many intervals apart a member that Redis failed tries
-// it again: a Redis that is down or hung gets one try a second from each
-// writer rather than ten, and writers rejoin within a second of its return.
-const aloneEvery = 10
+// try syncs, and returns nil, or when Redis failed, a channel that fires
+// when to try it again (retryEvery after this try began).
+func (m *member) try() <-chan time.Time {
+	start := time.Now()
+	if m.sync(context.Background()) == nil {
+		return nil
+	}
+	return time.After(m.store.opts.retryEvery() - time.Since(start))
+}
+
+// retryEvery is how long a member that Redis failed waits between tries:
+// a second, so that a Redis down or hung gets one try a second from each
+// writer, not one an interval; and at most half the heartbeat, so that
+// one failed exchange (a timeout) does not keep a writer alone until the
+// others drop it from the split while it still sends its part.
+func (o options) retryEvery() time.Duration { return min(time.Second, o.heartbeat/2) }
 
 // sync is the periodic exchange: the records accepted since the last one
 // and the writer's demand go out, the lane's state and the other writers'
@@ -273,10 +289,11 @@ func (m *member) adopt(r reply, mid time.Time, fromSync bool) {
 		m.others = parseDemands(r.extra)
 	}
 	v := viewOf(r, mid).WithDemands(math.Float64frombits(m.demand.Load()), m.others)
-	if r.created {
-		m.recent.reset() // the count starts again
-	}
 	total, _ := strconv.ParseInt(r.fields[acceptedField], 10, 64)
+	if m.recounted(r.fields, total) {
+		m.recent.restart(0) // a state created anew counts from 0
+	}
+	m.counted = r.fields[countedFromField]
 	m.recent.add(mid, total)
 	v.Recent, v.RecentSpan = m.recent.over(recentSpan)
 	if r.created && m.joined {
@@ -289,8 +306,7 @@ func (m *member) adopt(r reply, mid time.Time, fromSync bool) {
 		m.store.log(slog.LevelInfo, "upsertredis: Redis answers again; the writer shares the lane's state", m.lane, m.id)
 	}
 	m.joined = true
-	moved := !old.Shared || differs(m.seed, r.fields) || old.Writers != v.Writers ||
-		math.Abs(old.Allocation(1)-v.Allocation(1)) > shareTolerance
+	moved := !old.Shared || differs(m.seed, r.fields) || v.DemandsMoved(m.signalled, demandTolerance)
 	m.seed = r.fields[:seedFields]
 	m.view.Store(&v)
 	m.store.stats.sawWriters(int64(v.Writers))
@@ -299,10 +315,27 @@ func (m *member) adopt(r reply, mid time.Time, fromSync bool) {
 	}
 }
 
-// shareTolerance is the change of a writer's part of the rate (as a
-// fraction of the whole) below which Changed does not fire: demands move a
-// little at every exchange.
-const shareTolerance = 0.01
+// demandTolerance is the change of a writer's demand, as a fraction of
+// it, below which Changed does not fire: a demand (twice what a writer
+// sends) moves a little at every exchange, and a tenth of a demand moves
+// any writer's part by at most a tenth of that demand.
+const demandTolerance = 0.1
+
+// recounted reports whether the lane's count of records accepted (total,
+// in the state fields) started again since the member's last sample: the
+// state was created anew, by this writer's exchange or another's. The
+// count then went down, or counted_from moved to a count below the last
+// sample; a cut, or a rebuild over a state that exists, moves
+// counted_from too but the count goes on, and its samples still measure
+// the moments after the cut.
+func (m *member) recounted(fields []string, total int64) bool {
+	last, ok := m.recent.last()
+	if !ok {
+		return false
+	}
+	from, _ := strconv.ParseInt(fields[acceptedAtCutField], 10, 64)
+	return total < last || (fields[countedFromField] != m.counted && from < last)
+}
 
 // differs reports whether the fields that a writer acts on at once (a
 // cut, a Retry-After, the breaker) changed.
@@ -316,6 +349,7 @@ func differs(old, fields []string) bool {
 }
 
 func (m *member) signal() {
+	m.signalled = m.View()
 	close(m.changed)
 	m.changed = make(chan struct{})
 }

@@ -27,9 +27,28 @@ func (r *recent) add(at time.Time, total int64) {
 	r.n = min(r.n+1, recentSamples)
 }
 
-// reset forgets the samples: the count started again (the state was
-// rebuilt).
-func (r *recent) reset() { *r = recent{} }
+// last returns the latest sample's count, and false before any.
+func (r *recent) last() (int64, bool) {
+	if r.n == 0 {
+		return 0, false
+	}
+	return r.total[(r.next-1+recentSamples)%recentSamples], true
+}
+
+// restart moves the samples' counts to end at base, where the count
+// started again (the state was created anew): they still measure what they
+// saw, and the next counts add to it. What the writers reported between
+// the latest sample and the restart was lost with the old count, so the
+// measure comes out low rather than high (or negative) for a second.
+func (r *recent) restart(base int64) {
+	last, ok := r.last()
+	if !ok {
+		return
+	}
+	for i := range r.n {
+		r.total[i] += base - last
+	}
+}
 
 // over returns what was counted between the latest sample and the latest
 // one at least span before it (the oldest, when none is), and the time

@@ -41,8 +41,17 @@ func TestRecentSpansTheOldestWhenExchangesAreSparse(t *testing.T) {
 	n, d := r.over(recentSpan)
 	assert.Equal(t, int64(6000), n)
 	assert.Equal(t, 3*time.Second, d)
-	r.reset()
-	n, d = r.over(recentSpan)
-	assert.Zero(t, n)
-	assert.Zero(t, d)
+}
+
+func TestRecentGoesOnAcrossARestartOfTheCount(t *testing.T) {
+	start := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	var r recent
+	r.restart(0) // no samples: nothing to move
+	r.add(start, 5000)
+	r.add(start.Add(500*time.Millisecond), 6000)
+	r.restart(0) // the state was created anew: its count starts from 0
+	r.add(start.Add(time.Second), 400)
+	n, d := r.over(recentSpan)
+	assert.Equal(t, int64(1400), n, "what the samples saw before the restart, and the new count")
+	assert.Equal(t, time.Second, d)
 }

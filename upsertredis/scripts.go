@@ -29,7 +29,8 @@ func laneKeys(prefix, host, namespace string) (state, writers string) {
 // scripts reply with them. Times are Redis's (milliseconds since the Unix
 // epoch); rate and level are opaque strings to the scripts.
 //
-//	version          exchanges that found the state, counting up across rebuilds
+//	version          exchanges that found the state, counting up across rebuilds; raised to
+//	                 Redis's clock (µs) by every cut and breaker change (see learned)
 //	epoch            429 episodes cut so far
 //	rate, level      the last cut's rate and the level it climbs back to ("0": no cut yet)
 //	recovery         how long the climb takes, ms
@@ -43,8 +44,12 @@ func laneKeys(prefix, host, namespace string) (state, writers string) {
 //	counted_from     when that was
 var stateFields = []string{"version", "epoch", "rate", "level", "recovery", "cut_at", "paused_until", "open_since", "answered", "unit", "accepted", "accepted_at_cut", "counted_from"}
 
-// acceptedField is the index of "accepted" in stateFields.
-var acceptedField = slices.Index(stateFields, "accepted")
+// The indexes of the fields a member reads the lane's count from.
+var (
+	acceptedField      = slices.Index(stateFields, "accepted")
+	acceptedAtCutField = slices.Index(stateFields, "accepted_at_cut")
+	countedFromField   = slices.Index(stateFields, "counted_from")
+)
 
 // seedFields is how many of stateFields, from the first, a seed holds.
 const seedFields = 10
@@ -58,7 +63,8 @@ const seedFields = 10
 // nothing rebuilt it first, or a failover lost writes): writers carry on
 // from the latest they knew instead of from nothing. Records accepted are
 // then counted from that moment. Every script adds one to the version, so
-// that a writer can tell an answer older than one it has (see adopt).
+// that a writer can tell an answer older than one it has (see adopt), and
+// a write that writers act on raises it to Redis's clock (learned).
 // Scripts reply with {now, rebuilt, <stateFields>...}, all as strings.
 const prelude = `
 if redis.replicate_commands then redis.replicate_commands() end
@@ -70,6 +76,12 @@ local base = SEED + 2
 local ttl = ARGV[1]
 local function num(field)
   return tonumber(redis.call('HGET', KEYS[1], field)) or 0
+end
+-- Versions restart with the keys (the last writer left, TTL), so what a lane learned is dated by
+-- Redis's clock: no view from before, however long it ran, passes for newer and overwrites it.
+local function learned()
+  local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('HSET', KEYS[1], 'version', string.format('%.0f', math.max(num('version'), clock)))
 end
 local created = 0
 if redis.call('EXISTS', KEYS[1]) == 0 or tonumber(ARGV[2]) > num('version') then
@@ -160,6 +172,7 @@ end
 redis.call('HSET', KEYS[1], 'epoch', ms(math.max(epoch, seen) + 1), 'rate', ARGV[base + 3], 'level', ARGV[base + 4],
   'recovery', ARGV[base + 5], 'unit', ARGV[base + 7], 'cut_at', ms(now), 'accepted_at_cut', num('accepted'), 'counted_from', ms(now),
   'paused_until', ms(math.max(num('paused_until'), now + tonumber(ARGV[base + 6]))), 'refused', '')
+learned()
 redis.call('PUBLISH', ARGV[base + 10], ms(math.max(epoch, seen) + 1))
 return reply({'1'})
 `)
@@ -175,9 +188,13 @@ const maxRefusals = "16"
 // (the index answered it).
 var breakerScript = redis.NewScript(prelude + `
 if ARGV[base] == '1' then
-  if num('open_since') == 0 then redis.call('HSET', KEYS[1], 'open_since', ms(now)) end
-else
+  if num('open_since') == 0 then
+    redis.call('HSET', KEYS[1], 'open_since', ms(now))
+    learned()
+  end
+elseif num('open_since') ~= 0 or num('answered') == 0 then
   redis.call('HSET', KEYS[1], 'open_since', 0, 'answered', 1)
+  learned()
 end
 return reply({})
 `)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/upsertlib/upsert"
 	"github.com/upsertlib/upsert/internal/redistest"
+	"github.com/upsertlib/upsert/internal/share"
 	"github.com/upsertlib/upsert/upserttest"
 )
 
@@ -158,7 +159,11 @@ func TestSlowOrHungRedisUnderRuns(t *testing.T) {
 	idx := e2eIndex(t, 6000)
 	const n, per = 3, 6000
 	stores := func() *Store {
-		return New(rdb, WithPrefix(t.Name()+":"), WithInterval(20*time.Millisecond), WithTimeout(100*time.Millisecond))
+		// A heartbeat of 500 ms: a writer alone tries Redis every 250 ms, so
+		// one that a loaded machine made miss the timeout early rejoins
+		// within runs of a few seconds.
+		return New(rdb, WithPrefix(t.Name()+":"), WithInterval(20*time.Millisecond), WithTimeout(100*time.Millisecond),
+			WithHeartbeat(500*time.Millisecond))
 	}
 	ws := runWriters(t, idx, stores, n, per, func() {
 		require.Eventually(t, func() bool { return idx.Count(e2eNamespace) >= n*per/3 }, 30*time.Second, time.Millisecond)
@@ -174,4 +179,34 @@ func TestSlowOrHungRedisUnderRuns(t *testing.T) {
 		assert.GreaterOrEqual(t, w.res.Stats.SharedFallbacks, 1, "writer %d went alone while Redis hung", i)
 		assert.GreaterOrEqual(t, w.store.Stats().MostWriters, int64(n))
 	}
+}
+
+// TestAWriterJoiningAnOldSharedOutageFailsNoRecordUnsent: the lane's
+// outage (open_since) is ended only by a writer whose breaker closes, so
+// it can outlive the writer that saw it (it died; an idle writer kept the
+// lane alive). A writer that joins adopts it, but an outage verdict that
+// none of its own failures bore out lately fails nothing: its requests
+// wait for the probe, and the index answers. The state below is what
+// Redis holds two minutes after such a writer died: a live idle member,
+// the outage's start two minutes ago, the index answered before.
+func TestAWriterJoiningAnOldSharedOutageFailsNoRecordUnsent(t *testing.T) {
+	rdb := client(t, nil)
+	idx := e2eIndex(t, 100000)
+	conn := indexConn(t, idx.Host())
+	s := newStore(t, rdb)
+	ctx := context.Background()
+	idle := s.Join(ctx, share.Lane{Host: strings.TrimPrefix(idx.Host(), "http://"), Namespace: e2eNamespace}).(*member)
+	t.Cleanup(func() { _ = idle.Leave(ctx) })
+	idle.Demand(0)
+	_, err := idle.Breaker(ctx, true) // the writer that saw the outage (it died since)
+	require.NoError(t, err)
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.HSet(ctx, idle.keys[0], "open_since", now.Add(-2*time.Minute).UnixMilli(), "answered", 1).Err())
+
+	res, err := upsert.All(ctx, vectors(0, 50), upsert.WithIndex(conn), upsert.WithLimiter(upsert.NewLimiter()), s.Option())
+	require.NoError(t, err)
+	assert.Empty(t, res.Failed, "records failed unsent, on an outage the index is long out of")
+	assert.Equal(t, 50, res.Upserted)
+	assert.Equal(t, 50, idx.Count(e2eNamespace))
 }

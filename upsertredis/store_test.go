@@ -270,3 +270,27 @@ func TestAnOlderAnswerIsDropped(t *testing.T) {
 	assert.Equal(t, uint64(1), a.View().Epoch, "the cut's answer stands")
 	assert.Equal(t, uint64(1), exchange(t, a).Epoch)
 }
+
+// TestChangedFiresWhenAnotherWritersDemandMovesTheSplit: another writer's
+// demand that falls (its producer slowed down) moves this writer's part
+// at the lane's rate, so Changed fires and the core applies the new split
+// (it does only then). Demands are records per second: the split
+// compared at a total of 1 (every writer 1/N) never saw them move.
+func TestChangedFiresWhenAnotherWritersDemandMovesTheSplit(t *testing.T) {
+	s := newStore(t, client(t, nil))
+	a, b := join(t, s), join(t, s)
+	exchange(t, a)
+	exchange(t, b)
+	require.InDelta(t, 5000, exchange(t, a).Allocation(10000), 1e-9, "two writers that take all they get split the lane")
+	changed := a.Changed()
+
+	b.Demand(100) // b's producer slowed down to 100 records a second
+	exchange(t, b)
+	v := exchange(t, a)
+	require.InDelta(t, 9900, v.Allocation(10000), 1e-9, "a's part of the lane is now nearly all of it")
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a's part of the lane went from 5000 to 9900 records/s, and Changed did not fire: the lane keeps its old part")
+	}
+}

@@ -75,3 +75,33 @@ func want(d float64) float64 {
 	}
 	return 0
 }
+
+// DemandsMoved reports whether the split of v differs from old's: the
+// writers are not as many, or a demand (this writer's, or the k-th
+// smallest of all) moved by more than tolerance of itself, or between
+// finite and +Inf. Demands are records per second, so a split compared at
+// one total (say 1) misses what moves it at the lane's; a relative change
+// of a demand moves any writer's part by at most that much of the demand.
+func (v View) DemandsMoved(old View, tolerance float64) bool {
+	if len(v.sorted) != len(old.sorted) || moved(v.own, old.own, tolerance) {
+		return true
+	}
+	for i, d := range v.sorted {
+		if moved(d, old.sorted[i], tolerance) {
+			return true
+		}
+	}
+	return false
+}
+
+// moved reports whether demand a differs from b by more than tolerance of
+// the larger.
+func moved(a, b, tolerance float64) bool {
+	switch {
+	case a == b:
+		return false
+	case math.IsInf(a, 1) || math.IsInf(b, 1):
+		return true
+	}
+	return math.Abs(a-b) > tolerance*max(a, b)
+}

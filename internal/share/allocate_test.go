@@ -47,3 +47,27 @@ func TestViewAllocation(t *testing.T) {
 	assert.Equal(t, 200.0, four.Allocation(800), "a detached writer starts from its last part, not the whole")
 	assert.Equal(t, 800.0, View{}.Allocation(800), "a view that names no writers")
 }
+
+func TestDemandsMoved(t *testing.T) {
+	inf := math.Inf(1)
+	two := View{}.WithDemands(inf, []float64{inf})
+	tests := []struct {
+		name  string
+		now   View
+		moved bool
+	}{
+		{"the same demands", View{}.WithDemands(inf, []float64{inf}), false},
+		{"another's demand falls", View{}.WithDemands(inf, []float64{100}), true},
+		{"a writer joins", View{}.WithDemands(inf, []float64{inf, inf}), true},
+		{"its own demand falls", View{}.WithDemands(100, []float64{inf}), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.moved, tt.now.DemandsMoved(two, 0.1))
+		})
+	}
+	slow := View{}.WithDemands(inf, []float64{100})
+	assert.False(t, View{}.WithDemands(inf, []float64{105}).DemandsMoved(slow, 0.1), "within the tolerance")
+	assert.True(t, View{}.WithDemands(inf, []float64{150}).DemandsMoved(slow, 0.1))
+	assert.True(t, View{}.WithDemands(inf, []float64{0}).DemandsMoved(slow, 0.1))
+}

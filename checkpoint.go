@@ -33,7 +33,12 @@ import (
 // which matters only where the input holds several records of one id.
 //
 // The input must come back in the same order on the next run. A
-// checkpoint past its end is an error ([ErrCheckpointPastEnd]).
+// checkpoint past its end is an error ([ErrCheckpointPastEnd]). The run
+// saves the position it loaded before sending anything: a checkpoint that
+// cannot be saved fails the run at once, with an error matching
+// [ErrBadOption] and the cause. A save that fails later is logged
+// ([WithLogger]) and tried again at the next save, a second on; the run
+// goes on.
 type Checkpoint interface {
 	// Load returns how many records at the start of the input an earlier
 	// run settled, or 0 when there was none.
@@ -161,6 +166,12 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 	n, err := in.r.cfg.checkpoint.Load(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("upsert: loading the checkpoint: %w", err)
+	}
+	// Saved once before anything is sent: a checkpoint that cannot be
+	// saved (a missing directory, no permission) would leave a long run
+	// that cannot resume, found out only from its log.
+	if err := in.r.cfg.checkpoint.Save(ctx, n); err != nil {
+		return 0, fmt.Errorf("%w: the checkpoint cannot be saved: %w", ErrBadOption, err)
 	}
 	in.next = int(n)
 	in.loaded = n

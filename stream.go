@@ -49,13 +49,16 @@ func Stream(ctx context.Context, seq iter.Seq[*pinecone.Vector], opts ...Option)
 const failuresKept = 1000
 
 func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(T) item, opts []Option) (Result, error) {
-	cfg, err := newConfig(opts, k, entryStream)
-	if err != nil {
-		return Result{}, err
-	}
 	op := "Stream"
 	if k == recordKind {
 		op = "Records"
+	}
+	if seq == nil {
+		return Result{}, fmt.Errorf("%w: %s was given a nil sequence", ErrBadOption, op)
+	}
+	cfg, err := newConfig(opts, k, entryStream)
+	if err != nil {
+		return Result{}, err
 	}
 	r := newRun(ctx, cfg, k, -1, op)
 	in := newIntake(r, forStream)

@@ -401,6 +401,12 @@ func TestRecords(t *testing.T) {
 		_, err = All(ctx, vectors(1, 2), WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }))
 		assert.ErrorIs(t, err, ErrBadOption)
 	})
+	t.Run("a nil sequence is a bad option, not a panic", func(t *testing.T) {
+		_, err := Records(ctx, nil, WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }))
+		assert.ErrorIs(t, err, ErrBadOption)
+		_, err = Stream(ctx, nil, WithUpsertFunc(newFakeIndex(nil).Upsert))
+		assert.ErrorIs(t, err, ErrBadOption)
+	})
 }
 
 // A stream replaces a record still waiting in its batch by a later one of

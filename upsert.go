@@ -22,8 +22,10 @@
 //	}
 //
 // Package upserttest provides a loopback Pinecone data plane to test
-// ingestion code against, package ndjson a dead-letter file, and package
-// upsertprom Prometheus metrics.
+// ingestion code against, package ndjson a dead-letter file, package
+// upsertprom Prometheus metrics, package upsertotel OpenTelemetry traces
+// and metrics, and package upsertredis a Store through which writers on
+// several machines share what their limiters learn.
 package upsert
 
 import (
@@ -46,7 +48,8 @@ import (
 // the batch at once with a [*PanicError]; the process survives.
 type UpsertFunc func(ctx context.Context, namespace string, batch []*pinecone.Vector) error
 
-// Option configures [All].
+// Option configures a run: [All], [Stream], [Records] or a [Writer]
+// ([NewWriter]).
 type Option func(*config)
 
 // config is what the options set: one field per option (more than twenty,

@@ -30,7 +30,10 @@ var ErrClosed = errors.New("upsert: writer closed")
 // context ends, also while another call waits for room. When the Writer's
 // own context ends, it fails what it holds and stops by itself: nothing is
 // left running even if Close is never called, and the observers' RunDone
-// comes then, once.
+// comes then, once. To shut a service down without failing what it holds,
+// give NewWriter a context that outlives the shutdown signal
+// (context.WithoutCancel of it, say) and bound Close's own context
+// instead. Make a Writer with [NewWriter]: the zero value is not usable.
 type Writer struct {
 	in          *intake
 	stopFlusher func()

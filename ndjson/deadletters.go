@@ -103,6 +103,9 @@ type letterOut struct {
 	// RecordError says why the record's values and metadata are missing:
 	// JSON cannot hold them as they are (see Encode).
 	RecordError string `json:"record_error,omitempty"`
+	// Namespace is the record's namespace (upsert.Failure.Namespace),
+	// left out when "".
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // integratedLetter is a dead letter of an integrated record (upsert.Records).
@@ -116,6 +119,14 @@ type integratedLetter struct {
 	// RecordError says why the record holds its id alone: JSON cannot
 	// hold its fields.
 	RecordError string `json:"record_error,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
+}
+
+// nilRecordLetter is the dead letter of a failure without a record.
+type nilRecordLetter struct {
+	Index     int    `json:"index"`
+	Error     string `json:"error"`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // Write writes the dead letter of f: its record's fields, then "class",
@@ -126,12 +137,22 @@ type integratedLetter struct {
 // or metadata that is not valid UTF-8) is written with its id and the
 // failure only, plus "record_error" saying why.
 //
+// Every letter ends with "namespace", f.Namespace (the namespace the record
+// was routed to, as upsert.WithNamespaceOf returned it), when it is not
+// "": a program that replays the letters of a run over several namespaces
+// reads it to send each record back where it belongs. It is absent for the
+// default namespace, whether named "" or "__default__" (Pinecone's other
+// name for it), and for a record that the run failed before it looked at
+// it (see upsert.Failure.Namespace). A [Reader] ignores it, as it does
+// every field that is not the record's: replaying the file through a
+// Reader alone sends every record to the one namespace of the replay.
+//
 // The failure of an integrated record (upsert.Records) is written as
 // {"integrated_record":{…},"class":…,"error":…,"attempts":…,
-// "may_have_landed":…,"index":…}, the record's fields as given; a Reader
-// does not read it back (it reports a line without an id). One that JSON
-// cannot hold is written with {"integrated_record":{"_id":<f.ID>}} and
-// "record_error", as a record is.
+// "may_have_landed":…,"index":…}, the record's fields as given, then
+// "namespace" as above; a Reader does not read it back (it reports a line
+// without an id). One that JSON cannot hold is written with
+// {"integrated_record":{"_id":<f.ID>}} and "record_error", as a record is.
 //
 // Write has the signature of upsert.Observer.Failure:
 //
@@ -151,10 +172,7 @@ func (d *DeadLetters) Write(f upsert.Failure) {
 	case f.Record == nil && f.Integrated != nil:
 		line, err = marshalIntegratedLetter(f, msg)
 	case f.Record == nil:
-		line, err = marshalLine(struct {
-			Index int    `json:"index"`
-			Error string `json:"error"`
-		}{f.Index, msg})
+		line, err = marshalLine(nilRecordLetter{Index: f.Index, Error: msg, Namespace: letterNamespace(f.Namespace)})
 	default:
 		line, err = marshalRecordLetter(f, msg)
 	}
@@ -165,11 +183,24 @@ func (d *DeadLetters) Write(f upsert.Failure) {
 	d.write(line)
 }
 
+// defaultNamespace is Pinecone's other name of the default namespace, ""
+// (go-pinecone v5 sends it for "").
+const defaultNamespace = "__default__"
+
+// letterNamespace is the "namespace" of a letter of a record of namespace
+// ns: "" (left out) for the default namespace, whichever name it was given.
+func letterNamespace(ns string) string {
+	if ns == defaultNamespace {
+		return ""
+	}
+	return ns
+}
+
 // marshalRecordLetter encodes the letter of f, a failure of a record, with
 // error msg; with the record's id alone and "record_error" when JSON cannot
 // hold the record as it is.
 func marshalRecordLetter(f upsert.Failure, msg string) ([]byte, error) {
-	l := letterOut{Class: f.Class.String(), Error: msg, Attempts: f.Attempts, MayHaveLanded: f.MayHaveLanded, Index: f.Index}
+	l := letterOut{Class: f.Class.String(), Error: msg, Attempts: f.Attempts, MayHaveLanded: f.MayHaveLanded, Index: f.Index, Namespace: letterNamespace(f.Namespace)}
 	var err error
 	if l.recordOut, err = newRecordOut(f.Record); err == nil {
 		var line []byte
@@ -185,7 +216,7 @@ func marshalRecordLetter(f upsert.Failure, msg string) ([]byte, error) {
 // marshalIntegratedLetter is marshalRecordLetter for the failure of an
 // integrated record: with {"_id":f.ID} alone when JSON cannot hold it.
 func marshalIntegratedLetter(f upsert.Failure, msg string) ([]byte, error) {
-	l := integratedLetter{Record: *f.Integrated, Class: f.Class.String(), Error: msg, Attempts: f.Attempts, MayHaveLanded: f.MayHaveLanded, Index: f.Index}
+	l := integratedLetter{Record: *f.Integrated, Class: f.Class.String(), Error: msg, Attempts: f.Attempts, MayHaveLanded: f.MayHaveLanded, Index: f.Index, Namespace: letterNamespace(f.Namespace)}
 	line, err := marshalLine(l)
 	if err == nil {
 		return line, nil

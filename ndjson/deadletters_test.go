@@ -76,6 +76,40 @@ func rateLimited(index int, v *pinecone.Vector) upsert.Failure {
 	}
 }
 
+func withNamespace(f upsert.Failure, ns string) upsert.Failure {
+	f.Namespace = ns
+	return f
+}
+
+// A run routed by WithNamespaceOf writes each letter with the namespace
+// its record was routed to, so that a replay can send it back there; the
+// letter still reads back as the record.
+func TestDeadLettersOfARoutedRunHoldTheNamespace(t *testing.T) {
+	recs := []*pinecone.Vector{{Id: "a-1", Values: floats(1, 2)}, {Id: "b-1", Values: floats(3, 4)}, {Id: "c-1", Values: floats(5, 6)}}
+	nsOf := map[string]string{"a-1": "tenant-a", "b-1": "tenant-b", "c-1": ""}
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	refuse := func(context.Context, string, []*pinecone.Vector) error {
+		return &upsert.Error{Class: upsert.ClassInvalid, StatusCode: 400}
+	}
+	_, err = upsert.All(context.Background(), recs, upsert.WithUpsertFunc(refuse), upsert.WithBatchSize(1),
+		upsert.WithNamespaceOf(func(v *pinecone.Vector) string { return nsOf[v.Id] }),
+		upsert.WithObserver(upsert.Observer{Failure: dl.Write}))
+	require.Error(t, err, "every record is refused")
+	require.NoError(t, dl.Close())
+
+	got := map[string]any{}
+	for _, l := range lines(t, path) {
+		got[l["id"].(string)] = l["namespace"]
+	}
+	assert.Equal(t, map[string]any{"a-1": "tenant-a", "b-1": "tenant-b", "c-1": nil}, got,
+		"each letter names its record's namespace; the default one is left out")
+	replayed, bad := readLetters(t, path)
+	assert.Empty(t, bad)
+	assert.Len(t, replayed, len(recs), "a Reader ignores the namespace and reads the records back")
+}
+
 func TestCreateDeadLettersMakesAnOwnerOnlyFile(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -142,6 +176,33 @@ func TestDeadLettersWrite(t *testing.T) {
 			"a failure without an error gets its class as error",
 			upsert.Failure{Index: 1, ID: "b", Record: &pinecone.Vector{Id: "b", Values: floats(1)}, Class: upsert.ClassCanceled},
 			`{"id":"b","values":[1],"class":"canceled","error":"canceled","attempts":0,"may_have_landed":false,"index":1}`,
+		},
+		{
+			"a record's namespace comes last",
+			withNamespace(rateLimited(17, rec), "tenant-7"),
+			`{"id":"a","values":[0.1,0.2],"metadata":{"genre":"x"},"class":"rate-limited","error":"rate-limited (gRPC ResourceExhausted): slow down","attempts":9,"may_have_landed":true,"index":17,"namespace":"tenant-7"}`,
+		},
+		{
+			"the default namespace, by its other name, is left out",
+			withNamespace(rateLimited(17, rec), "__default__"),
+			`{"id":"a","values":[0.1,0.2],"metadata":{"genre":"x"},"class":"rate-limited","error":"rate-limited (gRPC ResourceExhausted): slow down","attempts":9,"may_have_landed":true,"index":17}`,
+		},
+		{
+			"a record JSON cannot hold keeps its namespace",
+			upsert.Failure{Index: 2, ID: "nan", Namespace: "tenant-7", Record: &pinecone.Vector{Id: "nan", Values: floats(float32(math.NaN()))}, Class: upsert.ClassInvalid,
+				Err: &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New("dense value 0 is NaN")}},
+			`{"id":"nan","class":"invalid","error":"invalid: dense value 0 is NaN","attempts":0,"may_have_landed":false,"index":2,"record_error":"json: unsupported value: NaN","namespace":"tenant-7"}`,
+		},
+		{
+			"a nil record's letter keeps its namespace",
+			upsert.Failure{Index: 4, Namespace: "tenant-7", Class: upsert.ClassInvalid, Err: &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New("record is nil")}},
+			`{"index":4,"error":"invalid: record is nil","namespace":"tenant-7"}`,
+		},
+		{
+			"an integrated record's letter keeps its namespace",
+			upsert.Failure{Index: 3, ID: "r1", Namespace: "tenant-7", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "hello"},
+				Class: upsert.ClassRateLimited, Err: &upsert.Error{Class: upsert.ClassRateLimited, StatusCode: 429}, Attempts: 9},
+			`{"integrated_record":{"_id":"r1","chunk_text":"hello"},"class":"rate-limited","error":"rate-limited (HTTP 429)","attempts":9,"may_have_landed":false,"index":3,"namespace":"tenant-7"}`,
 		},
 	}
 	for _, tt := range tests {

@@ -12,6 +12,9 @@
 //
 //	{"id":"a","values":[0.1,0.2],"class":"rate-limited","error":"…","attempts":3,"may_have_landed":true,"index":17}
 //
+// plus, last, the record's "namespace" when it was routed to one other
+// than the default (see [DeadLetters.Write]).
+//
 // Since a [Reader] ignores the fields it does not know, a dead-letter file
 // can be fed back in unchanged to replay the records.
 package ndjson

@@ -41,9 +41,12 @@
 //   - upsert_records_failed_total{namespace, class} (counter): records that
 //     did not land, by the class of their final failure, counted as soon as
 //     each failure is final: the records that [upsert.Stats].Failed counts,
-//     those rejected before sending included. [upsert.Failure] does not say
-//     which namespace the record was for, so the namespace label of this
-//     metric is "".
+//     those rejected before sending included. The namespace label is the
+//     record's, as routed ([upsert.Failure].Namespace), bounded as the
+//     other metrics' is; it is "" for the default namespace, and also for
+//     a record that a run under [upsert.WithNamespaceOf] failed before it
+//     looked at it (the run stopped first), which
+//     upsert.Failure.Namespace leaves "".
 //   - upsert_retry_wait_seconds_total{namespace} (counter): the backoff
 //     chosen before each whole-batch retry ([upsert.RetryEvent].Wait), in
 //     seconds, summed; split halves are resent without a backoff. A 429's
@@ -260,7 +263,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Collector, error) {
 		}, []string{"namespace", "class", "kind"}),
 		recordsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "records_failed_total",
-			Help: `Records that did not land, by class of their final failure (namespace is "": failures do not carry it).`,
+			Help: "Records that did not land, by Pinecone namespace and class of their final failure.",
 		}, []string{"namespace", "class"}),
 		retryWait: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "retry_wait_seconds_total",
@@ -295,6 +298,17 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 // Observer returns the observer that feeds c, for [upsert.WithObserver].
 // The same observer may be given to any number of runs.
+//
+// The observer has a Failure function (for upsert_records_failed_total), so
+// a run of [upsert.Stream], [upsert.Records] or an [upsert.Writer] given it
+// keeps at most 1000 failures in its result. In the words of
+// [upsert.Result]: "a Stream, Records or Writer whose Observer has a
+// Failure function keeps only the first 1000 (Stats.Failed counts all)",
+// and of its MayBeStale: "Only the first 1000 are kept when an Observer
+// receives failures; Stats.MayBeStale counts all". [upsert.All] keeps
+// them all. A program that needs every failure of such a run gets them
+// from a Failure function of its own, such as the Write method of
+// ndjson.DeadLetters.
 func (c *Collector) Observer() upsert.Observer {
 	return upsert.Observer{
 		RequestDone: c.requestDone,
@@ -338,6 +352,5 @@ func (c *Collector) retry(e upsert.RetryEvent) {
 }
 
 func (c *Collector) failure(f upsert.Failure) {
-	// upsert.Failure carries no namespace: see the package documentation.
-	c.recordsFailed.WithLabelValues("", f.Class.String()).Inc()
+	c.recordsFailed.WithLabelValues(c.namespaces.of(f.Namespace), f.Class.String()).Inc()
 }

@@ -192,13 +192,15 @@ func TestFailuresAndSplits(t *testing.T) {
 	o.RequestDone(upsert.RequestEvent{Namespace: "a", Records: 5, Latency: 2 * time.Second, Err: invalid})
 	o.RequestDone(upsert.RequestEvent{Namespace: "a", Records: 5, Latency: 500 * time.Millisecond})
 	o.Retry(upsert.RetryEvent{Namespace: "b", Records: 3, Wait: 1500 * time.Millisecond, Err: &upsert.Error{Class: upsert.ClassServer, GRPCCode: codes.Unavailable}})
-	o.Failure(upsert.Failure{ID: "x", Class: upsert.ClassInvalid, Err: invalid})
-	o.Failure(upsert.Failure{ID: "y", Class: upsert.ClassInvalid, Err: invalid})
+	o.Failure(upsert.Failure{ID: "x", Namespace: "a", Class: upsert.ClassInvalid, Err: invalid})
+	o.Failure(upsert.Failure{ID: "y", Namespace: "a", Class: upsert.ClassInvalid, Err: invalid})
+	o.Failure(upsert.Failure{ID: "z", Class: upsert.ClassInvalid, Err: invalid})
 
 	want := `
-# HELP ingest_records_failed_total Records that did not land, by class of their final failure (namespace is "": failures do not carry it).
+# HELP ingest_records_failed_total Records that did not land, by Pinecone namespace and class of their final failure.
 # TYPE ingest_records_failed_total counter
-ingest_records_failed_total{class="invalid",namespace=""} 2
+ingest_records_failed_total{class="invalid",namespace=""} 1
+ingest_records_failed_total{class="invalid",namespace="a"} 2
 # HELP ingest_records_sent_total Records carried by upsert requests, counted again for every retry, by Pinecone namespace.
 # TYPE ingest_records_sent_total counter
 ingest_records_sent_total{namespace="a"} 20
@@ -340,4 +342,36 @@ func TestRecordsUpsertedAreCounted(t *testing.T) {
 
 	assert.Equal(t, map[string]float64{"": 100}, seriesOf(t, reg, "upsert_records_upserted_total"),
 		"records upserted, as Stats.Upserted (records sent: %v)", seriesOf(t, reg, "upsert_records_sent_total"))
+}
+
+// The failures counter is labelled with the namespace each record was
+// routed to (upsert.Failure.Namespace), as the other metrics are: a run
+// whose records fail in two namespaces makes one series per namespace,
+// whatever the transport names the default one.
+func TestFailuresAreLabelledWithTheirNamespace(t *testing.T) {
+	refuse := func(context.Context, string, []*pinecone.Vector) error {
+		return status.Error(codes.InvalidArgument, "refused")
+	}
+	tests := []struct {
+		name string
+		nsOf func(*pinecone.Vector) string
+		want map[string]float64
+	}{
+		{"routed", func(v *pinecone.Vector) string { return "tenant-" + v.Id[len(v.Id)-1:] },
+			map[string]float64{"tenant-0": 1, "tenant-1": 1, "tenant-2": 1, "tenant-3": 1, "tenant-4": 1,
+				"tenant-5": 1, "tenant-6": 1, "tenant-7": 1, "tenant-8": 1, "tenant-9": 1}},
+		{"default namespace", func(*pinecone.Vector) string { return "__default__" }, map[string]float64{"": 10}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			c, err := upsertprom.New(reg)
+			require.NoError(t, err)
+			res, err := upsert.All(context.Background(), records(10, 4), upsert.WithUpsertFunc(refuse),
+				upsert.WithNamespaceOf(tt.nsOf), upsert.WithObserver(c.Observer()))
+			require.Error(t, err, "every record is refused")
+			require.Len(t, res.Failed, 10)
+			assert.Equal(t, tt.want, seriesOf(t, reg, "upsert_records_failed_total"))
+		})
+	}
 }

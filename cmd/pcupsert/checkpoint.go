@@ -116,8 +116,8 @@ func openCheckpoint(ctx context.Context, path, name string, head *inputHead, con
 	case n == 0: // nothing to skip, whatever the input
 	case id == nil:
 		fmt.Fprintf(con, "pcupsert: the checkpoint %s does not say which input it was saved for (an earlier pcupsert wrote it): "+
-			"skipping the first %d records of %s as it says; if it belongs to another input, stop and remove it to load %s from its start\n",
-			path, n, name, name)
+			"skipping the first %s of %s as it says; if it belongs to another input, stop and remove it to load %s from its start\n",
+			path, quantity(int(n), "record"), name, name)
 	default:
 		got, err := peekHead(ctx, head, id.n)
 		if err != nil {

@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/upsertlib/upsert/upserttest"
 )
@@ -185,4 +187,109 @@ func TestACheckpointSaveThatFailsIsToldOnce(t *testing.T) {
 	require.NoError(t, os.WriteFile(dir, nil, 0o600)) // the directory is now a file
 	require.Error(t, c.Save(ctx, 9))
 	assert.Len(t, regexp.MustCompile(`could not save`).FindAllString(con.String(), -1), 2, con.String())
+}
+
+// deniedFrom is a fault script: the index denies every request that
+// carries a record from r50 on, which stops the run.
+func deniedFrom(req upserttest.Request) upserttest.Fault {
+	for _, id := range req.IDs {
+		if n, err := strconv.Atoi(strings.TrimPrefix(id, "r")); err == nil && n >= 50 {
+			return upserttest.Fault{Code: codes.Unauthenticated}
+		}
+	}
+	return upserttest.Fault{}
+}
+
+// A failure that says nothing against its record (upsert.Failure.Resend:
+// here a denied key, which stops the run) is left to the next run when
+// there is a checkpoint, which stops before it: not a dead letter, which a
+// replay would send a second time. Without a checkpoint nothing sends it
+// again: it is a dead letter. Either way the run exits 1, and the report's
+// counts add up: the records' dead letters are the failed ones not left
+// to resume.
+func TestResendFailuresAreLeftToTheCheckpointNotDeadLetters(t *testing.T) {
+	tests := []struct {
+		name       string
+		checkpoint bool
+	}{
+		{"with a checkpoint, left to resume", true},
+		{"without a checkpoint, dead letters", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ckpt, dl, in := filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson"), filepath.Join(dir, "in.ndjson")
+			// r3 is refused before sending (all-zero values): a failure
+			// for good.
+			input := strings.Replace(records(t, 100), `{"id":"r3","values":[3,0.5,0.25]}`, `{"id":"r3","values":[0,0,0]}`, 1)
+			require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+			srv := upserttest.NewServer(upserttest.WithFaults(deniedFrom))
+			defer srv.Close()
+			args := append(remote(t, srv), "--json", "--progress", "off", "--batch-size", "10", "--concurrency", "1", "--dead-letter", dl)
+			if tt.checkpoint {
+				args = append(args, "--checkpoint", ckpt)
+			}
+
+			res := runCmd(t, nil, nil, append(args, in)...)
+			assert.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+			s := jsonReport(t, res)
+			assert.Equal(t, exitFailed, s.ExitStatus)
+			assert.Equal(t, s.RecordsRead, s.Upserted+s.Failed)
+			require.Greater(t, s.Failed, 1, "r3, and the records the denial failed")
+			assert.True(t, s.Stopped, "the denial stopped the run")
+			ids, _ := letters(t, dl)
+			if tt.checkpoint {
+				assert.Equal(t, s.Failed-1, s.LeftToResume, "every denied record")
+				assert.Equal(t, map[string]int{"denied": s.LeftToResume}, s.LeftToResumeByClass)
+				assert.Equal(t, []string{"r3"}, ids, "only the failure for good is a dead letter")
+			} else {
+				assert.Zero(t, s.LeftToResume)
+				assert.Empty(t, s.LeftToResumeByClass)
+				assert.Len(t, ids, s.Failed, "every failure is a dead letter: nothing resends them")
+				assert.Contains(t, ids, "r50")
+			}
+			assert.Equal(t, s.Failed-s.LeftToResume, s.DeadLetters.Count, "the dead letters are the failed records not left to resume")
+			assert.Equal(t, len(ids), s.DeadLetters.Count)
+			if !tt.checkpoint {
+				return
+			}
+
+			// The denial lifted, the next run sends what was left, and
+			// no more letters: the file keeps r3's alone.
+			srv.SetFaults(nil)
+			res = runCmd(t, nil, nil, append(args, in)...)
+			assert.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+			s = jsonReport(t, res)
+			assert.Positive(t, s.Skipped, "r0 to r3 at least settled")
+			assert.Equal(t, 100, s.Skipped+s.Upserted)
+			assert.Equal(t, 99, srv.Count("__default__"), "every record but r3")
+			ids, _ = letters(t, dl)
+			assert.Equal(t, []string{"r3"}, ids)
+		})
+	}
+}
+
+// The human report says how many failed records are left to resume, and
+// by class, apart from the dead letters; with an index that answers
+// nothing but 503s, the run's records are left to resume but those whose
+// retries ran out.
+func TestTheReportTellsWhatIsLeftToResume(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, dl, in := filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson"), filepath.Join(dir, "in.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 3000)), 0o600))
+	res := runCmd(t, nil, nil, "--fault", "503=1", "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, in)
+	assert.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+	left := regexp.MustCompile(`^(\d+) of the failed \(server (\d+)\): not dead letters; the next run with the same --checkpoint sends them again$`).
+		FindStringSubmatch(reportValue(t, res.stdout, "left to resume"))
+	require.NotNil(t, left, res.stdout)
+	n, _ := strconv.Atoi(left[1])
+	assert.Equal(t, left[1], left[2])
+	assert.Equal(t, "3000 (server 3000)", reportValue(t, res.stdout, "failed"))
+	var letterCount int
+	if _, err := os.Stat(dl); err == nil {
+		ids, _ := letters(t, dl)
+		letterCount = len(ids)
+	}
+	assert.Equal(t, 3000, n+letterCount, "each failed record is left to resume or a dead letter")
+	assert.Less(t, letterCount, 3000/2, "most are left to resume: the breaker gave up on them")
 }

@@ -81,9 +81,9 @@ func (r dryRunReport) write(out io.Writer) error {
 	fmt.Fprintf(w, "bad lines      %d\n", r.BadLines)
 	fmt.Fprintf(w, "invalid        %d\n", r.Invalid)
 	fmt.Fprintf(w, "duplicates     %d\n", r.Duplicates)
-	fmt.Fprintf(w, "would send     %d records in %d batches of up to %d\n", r.Records, r.Batches, r.BatchSize)
+	fmt.Fprintf(w, "would send     %s in %s of up to %d\n", quantity(r.Records, "record"), quantity(r.Batches, "batch"), r.BatchSize)
 	for _, ns := range slices.Sorted(maps.Keys(r.Namespaces)) {
-		fmt.Fprintf(w, "  namespace %q: %d records\n", ns, r.Namespaces[ns])
+		fmt.Fprintf(w, "  namespace %q: %s\n", ns, quantity(r.Namespaces[ns], "record"))
 	}
 	return w.err
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"iter"
 	"math"
 	"os"
@@ -82,7 +83,8 @@ type openedInput struct {
 
 // openInput opens the input: the file o.input, or stdin. It refuses the
 // dead-letter file as input, by path or as stdin, since writing dead
-// letters would truncate it while it is read.
+// letters would truncate it while it is read. A file that does not exist
+// is a *usageError (exit status 2): the command line names it.
 func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) {
 	format := formatOf(o)
 	if o.input == "" || o.input == "-" {
@@ -99,6 +101,9 @@ func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) 
 		return &openedInput{src: newNDJSONSource(r, -1), name: "stdin", close: func() {}, stdin: true, head: head}, nil
 	}
 	f, err := os.Open(o.input)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, &usageError{err.Error()} // a wrong path on the command line
+	}
 	if err != nil {
 		return nil, err
 	}

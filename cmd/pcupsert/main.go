@@ -16,9 +16,10 @@
 // show how the library deals with rate limits and errors.
 //
 // Run pcupsert --help for the flags. The exit status is 0 when every record
-// landed, 1 when a record failed or may be stale, a line was bad, or the
-// input could not be read to its end (the dead-letter file holds what to
-// replay), and 2 for usage errors.
+// landed, 1 when a record failed (or, with --checkpoint, was left to the
+// next run) or may be stale, a line was bad, or the input could not be read
+// to its end (the dead-letter file holds what to replay), and 2 for usage
+// errors, an input file that does not exist included.
 // For scripts, --json writes the final report as one JSON object,
 // --max-failure-seconds gives up on an index that accepts nothing, and
 // --dry-run checks the input without sending anything.
@@ -46,8 +47,8 @@ import (
 // Exit statuses.
 const (
 	exitOK     = 0 // every record landed
-	exitFailed = 1 // a record failed or may be stale, a line was bad, or the run could not be done
-	exitUsage  = 2 // the command line is wrong
+	exitFailed = 1 // a record failed or was left to resume, or may be stale, a line was bad, or the run could not be done
+	exitUsage  = 2 // the command line is wrong, or names an input file that does not exist
 )
 
 // defaultDeadLetter is the dead-letter file's default path.
@@ -122,7 +123,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.fault, "fault", "", "embedded index only: faults to inject, a comma-separated `LIST` of\n"+faultHelp)
 	fs.Float64Var(&o.rate, "rate", 0, "embedded index only: the vectors per second `N` it admits, answering 429 above\n(default 0: unlimited)")
 	fs.IntVar(&o.dimension, "dimension", 0, "the index's dimension `N`: the embedded index's, as a real index has one from its creation\n(default 0: that of the first valid record), and what --dry-run checks records against\n(default 0: not checked); replaying dead letters, give your index's")
-	fs.StringVar(&o.format, "format", "", "the input's `FORMAT`: ndjson, or parquet (Pinecone's import layout: columns id, values,\nsparse_values, metadata as a JSON string) (default: parquet for a .parquet file, else ndjson)")
+	fs.StringVar(&o.format, "format", "", "the input's `FORMAT`: ndjson, or parquet (Pinecone's import layout: columns id, values,\nsparse_values, metadata as a JSON object in a string or as a struct of its fields)\n(default: parquet for a .parquet file, else ndjson)")
 	fs.BoolVar(&o.json, "json", false, "write the final report on stdout as one JSON object (the same figures), for scripts")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check the input, say what would be sent (records, batches, namespaces,\nbad lines and invalid records), and send nothing: no index is opened")
 	fs.Float64Var(&o.maxFailure, "max-failure-seconds", 0, "give up when records wait and requests have failed, none landing, for `N` seconds:\nwhat was not sent goes to the dead-letter file, read or not, and the exit status is 1\n(default 0: never)")
@@ -203,13 +204,16 @@ Rate limits, timeouts and server errors are retried; records that still
 fail, and lines that cannot be read, go to the dead-letter file, as do
 records that landed but may be stale (an earlier write of their id, left
 without an answer, may still replace them). Feed it back in as input (with
-another --dead-letter) to replay them. With --checkpoint, records canceled
-by an interruption are left to the next run, which appends to the
-dead-letter file.
+another --dead-letter) to replay them. With --checkpoint, records whose
+failure says nothing against them (the run was interrupted, the index was
+down or refused the key) are not dead letters: they are left to the next
+run with the same --checkpoint, which sends them again and appends to the
+dead-letter file. Without it, they are dead letters like the others.
 
 Exit status: 0 when every record landed (for --dry-run: when every line is
-a valid record), 1 when a record failed or may be stale, a line was bad or
-the input could not be read to its end, 2 for usage errors.
+a valid record), 1 when a record failed or was left to the next run, may be
+stale, a line was bad or the input could not be read to its end, 2 for
+usage errors (an input file that does not exist included).
 
 Flags:
 `)
@@ -239,6 +243,18 @@ func plural(n int, format string) string {
 	default:
 		return fmt.Sprintf(format, n, "s")
 	}
+}
+
+// quantity formats n with noun, singular for 1 and plural otherwise:
+// "1 record", "3 records", "2 batches".
+func quantity(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "ch") || strings.HasSuffix(noun, "s") {
+		return fmt.Sprintf("%d %ses", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // logLevel maps a --log-level value to a slog level; off is above every
@@ -389,7 +405,7 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	s.Stopped = in.stopped && !s.GaveUp && !s.Interrupted
 	tellHowItEnded(e.con, o, name, in, res, s)
 	if s.GaveUp && !dead.resumable {
-		if !drain(ctx, in, dead, context.Cause(runCtx)) {
+		if !drain(ctx, in, dead, tgt.idx.Namespace(), context.Cause(runCtx)) {
 			s.Interrupted = true
 			fmt.Fprintf(e.con, "pcupsert: interrupted while writing the rest of %s to the dead-letter file, at %s %d; the rest of it was not read\n", name, in.unit, in.pos)
 		}
@@ -517,10 +533,10 @@ func summarize(o options, tgt *target, name string, in *input, res upsert.Result
 // tellHowItEnded says on con what was read, and why the run ended early
 // if it did.
 func tellHowItEnded(con io.Writer, o options, name string, in *input, res upsert.Result, s summary) {
-	fmt.Fprintf(con, "pcupsert: read %d records from %s%s\n", in.read, name, plural(in.bad, " (%d bad line%s)"))
+	fmt.Fprintf(con, "pcupsert: read %s from %s%s\n", quantity(in.read, "record"), name, plural(in.bad, " (%d bad line%s)"))
 	if res.Stats.Skipped > 0 {
-		fmt.Fprintf(con, "pcupsert: skipped the first %d records of %s, which the checkpoint says a previous run settled%s\n",
-			res.Stats.Skipped, name, plural(in.skippedBad, ", and %d bad line%s it reported"))
+		fmt.Fprintf(con, "pcupsert: skipped the first %s of %s, which the checkpoint says a previous run settled%s\n",
+			quantity(res.Stats.Skipped, "record"), name, plural(in.skippedBad, ", and %d bad line%s it reported"))
 	}
 	unsent := "records read but not landed go to the dead-letter file"
 	if o.checkpoint != "" {
@@ -544,29 +560,34 @@ func tellHowItEnded(con io.Writer, o options, name string, in *input, res upsert
 
 // drain writes the records the run did not read to the dead-letter file,
 // after it gave up, so that replaying the file sends everything that was
-// not sent. It returns false if ctx ended first (the user interrupted the
-// drain of a slow input).
-func drain(ctx context.Context, in *input, dead *deadLetters, cause error) bool {
+// not sent; their letters name namespace, the run's, as those of the
+// records it read do. It returns false if ctx ended first (the user
+// interrupted the drain of a slow input).
+func drain(ctx context.Context, in *input, dead *deadLetters, namespace string, cause error) bool {
 	e := &upsert.Error{Class: upsert.ClassCanceled, Err: cause}
 	for {
 		v, ok := in.next(ctx)
 		if !ok {
 			return in.ended || in.err != nil
 		}
-		dead.NotSent(upsert.Failure{Index: in.read - 1, ID: v.Id, Record: v, Class: upsert.ClassCanceled, Err: e})
+		dead.NotSent(upsert.Failure{Index: in.read - 1, ID: v.Id, Namespace: namespace, Record: v, Class: upsert.ClassCanceled, Err: e})
 	}
 }
 
 // finishSummary adds what the dead letters, the causes and the embedded
 // index say, and the exit status.
 func finishSummary(s *summary, in *input, dead *deadLetters, causes *causes, tgt *target, res upsert.Result) {
-	byClass, landed, rejected := func() (map[upsert.Class]int, int, map[string]int) {
+	byClass, toResume, landed, rejected := func() (map[upsert.Class]int, map[upsert.Class]int, int, map[string]int) {
 		dead.mu.Lock()
 		defer dead.mu.Unlock()
-		s.LeftToResume, s.NotSent = dead.toResume, dead.notSent
-		return maps.Clone(dead.byClass), dead.landed, maps.Clone(dead.rejected)
+		s.NotSent = dead.notSent
+		return maps.Clone(dead.byClass), maps.Clone(dead.toResume), dead.landed, maps.Clone(dead.rejected)
 	}()
 	s.FailedByClass, s.MayHaveLanded = classNames(byClass), landed
+	s.LeftToResumeByClass = classNames(toResume)
+	for _, n := range toResume {
+		s.LeftToResume += n
+	}
 	s.Causes = causes.top(tgt.host, rejected)
 	if tgt.srv != nil {
 		stored := tgt.srv.Count(tgt.idx.Namespace())

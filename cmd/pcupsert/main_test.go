@@ -298,7 +298,43 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	})
 	assert.Contains(t, res.stdout, "(default pcupsert-failed.ndjson)")
 	assert.Contains(t, res.stdout, "(default 30s)")
+	assert.Contains(t, res.stdout, "metadata as a JSON object in a string or as a struct of its fields",
+		"a struct metadata column is read too (TestAParquetMetadataStructIsTheRecordsMetadata)")
 	assert.Empty(t, res.stderr)
+}
+
+func TestQuantityAgreesWithItsNumber(t *testing.T) {
+	tests := []struct {
+		n    int
+		noun string
+		want string
+	}{
+		{0, "record", "0 records"},
+		{1, "record", "1 record"},
+		{2, "record", "2 records"},
+		{1, "batch", "1 batch"},
+		{3, "batch", "3 batches"},
+		{1, "request", "1 request"},
+		{7, "request", "7 requests"},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, quantity(tt.n, tt.noun))
+	}
+}
+
+// Counts in the messages and reports agree with their nouns: "1 record",
+// "1 batch", not "1 records", "1 batches".
+func TestOneOfAThingIsSingular(t *testing.T) {
+	input := `{"id":"a","values":[1,2,3]}` + "\n"
+	res := runCmd(t, nil, strings.NewReader(input), "--dry-run", "--progress", "off")
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.Contains(t, res.stdout, "would send     1 record in 1 batch of up to 1000\n")
+	assert.Contains(t, res.stdout, `namespace "__default__": 1 record`+"\n")
+
+	res = runCmd(t, nil, strings.NewReader(input), "--progress", "off", "--dead-letter", deadLetterPath(t))
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "pcupsert: read 1 record from stdin\n")
+	assert.Contains(t, res.stdout, "embedded index: holds 1 record, as many as upserted\n")
 }
 
 func TestUsageErrorsExitWithStatus2(t *testing.T) {
@@ -323,6 +359,7 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 		{"both --host and --index", []string{"--host", "http://127.0.0.1:1", "--index", "x"}, "not both"},
 		{"a host without the API key", []string{"--host", "http://127.0.0.1:1"}, "need the API key"},
 		{"the dead-letter file as input", []string{"--dead-letter", dl, dl}, "is the dead-letter file"},
+		{"an input file that does not exist", []string{filepath.Join(t.TempDir(), "missing.ndjson")}, "missing.ndjson: no such file or directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -28,8 +28,10 @@ type deadLetters struct {
 	path   string
 	append bool                // keep what the file holds: the run resumes another
 	mask   func(string) string // masks the API key in error messages
-	// resumable: records canceled by the end of the run are not letters,
-	// since the checkpoint makes the next run send them.
+	// resumable: with a checkpoint, failures that say nothing against
+	// their record (upsert.Failure.Resend: the run stopped, the index was
+	// down) are not letters, since the checkpoint stops before them and the
+	// next run sends them again.
 	resumable bool
 	// invalid is told of each record rejected before it was sent, with
 	// the rule it breaks, and returns the message naming the record by
@@ -44,9 +46,9 @@ type deadLetters struct {
 	synced   int   // letters in the file closed by sync, before dl's
 	err      error // creating the file failed
 	byClass  map[upsert.Class]int
-	landed   int // failed records that may have landed
-	toResume int // canceled records left to the next run
-	notSent  int // records never read by the run, written after it gave up
+	landed   int                  // failed records that may have landed
+	toResume map[upsert.Class]int // failed records left to the next run, by class
+	notSent  int                  // records never read by the run, written after it gave up
 	rejected map[string]int
 }
 
@@ -65,10 +67,11 @@ func (d *deadLetters) file() *ndjson.DeadLetters {
 }
 
 // Failure writes the dead letter of a record that did not land; it is the
-// upsert.Observer.Failure hook.
+// upsert.Observer.Failure hook. A record left to resume (leftToResume) is
+// counted, not written.
 func (d *deadLetters) Failure(f upsert.Failure) {
 	d.count(f)
-	if f.Class == upsert.ClassCanceled && d.resumable {
+	if d.leftToResume(f) {
 		return
 	}
 	if rule := rejectedRule(f); rule != nil && d.invalid != nil {
@@ -124,6 +127,15 @@ func indexMessage(err error) string {
 	return err.Error()
 }
 
+// leftToResume reports whether f's record is left to the next run rather
+// than a dead letter: with a checkpoint, which stops before a failure with
+// Resend set, the next run sends it again, and a replay of its letter
+// would send it twice. Without a checkpoint nothing resends it: it is a
+// dead letter.
+func (d *deadLetters) leftToResume(f upsert.Failure) bool {
+	return d.resumable && f.Resend
+}
+
 func (d *deadLetters) count(f upsert.Failure) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -134,8 +146,11 @@ func (d *deadLetters) count(f upsert.Failure) {
 	if f.MayHaveLanded {
 		d.landed++
 	}
-	if f.Class == upsert.ClassCanceled && d.resumable {
-		d.toResume++
+	if d.leftToResume(f) {
+		if d.toResume == nil {
+			d.toResume = make(map[upsert.Class]int)
+		}
+		d.toResume[f.Class]++
 	}
 }
 
@@ -235,7 +250,10 @@ const maxCauseChars = 200
 const causesShown = 3
 
 // causes counts the error messages of failed requests, by class, for the
-// report: the counts by code say how often, the messages say why.
+// report: the counts by code say how often, the messages say why. It
+// counts requests, not records: a request the index refused is split and
+// sent again until the refused record is alone, so one record the index
+// refuses is the cause of several failed requests.
 type causes struct {
 	mask func(string) string
 	mu   sync.Mutex
@@ -272,10 +290,20 @@ func (c *causes) requestDone(e upsert.RequestEvent) {
 	c.n[e.Err.Class][msg]++
 }
 
+// The units of a cause's count.
+const (
+	unitRequest = "request" // failed requests, whose records may have landed after a retry or split
+	unitRecord  = "record"  // records rejected before they were sent
+)
+
 // cause is an error message and how many times it came, in the report.
 type cause struct {
-	Class   string `json:"class"`
+	Class string `json:"class"`
+	// Count is how many times the message came, in Unit: failed requests
+	// (unitRequest) for the index's answers, records (unitRecord) for the
+	// rules broken before sending.
 	Count   int    `json:"count"`
+	Unit    string `json:"unit"`
 	Message string `json:"message"`
 	// Host is the index that answered it; "" for records rejected before
 	// they were sent.
@@ -289,18 +317,18 @@ func (c *causes) top(host string, rejected map[string]int) []cause {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := []cause{} // [] in the JSON report, not null, when nothing failed
-	add := func(class upsert.Class, msgs map[string]int, host string) {
+	add := func(class upsert.Class, msgs map[string]int, unit, host string) {
 		keys := slices.SortedFunc(maps.Keys(msgs), func(a, b string) int {
 			return cmp.Or(msgs[b]-msgs[a], strings.Compare(a, b))
 		})
 		for _, m := range keys[:min(len(keys), causesShown)] {
-			out = append(out, cause{Class: class.String(), Count: msgs[m], Message: m, Host: host})
+			out = append(out, cause{Class: class.String(), Count: msgs[m], Unit: unit, Message: m, Host: host})
 		}
 	}
 	for _, cl := range upsert.Classes() {
-		add(cl, c.n[cl], host)
+		add(cl, c.n[cl], unitRequest, host)
 	}
-	add(upsert.ClassInvalid, rejected, "")
+	add(upsert.ClassInvalid, rejected, unitRecord, "")
 	return out
 }
 
@@ -316,24 +344,31 @@ type summary struct {
 	BadLines    int `json:"bad_lines"`
 	// Skipped are the records at the start of the input that the
 	// checkpoint says an earlier run settled (counted in RecordsRead).
-	Skipped       int            `json:"skipped"`
-	Upserted      int            `json:"upserted"`
+	Skipped  int `json:"skipped"`
+	Upserted int `json:"upserted"`
+	// Failed counts every record that did not land, those left to resume
+	// included: Failed - LeftToResume are the dead letters of records.
 	Failed        int            `json:"failed"`
 	FailedByClass map[string]int `json:"failed_by_class"`
 	MayHaveLanded int            `json:"may_have_landed"`
 	// MayBeStale counts records that landed while a request carrying an
 	// earlier record of their id had ended without an answer: the index
 	// may keep that earlier record. Their dead letters upsert them again.
-	MayBeStale     int            `json:"may_be_stale"`
-	LeftToResume   int            `json:"left_to_resume"`
-	NotSent        int            `json:"not_sent"`
-	Duplicates     int            `json:"duplicates"`
-	Requests       int            `json:"requests"`
-	Retries        int            `json:"retries"`
-	RetriesByClass map[string]int `json:"retries_by_class"`
-	Splits         int            `json:"splits"`
-	ErrorsByCode   map[string]int `json:"errors_by_code"`
-	Causes         []cause        `json:"causes"`
+	MayBeStale int `json:"may_be_stale"`
+	// LeftToResume counts the failed records that a run with --checkpoint
+	// leaves to the next one, which sends them again: their failure says
+	// nothing against them (upsert.Failure.Resend), and they are not dead
+	// letters. LeftToResumeByClass splits them by class.
+	LeftToResume        int            `json:"left_to_resume"`
+	LeftToResumeByClass map[string]int `json:"left_to_resume_by_class"`
+	NotSent             int            `json:"not_sent"`
+	Duplicates          int            `json:"duplicates"`
+	Requests            int            `json:"requests"`
+	Retries             int            `json:"retries"`
+	RetriesByClass      map[string]int `json:"retries_by_class"`
+	Splits              int            `json:"splits"`
+	ErrorsByCode        map[string]int `json:"errors_by_code"`
+	Causes              []cause        `json:"causes"`
 
 	LatencySeconds   latency `json:"latency_seconds"`
 	BatchSizeMean    float64 `json:"batch_size_mean"`
@@ -433,7 +468,8 @@ func (s *summary) write(out io.Writer) error {
 	row("upserted", "%d", s.Upserted)
 	row("failed", "%d%s", s.Failed, byClass(s.FailedByClass))
 	if s.LeftToResume > 0 {
-		row("left to resume", "%d (canceled; not dead letters: run again with the same --checkpoint)", s.LeftToResume)
+		row("left to resume", "%d of the failed%s: not dead letters; the next run with the same --checkpoint sends them again",
+			s.LeftToResume, byClass(s.LeftToResumeByClass))
 	}
 	if s.NotSent > 0 {
 		row("not sent", "%d (read after giving up, into the dead-letter file)", s.NotSent)
@@ -447,13 +483,13 @@ func (s *summary) write(out io.Writer) error {
 	row("splits", "%d", s.Splits)
 	row("errors by code", "%s", byCode(s.ErrorsByCode))
 	if len(s.Causes) > 0 {
-		row("causes", "from %s", s.Host)
+		row("causes", "%s", causesHeading(s.Host, s.Causes))
 		for _, c := range s.Causes {
 			where := ""
 			if c.Host == "" {
 				where = "before sending: "
 			}
-			row(fmt.Sprintf("  %s ×%d", c.Class, c.Count), "%s%s", where, c.Message)
+			row(fmt.Sprintf("  %s ×%s", c.Class, quantity(c.Count, c.Unit)), "%s%s", where, c.Message)
 		}
 	}
 	row("latency p50/p95/p99", "%v / %v / %v", round(seconds(s.LatencySeconds.P50)), round(seconds(s.LatencySeconds.P95)), round(seconds(s.LatencySeconds.P99)))
@@ -465,13 +501,13 @@ func (s *summary) write(out io.Writer) error {
 	if e := s.Embedded; e != nil {
 		switch {
 		case e.Stored == s.Upserted:
-			fmt.Fprintf(w, "embedded index: holds %d records, as many as upserted\n", e.Stored)
+			fmt.Fprintf(w, "embedded index: holds %s, as many as upserted\n", quantity(e.Stored, "record"))
 		case e.AsExpected && e.Stored > s.Upserted:
-			fmt.Fprintf(w, "embedded index: holds %d records, %d more than upserted: failed records that may have landed did\n", e.Stored, e.Stored-s.Upserted)
+			fmt.Fprintf(w, "embedded index: holds %s, %d more than upserted: failed records that may have landed did\n", quantity(e.Stored, "record"), e.Stored-s.Upserted)
 		case e.AsExpected:
-			fmt.Fprintf(w, "embedded index: holds %d records, %d fewer than upserted: records of an id upserted again replaced the earlier ones\n", e.Stored, s.Upserted-e.Stored)
+			fmt.Fprintf(w, "embedded index: holds %s, %d fewer than upserted: records of an id upserted again replaced the earlier ones\n", quantity(e.Stored, "record"), s.Upserted-e.Stored)
 		default:
-			fmt.Fprintf(w, "embedded index: holds %d records but %d were upserted: MISMATCH\n", e.Stored, s.Upserted)
+			fmt.Fprintf(w, "embedded index: holds %s but %d were upserted: MISMATCH\n", quantity(e.Stored, "record"), s.Upserted)
 		}
 	}
 	switch d := s.DeadLetters; {
@@ -484,6 +520,15 @@ func (s *summary) write(out io.Writer) error {
 		fmt.Fprintf(w, "input: %s; the rest of it was not read\n", s.InputError)
 	}
 	return w.err
+}
+
+// causesHeading is the heading of the causes in the report: the host that
+// answered, and what the counts count, requests or records.
+func causesHeading(host string, cs []cause) string {
+	if !slices.ContainsFunc(cs, func(c cause) bool { return c.Unit == unitRequest }) {
+		return "records rejected before sending"
+	}
+	return "from " + host + " (requests are counted: one is split and sent again, so one record can fail several)"
 }
 
 // stickyWriter keeps the first error of the writes through it, so that a

@@ -105,10 +105,10 @@ func humanFigures(t *testing.T, res result) figures {
 			f.ErrorsByCode[code] = atoi(n)
 		}
 	}
-	for _, m := range regexp.MustCompile(`(?m)^  (\S+) ×(\d+) +(before sending: )?(.*)$`).FindAllStringSubmatch(out, -1) {
-		f.Causes = append(f.Causes, cause{Class: m[1], Count: atoi(m[2]), Message: m[4]})
+	for _, m := range regexp.MustCompile(`(?m)^  (\S+) ×(\d+) (request|record)s? +(before sending: )?(.*)$`).FindAllStringSubmatch(out, -1) {
+		f.Causes = append(f.Causes, cause{Class: m[1], Count: atoi(m[2]), Unit: m[3], Message: m[5]})
 	}
-	if m := regexp.MustCompile(`(?m)^embedded index: holds (\d+) records`).FindStringSubmatch(out); m != nil {
+	if m := regexp.MustCompile(`(?m)^embedded index: holds (\d+) records?`).FindStringSubmatch(out); m != nil {
 		f.Stored = atoi(m[1])
 	}
 	if m := regexp.MustCompile(`(?m)^dead letters: (\d+) in `).FindStringSubmatch(out); m != nil {
@@ -182,7 +182,8 @@ func TestRecordsRefusedBeforeSendingAreNamedByTheirLineAsBadLinesAre(t *testing.
 			assert.Equal(t, &embedded{Stored: 3, AsExpected: true}, s.Embedded)
 			require.NotEmpty(t, s.Causes)
 			last := s.Causes[len(s.Causes)-1]
-			assert.Equal(t, cause{Class: "invalid", Count: 1, Message: last.Message}, last, "refused before sending: no host answered")
+			assert.Equal(t, cause{Class: "invalid", Count: 1, Unit: unitRecord, Message: last.Message}, last,
+				"refused before sending: no host answered, one record counted")
 			assert.Contains(t, last.Message, tt.rule)
 			byID, byLine := letterErrors(t, dl)
 			assert.Equal(t, "invalid: line 5 (id \"bad\"): "+named[1][3], byID["bad"], "the dead letter names it the same way")

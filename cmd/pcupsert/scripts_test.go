@@ -76,9 +76,34 @@ func TestTheReportNamesTheCauses(t *testing.T) {
 	res := runCmd(t, nil, strings.NewReader(records(t, 300)), "--dead-letter", deadLetterPath(t), "--progress", "off",
 		"--fault", "503=0.3,reject=r5", "--batch-size", "50")
 	require.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
-	assert.Regexp(t, `^from http://127\.0\.0\.1:\d+$`, reportValue(t, res.stdout, "causes"))
-	assert.Regexp(t, `(?m)^  server ×\d+ +upserttest: injected fault: Unavailable$`, res.stdout)
-	assert.Regexp(t, `(?m)^  invalid ×\d+ +Invalid request: a record in the request was rejected \(upserttest.RejectIDs\)$`, res.stdout)
+	assert.Regexp(t, `^from http://127\.0\.0\.1:\d+ \(requests are counted`, reportValue(t, res.stdout, "causes"))
+	assert.Regexp(t, `(?m)^  server ×\d+ requests? +upserttest: injected fault: Unavailable$`, res.stdout)
+	assert.Regexp(t, `(?m)^  invalid ×\d+ requests? +Invalid request: a record in the request was rejected \(upserttest.RejectIDs\)$`, res.stdout)
+}
+
+// The causes say what they count: the index's answers are counted in
+// failed requests, and one record the index refuses fails several, as
+// its request is split until it is alone; the rules broken before sending
+// are counted in records.
+func TestTheCausesSayWhatTheyCount(t *testing.T) {
+	input := records(t, 16) + `{"id":"zero","values":[0,0,0]}` + "\n"
+	args := []string{"--progress", "off", "--fault", "reject=r5", "--batch-size", "8", "--concurrency", "1"}
+	human := runCmd(t, nil, strings.NewReader(input), append(args, "--dead-letter", deadLetterPath(t))...)
+	require.Equal(t, exitFailed, human.status, "stderr:\n%s", human.stderr)
+	js := runCmd(t, nil, strings.NewReader(input), append(args, "--dead-letter", deadLetterPath(t), "--json")...)
+	s := jsonReport(t, js)
+
+	assert.Equal(t, map[string]int{"invalid": 2}, s.FailedByClass, "r5 and zero")
+	require.Len(t, s.Causes, 2)
+	refused, rejected := s.Causes[0], s.Causes[1]
+	assert.Equal(t, unitRequest, refused.Unit)
+	assert.Greater(t, refused.Count, 1, "one record, several requests: the batch and its halves")
+	assert.Equal(t, cause{Class: "invalid", Count: 1, Unit: unitRecord, Message: rejected.Message}, rejected)
+
+	assert.Regexp(t, `^from http://127\.0\.0\.1:\d+ \(requests are counted: one is split and sent again, so one record can fail several\)$`,
+		reportValue(t, human.stdout, "causes"))
+	assert.Regexp(t, fmt.Sprintf(`(?m)^  invalid ×%d requests +Invalid request: a record in the request was rejected`, refused.Count), human.stdout)
+	assert.Regexp(t, `(?m)^  invalid ×1 record +before sending: dense values are all zero`, human.stdout)
 }
 
 func TestMaxFailureSecondsGivesUpOnAnIndexThatWentDown(t *testing.T) {
@@ -535,7 +560,8 @@ func TestAnInterruptedRunWithACheckpointLeavesItsRecordsToTheNext(t *testing.T) 
 	assert.Equal(t, exitFailed, res.status)
 	assert.Contains(t, res.stderr, "left to the next run with the same --checkpoint")
 	assert.Equal(t, "50 (canceled 50)", reportValue(t, res.stdout, "failed"))
-	assert.Equal(t, "50 (canceled; not dead letters: run again with the same --checkpoint)", reportValue(t, res.stdout, "left to resume"))
+	assert.Equal(t, "50 of the failed (canceled 50): not dead letters; the next run with the same --checkpoint sends them again",
+		reportValue(t, res.stdout, "left to resume"))
 	assert.NoFileExists(t, dl, "the resumed run sends them: as dead letters they would be sent twice")
 }
 

@@ -28,11 +28,13 @@ type kind struct {
 // records' one (vectors in "records:x" and records in "x").
 const vectorEscape = "vectors:"
 
-// laneKey returns the key of the Limiter's lane (and of its shared state
-// in a Store) for the kind's records in the namespace of key
-// (namespaceKey's): distinct for every kind and namespace, and the
-// namespace's own key for the vectors of any namespace that does not
-// begin with "records:" or "vectors:".
+// laneKey returns the key of the lane for the kind's records in the
+// namespace of key (namespaceKey's): distinct for every kind and
+// namespace, and the namespace's own key for the vectors of any namespace
+// that does not begin with "records:" or "vectors:". A Limiter keys its
+// lanes by the index's host and it (laneID), and so does a Store
+// (share.Lane): it must not change, or writers of earlier versions would
+// no longer share their lanes with this one's.
 func (k *kind) laneKey(key string) string {
 	if k.lanePrefix == "" && (strings.HasPrefix(key, recordKind.lanePrefix) || strings.HasPrefix(key, vectorEscape)) {
 		return vectorEscape + key

@@ -238,10 +238,22 @@ func (ln *lane) nextBatch() (size int, trial bool) {
 		ln.seen.size = size
 		if r := float64(size) / float64(ln.seen.epochSize); r > ln.tuning.sizeBand || r < 1/ln.tuning.sizeBand {
 			ln.seen.epochSize = size
-			ln.conc.reset(ln.issued) // latencies of another size measure nothing here
+			ln.resetConc() // latencies of another size measure nothing here
 		}
 	}
 	return size, trial
+}
+
+// resetConc forgets the concurrency's latencies (concControl.reset). The
+// trial it abandons may leave the limit higher, which wakes the requests
+// waiting for a slot: no answer may come to wake them for a round trip.
+// ln.mu is held.
+func (ln *lane) resetConc() {
+	before := ln.conc.limit
+	ln.conc.reset(ln.issued)
+	if ln.conc.limit > before {
+		ln.signals.slots.fire()
+	}
 }
 
 // sendLimit returns the most records a request may carry now. A batch
@@ -352,14 +364,17 @@ func (ln *lane) state() LimiterState {
 }
 
 // acquire admits a request, waiting as long as it takes: for the circuit
-// breaker, for the Retry-After of the index, for rate tokens, then for a
-// concurrency slot.
+// breaker, for the caller's own slot if it brings slots, for the
+// Retry-After of the index, for rate tokens, then for a slot of the lane.
 //
 // Requests are admitted one at a time, in FIFO order: only the head of the
 // queue holds a rate reservation, and it holds its tokens while it waits
 // for a slot, so that at most one request's worth of tokens is ever stale.
 // A cut wakes the head, which reserves again at the new rate, since
-// rate.Limiter does not move reservations already waiting.
+// rate.Limiter does not move reservations already waiting. A request of a
+// call with its own slots (WithConcurrency) takes one before it queues:
+// waiting for it at the head would hold back the requests of the lane's
+// other calls, whose slots may be free.
 func (ln *lane) acquire(ctx context.Context, q request) (permit, error) {
 	return ln.admit(ctx, q, false)
 }
@@ -377,21 +392,34 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 	if err != nil {
 		return permit{}, err
 	}
+	waited, err := takeOwnSlot(ctx, q.slots)
+	if err == nil {
+		var p permit
+		if p, err = ln.admitHead(ctx, q, recut, probe, waited); err == nil {
+			return p, nil
+		}
+		giveOwnSlot(q.slots)
+	}
+	ln.abandonProbe(probe)
+	return permit{}, err
+}
+
+// admitHead queues q for the head, waits there for the rates and a slot
+// of the lane (unless q has its own, taken already: waited says whether
+// that took a wait), and issues its permit.
+func (ln *lane) admitHead(ctx context.Context, q request, recut, probe, waited bool) (permit, error) {
 	select {
 	case ln.head <- struct{}{}:
 	case <-ctx.Done():
-		ln.abandonProbe(probe)
 		return permit{}, ctx.Err()
 	}
 	defer func() { <-ln.head }()
 	for {
 		cuts, err := ln.waitRate(ctx, q, recut)
-		var waited bool
-		if err == nil {
-			waited, err = ln.takeSlot(ctx, q.slots)
+		if err == nil && q.slots == nil {
+			waited, err = ln.takeSlot(ctx)
 		}
 		if err != nil {
-			ln.abandonProbe(probe)
 			return permit{}, err
 		}
 		ln.mu.Lock()
@@ -399,7 +427,9 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 			// Tokens granted at a rate since cut, or a Retry-After
 			// answered while it waited for the slot.
 			ln.mu.Unlock()
-			ln.giveSlot(q.slots)
+			if q.slots == nil {
+				ln.giveSlot()
+			}
 			continue
 		}
 		p := ln.issue(q, probe, waited)
@@ -542,22 +572,35 @@ func (ln *lane) reserve(now time.Time, q request) (res [dimCount]*rate.Reservati
 	return res, wait
 }
 
-// takeSlot waits for a slot: one of slots when given, else one of the
-// lane's. It reports whether it had to wait.
-func (ln *lane) takeSlot(ctx context.Context, slots chan struct{}) (waited bool, err error) {
-	if slots != nil {
-		select {
-		case slots <- struct{}{}:
-			return false, nil
-		default:
-		}
-		select {
-		case slots <- struct{}{}:
-			return true, nil
-		case <-ctx.Done():
-			return true, ctx.Err()
-		}
+// takeOwnSlot waits for one of slots, the caller's own, and reports
+// whether it had to wait; with no slots it has nothing to take.
+func takeOwnSlot(ctx context.Context, slots chan struct{}) (waited bool, err error) {
+	if slots == nil {
+		return false, nil
 	}
+	select {
+	case slots <- struct{}{}:
+		return false, nil
+	default:
+	}
+	select {
+	case slots <- struct{}{}:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	}
+}
+
+// giveOwnSlot gives back a slot takeOwnSlot took.
+func giveOwnSlot(slots chan struct{}) {
+	if slots != nil {
+		<-slots
+	}
+}
+
+// takeSlot waits for one of the lane's slots. It reports whether it had
+// to wait, or took the last one.
+func (ln *lane) takeSlot(ctx context.Context) (waited bool, err error) {
 	for {
 		ln.mu.Lock()
 		if ln.slots.used < ln.conc.limit {
@@ -583,11 +626,8 @@ func (ln *lane) takeSlot(ctx context.Context, slots chan struct{}) (waited bool,
 	}
 }
 
-func (ln *lane) giveSlot(slots chan struct{}) {
-	if slots != nil {
-		<-slots
-		return
-	}
+// giveSlot gives back a slot of the lane that takeSlot took.
+func (ln *lane) giveSlot() {
 	ln.mu.Lock()
 	ln.slots.used--
 	ln.signals.slots.fire()

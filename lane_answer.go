@@ -112,6 +112,7 @@ func (ln *lane) release(p permit, e *Error) failureNote {
 	// The breaker first: the answer that closes it marks the outage down
 	// before the rates measure over their windows.
 	f := ln.answerBreaker(p, now, class)
+	ln.answerPause(now, e)
 	window := ln.measureWindow(now)
 	cutFor := ln.answerRates(p, now, window, e)
 	ln.reportShare(p, now, window, class)
@@ -122,6 +123,18 @@ func (ln *lane) release(p permit, e *Error) failureNote {
 	return f
 }
 
+// answerPause pauses the lane for the Retry-After of any answer (a 429's,
+// a 503's, gRPC pushback on UNAVAILABLE): an index asks it of every
+// request of the namespace, not only of the batch that got it.
+func (ln *lane) answerPause(now time.Time, e *Error) {
+	if e == nil || e.RetryAfter <= 0 {
+		return
+	}
+	if until := now.Add(e.RetryAfter); until.After(ln.pausedUntil) {
+		ln.pausedUntil = until
+	}
+}
+
 // answerRates feeds the outcome to the rate controllers and applies their
 // limits; a cut wakes the head of the queue.
 func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Error) (cutFor bool) {
@@ -130,9 +143,6 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 	case e == nil:
 	case e.Class == ClassRateLimited:
 		refused = refusedDim(e.Limit)
-		if until := now.Add(e.RetryAfter); e.RetryAfter > 0 && until.After(ln.pausedUntil) {
-			ln.pausedUntil = until
-		}
 		if refused < 0 {
 			return false // a per-minute limit: the minute gate paces it
 		}
@@ -229,7 +239,7 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 		ln.signals.slots.fire()
 	}
 	if ln.batch.size != before {
-		ln.conc.reset(ln.issued)
+		ln.resetConc()
 	}
 	if trying && ln.batch.trial.size == 0 {
 		ln.sizeTurn = false // the concurrency's turn

@@ -791,6 +791,19 @@ func TestRetryBudget(t *testing.T) {
 	assert.True(t, ok, "and so does time")
 }
 
+// lane returns l's lane of key for calls that know no host (laneAt).
+func (l *Limiter) lane(key string, maxBatch int) *lane {
+	return l.laneAt(laneID{key: key}, maxBatch)
+}
+
+// laneAt returns l's lane of id, made on first use, without a route's hold
+// on it: as a route of a call that has ended left it.
+func (l *Limiter) laneAt(id laneID, maxBatch int) *lane {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.laneLocked(id, maxBatch)
+}
+
 func TestLimiterLearnsPerNamespace(t *testing.T) {
 	lim := &Limiter{clock: newFakeClock()}
 	a := lim.lane("a", MaxBatchSize)
@@ -1150,4 +1163,202 @@ func TestANewCallLongAfterAnOutageSendsItsRecords(t *testing.T) {
 		WithObserver(Observer{Failure: func(Failure) { signal() }}))
 	require.NoError(t, err, "the index is up: no record of this call should fail for an outage that ended ten minutes ago")
 	assert.Equal(t, 30, second.Upserted)
+}
+
+// A lane is shared by every call that writes one namespace of one index
+// through one Limiter. A request of a call with its own slots
+// (WithConcurrency) waits for one of them before it queues, not at the
+// head: the requests of another call, whose slots are free, are admitted
+// meanwhile. Else a backfill with WithConcurrency(1) on a slow index would
+// pace a concurrent adaptive writer of the same index to one request per
+// round trip of the backfill.
+func TestLaneAdmitsARequestWithFreeSlotsPastOneWaitingForAnotherCallsSlot(t *testing.T) {
+	ctx := context.Background()
+	ln := newLane(newFakeClock(), MaxBatchSize, &defaultTuning)
+	slotsA := make(chan struct{}, 1) // call A: WithConcurrency(1)
+	inFlight, err := ln.acquire(ctx, request{n: 1, slots: slotsA})
+	require.NoError(t, err)
+
+	nextA := make(chan permit, 1)
+	go func() {
+		p, err := ln.acquire(ctx, request{n: 1, slots: slotsA}) // waits for A's one slot
+		if err == nil {
+			nextA <- p
+		}
+	}()
+	time.Sleep(20 * time.Millisecond) // A's second request reaches its wait for A's slot
+
+	// Call B, adaptive: the lane's own slots are free (4 at first).
+	bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	pb, err := ln.acquire(bctx, request{n: 1})
+	assert.NoError(t, err, "B's request waited for A's request in flight, though B's slots are free")
+
+	ln.release(inFlight, nil)
+	select {
+	case p := <-nextA:
+		ln.release(p, nil)
+	case <-time.After(2 * time.Second):
+		t.Fatal("A's second request was never admitted")
+	}
+	if err == nil {
+		ln.release(pb, nil)
+	}
+}
+
+// A Retry-After pauses every request of the namespace, whatever the answer
+// that carries it: an overloaded index's 503, or gRPC pushback on
+// UNAVAILABLE, as well as a 429. The next request waits it out, and
+// LimiterState.Paused tells.
+func TestLimiterPausesTheNamespaceOnAServerErrorsRetryAfter(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	p, err := ln.acquire(ctx, req(10))
+	require.NoError(t, err)
+	ln.release(p, &Error{Class: ClassServer, RetryAfter: 2 * time.Second})
+	assert.True(t, ln.state().Paused, "the index asked for 2 s")
+	before := clk.Now()
+	q, err := ln.acquire(ctx, req(10))
+	require.NoError(t, err)
+	ln.release(q, nil)
+	assert.GreaterOrEqual(t, clk.Now().Sub(before), 2*time.Second, "the next request waits out the Retry-After")
+}
+
+// A Limiter holds about maxLanes lanes for a service that writes to ever
+// new namespaces at any pace, as its doc promises: a sweep that forgets
+// only the idle lanes and leaves just under maxLanes looks again at
+// maxLanes, where the least recently used go, not at twice what it left
+// (which let a thousand new namespaces every ten minutes, laneIdle, hold
+// about two thousand lanes).
+func TestLimiterHoldsAboutMaxLanesForAServiceOverEverNewNamespaces(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	most := 0
+	for i := range 20 * maxLanes {
+		lim.lane(fmt.Sprint("ns-", i), MaxBatchSize)
+		clk.Advance(laneIdle / 1000) // a thousand new namespaces every ten minutes
+		most = max(most, len(lim.lanes))
+	}
+	assert.LessOrEqual(t, most, maxLanes, "a service over ever new namespaces stays about maxLanes")
+}
+
+// A batch size that leaves sizeBand (a cut makes the record rate bind and
+// the batches shrink) resets the concurrency's epoch in nextBatch, which
+// may abandon the trial of a lower level and raise the limit back. That
+// wakes the request waiting for a slot at once, as an answer that gives
+// room does, not at the next answer (a round trip, or a request timeout on
+// a slow index) with the queue behind it.
+func TestLaneWakesTheSlotWaiterWhenABatchSizeChangeRaisesTheConcurrency(t *testing.T) {
+	ctx := context.Background()
+	ln, clk := capLane(200)
+	ln.mu.Lock()
+	ln.conc.base = levelStats{level: 8}
+	ln.conc.trial = levelStats{level: 4} // trying a lower level
+	ln.conc.limit = 4
+	ln.mu.Unlock()
+	var held []permit
+	for range 4 {
+		p, err := ln.acquire(ctx, req(1))
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	got := make(chan permit, 1)
+	go func() {
+		p, err := ln.acquire(ctx, req(1))
+		if err == nil {
+			got <- p
+		}
+	}()
+	require.Eventually(t, func() bool {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return len(ln.head) == 1 && ln.signals.slots.ch != nil
+	}, 2*time.Second, time.Millisecond, "the fifth request waits for a slot")
+
+	ln.mu.Lock()
+	ln.dims[dimRecords].waited = clk.Now() // the record rate binds: batches are cut to its size
+	ln.mu.Unlock()
+	size, _ := ln.nextBatch()
+	require.Less(t, size, 80, "the batch size left the band")
+	require.Equal(t, 8, ln.concurrency(), "the lower level's trial was abandoned")
+
+	select {
+	case p := <-got:
+		held = append(held, p)
+	case <-time.After(2 * time.Second):
+		t.Error("four of eight slots free, and the head still waits for one")
+	}
+	for _, p := range held {
+		ln.release(p, nil)
+	}
+	select {
+	case p := <-got:
+		ln.release(p, nil)
+	default:
+	}
+}
+
+// One Limiter may serve calls into several indexes (WithLimiter). Its
+// lanes are keyed by the index's host and the namespace when the call
+// knows its host (WithIndex): what it learns of a namespace of one index
+// (the breaker, a 429 cut, a Retry-After) does not apply to the same
+// namespace of another. Here index A is down, and the next call into
+// healthy index B sends all its records.
+func TestLimiterKeepsWhatItLearnedOfOneIndexFromAnother(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	idxA := fakeIndexConn(t, "http://127.0.0.1:1", true)
+	idxB := fakeIndexConn(t, "http://127.0.0.1:2", false)
+	opts := func(idx *pinecone.IndexConnection) []Option {
+		return []Option{WithIndex(idx), WithLimiter(lim), withClock(clk), withRand(maxRand), WithMaxRetries(ClassServer, 0)}
+	}
+	_, err := All(ctx, vectors(500, 4), opts(idxA)...)
+	require.Error(t, err, "index A is down")
+	require.True(t, lim.State("ns").Paused, "A's outage opened the breaker of namespace ns")
+
+	res, err := All(ctx, vectors(50, 4), opts(idxB)...)
+	assert.NoError(t, err, "index B is up")
+	assert.Equal(t, 50, res.Upserted, "B's records were failed by A's breaker")
+	assert.Len(t, lim.lanes, 2, "a lane of ns for each index")
+}
+
+// A Limiter that serves several indexes has a lane of a namespace for
+// each; its State of the namespace is that of the index that sent last.
+func TestLimiterStateIsOfTheIndexThatSentLast(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	send := func(host string, e *Error) {
+		ln := lim.holdLane(laneID{host: host, key: "ns"}, MaxBatchSize)
+		p, err := ln.acquire(context.Background(), req(1))
+		require.NoError(t, err)
+		ln.release(p, e)
+		clk.Advance(time.Millisecond)
+	}
+	send("a.svc.pinecone.io", &Error{Class: ClassRateLimited, RetryAfter: time.Minute})
+	assert.True(t, lim.State("ns").Paused, "a paused for a minute")
+	send("b.svc.pinecone.io", nil)
+	assert.False(t, lim.State("ns").Paused, "b, which sent last, is not paused")
+}
+
+// A route takes its lane from the Limiter with its hold on it, in one step
+// under the Limiter's mutex (holdLane): another call making a lane cannot
+// sweep in between, take the new lane for quiet and, beyond maxLanes,
+// forget it while the route is about to send through it; the namespace
+// would be paced through two lanes, each with the whole rate (see
+// TestLimiterKeepsALaneACallsRouteHolds). Here a sweep comes right after
+// the making of a lane, every other lane held.
+func TestLimiterKeepsALaneBetweenItsMakingAndItsRoutesHold(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	hold := func(key string) *lane { return lim.holdLane(laneID{key: key}, MaxBatchSize) }
+	for i := range maxLanes - 1 { // a Writer over many namespaces holds their routes
+		hold(fmt.Sprint("held-", i))
+		clk.Advance(time.Millisecond)
+	}
+	k := hold("k") // call X's route makes its lane...
+	clk.Advance(time.Millisecond)
+	hold("m") // ...and call Y's makes another, which sweeps
+	assert.True(t, k == lim.lane("k", MaxBatchSize), "a lane a route holds was forgotten: namespace k now has two lanes")
 }

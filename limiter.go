@@ -10,9 +10,10 @@ import (
 
 // Limiter paces the requests sent to an index so that an ingestion runs
 // close to what the index accepts, without a storm of 429s and without
-// tuning. It learns per namespace, since Pinecone's limits are per
-// namespace, with a small controller per decision (each a pure function of
-// what the index answered; docs/limiter.md has the rules and the evidence):
+// tuning. It learns per index and namespace, since Pinecone's limits are
+// per namespace, with a small controller per decision (each a pure
+// function of what the index answered; docs/limiter.md has the rules and
+// the evidence):
 //
 //   - the send rate, in records, requests and bytes per second: no cap on
 //     records until the index's 429s start an episode (more of them than
@@ -25,7 +26,8 @@ import (
 //     only dipped, so that 429s that come whatever the rate do not grind
 //     it down. The rate then climbs back along a cubic curve and probes
 //     above, also above a known limit, which is a starting point and not
-//     a ceiling. A Retry-After pauses every request of the namespace.
+//     a ceiling. The index's Retry-After, on any answer (a 429, a 503,
+//     gRPC pushback), pauses every request of the namespace.
 //   - how many requests may be in flight: 4 at first, doubling while
 //     every slot is taken and each doubling raises the throughput, then
 //     half again as many now and then, kept only when the throughput
@@ -53,20 +55,32 @@ import (
 //
 // A Limiter is safe for concurrent use. Calls that write into one index at
 // the same time share one by default; pass one with [WithLimiter] so that a
-// long-running service keeps what it learned between calls. A namespace
-// that has sent nothing for ten minutes is forgotten once the Limiter
-// holds many, and beyond about a thousand namespaces the least recently
-// used ones with nothing in flight are, so that a run or a service
-// writing to ever new namespaces holds a few MB at most. The zero value
-// is ready to use.
+// long-running service keeps what it learned between calls. One Limiter
+// may serve several indexes: what it learns of a namespace of one index
+// does not apply to another's, as long as the call knows its index
+// ([WithIndex]; calls through [WithUpsertFunc] or [WithRecordsFunc] are
+// told apart by namespace alone). A namespace that has sent nothing for
+// ten minutes is forgotten once the Limiter holds many, and beyond about
+// a thousand namespaces the least recently used ones with nothing in
+// flight are, so that a run or a service writing to ever new namespaces
+// holds a few MB at most. The zero value is ready to use.
 type Limiter struct {
 	mu      sync.Mutex
-	lanes   map[string]*lane
+	lanes   map[laneID]*lane
 	sweepAt int   // the number of lanes at which idle ones are looked for
 	clock   clock // nil means the real clock; tests inject a fake
 	// shareStats count its lanes' fallbacks and rejoins, when shared
 	// across processes (sharing.go).
 	shareStats shareCounters
+}
+
+// laneID names a lane of a Limiter: the index host it writes to
+// (canonicalHost's spelling; "" when the call does not know it) and the
+// kind's key of the namespace (kind.laneKey), which is the lane's key in a
+// Store too.
+type laneID struct {
+	host string
+	key  string
 }
 
 // NewLimiter returns a Limiter with nothing learned yet. It is the same as
@@ -93,20 +107,23 @@ type LimiterState struct {
 }
 
 // State returns what l has learned about namespace, for vectors; for a
-// namespace it has not seen, the state it would start from.
+// namespace it has not seen, the state it would start from. Of a namespace
+// written in several indexes through l, it is the state of the index that
+// sent last.
 func (l *Limiter) State(namespace string) LimiterState {
 	return l.stateOf(vectorKind.laneKey(namespaceKey(namespace)), MaxBatchSize)
 }
 
-// stateOf returns the state of the lane of key, or of a new one (whose
-// batches hold at most maxBatch records) without keeping it: a lane is
-// made by the route that sends through it, with its kind's batch cap.
+// stateOf returns the state of the lane of key (of the host that sent
+// last, as State says), or of a new one (whose batches hold at most
+// maxBatch records) without keeping it: a lane is made by the route that
+// sends through it, with its kind's batch cap.
 func (l *Limiter) stateOf(key string, maxBatch int) LimiterState {
 	l.mu.Lock()
-	ln, ok := l.lanes[key]
+	ln := l.latest(key)
 	c := l.clock
 	l.mu.Unlock()
-	if !ok {
+	if ln == nil {
 		if c == nil {
 			c = realClock{}
 		}
@@ -125,25 +142,54 @@ const (
 	maxLanes = 1024
 )
 
-// lane returns the lane of key (a namespace, with a prefix per kind of
-// record), whose batches hold at most maxBatch records.
-func (l *Limiter) lane(key string, maxBatch int) *lane {
+// latest returns the lane of key on any host that sent last, or nil;
+// l.mu is held.
+func (l *Limiter) latest(key string) *lane {
+	var found *lane
+	var last time.Time
+	for id, ln := range l.lanes {
+		if id.key != key {
+			continue
+		}
+		ln.mu.Lock()
+		used := ln.lastUse
+		ln.mu.Unlock()
+		if found == nil || used.After(last) {
+			found, last = ln, used
+		}
+	}
+	return found
+}
+
+// holdLane returns the lane of id, whose batches hold at most maxBatch
+// records, with a route's hold on it (lane.holdRoute). The hold is taken
+// under l.mu, with the lane's making: a sweep in between would forget a
+// lane that a route is about to send through.
+func (l *Limiter) holdLane(id laneID, maxBatch int) *lane {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	ln := l.laneLocked(id, maxBatch)
+	ln.holdRoute(1)
+	return ln
+}
+
+// laneLocked returns the lane of id, made on first use with batches of at
+// most maxBatch records; l.mu is held.
+func (l *Limiter) laneLocked(id laneID, maxBatch int) *lane {
 	c := l.clock
 	if c == nil {
 		c = realClock{}
 	}
 	if l.lanes == nil {
-		l.lanes = make(map[string]*lane)
+		l.lanes = make(map[laneID]*lane)
 	}
-	ln, ok := l.lanes[key]
+	ln, ok := l.lanes[id]
 	if !ok {
 		if len(l.lanes) >= max(minLanes, l.sweepAt) {
 			l.sweep(c.Now())
 		}
 		ln = newLane(c, maxBatch, &defaultTuning)
-		l.lanes[key] = ln
+		l.lanes[id] = ln
 	}
 	return ln
 }
@@ -151,14 +197,14 @@ func (l *Limiter) lane(key string, maxBatch int) *lane {
 // sweep forgets the lanes with nothing in flight or being admitted that
 // sent nothing for laneIdle, and beyond maxLanes the least recently used
 // of such lanes down to half of it; it sets the size at which to look
-// again.
+// again (nextSweep).
 func (l *Limiter) sweep(now time.Time) {
 	type use struct {
-		key  string
+		id   laneID
 		last time.Time
 	}
 	var free []use
-	for key, ln := range l.lanes {
+	for id, ln := range l.lanes {
 		ln.mu.Lock()
 		// A lane a run still shares across processes is kept: dropping
 		// it would join the lane a second time from this process.
@@ -169,18 +215,31 @@ func (l *Limiter) sweep(now time.Time) {
 		ln.mu.Unlock()
 		switch {
 		case quiet && now.Sub(last) >= laneIdle:
-			delete(l.lanes, key)
+			delete(l.lanes, id)
 		case quiet:
-			free = append(free, use{key, last})
+			free = append(free, use{id, last})
 		}
 	}
 	if excess := len(l.lanes) - maxLanes/2; len(l.lanes) >= maxLanes {
 		slices.SortFunc(free, func(a, b use) int { return a.last.Compare(b.last) })
 		for _, u := range free[:min(excess, len(free))] {
-			delete(l.lanes, u.key)
+			delete(l.lanes, u.id)
 		}
 	}
-	l.sweepAt = 2 * len(l.lanes)
+	l.sweepAt = nextSweep(len(l.lanes))
+}
+
+// nextSweep is the number of lanes at which to sweep again when a sweep
+// left n: twice n, so that sweeps cost little per lane made, but no more
+// than maxLanes while under it, where the next sweep forgets the least
+// recently used (twice would let idle lanes grow to nearly 2*maxLanes). At
+// maxLanes or more, the lanes left are all in use (the sweep forgot every
+// other), and a sweep at each new lane would find nothing: twice again.
+func nextSweep(n int) int {
+	if n < maxLanes {
+		return min(max(minLanes, 2*n), maxLanes)
+	}
+	return 2 * n
 }
 
 // clock is the time source of the limiter and the retry loop, injected in

@@ -43,11 +43,12 @@ func (r *run) route(namespace string) *route {
 		if r.routes.forgetIdle && len(r.routes.byKey) >= r.routes.sweepAt {
 			r.routes.dropIdle()
 		}
+		id := laneID{host: r.laneHost(), key: r.kind.laneKey(key)}
 		rt = &route{
 			namespace: namespace,
 			overhead:  r.kind.overhead(namespace),
 			invalid:   checkNamespace(namespace),
-			lane:      r.cfg.limiter.lane(r.kind.laneKey(key), r.kind.maxBatch),
+			lane:      r.cfg.limiter.holdLane(id, r.kind.maxBatch),
 		}
 		if key == "" {
 			// Either name may go out (WithIndex sends its own): room
@@ -56,15 +57,25 @@ func (r *run) route(namespace string) *route {
 		}
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
-		rt.lane.holdRoute(1)
 		rt.lane.setLimits(r.cfg.indexLimits())
-		r.joinShare(rt.lane, r.kind.laneKey(key))
+		r.joinShare(rt.lane, id.key) // the run's host goes apart (share.Lane)
 		if r.cfg.batchSize > 0 {
 			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
 		}
 		r.routes.byKey[key] = rt
 	}
 	return rt
+}
+
+// laneHost is the host that keys the run's lanes in its Limiter, so that
+// a Limiter serving several indexes keeps what it learns of each apart:
+// the index's, or "" when the run does not know it (WithUpsertFunc, or a
+// connection whose host cannot be read: see indexKey).
+func (r *run) laneHost() string {
+	if r.cfg.index == nil {
+		return ""
+	}
+	return indexHost(r.cfg.index)
 }
 
 // dropIdle forgets the routes with no records waiting, and sets the size

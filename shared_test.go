@@ -3,11 +3,17 @@ package upsert
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // indexConn makes a connection to host the way a user does. Nothing is
@@ -17,6 +23,29 @@ func indexConn(t *testing.T, host, namespace string) *pinecone.IndexConnection {
 	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
 	require.NoError(t, err)
 	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: namespace})
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+	return idx
+}
+
+// fakeIndexConn is an SDK connection to host whose upserts the interceptor
+// answers without a network: down fails them all (UNAVAILABLE), otherwise
+// each is confirmed in full. Nothing else is answered.
+func fakeIndexConn(t *testing.T, host string, down bool) *pinecone.IndexConnection {
+	t.Helper()
+	answer := func(_ context.Context, method string, req, reply any, _ *grpc.ClientConn, _ grpc.UnaryInvoker, _ ...grpc.CallOption) error {
+		if down || !strings.HasSuffix(method, "/Upsert") {
+			return status.Error(codes.Unavailable, "down")
+		}
+		n := req.(proto.Message).ProtoReflect()
+		vs := n.Get(n.Descriptor().Fields().ByName("vectors")).List().Len()
+		m := reply.(proto.Message).ProtoReflect()
+		m.Set(m.Descriptor().Fields().ByName("upserted_count"), protoreflect.ValueOfUint32(uint32(vs)))
+		return nil
+	}
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: "ns"}, grpc.WithUnaryInterceptor(answer))
 	require.NoError(t, err)
 	t.Cleanup(func() { idx.Close() })
 	return idx

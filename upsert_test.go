@@ -543,7 +543,7 @@ func TestAllChargesPineconesByteLimitWithTheRequestsItSends(t *testing.T) {
 
 	clk := newFakeClock()
 	lim := &Limiter{clock: clk}
-	ln := lim.lane("wide", MaxBatchSize)
+	ln := lim.laneAt(laneID{host: indexHost(idx), key: "wide"}, MaxBatchSize) // the call's lane: of its index
 	ln.setLimits(ServerlessLimits)
 	b := ln.dims[dimBytes].bucket
 	before := b.TokensAt(clk.Now())

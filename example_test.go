@@ -37,7 +37,7 @@ func ExampleAll() {
 	fmt.Println(errors.Is(err, upsert.ErrInvalid))
 	// Output:
 	// upserted: 2 stored: 2
-	// failed c (invalid): invalid: record 2 (id "c"): has 1 dense values; the index's dimension is 2
+	// failed c (invalid): invalid: record 2 (id "c"): has 1 dense value; the index's dimension is 2
 	// true
 }
 

@@ -104,7 +104,7 @@ func (in *intake) namespace(it *item) string {
 // check validates it and fills in its id and size; it returns the rule it
 // breaks, or nil.
 func (in *intake) check(it *item, rt *route) error {
-	it.ns = rt.namespace
+	it.ns = namespaceKey(rt.namespace)
 	var err error
 	if it.vec != nil || it.rec == nil && in.r.kind == vectorKind {
 		it.size, err = in.validator.check(it.vec)
@@ -266,7 +266,7 @@ func (in *intake) failUntaken(records []*pinecone.Vector, from int, held map[str
 	r.failAll(waiting, e, 0, false)
 	r.results.untaken = untaken{records: records[from:], from: from, err: e}
 	if in.nsOf == nil {
-		r.results.untaken.namespace = r.cfg.namespace
+		r.results.untaken.namespace = namespaceKey(r.cfg.namespace)
 	}
 	n := len(records) - from
 	var samples []Failure

@@ -165,3 +165,18 @@ func TestRecordsRoutedToTheEmptyNamespaceLandInTheDefaultNamespace(t *testing.T)
 	assert.Equal(t, 3, res.Upserted)
 	assert.Len(t, srv.Records(defaultNamespace), 3)
 }
+
+// A failure names the default namespace "", whichever of its two names
+// the run was given: a dead-letter file or a metric gets one name for it.
+func TestAFailureInTheDefaultNamespaceNamesIt(t *testing.T) {
+	for _, ns := range []string{"", defaultNamespace} {
+		recs := vectors(2, 2)
+		zero := []float32{0, 0}
+		recs[1].Values = &zero // invalid
+		res, err := All(context.Background(), recs, WithUpsertFunc(newFakeIndex(nil).Upsert),
+			WithNamespaceOf(func(*pinecone.Vector) string { return ns }), withClock(newFakeClock()), withRand(maxRand))
+		require.ErrorIs(t, err, ErrInvalid)
+		require.Len(t, res.Failed, 1)
+		assert.Empty(t, res.Failed[0].Namespace, "given %q", ns)
+	}
+}

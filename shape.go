@@ -39,14 +39,14 @@ func (s *indexShape) accepts(dense int, sparse bool) error {
 	}
 	switch {
 	case s.vectorType == vectorTypeSparse && dense > 0:
-		return fmt.Errorf("has %d dense values; the index is sparse and takes sparse values only", dense)
+		return fmt.Errorf("has %s; the index is sparse and takes sparse values only", denseValues(dense))
 	case s.vectorType == vectorTypeDense && dense == 0 && sparse:
 		return fmt.Errorf("has sparse values only; the index is dense and needs dense values")
 	}
 	dim := int(s.dimension.Load())
 	switch {
 	case dim != 0 && dense > 0 && dense != dim:
-		return fmt.Errorf("has %d dense values; the index's dimension is %d", dense, dim)
+		return fmt.Errorf("has %s; the index's dimension is %d", denseValues(dense), dim)
 	case dim != 0 && dense == 0 && sparse:
 		// Only a dense index has a dimension, and it refuses a record
 		// without dense values.
@@ -153,4 +153,12 @@ func newIndexShape(ctx context.Context, cfg *config) *indexShape {
 	}
 	s.vectorType = info.vectorType
 	return s
+}
+
+// denseValues says how many dense values a record has, in words.
+func denseValues(n int) string {
+	if n == 1 {
+		return "1 dense value"
+	}
+	return fmt.Sprintf("%d dense values", n)
 }

@@ -40,7 +40,9 @@ type Stats struct {
 	ErrorsByClass map[Class]int
 	ErrorsByCode  map[string]int
 	// RetriesPerBatch[k] is how many batches needed k retries in all,
-	// their halves included.
+	// their halves included: a batch is what the intake formed, however
+	// many requests its halves, and its pieces cut to the lane's size,
+	// took.
 	RetriesPerBatch []int
 
 	// Latency describes the round trips of the requests.

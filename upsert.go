@@ -474,8 +474,9 @@ type Failure struct {
 	// ID is the record's id ("" for a nil record).
 	ID string
 	// Namespace is the record's namespace, as routed (see
-	// [WithNamespaceOf]); "" when the run stopped before looking at the
-	// record under WithNamespaceOf, and for the default namespace.
+	// [WithNamespaceOf]), "" for the default one ("__default__"); also ""
+	// when the run stopped before looking at the record under
+	// WithNamespaceOf.
 	Namespace string
 	// Record is the vector as given, so that it can be replayed: the
 	// caller's own for All, the copy taken when the record was handed over

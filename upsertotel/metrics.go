@@ -109,7 +109,11 @@ func (t *Telemetry) retry(e upsert.RetryEvent) {
 }
 
 func (t *Telemetry) failure(f upsert.Failure) {
-	t.failed.Add(context.Background(), 1, metric.WithAttributes(semconv.ErrorTypeKey.String(f.Class.String())))
+	attrs := []attribute.KeyValue{semconv.ErrorTypeKey.String(f.Class.String())}
+	if f.Namespace != "" {
+		attrs = append(attrs, semconv.DBNamespace(f.Namespace))
+	}
+	t.failed.Add(context.Background(), 1, metric.WithAttributes(attrs...))
 }
 
 // observeLimiters reports the limiter state of each running call's

@@ -85,8 +85,8 @@
 //     confirmed ([upsert.Stats].Upserted), with db.operation.name and
 //     db.namespace.
 //   - upsert.records.failed (counter, {record}): records that did not land,
-//     by error.type, the class of their final failure ([upsert.Stats].Failed;
-//     a failure carries no namespace).
+//     by error.type, the class of their final failure ([upsert.Stats].Failed),
+//     and db.namespace (left out for the default namespace).
 //   - upsert.retries (counter, {retry}): failed batches sent again, by
 //     error.type and upsert.retry.kind: "backoff" when resent whole after a
 //     wait (the sum is [upsert.Stats].Retries, by class RetriesByClass),

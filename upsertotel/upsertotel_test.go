@@ -250,6 +250,7 @@ func TestSpansNestUnderTheCallerAndCountWhatStatsCount(t *testing.T) {
 	assert.Equal(t, want, byClass, "requests by outcome, as Stats counts them")
 	assert.Equal(t, map[string]int{namespace: s.Upserted}, sums(t, m["upsert.records.upserted"], "db.namespace"))
 	assert.Equal(t, map[string]int{"invalid": s.Failed}, sums(t, m["upsert.records.failed"], "error.type"))
+	assert.Equal(t, map[string]int{namespace: s.Failed}, sums(t, m["upsert.records.failed"], "db.namespace"), "failures name their namespace")
 	retries := map[string]int{}
 	for c, n := range s.RetriesByClass {
 		retries[c.String()+" "+upsertotel.RetryKindBackoff] = n

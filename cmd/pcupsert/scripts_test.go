@@ -154,7 +154,7 @@ func TestDryRunSendsNothing(t *testing.T) {
 		DryRun: true, Input: "stdin", Format: "ndjson", RecordsRead: 2501, BadLines: 1, Invalid: 1,
 		Records: 2500, Batches: 5, BatchSize: 500, Namespaces: map[string]int{"docs": 2500}, ExitStatus: exitFailed,
 	}, rep)
-	assert.Contains(t, res.stderr, `line 2501 (id "short"): has 1 dense values; the index's dimension is 3`)
+	assert.Contains(t, res.stderr, `line 2501 (id "short"): has 1 dense value; the index's dimension is 3`)
 	assert.Contains(t, res.stderr, "line 2502: invalid JSON")
 	assert.NoFileExists(t, defaultDeadLetter)
 }

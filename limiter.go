@@ -111,16 +111,16 @@ type LimiterState struct {
 // written in several indexes through l, it is the state of the index that
 // sent last.
 func (l *Limiter) State(namespace string) LimiterState {
-	return l.stateOf(vectorKind.laneKey(namespaceKey(namespace)), MaxBatchSize)
+	return l.stateOf(func() *lane { return l.latest(vectorKind.laneKey(namespaceKey(namespace))) }, MaxBatchSize)
 }
 
-// stateOf returns the state of the lane of key (of the host that sent
-// last, as State says), or of a new one (whose batches hold at most
-// maxBatch records) without keeping it: a lane is made by the route that
-// sends through it, with its kind's batch cap.
-func (l *Limiter) stateOf(key string, maxBatch int) LimiterState {
+// stateOf returns the state of the lane find returns (called with l.mu
+// held), or of a new one (whose batches hold at most maxBatch records)
+// without keeping it: a lane is made by the route that sends through it,
+// with its kind's batch cap.
+func (l *Limiter) stateOf(find func() *lane, maxBatch int) LimiterState {
 	l.mu.Lock()
-	ln := l.latest(key)
+	ln := find()
 	c := l.clock
 	l.mu.Unlock()
 	if ln == nil {

@@ -189,7 +189,10 @@ func (r *run) runEvent(s Stats, err error) RunEvent {
 // limiterState returns the state of the run's namespace in its Limiter,
 // with the concurrency and batch size the run pinned, if it did.
 func (r *run) limiterState() LimiterState {
-	st := r.cfg.limiter.stateOf(r.kind.laneKey(namespaceKey(r.cfg.namespace)), r.kind.maxBatch)
+	l := r.cfg.limiter
+	id := laneID{host: r.laneHost(), key: r.kind.laneKey(namespaceKey(r.cfg.namespace))}
+	st := l.stateOf(func() *lane { return l.lanes[id] }, r.kind.maxBatch) // this run's index's, not another's
+
 	if r.cfg.concurrency > 0 {
 		st.Concurrency = r.cfg.concurrency
 	}

@@ -398,7 +398,9 @@ func WithClassifier(f func(error) Class) Option {
 
 // WithLimiter makes the call use l, so that what l learned about the
 // index (rate, concurrency, batch size, whether it is down) carries over
-// from call to call, as a long-running service wants.
+// from call to call, as a long-running service wants. One Limiter may
+// serve calls into several indexes: it keeps what it learns of each index
+// host (through [WithIndex]) and namespace apart.
 //
 // Without it, calls that write through [WithIndex] into one index at the
 // same time, from goroutines of one process, share a Limiter (made for

@@ -126,6 +126,7 @@ func TestLogLinesCarryTheArticlesFields(t *testing.T) {
 	final := lines["giving up on batch"][0]
 	assert.Equal(t, "invalid", final["class"])
 	assert.Equal(t, float64(1), final["batch_size"], "only the bad record is given up")
+	assert.Equal(t, "rec-01999", final["id"], "a batch of one names its record")
 	summary := lines["upsert finished"]
 	require.Len(t, summary, 1)
 	assert.Equal(t, float64(1999), summary[0]["upserted"])

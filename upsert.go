@@ -430,7 +430,8 @@ func WithLimiter(l *Limiter) Option {
 
 // WithLogger logs one line per failed request (its retry, split or final
 // failure of its batch), and a summary at the end, each with the
-// namespace, batch size, worker, attempt, class, code and message. A
+// namespace, batch size, worker, attempt, class, code and message, and
+// the record's id when the batch holds one record. A
 // record refused before it is sent, or failed unsent because the run
 // stopped, is counted in the summary, not logged one by one: the Failure
 // function of an [Observer] gets each. Vector values, metadata and the API

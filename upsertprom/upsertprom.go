@@ -43,9 +43,9 @@
 //     each failure is final: the records that [upsert.Stats].Failed counts,
 //     those rejected before sending included. The namespace label is the
 //     record's, as routed ([upsert.Failure].Namespace), bounded as the
-//     other metrics' is; it is "" for the default namespace, and also for
-//     a record that a run under [upsert.WithNamespaceOf] failed before it
-//     looked at it (the run stopped first), which
+//     other metrics' is; it is "__default__" for the default namespace,
+//     and also for a record that a run under [upsert.WithNamespaceOf]
+//     failed before it looked at it (the run stopped first), which
 //     upsert.Failure.Namespace leaves "".
 //   - upsert_retry_wait_seconds_total{namespace} (counter): the backoff
 //     chosen before each whole-batch retry ([upsert.RetryEvent].Wait), in
@@ -54,18 +54,56 @@
 //     included; time spent waiting for the retry budget or the circuit
 //     breaker is not.
 //
-// The label namespace is the Pinecone namespace of the request ("" for the
-// default namespace, also when a run names it "__default__", as
-// go-pinecone v5 does), not the Prometheus namespace. Namespaces are the
-// user's data (one per tenant is Pinecone's pattern for multitenancy), so
-// a Collector labels at most [DefaultMaxNamespaces] of them, the first it
-// sees, and every later one [OtherNamespace]: see [WithMaxNamespaces].
+// The label namespace is the Pinecone namespace of the request, not the
+// Prometheus namespace; [WithNamespaceLabel] renames it (see Kubernetes
+// below). The default namespace is labelled [DefaultPineconeNamespace],
+// "__default__" (Pinecone's own name for it), whether a run names it ""
+// or "__default__" as go-pinecone v5 does: never "", which Prometheus
+// takes for an absent label. Namespaces are the user's data (one per
+// tenant is Pinecone's pattern for multitenancy), so a Collector labels
+// at most [DefaultMaxNamespaces] of them, the first it sees, and every
+// later one [OtherNamespace]: see [WithMaxNamespaces].
+//
+// # Series from a namespace's first event
+//
+// A counter's series that first appears at 1 shows no increase: with
+// series made at their first event, increase(upsert_records_failed_total[10m]) > 0
+// would miss the first failures after a process starts. So at the first
+// event of each namespace label (a request, a retry or a failed record;
+// within the cap, and once for [OtherNamespace]) the Collector makes at
+// zero every counter series whose labels it can know in advance:
+// upsert_requests_total{class="ok", code="OK"}, upsert_records_upserted_total,
+// upsert_records_sent_total, upsert_retry_wait_seconds_total, and for every
+// [upsert.Class] upsert_records_failed_total and upsert_retries_total of
+// both kinds: 28 series per namespace label with the 8 classes of today,
+// so at most 101 × 28 = 2828 with the default cap. The series of a failed
+// request in upsert_requests_total (whose code is the index's) and the
+// histogram's still start at their first event: alert on
+// upsert_records_failed_total or upsert_retries_total.
+//
+// # Kubernetes
+//
+// Kubernetes service discovery gives every scraped target a label
+// "namespace", the pod's. With Prometheus' default honor_labels: false,
+// the target's label wins: the metrics' own "namespace" label is renamed
+// "exported_namespace", so that dashboards and alerts written for
+// "namespace" read the pod's Kubernetes namespace as if it were a
+// Pinecone one. Either name the label otherwise,
+//
+//	c, err := upsertprom.New(prometheus.DefaultRegisterer, upsertprom.WithNamespaceLabel("pinecone_namespace"))
+//
+// and query that label, or query "exported_namespace". The default stays
+// "namespace" so that existing dashboards keep working. (The default
+// Pinecone namespace is labelled "__default__", not "", for the same
+// reason: a series whose label is empty has no such label, and the
+// target's "namespace" would be attached to it unrenamed.)
 package upsertprom
 
 import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,7 +134,16 @@ const (
 	// OtherNamespace is the namespace label of the namespaces seen after
 	// the Collector labelled its most ([WithMaxNamespaces]).
 	OtherNamespace = "_other"
+	// DefaultPineconeNamespace is the namespace label of Pinecone's default
+	// namespace, Pinecone's own name for it, whether a run names it "" or
+	// "__default__". Never "": Prometheus takes an empty label for an
+	// absent one, which a target label of the same name then fills in.
+	DefaultPineconeNamespace = "__default__"
 )
+
+// DefaultNamespaceLabel is the name of the label that carries the Pinecone
+// namespace unless [WithNamespaceLabel] gives another.
+const DefaultNamespaceLabel = "namespace"
 
 // DefaultMaxNamespaces is how many namespaces a Collector labels unless
 // [WithMaxNamespaces] says otherwise.
@@ -106,10 +153,11 @@ const DefaultMaxNamespaces = 100
 type Option func(*config)
 
 type config struct {
-	namespace     string
-	buckets       []float64
-	maxNamespaces int
-	err           error
+	namespace      string
+	namespaceLabel string
+	buckets        []float64
+	maxNamespaces  int
+	err            error
 }
 
 // WithMaxNamespaces sets how many Pinecone namespaces the Collector's
@@ -143,6 +191,34 @@ func WithNamespace(ns string) Option {
 		}
 		c.namespace = ns
 	}
+}
+
+// WithNamespaceLabel sets the name of the label that carries the Pinecone
+// namespace on every metric, [DefaultNamespaceLabel] ("namespace") by
+// default. Under Kubernetes service discovery every target has a label
+// "namespace" (the pod's), which clashes with the default: see the
+// package doc. The name must match [a-zA-Z_][a-zA-Z0-9_]*, must not start
+// with "__" (reserved by Prometheus) and must not be one of the metrics'
+// other labels ("class", "code", "kind", "le"); New returns an error
+// otherwise.
+func WithNamespaceLabel(name string) Option {
+	return func(c *config) {
+		if !validLabel(name) {
+			c.err = errors.Join(c.err, fmt.Errorf("upsertprom: WithNamespaceLabel(%q): want a label name matching [a-zA-Z_][a-zA-Z0-9_]*, not starting with \"__\" and other than class, code, kind and le", name))
+			return
+		}
+		c.namespaceLabel = name
+	}
+}
+
+// validLabel reports whether name can be the namespace label: a classic
+// Prometheus label name, not reserved, not another label of the metrics.
+func validLabel(name string) bool {
+	switch name {
+	case "", "class", "code", "kind", "le":
+		return false
+	}
+	return !strings.HasPrefix(name, "__") && !strings.Contains(name, ":") && validPrefix(name)
 }
 
 func validPrefix(s string) bool {
@@ -188,35 +264,37 @@ type Collector struct {
 
 var _ prometheus.Collector = (*Collector)(nil)
 
-// defaultNamespace is Pinecone's other name of the default namespace, ""
-// (go-pinecone v5 sends it through WithIndex).
-const defaultNamespace = "__default__"
-
 // namespaceLabels gives the namespace label of a Pinecone namespace: the
 // namespace itself for the first max seen, OtherNamespace after.
 type namespaceLabels struct {
-	mu   sync.Mutex
-	max  int
-	seen map[string]struct{}
+	mu    sync.Mutex
+	max   int
+	seen  map[string]struct{}
+	other bool // OtherNamespace was given
 }
 
-func (l *namespaceLabels) of(ns string) string {
-	if ns == defaultNamespace {
-		ns = "" // one namespace, whichever name a run sends
+// of returns the label of namespace ns ("" is the default namespace, as
+// go-pinecone's "__default__"), and whether it is the label's first use:
+// the first event of a namespace within the cap, or the first of
+// OtherNamespace.
+func (l *namespaceLabels) of(ns string) (label string, first bool) {
+	if ns == "" {
+		ns = DefaultPineconeNamespace // one namespace, whichever name a run sends
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.seen[ns]; ok {
-		return ns
+		return ns, false
 	}
 	if len(l.seen) >= l.max {
-		return OtherNamespace
+		first, l.other = !l.other, true
+		return OtherNamespace, first
 	}
 	if l.seen == nil {
 		l.seen = make(map[string]struct{})
 	}
 	l.seen[ns] = struct{}{}
-	return ns
+	return ns, true
 }
 
 // New returns a Collector whose metrics are registered with reg, all or
@@ -226,7 +304,7 @@ func (l *namespaceLabels) of(ns string) string {
 // returned, wrapped. When reg is nil nothing is registered, and the
 // Collector can be registered later, as one prometheus.Collector.
 func New(reg prometheus.Registerer, opts ...Option) (*Collector, error) {
-	cfg := config{namespace: DefaultNamespace, maxNamespaces: DefaultMaxNamespaces}
+	cfg := config{namespace: DefaultNamespace, namespaceLabel: DefaultNamespaceLabel, maxNamespaces: DefaultMaxNamespaces}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -237,38 +315,38 @@ func New(reg prometheus.Registerer, opts ...Option) (*Collector, error) {
 	if len(buckets) == 0 {
 		buckets = slices.Clone(DefaultBuckets)
 	}
-	ns := cfg.namespace
+	ns, nsLabel := cfg.namespace, cfg.namespaceLabel
 	c := &Collector{
 		namespaces: namespaceLabels{max: cfg.maxNamespaces},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "requests_total",
 			Help: `Upsert requests sent, retries included, by Pinecone namespace and outcome: class "ok" and code "OK" on success, else the failure's class and code (HTTP status or gRPC code name).`,
-		}, []string{"namespace", "class", "code"}),
+		}, []string{nsLabel, "class", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "request_duration_seconds",
 			Help:    "Round trip of upsert requests, successful or not, in seconds, by Pinecone namespace.",
 			Buckets: buckets,
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		recordsUpserted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "records_upserted_total",
 			Help: "Records the index confirmed, each once, by Pinecone namespace.",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		recordsSent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "records_sent_total",
 			Help: "Records carried by upsert requests, counted again for every retry, by Pinecone namespace.",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "retries_total",
 			Help: `Failed batches about to be sent again, by Pinecone namespace, class of the failure and kind: "backoff" (resent whole after a wait) or "split" (split in halves).`,
-		}, []string{"namespace", "class", "kind"}),
+		}, []string{nsLabel, "class", "kind"}),
 		recordsFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "records_failed_total",
 			Help: "Records that did not land, by Pinecone namespace and class of their final failure.",
-		}, []string{"namespace", "class"}),
+		}, []string{nsLabel, "class"}),
 		retryWait: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "retry_wait_seconds_total",
 			Help: "Backoff chosen before whole-batch retries, in seconds, by Pinecone namespace (a wait cut short when another batch lands counts whole).",
-		}, []string{"namespace"}),
+		}, []string{nsLabel}),
 	}
 	if reg != nil {
 		if err := reg.Register(c); err != nil {
@@ -322,7 +400,7 @@ func (c *Collector) requestDone(e upsert.RequestEvent) {
 	if e.Err != nil {
 		class, code = e.Err.Class.String(), e.Err.Code()
 	}
-	ns := c.namespaces.of(e.Namespace)
+	ns := c.label(e.Namespace)
 	c.requests.WithLabelValues(ns, class, code).Inc()
 	c.duration.WithLabelValues(ns).Observe(e.Latency.Seconds())
 	if e.Records > 0 {
@@ -342,15 +420,42 @@ func (c *Collector) retry(e upsert.RetryEvent) {
 	if e.Split {
 		kind = KindSplit
 	}
-	ns := c.namespaces.of(e.Namespace)
+	ns := c.label(e.Namespace)
 	c.retries.WithLabelValues(ns, class, kind).Inc()
 	if !e.Split {
-		// Touch the series even for a zero wait, so that it exists as soon
-		// as the namespace has retried.
 		c.retryWait.WithLabelValues(ns).Add(max(e.Wait.Seconds(), 0))
 	}
 }
 
 func (c *Collector) failure(f upsert.Failure) {
-	c.recordsFailed.WithLabelValues(c.namespaces.of(f.Namespace), f.Class.String()).Inc()
+	c.recordsFailed.WithLabelValues(c.label(f.Namespace), f.Class.String()).Inc()
+}
+
+// label returns the namespace label of Pinecone namespace ns, and makes
+// the label's series at zero on its first use.
+func (c *Collector) label(ns string) string {
+	label, first := c.namespaces.of(ns)
+	if first {
+		c.zero(label)
+	}
+	return label
+}
+
+// zero makes at zero the counters of namespace label ns whose label values
+// are known in advance: requests with class "ok", records upserted and
+// sent, the retry wait, and for every [upsert.Class] the records failed
+// and the retries of both kinds, so that increase() and rate() see their
+// first event. A failed request's series of upsert_requests_total is
+// made at its first event, since its code is the index's; so is the
+// histogram's, at the namespace's first request.
+func (c *Collector) zero(ns string) {
+	c.requests.WithLabelValues(ns, ClassOK, CodeOK)
+	c.recordsUpserted.WithLabelValues(ns)
+	c.recordsSent.WithLabelValues(ns)
+	c.retryWait.WithLabelValues(ns)
+	for _, class := range upsert.Classes() {
+		c.recordsFailed.WithLabelValues(ns, class.String())
+		c.retries.WithLabelValues(ns, class.String(), KindBackoff)
+		c.retries.WithLabelValues(ns, class.String(), KindSplit)
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -157,9 +159,10 @@ func TestCountersMatchTheRunStats(t *testing.T) {
 		t.Errorf("records sent %v, want mean batch size × requests = %v", sent, want)
 	}
 
-	// upsert_retries_total: the three 429s were retried after a backoff.
-	if n := testutil.CollectAndCount(c, "upsert_retries_total"); n != 1 {
-		t.Errorf("upsert_retries_total has %d series, want 1", n)
+	// upsert_retries_total: the three 429s were retried after a backoff;
+	// every class and kind has its series, at zero but that one.
+	if n, want := testutil.CollectAndCount(c, "upsert_retries_total"), 2*len(upsert.Classes()); n != want {
+		t.Errorf("upsert_retries_total has %d series, want %d (every class, both kinds)", n, want)
 	}
 	if got := testutil.ToFloat64(c.RetriesForTest("ns", "rate-limited", "backoff")); int(got) != st.Retries {
 		t.Errorf("backoff retries %v, want Stats.Retries %d", got, st.Retries)
@@ -170,9 +173,10 @@ func TestCountersMatchTheRunStats(t *testing.T) {
 		t.Errorf("retry wait %vs, want %vs", got, tl.waitSeconds)
 	}
 
-	// upsert_records_failed_total: nothing failed.
-	if n := testutil.CollectAndCount(c, "upsert_records_failed_total"); n != 0 || st.Failed != 0 {
-		t.Errorf("upsert_records_failed_total has %d series, Stats.Failed %d; want none", n, st.Failed)
+	// upsert_records_failed_total: nothing failed; every class has its
+	// series, at zero.
+	if got := failedByClass(t, reg, "ns"); !assert.Equal(t, zeroFailures(), got) || st.Failed != 0 {
+		t.Errorf("upsert_records_failed_total %v, Stats.Failed %d; want zeros", got, st.Failed)
 	}
 }
 
@@ -196,10 +200,12 @@ func TestFailuresAndSplits(t *testing.T) {
 	o.Failure(upsert.Failure{ID: "y", Namespace: "a", Class: upsert.ClassInvalid, Err: invalid})
 	o.Failure(upsert.Failure{ID: "z", Class: upsert.ClassInvalid, Err: invalid})
 
+	// The series made at zero at each namespace's first event are left
+	// out (TestANamespacesCountersStartAtZero checks them).
 	want := `
 # HELP ingest_records_failed_total Records that did not land, by Pinecone namespace and class of their final failure.
 # TYPE ingest_records_failed_total counter
-ingest_records_failed_total{class="invalid",namespace=""} 1
+ingest_records_failed_total{class="invalid",namespace="__default__"} 1
 ingest_records_failed_total{class="invalid",namespace="a"} 2
 # HELP ingest_records_sent_total Records carried by upsert requests, counted again for every retry, by Pinecone namespace.
 # TYPE ingest_records_sent_total counter
@@ -227,9 +233,54 @@ ingest_retries_total{class="timeout",kind="split",namespace="a"} 1
 # TYPE ingest_retry_wait_seconds_total counter
 ingest_retry_wait_seconds_total{namespace="b"} 1.5
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
-		t.Error(err)
+	assert.Equal(t, lines(want), nonZero(t, reg))
+}
+
+// lines returns the non-empty lines of text, sorted.
+func lines(text string) []string {
+	out := slices.DeleteFunc(strings.Split(text, "\n"), func(l string) bool { return l == "" })
+	slices.Sort(out)
+	return out
+}
+
+// nonZero renders what reg gathers in the text format, one sample a line,
+// sorted, without the counters at zero and their families' HELP and TYPE
+// when no sample is left.
+func nonZero(t *testing.T, reg prometheus.Gatherer) []string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	var out []string
+	num := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	for _, mf := range mfs {
+		name, samples := mf.GetName(), []string{}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", lp.GetName(), lp.GetValue()))
+			}
+			with := func(extra ...string) string {
+				return "{" + strings.Join(append(slices.Clone(labels), extra...), ",") + "}"
+			}
+			if h := m.GetHistogram(); h != nil {
+				for _, b := range h.GetBucket() {
+					samples = append(samples, fmt.Sprintf("%s_bucket%s %d", name, with(fmt.Sprintf("le=%q", num(b.GetUpperBound()))), b.GetCumulativeCount()))
+				}
+				samples = append(samples, fmt.Sprintf("%s_bucket%s %d", name, with(`le="+Inf"`), h.GetSampleCount()),
+					fmt.Sprintf("%s_sum%s %s", name, with(), num(h.GetSampleSum())),
+					fmt.Sprintf("%s_count%s %d", name, with(), h.GetSampleCount()))
+			} else if v := m.GetCounter().GetValue(); v != 0 {
+				samples = append(samples, fmt.Sprintf("%s%s %s", name, with(), num(v)))
+			}
+		}
+		if len(samples) > 0 {
+			out = append(out, fmt.Sprintf("# HELP %s %s", name, mf.GetHelp()),
+				fmt.Sprintf("# TYPE %s %s", name, strings.ToLower(mf.GetType().String())))
+			out = append(out, samples...)
+		}
 	}
+	slices.Sort(out)
+	return out
 }
 
 func TestNewReportsRegistrationErrors(t *testing.T) {
@@ -288,12 +339,14 @@ func seriesOf(t *testing.T, reg prometheus.Gatherer, name string) map[string]flo
 	return out
 }
 
-// The package documentation says the namespace label is "" for the default
-// namespace, and the core takes "" and "__default__" as one namespace. A
-// run through WithIndex on the default namespace (go-pinecone v5 names it
-// "__default__") and a run through WithUpsertFunc (namespace "") write to
-// the same namespace: one series, labelled "".
-func TestDefaultNamespaceIsLabelledEmptyWhateverTheTransport(t *testing.T) {
+// The package documentation says the namespace label is "__default__"
+// (Pinecone's name) for the default namespace, and the core takes "" and
+// "__default__" as one namespace. A run through WithIndex on the default
+// namespace (go-pinecone v5 names it "__default__") and a run through
+// WithUpsertFunc (namespace "") write to the same namespace: one series,
+// labelled "__default__". Not "": Prometheus takes an empty label for an
+// absent one, which a target label "namespace" (Kubernetes') then fills.
+func TestDefaultNamespaceIsLabelledDefaultWhateverTheTransport(t *testing.T) {
 	srv := upserttest.NewServer()
 	defer srv.Close()
 	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
@@ -315,8 +368,8 @@ func TestDefaultNamespaceIsLabelledEmptyWhateverTheTransport(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10, res.Upserted)
 
-	assert.Equal(t, map[string]float64{"": 20}, seriesOf(t, reg, "upsert_records_sent_total"),
-		"the default namespace is one series, labelled \"\" as the package documentation says")
+	assert.Equal(t, map[string]float64{"__default__": 20}, seriesOf(t, reg, "upsert_records_sent_total"),
+		"the default namespace is one series, labelled \"__default__\" as the package documentation says")
 }
 
 // The Prometheus adapter must say how many records landed: the run's
@@ -340,7 +393,7 @@ func TestRecordsUpsertedAreCounted(t *testing.T) {
 	require.Equal(t, 100, res.Upserted)
 	require.Positive(t, res.Stats.Retries)
 
-	assert.Equal(t, map[string]float64{"": 100}, seriesOf(t, reg, "upsert_records_upserted_total"),
+	assert.Equal(t, map[string]float64{upsertprom.DefaultPineconeNamespace: 100}, seriesOf(t, reg, "upsert_records_upserted_total"),
 		"records upserted, as Stats.Upserted (records sent: %v)", seriesOf(t, reg, "upsert_records_sent_total"))
 }
 
@@ -360,7 +413,8 @@ func TestFailuresAreLabelledWithTheirNamespace(t *testing.T) {
 		{"routed", func(v *pinecone.Vector) string { return "tenant-" + v.Id[len(v.Id)-1:] },
 			map[string]float64{"tenant-0": 1, "tenant-1": 1, "tenant-2": 1, "tenant-3": 1, "tenant-4": 1,
 				"tenant-5": 1, "tenant-6": 1, "tenant-7": 1, "tenant-8": 1, "tenant-9": 1}},
-		{"default namespace", func(*pinecone.Vector) string { return "__default__" }, map[string]float64{"": 10}},
+		{"default namespace", func(*pinecone.Vector) string { return "__default__" }, map[string]float64{"__default__": 10}},
+		{"default namespace, named \"\"", func(*pinecone.Vector) string { return "" }, map[string]float64{"__default__": 10}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -119,6 +119,12 @@ func (b *logBuffer) lines(substr string) int {
 	return strings.Count(b.buf.String(), substr)
 }
 
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
 // quiet is a go-redis logger that drops everything.

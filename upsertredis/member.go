@@ -266,7 +266,9 @@ func (m *member) failed(err error) {
 	v.Shared = false
 	m.view.Store(&v)
 	m.signal()
-	m.store.log(slog.LevelWarn, "upsertredis: Redis failed; the writer goes on alone with what it learned", m.lane, m.id, slog.String("error", err.Error()))
+	if m.store.opts.logger != nil {
+		go m.store.logFallback(m.lane, m.id, err)
+	}
 }
 
 // adopt makes r the member's view; mid is the local time of the middle of

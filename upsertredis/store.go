@@ -87,8 +87,9 @@ func WithHeartbeat(d time.Duration) Option {
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = positive(d, o.ttl) } }
 
 // WithLogger logs, once per event, a writer going on alone because Redis
-// failed, its return, and a lane's state found missing and rebuilt. Silent
-// by default.
+// failed (with the cause when the error hides it: see the package doc),
+// its return, and a lane's state found missing and rebuilt. Silent by
+// default.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 func positive(d, def time.Duration) time.Duration {
@@ -210,23 +211,7 @@ func (s *Store) log(level slog.Level, msg string, lane share.Lane, id string, at
 // ReadTimeout (3 s by default). On timeout f is left to finish in the
 // background, bounded by the client's timeouts, and its answer is dropped.
 func (s *Store) call(ctx context.Context, f func(context.Context) ([]string, error)) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.timeout)
-	defer cancel()
-	type result struct {
-		out []string
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		out, err := f(ctx)
-		done <- result{out, err}
-	}()
-	select {
-	case r := <-done:
-		return r.out, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return within(ctx, s.opts.timeout, f)
 }
 
 var _ share.Store = (*Store)(nil)

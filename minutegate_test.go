@@ -290,6 +290,34 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
+// tokenLimitedIndex serves an index whose project takes tokensPerMinute
+// embedding tokens a minute, and connects to its namespace "docs" over
+// REST; the library and the server run on clk, a virtual clock, so that
+// the minutes pass at once.
+func tokenLimitedIndex(t *testing.T, tokensPerMinute int) (*eventClock, *upserttest.Server, *pinecone.IndexConnection) {
+	t.Helper()
+	clk := newEventClock()
+	srv := upserttest.NewServer(upserttest.WithEmbedTokensPerMinute(tokensPerMinute), upserttest.WithClock(clk.Now))
+	t.Cleanup(srv.Close)
+	rest := &http.Client{Transport: clk.transport(srv.Client().Transport)}
+	pc, err := NewClient(pinecone.NewClientParams{ApiKey: "k", RestClient: rest})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+	return clk, srv, idx
+}
+
+// tenTokenRecords are n integrated records of 40 bytes of text: 10 tokens
+// each, as upserttest and estimateTokens count them.
+func tenTokenRecords(n int) []*pinecone.IntegratedRecord {
+	recs := make([]*pinecone.IntegratedRecord, n)
+	for i := range recs {
+		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("r", i), "chunk_text": fmt.Sprintf("%040d", i)}
+	}
+	return recs
+}
+
 // A run into a tokens-per-minute limit finishes at that limit, with few
 // 429s and no record lost. The library and the server run on one virtual
 // clock, so that the minutes pass at once.
@@ -299,19 +327,8 @@ func TestRecordsFinishAtATokensPerMinuteLimit(t *testing.T) {
 		n               = 3000
 		tokensEach      = 10 // 40 bytes of text
 	)
-	clk := newEventClock()
-	srv := upserttest.NewServer(upserttest.WithEmbedTokensPerMinute(tokensPerMinute), upserttest.WithClock(clk.Now))
-	defer srv.Close()
-	rest := &http.Client{Transport: clk.transport(srv.Client().Transport)}
-	pc, err := NewClient(pinecone.NewClientParams{ApiKey: "k", RestClient: rest})
-	require.NoError(t, err)
-	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
-	require.NoError(t, err)
-	defer idx.Close()
-	recs := make([]*pinecone.IntegratedRecord, n)
-	for i := range recs {
-		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("r", i), "chunk_text": fmt.Sprintf("%040d", i)}
-	}
+	clk, srv, idx := tokenLimitedIndex(t, tokensPerMinute)
+	recs := tenTokenRecords(n)
 
 	start := clk.Now()
 	res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx), withClock(clk), withRand(maxRand))
@@ -371,24 +388,13 @@ func TestRecordsStartedOnASpentMinuteStillFinishNearTheTokenLimit(t *testing.T) 
 		n               = 3000
 		tokensEach      = 10 // 40 bytes of text
 	)
-	clk := newEventClock()
-	srv := upserttest.NewServer(upserttest.WithEmbedTokensPerMinute(tokensPerMinute), upserttest.WithClock(clk.Now))
-	defer srv.Close()
-	rest := &http.Client{Transport: clk.transport(srv.Client().Transport)}
-	pc, err := NewClient(pinecone.NewClientParams{ApiKey: "k", RestClient: rest})
-	require.NoError(t, err)
-	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
-	require.NoError(t, err)
-	defer idx.Close()
+	clk, srv, idx := tokenLimitedIndex(t, tokensPerMinute)
 	// An earlier run spent the minute.
 	require.NoError(t, idx.UpsertRecords(context.Background(), []*pinecone.IntegratedRecord{
 		{"_id": "earlier", "chunk_text": strings.Repeat("x", 4*tokensPerMinute)},
 	}))
 
-	recs := make([]*pinecone.IntegratedRecord, n)
-	for i := range recs {
-		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("r", i), "chunk_text": fmt.Sprintf("%040d", i)}
-	}
+	recs := tenTokenRecords(n)
 	start := clk.Now()
 	res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx), withClock(clk), withRand(maxRand))
 	elapsed := clk.Now().Sub(start)

@@ -140,22 +140,32 @@ func TestAmbiguousIDsAreForgottenAfterTwoWindowsWithoutActivity(t *testing.T) {
 	}
 }
 
+// lateWriter is a Writer of batches of one into a lateIndex whose writes
+// of id "x" time out and land late.
+func lateWriter(t *testing.T, clk clock) (*Writer, *lateIndex) {
+	t.Helper()
+	idx := &lateIndex{stored: map[string]float32{}, id: "x"}
+	w, err := NewWriter(context.Background(), WithUpsertFunc(idx.Upsert), WithBatchSize(1), WithConcurrency(1),
+		withClock(clk), withRand(maxRand))
+	require.NoError(t, err)
+	return w, idx
+}
+
+// vectorValued is a vector of id whose first value is val.
+func vectorValued(id string, val float32) *pinecone.Vector {
+	return &pinecone.Vector{Id: id, Values: &[]float32{val, 1}}
+}
+
 // A Writer that went quiet for an hour after an ambiguous timeout does not
 // report the next record of that id as possibly stale: the request that
 // timed out is taken as dropped after staleWindow.
 func TestWriterDoesNotReportStaleAnHourAfterTheAmbiguousRequest(t *testing.T) {
 	clk := newFakeClock()
-	idx := &lateIndex{stored: map[string]float32{}, id: "x"}
-	w, err := NewWriter(context.Background(), WithUpsertFunc(idx.Upsert), WithBatchSize(1), WithConcurrency(1),
-		withClock(clk), withRand(maxRand))
-	require.NoError(t, err)
-	mk := func(id string, val float32) *pinecone.Vector {
-		return &pinecone.Vector{Id: id, Values: &[]float32{val, 1}}
-	}
-	require.NoError(t, w.Add(context.Background(), mk("x", 1)))
+	w, _ := lateWriter(t, clk)
+	require.NoError(t, w.Add(context.Background(), vectorValued("x", 1)))
 	require.NoError(t, w.Flush(context.Background()))
 	clk.Advance(time.Hour)
-	require.NoError(t, w.Add(context.Background(), mk("x", 2)))
+	require.NoError(t, w.Add(context.Background(), vectorValued("x", 2)))
 	res, err := w.Close(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 2, res.Upserted)
@@ -222,20 +232,14 @@ func TestStaleIsOnlyReportedForAnEarlierRecordOfTheSameIDAndNamespace(t *testing
 // its id comes back 28 minutes after it: a plain success.
 func TestWriterForgetsAnAmbiguousRequestWithinTwoWindows(t *testing.T) {
 	clk := newFakeClock()
-	idx := &lateIndex{stored: map[string]float32{}, id: "x"}
-	w, err := NewWriter(context.Background(), WithUpsertFunc(idx.Upsert), WithBatchSize(1), WithConcurrency(1),
-		withClock(clk), withRand(maxRand))
-	require.NoError(t, err)
-	mk := func(id string, val float32) *pinecone.Vector {
-		return &pinecone.Vector{Id: id, Values: &[]float32{val, 1}}
-	}
-	require.NoError(t, w.Add(context.Background(), mk("x", 1))) // times out, then lands: ambiguous
+	w, _ := lateWriter(t, clk)
+	require.NoError(t, w.Add(context.Background(), vectorValued("x", 1))) // times out, then lands: ambiguous
 	require.NoError(t, w.Flush(context.Background()))
 	clk.Advance(2*staleWindow - time.Minute)
-	require.NoError(t, w.Add(context.Background(), mk("y", 1))) // any record: its lookup rotates the generations
+	require.NoError(t, w.Add(context.Background(), vectorValued("y", 1))) // any record: its lookup rotates the generations
 	require.NoError(t, w.Flush(context.Background()))
 	clk.Advance(staleWindow - time.Minute) // 28 minutes after the ambiguous request
-	require.NoError(t, w.Add(context.Background(), mk("x", 2)))
+	require.NoError(t, w.Add(context.Background(), vectorValued("x", 2)))
 	res, err := w.Close(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 3, res.Upserted)

@@ -22,7 +22,7 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	n := len(p.items)
 	p.attempts++
 	ev := RequestEvent{
-		Context: r.runCtx, Namespace: rt.namespace, Worker: worker, Records: n, Bytes: bytes,
+		Context: r.runCtx, Namespace: namespaceKey(rt.namespace), Worker: worker, Records: n, Bytes: bytes,
 		Attempt: p.attempts,
 	}
 	if r.traced {

@@ -420,6 +420,9 @@ func (in *intake) refuse(it item, err error) {
 		e = &Error{Class: ClassCanceled, Err: err}
 	}
 	resend := !settlesForGood(e, 0)
+	if it.ns == "" && in.nsOf == nil {
+		it.ns = namespaceKey(in.r.cfg.namespace) // not routed yet: the run's one namespace
+	}
 	fs := []Failure{{Index: it.seq, ID: it.id, Namespace: it.ns, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e, Resend: resend}}
 	in.r.report(fs)
 	in.positionsSettled([]item{it}, false)

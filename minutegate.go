@@ -30,7 +30,7 @@ const minuteWindow = time.Minute
 // the minute: it grows each minute it holds (minuteSearchAfter), by a step
 // that starts at minuteSearchStep of it and grows minuteStepGrowth-fold,
 // so that a limit learned right costs one probe and one learned a hundred
-// times too low is out of it in five minutes. A refused probe bounds the
+// times too low is out of it in six minutes. A refused probe bounds the
 // index's limit from above; the gate bisects up to that ceiling a minute
 // at a time until within a first step of it (closer is worth less than a
 // refused probe a minute), and from then probes

@@ -406,3 +406,20 @@ func TestRecordsStartedOnASpentMinuteStillFinishNearTheTokenLimit(t *testing.T) 
 	t.Logf("virtual time %v (ideal %v), %d refused of %d requests", elapsed, ideal, srv.Stats().RateLimited, res.Stats.Requests)
 	assert.Less(t, elapsed, 2*ideal, "the run keeps near the limit once the minute is free again")
 }
+
+// A limit learned a hundred times too low is out of it in six minutes of
+// holding without a refusal, as the gate's doc says: steps of a quarter,
+// growing fourfold, one a minute (86 times after five).
+func TestAMinuteLimitLearnedAHundredTimesTooLowIsOutOfItInSixMinutes(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const learned, index = 100, 100 * 100
+	m := nextMinuteLimit(minuteLimit{}, minuteObservation{now: t0, refused: true, request: learned})
+	require.Equal(t, learned, m.limit)
+	for i := 1; i <= 6; i++ {
+		m = nextMinuteLimit(m, minuteObservation{now: t0.Add(time.Duration(i) * minuteWindow), held: true})
+		if i == 5 {
+			assert.Less(t, m.limit, index, "not in five")
+		}
+	}
+	assert.GreaterOrEqual(t, m.limit, index, "six minutes of holding without a refusal")
+}

@@ -180,3 +180,33 @@ func TestAFailureInTheDefaultNamespaceNamesIt(t *testing.T) {
 		assert.Empty(t, res.Failed[0].Namespace, "given %q", ns)
 	}
 }
+
+// Events and failures name the default namespace alike (""), whichever
+// of its names the connection was given, so that observers can set
+// failures against requests by namespace.
+func TestEventsAndFailuresNameTheDefaultNamespaceAlike(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(upserttest.RejectIDs("v1")))
+	defer srv.Close()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: ""})
+	require.NoError(t, err)
+	defer idx.Close()
+	var mu sync.Mutex
+	requests := map[string]int{}
+	obs := Observer{RequestDone: func(e RequestEvent) {
+		mu.Lock()
+		requests[e.Namespace]++
+		mu.Unlock()
+	}}
+
+	res, err := All(context.Background(), vectors(4, 2), WithIndex(idx), WithObserver(obs), WithBackoff(time.Millisecond, 2*time.Millisecond))
+
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Len(t, res.Failed, 1)
+	ns := res.Failed[0].Namespace
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, map[string]int{ns: res.Stats.Requests}, requests,
+		"the requests that carried the failed record name its namespace as its Failure does (%q)", ns)
+}

@@ -26,8 +26,9 @@ import (
 type Observer struct {
 	// RequestDone is called after every upsert request, successful or not.
 	RequestDone func(RequestEvent)
-	// Retry is called when a failed batch is about to be resent, after a
-	// wait or split in halves.
+	// Retry is called when a failed batch is about to be resent: once its
+	// backoff has passed (a run that stops during it resends nothing, and
+	// tells nothing), or when it is split in halves.
 	Retry func(RetryEvent)
 	// Failure is called once per record that did not land, as soon as its
 	// failure is final: the dead-letter hook. The Write method of
@@ -68,7 +69,8 @@ type RunEvent struct {
 	Context context.Context
 	// Operation is "All", "Stream", "Records" or "Writer".
 	Operation string
-	// Namespace is the run's namespace (the index connection's); with
+	// Namespace is the run's namespace (the index connection's), "" for
+	// the default one, as in every event and [Failure]; with
 	// [WithNamespaceOf], records may go to others as well.
 	Namespace string
 	// LimiterState returns what the run's [Limiter] has learned about
@@ -86,7 +88,8 @@ type RunEvent struct {
 type RequestEvent struct {
 	// Context is the context the request was sent with (before the
 	// per-request timeout): the run's, or what StartRequest returned.
-	Context   context.Context
+	Context context.Context
+	// Namespace is the request's namespace, "" for the default one.
 	Namespace string
 	// Worker identifies the batch slot that sent the request, for logs.
 	Worker int
@@ -105,7 +108,8 @@ type RequestEvent struct {
 // RetryEvent describes a failed batch that is about to be resent.
 type RetryEvent struct {
 	// Context is the run's context, as StartRun returned it.
-	Context   context.Context
+	Context context.Context
+	// Namespace is the batch's namespace, "" for the default one.
 	Namespace string
 	Worker    int
 	// Records is the size of the batch that failed.

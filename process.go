@@ -103,7 +103,7 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*pa
 	case len(p.items) > 1 && (c == ClassTimeout || c == ClassTooLarge || c == ClassInvalid):
 		r.stats.splits.Add(1)
 		r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)
-		r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
+		r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: namespaceKey(rt.namespace), Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
 		a, b := split(p.items)
 		return []*part{p.child(b), p.child(a)}, false
 	case p.retries[c] < r.cfg.retry.maxRetries[c] || p.free && r.cfg.retry.maxRetries[c] > 0:
@@ -129,7 +129,6 @@ func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 		p.retries[c]++
 	}
 	r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
-	r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: rt.namespace, Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
 	wake := r.restWaker()
 	r.rest(+1)
 	r.wakeResting() // the others may have landed since p's refusal
@@ -143,7 +142,10 @@ func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 		r.failPart(p, r.stopError())
 		return false
 	}
-	r.stats.retry(c) // counted once it is to be resent: Stats.Retries counts resends
+	// Counted, and told, once it is to be resent: Stats.Retries and the
+	// observers' Retry count resends.
+	r.stats.retry(c)
+	r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: namespaceKey(rt.namespace), Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
 	return true
 }
 

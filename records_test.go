@@ -413,3 +413,23 @@ func postRecords(c *http.Client, url string) {
 		resp.Body.Close()
 	}
 }
+
+// A REST 409 whose google.rpc.Status code is 10 (ABORTED) is retried
+// whichever client reports it: the SDK's own error, without the library's
+// Transport, quotes the body as an escaped JSON string.
+func TestARESTAbortedThroughAPlainSDKClientIsRetriedAsAServerError(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
+		return upserttest.Fault{Code: codes.Aborted, Message: "transaction aborted"}
+	}))
+	defer srv.Close()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key", RestClient: srv.Client()}) // no upsert.Transport
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	require.NoError(t, err)
+	defer idx.Close()
+
+	err = idx.UpsertRecords(context.Background(), []*pinecone.IntegratedRecord{{"_id": "a", "chunk_text": "hello"}})
+	require.Error(t, err)
+	require.Equal(t, 409, httpStatus(err), "upserttest answers ABORTED with 409: %v", err)
+	assert.Equal(t, ClassServer, Classify(err), "a 409 with code 10 (ABORTED) is worth another try, whichever client reports it: %v", err)
+}

@@ -94,8 +94,9 @@ func classOfHTTP(code int, msg string) Class {
 }
 
 // abortedCode matches the numeric code of ABORTED in a google.rpc.Status
-// body, the shape of Pinecone's data-plane REST errors ({"code":10,...}).
-var abortedCode = regexp.MustCompile(`"code"\s*:\s*10\b`)
+// body, the shape of Pinecone's data-plane REST errors ({"code":10,...}),
+// also as the SDK's own error quotes it, escaped in a JSON string.
+var abortedCode = regexp.MustCompile(`\\?"code\\?"\s*:\s*10\b`)
 
 // aborted reports whether an HTTP error body (or an error's text holding
 // it) carries gRPC's ABORTED, by name or by number.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -344,4 +345,26 @@ func TestAHugeRetryAfterWaitsTheBoundNotNothing(t *testing.T) {
 	assert.Equal(t, maxServerWait, parseRetryAfter("90000", now))
 	assert.Equal(t, maxServerWait, parseRetryAfter(huge, now), "a larger ask must not wait less")
 	assert.Equal(t, maxServerWait, pushbackOf(metadata.Pairs("retry-after", huge)), "over gRPC too")
+}
+
+// The observers' Retry events count what Stats.Retries counts: a batch
+// whose run stopped during its backoff was not resent, and is told to
+// neither.
+func TestBackoffRetryEventsMatchStatsRetriesWhenTheRunStopsDuringTheBackoff(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clk := &cancelOnSleepClock{fakeClock: newFakeClock(), cancel: cancel}
+	fi := newFakeIndex(func(int, []string) error { return status.Error(codes.Unavailable, "down") })
+	var events atomic.Int64
+	obs := Observer{Retry: func(e RetryEvent) {
+		if !e.Split {
+			events.Add(1)
+		}
+	}}
+
+	res, err := All(ctx, vectors(1, 2), WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand), WithObserver(obs))
+
+	require.ErrorIs(t, err, ErrCanceled)
+	require.Len(t, fi.Calls(), 1, "the batch was sent once; the cancel came during its backoff")
+	assert.Equal(t, int64(res.Stats.Retries), events.Load(), "the backoff retries the observers hear of are the ones Stats.Retries counts")
 }

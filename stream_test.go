@@ -15,6 +15,7 @@ import (
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/upsertlib/upsert/upserttest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -446,5 +447,39 @@ func TestAReplacedRecordNeverPushesItsBatchOverTheRequestSize(t *testing.T) {
 	assert.Equal(t, 100, res.Upserted)
 	for _, n := range sizes {
 		assert.LessOrEqual(t, n, MaxRequestBytes, "no request is over 2 MB; sent %v", sizes)
+	}
+}
+
+// A record a Stream pulled but could not take, because the run stopped,
+// names the run's one namespace, as All's untaken records do: its dead
+// letter replays into the right namespace.
+func TestARecordAStreamPulledButCouldNotTakeNamesTheRunsNamespace(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	require.NoError(t, err)
+	defer idx.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	recs := vectors(4, 2)
+	seq := func(yield func(*pinecone.Vector) bool) {
+		for i, v := range recs {
+			if i == 2 {
+				cancel() // the caller stops: the record pulled next cannot be taken
+			}
+			if !yield(v) {
+				return
+			}
+		}
+	}
+
+	res, err := Stream(ctx, seq, WithIndex(idx), WithMaxDelay(time.Hour))
+
+	require.ErrorIs(t, err, ErrCanceled)
+	require.NotEmpty(t, res.Failed)
+	for _, f := range res.Failed {
+		assert.Equal(t, "docs", f.Namespace, "record %d (%s), %v", f.Index, f.ID, f.Err)
 	}
 }

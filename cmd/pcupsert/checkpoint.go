@@ -195,6 +195,13 @@ func (c *checkpointFile) Load(context.Context) (int64, error) { return c.loaded,
 // the step and the cause, not the temporary file, so that the same cause
 // is the same error.
 func (c *checkpointFile) Save(_ context.Context, n int64) error {
+	if n == c.loaded {
+		// The file holds it already. The library saves the loaded position
+		// before any input is read, when the identity of the input read so
+		// far would be that of nothing, which matches every input; the file
+		// was checked writable when it was opened.
+		return nil
+	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%d\n%v\n", n, idOf(c.head.bytes()))
 	tmp, err := os.CreateTemp(filepath.Dir(c.path), filepath.Base(c.path)+".tmp*")

@@ -293,3 +293,27 @@ func TestTheReportTellsWhatIsLeftToResume(t *testing.T) {
 	assert.Equal(t, 3000, n+letterCount, "each failed record is left to resume or a dead letter")
 	assert.Less(t, letterCount, 3000/2, "most are left to resume: the breaker gave up on them")
 }
+
+// A count-only checkpoint (an earlier pcupsert's) stays one: the library's
+// save of the loaded position, before any input is read, must not give it
+// the identity of nothing read, which matches every input and would let a
+// run on another file skip records never sent.
+func TestALegacyCheckpointIsNotTurnedIntoOneThatMatchesEveryInput(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	a, b := filepath.Join(dir, "a.ndjson"), filepath.Join(dir, "b.ndjson")
+	require.NoError(t, os.WriteFile(a, []byte(strings.ReplaceAll(records(t, 3), `"r`, `"a`)), 0o600))
+	require.NoError(t, os.WriteFile(b, []byte(records(t, 5)), 0o600))
+	require.NoError(t, os.WriteFile(ckpt, []byte("3\n"), 0o600)) // an earlier pcupsert's, for a
+
+	res := runCmd(t, nil, nil, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl-a"), a)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	t.Logf("checkpoint after the run of a: %q", readString(t, ckpt))
+
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res = runCmd(t, nil, nil, append(remote(t, srv), "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl-b"), b)...)
+	warned := strings.Contains(res.stderr, "does not say which input it was saved for")
+	refused := strings.Contains(res.stderr, "was saved for another input")
+	assert.True(t, warned || refused, "b's first 3 records are skipped silently (exit %d, %d stored); stderr:\n%s", res.status, srv.Count("__default__"), res.stderr)
+}

@@ -25,7 +25,8 @@ type breaker struct {
 	open         bool
 	openedAt     time.Time
 	nextProbe    time.Time
-	probing      bool // a probe request is in flight
+	probing      bool   // a probe request is in flight
+	probes       uint64 // probes admitted: the one in flight is number probes
 	// rechecking: the probe in flight went out after the lane sat idle for
 	// two probe periods, with no failure since: it, not the old verdict,
 	// decides whether the index is still down.
@@ -82,6 +83,7 @@ func (b *breaker) admit(now time.Time) (ok, probe bool, wait time.Duration) {
 		return false, false, b.nextProbe.Sub(now)
 	default:
 		b.probing = true
+		b.probes++
 		b.rechecking = now.Sub(b.lastFailure) > 2*probeMax
 		return true, true, 0
 	}

@@ -213,7 +213,7 @@ type permit struct {
 	request
 	seq        uint64
 	start      time.Time
-	probe      bool // the breaker's probe
+	probe      uint64 // the breaker's probe number, 0 for a request that is not one
 	waitedSlot bool
 	epoch      uint64 // the shared lane's episode when it was admitted
 }
@@ -407,7 +407,7 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 // admitHead queues q for the head, waits there for the rates and a slot
 // of the lane (unless q has its own, taken already: waited says whether
 // that took a wait), and issues its permit.
-func (ln *lane) admitHead(ctx context.Context, q request, recut, probe, waited bool) (permit, error) {
+func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint64, waited bool) (permit, error) {
 	select {
 	case ln.head <- struct{}{}:
 	case <-ctx.Done():
@@ -447,7 +447,7 @@ func (ln *lane) holdRoute(delta int) {
 }
 
 // issue counts an admitted request; ln.mu is held.
-func (ln *lane) issue(q request, probe, waitedSlot bool) permit {
+func (ln *lane) issue(q request, probe uint64, waitedSlot bool) permit {
 	now := ln.clock.Now()
 	ln.slots.inFlight++
 	ln.issued++
@@ -474,14 +474,18 @@ func (q request) amounts() [dimCount]float64 {
 	return [dimCount]float64{float64(q.n), 1, float64(q.bytes)}
 }
 
-// waitBreaker waits while the breaker is open, and tells whether this
-// request is the breaker's probe. Once the breaker has given up on the
-// index, a request that is not the probe fails at once with its error.
-func (ln *lane) waitBreaker(ctx context.Context) (probe bool, err error) {
+// waitBreaker waits while the breaker is open, and returns this request's
+// probe number when it is the breaker's probe, 0 otherwise. Once the
+// breaker has given up on the index, a request that is not the probe
+// fails at once with its error.
+func (ln *lane) waitBreaker(ctx context.Context) (probe uint64, err error) {
 	for {
 		ln.mu.Lock()
 		now := ln.clock.Now()
-		ok, probe, wait := ln.breaker.admit(now)
+		ok, isProbe, wait := ln.breaker.admit(now)
+		if isProbe {
+			probe = ln.breaker.probes
+		}
 		var down *Error
 		if !ok {
 			down = ln.breaker.gaveUp(now)
@@ -492,18 +496,25 @@ func (ln *lane) waitBreaker(ctx context.Context) (probe bool, err error) {
 			return probe, nil
 		}
 		if down != nil {
-			return false, down
+			return 0, down
 		}
 		if err := sleepOrWake(ctx, ln.clock, wait, wake); err != nil && !errors.Is(err, errWoken) {
-			return false, err
+			return 0, err
 		}
 	}
 }
 
-func (ln *lane) abandonProbe(probe bool) {
-	if probe {
+// isProbe reports whether probe is the breaker's probe in flight: a probe
+// of an outage the breaker has closed since, answered late, is not, and
+// must not free the slot of the next outage's probe; ln.mu is held.
+func (ln *lane) isProbe(probe uint64) bool {
+	return probe != 0 && probe == ln.breaker.probes
+}
+
+func (ln *lane) abandonProbe(probe uint64) {
+	if probe != 0 {
 		ln.mu.Lock()
-		if ln.breaker.abandon(probe) {
+		if ln.breaker.abandon(ln.isProbe(probe)) {
 			ln.signals.breaker.fire()
 		}
 		ln.mu.Unlock()

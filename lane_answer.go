@@ -330,7 +330,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		ln.closeBreaker(now, p.start)
 	case ClassTimeout, ClassServer:
 		wasOpen := ln.breaker.open
-		if ln.breaker.failure(now, p.start, p.probe, class == ClassTimeout) {
+		if ln.breaker.failure(now, p.start, ln.isProbe(p.probe), class == ClassTimeout) {
 			ln.signals.breaker.fire()
 		}
 		if !wasOpen && ln.breaker.open {
@@ -342,7 +342,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers
 	default:
-		if ln.breaker.abandon(p.probe) {
+		if ln.breaker.abandon(ln.isProbe(p.probe)) {
 			ln.signals.breaker.fire()
 		}
 	}

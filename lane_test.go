@@ -629,24 +629,51 @@ func TestLaneBreaker(t *testing.T) {
 		require.True(t, ln.state().Paused, "five server errors in a row open the breaker")
 		return ln
 	}
+	t.Run("a probe of an earlier outage answered late leaves the next outage's probe alone", func(t *testing.T) {
+		clk := newFakeClock()
+		ln := newOpenLane(t, clk)
+		old, err := ln.acquire(ctx, req(10)) // the first outage's probe, which hangs
+		require.NoError(t, err)
+		require.NotZero(t, old.probe)
+		ln.mu.Lock()
+		ln.closeBreaker(clk.Now(), clk.Now()) // the index answers another request
+		ln.mu.Unlock()
+		require.False(t, ln.state().Paused)
+		var ps []permit
+		for range breakerThreshold { // and fails again
+			p, err := ln.acquire(ctx, req(10))
+			require.NoError(t, err)
+			ps = append(ps, p)
+		}
+		for _, p := range ps {
+			ln.release(p, serverErr)
+		}
+		probe, err := ln.acquire(ctx, req(10))
+		require.NoError(t, err)
+		require.NotZero(t, probe.probe, "the second outage's probe")
+		ln.release(old, serverErr) // the first outage's probe fails at last
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		assert.True(t, ln.breaker.probing, "one probe at a time: the second's is still out")
+	})
 	t.Run("the next request waits for the probe time and goes as the probe; a success closes it", func(t *testing.T) {
 		clk := newFakeClock()
 		ln := newOpenLane(t, clk)
 		before := clk.Now()
 		p, err := ln.acquire(ctx, req(10))
 		require.NoError(t, err)
-		assert.True(t, p.probe)
+		assert.NotZero(t, p.probe)
 		assert.GreaterOrEqual(t, clk.Now().Sub(before), probeEvery)
 		ln.release(p, serverErr)
 		assert.True(t, ln.state().Paused, "a failed probe keeps it open")
 		p2, err := ln.acquire(ctx, req(10))
 		require.NoError(t, err)
-		assert.True(t, p2.probe)
+		assert.NotZero(t, p2.probe)
 		ln.release(p2, nil)
 		assert.False(t, ln.state().Paused)
 		p3, err := ln.acquire(ctx, req(10))
 		require.NoError(t, err)
-		assert.False(t, p3.probe)
+		assert.Zero(t, p3.probe)
 		ln.release(p3, nil)
 	})
 	t.Run("while the probe is out, others wait until the outage is a minute old, then fail unsent", func(t *testing.T) {
@@ -655,7 +682,7 @@ func TestLaneBreaker(t *testing.T) {
 		opened := clk.Now()
 		probe, err := ln.acquire(ctx, req(10))
 		require.NoError(t, err)
-		require.True(t, probe.probe)
+		require.NotZero(t, probe.probe)
 		_, err = ln.acquire(ctx, req(10))
 		assert.ErrorIs(t, err, errOutageTooLong)
 		assert.GreaterOrEqual(t, clk.Now().Sub(opened), outagePatience)

@@ -277,7 +277,11 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 	if waited {
 		ln.slots.fullAt = now
 	}
-	p := ln.issue(q, probe, waited)
+	var probeNo uint64
+	if probe {
+		probeNo = ln.breaker.probes
+	}
+	p := ln.issue(q, probeNo, waited)
 	s.res.requests++
 	arrive := func() { s.idx.arrive(p.n, p.bytes, p.start, func(e *Error) { s.answer(b, p, e) }) }
 	s.at(now.Add(simWire(p.n, p.bytes)), arrive)

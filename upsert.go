@@ -385,7 +385,9 @@ func WithBackoff(base, max time.Duration) Option {
 // WithClassifier replaces [Classify], for transports whose errors it does
 // not know. f must return a class for every non-nil error; an error it
 // returns 0 for is treated as [ClassServer]. The caller's context ending is
-// always [ClassCanceled], whatever f says.
+// always [ClassCanceled], whatever f says, and an error that already is an
+// [*Error] with a class (one of the library's [Transport], or one a send
+// function returns) keeps it: f is not called for it.
 func WithClassifier(f func(error) Class) Option {
 	return func(c *config) {
 		if f == nil {

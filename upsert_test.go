@@ -936,3 +936,16 @@ func TestFailuresNameTheirNamespaceAndWhetherTheyAreResent(t *testing.T) {
 	assert.NotZero(t, stopped)
 
 }
+
+// An error that already is an *Error with a class keeps it, whatever a
+// custom classifier would say: the classifier is for errors the library
+// does not know.
+func TestACustomClassifierIsNotAskedAboutAnErrorThatHasItsClass(t *testing.T) {
+	fi := newFakeIndex(func(int, []string) error { return &Error{Class: ClassInvalid, Err: errors.New("refused")} })
+	var asked atomic.Int64
+	classify := func(error) Class { asked.Add(1); return ClassServer }
+	res, err := All(context.Background(), vectors(1, 2), testOpts(fi, WithClassifier(classify))...)
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Equal(t, 1, res.Failed[0].Attempts, "invalid: not retried as a server error")
+	assert.Zero(t, asked.Load())
+}

@@ -142,8 +142,10 @@ func syncDir(dir string) error {
 }
 
 // WithCheckpoint keeps a stream's progress in cp: [Stream] and [Records]
-// skip the records that cp says an earlier run settled, and save their own
-// watermark every second and at the end. See [Checkpoint]. [All] and
+// skip the records that cp says an earlier run settled, save the loaded
+// position before sending anything (a checkpoint that cannot be saved
+// fails the run with [ErrBadOption]), then their own watermark every
+// second and at the end. See [Checkpoint]. [All] and
 // [NewWriter] reject it with [ErrBadOption]: their input cannot be
 // replayed in order.
 func WithCheckpoint(cp Checkpoint) Option {

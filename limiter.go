@@ -26,8 +26,8 @@ import (
 //     only dipped, so that 429s that come whatever the rate do not grind
 //     it down. The rate then climbs back along a cubic curve and probes
 //     above, also above a known limit, which is a starting point and not
-//     a ceiling. The index's Retry-After, on any answer (a 429, a 503,
-//     gRPC pushback), pauses every request of the namespace.
+//     a ceiling. The index's Retry-After, on any failed answer (a 429, a
+//     503, gRPC pushback), pauses every request of the namespace.
 //   - how many requests may be in flight: 4 at first, doubling while
 //     every slot is taken and each doubling raises the throughput, then
 //     half again as many now and then, kept only when the throughput
@@ -59,11 +59,11 @@ import (
 // may serve several indexes: what it learns of a namespace of one index
 // does not apply to another's, as long as the call knows its index
 // ([WithIndex]; calls through [WithUpsertFunc] or [WithRecordsFunc] are
-// told apart by namespace alone). A namespace that has sent nothing for
-// ten minutes is forgotten once the Limiter holds many, and beyond about
-// a thousand namespaces the least recently used ones with nothing in
-// flight are, so that a run or a service writing to ever new namespaces
-// holds a few MB at most. The zero value is ready to use.
+// told apart by namespace alone). A lane (an index's namespace) that has
+// sent nothing for ten minutes is forgotten once the Limiter holds many,
+// and beyond about a thousand lanes the least recently used ones with
+// nothing in flight are, so that a run or a service writing to ever new
+// namespaces holds a few MB at most. The zero value is ready to use.
 type Limiter struct {
 	mu      sync.Mutex
 	lanes   map[laneID]*lane

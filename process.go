@@ -190,7 +190,7 @@ func (r *run) log(level slog.Level, msg string, worker int, rt *route, p *part, 
 		return
 	}
 	attrs := append([]slog.Attr{
-		slog.String("namespace", rt.namespace),
+		slog.String("namespace", namespaceKey(rt.namespace)), // "" for the default one, as in events
 		slog.Int("batch_size", len(p.items)),
 		slog.Int("worker", worker),
 		slog.Int("attempt", p.attempts),

@@ -170,9 +170,11 @@ func (c *config) bad(format string, args ...any) {
 // [WithNamespaceOf] routes them: vectors with
 // [pinecone.IndexConnection.UpsertVectors] (a reply that confirms fewer
 // records than were sent counts as a server error and the batch is
-// retried), integrated records with UpsertRecords (see [Records]). Requests
-// also stay under Pinecone serverless's limits per namespace, 100 upsert
-// requests and 50 MB of upsert data per second (see [Limiter]).
+// retried), integrated records with UpsertRecords (see [Records]). The
+// Limiter starts from Pinecone serverless's limits per namespace
+// ([ServerlessLimits]: 100 upsert requests and 50 MB of upsert data per
+// second), a tenth above them, and probes above them as above any level
+// (see [Limiter] and [IndexLimits]).
 //
 // Before sending vectors, a run asks the index its dimension and vector
 // type (DescribeIndexStats, at most 5 s), so that a record of another
@@ -365,10 +367,11 @@ func WithMaxRetries(class Class, n int) Option {
 
 // WithBackoff sets the waits between retries: before the n-th retry (n
 // from 0) the wait is uniformly random in [0, min(max, base·2^n)] ("full
-// jitter"). A 429 uses twice base, and never waits less than the index's
-// Retry-After or gRPC pushback, counted up to a minute (a longer ask, which
-// Pinecone's per-second and per-minute limits do not explain, waits a
-// minute). Defaults: base 250 ms, max 30 s. At the end of a call, when
+// jitter"). A 429 uses twice base. Any retry, whatever its class, waits
+// at least the index's Retry-After or gRPC pushback, counted up to a
+// minute (a longer ask, which Pinecone's per-second and per-minute limits
+// do not explain, waits a minute), and that wait pauses every request of
+// the namespace. Defaults: base 250 ms, max 30 s. At the end of a call, when
 // every batch left is waiting out a backoff and the last request landed,
 // those waits end (not a Retry-After): they spread load that no longer
 // comes.
@@ -481,7 +484,8 @@ type Failure struct {
 	// Namespace is the record's namespace, as routed (see
 	// [WithNamespaceOf]), "" for the default one ("__default__"); also ""
 	// when the run stopped before looking at the record under
-	// WithNamespaceOf.
+	// WithNamespaceOf, and for a nil record under WithNamespaceOf (whose
+	// function is not called for it).
 	Namespace string
 	// Record is the vector as given, so that it can be replayed: the
 	// caller's own for All, the copy taken when the record was handed over

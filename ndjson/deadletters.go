@@ -137,8 +137,8 @@ type nilRecordLetter struct {
 // or metadata that is not valid UTF-8) is written with its id and the
 // failure only, plus "record_error" saying why.
 //
-// Every letter ends with "namespace", f.Namespace (the namespace the record
-// was routed to, as upsert.WithNamespaceOf returned it), when it is not
+// Every letter ends with "namespace", f.Namespace (the record's namespace,
+// as routed: upsert.WithNamespaceOf's answer, or the index connection's), when it is not
 // "": a program that replays the letters of a run over several namespaces
 // reads it to send each record back where it belongs. It is absent for the
 // default namespace, whether named "" or "__default__" (Pinecone's other

@@ -244,7 +244,11 @@ func writeFamilyIndexes(w io.Writer, done []*familyIndex) {
 	}
 }
 
-// parseSeeds reads a list of seeds such as "1-10,15,20-22".
+// maxSeeds is the most seeds -family, -seeds or -seed may name.
+const maxSeeds = 1_000_000
+
+// parseSeeds reads a list of seeds such as "1-10,15,20-22", of at most
+// maxSeeds seeds; a range may end at the largest uint64.
 func parseSeeds(list string) ([]uint64, error) {
 	var out []uint64
 	for part := range strings.SplitSeq(list, ",") {
@@ -263,8 +267,14 @@ func parseSeeds(list string) ([]uint64, error) {
 				return nil, fmt.Errorf("bad range %q", part)
 			}
 		}
-		for s := a; s <= b; s++ {
+		if b-a >= uint64(maxSeeds-len(out)) {
+			return nil, fmt.Errorf("%q: more than %d seeds", list, maxSeeds)
+		}
+		for s := a; ; s++ {
 			out = append(out, s)
+			if s == b {
+				break
+			}
 		}
 	}
 	if len(out) == 0 {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -220,4 +222,82 @@ func TestRunMeasuresTheTimeToTheLastRecordLanded(t *testing.T) {
 	assert.GreaterOrEqual(t, r.elapsed, ix.Latency, "the records landed 500 ms after the start, not when the strategy returned")
 	assert.LessOrEqual(t, r.efficiency, 1.05, "no strategy beats the ideal of what it landed (elapsed %v, ideal %v)",
 		r.elapsed, p.idealTime(r.landed))
+}
+
+// parseSeeds takes the largest uint64 as a seed, alone or at the end of a
+// range, and stops there rather than wrapping round to 0; a list of more
+// than maxSeeds seeds is an error, as is -family beyond it. The first parse
+// runs in a child process (this test binary again) that gives up after
+// half a second, so that a parse that loops cannot take the machine down.
+func TestParseSeedsTakesTheLargestSeed(t *testing.T) {
+	const env = "UPSERTBENCH_REVIEW_PARSESEEDS"
+	if os.Getenv(env) != "" {
+		done := make(chan []uint64, 1)
+		go func() {
+			seeds, _ := parseSeeds("18446744073709551615")
+			done <- seeds
+		}()
+		select {
+		case seeds := <-done:
+			if len(seeds) == 1 && seeds[0] == math.MaxUint64 {
+				os.Exit(0)
+			}
+			os.Exit(4)
+		case <-time.After(500 * time.Millisecond):
+			os.Exit(3) // still looping
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestParseSeedsTakesTheLargestSeed$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env+"=1")
+	out, err := cmd.CombinedOutput()
+	var code int
+	if err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+	}
+	require.Zero(t, code, "exit 3: parseSeeds still looping after 500 ms; exit 4: wrong seeds\n%s", out)
+
+	seeds, err := parseSeeds("18446744073709551610-18446744073709551615")
+	require.NoError(t, err)
+	assert.Equal(t, []uint64{math.MaxUint64 - 5, math.MaxUint64 - 4, math.MaxUint64 - 3, math.MaxUint64 - 2, math.MaxUint64 - 1, math.MaxUint64}, seeds)
+	seeds, err = parseSeeds(fmt.Sprintf("1-%d", maxSeeds))
+	require.NoError(t, err)
+	assert.Len(t, seeds, maxSeeds)
+	for _, bad := range []string{fmt.Sprintf("1-%d", maxSeeds+1), fmt.Sprintf("0-%d", uint64(math.MaxUint64)), fmt.Sprintf("1-%d,0", maxSeeds)} {
+		_, err = parseSeeds(bad)
+		assert.ErrorContains(t, err, "more than", "%s", bad)
+	}
+	_, err = parseFlags([]string{"-family", fmt.Sprint(maxSeeds + 1)})
+	assert.Error(t, err)
+}
+
+// A stopped run is measured at the stop, as the family's header ("ideal of
+// the landed records ÷ time to the stop") and the profiles' table ("actual
+// = ... or to the stop at the deadline") define it: its landed records are
+// those the server held as the clients returned, and its elapsed the time
+// to then. A write still in flight at the stop lands after it and counts as
+// neither landed nor lost: lost is still taken once the server has answered
+// every request. Here a run stopped at 300 ms has a write that lands at
+// 1.5 s.
+func TestStoppedRunIsMeasuredToTheStop(t *testing.T) {
+	ix := upserttest.Index{Dimension: 8, Namespace: namespace, Latency: 1500 * time.Millisecond}
+	p := profile{name: "stopped", records: 100, clients: 1, timeout: familyTimeout, dimension: ix.Dimension, index: &ix}
+	blocks := strategy{name: "blocks", newRun: func() writeFunc {
+		return func(ctx context.Context, idx *pinecone.IndexConnection, records []*pinecone.Vector, _ time.Duration) ([]string, error) {
+			_ = upsertOnce(ctx, idx, records, 0) // in flight when the run is stopped
+			return nil, nil
+		}
+	}}
+	const stop = 300 * time.Millisecond
+	r, err := run(context.Background(), p, blocks, 1, stop, nil)
+	require.NoError(t, err)
+	require.True(t, r.stopped)
+	assert.Less(t, r.elapsed, stop+400*time.Millisecond, "a run stopped at %v is measured to %v", stop, r.elapsed)
+	assert.Zero(t, r.landed, "the write landed after the stop")
+	assert.Zero(t, r.lost, "the write landed, after the stop")
+	assert.Zero(t, r.efficiency)
 }

@@ -156,6 +156,11 @@ func parseFlags(args []string) (config, error) {
 	if cfg.procs, err = parseProcs(*procs); err != nil {
 		return config{}, fmt.Errorf("-procs: %w", err)
 	}
+	if cfg.procs != nil {
+		if err := checkScenarios(cfg.scenarios, cfg.redis); err != nil {
+			return config{}, err
+		}
+	}
 	if cfg.profiles, err = pick(slices.Concat(profiles(), extraProfiles()), profile.key, *profileNames); err != nil {
 		return config{}, fmt.Errorf("-profiles: %w", err)
 	}
@@ -195,8 +200,8 @@ func familySeeds(n int, list string, seed uint64, fs *flag.FlagSet) ([]uint64, e
 	switch {
 	case given > 1:
 		return nil, errors.New("give one of -family, -seeds and -seed")
-	case isSet(fs, "family") && n < 1:
-		return nil, fmt.Errorf("-family must be positive, not %d", n)
+	case isSet(fs, "family") && (n < 1 || n > maxSeeds):
+		return nil, fmt.Errorf("-family must be from 1 to %d, not %d", maxSeeds, n)
 	case isSet(fs, "family"):
 		return seedRange(n), nil
 	case isSet(fs, "seeds"):

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,7 +86,7 @@ type procResult struct {
 	requests, limited  int
 	elapsed            time.Duration
 	efficiency         float64
-	spread             float64       // max/min of the running writers' throughputs
+	spread             float64       // max/min of the running writers' throughputs; +Inf if one landed nothing
 	takeUp             time.Duration // one-stops: see scenarios; -1 when never
 	stopped            bool
 	cpu                time.Duration // user and system time of the index and writer processes
@@ -108,10 +109,8 @@ func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer
 		defer rsrv.Close()
 		strategy = "separate+redis"
 	}
-	for name := range strings.SplitSeq(cfg.scenarios, ",") {
-		if name != "" && !slices.ContainsFunc(scenarios(), func(sc scenario) bool { return sc.name == name }) {
-			return fmt.Errorf("-scenarios: no scenario %q", name)
-		}
+	if err := checkScenarios(cfg.scenarios, cfg.redis); err != nil {
+		return err
 	}
 	p := procsProfile()
 	fmt.Fprintf(w, "# upsertbench -procs\n\n%s, %s, scale %g, deadline %v per run.\n\n", time.Now().Format(time.RFC3339), runtime.Version(), cfg.scale, cfg.deadline)
@@ -146,6 +145,31 @@ func benchProcs(ctx context.Context, cfg config, w io.Writer, progress io.Writer
 	return nil
 }
 
+// checkScenarios reports an error unless list (of -scenarios) names known
+// scenarios that run (redis-dies only with redis), or is "" for all.
+func checkScenarios(list string, redis bool) error {
+	if list == "" {
+		return nil
+	}
+	runs := false
+	for name := range strings.SplitSeq(list, ",") {
+		i := slices.IndexFunc(scenarios(), func(sc scenario) bool { return sc.name == name })
+		switch {
+		case name == "":
+		case i < 0:
+			return fmt.Errorf("-scenarios: no scenario %q", name)
+		case scenarios()[i].killRedis && !redis:
+			return fmt.Errorf("-scenarios: %s runs only with -redis", name)
+		default:
+			runs = true
+		}
+	}
+	if !runs {
+		return fmt.Errorf("-scenarios %q: no scenario to run", list)
+	}
+	return nil
+}
+
 // picked reports whether list (comma-separated, "" for all) names the
 // scenario name.
 func picked(list, name string) bool {
@@ -164,6 +188,10 @@ func writeProcRow(w io.Writer, r procResult) {
 	if r.stopped {
 		lost = "stopped"
 	}
+	spread := "∞"
+	if !math.IsInf(r.spread, 1) {
+		spread = fmt.Sprintf("%.2f", r.spread)
+	}
 	redis := "–"
 	if r.redisExchanges > 0 || r.redisFailures > 0 {
 		redis = fmt.Sprintf("%.1f/s, %d failed, saw %d", float64(r.redisExchanges)/float64(r.writers)/r.elapsed.Seconds(), r.redisFailures, r.sharedWriters)
@@ -171,9 +199,9 @@ func writeProcRow(w io.Writer, r procResult) {
 			redis += fmt.Sprintf(", after %.1f%%", 100*r.secondHalf)
 		}
 	}
-	fmt.Fprintf(w, "| %d | %s | %s | %.1f%% | %.2f%% | %d | %.2f | %s | %s | %d | %s | %.1f%% | %.2f | %s |\n",
+	fmt.Fprintf(w, "| %d | %s | %s | %.1f%% | %.2f%% | %d | %s | %s | %s | %d | %s | %.1f%% | %.2f | %s |\n",
 		r.writers, r.scenario, r.strategy, 100*r.efficiency, 100*fraction(r.limited, r.requests), r.requests,
-		r.spread, takeUp, lost, r.reported, formatDuration(r.elapsed), 100*r.secondHalf, r.cpu.Seconds()/r.elapsed.Seconds(), redis)
+		spread, takeUp, lost, r.reported, formatDuration(r.elapsed), 100*r.secondHalf, r.cpu.Seconds()/r.elapsed.Seconds(), redis)
 }
 
 // fraction is part over whole, 0 when whole is 0.
@@ -340,6 +368,7 @@ func killRedisAt(rsrv *redistest.Server, at time.Time) (restore func()) {
 func summarizeProcs(p profile, sc scenario, n, per int, ideal time.Duration, start time.Time, outs []writerOutcome, rep indexReport) procResult {
 	r := procResult{writers: n, scenario: sc.name, records: per * n, requests: rep.Requests, limited: rep.RateLimited, spread: 1}
 	var lo, hi float64
+	measured := 0 // writers whose throughput lo and hi take in
 	for i, o := range outs {
 		r.landed += rep.Landed[i]
 		r.lost += rep.Lost[i]
@@ -358,13 +387,17 @@ func summarizeProcs(p profile, sc scenario, n, per int, ideal time.Duration, sta
 			continue
 		}
 		t := float64(rep.Landed[i]) / ran.Seconds()
-		if lo == 0 || t < lo {
+		if measured == 0 || t < lo {
 			lo = t
 		}
 		hi = max(hi, t)
+		measured++
 	}
-	if lo > 0 {
+	switch {
+	case lo > 0:
 		r.spread = hi / lo
+	case measured > 0:
+		r.spread = math.Inf(1) // a writer landed nothing, as in writeClients
 	}
 	r.efficiency = efficiency(p, r.landed, r.elapsed)
 	r.secondHalf = acceptedAfter(rep.Samples, start.Add(ideal/2)) / p.capacity

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"math"
 	"os"
 	"testing"
 	"time"
@@ -109,4 +111,46 @@ func TestAcceptedAfter(t *testing.T) {
 	}
 	assert.InDelta(t, 1000, acceptedAfter(samples, base.Add(500*time.Millisecond)), 1e-9, "to the last sample that counted more")
 	assert.Zero(t, acceptedAfter(samples, base.Add(3*time.Second)))
+}
+
+// A writer that ran to the end and landed nothing makes the max/min of the
+// process benchmark infinite, printed "∞" as in the in-process table
+// (writeClients): the slowest writer counts even at 0 records a second,
+// and is not replaced by the next one.
+func TestProcsSpreadOfAStarvedWriterIsNotOne(t *testing.T) {
+	p := procsProfile()
+	start := time.Unix(1000, 0)
+	end := start.Add(2 * time.Second).UnixNano()
+	outs := []writerOutcome{{EndNanos: end, Reported: 1000}, {EndNanos: end}}
+	rep := indexReport{Requests: 10, Landed: []int{0, 1000}, Lost: []int{0, 0}}
+	r := summarizeProcs(p, scenarios()[0], 2, 1000, p.idealTime(2000), start, outs, rep)
+	assert.True(t, math.IsInf(r.spread, 1), "writer 1 landed nothing and writer 2 everything, but max/min is %.2f", r.spread)
+	var row bytes.Buffer
+	r.elapsed = 2 * time.Second
+	writeProcRow(&row, r)
+	assert.Contains(t, row.String(), "| ∞ |")
+}
+
+// With -procs, -scenarios is a usage error when it names redis-dies without
+// -redis (that scenario runs only with it) or names no scenario at all, so
+// that a selection never runs nothing and exits 0; benchProcs refuses it
+// too when given such a config directly.
+func TestProcsRedisDiesWithoutRedisIsAnError(t *testing.T) {
+	_, err := parseFlags([]string{"-procs", "2", "-scenarios", "redis-dies"})
+	assert.ErrorContains(t, err, "-redis")
+	_, err = parseFlags([]string{"-procs", "2", "-scenarios", "together,redis-dies"})
+	assert.ErrorContains(t, err, "-redis", "redis-dies named, and it would not run")
+	_, err = parseFlags([]string{"-procs", "2", "-scenarios", ","})
+	assert.ErrorContains(t, err, "no scenario to run")
+	_, err = parseFlags([]string{"-procs", "2", "-scenarios", "nope"})
+	assert.ErrorContains(t, err, `"nope"`)
+	for _, ok := range [][]string{{"-procs", "2"}, {"-procs", "2", "-scenarios", "together"}, {"-procs", "2", "-redis", "-scenarios", "redis-dies"}} {
+		_, err = parseFlags(ok)
+		assert.NoError(t, err, "%q", ok)
+	}
+
+	var out bytes.Buffer
+	err = benchProcs(context.Background(), config{procs: []int{2}, scale: 1, scenarios: "redis-dies"}, &out, nil)
+	assert.ErrorContains(t, err, "-redis")
+	assert.Empty(t, out.String(), "refused before the header")
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,14 +25,17 @@ type result struct {
 	// reports is the strategy's: whether it reports what it failed.
 	reports bool
 	// records is the number of records given, landed how many of them the
-	// server stored, and reported how many the strategy reported failed.
+	// server stored (by the stop, for a stopped run), and reported how many
+	// the strategy reported failed.
 	records, landed, reported int
-	// lost is the number of records neither stored nor reported failed.
+	// lost is the number of records neither stored nor reported failed,
+	// once the server has answered every request.
 	lost int
 	// stopped is set when the run was stopped at the deadline.
 	stopped bool
 	// elapsed is the wall time from the start to the last record settled,
-	// for the last client to finish.
+	// for the last client to finish; for a stopped run, to the stop (when
+	// the last client returned).
 	elapsed time.Duration
 	// efficiency is the ideal time over the actual time (see efficiency).
 	efficiency float64
@@ -129,23 +133,46 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 		}
 	}
 
+	// A stopped run is measured at the stop: what the server holds as its
+	// clients return, over the time to the stop. Writes still in progress
+	// then land after it, and count as neither landed nor lost.
+	var atStop [][]bool
+	if slices.ContainsFunc(clients, func(c *client) bool { return c.stopped }) {
+		atStop = storedRecords(srv, clients)
+	}
 	late := !answeredAll(srv)
 	if !settle(srv) && progress != nil {
 		fmt.Fprintf(progress, "%s/%s: the server still had requests in progress after %v\n", p.name, s.name, settleTimeout)
 	}
-	r := measure(srv, p, s, clients)
-	if late {
+	settled := time.Since(start)
+	r := measure(srv, p, s, clients, atStop)
+	if late && !r.stopped {
 		// Writes the clients gave up on may land after they returned:
 		// the clock runs until the server has answered them.
-		r.elapsed = max(r.elapsed, time.Since(start))
+		r.elapsed = max(r.elapsed, settled)
 		r.efficiency = efficiency(p, r.landed, r.elapsed)
 	}
 	return r, nil
 }
 
+// storedRecords reports, for each record of each client, whether srv
+// stores it.
+func storedRecords(srv *upserttest.Server, clients []*client) [][]bool {
+	out := make([][]bool, len(clients))
+	for i, c := range clients {
+		out[i] = make([]bool, len(c.records))
+		for j, rec := range c.records {
+			_, out[i][j] = srv.Vector(namespace, rec.Id)
+		}
+	}
+	return out
+}
+
 // measure compares what the clients sent and reported with what srv
-// stored.
-func measure(srv *upserttest.Server, p profile, s strategy, clients []*client) result {
+// stored. If atStop is not nil (a stopped run), the records landed are
+// those it stored at the stop (see storedRecords); lost are always the
+// records srv does not store now and the clients did not report.
+func measure(srv *upserttest.Server, p profile, s strategy, clients []*client, atStop [][]bool) result {
 	stats := srv.Stats()
 	r := result{
 		profile:     p.name,
@@ -167,10 +194,12 @@ func measure(srv *upserttest.Server, p profile, s strategy, clients []*client) r
 		for _, id := range c.reported {
 			reported[id] = true
 		}
-		for _, rec := range c.records {
-			if _, ok := srv.Vector(namespace, rec.Id); ok {
+		for j, rec := range c.records {
+			_, stored := srv.Vector(namespace, rec.Id)
+			if atStop != nil && atStop[i][j] || atStop == nil && stored {
 				cr.landed++
-			} else if !reported[rec.Id] {
+			}
+			if !stored && !reported[rec.Id] {
 				cr.lost++
 			}
 		}
@@ -189,7 +218,8 @@ func measure(srv *upserttest.Server, p profile, s strategy, clients []*client) r
 }
 
 // settle waits until srv has answered every upsert request it received, so
-// that writes still in progress when the clients returned are counted; it
+// that writes still in progress when the clients returned are counted (as
+// landed unless the run was stopped, and in any case not as lost); it
 // reports false if that takes longer than settleTimeout.
 func settle(srv *upserttest.Server) bool {
 	deadline := time.Now().Add(settleTimeout)

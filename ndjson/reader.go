@@ -29,6 +29,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -45,8 +46,11 @@ var (
 	ErrSyntax = errors.New("invalid JSON")
 	// ErrWrongType: a field has the wrong JSON type (a string for values, a
 	// null among them, a negative sparse index, a number too large for a
-	// float32), the line is not a JSON object, its metadata cannot be
-	// represented, or it holds sparse values under both names.
+	// float32), the line is not a JSON object (null included), its metadata
+	// cannot be represented, it holds a string that is not valid Unicode
+	// (a byte that is not UTF-8, or a \u escape of a lone UTF-16
+	// surrogate), or it gives one of the record's fields twice or sparse
+	// values under both names.
 	ErrWrongType = errors.New("wrong type")
 	// ErrMissingID: the object has no id, or an empty or null one.
 	ErrMissingID = errors.New("missing or empty id")
@@ -108,7 +112,8 @@ func NewReader(r io.Reader) *Reader {
 // reading the input is returned as is.
 //
 // Values decode into []float32 and metadata into a *structpb.Struct, its
-// numbers as float64. Fields other than the record's are ignored.
+// numbers as float64. The record's fields are matched by their exact names
+// (a field "ID" is not the id); fields other than the record's are ignored.
 func (r *Reader) Next() (*pinecone.Vector, error) {
 	for {
 		line, err := r.readLine()
@@ -180,16 +185,61 @@ func (r *Reader) readLine() ([]byte, error) {
 // start of a file.
 var utf8BOM = []byte("\xEF\xBB\xBF")
 
-// recordJSON is a record as the format spells it. Pointers tell an absent
-// or null field from an empty one.
-type recordJSON struct {
-	ID           *string        `json:"id"`
-	Values       *[]float32     `json:"values,omitempty"`
-	SparseValues *sparseJSON    `json:"sparse_values,omitempty"`
-	Metadata     map[string]any `json:"metadata,omitempty"`
-	// SparseValuesREST is sparse_values as the REST API spells it; read,
-	// never written.
-	SparseValuesREST *sparseJSON `json:"sparseValues,omitempty"`
+// The record's fields, in the order decode reads them, and their names in
+// the format. The names are matched exactly: encoding/json would also take
+// "ID" or "Values" for them, and a field of the line's own spelled so would
+// replace the record's.
+const (
+	fieldID = iota
+	fieldValues
+	fieldSparse
+	fieldSparseREST // sparse_values as the REST API spells it; read, never written
+	fieldMetadata
+	numFields
+)
+
+var fieldNames = [numFields]string{"id", "values", "sparse_values", "sparseValues", "metadata"}
+
+// fieldOf returns the record field named key, a member name as the line
+// spells it (quotes included), or -1 for a field that is not the record's;
+// ok is false for a key that is not a valid JSON string.
+func fieldOf(key []byte) (field int, ok bool) {
+	name := key[1 : len(key)-1]
+	if bytes.IndexByte(name, '\\') >= 0 || hasControl(name) {
+		var s string // escapes, or control characters that make it invalid
+		if json.Unmarshal(key, &s) != nil {
+			return 0, false
+		}
+		name = []byte(s)
+	}
+	switch string(name) {
+	case "id":
+		return fieldID, true
+	case "values":
+		return fieldValues, true
+	case "sparse_values":
+		return fieldSparse, true
+	case "sparseValues":
+		return fieldSparseREST, true
+	case "metadata":
+		return fieldMetadata, true
+	}
+	return -1, true
+}
+
+// isPlainString reports whether b is a JSON string without escapes.
+func isPlainString(b []byte) bool {
+	return len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' &&
+		bytes.IndexByte(b[1:len(b)-1], '\\') < 0 && bytes.IndexByte(b[1:len(b)-1], '"') < 0 && !hasControl(b)
+}
+
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 type sparseJSON struct {
@@ -199,82 +249,368 @@ type sparseJSON struct {
 
 // decode parses one line. It returns the id it could read, if any, even
 // when the line is bad.
+//
+// The line is split into its members without decoding them (scanObject),
+// each of the record's fields is then decoded from its own bytes, and the
+// others are only checked to be valid JSON: the line is scanned about as
+// often as by a single json.Unmarshal.
 func decode(line []byte) (*pinecone.Vector, string, error) {
-	var rec recordJSON
-	err := json.Unmarshal(line, &rec)
-	id := ""
-	if rec.ID != nil {
-		id = *rec.ID
+	if i := skipSpace(line, 0); i < len(line) && line[i] != '{' {
+		return nil, "", notAnObject(line)
 	}
-	if err != nil {
-		return nil, id, describeJSONError(err)
+	var raw [numFields][]byte // each record field's value as the line spells it
+	dup := -1                 // the first record field given twice
+	if !scanObject(line, func(key, value []byte) bool {
+		f, ok := fieldOf(key)
+		switch {
+		case !ok:
+			return false
+		case f < 0:
+			return json.Valid(value)
+		case raw[f] != nil:
+			if dup < 0 {
+				dup = f
+			}
+			return json.Valid(value)
+		}
+		raw[f] = value
+		return true
+	}) {
+		return nil, "", syntaxError(line)
 	}
-	if id == "" {
+
+	var rec struct { // one allocation for all
+		id                 *string
+		values             *[]float32
+		sparse, sparseREST *sparseJSON
+		metadata           map[string]any
+	}
+	var typeErr error
+	syntax := false
+	for f, dst := range [numFields]any{&rec.id, &rec.values, &rec.sparse, &rec.sparseREST, &rec.metadata} {
+		if raw[f] == nil {
+			continue
+		}
+		if f == fieldID && isPlainString(raw[f]) {
+			s := string(raw[f][1 : len(raw[f])-1])
+			rec.id = &s
+			continue
+		}
+		err := json.Unmarshal(raw[f], dst)
+		var typ *json.UnmarshalTypeError
+		switch {
+		case err == nil:
+		case errors.As(err, &typ):
+			if typeErr == nil {
+				typeErr = describeJSONError(err, fieldNames[f])
+			}
+		default:
+			syntax = true
+		}
+	}
+	if syntax {
+		return nil, "", syntaxError(line)
+	}
+	idStr := ""
+	if rec.id != nil && dup != fieldID {
+		idStr = *rec.id
+	}
+	if !validUnicode(line) {
+		id, err := unicodeError(line, idStr)
+		return nil, id, err
+	}
+	if dup >= 0 {
+		return nil, idStr, fmt.Errorf("%w: field %q given twice; want it once", ErrWrongType, fieldNames[dup])
+	}
+	if typeErr != nil {
+		return nil, idStr, typeErr
+	}
+	if idStr == "" {
 		return nil, "", ErrMissingID
 	}
-	if bytes.Contains(line, []byte("null")) {
-		if err := findNull(line); err != nil {
-			return nil, id, err
+	if rec.values != nil {
+		// A null among the numbers decodes as 0, without an error: look for
+		// one. Having decoded, the array holds only numbers and nulls, and
+		// only a null has an "n".
+		if i := bytes.IndexByte(raw[fieldValues], 'n'); i >= 0 {
+			return nil, idStr, fmt.Errorf("%w: field \"values\": null at index %d, want float32", ErrWrongType, bytes.Count(raw[fieldValues][:i], []byte(",")))
 		}
 	}
-	sparse := rec.SparseValues
-	if rec.SparseValuesREST != nil {
+	if err := findNull(raw[fieldSparse], "sparse_values"); err != nil {
+		return nil, idStr, err
+	}
+	if err := findNull(raw[fieldSparseREST], "sparseValues"); err != nil {
+		return nil, idStr, err
+	}
+	sparse := rec.sparse
+	if rec.sparseREST != nil {
 		if sparse != nil {
-			return nil, id, fmt.Errorf(`%w: fields "sparse_values" and "sparseValues" both given; want one`, ErrWrongType)
+			return nil, idStr, fmt.Errorf(`%w: fields "sparse_values" and "sparseValues" both given; want one`, ErrWrongType)
 		}
-		sparse = rec.SparseValuesREST
+		sparse = rec.sparseREST
 	}
-	v := &pinecone.Vector{Id: id, Values: rec.Values}
+	v := &pinecone.Vector{Id: idStr, Values: rec.values}
 	if sparse != nil {
 		v.SparseValues = &pinecone.SparseValues{Indices: sparse.Indices, Values: sparse.Values}
 	}
-	if rec.Metadata != nil {
-		m, err := structpb.NewStruct(rec.Metadata)
+	if rec.metadata != nil {
+		m, err := structpb.NewStruct(rec.metadata)
 		if err != nil {
 			// structpb's message may quote a value: leave it out.
-			return nil, id, fmt.Errorf("%w: metadata cannot be represented as a protobuf Struct", ErrWrongType)
+			return nil, idStr, fmt.Errorf("%w: metadata cannot be represented as a protobuf Struct", ErrWrongType)
 		}
 		v.Metadata = m
 	}
-	return v, id, nil
+	return v, idStr, nil
 }
 
-// numbersJSON is the numeric arrays of a record with an element type that
-// can hold null: encoding/json decodes a null element of a []float32 as 0,
-// without an error, and a vector exported with a missing value (a NaN
-// written as null) would be upserted with a zero in its place.
-type numbersJSON struct {
-	Values           []*float32         `json:"values"`
-	SparseValues     *sparseNumbersJSON `json:"sparse_values"`
-	SparseValuesREST *sparseNumbersJSON `json:"sparseValues"`
+// notAnObject returns the error for a line that does not start with "{".
+func notAnObject(line []byte) error {
+	err := json.Unmarshal(line, new(struct{}))
+	if err == nil { // null is the one value besides an object a struct takes
+		return fmt.Errorf("%w: the line is a JSON null, not an object", ErrWrongType)
+	}
+	return describeJSONError(err, "")
 }
 
+// syntaxError returns the error for a line that is not valid JSON, with
+// the offset encoding/json gives.
+func syntaxError(line []byte) error {
+	var syn *json.SyntaxError
+	if err := json.Unmarshal(line, new(struct{})); errors.As(err, &syn) {
+		return describeJSONError(err, "")
+	}
+	return ErrSyntax
+}
+
+// skipSpace returns the index of the first byte of data at or after i that
+// is not JSON whitespace, or len(data).
+func skipSpace(data []byte, i int) int {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// scanObject calls fn with each member of the JSON object that data holds,
+// in order: its key, quotes included, and its value, each as data spells
+// them. It checks the structure of the object itself, not its keys nor its
+// values, which fn must check. It returns false at the first fault in that
+// structure, or when fn does.
+func scanObject(data []byte, fn func(key, value []byte) bool) bool {
+	i := skipSpace(data, 0)
+	if i == len(data) || data[i] != '{' {
+		return false
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return skipSpace(data, i+1) == len(data)
+	}
+	for {
+		if i == len(data) || data[i] != '"' {
+			return false
+		}
+		end := endOfString(data, i)
+		if end < 0 {
+			return false
+		}
+		key := data[i:end]
+		i = skipSpace(data, end)
+		if i == len(data) || data[i] != ':' {
+			return false
+		}
+		i = skipSpace(data, i+1)
+		end = endOfValue(data, i)
+		if end <= i || !fn(key, data[i:end]) {
+			return false
+		}
+		i = skipSpace(data, end)
+		if i == len(data) {
+			return false
+		}
+		switch data[i] {
+		case ',':
+			i = skipSpace(data, i+1)
+		case '}':
+			return skipSpace(data, i+1) == len(data)
+		default:
+			return false
+		}
+	}
+}
+
+// endOfString returns the index just past the string that starts with the
+// quote at data[i], or -1 if it does not end.
+func endOfString(data []byte, i int) int {
+	for j := i + 1; ; {
+		k := bytes.IndexByte(data[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		n := 0 // the backslashes before the quote
+		for n < j-i-1 && data[j-1-n] == '\\' {
+			n++
+		}
+		if n%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+}
+
+// endOfValue returns the index just past the JSON value that starts at
+// data[i], or -1, provided the value is valid: it does not check that.
+func endOfValue(data []byte, i int) int {
+	if i == len(data) {
+		return -1
+	}
+	switch data[i] {
+	case '"':
+		return endOfString(data, i)
+	case '[', '{':
+		if data[i] == '[' { // an array of numbers, as values are: no nesting
+			if k := bytes.IndexByte(data[i:], ']'); k >= 0 {
+				in := data[i+1 : i+k]
+				if bytes.IndexByte(in, '"') < 0 && bytes.IndexByte(in, '[') < 0 && bytes.IndexByte(in, '{') < 0 {
+					return i + k + 1
+				}
+			}
+		}
+		depth := 0
+		for j := i; j < len(data); j++ {
+			switch data[j] {
+			case '"':
+				end := endOfString(data, j)
+				if end < 0 {
+					return -1
+				}
+				j = end - 1
+			case '[', '{':
+				depth++
+			case ']', '}':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	default: // a number, true, false or null
+		j := i
+		for j < len(data) {
+			switch data[j] {
+			case ' ', '\t', '\n', '\r', ',', '}', ']':
+				return j
+			}
+			j++
+		}
+		return j
+	}
+}
+
+// validUnicode reports whether b, valid JSON, is valid UTF-8 and has no
+// \u escape of a lone UTF-16 surrogate: encoding/json decodes either into
+// U+FFFD without an error.
+func validUnicode(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for {
+		i := bytes.IndexByte(b, '\\')
+		if i < 0 || i+6 > len(b) {
+			return true
+		}
+		b = b[i:]
+		if b[1] != 'u' {
+			b = b[2:] // \\ included
+			continue
+		}
+		r := hex4(b[2:6])
+		switch {
+		case r >= 0xD800 && r < 0xDC00: // a high surrogate: a low one must follow
+			if len(b) < 12 || b[6] != '\\' || b[7] != 'u' {
+				return false
+			}
+			if r2 := hex4(b[8:12]); r2 < 0xDC00 || r2 >= 0xE000 {
+				return false
+			}
+			b = b[12:]
+		case r >= 0xDC00 && r < 0xE000:
+			return false
+		default:
+			b = b[6:]
+		}
+	}
+}
+
+// hex4 returns the value of four hexadecimal digits, or -1.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// unicodeError returns the error for a line, valid JSON, that is not valid
+// Unicode (see validUnicode), naming the first field at fault, and the id
+// unless that is where the fault is.
+func unicodeError(line []byte, id string) (string, error) {
+	name := ""
+	scanObject(line, func(key, value []byte) bool {
+		if validUnicode(key) && validUnicode(value) {
+			return true
+		}
+		if f, _ := fieldOf(key); f >= 0 {
+			name = fieldNames[f]
+		}
+		return false
+	})
+	const what = "a string that is not valid Unicode (a byte that is not UTF-8, or an unpaired UTF-16 surrogate escape)"
+	switch name {
+	case "":
+		return id, fmt.Errorf("%w: a field other than the record's holds %s", ErrWrongType, what)
+	case "id":
+		return "", fmt.Errorf("%w: field \"id\" is %s", ErrWrongType, what)
+	default:
+		return id, fmt.Errorf("%w: field %q holds %s", ErrWrongType, name, what)
+	}
+}
+
+// sparseNumbersJSON is sparseJSON with an element type that can hold null:
+// encoding/json decodes a null element of a []float32 as 0, without an
+// error, and a vector exported with a missing value (a NaN written as null)
+// would be upserted with a zero in its place.
 type sparseNumbersJSON struct {
 	Indices []*uint32  `json:"indices"`
 	Values  []*float32 `json:"values"`
 }
 
-// findNull reports a null among the numbers of a line that decoded as a
-// record. Only lines with "null" somewhere are decoded a second time.
-func findNull(line []byte) error {
-	var n numbersJSON
-	if json.Unmarshal(line, &n) != nil {
-		return nil // the line decoded as a record: nothing here can fail
-	}
-	if i := slices.Index(n.Values, nil); i >= 0 {
-		return fmt.Errorf("%w: field \"values\": null at index %d, want float32", ErrWrongType, i)
-	}
-	if err := n.SparseValues.findNull("sparse_values"); err != nil {
-		return err
-	}
-	return n.SparseValuesREST.findNull("sparseValues")
-}
-
-// findNull reports a null among sv's numbers, sv being the field named
-// field; sv may be nil.
-func (sv *sparseNumbersJSON) findNull(field string) error {
-	if sv == nil {
+// findNull reports a null among the numbers of raw, the sparse values of a
+// line that decoded as a record, given as field. Only an object with a
+// null in it is decoded a second time.
+func findNull(raw []byte, field string) error {
+	if !hasNull(raw) {
 		return nil
+	}
+	var sv sparseNumbersJSON
+	if json.Unmarshal(raw, &sv) != nil {
+		return nil // raw decoded as sparse values: nothing here can fail
 	}
 	if i := slices.Index(sv.Indices, nil); i >= 0 {
 		return fmt.Errorf("%w: field \"%s.indices\": null at index %d, want uint32", ErrWrongType, field, i)
@@ -285,16 +621,42 @@ func (sv *sparseNumbersJSON) findNull(field string) error {
 	return nil
 }
 
+// hasNull reports whether data, valid JSON, holds a null other than data
+// itself: an "n" outside strings.
+func hasNull(data []byte) bool {
+	if string(data) == "null" {
+		return false
+	}
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '"':
+			if i = endOfString(data, i) - 1; i < 0 {
+				return false
+			}
+		case 'n':
+			return true
+		}
+	}
+	return false
+}
+
 // describeJSONError turns a decoding error into one that says where and
 // what, but quotes nothing of the line: encoding/json's own messages can
 // quote a character or a number of it.
-func describeJSONError(err error) error {
+func describeJSONError(err error, field string) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
 		return fmt.Errorf("%w at byte %d", ErrSyntax, syn.Offset)
 	case errors.As(err, &typ):
+		switch {
+		case field == "":
+		case typ.Field == "":
+			typ.Field = field
+		default:
+			typ.Field = field + "." + typ.Field
+		}
 		got, _, _ := strings.Cut(typ.Value, " ") // "number 1e300" -> "number"
 		if typ.Field == "" {
 			return fmt.Errorf("%w: the line is a JSON %s, not an object", ErrWrongType, got)

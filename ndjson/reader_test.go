@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -390,4 +391,108 @@ func TestReaderReturnsReadErrorsAsIs(t *testing.T) {
 	assert.Equal(t, "a", v.Id)
 	_, err = r.Next()
 	assert.Equal(t, boom, err)
+}
+
+// A line with a string that is not valid Unicode, wherever it is, is a bad
+// line (ErrWrongType): a byte that is not UTF-8 (a Latin-1 "é" in a file
+// that is not UTF-8) or a \u escape of a lone UTF-16 surrogate (half an
+// emoji cut by a JavaScript or Java substring). encoding/json alone would
+// decode either as U+FFFD without an error, upserting metadata that is not
+// what the line says and making different values one. Raw keeps the line as
+// it is, for the dead letters.
+func TestReaderRefusesStringsThatAreNotValidUnicodeInsteadOfReplacingThem(t *testing.T) {
+	for name, line := range map[string]string{
+		"a lone surrogate escape": `{"id":"a","values":[1],"metadata":{"title":"half an emoji \ud83d"}}`,
+		"a Latin-1 byte":          "{\"id\":\"a\",\"values\":[1],\"metadata\":{\"city\":\"Montr\xe9al\"}}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := ndjson.NewReader(strings.NewReader("\n" + line + "\n"))
+			v, err := r.Next()
+			var le *ndjson.LineError
+			require.ErrorAs(t, err, &le, "the line was read as %v", v)
+			assert.Equal(t, 2, le.Line)
+			assert.ErrorIs(t, err, ndjson.ErrWrongType)
+			assert.Contains(t, err.Error(), `field "metadata"`)
+			assert.Equal(t, line, string(r.Raw()))
+		})
+	}
+}
+
+// Escapes of valid Unicode are read as what they stand for: a surrogate
+// pair is one character, and an escaped backslash before "u" is no escape.
+func TestReaderTakesEscapesOfValidUnicode(t *testing.T) {
+	line := `{"id":"\u0061","values":[1],"metadata":{"emoji":"\ud83d\ude00","text":"\\ud83d"}}` + "\n"
+	v, err := ndjson.NewReader(strings.NewReader(line)).Next()
+	require.NoError(t, err)
+	assert.Equal(t, "a", v.Id)
+	assert.Equal(t, "😀", v.Metadata.Fields["emoji"].GetStringValue())
+	assert.Equal(t, `\ud83d`, v.Metadata.Fields["text"].GetStringValue())
+}
+
+// The record's field names are matched exactly, as the format spells them:
+// a field of the line's own spelled "ID" (a database primary key exported
+// next to the record's id) is a field other than the record's, ignored, and
+// does not replace the id, as encoding/json's case-insensitive matching
+// alone would have it do.
+func TestReaderDoesNotTakeTheIDFromAFieldSpelledID(t *testing.T) {
+	line := `{"id":"doc-1#chunk-3","values":[0.1,0.2],"ID":"doc-1"}` + "\n"
+	v, err := ndjson.NewReader(strings.NewReader(line)).Next()
+	require.NoError(t, err)
+	assert.Equal(t, "doc-1#chunk-3", v.Id, "the record's id was replaced by another field's")
+}
+
+// A line that gives one of the record's fields twice ({"id":"a",...,"id":"b"},
+// as a naive exporter that appends fields to a template writes) is a bad
+// line (ErrWrongType) naming the field, as one with sparse values under both
+// of their names: which is meant cannot be told. encoding/json alone would
+// take the last one without a word. An id given twice is not reported as the
+// line's id.
+func TestReaderRefusesALineThatGivesTheIDTwice(t *testing.T) {
+	line := `{"id":"a","values":[1,2],"id":"b"}` + "\n"
+	v, err := ndjson.NewReader(strings.NewReader(line)).Next()
+	var le *ndjson.LineError
+	require.ErrorAs(t, err, &le, "the line was read as id %q", idOf(v))
+	assert.Equal(t, 1, le.Line)
+	assert.ErrorIs(t, err, ndjson.ErrWrongType)
+	assert.Contains(t, err.Error(), `field "id" given twice`)
+	assert.Empty(t, le.ID)
+}
+
+func idOf(v *pinecone.Vector) string {
+	if v == nil {
+		return ""
+	}
+	return v.Id
+}
+
+// A line holding the JSON literal null is not a JSON object: ErrWrongType,
+// as for an array or a string line, and not ErrMissingID.
+func TestReaderReportsANullLineAsNotAnObject(t *testing.T) {
+	_, err := ndjson.NewReader(strings.NewReader("null\n")).Next()
+	var le *ndjson.LineError
+	require.ErrorAs(t, err, &le)
+	assert.ErrorIs(t, err, ndjson.ErrWrongType, "got %v", err)
+	assert.NotErrorIs(t, err, ndjson.ErrMissingID)
+}
+
+// A null among a record's numbers is looked for without decoding them a
+// second time: a line without one costs no allocation per value, even when
+// "null" appears elsewhere in it (an id, or a metadata string such as
+// "nullable" or "annulled").
+func TestReaderDoesNotAllocatePerValueWhenALineMentionsNull(t *testing.T) {
+	values := strings.Repeat("1,", 1<<20) + "1"
+	plain := `{"id":"a","values":[` + values + `],"metadata":{"tag":"valuable"}}` + "\n"
+	mention := `{"id":"a","values":[` + values + `],"metadata":{"tag":"nullable"}}` + "\n"
+	mallocs := func(line string) uint64 {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		v, err := ndjson.NewReader(strings.NewReader(line)).Next()
+		runtime.ReadMemStats(&after)
+		require.NoError(t, err)
+		require.Len(t, *v.Values, 1<<20+1)
+		return after.Mallocs - before.Mallocs
+	}
+	base, withWord := mallocs(plain), mallocs(mention)
+	assert.Less(t, withWord, base+10_000, "a metadata string containing \"null\" cost %d allocations more", withWord-base)
 }

@@ -65,6 +65,19 @@ func TestWriterCloseRacingAdds(t *testing.T) {
 	}
 }
 
+// gatedSend is a send function whose requests succeed once gate is
+// closed, or end with their context.
+func gatedSend(gate <-chan struct{}) UpsertFunc {
+	return func(ctx context.Context, _ string, _ []*pinecone.Vector) error {
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // blockingWriter is a Writer with concurrency 1 and batch size 1 whose
 // sends wait for release: after three Adds (one sending, two queued), the
 // fourth, with ctx, holds the Writer while it waits for room.
@@ -73,14 +86,7 @@ func blockingWriter(t *testing.T, ctx context.Context) (w *Writer, release func(
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate) }) }
 	t.Cleanup(release)
-	send := func(ctx context.Context, _ string, _ []*pinecone.Vector) error {
-		select {
-		case <-gate:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	send := gatedSend(gate)
 	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithConcurrency(1), WithBatchSize(1))
 	require.NoError(t, err)
 	added = new(atomic.Int64)
@@ -648,14 +654,7 @@ func (c *pausingCtx) Done() <-chan struct{} {
 // while it shuts down must not read it as a failure (ClassCanceled).
 func TestAFlushWhoseRecordsLandedReturnsNilWhenACloseEndsMeanwhile(t *testing.T) {
 	gate := make(chan struct{})
-	send := func(ctx context.Context, _ string, _ []*pinecone.Vector) error {
-		select {
-		case <-gate:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	send := gatedSend(gate)
 	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithBatchSize(1), WithConcurrency(1))
 	require.NoError(t, err)
 	require.NoError(t, w.Add(context.Background(), vectors(1, 2)[0]))

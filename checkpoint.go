@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/upsertlib/upsert/internal/dirsync"
 )
 
 // Checkpoint remembers how far a stream's input has been settled, so that
@@ -111,7 +113,7 @@ func (f FileCheckpoint) Save(_ context.Context, n int64) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return dirsync.Sync(filepath.Dir(path))
 }
 
 // createTemp creates a new file in dir, named prefix and a random number,
@@ -125,20 +127,6 @@ func createTemp(dir, prefix string, perm fs.FileMode) (*os.File, error) {
 		}
 	}
 	return nil, &fs.PathError{Op: "createtemp", Path: filepath.Join(dir, prefix+"*"), Err: fs.ErrExist}
-}
-
-// syncDir makes a rename in dir durable: the new name is in the
-// directory, which is only on disk once the directory is synced.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // WithCheckpoint keeps a stream's progress in cp: [Stream] and [Records]

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/upsertlib/upsert/internal/dirsync"
 )
 
 // The --checkpoint file holds how far the input has been settled, as
@@ -223,23 +225,10 @@ func (c *checkpointFile) Save(_ context.Context, n int64) error {
 		return fmt.Errorf("replacing %s: %w", c.path, rootCause(err))
 	}
 	// The new name is on disk once its directory is.
-	if err := syncDir(filepath.Dir(c.path)); err != nil {
+	if err := dirsync.Sync(filepath.Dir(c.path)); err != nil {
 		return fmt.Errorf("syncing %s: %w", filepath.Dir(c.path), rootCause(err))
 	}
 	return nil
-}
-
-// syncDir syncs the directory dir, so that a rename in it is durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // saveReporter returns a function that tells of a checkpoint that could not

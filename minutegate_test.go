@@ -300,12 +300,7 @@ func tokenLimitedIndex(t *testing.T, tokensPerMinute int) (*eventClock, *upsertt
 	srv := upserttest.NewServer(upserttest.WithEmbedTokensPerMinute(tokensPerMinute), upserttest.WithClock(clk.Now))
 	t.Cleanup(srv.Close)
 	rest := &http.Client{Transport: clk.transport(srv.Client().Transport)}
-	pc, err := NewClient(pinecone.NewClientParams{ApiKey: "k", RestClient: rest})
-	require.NoError(t, err)
-	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
-	require.NoError(t, err)
-	t.Cleanup(func() { idx.Close() })
-	return clk, srv, idx
+	return clk, srv, recordsConn(t, srv, rest, true)
 }
 
 // tenTokenRecords are n integrated records of 40 bytes of text: 10 tokens

@@ -193,10 +193,16 @@ func (in *intake) firstPass(records []*pinecone.Vector) (routeOf func(int) *rout
 	} else {
 		one = r.route(r.cfg.namespace)
 	}
+	// Repeats are told apart by route and id (below): the hash only sorts
+	// them, and one route needs no namespace in it (a hash a record less).
 	hashes := make([]uint64, len(records))
 	for i, v := range records {
-		if v != nil {
-			hashes[i] = in.recordKey(routeOf(i).namespace, v.Id)
+		switch {
+		case v == nil:
+		case many != nil:
+			hashes[i] = in.recordKey(many[i].namespace, v.Id)
+		default:
+			hashes[i] = maphash.String(in.seed, v.Id)
 		}
 	}
 	flags = repeats(hashes, func(i, j int) bool {

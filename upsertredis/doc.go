@@ -57,9 +57,9 @@
 //
 // Each writer exchanges with Redis every [DefaultInterval] (one script call,
 // off the hot path), at once when another writer's cut is announced on the
-// lane's channel (each writer holds one subscription), and once per 429
-// that it proposes or counts towards an episode; nothing is written per
-// record or per successful request. Keys carry a TTL, are renewed by live
+// lane's channel (a Store holds one subscription for all its lanes), and
+// once per 429 that it proposes or counts towards an episode; nothing is
+// written per record or per successful request. Keys carry a TTL, are renewed by live
 // writers, hold nothing that grows with the records written, and share a
 // Redis Cluster hash tag per lane.
 //
@@ -121,13 +121,13 @@
 //
 // # What it costs Redis
 //
-// Each lane of a process's Limiter (one namespace of one index) that
-// shares through a Store holds, from its join until the last call using
-// it ends:
+// A Store holds one connection of its own while any of its lanes is
+// joined: the subscription to its lanes' channels of cuts (go-redis gives
+// each subscription a connection, outside the pool; the Store's lanes
+// share one). Each lane of a process's Limiter (one namespace of one
+// index) that shares through a Store sends, from its join until the last
+// call using it ends:
 //
-//   - one connection of its own: the subscription to the lane's channel of
-//     cuts (go-redis gives each subscription a connection, outside the
-//     pool);
 //   - one exchange every [DefaultInterval] ([WithInterval]): 10 script
 //     calls (EVALSHA) a second, each reading and writing the lane's two
 //     keys, plus
@@ -137,14 +137,14 @@
 // The exchanges of all of a process's lanes go through the client's pool,
 // which keeps at most its PoolSize connections (go-redis's default: 10
 // per GOMAXPROCS), idle ones included until their ConnMaxIdleTime (30
-// minutes by default). A process writing into L namespaces thus holds L
-// connections plus at most PoolSize; P such processes, P × (L + PoolSize)
-// of Redis's maxclients (10000 by default), and they send 10 × P × L
-// exchanges a second. Measured with one process at the default interval:
-// 1, 8 and 32 lanes held 2, 11–12 and 36 connections with a PoolSize of 4
-// (TestTheRedisCostOfALane), 100 lanes 113 with the default pool of 20 (2
-// CPUs); each lane made 10 exchanges a second. A longer interval lowers
-// the exchanges, not the connections.
+// minutes by default). A process writing into any number of namespaces
+// thus holds one connection plus at most PoolSize; P such processes,
+// P × (1 + PoolSize) of Redis's maxclients (10000 by default), and they
+// send 10 × P × L exchanges a second for L namespaces each. Measured with
+// one process at the default interval: 1, 8 and 32 lanes held 2, 5 and 5
+// connections with a PoolSize of 4 (TestTheRedisCostOfALane), 100 lanes
+// 21 with the default pool of 20 (2 CPUs); each lane made 10 exchanges a
+// second. A longer interval lowers the exchanges.
 //
 // The Store is given any [github.com/redis/go-redis/v9.UniversalClient]:
 // a single node, a cluster or a failover client, with the password, TLS

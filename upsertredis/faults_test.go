@@ -83,7 +83,7 @@ func TestRedisFlushed(t *testing.T) {
 	var logs logBuffer
 	s := newStore(t, rdb, WithLogger(logs.logger()))
 	a, b := join(t, s), join(t, s)
-	subscribed(t, rdb, a, 2)
+	subscribed(t, rdb, a, 1) // one Store: one subscription
 	a.Accepted(100)
 	exchange(t, a)
 	_, _, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000, Recovery: time.Second})
@@ -238,7 +238,7 @@ func TestRecentIsNeverNegativeAfterAnotherWriterRebuiltTheLane(t *testing.T) {
 	exchange(t, c)
 	a := join(t, s) // a's first sample: the lane's count of 1000
 	b := join(t, s) // b exchanged last: its view is the newest
-	subscribed(t, rdb, b, 3)
+	subscribed(t, rdb, b, 1)
 
 	require.NoError(t, rdb.FlushAll(context.Background()).Err())
 	require.True(t, exchange(t, b).Shared) // b rebuilds the lane; the count restarts at 0

@@ -70,8 +70,9 @@ func join(t *testing.T, s *Store) *member {
 	return m
 }
 
-// subscribed waits until n members listen on m's lane's channel of cuts:
-// subscribing does not wait for Redis.
+// subscribed waits until n Stores listen on m's lane's channel of cuts
+// (a Store holds one subscription for all its members): subscribing does
+// not wait for Redis.
 func subscribed(t *testing.T, rdb redis.UniversalClient, m *member, n int64) {
 	t.Helper()
 	require.Eventually(t, func() bool {

@@ -44,31 +44,15 @@ type member struct {
 
 	leave      sync.Once
 	stop, done chan struct{}
-	// cuts is the lane's channel of cuts, on which a writer's applied
-	// cut pokes the others to exchange at once rather than at their
-	// next interval: until they do they send at the rate the index just
-	// refused.
-	cuts *redis.PubSub
+	// poke is poked at each cut announced on the lane's channel of cuts:
+	// a writer's applied cut makes the others exchange at once rather
+	// than at their next interval, since until they do they send at the
+	// rate the index just refused.
 	poke chan struct{}
 }
 
 // channel is the lane's channel of cuts, under the lane's hash tag.
 func (m *member) channel() string { return strings.TrimSuffix(m.keys[0], ":state") + ":cuts" }
-
-// listen subscribes to the lane's channel of cuts and pokes the member's
-// loop at each cut announced on it, until the subscription is closed. It
-// subscribes here, not in Join: the subscription's round trip has no
-// deadline of the store's, and a hung Redis holds this goroutine for the
-// client's own timeouts rather than the lane's join.
-func (m *member) listen() {
-	_ = m.cuts.Subscribe(context.Background(), m.channel()) // on failure, the channel resubscribes as it reconnects
-	for range m.cuts.Channel() {
-		select {
-		case m.poke <- struct{}{}:
-		default:
-		}
-	}
-}
 
 // newSeed is the state of a lane that nothing was learned about.
 func newSeed() []string {
@@ -140,10 +124,7 @@ func (m *member) Leave(ctx context.Context) error {
 // loop exchanges with Redis every interval until Leave.
 func (m *member) loop() {
 	defer close(m.done)
-	// Closing ends listen. Not waited for: while Redis hangs, Close waits
-	// for the subscription's reconnect, which the client's own timeouts
-	// bound (seconds), not the store's.
-	defer func() { go func() { _ = m.cuts.Close() }() }()
+	defer m.store.cuts.forget(m.channel(), m.poke)
 	tick := time.NewTicker(m.store.opts.interval)
 	defer tick.Stop()
 	var retry <-chan time.Time // while alone: when to try Redis again; ticks and pokes wait for it

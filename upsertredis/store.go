@@ -47,6 +47,7 @@ type Store struct {
 	rdb   redis.UniversalClient
 	opts  options
 	stats counters
+	cuts  cutsHub
 }
 
 type options struct {
@@ -114,7 +115,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 		opt(&o)
 	}
 	o.ttl = max(o.ttl, o.heartbeat)
-	return &Store{rdb: rdb, opts: o}
+	return &Store{rdb: rdb, opts: o, cuts: cutsHub{rdb: rdb}}
 }
 
 // Join registers a writer of lane and keeps its view fresh, exchanging with
@@ -134,9 +135,8 @@ func (s *Store) Join(ctx context.Context, lane share.Lane) share.Member {
 	}
 	m.demand.Store(math.Float64bits(math.Inf(1)))
 	m.view.Store(&share.View{Rate: math.Inf(1), Writers: 1})
-	_ = m.sync(ctx)                                // on failure the member starts alone
-	m.cuts = s.rdb.Subscribe(context.Background()) // no channel yet, so no round trip: listen subscribes
-	go m.listen()
+	_ = m.sync(ctx) // on failure the member starts alone
+	s.cuts.listen(m.channel(), m.poke)
 	go m.loop()
 	return m
 }

@@ -157,7 +157,7 @@ func TestACutReachesTheOthersAtOnce(t *testing.T) {
 	rdb := client(t, nil)
 	s := newStore(t, rdb) // exchanges only when asked to, or poked
 	a, b := join(t, s), join(t, s)
-	subscribed(t, rdb, b, 2)
+	subscribed(t, rdb, b, 1) // one Store: one subscription
 	changed := b.Changed()
 	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
 	require.NoError(t, err)
@@ -168,6 +168,42 @@ func TestACutReachesTheOthersAtOnce(t *testing.T) {
 		t.Fatal("the other writer did not hear of the cut before its next exchange")
 	}
 	assert.Equal(t, uint64(1), b.View().Epoch)
+}
+
+// A Store's lanes share one subscription: a cut announced on one lane's
+// channel pokes that lane's members, not the others', and lanes joining
+// and leaving do not lose the channels of those that stay.
+func TestACutPokesOnlyItsLaneThroughTheStoresOneSubscription(t *testing.T) {
+	rdb := client(t, nil)
+	s := newStore(t, rdb) // exchanges only when asked to, or poked
+	other := share.Lane{Host: lane.Host, Namespace: "other"}
+	joinLane := func(l share.Lane) *member {
+		m := s.Join(context.Background(), l).(*member)
+		t.Cleanup(func() { _ = m.Leave(context.Background()) })
+		return m
+	}
+	gone := joinLane(share.Lane{Host: lane.Host, Namespace: "gone"})
+	a, b, c := join(t, s), join(t, s), joinLane(other)
+	require.NoError(t, gone.Leave(context.Background()))
+	subscribed(t, rdb, a, 1)
+	subscribed(t, rdb, c, 1)
+	require.Eventually(t, func() bool {
+		n, err := rdb.PubSubNumSub(context.Background(), gone.channel()).Result()
+		return err == nil && n[gone.channel()] == 0
+	}, time.Second, time.Millisecond, "a lane left leaves its channel")
+
+	before := s.Stats().Exchanges
+	changed := b.Changed()
+	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
+	require.NoError(t, err)
+	require.True(t, applied)
+	select {
+	case <-changed:
+	case <-time.After(time.Second):
+		t.Fatal("the cut did not reach its lane's other writer")
+	}
+	time.Sleep(20 * time.Millisecond) // c's exchange, were it poked
+	assert.Equal(t, before+3, s.Stats().Exchanges, "the cut, and the exchanges it poked: a's and b's, not c's")
 }
 
 func TestAcceptedAndRetryAfterAreShared(t *testing.T) {

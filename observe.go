@@ -69,6 +69,12 @@ type RunEvent struct {
 	Context context.Context
 	// Operation is "All", "Stream", "Records" or "Writer".
 	Operation string
+	// Host is the index's host as the run's connection names it, lower
+	// case and without the default port 443 ("name-abc.svc.region.pinecone.io";
+	// "127.0.0.1:5081" for a local one), "" for a run that sends through
+	// [WithUpsertFunc]. With Namespace it tells one index's runs from
+	// another's.
+	Host string
 	// Namespace is the run's namespace (the index connection's), "" for
 	// the default one, as in every event and [Failure]; with
 	// [WithNamespaceOf], records may go to others as well.

@@ -359,3 +359,21 @@ func TestRunDoneEndsARunThatCouldNotStart(t *testing.T) {
 	assert.Equal(t, "Stream", h.runs[0].Operation)
 	assert.ErrorContains(t, h.runDones[0].Err, "disk on fire")
 }
+
+// RunEvent.Host tells one index's runs from another's: two indexes may
+// hold namespaces of one name.
+func TestRunEventsNameTheIndexHost(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	var h hookLog
+	_, err := upsert.All(context.Background(), e2eRecords(3), upsert.WithIndex(connect(t, srv)), upsert.WithObserver(h.observer()))
+	require.NoError(t, err)
+	_, err = upsert.All(context.Background(), e2eRecords(3), upsert.WithUpsertFunc(h.send), upsert.WithObserver(h.observer()),
+		upsert.WithBackoff(time.Millisecond, time.Millisecond))
+	require.NoError(t, err)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	want := strings.TrimPrefix(srv.Host(), "http://")
+	assert.Equal(t, []string{want, ""}, []string{h.runs[0].Host, h.runs[1].Host}, "StartRun")
+	assert.Equal(t, []string{want, ""}, []string{h.runDones[0].Host, h.runDones[1].Host}, "RunDone")
+}

@@ -181,7 +181,7 @@ func (r *run) abandon(err error) {
 // runEvent describes the run for the observers.
 func (r *run) runEvent(s Stats, err error) RunEvent {
 	return RunEvent{
-		Context: r.obsCtx, Operation: r.op, Namespace: namespaceKey(r.cfg.namespace),
+		Context: r.obsCtx, Operation: r.op, Host: r.laneHost(), Namespace: namespaceKey(r.cfg.namespace),
 		LimiterState: r.limiterState, Stats: s, Err: err,
 	}
 }

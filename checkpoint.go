@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +41,8 @@ import (
 // cannot be saved fails the run at once, with an error matching
 // [ErrBadOption] and the cause. A save that fails later is logged
 // ([WithLogger]) and tried again at the next save, a second on; the run
-// goes on.
+// goes on. A panic of Load or Save is recovered and counts as its error,
+// wrapping a [*PanicError].
 type Checkpoint interface {
 	// Load returns how many records at the start of the input an earlier
 	// run settled, or 0 when there was none.
@@ -153,14 +155,15 @@ const checkpointEvery = time.Second
 // and saves it every second from now on. It returns how many records of
 // the input to skip.
 func (in *intake) resume(ctx context.Context) (int, error) {
-	n, err := in.r.cfg.checkpoint.Load(ctx)
+	var n int64
+	err := checkpointCall(func() (err error) { n, err = in.r.cfg.checkpoint.Load(ctx); return err })
 	if err != nil {
 		return 0, fmt.Errorf("upsert: loading the checkpoint: %w", err)
 	}
 	// Saved once before anything is sent: a checkpoint that cannot be
 	// saved (a missing directory, no permission) would leave a long run
 	// that cannot resume, found out only from its log.
-	if err := in.r.cfg.checkpoint.Save(ctx, n); err != nil {
+	if err := in.save(ctx, n); err != nil {
 		return 0, fmt.Errorf("%w: the checkpoint cannot be saved: %w", ErrBadOption, err)
 	}
 	in.next = int(n)
@@ -184,7 +187,7 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 			case <-t.C:
 			}
 			if w := int64(in.marks.value()); w > saved {
-				if err := in.r.cfg.checkpoint.Save(in.r.ctx, w); err != nil {
+				if err := in.save(in.r.ctx, w); err != nil {
 					in.logWarn("saving the checkpoint", err)
 					continue
 				}
@@ -207,9 +210,26 @@ func (in *intake) saveCheckpoint() {
 	}
 	// The caller's context may have ended: the final save must happen
 	// anyway, or the run's progress is lost.
-	if err := in.r.cfg.checkpoint.Save(context.WithoutCancel(in.r.ctx), int64(in.marks.value())); err != nil {
+	if err := in.save(context.WithoutCancel(in.r.ctx), int64(in.marks.value())); err != nil {
 		in.logWarn("saving the checkpoint", err)
 	}
+}
+
+// save saves n to the caller's checkpoint.
+func (in *intake) save(ctx context.Context, n int64) error {
+	return checkpointCall(func() error { return in.r.cfg.checkpoint.Save(ctx, n) })
+}
+
+// checkpointCall calls f, a method of the caller's Checkpoint, and turns
+// a panic into an error wrapping a *PanicError: the periodic saves run on
+// a goroutine of the library's, where a panic would kill the process.
+func checkpointCall(f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack(), fn: "checkpoint"}
+		}
+	}()
+	return f()
 }
 
 // watermark tracks which input positions have settled, out of order, and

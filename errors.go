@@ -322,8 +322,9 @@ func (e *RunError) Unwrap() []error { return e.Errs }
 // batch at once with a server-class [*Error] wrapping this: a panic is a
 // bug, which a retry would repeat, and the batch may have been sent before
 // it. Read it with errors.As from [Failure.Err] or the run's error. A
-// panic of the function of [WithAcks] stops the run with a canceled-class
-// [*Error] wrapping one.
+// panic of the function of [WithAcks] or [WithProgress] stops the run with
+// a canceled-class [*Error] wrapping one; a panic of a [Checkpoint]'s
+// method is that method's error, wrapping one.
 type PanicError struct {
 	// Value is what the function panicked with.
 	Value any

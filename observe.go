@@ -165,7 +165,11 @@ func WithObserver(o Observer) Option {
 // WithProgress calls f with a [Progress] at most once per interval while
 // requests complete, succeeding or failing (interval 0 means
 // [DefaultProgressInterval]), and once more with Final set when the run is
-// over. f is called from one goroutine at a time.
+// over. f is called from one goroutine at a time. A panic of f is
+// recovered: f is not called again, and the run stops with a
+// canceled-class [*Error] wrapping a [*PanicError], which the records not
+// yet settled fail with; the call returns it even when every record had
+// settled (a panic of the final call).
 func WithProgress(interval time.Duration, f func(Progress)) Option {
 	return func(c *config) {
 		switch {

@@ -377,3 +377,115 @@ func TestRunEventsNameTheIndexHost(t *testing.T) {
 	assert.Equal(t, []string{want, ""}, []string{h.runs[0].Host, h.runs[1].Host}, "StartRun")
 	assert.Equal(t, []string{want, ""}, []string{h.runDones[0].Host, h.runDones[1].Host}, "RunDone")
 }
+
+// panickingCheckpoint is a caller's Checkpoint whose Load panics (a bug in
+// the caller's store client).
+type panickingCheckpoint struct{}
+
+func (panickingCheckpoint) Load(context.Context) (int64, error) { panic("checkpoint store bug") }
+func (panickingCheckpoint) Save(context.Context, int64) error   { return nil }
+
+// A panic of the caller's Checkpoint is its method's error: a Load that
+// panics ends the run (RunDone comes, so upsertotel's span ends and the
+// Limiter is let go), and the call returns an error wrapping the panic.
+func TestAPanickingCheckpointIsItsError(t *testing.T) {
+	var mu sync.Mutex
+	var started, done int
+	obs := upsert.Observer{
+		StartRun: func(ctx context.Context, _ upsert.RunEvent) context.Context {
+			mu.Lock()
+			started++
+			mu.Unlock()
+			return ctx
+		},
+		RunDone: func(upsert.RunEvent) { mu.Lock(); done++; mu.Unlock() },
+	}
+	_, err := upsert.Stream(context.Background(), slices.Values(e2eRecords(3)),
+		upsert.WithUpsertFunc(func(context.Context, string, []*pinecone.Vector) error { return nil }),
+		upsert.WithCheckpoint(panickingCheckpoint{}), upsert.WithObserver(obs))
+	var pe *upsert.PanicError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, "checkpoint store bug", pe.Value)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, started, "the run started")
+	require.Equal(t, 1, done, "a run that started ends, once, also when the caller's checkpoint panics")
+}
+
+// A panic of WithProgress's function is recovered as the ack function's
+// is: on a worker goroutine it would kill the process. The run stops, the
+// records not settled fail with a *PanicError (a checkpoint resends them),
+// the function is not called again, and RunDone comes; a panic of the
+// final call is the call's error.
+func TestAPanickingProgressFunctionStopsTheRun(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		final bool // the final call panics, not the first
+	}{{"during the run", false}, {"at its end", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			var done, calls int
+			obs := upsert.Observer{RunDone: func(upsert.RunEvent) { done++ }}
+			res, err := upsert.All(context.Background(), e2eRecords(100),
+				upsert.WithUpsertFunc(func(context.Context, string, []*pinecone.Vector) error { return nil }),
+				upsert.WithBatchSize(10), upsert.WithConcurrency(1),
+				upsert.WithProgress(time.Nanosecond, func(p upsert.Progress) {
+					calls++
+					if p.Final == tt.final {
+						panic("progress bar bug")
+					}
+				}),
+				upsert.WithObserver(obs))
+			var pe *upsert.PanicError
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, "progress bar bug", pe.Value)
+			assert.Equal(t, 1, done, "RunDone comes")
+			assert.Equal(t, 100, res.Upserted+len(res.Failed), "every record accounted for")
+			if tt.final {
+				assert.Equal(t, 100, res.Upserted)
+				return
+			}
+			assert.Equal(t, 1, calls, "not called again")
+			require.NotEmpty(t, res.Failed)
+			require.ErrorAs(t, res.Failed[0].Err, &pe)
+			assert.True(t, res.Failed[0].Resend, "a checkpoint resends them")
+		})
+	}
+}
+
+// A run's log lines name the default namespace alike, "" as events do: the
+// summary line logged the connection's name for it (go-pinecone v5's
+// "__default__"), so a log query by namespace missed the batches or it.
+func TestLogLinesNameTheDefaultNamespaceOneWay(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		if r.Seq == 1 {
+			return upserttest.Fault{Code: 14} // Unavailable: a "retrying batch" line
+		}
+		return upserttest.Fault{}
+	}))
+	defer srv.Close()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host()}, upsert.PushbackDialOption()) // the default namespace
+	require.NoError(t, err)
+	defer idx.Close()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	_, err = upsert.All(context.Background(), e2eRecords(20), upsert.WithIndex(idx), upsert.WithConcurrency(1),
+		upsert.WithLogger(newLockedJSONLogger(&buf, &mu)), upsert.WithBackoff(time.Millisecond, time.Millisecond))
+	require.NoError(t, err)
+
+	mu.Lock()
+	defer mu.Unlock()
+	names := map[string]string{} // msg -> namespace
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &m), l)
+		if ns, ok := m["namespace"].(string); ok {
+			names[m["msg"].(string)] = ns
+		}
+	}
+	require.Contains(t, names, "retrying batch")
+	require.Contains(t, names, "upsert finished")
+	require.Equal(t, names["retrying batch"], names["upsert finished"],
+		"the summary and the batch lines of one run name its namespace alike")
+}

@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,7 @@ type progressReports struct {
 	last     atomic.Int64 // clock time of the last progress report, in ns; written under mu
 	lastDone atomic.Int64 // records settled at the last progress report
 	mu       sync.Mutex   // held while reporting, so that reports do not overlap
+	broken   atomic.Bool  // the caller's function panicked: it is not called again
 }
 
 // snapshot returns the run's figures now.
@@ -40,12 +42,13 @@ func (r *run) maybeProgress() {
 		return // another goroutine reported meanwhile
 	}
 	r.progress.last.Store(now)
-	r.emitProgress(time.Duration(now-last), false)
+	r.emitProgress(time.Duration(now-last), false) // a panic halts the run: its records report it
 }
 
 // emitProgress reports progress, the last report when final; since is the
-// time since the previous report, for the rate (0 when there is none).
-func (r *run) emitProgress(since time.Duration, final bool) {
+// time since the previous report, for the rate (0 when there is none). It
+// returns the error that stopped the run if the caller's function panicked.
+func (r *run) emitProgress(since time.Duration, final bool) *Error {
 	s := r.snapshot()
 	done := s.Upserted + s.Failed + s.Duplicates
 	p := Progress{Total: r.total, Done: done, Final: final, Stats: s}
@@ -59,5 +62,24 @@ func (r *run) emitProgress(since time.Duration, final bool) {
 	if r.total >= 0 && p.Rate > 0 && !final {
 		p.ETA = time.Duration(float64(r.total-done) / p.Rate * float64(time.Second))
 	}
+	return r.callProgress(p)
+}
+
+// callProgress calls the caller's progress function with p, recovering a
+// panic as the function of WithAcks is: the function is not called again,
+// and the run stops with a canceled-class *Error wrapping a *PanicError,
+// which callProgress returns.
+func (r *run) callProgress(p Progress) (stopped *Error) {
+	if r.progress.broken.Load() {
+		return nil
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			r.progress.broken.Store(true)
+			stopped = &Error{Class: ClassCanceled, Err: &PanicError{Value: v, Stack: debug.Stack(), fn: "progress function"}}
+			r.halt(stopped)
+		}
+	}()
 	r.cfg.progress(p)
+	return nil
 }

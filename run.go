@@ -135,9 +135,10 @@ func (r *run) stoppedBy() *Error {
 func (r *run) finish(end func(error) error) (Result, error) {
 	r.pool.wg.Wait()
 	r.halt(errRunFinished)
+	var progressPanic *Error
 	if r.cfg.progress != nil {
 		r.progress.mu.Lock()
-		r.emitProgress(0, true)
+		progressPanic = r.emitProgress(0, true)
 		r.progress.mu.Unlock()
 	}
 	r.leaveShares()
@@ -148,7 +149,7 @@ func (r *run) finish(end func(error) error) (Result, error) {
 	slices.SortFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index })
 	res.Failed = r.results.untaken.appendTo(res.Failed) // all after the others
 	r.cfg.logger.LogAttrs(r.ctx, slog.LevelInfo, "upsert finished",
-		slog.String("namespace", r.cfg.namespace),
+		slog.String("namespace", namespaceKey(r.cfg.namespace)), // "" for the default one, as in events
 		slog.Int("records", s.Records),
 		slog.Int("upserted", s.Upserted),
 		slog.Int("failed", s.Failed),
@@ -161,6 +162,8 @@ func (r *run) finish(end func(error) error) (Result, error) {
 	var err error
 	if s.Failed > 0 {
 		err = r.stats.runError(s.Records)
+	} else if progressPanic != nil {
+		err = progressPanic // every record settled, but the caller's code has a bug to hear of
 	}
 	if end != nil {
 		err = end(err)

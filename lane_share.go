@@ -87,9 +87,12 @@ func (ln *lane) leaveShare() {
 	_ = m.Leave(context.Background()) // bounded by the store's timeout; else the heartbeat expires
 }
 
-// watchShare applies the member's view each time it changes, until stop.
+// watchShare applies the member's view each time it changes, and reports
+// the writer's demand every shareDemandEvery, until stop.
 func (ln *lane) watchShare(m share.Member, stop, done chan struct{}) {
 	defer close(done)
+	tick := time.NewTicker(ln.tuning.shareDemandEvery)
+	defer tick.Stop()
 	for {
 		changed := m.Changed() // before View: a change in between is not missed
 		ln.mu.Lock()
@@ -98,10 +101,15 @@ func (ln *lane) watchShare(m share.Member, stop, done chan struct{}) {
 		}
 		ln.mu.Unlock()
 		ln.flushShare()
-		select {
-		case <-changed:
-		case <-stop:
-			return
+		for waiting := true; waiting; {
+			select {
+			case <-changed:
+				waiting = false
+			case <-tick.C:
+				ln.reportDemand(m)
+			case <-stop:
+				return
+			}
 		}
 	}
 }
@@ -267,13 +275,31 @@ func (ln *lane) reportShare(p permit, now time.Time, window time.Duration, class
 		ln.dims[dimBytes].least = int(float64(size) * ln.seen.recordBytes)
 		ln.holdSearches(now, window)
 	}
+	m.Demand(ln.demand(now))
+}
+
+// demand is the writer's demand of the lane, records a second: +Inf while
+// a rate held requests back within boundFor, else shareHeadroom times what
+// it sent over the meter's span, which falls to 0 within the span once it
+// sends nothing. ln.mu is held.
+func (ln *lane) demand(now time.Time) float64 {
 	for i := range ln.dims {
 		if now.Sub(ln.dims[i].waited) < ln.tuning.boundFor {
-			m.Demand(math.Inf(1))
-			return
+			return math.Inf(1)
 		}
 	}
-	m.Demand(ln.tuning.shareHeadroom * ln.dims[dimRecords].ctl.sent.rateOver(now, meterSpan))
+	return ln.tuning.shareHeadroom * ln.dims[dimRecords].ctl.sent.rateOver(now, meterSpan)
+}
+
+// reportDemand reports the writer's demand to m, the lane's member, between
+// answers: without answers a writer that went quiet would hold the part it
+// last asked for, and the lane's other writers would be held to the rest.
+func (ln *lane) reportDemand(m share.Member) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if ln.share.m == m {
+		m.Demand(ln.demand(ln.clock.Now()))
+	}
 }
 
 // holdSearches keeps each searching rate of a shared lane within twice

@@ -695,6 +695,36 @@ func TestJoinShareOncePerLaneAndLeaveAtTheEnd(t *testing.T) {
 	m.mu.Unlock()
 }
 
+// A writer gone quiet (a Writer waiting for input) gives its part of a
+// shared lane back: between answers its watcher reports a demand that
+// falls to 0 within the meter's span. Else the lane's other writers stay
+// held to the rest of the lane's rate for as long as it is quiet.
+func TestSharedLaneQuietWriterGivesItsPartBack(t *testing.T) {
+	m := newFakeMember(capped(time.Now(), 1, 2000, 2000, 2))
+	clk := newFakeClock()
+	tun := defaultTuning
+	tun.shareDemandEvery = time.Millisecond
+	ln := newLane(clk, MaxBatchSize, &tun)
+	ln.setLimits(ServerlessLimits)
+	leave := ln.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: "h"}, new(shareCounters))
+	defer leave()
+	for range 3 {
+		p, err := ln.acquire(context.Background(), req(100))
+		require.NoError(t, err)
+		clk.Advance(time.Millisecond)
+		ln.release(p, nil)
+	}
+	demand := func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return m.demand }
+	require.True(t, math.IsInf(demand(), 1), "precondition: its part of 1000/s held 300 records back")
+
+	clk.Advance(tun.boundFor)
+	require.Eventually(t, func() bool { d := demand(); return d > 0 && !math.IsInf(d, 1) }, time.Second, time.Millisecond,
+		"nothing held back for a second: twice what it sent")
+	clk.Advance(meterSpan)
+	require.Eventually(t, func() bool { return demand() == 0 }, time.Second, time.Millisecond,
+		"quiet for the meter's span: it asks for nothing")
+}
+
 func TestSharedLaneProposesWhatTheLaneAccepted(t *testing.T) {
 	clk := newFakeClock()
 	for _, tc := range []struct {

@@ -105,6 +105,10 @@ type tuning struct {
 	// before the next exchange with the store, without a round of being
 	// held back first.
 	shareHeadroom float64
+	// shareDemandEvery is how often a shared lane reports its writer's
+	// demand between answers, so that a writer gone quiet (a Writer
+	// waiting for input) gives its part back within the meter's span.
+	shareDemandEvery time.Duration
 	// shareMeasureFor is the least span over which a cut of a shared lane
 	// measures what the index accepted from all its writers since the
 	// last cut: a cut follows refusals, so the index's bucket is empty at
@@ -220,31 +224,32 @@ type tuning struct {
 
 // defaultTuning is the tuning of every lane.
 var defaultTuning = tuning{
-	recovery:        1500 * time.Millisecond,
-	recoveryDepth:   0.05,
-	probeGain:       0.15,
-	probeSearch:     2,
-	cutDepth:        0.1,
-	noiseAnswers:    256,
-	randomAnswers:   128,
-	significance:    0.01,
-	closeAnswers:    16,
-	drainFor:        time.Second,
-	minWindow:       300 * time.Millisecond,
-	maxWindow:       2 * time.Second,
-	windowRequests:  16,
-	firstSearchFor:  200 * time.Millisecond,
-	boundFor:        time.Second,
-	bindingShare:    0.8,
-	minRecords:      10,
-	minRequests:     1,
-	minBytes:        10_000,
-	priorHeadroom:   0.1,
-	priorMatch:      0.15,
-	burstFor:        100 * time.Millisecond,
-	minShare:        0.01,
-	shareHeadroom:   2,
-	shareMeasureFor: 500 * time.Millisecond,
+	recovery:         1500 * time.Millisecond,
+	recoveryDepth:    0.05,
+	probeGain:        0.15,
+	probeSearch:      2,
+	cutDepth:         0.1,
+	noiseAnswers:     256,
+	randomAnswers:    128,
+	significance:     0.01,
+	closeAnswers:     16,
+	drainFor:         time.Second,
+	minWindow:        300 * time.Millisecond,
+	maxWindow:        2 * time.Second,
+	windowRequests:   16,
+	firstSearchFor:   200 * time.Millisecond,
+	boundFor:         time.Second,
+	bindingShare:     0.8,
+	minRecords:       10,
+	minRequests:      1,
+	minBytes:         10_000,
+	priorHeadroom:    0.1,
+	priorMatch:       0.15,
+	burstFor:         100 * time.Millisecond,
+	minShare:         0.01,
+	shareHeadroom:    2,
+	shareDemandEvery: 500 * time.Millisecond,
+	shareMeasureFor:  500 * time.Millisecond,
 
 	startConcurrency: 4,
 	maxConcurrency:   64,

@@ -73,6 +73,11 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, applied, "episodes go on from the epoch before the restart")
 	assert.Equal(t, uint64(2), b.View().Epoch)
+	rdb := client(t, srv)
+	require.Eventually(t, func() bool {
+		n, err := rdb.PubSubNumSub(context.Background(), a.channel()).Result()
+		return err == nil && n[a.channel()] == 1
+	}, 5*time.Second, time.Millisecond, "the Store's subscription is back on the lane's channel")
 }
 
 // TestRedisFlushed flushes Redis between two exchanges: the next writer to

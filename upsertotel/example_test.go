@@ -40,7 +40,7 @@ func Example() {
 
 	exporter := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
-	tel, err := upsertotel.New(upsertotel.WithTracerProvider(tp), upsertotel.WithServerAddress(srv.Host()))
+	tel, err := upsertotel.New(upsertotel.WithTracerProvider(tp)) // server.address: the index's host
 	if err != nil {
 		panic(err)
 	}

@@ -1,8 +1,10 @@
 package upsertotel
 
 import (
+	"cmp"
 	"context"
 	"math"
+	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -71,24 +73,17 @@ func (in *instruments) init(m metric.Meter, observe metric.Callback) error {
 // requestDone ends the request's span and measures it.
 func (t *Telemetry) requestDone(e upsert.RequestEvent) {
 	t.endRequest(e)
-	op := t.operationOf(e.Context)
+	rs := t.runOrNone(e.Context)
+	ns := t.namespaces.of(e.Namespace)
 	if e.Err == nil {
-		t.upserted.Add(e.Context, int64(e.Records), metric.WithAttributes(namespaceAttrs(op, e.Namespace)...))
+		t.upserted.Add(e.Context, int64(e.Records), metric.WithAttributes(namespaceAttrs(rs.operation, ns)...))
 	}
-	attrs := t.commonAttrs(op, e.Namespace)
+	attrs := rs.commonAttrs(ns)
 	if e.Err != nil {
 		errAttrs := errorAttrs(e.Err)
 		attrs = append(attrs, errAttrs[:min(2, len(errAttrs))]...) // db.response.status_code says the transport's code
 	}
 	t.duration.Record(e.Context, e.Latency.Seconds(), metric.WithAttributes(attrs...))
-}
-
-// namespaceAttrs are db.operation.name and db.namespace.
-func namespaceAttrs(operation, namespace string) []attribute.KeyValue {
-	if namespace == "" {
-		return []attribute.KeyValue{semconv.DBOperationName(operation)}
-	}
-	return []attribute.KeyValue{semconv.DBOperationName(operation), semconv.DBNamespace(namespace)}
 }
 
 func (t *Telemetry) retry(e upsert.RetryEvent) {
@@ -102,38 +97,35 @@ func (t *Telemetry) retry(e upsert.RetryEvent) {
 		class = e.Err.Class
 	}
 	attrs := []attribute.KeyValue{semconv.ErrorTypeKey.String(class.String()), attribute.String("upsert.retry.kind", kind)}
-	if e.Namespace != "" {
-		attrs = append(attrs, semconv.DBNamespace(e.Namespace))
+	if ns := t.namespaces.of(e.Namespace); ns != "" {
+		attrs = append(attrs, semconv.DBNamespace(ns))
 	}
 	t.retries.Add(e.Context, 1, metric.WithAttributes(attrs...))
 }
 
 func (t *Telemetry) failure(f upsert.Failure) {
 	attrs := []attribute.KeyValue{semconv.ErrorTypeKey.String(f.Class.String())}
-	if f.Namespace != "" {
-		attrs = append(attrs, semconv.DBNamespace(f.Namespace))
+	if ns := t.namespaces.of(f.Namespace); ns != "" {
+		attrs = append(attrs, semconv.DBNamespace(ns))
 	}
 	t.failed.Add(context.Background(), 1, metric.WithAttributes(attrs...))
 }
 
 // observeLimiters reports the limiter state of each running call's
-// namespace; calls sharing a Limiter and a namespace report it once.
+// index and namespace: one point per attribute set (db.operation.name,
+// db.namespace, server.address and server.port), the earliest started
+// call's when several share one.
 func (t *Telemetry) observeLimiters(_ context.Context, o metric.Observer) error {
-	t.mu.Lock()
-	runs := make([]*runState, 0, len(t.runs))
-	for rs := range t.runs {
-		runs = append(runs, rs)
-	}
-	t.mu.Unlock()
-	seen := make(map[[2]string]bool, len(runs))
+	runs := t.running()
+	seen := make(map[attribute.Distinct]bool, len(runs))
 	for _, rs := range runs {
-		key := [2]string{rs.operation, rs.namespace}
+		key := rs.gauge.Equivalent()
 		if seen[key] || rs.limiter == nil {
 			continue
 		}
 		seen[key] = true
 		st := rs.limiter()
-		opt := metric.WithAttributes(namespaceAttrs(rs.operation, rs.namespace)...)
+		opt := metric.WithAttributeSet(rs.gauge)
 		if !math.IsInf(st.Rate, 0) {
 			o.ObserveFloat64(t.rate, st.Rate, opt)
 		}
@@ -141,4 +133,16 @@ func (t *Telemetry) observeLimiters(_ context.Context, o metric.Observer) error 
 		o.ObserveInt64(t.batchSize, int64(st.BatchSize), opt)
 	}
 	return nil
+}
+
+// running returns the running calls, in the order they started.
+func (t *Telemetry) running() []*runState {
+	t.mu.Lock()
+	runs := make([]*runState, 0, len(t.runs))
+	for rs := range t.runs {
+		runs = append(runs, rs)
+	}
+	t.mu.Unlock()
+	slices.SortFunc(runs, func(a, b *runState) int { return cmp.Compare(a.seq, b.seq) })
+	return runs
 }

@@ -13,10 +13,13 @@ import (
 
 // runState is what t knows of a running call; the run's context carries it.
 type runState struct {
-	operation string     // db.operation.name
-	namespace string     // the run's namespace
-	span      trace.Span // the run's span; nil for a Writer
+	operation string               // db.operation.name
+	namespace string               // the run's namespace, as validUTF8 spells it
+	server    []attribute.KeyValue // server.address and server.port: the run's index's, else WithServerAddress's
+	span      trace.Span           // the run's span; nil for a Writer
 	limiter   func() upsert.LimiterState
+	gauge     attribute.Set // the attributes of the limiter gauges
+	seq       uint64        // the order the run started in, from 1
 }
 
 // runKey is the key of t's runState in a run's context. The keys of the
@@ -35,52 +38,72 @@ func (t *Telemetry) runOf(ctx context.Context) *runState {
 	return rs
 }
 
+// runOrNone returns t's state of the run ctx belongs to, or, when t did
+// not see it start, t.noRun: operation "upsert", WithServerAddress's
+// server.
+func (t *Telemetry) runOrNone(ctx context.Context) *runState {
+	if rs := t.runOf(ctx); rs != nil {
+		return rs
+	}
+	return t.noRun
+}
+
+// serverOf returns server.address and server.port of host, a
+// [upsert.RunEvent].Host, or WithServerAddress's when host is "" (or
+// cannot be read).
+func (t *Telemetry) serverOf(host string) []attribute.KeyValue {
+	if host != "" {
+		if attrs, ok := serverAttrs(host); ok {
+			return attrs
+		}
+	}
+	return t.server
+}
+
 // startRun starts the run's span, except for a Writer (see the package
 // documentation), and registers the run for the limiter gauges until
 // RunDone, which a Writer whose context ends sends by itself, closed or
 // not.
 func (t *Telemetry) startRun(ctx context.Context, e upsert.RunEvent) context.Context {
-	rs := &runState{operation: "upsert", namespace: e.Namespace, limiter: e.LimiterState}
+	rs := &runState{operation: "upsert", namespace: validUTF8(e.Namespace), server: t.serverOf(e.Host), limiter: e.LimiterState}
 	if e.Operation == "Records" {
 		rs.operation = "upsert_records"
 	}
+	rs.gauge = attribute.NewSet(append(namespaceAttrs(rs.operation, t.namespaces.of(e.Namespace)), rs.server...)...)
 	if e.Operation != "Writer" {
-		attrs := append(t.commonAttrs(rs.operation, e.Namespace), attribute.String("upsert.run.operation", e.Operation))
+		attrs := append(rs.commonAttrs(rs.namespace), attribute.String("upsert.run.operation", e.Operation))
 		ctx, rs.span = t.tracer.Start(ctx, "upsert."+e.Operation, trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithAttributes(attrs...))
 	}
 	t.mu.Lock()
+	t.started++
+	rs.seq = t.started
 	t.runs[rs] = struct{}{}
 	t.mu.Unlock()
 	return context.WithValue(ctx, runKey{t}, rs)
 }
 
 // commonAttrs are the attributes of every span and of the duration
-// histogram: the system, the operation, the namespace and the server.
-func (t *Telemetry) commonAttrs(operation, namespace string) []attribute.KeyValue {
+// histogram: the system, the run's operation, db.namespace (given valid
+// UTF-8: as validUTF8 spells it on spans, namespaceLabels.of's on
+// metrics; left out when "") and the run's server.
+func (rs *runState) commonAttrs(namespace string) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs, semconv.DBSystemNameKey.String(SystemName))
-	attrs = append(attrs, namespaceAttrs(operation, namespace)...)
-	return append(attrs, t.server...)
-}
-
-// operationOf returns the db.operation.name of the run ctx belongs to.
-func (t *Telemetry) operationOf(ctx context.Context) string {
-	if rs := t.runOf(ctx); rs != nil {
-		return rs.operation
-	}
-	return "upsert"
+	attrs = append(attrs, namespaceAttrs(rs.operation, namespace)...)
+	return append(attrs, rs.server...)
 }
 
 // startRequest starts the request's span, a client span named as the
 // database conventions say: "{db.operation.name} {db.namespace}".
 func (t *Telemetry) startRequest(ctx context.Context, e upsert.RequestEvent) context.Context {
-	op := t.operationOf(ctx)
-	name := op
-	if e.Namespace != "" {
-		name += " " + e.Namespace
+	rs := t.runOrNone(ctx)
+	ns := validUTF8(e.Namespace)
+	name := rs.operation
+	if ns != "" {
+		name += " " + ns
 	}
-	attrs := append(t.commonAttrs(op, e.Namespace),
+	attrs := append(rs.commonAttrs(ns),
 		attribute.Int("upsert.request.records", e.Records),
 		attribute.Int("upsert.request.bytes", e.Bytes),
 		attribute.Int("upsert.attempt", e.Attempt))
@@ -112,7 +135,7 @@ func (t *Telemetry) retryEvent(e upsert.RetryEvent) {
 		attribute.Int("upsert.attempt", e.Attempt),
 	}
 	if e.Namespace != "" {
-		attrs = append(attrs, semconv.DBNamespace(e.Namespace))
+		attrs = append(attrs, semconv.DBNamespace(validUTF8(e.Namespace)))
 	}
 	if e.Err != nil {
 		attrs = append(attrs, errorAttrs(e.Err)...)

@@ -2,7 +2,7 @@
 // The upsert package itself never imports OpenTelemetry; this package
 // turns its [upsert.Observer] into spans and metric instruments:
 //
-//	tel, err := upsertotel.New(upsertotel.WithServerAddress(host))
+//	tel, err := upsertotel.New()
 //	if err != nil { ... }
 //	res, err := upsert.All(ctx, records, upsert.WithIndex(idx), upsert.WithObserver(tel.Observer()))
 //
@@ -45,9 +45,20 @@
 //   - db.operation.name: "upsert" for vectors (gRPC Upsert), "upsert_records"
 //     for integrated records (REST).
 //   - db.namespace: the Pinecone namespace of the request, left out when
-//     empty.
-//   - server.address, server.port: the index host given to
-//     [WithServerAddress]; left out without it.
+//     empty (the default namespace). On spans it is the namespace itself;
+//     on metrics, one of a bounded set: see Namespaces on metrics below.
+//     A namespace that is not valid UTF-8 (upsert refuses its records
+//     before sending, and reports each to the Failure observer with it)
+//     is spelt with U+FFFD for each run of invalid bytes, as
+//     [strings.ToValidUTF8] does, here and in span names: OTLP carries
+//     strings as protobuf, which fails a whole export over one that is
+//     not UTF-8.
+//   - server.address, server.port: the host of the run's index, as
+//     [upsert.RunEvent].Host names it (port 443 when it names none), so
+//     that one Telemetry observing runs into several indexes tells them
+//     apart; for a run that names no index ([upsert.WithUpsertFunc],
+//     [upsert.WithRecordsFunc]), the host given to [WithServerAddress],
+//     left out without it.
 //   - error.type: the [upsert.Class] of a failed request ("rate-limited",
 //     "timeout", ...): low-cardinality, and what the library did about it.
 //   - db.response.status_code: the HTTP status ("429") or the gRPC code
@@ -78,7 +89,8 @@
 //
 //   - db.client.operation.duration (histogram, s): each request's round trip
 //     ([upsert.RequestEvent].Latency), with db.system.name,
-//     db.operation.name, db.namespace, server.address and port, and, when it
+//     db.operation.name, db.namespace, server.address and port (the run's),
+//     and, when it
 //     failed, error.type and db.response.status_code. Its count is the
 //     number of requests ([upsert.Stats].Requests), by outcome.
 //   - upsert.records.upserted (counter, {record}): records the index
@@ -94,13 +106,39 @@
 //     db.namespace, the batch's namespace (left out when empty).
 //   - upsert.limiter.rate ({record}/s), upsert.limiter.concurrency
 //     ({request}) and upsert.limiter.batch_size ({record}) (gauges): the
-//     [upsert.LimiterState] of each running call's namespace, by
-//     db.operation.name and db.namespace, read when the metrics are
-//     collected. The rate is left out while it is unlimited (before the
-//     index first answered 429).
+//     [upsert.LimiterState] of each running call's namespace
+//     ([upsert.RunEvent].Namespace), by db.operation.name, db.namespace,
+//     server.address and server.port (the run's index), read when the
+//     metrics are collected. The rate is left out while it is unlimited
+//     (before the index first answered 429). Running calls whose points
+//     would have the same attributes report one point: the earliest
+//     started call's, until it ends, then the next one's. Calls into one
+//     index and namespace share a [upsert.Limiter] by default, and so its
+//     state; calls given separate Limiters ([upsert.WithLimiter]), calls
+//     through [upsert.WithUpsertFunc] (each starts its own, and names no
+//     index) and calls into namespaces beyond the cap (all
+//     [OtherNamespace]) each have their own, and only the earliest's is
+//     reported. One call's state, rather than a sum or a maximum over
+//     them, keeps the three gauges consistent, each the state of one
+//     Limiter, and the same point from one collection to the next.
+//
+// # Namespaces on metrics
+//
+// Namespaces are the user's data (one per tenant is Pinecone's pattern for
+// multitenancy), and every namespace would be an attribute set of every
+// instrument: past the SDK's cardinality limit (2000 attribute sets per
+// instrument by default) the rest fold into one otel.metric.overflow
+// point, their namespace lost. So a Telemetry's metrics name in
+// db.namespace at most [DefaultMaxNamespaces] namespaces, the first it sees
+// in any event, for its life, and every later one [OtherNamespace]
+// ("_other"): see [WithMaxNamespaces]. The default namespace has no
+// db.namespace and takes no place. upsertprom bounds its namespace label
+// alike, with the same default and value. Spans are not bounded: they
+// name each request's namespace as it is.
 package upsertotel
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -126,10 +164,11 @@ const SystemName = "pinecone"
 type Option func(*config)
 
 type config struct {
-	tp    trace.TracerProvider
-	mp    metric.MeterProvider
-	attrs []attribute.KeyValue // server.address and server.port
-	err   error
+	tp            trace.TracerProvider
+	mp            metric.MeterProvider
+	attrs         []attribute.KeyValue // server.address and server.port
+	maxNamespaces int
+	err           error
 }
 
 // WithTracerProvider sends the spans to tp instead of the global
@@ -144,50 +183,93 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.mp = mp }
 }
 
-// WithServerAddress sets server.address and server.port from the index's
+// WithServerAddress sets server.address and server.port from an index's
 // host, as given to pinecone.NewIndexConnParams ("https://NAME.svc.pinecone.io",
-// or a host and port without a scheme). The index connection does not tell
-// its host, so without this option the attributes are left out. New
+// or a host and port without a scheme; port 443 when it names none), for
+// the runs that do not name their index: those through
+// [upsert.WithUpsertFunc] or [upsert.WithRecordsFunc], whose
+// [upsert.RunEvent].Host is "". A run through [upsert.WithIndex] carries
+// its own index's host, which wins: one Telemetry observing runs into
+// several indexes tells them apart, whatever this option says. Without
+// the option, the runs with no host have no server attributes. New
 // returns an error for a host it cannot read.
 func WithServerAddress(host string) Option {
 	return func(c *config) {
-		s := host
-		if !strings.Contains(s, "://") {
-			s = "https://" + s
-		}
-		u, err := url.Parse(s)
-		if err != nil || u.Hostname() == "" {
-			c.err = fmt.Errorf("upsertotel: WithServerAddress(%q): want an index host such as https://NAME.svc.REGION.pinecone.io", host)
+		attrs, ok := serverAttrs(host)
+		if !ok {
+			c.err = errors.Join(c.err, fmt.Errorf("upsertotel: WithServerAddress(%q): want an index host such as https://NAME.svc.REGION.pinecone.io", host))
 			return
 		}
-		c.attrs = []attribute.KeyValue{semconv.ServerAddress(u.Hostname())}
-		port := u.Port()
-		if port == "" && u.Scheme == "https" {
-			port = "443"
-		}
-		if p, err := strconv.Atoi(port); err == nil {
-			c.attrs = append(c.attrs, semconv.ServerPort(p))
-		}
+		c.attrs = attrs
 	}
+}
+
+// WithMaxNamespaces sets how many Pinecone namespaces the Telemetry's
+// metrics name in db.namespace, the first it sees in any event; the
+// metrics of later ones have db.namespace [OtherNamespace], so that the
+// number of attribute sets of each instrument stays bounded whatever the
+// data (a run over thousands of tenants' namespaces would otherwise make
+// thousands per instrument, and past the SDK's cardinality limit, 2000
+// by default, fold the rest into one otel.metric.overflow point, their
+// namespace lost). The default is [DefaultMaxNamespaces], as upsertprom's;
+// 0 gives every namespace [OtherNamespace] on the metrics. The default
+// namespace has no db.namespace and takes no place. Spans are not
+// bounded: they name each request's namespace as it is. A negative n is
+// an error of New.
+func WithMaxNamespaces(n int) Option {
+	return func(c *config) {
+		if n < 0 {
+			c.err = errors.Join(c.err, fmt.Errorf("upsertotel: WithMaxNamespaces(%d): want 0 or more", n))
+			return
+		}
+		c.maxNamespaces = n
+	}
+}
+
+// serverAttrs returns server.address and server.port of an index host,
+// given with or without a scheme (a host without one, as
+// [upsert.RunEvent].Host spells it, is dialed on port 443 when it names
+// no port), and false for a host it cannot read.
+func serverAttrs(host string) ([]attribute.KeyValue, bool) {
+	s := host
+	if !strings.Contains(s, "://") {
+		s = "https://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Hostname() == "" {
+		return nil, false
+	}
+	attrs := []attribute.KeyValue{semconv.ServerAddress(validUTF8(u.Hostname()))}
+	port := u.Port()
+	if port == "" && u.Scheme == "https" {
+		port = "443"
+	}
+	if p, err := strconv.Atoi(port); err == nil {
+		attrs = append(attrs, semconv.ServerPort(p))
+	}
+	return attrs, true
 }
 
 // Telemetry turns the events of upsert runs into spans and metrics. Pass
 // [Telemetry.Observer] to [upsert.WithObserver]. It is safe for concurrent
 // use.
 type Telemetry struct {
-	tracer trace.Tracer
-	server []attribute.KeyValue // server.address and server.port, if known
+	tracer     trace.Tracer
+	server     []attribute.KeyValue // WithServerAddress's server.address and server.port, if given
+	noRun      *runState            // what is known of an event's run when t did not see it start
+	namespaces namespaceLabels      // db.namespace on metrics
 	instruments
 
-	mu   sync.Mutex
-	runs map[*runState]struct{} // running calls, for the limiter gauges
+	mu      sync.Mutex
+	runs    map[*runState]struct{} // running calls, for the limiter gauges
+	started uint64                 // runs started so far, the last one's runState.seq
 }
 
 // New returns a Telemetry with its instruments created from the meter of
 // the MeterProvider. It returns the error of an option or of the
 // MeterProvider.
 func New(opts ...Option) (*Telemetry, error) {
-	cfg := config{tp: otel.GetTracerProvider(), mp: otel.GetMeterProvider()}
+	cfg := config{tp: otel.GetTracerProvider(), mp: otel.GetMeterProvider(), maxNamespaces: DefaultMaxNamespaces}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -195,9 +277,11 @@ func New(opts ...Option) (*Telemetry, error) {
 		return nil, cfg.err
 	}
 	t := &Telemetry{
-		tracer: cfg.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
-		server: cfg.attrs,
-		runs:   make(map[*runState]struct{}),
+		tracer:     cfg.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		server:     cfg.attrs,
+		noRun:      &runState{operation: "upsert", server: cfg.attrs},
+		namespaces: namespaceLabels{max: cfg.maxNamespaces},
+		runs:       make(map[*runState]struct{}),
 	}
 	meter := cfg.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
 	if err := t.instruments.init(meter, t.observeLimiters); err != nil { //nolint:staticcheck // QF1008: t.init would read as initializing the whole Telemetry

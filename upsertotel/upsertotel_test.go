@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
@@ -401,4 +405,196 @@ func TestIntegratedRecordsCarryTheHTTPStatus(t *testing.T) {
 func TestNewRefusesAHostItCannotRead(t *testing.T) {
 	_, err := upsertotel.New(upsertotel.WithServerAddress("https://"))
 	assert.ErrorContains(t, err, "WithServerAddress")
+}
+
+// gaugePoints returns the points of the limiter's concurrency gauge now:
+// their values, and each one's attributes.
+func gaugePoints(t *testing.T, tel *telemetry) ([]int, []map[attribute.Key]attribute.Value) {
+	t.Helper()
+	g, ok := tel.metrics(t)["upsert.limiter.concurrency"].(metricdata.Gauge[int64])
+	require.True(t, ok)
+	var values []int
+	var as []map[attribute.Key]attribute.Value
+	for _, p := range g.DataPoints {
+		values = append(values, int(p.Value))
+		as = append(as, attrs(p.Attributes.ToSlice()))
+	}
+	return values, as
+}
+
+// startWriter starts a Writer with opts and the observer of tel, and lets
+// its run start: a request of 10 records, flushed. It is closed at the
+// end of the test.
+func startWriter(t *testing.T, tel *telemetry, opts ...upsert.Option) *upsert.Writer {
+	t.Helper()
+	w, err := upsert.NewWriter(context.Background(), append(opts, upsert.WithObserver(tel.Observer()))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = w.Close(context.Background()) })
+	for _, v := range records(10, 4) {
+		require.NoError(t, w.Add(context.Background(), v))
+	}
+	require.NoError(t, w.Flush(context.Background()))
+	return w
+}
+
+// One process writing the same namespace of two indexes (a migration, a
+// blue/green pair) runs two calls at once, each with the limiter state of
+// its own index: the gauges report both, told apart by server.address and
+// server.port, the host of each run's index. A Telemetry given
+// WithServerAddress still tells them apart: a run's own host wins.
+func TestLimiterGaugesTellTwoIndexesOfOneNamespaceApart(t *testing.T) {
+	tel := newTelemetry(t, upsertotel.WithServerAddress("https://configured.example"))
+	concurrencies := []int{2, 7} // pinned: LimiterState reports them as they are
+	ports := map[int64]int{}     // the concurrency of each index, by port
+	for _, conc := range concurrencies {
+		srv := upserttest.NewServer(upserttest.WithDimension(4))
+		t.Cleanup(srv.Close)
+		startWriter(t, tel, upsert.WithIndex(connect(t, srv)), upsert.WithConcurrency(conc))
+		_, port, err := net.SplitHostPort(srv.Addr())
+		require.NoError(t, err)
+		p, err := strconv.ParseInt(port, 10, 64)
+		require.NoError(t, err)
+		ports[p] = conc
+	}
+
+	values, points := gaugePoints(t, tel)
+	require.Len(t, points, 2, "two running calls on two indexes, namespace %q each: one point per index, got %v", namespace, values)
+	got := map[int64]int{}
+	for i, a := range points {
+		assert.Equal(t, namespace, a["db.namespace"].AsString())
+		assert.Equal(t, "127.0.0.1", a["server.address"].AsString(), "the index's host, not WithServerAddress's")
+		got[a["server.port"].AsInt64()] = values[i]
+	}
+	assert.Equal(t, ports, got, "each index's state, under its own port")
+}
+
+// Calls with separate Limiters on one index and namespace (WithLimiter of
+// a new Limiter each, or calls through WithUpsertFunc, which each start
+// their own) would report points with the same attributes: the gauges
+// report the earliest started call's, as long as it runs, then the next.
+func TestLimiterGaugesOfCallsOnOneNamespaceReportTheEarliestCall(t *testing.T) {
+	tel := newTelemetry(t, upsertotel.WithServerAddress("https://configured.example"))
+	first := startWriter(t, tel, upsert.WithUpsertFunc(acceptAll), upsert.WithConcurrency(2))
+	startWriter(t, tel, upsert.WithUpsertFunc(acceptAll), upsert.WithConcurrency(7))
+	for range 5 { // the runs are kept in a map: any order would show
+		values, points := gaugePoints(t, tel)
+		require.Equal(t, []int{2}, values, "the earliest call's state, and only it")
+		assert.Equal(t, "configured.example", points[0]["server.address"].AsString(), "a run without a host has WithServerAddress's")
+		assert.Equal(t, int64(443), points[0]["server.port"].AsInt64())
+	}
+
+	_, err := first.Close(context.Background())
+	require.NoError(t, err)
+	values, _ := gaugePoints(t, tel)
+	assert.Equal(t, []int{7}, values, "once the earliest ended, the next one's")
+}
+
+// A run through WithIndex carries its index's host in server.address and
+// server.port, on its spans and its requests' durations, with or without
+// WithServerAddress; a run through WithUpsertFunc, which names no index,
+// has WithServerAddress's.
+func TestServerAttributesAreTheRunsIndexHost(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithDimension(4))
+	defer srv.Close()
+	_, port, err := net.SplitHostPort(srv.Addr())
+	require.NoError(t, err)
+	tel := newTelemetry(t, upsertotel.WithServerAddress("https://configured.example:8443"))
+	_, err = upsert.All(context.Background(), records(4, 4), upsert.WithIndex(connect(t, srv)), upsert.WithObserver(tel.Observer()))
+	require.NoError(t, err)
+	_, err = upsert.All(context.Background(), records(4, 4), upsert.WithUpsertFunc(acceptAll), upsert.WithObserver(tel.Observer()))
+	require.NoError(t, err)
+
+	servers := map[string]int{}
+	for _, sp := range tel.spans.GetSpans() {
+		a := attrs(sp.Attributes)
+		servers[sp.Name+" "+a["server.address"].AsString()+":"+strconv.FormatInt(a["server.port"].AsInt64(), 10)]++
+	}
+	assert.Equal(t, map[string]int{
+		"upsert.All 127.0.0.1:" + port: 1, "upsert " + namespace + " 127.0.0.1:" + port: 1,
+		"upsert.All configured.example:8443": 1, "upsert configured.example:8443": 1,
+	}, servers)
+	hist, ok := tel.metrics(t)["db.client.operation.duration"].(metricdata.Histogram[float64])
+	require.True(t, ok)
+	var addrs []string
+	for _, p := range hist.DataPoints {
+		v, _ := p.Attributes.Value("server.address")
+		addrs = append(addrs, v.AsString())
+	}
+	slices.Sort(addrs)
+	assert.Equal(t, []string{"127.0.0.1", "configured.example"}, addrs)
+}
+
+// A record whose namespace is not valid UTF-8 is refused before sending,
+// and its Failure carries that namespace. OTLP is protobuf: a string that
+// is not valid UTF-8 fails the marshalling of the whole export, every
+// metric of the MeterProvider with it, and a cumulative counter keeps the
+// point for the life of the process. Every attribute and span name
+// carries such a namespace with U+FFFD for the invalid bytes.
+func TestANamespaceThatIsNotUTF8IsSpeltValidEverywhere(t *testing.T) {
+	tel := newTelemetry(t)
+	_, err := upsert.All(context.Background(), records(3, 4), upsert.WithUpsertFunc(acceptAll),
+		upsert.WithNamespaceOf(func(v *pinecone.Vector) string {
+			if v.Id == "v1" {
+				return "tenant-\xff" // refused before sending
+			}
+			return "tenant"
+		}),
+		upsert.WithObserver(tel.Observer()))
+	require.ErrorIs(t, err, upsert.ErrInvalid)
+	assert.Equal(t, map[string]int{"tenant-\uFFFD": 1}, sums(t, tel.metrics(t)["upsert.records.failed"], "db.namespace"))
+
+	// No request carries such a namespace today; were one to, its span,
+	// its retry and its metrics would be spelt valid all the same.
+	o := tel.Observer()
+	ctx := o.StartRun(context.Background(), upsert.RunEvent{Operation: "All", Namespace: "run-\xfe"})
+	e := upsert.RequestEvent{Namespace: "req-\xfd", Records: 1, Attempt: 1}
+	e.Context = o.StartRequest(ctx, e)
+	o.RequestDone(e)
+	o.Retry(upsert.RetryEvent{Context: ctx, Namespace: "retry-\xfc", Records: 1, Attempt: 1, Err: &upsert.Error{Class: upsert.ClassServer}})
+	o.RunDone(upsert.RunEvent{Context: ctx})
+
+	for name, data := range tel.metrics(t) {
+		for _, kv := range pointAttrs(data) {
+			assert.True(t, utf8.ValidString(kv.Value.Emit()), "%s: attribute %s=%q", name, kv.Key, kv.Value.Emit())
+		}
+	}
+	for _, sp := range tel.spans.GetSpans() {
+		assert.True(t, utf8.ValidString(sp.Name), "span name %q", sp.Name)
+		kvs := slices.Clone(sp.Attributes)
+		for _, ev := range sp.Events {
+			kvs = append(kvs, ev.Attributes...)
+		}
+		for _, kv := range kvs {
+			assert.True(t, utf8.ValidString(kv.Value.Emit()), "span %s: attribute %s=%q", sp.Name, kv.Key, kv.Value.Emit())
+		}
+	}
+}
+
+// pointAttrs returns the attributes of every point of a counter, a
+// histogram or a gauge.
+func pointAttrs(data metricdata.Aggregation) []attribute.KeyValue {
+	var sets []attribute.Set
+	switch d := data.(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	case metricdata.Gauge[float64]:
+		for _, p := range d.DataPoints {
+			sets = append(sets, p.Attributes)
+		}
+	}
+	var kvs []attribute.KeyValue
+	for _, s := range sets {
+		kvs = append(kvs, s.ToSlice()...)
+	}
+	return kvs
 }

@@ -258,3 +258,30 @@ func valueOf(t *testing.T, reg prometheus.Gatherer, name string, labels map[stri
 	}
 	return 0, false
 }
+
+// A record whose namespace is not valid UTF-8 is refused before sending,
+// and its Failure carries that namespace. Prometheus takes only UTF-8
+// label values (WithLabelValues panics on others, and the panic would
+// reach the caller of All): the record is counted under its namespace
+// with U+FFFD for the invalid bytes, and the run goes on.
+func TestANamespaceThatIsNotUTF8IsLabelledWithReplacementCharacters(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	c, err := upsertprom.New(reg)
+	require.NoError(t, err)
+	var res upsert.Result
+	require.NotPanics(t, func() {
+		res, err = upsert.All(context.Background(), records(3, 4),
+			upsert.WithUpsertFunc(func(context.Context, string, []*pinecone.Vector) error { return nil }),
+			upsert.WithNamespaceOf(func(v *pinecone.Vector) string {
+				if v.Id == "v1" {
+					return "tenant-\xff" // not UTF-8: refused before sending
+				}
+				return "tenant"
+			}),
+			upsert.WithObserver(c.Observer()))
+	})
+	require.ErrorIs(t, err, upsert.ErrInvalid)
+	require.Equal(t, 2, res.Upserted, "the other records land")
+	require.Equal(t, 1, res.Stats.Failed)
+	assert.Equal(t, 1.0, failedByClass(t, reg, "tenant-\uFFFD")["invalid"], "the refused record is counted under its namespace")
+}

@@ -62,7 +62,13 @@
 // takes for an absent label. Namespaces are the user's data (one per
 // tenant is Pinecone's pattern for multitenancy), so a Collector labels
 // at most [DefaultMaxNamespaces] of them, the first it sees, and every
-// later one [OtherNamespace]: see [WithMaxNamespaces].
+// later one [OtherNamespace]: see [WithMaxNamespaces]. Prometheus takes
+// only UTF-8 label values (client_golang panics on others), and a
+// namespace that is not valid UTF-8 reaches the Collector all the same:
+// upsert refuses its records before sending, and reports each to the
+// Failure observer with that namespace. Such a namespace is labelled with
+// each run of invalid bytes replaced by U+FFFD, as [strings.ToValidUTF8]
+// does ("tenant-\xff" as "tenant-\uFFFD"), within the cap as any other.
 //
 // # Series from a namespace's first event
 //
@@ -274,13 +280,15 @@ type namespaceLabels struct {
 }
 
 // of returns the label of namespace ns ("" is the default namespace, as
-// go-pinecone's "__default__"), and whether it is the label's first use:
+// go-pinecone's "__default__"; one that is not valid UTF-8 is spelt with
+// U+FFFD for its invalid bytes), and whether it is the label's first use:
 // the first event of a namespace within the cap, or the first of
 // OtherNamespace.
 func (l *namespaceLabels) of(ns string) (label string, first bool) {
 	if ns == "" {
 		ns = DefaultPineconeNamespace // one namespace, whichever name a run sends
 	}
+	ns = strings.ToValidUTF8(ns, "\uFFFD") // a label value must be UTF-8
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.seen[ns]; ok {

@@ -1,0 +1,71 @@
+package upsertotel
+
+import (
+	"strings"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+)
+
+// DefaultMaxNamespaces is how many Pinecone namespaces a Telemetry's
+// metrics name in db.namespace unless [WithMaxNamespaces] says otherwise:
+// the same as upsertprom's.
+const DefaultMaxNamespaces = 100
+
+// OtherNamespace is the db.namespace of the metrics of the namespaces seen
+// after the Telemetry named its most ([WithMaxNamespaces]): the same value
+// as upsertprom's.
+const OtherNamespace = "_other"
+
+// namespaceLabels gives the db.namespace of a Pinecone namespace on
+// metrics: the namespace itself for the first max seen, OtherNamespace
+// after. The default namespace has none, and takes no place.
+type namespaceLabels struct {
+	mu   sync.Mutex
+	max  int
+	seen map[string]struct{}
+}
+
+// of returns the db.namespace of namespace ns on metrics: "" (left out)
+// for the default namespace, else ns as validUTF8 spells it within the
+// cap, and OtherNamespace beyond it.
+func (l *namespaceLabels) of(ns string) string {
+	if ns == "" {
+		return ""
+	}
+	ns = validUTF8(ns)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.seen[ns]; ok {
+		return ns
+	}
+	if len(l.seen) >= l.max {
+		return OtherNamespace
+	}
+	if l.seen == nil {
+		l.seen = make(map[string]struct{})
+	}
+	l.seen[ns] = struct{}{}
+	return ns
+}
+
+// validUTF8 returns s with each run of bytes that is not UTF-8 replaced
+// by U+FFFD, and s itself when it is valid. OTLP carries attributes and
+// span names as protobuf strings, which must be UTF-8: one that is not
+// fails the whole export it is part of. upsert refuses the records of a
+// namespace that is not valid UTF-8, but reports them to the Failure
+// observer with it.
+func validUTF8(s string) string {
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// namespaceAttrs are db.operation.name and, unless namespace is "",
+// db.namespace: namespace as it is, so the caller spells it valid UTF-8
+// (validUTF8, or namespaceLabels.of for metrics).
+func namespaceAttrs(operation, namespace string) []attribute.KeyValue {
+	if namespace == "" {
+		return []attribute.KeyValue{semconv.DBOperationName(operation)}
+	}
+	return []attribute.KeyValue{semconv.DBOperationName(operation), semconv.DBNamespace(namespace)}
+}

@@ -130,7 +130,9 @@
 //
 //   - one exchange every [DefaultInterval] ([WithInterval]): 10 script
 //     calls (EVALSHA) a second, each reading and writing the lane's two
-//     keys, plus
+//     keys; while its writer is quiet (it sent nothing for 2 s, as a
+//     Writer waiting for input), one every quarter [WithHeartbeat] (500 ms
+//     by default), which keeps it among the lane's writers; plus
 //     one per 429 it proposes or counts; while Redis fails, one try a
 //     second.
 //
@@ -140,7 +142,8 @@
 // minutes by default). A process writing into any number of namespaces
 // thus holds one connection plus at most PoolSize; P such processes,
 // P × (1 + PoolSize) of Redis's maxclients (10000 by default), and they
-// send 10 × P × L exchanges a second for L namespaces each. Measured with
+// send 10 × P × L exchanges a second for L busy namespaces each, 2 for
+// each quiet one. Measured with
 // one process at the default interval: 1, 8 and 32 lanes held 2, 5 and 5
 // connections with a PoolSize of 4 (TestTheRedisCostOfALane), 100 lanes
 // 21 with the default pool of 20 (2 CPUs); each lane made 10 exchanges a

@@ -73,7 +73,26 @@ func (m *member) Changed() <-chan struct{} {
 
 func (m *member) Accepted(n int) { m.accepted.Add(int64(n)) }
 
-func (m *member) Demand(perSecond float64) { m.demand.Store(math.Float64bits(perSecond)) }
+// Demand sets the demand the next exchange reports. A writer that asked
+// for nothing and asks again exchanges at once, not at a quiet lane's
+// pace (see quiet).
+func (m *member) Demand(perSecond float64) {
+	old := math.Float64frombits(m.demand.Swap(math.Float64bits(perSecond)))
+	if old == 0 && perSecond > 0 {
+		select {
+		case m.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// quiet reports whether the writer asks for nothing and had nothing
+// accepted since its last exchange (a Writer waiting for input): its
+// exchanges then only keep it among the lane's writers, and go every
+// quietEvery rather than every interval.
+func (m *member) quiet() bool {
+	return m.demand.Load() == 0 && m.accepted.Load() == 0 // float64 bits of +0
+}
 
 func (m *member) Cut(ctx context.Context, c share.Cut) (share.View, bool, error) {
 	ago := time.Duration(0)
@@ -128,20 +147,25 @@ func (m *member) loop() {
 	tick := time.NewTicker(m.store.opts.interval)
 	defer tick.Stop()
 	var retry <-chan time.Time // while alone: when to try Redis again; ticks and pokes wait for it
+	var last time.Time         // when the last try began
+	try := func() {
+		last = time.Now()
+		retry = m.try()
+	}
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-m.poke:
 			if retry == nil {
-				retry = m.try()
+				try()
 			}
 		case <-tick.C:
-			if retry == nil {
-				retry = m.try()
+			if retry == nil && (!m.quiet() || time.Since(last) >= m.store.opts.quietEvery()) {
+				try()
 			}
 		case <-retry:
-			retry = m.try()
+			try()
 		}
 	}
 }
@@ -162,6 +186,11 @@ func (m *member) try() <-chan time.Time {
 // one failed exchange (a timeout) does not keep a writer alone until the
 // others drop it from the split while it still sends its part.
 func (o options) retryEvery() time.Duration { return min(time.Second, o.heartbeat/2) }
+
+// quietEvery is how often a quiet member exchanges (see member.quiet): a
+// quarter of the heartbeat, so that a late exchange or two does not drop
+// it from the lane's writers, and never more often than the interval.
+func (o options) quietEvery() time.Duration { return max(o.interval, o.heartbeat/4) }
 
 // sync is the periodic exchange: the records accepted since the last one
 // and the writer's demand go out, the lane's state and the other writers'

@@ -206,6 +206,35 @@ func TestACutPokesOnlyItsLaneThroughTheStoresOneSubscription(t *testing.T) {
 	assert.Equal(t, before+3, s.Stats().Exchanges, "the cut, and the exchanges it poked: a's and b's, not c's")
 }
 
+// A quiet writer (it asks for nothing and had nothing accepted: a Writer
+// waiting for input) exchanges every quarter heartbeat, enough to stay
+// among the lane's writers, not every interval: a service with many
+// namespaces, most of them quiet at a time, would otherwise cost Redis 10
+// exchanges a second for each. It exchanges at once when it asks again.
+func TestAQuietWriterExchangesLessOften(t *testing.T) {
+	t.Run("quiet", func(t *testing.T) {
+		s := newStore(t, client(t, nil), WithInterval(time.Millisecond), WithHeartbeat(400*time.Millisecond))
+		m := join(t, s)
+		m.Demand(0)
+		exchange(t, m) // the records accepted so far: none
+		before := s.Stats().Exchanges
+		time.Sleep(30 * time.Millisecond)
+		assert.LessOrEqual(t, s.Stats().Exchanges-before, int64(1), "one exchange per 100 ms, not per ms")
+		m.Demand(100)
+		require.Eventually(t, func() bool { return s.Stats().Exchanges-before >= 20 }, time.Second, time.Millisecond,
+			"asking again: every interval (a quiet pace makes 10 a second)")
+	})
+	t.Run("asks again", func(t *testing.T) {
+		s := newStore(t, client(t, nil)) // exchanges only when asked to, or poked
+		m := join(t, s)
+		m.Demand(0)
+		before := s.Stats().Exchanges
+		m.Demand(500)
+		require.Eventually(t, func() bool { return s.Stats().Exchanges > before }, time.Second, time.Millisecond,
+			"a writer asking again exchanges at once")
+	})
+}
+
 func TestAcceptedAndRetryAfterAreShared(t *testing.T) {
 	s := newStore(t, client(t, nil))
 	a, b := join(t, s), join(t, s)

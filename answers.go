@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -72,11 +73,22 @@ func hasPhrase(msg string, phrases []string) bool {
 }
 
 // isQuota reports whether msg says a quota of the project stops writes.
-func isQuota(msg string) bool { return hasPhrase(normalize(msg), quotaPhrases) }
+func isQuota(msg string) bool { return hasPhrase(wording(msg), quotaPhrases) }
+
+// namespaceNamed matches the namespace in the request-rate answer ("…QPS
+// limit for namespace <namespace> (<limit> QPS)…"), normalized.
+var namespaceNamed = regexp.MustCompile(`for namespace .* \((\d+) qps\)`)
+
+// wording returns msg normalized, without the namespace an answer names:
+// a namespace is the caller's data, and one named "quota_exceeded" must
+// not make a rate limit read as a spent quota.
+func wording(msg string) string {
+	return namespaceNamed.ReplaceAllString(normalize(msg), "for namespace - ($1 qps)")
+}
 
 // limitNamed returns the rate limit msg says was reached.
 func limitNamed(msg string) Limit {
-	msg = normalize(msg)
+	msg = wording(msg)
 	for _, l := range limitPhrases {
 		if strings.Contains(msg, l.phrase) {
 			return l.limit
@@ -96,6 +108,10 @@ var neverSentPhrases = []string{
 	"authentication handshake failed",
 }
 
+// httpToHTTPS is net/http's error when an https request met a server
+// answering plain HTTP: the TLS handshake failed, so nothing was sent.
+const httpToHTTPS = "server gave HTTP response to HTTPS client"
+
 // neverSent reports whether err says that the request never reached the
 // index: its host did not resolve, the connection was refused or could
 // not be set up. Such a request cannot have written anything.
@@ -103,8 +119,14 @@ func neverSent(err error) bool {
 	var dns *net.DNSError
 	var op *net.OpError
 	var cert *tls.CertificateVerificationError
+	var header tls.RecordHeaderError
+	var alert tls.AlertError
+	var ech *tls.ECHRejectionError
 	switch {
 	case errors.As(err, &dns), errors.As(err, &cert):
+		return true
+	case errors.As(err, &header), errors.As(err, &alert), errors.As(err, &ech), strings.Contains(err.Error(), httpToHTTPS):
+		// The TLS handshake failed: the request was never written.
 		return true
 	case errors.As(err, &op) && op.Op == "dial":
 		return true

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -72,6 +73,10 @@ func wrapFuzz(err error, n int, how uint8) error {
 // wantGRPCClass is the documented class of a gRPC status (see the Class
 // constants).
 func wantGRPCClass(c codes.Code, msg string) Class {
+	if m := proxyStatus.FindStringSubmatch(msg); m != nil {
+		code, _ := strconv.Atoi(m[1])
+		return wantHTTPClass(code, msg) // an HTTP answer grpc-go relayed
+	}
 	quota := isQuota(msg) // Pinecone's quota texts, as answers.go lists them
 	switch c {
 	case codes.ResourceExhausted:
@@ -122,8 +127,10 @@ func wantHTTPClass(code int, msg string) Class {
 		return ClassTimeout
 	case code == 413, code/100 == 4 && strings.Contains(normalize(msg), tooLargePhrase):
 		return ClassTooLarge
-	case code == 401, code == 403, code == 404:
+	case code == 401, code == 403, code == 404, code == 501:
 		return ClassDenied
+	case code == 499:
+		return ClassCanceled
 	case code >= 500:
 		return ClassServer
 	case code >= 400:

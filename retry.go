@@ -77,8 +77,13 @@ func classOfHTTP(code int, msg string) Class {
 		return ClassRateLimited
 	case code == http.StatusRequestTimeout, code == http.StatusGatewayTimeout:
 		return ClassTimeout
-	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusNotFound:
+	case code == http.StatusUnauthorized, code == http.StatusForbidden, code == http.StatusNotFound,
+		code == http.StatusNotImplemented: // UNIMPLEMENTED, as grpc-gateway maps it
 		return ClassDenied
+	case code == statusClientClosedRequest:
+		// CANCELED, as grpc-gateway maps it: canceled as over gRPC, which
+		// the run retries while the caller's context is alive.
+		return ClassCanceled
 	case code >= 500,
 		code == http.StatusConflict && aborted(msg):
 		// ABORTED, as grpc-gateway maps it to 409: a conflict worth
@@ -93,6 +98,15 @@ func classOfHTTP(code int, msg string) Class {
 	}
 }
 
+// statusClientClosedRequest is the HTTP status grpc-gateway gives gRPC's
+// CANCELED (nginx's 499).
+const statusClientClosedRequest = 499
+
+// proxyStatus matches grpc-go's status for an HTTP answer that was no gRPC
+// one (a proxy's or a load balancer's page), whose code grpc-go guessed:
+// the HTTP status it quotes says more.
+var proxyStatus = regexp.MustCompile(`^unexpected HTTP status code received from server: (\d{3})\b`)
+
 // abortedCode matches the numeric code of ABORTED in a google.rpc.Status
 // body, the shape of Pinecone's data-plane REST errors ({"code":10,...}),
 // also as the SDK's own error quotes it, escaped in a JSON string.
@@ -105,6 +119,10 @@ func aborted(msg string) bool {
 }
 
 func classOfGRPC(code codes.Code, msg string) Class {
+	if m := proxyStatus.FindStringSubmatch(msg); m != nil {
+		status, _ := strconv.Atoi(m[1])
+		return classOfHTTP(status, msg)
+	}
 	switch code {
 	case codes.ResourceExhausted:
 		// gRPC answers RESOURCE_EXHAUSTED itself when a message exceeds

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +24,7 @@ import (
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/upsertlib/upsert/upserttest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -367,4 +372,172 @@ func TestBackoffRetryEventsMatchStatsRetriesWhenTheRunStopsDuringTheBackoff(t *t
 	require.ErrorIs(t, err, ErrCanceled)
 	require.Len(t, fi.Calls(), 1, "the batch was sent once; the cancel came during its backoff")
 	assert.Equal(t, int64(res.Stats.Retries), events.Load(), "the backoff retries the observers hear of are the ones Stats.Retries counts")
+}
+
+// httpOnlyServer answers every request, over plaintext HTTP/2
+// (as gRPC's prior-knowledge h2c reaches it), with HTTP status code and an
+// HTML page: what a load balancer or proxy in front of the index answers
+// when it refuses a request itself. It returns the host to give the SDK.
+func httpOnlyServer(t *testing.T, code int) string {
+	t.Helper()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, "<html><body><h1>"+http.StatusText(code)+"</h1></body></html>")
+	})}
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	srv.Protocols = &p
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// An HTTP status answered over gRPC by whatever fronts the index (a load
+// balancer's 504, a proxy's 413 body limit or 429) reaches the library as
+// grpc-go renders it: a code grpc-go guessed (429, 502, 503, 504 ->
+// UNAVAILABLE; 413 -> UNKNOWN) and a message quoting the status,
+// "unexpected HTTP status code received from server: 413 (Request Entity
+// Too Large)". It is classified by that status, as over REST: read by the
+// code, a 413 was resent unchanged, a 504 never split, and a 429 opened
+// the circuit breaker instead of cutting the rate.
+func TestGRPCAnswersOfAnHTTPProxyAreClassifiedByTheirHTTPStatus(t *testing.T) {
+	for _, tt := range []struct {
+		code int
+		want Class
+	}{
+		{http.StatusRequestEntityTooLarge, ClassTooLarge},
+		{http.StatusGatewayTimeout, ClassTimeout},
+		{http.StatusTooManyRequests, ClassRateLimited},
+	} {
+		t.Run(fmt.Sprint(tt.code), func(t *testing.T) {
+			pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+			require.NoError(t, err)
+			idx, err := pc.Index(pinecone.NewIndexConnParams{Host: httpOnlyServer(t, tt.code), Namespace: "ns"})
+			require.NoError(t, err)
+			defer idx.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err = idx.UpsertVectors(ctx, []*pinecone.Vector{{Id: "a", Values: &[]float32{1, 2}}})
+			require.Error(t, err)
+			require.Contains(t, err.Error(), fmt.Sprintf("unexpected HTTP status code received from server: %d", tt.code),
+				"the SDK surfaces the proxy's HTTP status in grpc-go's message")
+			assert.Equal(t, tt.want, Classify(err), "an HTTP %d is classified by its status whichever transport surfaced it: %v", tt.code, err)
+		})
+	}
+}
+
+// Pinecone's REST data plane (and upserttest's, httpStatusFromCode) maps
+// gRPC codes to HTTP statuses as grpc-gateway does: CANCELED -> 499,
+// UNIMPLEMENTED -> 501. The same answer ends in the same class whichever
+// transport carried it: CANCELED while the caller's context is alive is a
+// server error (retried), UNIMPLEMENTED denied (the run stops). Read as
+// other 4xx and 5xx, a 499 bisected the batch and failed a record for
+// good, and a 501 was resent four times.
+func TestRESTCanceledAndUnimplementedEndLikeTheirGRPCCodes(t *testing.T) {
+	t.Run("a transient CANCELED answer (REST 499) is retried as over gRPC", func(t *testing.T) {
+		for _, rest := range []bool{false, true} {
+			t.Run(fmt.Sprintf("REST %v", rest), func(t *testing.T) {
+				srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+					if r.Seq == 1 {
+						return upserttest.Fault{Code: codes.Canceled, Message: "request canceled"}
+					}
+					return upserttest.Fault{}
+				}))
+				defer srv.Close()
+				idx := recordsConn(t, srv, srv.Client(), true)
+				var res Result
+				var err error
+				if rest {
+					res, err = Records(context.Background(), slices.Values(textRecordsOf(1)), WithIndex(idx), withClock(newFakeClock()), withRand(maxRand))
+				} else {
+					res, err = All(context.Background(), []*pinecone.Vector{{Id: "v", Values: &[]float32{1, 2}}}, WithIndex(idx), withClock(newFakeClock()), withRand(maxRand))
+				}
+				if rest {
+					require.Equal(t, 1, srv.Stats().HTTPCodes[499], "upserttest answered CANCELED with 499")
+				}
+				assert.NoError(t, err, "a CANCELED answer says nothing against the record: %v", err)
+				assert.Empty(t, res.Failed)
+				assert.Equal(t, 1, res.Upserted)
+			})
+		}
+	})
+	t.Run("an UNIMPLEMENTED answer (REST 501) stops the run as over gRPC", func(t *testing.T) {
+		for _, rest := range []bool{false, true} {
+			t.Run(fmt.Sprintf("REST %v", rest), func(t *testing.T) {
+				srv := upserttest.NewServer(upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
+					return upserttest.Fault{Code: codes.Unimplemented, Message: "Method not implemented"}
+				}))
+				defer srv.Close()
+				idx := recordsConn(t, srv, srv.Client(), true)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				var res Result
+				var err error
+				if rest {
+					res, err = Records(ctx, slices.Values(textRecordsOf(1)), WithIndex(idx), withClock(newFakeClock()), withRand(maxRand))
+				} else {
+					res, err = All(ctx, []*pinecone.Vector{{Id: "v", Values: &[]float32{1, 2}}}, WithIndex(idx), withClock(newFakeClock()), withRand(maxRand))
+				}
+				require.Error(t, err)
+				if rest {
+					require.NotZero(t, srv.Stats().HTTPCodes[http.StatusNotImplemented], "upserttest answered UNIMPLEMENTED with 501")
+				}
+				assert.ErrorIs(t, err, ErrDenied, "a method the index does not implement is no transient failure: %v", err)
+				assert.Equal(t, 1, srv.Stats().Requests, "nothing is resent after an answer no retry can change")
+				require.Len(t, res.Failed, 1)
+				assert.Equal(t, ClassDenied, res.Failed[0].Class)
+			})
+		}
+	})
+}
+
+// Pinecone's request-rate answer names the namespace: "You've reached the
+// upsert QPS limit for namespace <namespace> (<limit> QPS)" (reference.md).
+// Namespaces are the caller's data (tenant ids, queue names): the quota's
+// and the limits' phrases are looked for in the answer without it, or a
+// QPS 429 in a namespace named "quota_exceeded" stopped the whole run as a
+// spent quota, at an answer that a short wait fixes.
+func TestARateLimitNamingANamespaceIsNotTakenForAQuota(t *testing.T) {
+	for _, ns := range []string{"alerts_quota_exceeded", "billing quota exceeded", "payment required queue"} {
+		msg := fmt.Sprintf("Request failed. You've reached the upsert QPS limit for namespace %s (100 QPS). "+
+			"Pace your upsert requests or contact Pinecone Support (https://app.pinecone.io/organizations/-/settings/support/ticket) to request a higher limit.", ns)
+		t.Run(ns, func(t *testing.T) {
+			assert.Equal(t, ClassRateLimited, Classify(status.Error(codes.ResourceExhausted, msg)), "over gRPC")
+			assert.Equal(t, ClassRateLimited, Classify(httpError(http.StatusTooManyRequests, 0,
+				[]byte(fmt.Sprintf(`{"code":8,"message":%q,"details":[]}`, msg)))), "over REST")
+			assert.Equal(t, LimitRequests, describe(status.Error(codes.ResourceExhausted, msg), Classify).Limit)
+		})
+	}
+}
+
+// A REST request whose TLS handshake fails never reached the index, as
+// over gRPC ("authentication handshake failed"): its records are not
+// MayHaveLanded and the error names the host. Here the host answers plain
+// HTTP (the SDK rewrites REST hosts to https); a TLS alert or a first
+// record that is not TLS is read alike. Before, only a certificate that
+// failed verification was.
+func TestARESTRequestWhoseTLSHandshakeFailedIsNotMayHaveLanded(t *testing.T) {
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer plain.Close()
+	pc, err := NewClient(pinecone.NewClientParams{ApiKey: "k"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: plain.URL, Namespace: "docs"})
+	require.NoError(t, err)
+	defer idx.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := Records(ctx, slices.Values(textRecordsOf(3)), WithIndex(idx), withClock(newFakeClock()), withRand(maxRand))
+	require.Error(t, err)
+	require.Len(t, res.Failed, 3)
+	for _, f := range res.Failed {
+		require.Contains(t, f.Err.Error(), "server gave HTTP response to HTTPS client", "the handshake failed: nothing was sent")
+		assert.False(t, f.MayHaveLanded, "%s: nothing reached the index: %v", f.ID, f.Err)
+		assert.Contains(t, f.Err.Error(), "cannot reach", "the error names the host the request never reached")
+	}
 }

@@ -1,8 +1,11 @@
 package upsert
 
 import (
+	"bytes"
+	"encoding"
 	"encoding/json"
 	"maps"
+	"reflect"
 	"slices"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
@@ -78,15 +81,45 @@ func cloneValue(v *structpb.Value) *structpb.Value {
 }
 
 // cloneRecord copies an integrated record, down through its maps and
-// lists, for the same reason; a value of any other type but a JSON scalar
-// (a json.RawMessage, a []byte, a pointer, a struct) is kept as the JSON
-// it encodes to now.
+// lists, for the same reason. A value of Go's JSON types is copied as it
+// is; of another type, it is kept as JSON will send it:
+//
+//   - text of a string kind (a named string type), or a non-nil pointer to
+//     one, becomes a string, as the SDK sends it and as the token estimate
+//     (estimateTokens) reads it;
+//   - a number or boolean of the caller's own type is kept: it is a copy
+//     already;
+//   - a non-nil pointer to anything else is followed, one level;
+//   - a json.RawMessage keeps its bytes, copied;
+//   - a value of any other type (a []byte, a struct, a type with its own
+//     MarshalJSON or MarshalText) becomes the JSON it encodes to now.
+//
+// A value that cannot be encoded, or whose encoding would alter text that
+// is not valid UTF-8, is kept as given, for [checkRecord] to refuse: such
+// a record is never sent. So is an id that is not held as a string, so
+// that its refusal names the caller's type.
 func cloneRecord(r *pinecone.IntegratedRecord) *pinecone.IntegratedRecord {
 	if r == nil {
 		return nil
 	}
 	c := pinecone.IntegratedRecord(cloneJSON(map[string]any(*r)).(map[string]any))
+	keepIDAsGiven(c, *r)
 	return &c
+}
+
+// keepIDAsGiven puts back into c, a copy of r, r's id when c does not hold
+// it as a string: checkRecord refuses it, naming the caller's type rather
+// than that of the copy.
+func keepIDAsGiven(c, r pinecone.IntegratedRecord) {
+	key := "_id"
+	id, ok := c[key]
+	if !ok {
+		key = "id"
+		id, ok = c[key]
+	}
+	if _, text := id.(string); ok && !text {
+		c[key] = r[key]
+	}
 }
 
 func cloneJSON(v any) any {
@@ -107,14 +140,71 @@ func cloneJSON(v any) any {
 		return slices.Clone(x)
 	case []float64:
 		return slices.Clone(x)
+	case json.RawMessage:
+		return slices.Clone(x)
 	case nil, string, bool, float64, float32, int, int64, json.Number:
 		return v
 	default:
-		// It may share the caller's memory: freeze what it says now.
-		// One that cannot be encoded is left for checkRecord to name.
-		if b, err := json.Marshal(v); err == nil {
-			return json.RawMessage(b)
-		}
+		return cloneOther(v)
+	}
+}
+
+// cloneOther copies a value of a type other than those cloneJSON knows,
+// by cloneRecord's rules.
+func cloneOther(v any) any {
+	if s, ok := stringOf(v); ok {
+		return s
+	}
+	if encodesItself(v) {
+		return freeze(v)
+	}
+	rv := reflect.ValueOf(v)
+	switch k := rv.Kind(); {
+	case k >= reflect.Bool && k <= reflect.Float64: // bool, integers, floats
+		return v
+	case k == reflect.Pointer && !rv.IsNil() && rv.Elem().Kind() != reflect.Pointer:
+		return cloneJSON(rv.Elem().Interface())
+	}
+	return freeze(v)
+}
+
+// stringOf returns the text v holds when JSON encodes v as that text: v is
+// of a string kind, or a non-nil pointer to one, and neither type has a
+// MarshalJSON or MarshalText of its own.
+func stringOf(v any) (string, bool) {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() == reflect.Pointer && !rv.IsNil() && !encodesItself(v) {
+		rv = rv.Elem()
+		v = rv.Interface()
+	}
+	if rv.Kind() != reflect.String || encodesItself(v) {
+		return "", false
+	}
+	return rv.String(), true
+}
+
+// encodesItself reports whether v's type says itself how JSON encodes it.
+func encodesItself(v any) bool {
+	switch v.(type) {
+	case json.Marshaler, encoding.TextMarshaler:
+		return true
+	}
+	return false
+}
+
+// freeze returns v as the JSON it encodes to now, since it may share the
+// caller's memory; or v itself when it cannot be encoded, or when encoding
+// it would alter text that is not valid UTF-8 (encoding/json writes \ufffd
+// for it), so that checkRecord names the fault and the record is not sent.
+func freeze(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
 		return v
 	}
+	if bytes.Contains(b, escapedRuneError) {
+		if _, bad := notUTF8(v); bad {
+			return v
+		}
+	}
+	return json.RawMessage(b)
 }

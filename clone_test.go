@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"iter"
 	"sync"
@@ -124,4 +125,94 @@ func TestCloneVectorIsDeepAndEqual(t *testing.T) {
 	assert.Nil(t, cloneVector(nil))
 	empty := &pinecone.Vector{Id: "e"}
 	assert.Equal(t, empty, cloneVector(empty), "nil fields stay nil")
+}
+
+// cloneRecord keeps each value as JSON will send it: text of the caller's
+// string types as a string (as the SDK sends it, and as the token
+// estimate reads it), numbers and booleans of the caller's types as they
+// are, pointers followed, a json.RawMessage's bytes copied, and any other
+// type as the JSON it encodes to; the record encodes as the caller's did.
+func TestCloneRecordKeepsEachValueAsJSONWillSendIt(t *testing.T) {
+	s, n := "x", 7
+	var nilText *string
+	tests := []struct {
+		name  string
+		value any
+		want  any
+	}{
+		{"a named string type", titleText("x"), "x"},
+		{"a *string", &s, "x"},
+		{"a number of the caller's type", docNumber(7), docNumber(7)},
+		{"a *int", &n, 7},
+		{"a json.RawMessage", json.RawMessage(`["a"]`), json.RawMessage(`["a"]`)},
+		{"a list of a named string type", []titleText{"a"}, json.RawMessage(`["a"]`)},
+		{"a []byte", []byte("ab"), json.RawMessage(`"YWI="`)},
+		{"a type with its own MarshalText", markdownText("m"), json.RawMessage(`"m"`)},
+		{"a struct", struct{ A string }{"x"}, json.RawMessage(`{"A":"x"}`)},
+		{"a nil *string", nilText, json.RawMessage(`null`)},
+		{"a []any holding a named string type", []any{titleText("x")}, []any{"x"}},
+		{"a map holding a *string", map[string]any{"k": &s}, map[string]any{"k": "x"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &pinecone.IntegratedRecord{"_id": "a", "v": tt.value}
+			c := cloneRecord(r)
+			assert.Equal(t, tt.want, (*c)["v"])
+			want, err := json.Marshal(r)
+			require.NoError(t, err)
+			got, err := json.Marshal(c)
+			require.NoError(t, err)
+			assert.Equal(t, string(want), string(got), "encoded as the caller's record")
+		})
+	}
+	assert.Nil(t, cloneRecord(nil))
+}
+
+// A value that checkRecord refuses, so that it is never sent, is kept as
+// the caller gave it, for the error to name its type or its fault: one
+// that cannot be encoded, one whose encoding would alter text that is not
+// valid UTF-8 (the JSON of the copy would hide it), and an id that is not
+// text.
+func TestCloneRecordKeepsAsGivenWhatIsRefused(t *testing.T) {
+	notUTF8 := struct{ A string }{"caf\xe9"}
+	unencodable := make(chan int)
+	tests := []struct {
+		name string
+		rec  pinecone.IntegratedRecord
+		key  string
+	}{
+		{"a struct holding text that is not UTF-8", pinecone.IntegratedRecord{"_id": "a", "v": notUTF8}, "v"},
+		{"a value that cannot be encoded", pinecone.IntegratedRecord{"_id": "a", "v": unencodable}, "v"},
+		{"an id that is not text", pinecone.IntegratedRecord{"_id": []byte("a")}, "_id"},
+		{`an "id" that is not text`, pinecone.IntegratedRecord{"id": []byte("a")}, "id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := cloneRecord(&tt.rec)
+			assert.Equal(t, tt.rec[tt.key], (*c)[tt.key])
+			_, _, err := checkRecord(c)
+			assert.Error(t, err, "refused")
+		})
+	}
+	t.Run(`"id" is a field like any other when "_id" is there`, func(t *testing.T) {
+		c := cloneRecord(&pinecone.IntegratedRecord{"_id": "a", "id": []byte("a")})
+		assert.Equal(t, json.RawMessage(`"YQ=="`), (*c)["id"])
+	})
+}
+
+// The copy shares nothing the caller may change once Records took the
+// record: text behind a pointer, a json.RawMessage's buffer, a list.
+func TestCloneRecordSharesNothingTheCallerMayChange(t *testing.T) {
+	s := "x"
+	buf := json.RawMessage(`["a"]`)
+	list := []titleText{"a"}
+	strs := []string{"a"}
+	r := &pinecone.IntegratedRecord{"_id": "a", "p": &s, "raw": buf, "list": list, "strs": strs, "any": []any{&s}}
+	c := cloneRecord(r)
+	before, err := json.Marshal(c)
+	require.NoError(t, err)
+	s, buf[2], list[0], strs[0] = "changed", 'z', "changed", "changed"
+	after, err := json.Marshal(c)
+	require.NoError(t, err)
+	assert.Equal(t, string(before), string(after))
 }

@@ -82,6 +82,9 @@ func newIntake(r *run, mode intakeMode) *intake {
 // hold the turn while it waits for room in the pipeline; the others wait
 // no longer than their contexts allow.
 func (in *intake) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err // an ended context takes no turn: select picks a ready case at random
+	}
 	select {
 	case in.turn <- struct{}{}:
 		return nil
@@ -93,12 +96,26 @@ func (in *intake) lock(ctx context.Context) error {
 func (in *intake) unlock() { <-in.turn }
 
 // namespace returns the namespace of it. A nil record, which fails as
-// invalid, is not shown to the caller's namespace function.
+// invalid, is not shown to the caller's namespace function. An integrated
+// record is shown as the caller gave it, before own copies it: the copy
+// holds text as plain strings, so that a function reading a field of the
+// caller's own type would find nothing there.
 func (in *intake) namespace(it *item) string {
 	if in.nsOf != nil && (it.vec != nil || it.rec != nil) {
 		return in.nsOf(it)
 	}
 	return in.r.cfg.namespace
+}
+
+// own replaces the integrated record of it, which [Records] passes on as
+// the caller gave it, by the run's copy (cloneRecord), which is what is
+// checked, sent and reported: the caller may change or reuse its record
+// once it is taken. It is called as soon as the namespace is known, while
+// the caller's iterator waits for the record to be taken.
+func (in *intake) own(it *item) {
+	if it.rec != nil {
+		it.rec = cloneRecord(it.rec)
+	}
 }
 
 // check validates it and fills in its id and size; it returns the rule it
@@ -359,6 +376,7 @@ func (in *intake) push(ctx context.Context, it item, tag any) error {
 	}
 	it.seq = in.next
 	rt := r.route(in.namespace(&it))
+	in.own(&it)
 	// Room first: the record is taken only once its batch can move.
 	if err := in.dispatchReady(ctx, rt); err != nil {
 		return err
@@ -415,6 +433,7 @@ func (in *intake) refuse(it item, err error) {
 	defer in.unlock()
 	it.seq = in.next
 	in.take(nil)
+	in.own(&it)
 	switch {
 	case it.vec != nil:
 		it.id = it.vec.Id
@@ -520,6 +539,9 @@ func (in *intake) awaitSettled(ctx context.Context, rt *route, h uint64) error {
 		}
 		select {
 		case <-ch:
+			if in.r.runCtx.Err() != nil {
+				return in.r.stopError() // the run stopped, failing the earlier record: take nothing more
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-in.r.runCtx.Done():

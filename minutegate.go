@@ -349,9 +349,10 @@ func estimateTokens(items []item) int {
 	return n
 }
 
-// textBytes is the length of v if it is text: a string, or JSON holding
-// one (cloneRecord keeps a value of another type, such as a named string
-// type or a *string, as the JSON it encodes to).
+// textBytes is the length of v if it is text: a string (cloneRecord holds
+// a named string type or a *string as one), or JSON holding one (a
+// json.RawMessage, or a value of another type kept as the JSON it encodes
+// to).
 func textBytes(v any) int {
 	switch x := v.(type) {
 	case string:

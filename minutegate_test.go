@@ -345,11 +345,11 @@ func TestRecordsFinishAtATokensPerMinuteLimit(t *testing.T) {
 	assert.LessOrEqual(t, srv.Stats().RateLimited, 16, "few 429s")
 }
 
-// The library itself keeps a field of any type but a JSON scalar (a
-// json.RawMessage, a named string type, a *string) as the JSON it encodes
-// to (cloneRecord), and the SDK sends it as that JSON string, which the
-// index embeds: estimateTokens counts it as text (it once counted Go
-// strings only, one token however long such a text).
+// The library's copy holds text of the caller's string types as strings,
+// and other fields as the JSON they encode to (cloneRecord), which the SDK
+// sends as that JSON string for the index to embed: estimateTokens counts
+// both as text (it once counted Go strings only, one token however long
+// such a text).
 func TestEstimateTokensCountsTextTheRecordCarriesAsJSON(t *testing.T) {
 	text := strings.Repeat("x", 400) // 100 tokens
 	type chunk string

@@ -3,11 +3,15 @@ package upsert
 import (
 	"bytes"
 	"context"
+	"encoding"
 	"encoding/json"
 	"fmt"
 	"io"
 	"iter"
+	"maps"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -44,13 +48,17 @@ func WithRecordsFunc(f RecordsFunc) Option {
 // embeds itself, through [pinecone.IndexConnection.UpsertRecords], at most
 // [MaxRecordsBatchSize] per request, with the classes, retries, splitting,
 // pacing and reporting of [Stream], whose rules apply (each record is
-// copied, down through its maps and lists, as it is pulled). Each record needs
-// an "_id" or "id" field holding a string, and a string field for the
-// index to embed (the one its field_map names, which the library does not
-// know: a record with no string field fails). Its other fields are its
-// metadata on Pinecone, and follow metadata's rules: strings, numbers,
-// booleans and lists of strings, no null, at most [MaxMetadataBytes] as
-// JSON; a record that breaks one fails alone before anything is sent.
+// copied, down through its maps and lists, as it is pulled; a function of
+// [WithNamespaceOf] sees the caller's record itself, just before). Each
+// record needs an "_id" or "id" field holding a string (of any string
+// type, or a non-nil pointer to one), and a string field for the index to
+// embed (the one its field_map names, which the library does not know: a
+// record with no string field fails). Its other fields are its metadata on
+// Pinecone, and follow metadata's rules: strings, numbers, booleans and
+// lists of strings, no null, no text that is not valid UTF-8, at most
+// [MaxMetadataBytes] as JSON; a record that breaks one fails alone before
+// anything is sent. [Failure].Integrated is the copy, which holds text of
+// the caller's string types as strings, as it is sent.
 //
 // Any client works: the SDK (since v5.4.1) returns every answer but 201 as
 // a *pinecone.PineconeError with the HTTP status. A client made by
@@ -59,7 +67,9 @@ func WithRecordsFunc(f RecordsFunc) Option {
 //
 // For a slice, pass slices.Values(records).
 func Records(ctx context.Context, seq iter.Seq[*pinecone.IntegratedRecord], opts ...Option) (Result, error) {
-	return streamOf(ctx, seq, recordKind, func(r *pinecone.IntegratedRecord) item { return item{rec: cloneRecord(r)} }, opts)
+	// The intake copies each record (cloneRecord) once the namespace
+	// function has seen the caller's own (intake.own).
+	return streamOf(ctx, seq, recordKind, func(r *pinecone.IntegratedRecord) item { return item{rec: r} }, opts)
 }
 
 // checkRecord returns an integrated record's id and its size in an NDJSON
@@ -77,8 +87,8 @@ func checkRecord(r *pinecone.IntegratedRecord) (id string, size int, err error) 
 	if !ok {
 		return "", 0, fmt.Errorf(`has no "_id" or "id" field`)
 	}
-	if id, ok = raw.(string); !ok {
-		return "", 0, fmt.Errorf("id is a %T; it must be a string", raw)
+	if id, err = recordID(raw); err != nil {
+		return "", 0, err
 	}
 	if err := checkID(id); err != nil {
 		return id, 0, err
@@ -87,17 +97,59 @@ func checkRecord(r *pinecone.IntegratedRecord) (id string, size int, err error) 
 	if err != nil {
 		return id, 0, fmt.Errorf("cannot be encoded as JSON: %w", err)
 	}
-	// encoding/json writes bytes that are not UTF-8 as \ufffd: look for
-	// the cause only when that is in the output.
-	if bytes.Contains(b, []byte(`\ufffd`)) {
-		if path, bad := notUTF8(map[string]any(*r)); bad {
-			return id, 0, fmt.Errorf("field %s is not valid UTF-8; it would be sent altered", path)
-		}
+	if err := checkUTF8(r, b); err != nil {
+		return id, 0, err
 	}
 	if err := checkRecordFields(b, idKey); err != nil {
 		return id, 0, err
 	}
 	return id, len(b) + 1, nil
+}
+
+// recordID returns the id a record's id field holds: a string, or a value
+// that JSON sends as one (see stringOf: a named string type, a non-nil
+// *string). Otherwise its error names the field's type.
+func recordID(raw any) (string, error) {
+	if id, ok := raw.(string); ok {
+		return id, nil
+	}
+	if id, ok := stringOf(raw); ok {
+		return id, nil
+	}
+	rv := reflect.ValueOf(raw)
+	switch {
+	case raw == nil:
+		return "", fmt.Errorf("id is null; it must be a string")
+	case rv.Kind() == reflect.Pointer && rv.IsNil():
+		return "", fmt.Errorf("id is a nil %T; it must be a string", raw)
+	case encodesItself(raw):
+		return "", fmt.Errorf("id is a %T, which encodes itself as JSON; it must be a string", raw)
+	}
+	return "", fmt.Errorf("id is a %T; it must be a string", raw)
+}
+
+// escapedRuneError is what encoding/json writes in a string for each byte
+// that is not valid UTF-8.
+var escapedRuneError = []byte(`\ufffd`)
+
+// checkUTF8 refuses a record, encoded as JSON, whose encoding altered text
+// that is not valid UTF-8 or carries such text as it is (from a
+// json.RawMessage or a MarshalJSON), whatever the Go type that holds it:
+// Pinecone would store the first altered, and refuse the whole request of
+// the second. Most records show neither, which one pass over encoded
+// tells; only then are the record's fields searched, to name the one.
+func checkUTF8(r *pinecone.IntegratedRecord, encoded []byte) error {
+	if utf8.Valid(encoded) && !bytes.Contains(encoded, escapedRuneError) {
+		return nil
+	}
+	// \ufffd may also be the caller's own escape, in a json.RawMessage.
+	if path, bad := notUTF8(map[string]any(*r)); bad {
+		return fmt.Errorf("field %s is not valid UTF-8; it cannot be sent as it is", path)
+	}
+	if !utf8.Valid(encoded) {
+		return fmt.Errorf("encodes to JSON that is not valid UTF-8")
+	}
+	return nil
 }
 
 // checkRecordFields checks an integrated record's fields other than its
@@ -134,18 +186,25 @@ func hasText(fields map[string]any) bool {
 	return false
 }
 
-// notUTF8 finds a key or string in v that is not valid UTF-8 and returns
-// its path, such as "meta"."tags"[2].
+// notUTF8 finds, in v, a key or text that is not valid UTF-8, which JSON
+// would send altered or invalid, and returns its path, such as
+// "meta""tags"[2]. Go's JSON types are looked at directly, others through
+// reflection (notUTF8Value). v must encode as JSON without error, as it is
+// walked without a guard against cycles.
 func notUTF8(v any) (path string, bad bool) {
 	switch x := v.(type) {
+	case nil, bool, float64, int, int64, json.Number:
+		return "", false
 	case string:
 		return "", !utf8.ValidString(x)
+	case json.RawMessage:
+		return "", !utf8.Valid(x)
 	case map[string]any:
-		for k, e := range x {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			if !utf8.ValidString(k) {
 				return fmt.Sprintf("key %q", k), true
 			}
-			if p, bad := notUTF8(e); bad {
+			if p, bad := notUTF8(x[k]); bad {
 				return fmt.Sprintf("%q", k) + p, true
 			}
 		}
@@ -160,6 +219,96 @@ func notUTF8(v any) (path string, bad bool) {
 			if !utf8.ValidString(e) {
 				return fmt.Sprintf("[%d]", i), true
 			}
+		}
+	default:
+		return notUTF8Value(reflect.ValueOf(v))
+	}
+	return "", false
+}
+
+// notUTF8Value is notUTF8 for a value of any type, walked as encoding/json
+// walks it: the output of its own MarshalJSON or MarshalText, else its
+// strings, the elements of its slices, arrays and maps, the keys of its
+// maps and its exported fields.
+func notUTF8Value(v reflect.Value) (path string, bad bool) {
+	if !v.IsValid() || (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) && v.IsNil() {
+		return "", false
+	}
+	if b, ok := ownEncoding(v); ok {
+		return "", !utf8.Valid(b)
+	}
+	switch v.Kind() {
+	case reflect.String:
+		return "", !utf8.ValidString(v.String())
+	case reflect.Pointer, reflect.Interface:
+		return notUTF8Value(v.Elem())
+	case reflect.Slice, reflect.Array:
+		if v.Type().Elem().Kind() == reflect.Uint8 { // base64 or numbers
+			return "", false
+		}
+		for i := range v.Len() {
+			if p, bad := notUTF8Value(v.Index(i)); bad {
+				return fmt.Sprintf("[%d]", i) + p, true
+			}
+		}
+	case reflect.Map:
+		return notUTF8Map(v)
+	case reflect.Struct:
+		return notUTF8Struct(v)
+	}
+	return "", false
+}
+
+// ownEncoding returns what v's own MarshalJSON or MarshalText writes, when
+// it has one that encoding/json would call.
+func ownEncoding(v reflect.Value) ([]byte, bool) {
+	if v.CanAddr() {
+		v = v.Addr() // encoding/json calls methods of *T on addressable values
+	}
+	if !v.CanInterface() {
+		return nil, false
+	}
+	switch m := v.Interface().(type) {
+	case json.Marshaler:
+		b, _ := m.MarshalJSON()
+		return b, true
+	case encoding.TextMarshaler:
+		b, _ := m.MarshalText()
+		return b, true
+	}
+	return nil, false
+}
+
+func notUTF8Map(v reflect.Value) (path string, bad bool) {
+	keys := v.MapKeys()
+	slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
+	for _, k := range keys {
+		if _, bad := notUTF8Value(k); bad {
+			return fmt.Sprintf("key %q", fmt.Sprint(k)), true
+		}
+		if p, bad := notUTF8Value(v.MapIndex(k)); bad {
+			return fmt.Sprintf("%q", fmt.Sprint(k)) + p, true
+		}
+	}
+	return "", false
+}
+
+// notUTF8Struct walks the fields encoding/json encodes: exported or
+// embedded, and not tagged "-".
+func notUTF8Struct(v reflect.Value) (path string, bad bool) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if !f.IsExported() && !f.Anonymous || tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if name == "" {
+			name = f.Name
+		}
+		if p, bad := notUTF8Value(v.Field(i)); bad {
+			return fmt.Sprintf("%q", name) + p, true
 		}
 	}
 	return "", false

@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -432,4 +433,259 @@ func TestARESTAbortedThroughAPlainSDKClientIsRetriedAsAServerError(t *testing.T)
 	require.Error(t, err)
 	require.Equal(t, 409, httpStatus(err), "upserttest answers ABORTED with 409: %v", err)
 	assert.Equal(t, ClassServer, Classify(err), "a 409 with code 10 (ABORTED) is worth another try, whichever client reports it: %v", err)
+}
+
+// Named types of a caller's own, as its domain types would be.
+type (
+	titleText  string // a named string type
+	tenantName string
+	docID      string
+	docNumber  int
+	// markdownText encodes itself through MarshalText, as is.
+	markdownText string
+	// rawJSONText encodes itself through MarshalJSON, its bytes as they are.
+	rawJSONText string
+)
+
+func (m markdownText) MarshalText() ([]byte, error) { return []byte(m), nil }
+func (r rawJSONText) MarshalJSON() ([]byte, error)  { return []byte(`"` + string(r) + `"`), nil }
+
+// recordsSink is a RecordsFunc that keeps, for each record sent, its
+// namespace and its JSON as the SDK encodes it.
+type recordsSink struct {
+	mu   sync.Mutex
+	sent map[string]string // _id -> JSON
+	ns   map[string]string // _id -> namespace
+}
+
+func newRecordsSink() *recordsSink {
+	return &recordsSink{sent: map[string]string{}, ns: map[string]string{}}
+}
+
+func (s *recordsSink) send(_ context.Context, namespace string, b []*pinecone.IntegratedRecord) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range b {
+		j, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		var probe struct {
+			ID    string `json:"_id"`
+			Alias string `json:"id"`
+		}
+		if err := json.Unmarshal(j, &probe); err != nil {
+			return err
+		}
+		id := cmp.Or(probe.ID, probe.Alias)
+		s.sent[id], s.ns[id] = string(j), namespace
+	}
+	return nil
+}
+
+// recordsInto runs Records over recs into sink, on a fake clock.
+func recordsInto(sink *recordsSink, recs []*pinecone.IntegratedRecord, opts ...Option) (Result, error) {
+	opts = append([]Option{WithRecordsFunc(sink.send), withClock(newFakeClock()), withRand(maxRand)}, opts...)
+	return Records(context.Background(), slices.Values(recs), opts...)
+}
+
+// A field that is not valid UTF-8 is refused before sending, whatever Go
+// type holds it (README: JSON would send it altered): encoding/json writes
+// \ufffd for such bytes in a string of any string type, or in the output
+// of a MarshalText, and passes those of a json.RawMessage or a MarshalJSON
+// as they are. The check once looked into string, map[string]any, []any and
+// []string only, after the copy had turned every other type into a
+// json.RawMessage, so that a *string, a named string type or a
+// json.RawMessage was sent altered or as bytes that are not UTF-8.
+func TestRecordsRefuseTextThatIsNotUTF8WhateverItsGoType(t *testing.T) {
+	bad := "caf\xe9" // Latin-1 "café"
+	tests := []struct {
+		name  string
+		key   string
+		value any
+		field string // as the error names it
+	}{
+		{"a *string", "title", &bad, `field "title"`},
+		{"a named string type", "title", titleText(bad), `field "title"`},
+		{"a json.RawMessage", "title", json.RawMessage(`"` + bad + `"`), `field "title"`},
+		{"a list of a named string type", "tags", []titleText{"ok", titleText(bad)}, `field "tags"[1]`},
+		{"a type with its own MarshalText", "title", markdownText(bad), `field "title"`},
+		{"a type with its own MarshalJSON", "title", rawJSONText(bad), `field "title"`},
+		{"a list of them", "tags", []any{"ok", &bad}, `field "tags"[1]`},
+		{"the field's name", bad, "x", `field key "caf\xe9"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name+" holding bytes that are not UTF-8 is refused before sending", func(t *testing.T) {
+			sink := newRecordsSink()
+			recs := []*pinecone.IntegratedRecord{
+				{"_id": "ok-1", "chunk_text": "a"},
+				{"_id": "bad", "chunk_text": "b", tt.key: tt.value},
+				{"_id": "ok-2", "chunk_text": "c"},
+			}
+			res, err := recordsInto(sink, recs)
+			require.ErrorIs(t, err, ErrInvalid, "the record was sent as %s", sink.sent["bad"])
+			require.Len(t, res.Failed, 1)
+			f := res.Failed[0]
+			assert.Equal(t, "bad", f.ID)
+			assert.Zero(t, f.Attempts, "refused before sending")
+			assert.ErrorContains(t, f.Err, `record 1 (id "bad")`)
+			assert.ErrorContains(t, f.Err, tt.field+" is not valid UTF-8")
+			assert.NotContains(t, sink.sent, "bad")
+			assert.Equal(t, 2, res.Upserted)
+		})
+	}
+
+	t.Run("valid text is sent whatever its type, U+FFFD and the text \\ufffd included", func(t *testing.T) {
+		sink := newRecordsSink()
+		recs := []*pinecone.IntegratedRecord{
+			{"_id": "rune", "chunk_text": "caf\ufffd"},
+			{"_id": "escape", "chunk_text": json.RawMessage(`"caf\ufffd"`)},
+			{"_id": "text", "chunk_text": `caf\ufffd`},
+			{"_id": "named", "chunk_text": titleText("café")},
+		}
+		res, err := recordsInto(sink, recs)
+		require.NoError(t, err)
+		assert.Equal(t, 4, res.Upserted)
+		assert.Contains(t, sink.sent["escape"], `"chunk_text":"caf\ufffd"`, "the caller's own JSON, as it was given")
+	})
+}
+
+// An id of a named string type, or a non-nil *string, is a string to the
+// SDK, which encodes it as "_id":"r1", and to Pinecone. The copy once made
+// it a json.RawMessage, refused as "id is a json.RawMessage", a type the
+// caller never used, with an empty Failure.ID. An id that is not text is
+// refused, and the error names the caller's type.
+func TestRecordsTakeAnIDOfANamedStringType(t *testing.T) {
+	id := "r2"
+	sink := newRecordsSink()
+	recs := []*pinecone.IntegratedRecord{
+		{"_id": docID("r1"), "chunk_text": "a"},
+		{"_id": &id, "chunk_text": "b"},
+		{"id": docID("r3"), "chunk_text": "c"},
+	}
+	res, err := recordsInto(sink, recs)
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.Upserted)
+	assert.Contains(t, sink.sent["r1"], `"_id":"r1"`)
+	assert.Contains(t, sink.sent["r2"], `"_id":"r2"`)
+	assert.Contains(t, sink.sent, "r3")
+
+	var nilID *string
+	refused := []struct {
+		name string
+		id   any
+		want string
+	}{
+		{"a number of the caller's type", docNumber(7), "id is a upsert.docNumber; it must be a string"},
+		{"a nil *string", nilID, "id is a nil *string; it must be a string"},
+		{"a []byte", []byte("r"), "id is a []uint8; it must be a string"},
+		{"a string type that encodes itself", markdownText("r"), "id is a upsert.markdownText, which encodes itself as JSON; it must be a string"},
+		{"null", nil, "id is null; it must be a string"},
+	}
+	for _, tt := range refused {
+		t.Run("an id of "+tt.name+" is refused, naming its type", func(t *testing.T) {
+			res, err := recordsInto(newRecordsSink(), []*pinecone.IntegratedRecord{{"_id": tt.id, "chunk_text": "a"}})
+			require.ErrorIs(t, err, ErrInvalid)
+			require.Len(t, res.Failed, 1)
+			assert.ErrorContains(t, res.Failed[0].Err, tt.want)
+			assert.NotContains(t, res.Failed[0].Err.Error(), "json.RawMessage", "the caller never gave a json.RawMessage")
+		})
+	}
+}
+
+// WithNamespaceOf routes each record to the namespace its function
+// returns. Records once handed the function its copy, in which a field of
+// the caller's own type had become a json.RawMessage: a function reading
+// the caller's type found nothing, and the record landed silently in the
+// default namespace. The function sees the caller's own record; the copy
+// is made next, and is what is sent and reported (Failure.Integrated),
+// with text held as plain strings.
+func TestRecordsNamespaceFunctionSeesTheCallersRecord(t *testing.T) {
+	sink := newRecordsSink()
+	recs := []*pinecone.IntegratedRecord{
+		{"_id": "a", "chunk_text": "a", "tenant": tenantName("acme")},
+		{"_id": "b", "chunk_text": "b", "tenant": tenantName("globex")},
+		{"_id": "c", "chunk_text": "c", "tenant": tenantName("acme"), "year": docNumber(2020), "author": nil},
+	}
+	var seen []string
+	var given []*pinecone.IntegratedRecord
+	nsOf := func(r *pinecone.IntegratedRecord) string {
+		given = append(given, r)
+		v := (*r)["tenant"]
+		tenant, ok := v.(tenantName)
+		if !ok {
+			seen = append(seen, fmt.Sprintf("%T", v))
+		}
+		return string(tenant)
+	}
+	res, err := recordsInto(sink, recs, WithNamespaceOf(nsOf))
+	require.ErrorIs(t, err, ErrInvalid, "c has a null field")
+	assert.Equal(t, 2, res.Upserted)
+	assert.Empty(t, seen, "the namespace function was not given the caller's field values")
+	assert.Equal(t, recs, given, "the caller's own records")
+	assert.Equal(t, map[string]string{"a": "acme", "b": "globex"}, sink.ns, "each record lands in its tenant's namespace")
+
+	require.Len(t, res.Failed, 1)
+	f := res.Failed[0]
+	assert.Equal(t, "acme", f.Namespace)
+	require.NotNil(t, f.Integrated)
+	assert.NotSame(t, recs[2], f.Integrated, "the run's copy, which the caller's later changes do not reach")
+	assert.Equal(t, pinecone.IntegratedRecord{"_id": "c", "chunk_text": "c", "tenant": "acme", "year": docNumber(2020), "author": nil}, *f.Integrated,
+		"the caller's values: text as a string, as it is sent; a number of the caller's type as it is")
+}
+
+// benchRecords makes n integrated records of a typical shape: an id, a
+// text of about 300 bytes and four fields of metadata.
+func benchRecords(n int) []*pinecone.IntegratedRecord {
+	text := strings.Repeat("Lorem ipsum dolor sit amet, consectetur adipiscing elit. ", 5)
+	out := make([]*pinecone.IntegratedRecord, n)
+	for i := range out {
+		out[i] = &pinecone.IntegratedRecord{
+			"_id": fmt.Sprintf("doc-%06d#chunk-%d", i/10, i%10), "chunk_text": text,
+			"title": "A title of a document", "year": 2020 + i%5, "public": i%2 == 0, "tags": []string{"a", "b", "c"},
+		}
+	}
+	return out
+}
+
+// BenchmarkRecords measures Records on a no-op sink: the library's own
+// cost per record (copying, checking, batching).
+//
+//	go test -run '^$' -bench BenchmarkRecords -benchmem .
+func BenchmarkRecords(b *testing.B) {
+	recs := benchRecords(20_000)
+	sink := func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := Records(context.Background(), slices.Values(recs), WithRecordsFunc(sink))
+		if err != nil || res.Upserted != len(recs) {
+			b.Fatalf("upserted %d: %v", res.Upserted, err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+}
+
+// BenchmarkCheckRecord measures what Records does to each record as it
+// takes it in: copy it, then check it; for records of Go's JSON types, and
+// for records with fields of the caller's own types.
+func BenchmarkCheckRecord(b *testing.B) {
+	type title string
+	plain := benchRecords(1000)
+	typed := benchRecords(1000)
+	for _, r := range typed {
+		s := (*r)["chunk_text"].(string)
+		(*r)["chunk_text"], (*r)["title"] = &s, title((*r)["title"].(string))
+	}
+	for name, recs := range map[string][]*pinecone.IntegratedRecord{"JSON types": plain, "caller types": typed} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, _, err := checkRecord(cloneRecord(recs[i%len(recs)])); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
 }

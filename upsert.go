@@ -236,7 +236,8 @@ func WithUpsertFunc(f UpsertFunc) Option {
 // with its own batches and its own [Limiter] state, since Pinecone's limits
 // are per namespace. With [WithIndex], the namespaces share the index
 // connection. T is *pinecone.Vector for [All], [Stream] and [Writer], and
-// *pinecone.IntegratedRecord for [Records]. f is never called with a nil
+// *pinecone.IntegratedRecord for [Records]. f sees the caller's record
+// itself, before the library copies it, and is never called with a nil
 // record (which fails as invalid). A panic in f reaches the caller of All,
 // Stream, Records or Writer.Add, once everything the call started has
 // stopped.
@@ -492,7 +493,9 @@ type Failure struct {
 	// for Stream and Writer; nil for a nil record and for integrated
 	// records.
 	Record *pinecone.Vector
-	// Integrated is the integrated record as given, for [Records].
+	// Integrated is the copy of the integrated record taken as it was
+	// pulled, for [Records]: the caller's values, with text of its own
+	// string types held as strings, as it is sent.
 	Integrated *pinecone.IntegratedRecord
 	// Class is the kind of the final failure.
 	Class Class

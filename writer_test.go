@@ -674,3 +674,25 @@ func TestAFlushWhoseRecordsLandedReturnsNilWhenACloseEndsMeanwhile(t *testing.T)
 	assert.NoError(t, err, "every record added before Flush landed, and the Writer's context never ended")
 	assert.NotErrorIs(t, err, ErrCanceled)
 }
+
+// An Add whose context has ended takes no record, as its doc says: a
+// select between the free turn and ctx.Done() picked either at random, so
+// about half of such Adds took their record (a shutdown that cancels the
+// producers' context kept feeding the Writer).
+func TestAddWithAnEndedContextTakesNoRecord(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	fi := newFakeIndex(nil)
+	w, err := NewWriter(context.Background(), testOpts(fi)...)
+	require.NoError(t, err)
+	taken := 0
+	for i := range 64 {
+		if w.Add(ended, &pinecone.Vector{Id: fmt.Sprint("x", i), Values: &[]float32{1, 2}}) == nil {
+			taken++
+		}
+	}
+	res, err := w.Close(context.Background())
+	require.NoError(t, err)
+	assert.Zero(t, taken, "Adds whose context had already ended took their record")
+	assert.Zero(t, res.Stats.Records)
+}

@@ -904,3 +904,46 @@ func TestVectorWithoutDenseValuesInADenseIndexIsADimensionMismatch(t *testing.T)
 		})
 	}
 }
+
+// Pinecone refuses sparse values whose indices repeat: the official Python
+// SDK's integration test (pinecone-python-client,
+// tests/integration/data_asyncio/test_upsert_sparse.py, "sparse - upsert
+// with duplicate indices") expects a PineconeApiException, an answer of
+// the service, for indices [1, 2, 1]; the library's validator refuses them
+// too. The server once took and stored them, so that a test of a client
+// against it could not see what Pinecone would answer.
+func TestDuplicateSparseIndicesAreRefusedAsByPinecone(t *testing.T) {
+	tests := []struct {
+		name string
+		opts []upserttest.Option
+		vec  *pinecone.Vector
+		dup  string
+	}{
+		{"in a sparse index", []upserttest.Option{upserttest.WithVectorType(upserttest.VectorTypeSparse)},
+			&pinecone.Vector{Id: "dup", SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 2, 1}, Values: []float32{0.1, 0.2, 0.3}}}, "1"},
+		{"in a hybrid vector of a dense index", []upserttest.Option{upserttest.WithDimension(2)},
+			&pinecone.Vector{Id: "dup", Values: &[]float32{1, 2}, SparseValues: &pinecone.SparseValues{Indices: []uint32{7, 7}, Values: []float32{0.5, 0.25}}}, "7"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := start(t, tt.opts...)
+			ok := &pinecone.Vector{Id: "ok", Values: &[]float32{1, 2}, SparseValues: &pinecone.SparseValues{Indices: []uint32{3, 1}, Values: []float32{1, 1}}}
+			if tt.vec.Values == nil {
+				ok.Values = nil
+			}
+			_, err := connect(t, srv).UpsertVectors(bg(t), []*pinecone.Vector{ok, tt.vec})
+			require.Equal(t, codes.InvalidArgument, code(err), "repeated sparse indices are refused: %v", err)
+			assert.Equal(t, "Sparse vector indices must be unique, found index "+tt.dup+" more than once", status.Convert(err).Message(),
+				"named as the other refusals are, without the record's id")
+			assert.Zero(t, srv.Count(ns), "nothing of the request is written")
+		})
+	}
+
+	t.Run("unsorted indices that do not repeat are taken", func(t *testing.T) {
+		srv := start(t, upserttest.WithVectorType(upserttest.VectorTypeSparse))
+		v := &pinecone.Vector{Id: "ok", SparseValues: &pinecone.SparseValues{Indices: []uint32{9, 2, 5}, Values: []float32{1, 2, 3}}}
+		_, err := connect(t, srv).UpsertVectors(bg(t), []*pinecone.Vector{v})
+		require.NoError(t, err)
+		assert.Equal(t, 1, srv.Count(ns))
+	})
+}

@@ -36,10 +36,10 @@ const (
 
 // Besides these limits, a vector id must be ASCII without NUL; a vector
 // must have dense values, sparse values or both; its dense values must not
-// be all zero; its sparse indices and values must have the same length;
-// all its values must be finite (no NaN or ±Inf); and its metadata values
-// must be strings, finite numbers, booleans or lists of strings (no nested
-// objects, no nulls). And a vector must fit the index (see indexShape):
+// be all zero; its sparse indices and values must have the same length,
+// and its sparse indices must not repeat; all its values must be finite
+// (no NaN or ±Inf); and its metadata values must be strings, finite
+// numbers, booleans or lists of strings (no nested objects, no nulls). And a vector must fit the index (see indexShape):
 // only sparse values in a sparse index, dense values of the index's
 // dimension in a dense one.
 
@@ -134,12 +134,45 @@ func validateVector(v *pinecone.Vector, shape indexShape) error {
 	if sparse > 0 && !finite(v.SparseValues.Values) {
 		return invalid("Sparse vector values must be finite numbers, found NaN or Inf")
 	}
+	if i, ok := repeatedIndex(v.SparseValues); ok {
+		// Pinecone refuses them with INVALID_ARGUMENT; its message is not
+		// published, so this one is the server's.
+		return invalid("Sparse vector indices must be unique, found index %d more than once", i)
+	}
 	if v.Metadata != nil {
 		if err := validateMetadata(v.Metadata); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// repeatedIndex returns an index that appears more than once in sv's
+// indices (sv may be nil). Sparse indices are usually sorted, which one
+// pass checks; otherwise a set is used.
+func repeatedIndex(sv *pinecone.SparseValues) (uint32, bool) {
+	if sv == nil {
+		return 0, false
+	}
+	idx := sv.Indices
+	sorted := true
+	for i := 1; i < len(idx); i++ {
+		if idx[i] == idx[i-1] {
+			return idx[i], true
+		}
+		sorted = sorted && idx[i] > idx[i-1]
+	}
+	if sorted {
+		return 0, false
+	}
+	seen := make(map[uint32]struct{}, len(idx))
+	for _, x := range idx {
+		if _, ok := seen[x]; ok {
+			return x, true
+		}
+		seen[x] = struct{}{}
+	}
+	return 0, false
 }
 
 func allZero(xs []float32) bool {

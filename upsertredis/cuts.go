@@ -2,145 +2,171 @@ package upsertredis
 
 import (
 	"context"
+	"reflect"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// cutsHub is a Store's one subscription to its lanes' channels of cuts:
-// go-redis gives each PubSub a connection of its own, so a subscription per
-// lane would cost Redis a connection per namespace of every process. The
-// hub subscribes while a lane of the Store listens, and closes its
-// subscription when the last one leaves.
+// hubs holds the subscriptions to the lanes' channels of cuts, one per
+// Redis client for all the Stores made with it: go-redis gives each PubSub
+// a connection of its own, so a subscription per lane, or per Store
+// (Shared makes one per call), would cost Redis a connection per namespace
+// or per call of every process. A Ring's shards do not pass each other's
+// messages on: its hubs are one per channel, on the shard the channel's
+// hash tag picks, as the lane's keys and scripts are. mu guards every hub.
+var hubs = struct {
+	mu sync.Mutex
+	of map[hubKey]*cutsHub
+}{of: make(map[hubKey]*cutsHub)}
+
+type hubKey struct {
+	rdb   redis.UniversalClient // nil for a client that cannot be a map key
+	store *Store                // the Store, for such a client
+	shard string                // the channel, for a Ring
+}
+
+// cutsHub is one subscription, from its first lane's join to its last
+// one's leave, which removes it from hubs.
 type cutsHub struct {
-	rdb redis.UniversalClient
-
-	mu      sync.Mutex
-	live    *hubSub                               // nil while no lane listens
-	members map[string]map[chan struct{}]struct{} // channel → its members' pokes
-}
-
-// hubSub is one subscription of the hub, from the first lane's join to the
-// last one's leave.
-type hubSub struct {
-	ps         *redis.PubSub
+	rdb        redis.UniversalClient
+	key        hubKey
+	members    map[string]map[chan struct{}]struct{} // channel → its members' pokes
+	subscribed map[string]bool                       // channels asked of Redis
 	kick, stop chan struct{}
-	subscribed map[string]bool // channels asked of Redis; guarded by the hub's mu
 }
 
-// listen pokes poke at each cut announced on channel until forget.
-// It does not wait for Redis: the subscription is made in the background.
-func (h *cutsHub) listen(channel string, poke chan struct{}) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.members == nil {
-		h.members = make(map[string]map[chan struct{}]struct{})
+// listen pokes poke at each cut announced on channel until forget, through
+// the hub of s's client, which it returns. It does not wait for Redis: the
+// subscription is made in the background.
+func listen(s *Store, channel string, poke chan struct{}) *cutsHub {
+	hubs.mu.Lock()
+	defer hubs.mu.Unlock()
+	k := hubKeyOf(s, channel)
+	h := hubs.of[k]
+	if h == nil {
+		h = &cutsHub{
+			rdb: s.rdb, key: k,
+			members:    make(map[string]map[chan struct{}]struct{}),
+			subscribed: make(map[string]bool),
+			kick:       make(chan struct{}, 1),
+			stop:       make(chan struct{}),
+		}
+		hubs.of[k] = h
+		go h.subscribe()
 	}
 	if h.members[channel] == nil {
 		h.members[channel] = make(map[chan struct{}]struct{})
 	}
 	h.members[channel][poke] = struct{}{}
-	if h.live == nil {
-		h.live = h.start()
-	}
-	h.live.changed()
+	h.changed()
+	return h
 }
 
-// forget stops poking poke; the last lane's forget closes the subscription.
+func hubKeyOf(s *Store, channel string) hubKey {
+	var k hubKey
+	if reflect.TypeOf(s.rdb).Comparable() {
+		k.rdb = s.rdb
+	} else {
+		k.store = s
+	}
+	if _, ring := s.rdb.(*redis.Ring); ring {
+		k.shard = channel
+	}
+	return k
+}
+
+// forget stops poking poke; the hub's last member's forget closes it.
 func (h *cutsHub) forget(channel string, poke chan struct{}) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	hubs.mu.Lock()
+	defer hubs.mu.Unlock()
 	delete(h.members[channel], poke)
 	if len(h.members[channel]) == 0 {
 		delete(h.members, channel)
 	}
-	if h.live == nil {
+	if len(h.members) > 0 {
+		h.changed()
 		return
 	}
-	if len(h.members) == 0 {
-		close(h.live.stop)
-		h.live = nil
-		return
+	if hubs.of[h.key] == h {
+		delete(hubs.of, h.key)
+		close(h.stop)
 	}
-	h.live.changed()
 }
 
-// start opens a subscription with no channel yet (no round trip) and the
-// two goroutines that serve it. h.mu is held.
-func (h *cutsHub) start() *hubSub {
-	s := &hubSub{
-		ps:         h.rdb.Subscribe(context.Background()),
-		kick:       make(chan struct{}, 1),
-		stop:       make(chan struct{}),
-		subscribed: make(map[string]bool),
-	}
-	go h.dispatch(s.ps.Channel())
-	go h.subscribe(s)
-	return s
-}
-
-func (s *hubSub) changed() {
+func (h *cutsHub) changed() {
 	select {
-	case s.kick <- struct{}{}:
+	case h.kick <- struct{}{}:
 	default:
 	}
+}
+
+// subscribe brings the subscription's channels to the members' at each
+// change, in one goroutine so that changes apply in order, until stop.
+// The subscription is opened with its first channels (a Ring refuses one
+// without), and its messages dispatched from then on. No one waits for
+// this goroutine: while Redis hangs, Subscribe and Close wait for the
+// client's own timeouts (seconds), not the store's.
+func (h *cutsHub) subscribe() {
+	var ps *redis.PubSub
+	defer func() {
+		if ps != nil {
+			_ = ps.Close()
+		}
+	}()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-h.kick:
+		}
+		on, off := h.changes()
+		// On failure go-redis keeps the channels and subscribes to them
+		// again as it reconnects.
+		switch {
+		case ps == nil && len(on) > 0:
+			ps = h.rdb.Subscribe(context.Background(), on...)
+			go h.dispatch(ps.Channel())
+		case len(on) > 0:
+			_ = ps.Subscribe(context.Background(), on...)
+		}
+		if ps != nil && len(off) > 0 {
+			_ = ps.Unsubscribe(context.Background(), off...)
+		}
+	}
+}
+
+// changes returns the channels to subscribe to and those to leave, and
+// counts them as done.
+func (h *cutsHub) changes() (on, off []string) {
+	hubs.mu.Lock()
+	defer hubs.mu.Unlock()
+	for ch := range h.members {
+		if !h.subscribed[ch] {
+			h.subscribed[ch] = true
+			on = append(on, ch)
+		}
+	}
+	for ch := range h.subscribed {
+		if _, ok := h.members[ch]; !ok {
+			delete(h.subscribed, ch)
+			off = append(off, ch)
+		}
+	}
+	return on, off
 }
 
 // dispatch pokes the members of each message's channel until the
 // subscription closes.
 func (h *cutsHub) dispatch(msgs <-chan *redis.Message) {
 	for msg := range msgs {
-		h.mu.Lock()
+		hubs.mu.Lock()
 		for poke := range h.members[msg.Channel] {
 			select {
 			case poke <- struct{}{}:
 			default:
 			}
 		}
-		h.mu.Unlock()
+		hubs.mu.Unlock()
 	}
-}
-
-// subscribe brings s's channels to its members' at each change, in one
-// goroutine so that changes apply in order, and closes s at its stop.
-// Closing is not waited for by anyone: while Redis hangs, Close and
-// Subscribe wait for the client's own timeouts (seconds), not the store's.
-func (h *cutsHub) subscribe(s *hubSub) {
-	defer func() { _ = s.ps.Close() }()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.kick:
-		}
-		on, off := h.changes(s)
-		// On failure go-redis keeps the channels and subscribes to them
-		// again as it reconnects.
-		if len(on) > 0 {
-			_ = s.ps.Subscribe(context.Background(), on...)
-		}
-		if len(off) > 0 {
-			_ = s.ps.Unsubscribe(context.Background(), off...)
-		}
-	}
-}
-
-// changes returns the channels s must subscribe to and those it must
-// leave, and counts them as done.
-func (h *cutsHub) changes(s *hubSub) (on, off []string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for ch := range h.members {
-		if !s.subscribed[ch] {
-			s.subscribed[ch] = true
-			on = append(on, ch)
-		}
-	}
-	for ch := range s.subscribed {
-		if _, ok := h.members[ch]; !ok {
-			delete(s.subscribed, ch)
-			off = append(off, ch)
-		}
-	}
-	return on, off
 }

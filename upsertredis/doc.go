@@ -121,10 +121,12 @@
 //
 // # What it costs Redis
 //
-// A Store holds one connection of its own while any of its lanes is
-// joined: the subscription to its lanes' channels of cuts (go-redis gives
-// each subscription a connection, outside the pool; the Store's lanes
-// share one). Each lane of a process's Limiter (one namespace of one
+// A process holds one connection per Redis client while any lane shares
+// through it: the subscription to the lanes' channels of cuts (go-redis
+// gives each subscription a connection, outside the pool; the lanes of
+// every Store made with one client share one, so a Store per call, as
+// [Shared] makes, costs no more; a Ring holds one per lane, on its shard).
+// Each lane of a process's Limiter (one namespace of one
 // index) that shares through a Store sends, from its join until the last
 // call using it ends:
 //
@@ -132,7 +134,8 @@
 //     calls (EVALSHA) a second, each reading and writing the lane's two
 //     keys; while its writer is quiet (it sent nothing for 2 s, as a
 //     Writer waiting for input), one every quarter [WithHeartbeat] (500 ms
-//     by default), which keeps it among the lane's writers; plus
+//     by default) or every interval if that is longer, which keeps it
+//     among the lane's writers; plus
 //     one per 429 it proposes or counts; while Redis fails, one try a
 //     second.
 //
@@ -143,8 +146,7 @@
 // thus holds one connection plus at most PoolSize; P such processes,
 // P × (1 + PoolSize) of Redis's maxclients (10000 by default), and they
 // send 10 × P × L exchanges a second for L busy namespaces each, 2 for
-// each quiet one. Measured with
-// one process at the default interval: 1, 8 and 32 lanes held 2, 5 and 5
+// each quiet one. Measured with one process at the default interval: 1, 8 and 32 lanes held 2, 5 and 5
 // connections with a PoolSize of 4 (TestTheRedisCostOfALane), 100 lanes
 // 21 with the default pool of 20 (2 CPUs); each lane made 10 exchanges a
 // second. A longer interval lowers the exchanges.

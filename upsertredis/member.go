@@ -49,6 +49,7 @@ type member struct {
 	// than at their next interval, since until they do they send at the
 	// rate the index just refused.
 	poke chan struct{}
+	hub  *cutsHub // the subscription that pokes it
 }
 
 // channel is the lane's channel of cuts, under the lane's hash tag.
@@ -143,7 +144,7 @@ func (m *member) Leave(ctx context.Context) error {
 // loop exchanges with Redis every interval until Leave.
 func (m *member) loop() {
 	defer close(m.done)
-	defer m.store.cuts.forget(m.channel(), m.poke)
+	defer m.hub.forget(m.channel(), m.poke)
 	tick := time.NewTicker(m.store.opts.interval)
 	defer tick.Stop()
 	var retry <-chan time.Time // while alone: when to try Redis again; ticks and pokes wait for it
@@ -161,7 +162,9 @@ func (m *member) loop() {
 				try()
 			}
 		case <-tick.C:
-			if retry == nil && (!m.quiet() || time.Since(last) >= m.store.opts.quietEvery()) {
+			// Half an interval of slack: a tick handled sooner after it
+			// fired than the last one must not wait for the next.
+			if retry == nil && (!m.quiet() || time.Since(last) >= m.store.opts.quietEvery()-m.store.opts.interval/2) {
 				try()
 			}
 		case <-retry:

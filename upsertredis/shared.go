@@ -14,9 +14,10 @@ import (
 // [upsert.WithIndex] (the host names the index); a call through
 // [upsert.WithUpsertFunc] or [upsert.WithRecordsFunc] runs as without it.
 //
-// Each call given Shared makes a Store of its own; a service making many
-// calls can make one Store and pass its [Store.Option] to each, which
-// shares one set of [Store.Stats].
+// Each call given Shared makes a Store of its own (the Stores of one
+// client share one subscription, so this costs Redis no more connections);
+// a service making many calls can make one Store and pass its
+// [Store.Option] to each, which shares one set of [Store.Stats].
 func Shared(rdb redis.UniversalClient, opts ...Option) upsert.Option {
 	return New(rdb, opts...).Option()
 }

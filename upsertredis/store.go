@@ -47,7 +47,6 @@ type Store struct {
 	rdb   redis.UniversalClient
 	opts  options
 	stats counters
-	cuts  cutsHub
 }
 
 type options struct {
@@ -101,8 +100,11 @@ func positive(d, def time.Duration) time.Duration {
 }
 
 // New returns a Store that keeps shared state through rdb: a client, a
-// cluster client or a failover client, with whatever password, TLS and pool
-// the caller configured. The Store does not close rdb.
+// cluster client, a failover client or a ring, with whatever password, TLS
+// and pool the caller configured. The Store does not close rdb. The Stores
+// made with one client share its subscription to their lanes' channels of
+// cuts, one connection (package state keyed by the client, dropped when
+// the last of their lanes leaves; see the package doc's costs).
 func New(rdb redis.UniversalClient, opts ...Option) *Store {
 	o := options{
 		prefix:    DefaultPrefix,
@@ -115,7 +117,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 		opt(&o)
 	}
 	o.ttl = max(o.ttl, o.heartbeat)
-	return &Store{rdb: rdb, opts: o, cuts: cutsHub{rdb: rdb}}
+	return &Store{rdb: rdb, opts: o}
 }
 
 // Join registers a writer of lane and keeps its view fresh, exchanging with
@@ -136,7 +138,7 @@ func (s *Store) Join(ctx context.Context, lane share.Lane) share.Member {
 	m.demand.Store(math.Float64bits(math.Inf(1)))
 	m.view.Store(&share.View{Rate: math.Inf(1), Writers: 1})
 	_ = m.sync(ctx) // on failure the member starts alone
-	s.cuts.listen(m.channel(), m.poke)
+	m.hub = listen(s, m.channel(), m.poke)
 	go m.loop()
 	return m
 }

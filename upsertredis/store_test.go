@@ -2,14 +2,19 @@ package upsertredis
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/internal/redistest"
 	"github.com/upsertlib/upsert/internal/share"
 )
 
@@ -357,5 +362,81 @@ func TestChangedFiresWhenAnotherWritersDemandMovesTheSplit(t *testing.T) {
 	case <-changed:
 	default:
 		t.Fatal("a's part of the lane went from 5000 to 9900 records/s, and Changed did not fire: the lane keeps its old part")
+	}
+}
+
+// A quiet writer exchanges every max(interval, heartbeat/4), every tick
+// when the interval is the longer: a tick handled a hair sooner after it
+// fired than the last one was skipped, so the writer exchanged every other
+// tick, 2 × 55 ms past its 100 ms heartbeat, and the others dropped it
+// from the lane and took it back, again and again.
+func TestAQuietWriterStaysAmongTheLanesWriters(t *testing.T) {
+	rdb := client(t, nil)
+	quietStore := newStore(t, rdb, WithInterval(55*time.Millisecond), WithHeartbeat(100*time.Millisecond))
+	q := join(t, quietStore)
+	q.Demand(0) // a Writer waiting for input; nothing accepted
+	watchStore := newStore(t, rdb, WithInterval(2*time.Millisecond), WithHeartbeat(100*time.Millisecond))
+	w := join(t, watchStore)
+	require.Eventually(t, func() bool { return w.View().Writers == 2 }, time.Second, time.Millisecond)
+
+	require.Never(t, func() bool { return w.View().Writers < 2 }, 1500*time.Millisecond, time.Millisecond,
+		"a quiet writer exchanging every interval (55 ms) never outlives its 100 ms heartbeat")
+}
+
+// Shared, the README's form, makes a Store per call: the calls of one
+// process still share one subscription, for their client.
+func TestSharedPerCallHoldsOneSubscriptionPerProcess(t *testing.T) {
+	srv := redistest.Run(t)
+	admin := client(t, srv)
+	rdb := client(t, srv)
+	idx := e2eIndex(t, 100000)
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var writers []*upsert.Writer
+	for i := range 2 {
+		conn, err := pc.Index(pinecone.NewIndexConnParams{Host: idx.Host(), Namespace: fmt.Sprint("tenant-", i)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		w, err := upsert.NewWriter(ctx, upsert.WithIndex(conn), Shared(rdb, WithPrefix(t.Name()+":")))
+		require.NoError(t, err)
+		t.Cleanup(func() { _, _ = w.Close(context.Background()) })
+		require.NoError(t, w.Add(ctx, vectors(i*10, 1)[0]))
+		require.NoError(t, w.Flush(ctx))
+		writers = append(writers, w)
+	}
+	// Both lanes are joined while their Writers live.
+	require.Eventually(t, func() bool {
+		chans, err := admin.PubSubChannels(ctx, t.Name()+":*").Result()
+		return err == nil && len(chans) == 2
+	}, 5*time.Second, time.Millisecond, "both namespaces' channels subscribed")
+	_, sub := clients(t, admin)
+	assert.Equal(t, 1, sub, "one process, one subscription for its shared namespaces (README)")
+}
+
+// New takes any redis.UniversalClient, a Ring too, which refuses a
+// subscription without a channel (Join panicked): a Ring's lanes
+// subscribe on the shard their channel's hash tag picks, where the cut
+// script publishes, and a cut reaches the lane's other writers.
+func TestJoinThroughARing(t *testing.T) {
+	newRing := func() *redis.Ring {
+		ring := redis.NewRing(&redis.RingOptions{
+			Addrs:     map[string]string{"only": shared.Socket()},
+			NewClient: func(o *redis.Options) *redis.Client { o.Network = "unix"; return redis.NewClient(o) },
+		})
+		t.Cleanup(func() { _ = ring.Close() })
+		return ring
+	}
+	a, b := join(t, newStore(t, newRing())), join(t, newStore(t, newRing()))
+	subscribed(t, client(t, nil), b, 2) // two clients: two subscriptions
+	changed := b.Changed()
+	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
+	require.NoError(t, err)
+	require.True(t, applied)
+	select {
+	case <-changed:
+	case <-time.After(time.Second):
+		t.Fatal("the cut did not reach the other writer")
 	}
 }

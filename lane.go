@@ -580,6 +580,9 @@ func (ln *lane) reserve(now time.Time, q request) (res [dimCount]*rate.Reservati
 			wait = max(wait, w)
 		}
 	}
+	if wait > 0 {
+		ln.reportHeldBack()
+	}
 	return res, wait
 }
 

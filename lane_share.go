@@ -291,6 +291,16 @@ func (ln *lane) demand(now time.Time) float64 {
 	return ln.tuning.shareHeadroom * ln.dims[dimRecords].ctl.sent.rateOver(now, meterSpan)
 }
 
+// reportHeldBack tells the lane's member, if shared, that a rate holds a
+// request back (the demand is +Inf) now rather than at the next answer: a
+// writer back from quiet has the least part, and its first request may
+// wait long for it. ln.mu is held.
+func (ln *lane) reportHeldBack() {
+	if m := ln.share.m; m != nil {
+		m.Demand(math.Inf(1))
+	}
+}
+
 // reportDemand reports the writer's demand to m, the lane's member, between
 // answers: without answers a writer that went quiet would hold the part it
 // last asked for, and the lane's other writers would be held to the rest.

@@ -723,6 +723,14 @@ func TestSharedLaneQuietWriterGivesItsPartBack(t *testing.T) {
 	clk.Advance(meterSpan)
 	require.Eventually(t, func() bool { return demand() == 0 }, time.Second, time.Millisecond,
 		"quiet for the meter's span: it asks for nothing")
+
+	// Back from quiet with the least part: the first request the rate
+	// holds back says so at once, not at the next answer or report.
+	ln.mu.Lock()
+	_, wait := ln.reserve(clk.Now(), req(100_000))
+	ln.mu.Unlock()
+	require.Positive(t, wait, "precondition: the rate holds it back")
+	assert.True(t, math.IsInf(demand(), 1), "held back: +Inf before any answer")
 }
 
 func TestSharedLaneProposesWhatTheLaneAccepted(t *testing.T) {

@@ -120,13 +120,14 @@ func neverSent(err error) bool {
 	var op *net.OpError
 	var cert *tls.CertificateVerificationError
 	var header tls.RecordHeaderError
-	var alert tls.AlertError
 	var ech *tls.ECHRejectionError
 	switch {
 	case errors.As(err, &dns), errors.As(err, &cert):
 		return true
-	case errors.As(err, &header), errors.As(err, &alert), errors.As(err, &ech), strings.Contains(err.Error(), httpToHTTPS):
-		// The TLS handshake failed: the request was never written.
+	case errors.As(err, &header) && header.Conn != nil, errors.As(err, &ech), strings.Contains(err.Error(), httpToHTTPS):
+		// The TLS handshake failed: the request was never written. A
+		// record header error with no Conn may come after it, and an
+		// alert ("remote error") at any time.
 		return true
 	case errors.As(err, &op) && op.Op == "dial":
 		return true

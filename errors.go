@@ -28,9 +28,10 @@ const (
 	// record is split in halves first.
 	ClassTimeout
 
-	// ClassServer: the index failed (HTTP 5xx, gRPC UNAVAILABLE, INTERNAL,
-	// UNKNOWN, ABORTED, DATA_LOSS, a reset or refused connection) or the
-	// error is not recognised. Retried after a backoff.
+	// ClassServer: the index failed (HTTP 5xx but 501, gRPC UNAVAILABLE,
+	// INTERNAL, UNKNOWN, ABORTED, DATA_LOSS; CANCELED from the index, HTTP
+	// 499, while the caller's context lives; a reset or refused
+	// connection) or the error is not recognised. Retried after a backoff.
 	ClassServer
 
 	// ClassTooLarge: the request was larger than the index or the transport
@@ -39,14 +40,14 @@ const (
 	ClassTooLarge
 
 	// ClassInvalid: the index rejected the content of the request (other
-	// 4xx, gRPC INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE,
+	// 4xx but 499, gRPC INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE,
 	// ALREADY_EXISTS) or the record broke one of Pinecone's rules before it
 	// was sent. Never retried: a batch is bisected so that only the bad
 	// records fail.
 	ClassInvalid
 
 	// ClassDenied: the index refused the caller, not the records (HTTP 401,
-	// 403, 404, gRPC UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND,
+	// 403, 404, 501, gRPC UNAUTHENTICATED, PERMISSION_DENIED, NOT_FOUND,
 	// UNIMPLEMENTED). Every later request would fail the same way, so the
 	// run stops and the remaining records fail with this class. A denied
 	// error also matches [ErrInvalid]: both are permanent.
@@ -54,6 +55,9 @@ const (
 
 	// ClassCanceled: the caller's context ended. Not a timeout: nothing is
 	// retried and records not yet written are reported with this class.
+	// [Classify] also gives it to the index's own CANCELED (gRPC, or HTTP
+	// 499), which a run retries as ClassServer while the caller's context
+	// lives.
 	ClassCanceled
 
 	// ClassQuotaExceeded: the project's quota or plan forbids more writes:

@@ -432,8 +432,8 @@ func (in *intake) refuse(it item, err error) {
 	_ = in.lock(context.Background())
 	defer in.unlock()
 	it.seq = in.next
+	in.own(&it) // before take: a panic of the caller's MarshalJSON leaves nothing taken
 	in.take(nil)
-	in.own(&it)
 	switch {
 	case it.vec != nil:
 		it.id = it.vec.Id

@@ -38,7 +38,8 @@ import (
 //     tried on a few batches now and then (the largest at once in slow
 //     start) and adopted when it costs no more per record; a size that
 //     costs more, times out or is too large is avoided for a while, and
-//     so is one whose latency takes a quarter of the request timeout.
+//     so is one whose latency tail takes more than three quarters of
+//     the request timeout.
 //     Under a capped rate, batches carry a twentieth of a second's worth,
 //     but enough that the record rate needs at most four fifths of the
 //     request rate. At most [MaxBatchSize], and never more than

@@ -23,7 +23,7 @@ package upsert
 //     failure the observer saw, and none after a panic of the ack function;
 //   - no goroutine is left behind.
 //
-// Short mode runs 100 runs of each (the README's test command); the long
+// Short mode runs 200 runs of each (the README's test command); the long
 // mode is a separate command:
 //
 //	go test -run TestModel -rapid.checks=10000 .

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -424,10 +425,16 @@ func TestAPanickingProgressFunctionStopsTheRun(t *testing.T) {
 	}{{"during the run", false}, {"at its end", true}} {
 		t.Run(tt.name, func(t *testing.T) {
 			var done, calls int
+			var sends atomic.Int64
+			send := func(ctx context.Context, _ string, _ []*pinecone.Vector) error {
+				if sends.Add(1) > 1 && !tt.final {
+					<-ctx.Done() // the first batch's progress call stops the run
+				}
+				return ctx.Err()
+			}
 			obs := upsert.Observer{RunDone: func(upsert.RunEvent) { done++ }}
 			res, err := upsert.All(context.Background(), e2eRecords(100),
-				upsert.WithUpsertFunc(func(context.Context, string, []*pinecone.Vector) error { return nil }),
-				upsert.WithBatchSize(10), upsert.WithConcurrency(1),
+				upsert.WithUpsertFunc(send), upsert.WithBatchSize(10), upsert.WithConcurrency(1),
 				upsert.WithProgress(time.Nanosecond, func(p upsert.Progress) {
 					calls++
 					if p.Final == tt.final {

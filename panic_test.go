@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
@@ -94,4 +95,51 @@ func TestPanicsOfTheSendFunctionDoNotOpenTheBreaker(t *testing.T) {
 		var pe *PanicError
 		require.ErrorAs(t, f.Err, &pe, "record %s failed with %v, not its own panic", f.ID, f.Err)
 	}
+}
+
+// progressVectors makes n valid dense vectors of dimension 2, with distinct ids.
+func progressVectors(n int) []*pinecone.Vector {
+	vs := make([]*pinecone.Vector, n)
+	for i := range vs {
+		vs[i] = &pinecone.Vector{Id: "v" + string(rune('a'+i%26)) + string(rune('a'+i/26)), Values: &[]float32{1, 2}}
+	}
+	return vs
+}
+
+func noopUpsert(context.Context, string, []*pinecone.Vector) error { return nil }
+
+// A panic of the progress function after the last request landed stops
+// nothing and fails nothing, and the final call is not made: the call
+// returns the panic, as it does the ack function's.
+func TestAProgressPanicAfterEveryRecordLandedIsReturned(t *testing.T) {
+	calls := 0
+	res, err := All(context.Background(), progressVectors(10),
+		WithUpsertFunc(noopUpsert), WithBatchSize(10), WithConcurrency(1),
+		WithProgress(time.Nanosecond, func(p Progress) {
+			calls++
+			if !p.Final {
+				panic("progress bar bug")
+			}
+		}))
+	require.Equal(t, 10, res.Upserted, "the one batch landed before the progress call")
+	require.Equal(t, 1, calls, "the panic came from the call after the last request")
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe, "the progress function panicked during the run: the call must say so, not return %v", err)
+}
+
+// A panic of the final progress call is joined to the run's error when
+// records failed for another cause, as the ack function's is.
+func TestAFinalProgressPanicIsKeptBesideOtherFailures(t *testing.T) {
+	vs := progressVectors(3)
+	vs[1] = &pinecone.Vector{Id: "", Values: &[]float32{1, 2}} // invalid: empty id
+	_, err := All(context.Background(), vs,
+		WithUpsertFunc(noopUpsert),
+		WithProgress(time.Hour, func(p Progress) {
+			if p.Final {
+				panic("progress bar bug")
+			}
+		}))
+	require.ErrorIs(t, err, ErrInvalid, "the invalid record failed")
+	var pe *PanicError
+	assert.ErrorAs(t, err, &pe, "the final progress call panicked; the error must carry it beside the failures: %v", err)
 }

@@ -9,10 +9,10 @@ import (
 
 // progressReports is when and how far a run last reported its progress.
 type progressReports struct {
-	last     atomic.Int64 // clock time of the last progress report, in ns; written under mu
-	lastDone atomic.Int64 // records settled at the last progress report
-	mu       sync.Mutex   // held while reporting, so that reports do not overlap
-	broken   atomic.Bool  // the caller's function panicked: it is not called again
+	last     atomic.Int64          // clock time of the last progress report, in ns; written under mu
+	lastDone atomic.Int64          // records settled at the last progress report
+	mu       sync.Mutex            // held while reporting, so that reports do not overlap
+	panicked atomic.Pointer[Error] // the caller's function panicked: it is not called again
 }
 
 // snapshot returns the run's figures now.
@@ -42,13 +42,12 @@ func (r *run) maybeProgress() {
 		return // another goroutine reported meanwhile
 	}
 	r.progress.last.Store(now)
-	r.emitProgress(time.Duration(now-last), false) // a panic halts the run: its records report it
+	r.emitProgress(time.Duration(now-last), false)
 }
 
 // emitProgress reports progress, the last report when final; since is the
-// time since the previous report, for the rate (0 when there is none). It
-// returns the error that stopped the run if the caller's function panicked.
-func (r *run) emitProgress(since time.Duration, final bool) *Error {
+// time since the previous report, for the rate (0 when there is none).
+func (r *run) emitProgress(since time.Duration, final bool) {
 	s := r.snapshot()
 	done := s.Upserted + s.Failed + s.Duplicates
 	p := Progress{Total: r.total, Done: done, Final: final, Stats: s}
@@ -62,24 +61,24 @@ func (r *run) emitProgress(since time.Duration, final bool) *Error {
 	if r.total >= 0 && p.Rate > 0 && !final {
 		p.ETA = time.Duration(float64(r.total-done) / p.Rate * float64(time.Second))
 	}
-	return r.callProgress(p)
+	r.callProgress(p)
 }
 
 // callProgress calls the caller's progress function with p, recovering a
 // panic as the function of WithAcks is: the function is not called again,
 // and the run stops with a canceled-class *Error wrapping a *PanicError,
-// which callProgress returns.
-func (r *run) callProgress(p Progress) (stopped *Error) {
-	if r.progress.broken.Load() {
-		return nil
+// kept in r.progress.panicked for the call to return even when every
+// record had settled.
+func (r *run) callProgress(p Progress) {
+	if r.progress.panicked.Load() != nil {
+		return
 	}
 	defer func() {
 		if v := recover(); v != nil {
-			r.progress.broken.Store(true)
-			stopped = &Error{Class: ClassCanceled, Err: &PanicError{Value: v, Stack: debug.Stack(), fn: "progress function"}}
-			r.halt(stopped)
+			e := &Error{Class: ClassCanceled, Err: &PanicError{Value: v, Stack: debug.Stack(), fn: "progress function"}}
+			r.progress.panicked.Store(e)
+			r.halt(e)
 		}
 	}()
 	r.cfg.progress(p)
-	return nil
 }

@@ -221,19 +221,25 @@ func notUTF8(v any) (path string, bad bool) {
 			}
 		}
 	default:
-		return notUTF8Value(reflect.ValueOf(v))
+		return notUTF8Value(reflect.ValueOf(v), 0)
 	}
 	return "", false
 }
 
+// maxWalk is how deep notUTF8Value looks: a value JSON encodes may still
+// hold a cycle the walk would follow (an embedded pointer to itself, whose
+// fields JSON shadows), and metadata is shallow.
+const maxWalk = 64
+
 // notUTF8Value is notUTF8 for a value of any type, walked as encoding/json
-// walks it: the output of its own MarshalJSON or MarshalText, else its
-// strings, the elements of its slices, arrays and maps, the keys of its
-// maps and its exported fields.
-func notUTF8Value(v reflect.Value) (path string, bad bool) {
-	if !v.IsValid() || (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) && v.IsNil() {
+// walks it, depth levels down: the output of its own MarshalJSON or
+// MarshalText, else its strings, the elements of its slices, arrays and
+// maps, the keys of its maps and its exported fields.
+func notUTF8Value(v reflect.Value, depth int) (path string, bad bool) {
+	if depth > maxWalk || !v.IsValid() || (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) && v.IsNil() {
 		return "", false
 	}
+	depth++
 	if b, ok := ownEncoding(v); ok {
 		return "", !utf8.Valid(b)
 	}
@@ -241,20 +247,20 @@ func notUTF8Value(v reflect.Value) (path string, bad bool) {
 	case reflect.String:
 		return "", !utf8.ValidString(v.String())
 	case reflect.Pointer, reflect.Interface:
-		return notUTF8Value(v.Elem())
+		return notUTF8Value(v.Elem(), depth)
 	case reflect.Slice, reflect.Array:
 		if v.Type().Elem().Kind() == reflect.Uint8 { // base64 or numbers
 			return "", false
 		}
 		for i := range v.Len() {
-			if p, bad := notUTF8Value(v.Index(i)); bad {
+			if p, bad := notUTF8Value(v.Index(i), depth); bad {
 				return fmt.Sprintf("[%d]", i) + p, true
 			}
 		}
 	case reflect.Map:
-		return notUTF8Map(v)
+		return notUTF8Map(v, depth)
 	case reflect.Struct:
-		return notUTF8Struct(v)
+		return notUTF8Struct(v, depth)
 	}
 	return "", false
 }
@@ -279,14 +285,14 @@ func ownEncoding(v reflect.Value) ([]byte, bool) {
 	return nil, false
 }
 
-func notUTF8Map(v reflect.Value) (path string, bad bool) {
+func notUTF8Map(v reflect.Value, depth int) (path string, bad bool) {
 	keys := v.MapKeys()
 	slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
 	for _, k := range keys {
-		if _, bad := notUTF8Value(k); bad {
+		if _, bad := notUTF8Value(k, depth); bad {
 			return fmt.Sprintf("key %q", fmt.Sprint(k)), true
 		}
-		if p, bad := notUTF8Value(v.MapIndex(k)); bad {
+		if p, bad := notUTF8Value(v.MapIndex(k), depth); bad {
 			return fmt.Sprintf("%q", fmt.Sprint(k)) + p, true
 		}
 	}
@@ -295,7 +301,7 @@ func notUTF8Map(v reflect.Value) (path string, bad bool) {
 
 // notUTF8Struct walks the fields encoding/json encodes: exported or
 // embedded, and not tagged "-".
-func notUTF8Struct(v reflect.Value) (path string, bad bool) {
+func notUTF8Struct(v reflect.Value, depth int) (path string, bad bool) {
 	t := v.Type()
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -307,7 +313,7 @@ func notUTF8Struct(v reflect.Value) (path string, bad bool) {
 		if name == "" {
 			name = f.Name
 		}
-		if p, bad := notUTF8Value(v.Field(i)); bad {
+		if p, bad := notUTF8Value(v.Field(i), depth); bad {
 			return fmt.Sprintf("%q", name) + p, true
 		}
 	}

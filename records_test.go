@@ -689,3 +689,60 @@ func BenchmarkCheckRecord(b *testing.B) {
 		})
 	}
 }
+
+// panickyMarshaler is a caller's type whose MarshalJSON panics (a
+// bug in the caller's code).
+type panickyMarshaler struct{}
+
+// A record pulled and refused (the context ended) is copied before it
+// counts as taken: the copy runs the caller's MarshalJSON, and had it
+// panicked after the record was taken, the call would have waited for its
+// ack for ever. It fails alone, to be resent.
+func TestRecordsRefusedRecordWhoseCopyPanicsStillReturns(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the record pulled is refused: push fails at once with ctx's error
+	rec := &pinecone.IntegratedRecord{"_id": "a", "chunk_text": "hello", "meta": panickyMarshaler{}}
+	type outcome struct {
+		res   Result
+		panic any
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		var o outcome
+		defer func() { o.panic = recover(); done <- o }()
+		o.res, _ = Records(ctx, slices.Values([]*pinecone.IntegratedRecord{rec}),
+			WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }),
+			WithAcks(func([]Ack) {}))
+	}()
+	select {
+	case o := <-done:
+		if o.panic == nil {
+			require.Len(t, o.res.Failed, 1)
+			assert.True(t, o.res.Failed[0].Resend)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Records never returned: a record taken before its copy panicked waits for its ack for ever")
+	}
+}
+
+// selfEmbedding embeds a pointer to its own type: encoding/json encodes
+// only Name (the embedded Name is shadowed, the embedded type visited
+// once), so json.Marshal takes a value that points to itself.
+type selfEmbedding struct {
+	*selfEmbedding
+	Name string
+}
+
+// The search for the field that is not UTF-8 walks a value as
+// encoding/json does, but JSON's shadowing let it follow an embedded
+// pointer to itself until the stack overflowed, a fatal error that killed
+// the process: the walk stops at a depth no metadata reaches.
+func TestRecordsWithASelfEmbeddingValueFailAlone(t *testing.T) {
+	n := &selfEmbedding{Name: "caf\xe9"} // Latin-1: not UTF-8
+	n.selfEmbedding = n
+	rec := &pinecone.IntegratedRecord{"_id": "a", "chunk_text": "hello", "meta": n}
+	res, err := Records(context.Background(), slices.Values([]*pinecone.IntegratedRecord{rec}),
+		WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }))
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Len(t, res.Failed, 1, "refused alone (a nested object, whose text is not UTF-8)")
+}

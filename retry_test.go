@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -539,5 +540,45 @@ func TestARESTRequestWhoseTLSHandshakeFailedIsNotMayHaveLanded(t *testing.T) {
 		require.Contains(t, f.Err.Error(), "server gave HTTP response to HTTPS client", "the handshake failed: nothing was sent")
 		assert.False(t, f.MayHaveLanded, "%s: nothing reached the index: %v", f.ID, f.Err)
 		assert.Contains(t, f.Err.Error(), "cannot reach", "the error names the host the request never reached")
+	}
+}
+
+// A tls.RecordHeaderError is a failed handshake only for the first record
+// (it has a Conn then): crypto/tls also returns one after the handshake,
+// reading a record with a bad header. Here the server read the whole
+// request (it may have applied it) and then sent a corrupt record: the
+// records may have landed.
+func TestARecordHeaderErrorAfterTheRequestWasReadMayHaveLanded(t *testing.T) {
+	var got atomic.Int64
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		got.Add(1) // the request reached the index, which may apply it
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		if tc, ok := c.(*tls.Conn); ok {
+			// An application-data record header announcing 65535 bytes:
+			// the client's tls.Conn fails with a RecordHeaderError.
+			_, _ = tc.NetConn().Write([]byte{0x17, 0x03, 0x03, 0xff, 0xff})
+		}
+	}))
+	defer srv.Close()
+	pc, err := NewClient(pinecone.NewClientParams{ApiKey: "k", RestClient: srv.Client()})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.URL, Namespace: "docs"})
+	require.NoError(t, err)
+	defer idx.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := Records(ctx, slices.Values(textRecordsOf(2)), WithIndex(idx), withClock(newFakeClock()), withRand(maxRand))
+	require.Error(t, err)
+	require.NotZero(t, got.Load(), "the index read the request")
+	require.NotEmpty(t, res.Failed)
+	for _, f := range res.Failed {
+		require.Contains(t, f.Err.Error(), "oversized record received", "a corrupt record after the request was read: %v", f.Err)
+		assert.True(t, f.MayHaveLanded, "%s: the index read the request, it may have applied it: %v", f.ID, f.Err)
+		assert.NotContains(t, f.Err.Error(), "nothing was sent", "the request was sent")
 	}
 }

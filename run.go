@@ -135,10 +135,9 @@ func (r *run) stoppedBy() *Error {
 func (r *run) finish(end func(error) error) (Result, error) {
 	r.pool.wg.Wait()
 	r.halt(errRunFinished)
-	var progressPanic *Error
 	if r.cfg.progress != nil {
 		r.progress.mu.Lock()
-		progressPanic = r.emitProgress(0, true)
+		r.emitProgress(0, true)
 		r.progress.mu.Unlock()
 	}
 	r.leaveShares()
@@ -162,9 +161,8 @@ func (r *run) finish(end func(error) error) (Result, error) {
 	var err error
 	if s.Failed > 0 {
 		err = r.stats.runError(s.Records)
-	} else if progressPanic != nil {
-		err = progressPanic // every record settled, but the caller's code has a bug to hear of
 	}
+	err = withProgressPanic(err, r.progress.panicked.Load())
 	if end != nil {
 		err = end(err)
 	}
@@ -179,6 +177,22 @@ func (r *run) abandon(err error) {
 	r.routes.release()
 	r.releaseLimiter()
 	r.cfg.observers.runDone(r.runEvent(r.snapshot(), err))
+}
+
+// withProgressPanic returns the run's error err with the panic of the
+// caller's progress function, p, if any: the caller's code has a bug to
+// hear of, also when every record settled, or failed for another cause.
+func withProgressPanic(err error, p *Error) error {
+	var pe *PanicError
+	switch {
+	case p == nil:
+		return err
+	case err == nil:
+		return p
+	case errors.As(err, &pe):
+		return err // the records it failed carry it
+	}
+	return errors.Join(err, p)
 }
 
 // runEvent describes the run for the observers.

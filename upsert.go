@@ -237,8 +237,8 @@ func WithUpsertFunc(f UpsertFunc) Option {
 // are per namespace. With [WithIndex], the namespaces share the index
 // connection. T is *pinecone.Vector for [All], [Stream] and [Writer], and
 // *pinecone.IntegratedRecord for [Records]. f sees the caller's record
-// itself, before the library copies it, and is never called with a nil
-// record (which fails as invalid). A panic in f reaches the caller of All,
+// itself for All and Records, the copy the library took for Stream and
+// Writer, and is never called with a nil record (which fails as invalid). A panic in f reaches the caller of All,
 // Stream, Records or Writer.Add, once everything the call started has
 // stopped.
 func WithNamespaceOf[T *pinecone.Vector | *pinecone.IntegratedRecord](f func(T) string) Option {

@@ -168,9 +168,13 @@ func (w *Writer) Close(ctx context.Context) (Result, error) {
 	in := w.in
 	in.closed.Store(true) // from the moment it is called, whatever ctx
 	select {
-	case w.closing <- struct{}{}:
-	case <-ctx.Done():
-		return Result{}, ctx.Err()
+	case w.closing <- struct{}{}: // free: a Close that returned gives its result whatever ctx
+	default:
+		select {
+		case w.closing <- struct{}{}:
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
 	}
 	defer func() { <-w.closing }()
 	if w.done {

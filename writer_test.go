@@ -696,3 +696,26 @@ func TestAddWithAnEndedContextTakesNoRecord(t *testing.T) {
 	assert.Zero(t, taken, "Adds whose context had already ended took their record")
 	assert.Zero(t, res.Stats.Records)
 }
+
+// Calling Close after it returned gives the same result, also with a
+// context that has ended: a select between the free closing token and
+// ctx.Done picked either at random.
+func TestWriterCloseAfterItReturnedGivesItsResultWhateverTheContext(t *testing.T) {
+	w, err := NewWriter(context.Background(), testOpts(newFakeIndex(nil))...)
+	require.NoError(t, err)
+	require.NoError(t, w.Add(context.Background(), vectors(2, 2)[1]))
+	first, err := w.Close(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, first.Upserted)
+
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	errs := 0
+	for range 64 {
+		res, err := w.Close(ended)
+		if err != nil || res.Upserted != first.Upserted {
+			errs++
+		}
+	}
+	assert.Zero(t, errs, "later Closes (with an ended context) that did not give the first result")
+}

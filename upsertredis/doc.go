@@ -143,13 +143,15 @@
 // which keeps at most its PoolSize connections (go-redis's default: 10
 // per GOMAXPROCS), idle ones included until their ConnMaxIdleTime (30
 // minutes by default). A process writing into any number of namespaces
-// thus holds one connection plus at most PoolSize; P such processes,
+// through one client thus holds one connection plus at most PoolSize (a
+// Ring: one per lane plus its shards' pools); P such processes,
 // P × (1 + PoolSize) of Redis's maxclients (10000 by default), and they
 // send 10 × P × L exchanges a second for L busy namespaces each, 2 for
-// each quiet one. Measured with one process at the default interval: 1, 8 and 32 lanes held 2, 5 and 5
-// connections with a PoolSize of 4 (TestTheRedisCostOfALane), 100 lanes
-// 21 with the default pool of 20 (2 CPUs); each lane made 10 exchanges a
-// second. A longer interval lowers the exchanges.
+// each quiet one. Measured with one process at the default interval: 1,
+// 8 and 32 lanes held 2, 5 and 5 connections with a PoolSize of 4
+// (TestTheRedisCostOfALane), 100 lanes 21 with the default pool of 20 (2
+// CPUs); each lane made 10 exchanges a second. A longer interval lowers
+// the exchanges.
 //
 // The Store is given any [github.com/redis/go-redis/v9.UniversalClient]:
 // a single node, a cluster or a failover client, with the password, TLS

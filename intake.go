@@ -626,7 +626,7 @@ func (in *intake) positionsSettled(items []item, final bool) {
 
 // reject reports a record that broke a rule; it is never sent.
 func (in *intake) reject(it *item, cause error) {
-	err := &Error{Class: ClassInvalid, Err: fmt.Errorf("record %d (id %q): %w", it.seq, it.id, cause)}
+	err := &Error{Class: ClassInvalid, Err: fmt.Errorf("record %d (id %s): %w", it.seq, quoteID(it.id), cause)}
 	fs := []Failure{{Index: it.seq, ID: it.id, Namespace: it.ns, Record: it.vec, Integrated: it.rec, Class: ClassInvalid, Err: err}}
 	in.r.report(fs)
 	in.positionsSettled([]item{*it}, true)

@@ -201,7 +201,7 @@ func (r *run) log(level slog.Level, msg string, worker int, rt *route, p *part, 
 	if len(p.items) == 1 {
 		// A batch bisected down to one record: which one (an id, never
 		// its values or metadata).
-		attrs = append(attrs, slog.String("id", p.items[0].id))
+		attrs = append(attrs, slog.String("id", shortID(p.items[0].id)))
 	}
 	r.cfg.logger.LogAttrs(r.ctx, level, msg, attrs...)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
@@ -70,6 +71,28 @@ func (v *validator) check(r *pinecone.Vector) (size int, err error) {
 		}
 	}
 	return wireSize(r, metadataSize), nil
+}
+
+// shownIDBytes is how much of an id an error or a log line shows: an id
+// too long for Pinecone may be any length, and every failure quoting it
+// whole floods logs. Failure.ID holds it whole.
+const shownIDBytes = 64
+
+// shortID returns id, or its first shownIDBytes bytes and its length when
+// it is longer.
+func shortID(id string) string {
+	if len(id) <= shownIDBytes {
+		return id
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(id[:shownIDBytes], ""), len(id))
+}
+
+// quoteID is id quoted for an error, shortened as shortID does.
+func quoteID(id string) string {
+	if len(id) <= shownIDBytes {
+		return strconv.Quote(id)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", strings.ToValidUTF8(id[:shownIDBytes], ""), len(id))
 }
 
 func checkID(id string) error {

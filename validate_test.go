@@ -310,3 +310,20 @@ func TestASparseOnlyRecordIsRefusedBeforeSendingWhenTheIndexHasADimension(t *tes
 		check(t, res, err)
 	})
 }
+
+// An id too long for Pinecone may be any length: the error, which every
+// failure and the run's error quote, shows its start and its length, and
+// Failure.ID holds it whole.
+func TestALongIDIsShortenedInErrors(t *testing.T) {
+	long := strings.Repeat("x", 600)
+	res, err := All(context.Background(), []*pinecone.Vector{{Id: long, Values: &[]float32{1, 2}}},
+		WithUpsertFunc(func(context.Context, string, []*pinecone.Vector) error { return nil }))
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Len(t, res.Failed, 1)
+	assert.Equal(t, long, res.Failed[0].ID)
+	msg := res.Failed[0].Err.Error()
+	assert.Less(t, len(msg), 200, msg)
+	assert.Contains(t, msg, `"`+strings.Repeat("x", shownIDBytes)+`"… (600 bytes)`)
+	assert.Contains(t, msg, "id is 600 bytes; Pinecone allows at most 512")
+	assert.Less(t, len(err.Error()), 300, "the run's error quotes it short too")
+}

@@ -19,10 +19,12 @@ import (
 )
 
 // The --checkpoint file holds how far the input has been settled, as
-// upsert.FileCheckpoint does, and which input that is:
+// upsert.FileCheckpoint does, which input that is, and how far its bad
+// lines have been reported:
 //
 //	12345
 //	input 65536 3f9a…(64 hexadecimal digits)
+//	reported-through 12400
 //
 // The first line is the number of records at the start of the input that
 // are settled (landed, or failed for good and in the dead-letter file).
@@ -32,10 +34,22 @@ import (
 // that its input starts with those bytes, and refuses to start otherwise: it
 // would skip records of another input, which were never sent. An input
 // that grew at its end since (a log, an export still being written) starts
-// with the same bytes. A checkpoint of one line, as pcupsert wrote before
-// it kept the second, is taken as it is, with a warning. The file is
-// replaced atomically (a temporary file, then a rename), so that a crash
-// leaves the old checkpoint or the new one.
+// with the same bytes. The third, left out when 0, is the line (or row) of
+// the input up to which every bad line is in the dead-letter file: a
+// resumed run does not report those again, wherever they are (after the
+// last record of a finished load, too). A checkpoint of one line, as
+// pcupsert wrote before it kept the second, is taken as it is, with a
+// warning; one of two lines, as pcupsert wrote before it kept the third,
+// is taken as it is too: the bad lines after its last settled record are
+// reported once more, and the run saves the third line even if it settles
+// no record (durableCheckpoint.finish). The file is replaced atomically (a
+// temporary file, then a rename), so that a crash leaves the old
+// checkpoint or the new one.
+//
+// A run holds an exclusive lock on PATH.lock (see lockFile) from before it
+// reads the checkpoint to its end: a second pcupsert on the same
+// checkpoint is refused, since its saves would interleave with the first
+// one's and could leave older records of an id on the index.
 
 // inputID identifies an input by its first bytes.
 type inputID struct {
@@ -64,74 +78,170 @@ func parseInputID(line string) (inputID, bool) {
 	return id, true
 }
 
-// readCheckpoint reads the checkpoint file at path: the records settled,
-// and the input's identity (nil for a checkpoint of an earlier pcupsert).
-// A missing file is a fresh start: 0 and nil.
-func readCheckpoint(path string) (int64, *inputID, error) {
+// savedCheckpoint is what a checkpoint file holds.
+type savedCheckpoint struct {
+	settled int64    // records settled at the start of the input
+	id      *inputID // nil for a checkpoint of an earlier pcupsert
+	// reported is the line or row up to which the input's bad lines are
+	// reported; 0 when the checkpoint does not say.
+	reported int
+}
+
+// reportedPrefix starts the third line of a checkpoint.
+const reportedPrefix = "reported-through "
+
+// readCheckpoint reads the checkpoint file at path. A missing file is a
+// fresh start: the zero savedCheckpoint.
+func readCheckpoint(path string) (savedCheckpoint, error) {
+	var c savedCheckpoint
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil, nil
+		return c, nil
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("reading the checkpoint: %w", err)
+		return c, fmt.Errorf("reading the checkpoint: %w", err)
 	}
-	bad := fmt.Errorf("checkpoint %s: not a pcupsert checkpoint (a record count, then the input's identity): %q", path, b)
-	first, rest, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	n, err := strconv.ParseInt(strings.TrimSpace(first), 10, 64)
-	if err != nil || n < 0 {
-		return 0, nil, bad
+	bad := fmt.Errorf("checkpoint %s: not a pcupsert checkpoint (a record count, the input's identity, and how far its bad lines are reported): %q", path, b)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 3 {
+		return c, bad
 	}
-	if strings.TrimSpace(rest) == "" {
-		return n, nil, nil
+	if c.settled, err = strconv.ParseInt(strings.TrimSpace(lines[0]), 10, 64); err != nil || c.settled < 0 {
+		return savedCheckpoint{}, bad
 	}
-	id, ok := parseInputID(rest)
+	if len(lines) == 1 {
+		return c, nil
+	}
+	id, ok := parseInputID(lines[1])
 	if !ok {
-		return 0, nil, bad
+		return savedCheckpoint{}, bad
 	}
-	return n, &id, nil
+	c.id = &id
+	if len(lines) == 3 {
+		n, found := strings.CutPrefix(strings.TrimSpace(lines[2]), reportedPrefix)
+		if c.reported, err = strconv.Atoi(n); !found || err != nil || c.reported < 0 {
+			return savedCheckpoint{}, bad
+		}
+	}
+	return c, nil
 }
 
 // checkpointFile is the --checkpoint file, an upsert.Checkpoint: Load
 // returns what openCheckpoint read, and Save writes the identity of the
-// run's input with the count.
+// run's input with the count, and how far its bad lines are reported.
 type checkpointFile struct {
-	path   string
-	loaded int64
-	head   *inputHead
+	path           string
+	loaded         int64
+	loadedReported int      // the loaded checkpoint's reported line
+	loadedID       *inputID // the loaded identity, once checked against the input; nil if not
+	head           *inputHead
+	// reported returns the line or row up to which the run has handled
+	// the input's bad lines (reported them, or skipped them as reported
+	// by an earlier run); nil: none.
+	reported func() int
+	lock     *fileLock // held from openCheckpoint to close
+
+	mu            sync.Mutex
+	saved         int64 // what the file holds: the count
+	savedReported int   // and the reported line
 }
 
+// fileLock is a lock held on a file (see lockFile).
+type fileLock struct {
+	f    *os.File
+	path string
+}
+
+// errLocked is the error of lockFile when another process holds the lock.
+var errLocked = errors.New("locked by another process")
+
 // openCheckpoint opens the checkpoint at path for a run of the input
-// named name, whose start is head: it checks that the file can be
-// written, reads it, and refuses a checkpoint that would skip records of
-// another input (a *usageError). Checking reads the start of the input,
-// which for stdin may wait until it comes: ctx ends the wait.
-func openCheckpoint(ctx context.Context, path, name string, head *inputHead, con io.Writer) (*checkpointFile, error) {
+// named name, whose start is head: it locks it (a second pcupsert on it
+// is refused), checks that the file can be written, reads it, and refuses
+// a checkpoint that would skip records of another input. Its errors are
+// *usageErrors but for a checkpoint that cannot be read. Checking reads
+// the start of the input, which for stdin may wait until it comes: ctx
+// ends the wait. The caller closes the checkpoint, which lets go of the
+// lock.
+func openCheckpoint(ctx context.Context, path, name string, head *inputHead, con io.Writer) (_ *checkpointFile, err error) {
 	if err := checkWritable(path); err != nil {
 		return nil, usagef("--checkpoint %s: cannot be saved there: %v", path, err)
 	}
-	n, id, err := readCheckpoint(path)
+	lock, err := lockFile(path + ".lock")
+	switch {
+	case errors.Is(err, errLocked):
+		return nil, usagef("--checkpoint %s: another pcupsert holds it (a lock on %s.lock): "+
+			"wait for that run to end, or give another --checkpoint", path, path)
+	case err != nil:
+		return nil, usagef("--checkpoint %s: cannot be locked: %v", path, rootCause(err))
+	}
+	defer func() {
+		if err != nil {
+			lock.release()
+		}
+	}()
+	saved, err := readCheckpoint(path)
 	if err != nil {
 		return nil, err
 	}
-	c := &checkpointFile{path: path, loaded: n, head: head}
+	if err := checkInput(ctx, path, name, head, saved, con); err != nil {
+		return nil, err
+	}
+	c := &checkpointFile{path: path, loaded: saved.settled, loadedReported: saved.reported, head: head, lock: lock,
+		saved: saved.settled, savedReported: saved.reported}
+	if saved.settled > 0 || saved.reported > 0 {
+		c.loadedID = saved.id // checked against the input
+	}
+	return c, nil
+}
+
+// checkInput returns a *usageError if the checkpoint saved at path is not
+// that of the input named name, whose start is head; a checkpoint of an
+// earlier pcupsert, which does not name its input, is taken with a
+// warning on con.
+func checkInput(ctx context.Context, path, name string, head *inputHead, saved savedCheckpoint, con io.Writer) error {
+	id := saved.id
 	switch {
-	case n == 0: // nothing to skip, whatever the input
+	case saved.settled == 0 && saved.reported == 0: // nothing to skip, whatever the input
 	case id == nil:
 		fmt.Fprintf(con, "pcupsert: the checkpoint %s does not say which input it was saved for (an earlier pcupsert wrote it): "+
 			"skipping the first %s of %s as it says; if it belongs to another input, stop and remove it to load %s from its start\n",
-			path, quantity(int(n), "record"), name, name)
+			path, quantity(int(saved.settled), "record"), name, name)
 	default:
 		got, err := peekHead(ctx, head, id.n)
 		if err != nil {
-			return nil, fmt.Errorf("reading %s to check it against the checkpoint %s: %w", name, path, err)
+			return fmt.Errorf("reading %s to check it against the checkpoint %s: %w", name, path, err)
 		}
-		if len(got) < id.n || idOf(got[:id.n]) != *id {
-			return nil, usagef("the checkpoint %s was saved for another input: %s does not start as that input did, "+
-				"and resuming would skip %d of its records, which were never sent; remove %s to load %s from its start, "+
-				"or give the checkpoint of %s", path, name, n, path, name, name)
+		if len(got) < id.n {
+			return notTheInput(path, name, fmt.Sprintf("it has %d bytes, and the checkpoint names the first %d", len(got), id.n))
+		}
+		if idOf(got[:id.n]) != *id {
+			skipped := quantity(int(saved.settled), "record")
+			if saved.reported > 0 {
+				skipped += fmt.Sprintf(" and the bad lines up to line (or row) %d", saved.reported)
+			}
+			return usagef("the checkpoint %s was saved for another input: %s does not start as that input did, "+
+				"and resuming would skip %s of it, which were never sent or reported; remove %s to load %s from its start, "+
+				"or give the checkpoint of %s", path, name, skipped, path, name, name)
 		}
 	}
-	return c, nil
+	return nil
+}
+
+// notTheInput is the *usageError of a checkpoint at path that does not
+// fit the input named name, shorter than the input it was saved for (or
+// another one): why says how it is shorter.
+func notTheInput(path, name, why string) error {
+	return usagef("the checkpoint %s does not fit %s: %s; the input is shorter than, or differs from, the one the checkpoint "+
+		"was saved for. Nothing was sent: remove %s to load %s from its start, or give the checkpoint of %s",
+		path, name, why, path, name, name)
+}
+
+// close lets go of the lock; it does nothing for a nil checkpoint.
+func (c *checkpointFile) close() {
+	if c != nil {
+		c.lock.release()
+	}
 }
 
 // errInterruptedAtStart is the error of a run interrupted while it read the
@@ -193,25 +303,60 @@ func rootCause(err error) error {
 // Load returns the count read when the checkpoint was opened.
 func (c *checkpointFile) Load(context.Context) (int64, error) { return c.loaded, nil }
 
-// Save writes n and the identity of the input, durably. Its errors name
-// the step and the cause, not the temporary file, so that the same cause
-// is the same error.
+// reportedNow returns the line or row up to which the input's bad lines
+// are reported, by this run or an earlier one.
+func (c *checkpointFile) reportedNow() int {
+	if c.reported == nil {
+		return c.loadedReported
+	}
+	return max(c.loadedReported, c.reported())
+}
+
+// Save writes n, the identity of the input and the line up to which its
+// bad lines are reported, durably. The caller must have made the letters
+// of those bad lines durable first (see durableCheckpoint).
 func (c *checkpointFile) Save(_ context.Context, n int64) error {
-	if n == c.loaded {
+	return c.save(n, c.reportedNow())
+}
+
+// save writes n and reported, unless the file holds them already. Its
+// errors name the step and the cause, not the temporary file, so that the
+// same cause is the same error.
+func (c *checkpointFile) save(n int64, reported int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n == c.saved && reported <= c.savedReported {
 		// The file holds it already. The library saves the loaded position
 		// before any input is read, when the identity of the input read so
 		// far would be that of nothing, which matches every input; the file
 		// was checked writable when it was opened.
 		return nil
 	}
+	id := idOf(c.head.bytes())
+	if c.loadedID != nil && c.loadedID.n > id.n {
+		id = *c.loadedID // checked against the input: a run that read less keeps it
+	}
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%d\n%v\n", n, idOf(c.head.bytes()))
-	tmp, err := os.CreateTemp(filepath.Dir(c.path), filepath.Base(c.path)+".tmp*")
+	fmt.Fprintf(&b, "%d\n%v\n", n, id)
+	if reported > 0 {
+		fmt.Fprintf(&b, "%s%d\n", reportedPrefix, reported)
+	}
+	if err := replaceFile(c.path, b.Bytes()); err != nil {
+		return err
+	}
+	c.saved, c.savedReported = n, reported
+	return nil
+}
+
+// replaceFile replaces the file at path with one holding b, atomically
+// and durably.
+func replaceFile(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("creating a file in %s: %w", filepath.Dir(c.path), rootCause(err))
+		return fmt.Errorf("creating a file in %s: %w", filepath.Dir(path), rootCause(err))
 	}
 	defer os.Remove(tmp.Name()) // after a successful rename, there is nothing to remove
-	_, err = tmp.Write(b.Bytes())
+	_, err = tmp.Write(b)
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -219,14 +364,14 @@ func (c *checkpointFile) Save(_ context.Context, n int64) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("writing a file in %s: %w", filepath.Dir(c.path), rootCause(err))
+		return fmt.Errorf("writing a file in %s: %w", filepath.Dir(path), rootCause(err))
 	}
-	if err := os.Rename(tmp.Name(), c.path); err != nil {
-		return fmt.Errorf("replacing %s: %w", c.path, rootCause(err))
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("replacing %s: %w", path, rootCause(err))
 	}
 	// The new name is on disk once its directory is.
-	if err := dirsync.Sync(filepath.Dir(c.path)); err != nil {
-		return fmt.Errorf("syncing %s: %w", filepath.Dir(c.path), rootCause(err))
+	if err := dirsync.Sync(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("syncing %s: %w", filepath.Dir(path), rootCause(err))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -316,4 +317,287 @@ func TestALegacyCheckpointIsNotTurnedIntoOneThatMatchesEveryInput(t *testing.T) 
 	warned := strings.Contains(res.stderr, "does not say which input it was saved for")
 	refused := strings.Contains(res.stderr, "was saved for another input")
 	assert.True(t, warned || refused, "b's first 3 records are skipped silently (exit %d, %d stored); stderr:\n%s", res.status, srv.Count("__default__"), res.stderr)
+}
+
+// checkpointFor returns the content of a checkpoint of n records for input,
+// as pcupsert writes it for an input without bad lines.
+func checkpointFor(n int, input string) string {
+	return fmt.Sprintf("%d\n%v\n", n, idOf([]byte(input[:min(len(input), headBytes)])))
+}
+
+// A Ctrl-C (or SIGTERM) while a resumed run still reads through the part
+// of its input that the checkpoint skips is an interrupted run, reported
+// as such (with --json too), exit status 1, and the checkpoint is kept.
+// (The input ended early because the run was interrupted: pcupsert once
+// said that the checkpoint was past the end of the input and to remove
+// it, which would have sent the whole settled part again, and wrote no
+// report.)
+func TestAnInterruptWhileSkippingIsNotACheckpointPastTheEnd(t *testing.T) {
+	input := records(t, 3000)
+	require.Greater(t, len(input), headBytes)
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	saved := checkpointFor(2900, input)
+	require.NoError(t, os.WriteFile(ckpt, []byte(saved), 0o600))
+
+	// stdin gives the first 2500 records, then waits: the Ctrl-C comes
+	// while the run skips what the checkpoint settled.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	after := make(chan struct{})
+	defer close(after)
+	stdin := &stallingReader{r: strings.NewReader(input[:strings.Index(input, `{"id":"r2500"`)]), stalled: cancel, after: after}
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res := runCmd(t, ctx, stdin, append(remote(t, srv), "--checkpoint", ckpt, "--progress", "off", "--json",
+		"--dead-letter", filepath.Join(dir, "dl"))...)
+
+	require.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+	require.NotContains(t, res.stderr, "does not fit", "interrupted while skipping, not a checkpoint of another input; stderr:\n%s", res.stderr)
+	require.NotContains(t, res.stderr, "remove "+ckpt, "the checkpoint is right: removing it would send 2900 settled records again")
+	require.Regexp(t, `interrupted at line \d+ of stdin, while skipping the 2900 records that the checkpoint says a previous run settled; `+
+		`nothing was sent, and the checkpoint .* is kept`, res.stderr)
+	s := jsonReport(t, res)
+	require.True(t, s.Interrupted)
+	require.Positive(t, s.Skipped)
+	require.LessOrEqual(t, s.Skipped, 2500, "what was read ahead is not counted")
+	require.Equal(t, s.RecordsRead, s.Skipped)
+	require.Zero(t, s.Upserted)
+	require.Equal(t, exitFailed, s.ExitStatus)
+	require.Equal(t, saved, readString(t, ckpt), "the checkpoint is kept")
+}
+
+// stallingReader reads r, then calls stalled and blocks until after is
+// closed (the test's end), as a pipe whose producer is idle when the user
+// presses Ctrl-C.
+type stallingReader struct {
+	r       io.Reader
+	stalled func()
+	after   chan struct{}
+	once    sync.Once
+}
+
+func (s *stallingReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err == io.EOF {
+		s.once.Do(s.stalled)
+		<-s.after
+	}
+	return n, err
+}
+
+// An input truncated since its checkpoint was saved (a re-export that
+// failed half-way) is a usage error, exit status 2, as a checkpoint of
+// another input is: nothing was sent, and the command line must change.
+// The message says what is known, whatever the input's size: the input is
+// shorter than, or differs from, the one the checkpoint was saved for.
+// (pcupsert once exited 1 for an input longer than the checkpoint's 64 KiB
+// identity, and 2 with "saved for another input … which were never sent"
+// for a shorter one.)
+func TestATruncatedInputIsAUsageErrorAsAnotherInputIs(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt")
+	input := records(t, 3000)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	args := append(remote(t, srv), "--checkpoint", ckpt, "--dead-letter", filepath.Join(dir, "dl"), "--progress", "off", in)
+	res := runCmd(t, nil, nil, args...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	saved := readString(t, ckpt)
+	requests := srv.Stats().Requests
+
+	for _, truncated := range []string{
+		input[:strings.Index(input, `{"id":"r2500"`)], // longer than the identity
+		input[:strings.Index(input, `{"id":"r100"`)],  // shorter
+	} {
+		require.NoError(t, os.WriteFile(in, []byte(truncated), 0o600))
+		res = runCmd(t, nil, nil, args...)
+		require.Equal(t, exitUsage, res.status, "the checkpoint does not fit the input, nothing was sent; stderr:\n%s", res.stderr)
+		require.Contains(t, res.stderr, "the input is shorter than, or differs from, the one the checkpoint was saved for")
+		require.Contains(t, res.stderr, "remove "+ckpt+" to load "+in+" from its start")
+		require.NotContains(t, res.stderr, "never sent")
+		require.Equal(t, saved, readString(t, ckpt), "the checkpoint is left as it was")
+		require.Equal(t, requests, srv.Stats().Requests, "nothing was sent")
+	}
+}
+
+// --checkpoint and --dead-letter naming one file, by the same path or
+// another (through a link to its directory), are refused, exit status 2:
+// each save of the checkpoint would replace the dead letters. (pcupsert
+// once accepted them, reported "dead letters: 1 in PATH", and the file
+// held the checkpoint.)
+func TestACheckpointAtTheDeadLetterPathIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	in, both := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "state")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 100)+"not json\n"+records(t, 200)[len(records(t, 100)):]), 0o600))
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(dir, link))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	for _, dl := range []string{both, filepath.Join(dir, ".", "state"), filepath.Join(link, "state")} {
+		res := runCmd(t, nil, nil, append(remote(t, srv), "--checkpoint", both, "--dead-letter", dl, "--progress", "off", in)...)
+		require.Equal(t, exitUsage, res.status, "stderr:\n%s", res.stderr)
+		require.Contains(t, res.stderr, "--checkpoint "+both+" and --dead-letter "+dl+" are the same file")
+		require.NoFileExists(t, both)
+	}
+	require.Zero(t, srv.Stats().Requests, "nothing was sent")
+}
+
+// A load that finished (the checkpoint covers every record) and is run
+// again with the same --checkpoint (a retry wrapper, a cron job) does not
+// report the bad line after the input's last record again: the checkpoint
+// keeps the line up to which bad lines are reported. (pcupsert once
+// reported it, appended another letter and exited 1 at every rerun.)
+func TestARerunOfAFinishedLoadDoesNotReportItsTrailingBadLineAgain(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 5)+"not json\n"), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	args := append(remote(t, srv), "--checkpoint", ckpt, "--dead-letter", dl, "--progress", "off", "--json", in)
+
+	res := runCmd(t, nil, nil, args...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	require.Equal(t, 1, jsonReport(t, res).BadLines)
+	require.Regexp(t, `^5\ninput \d+ [0-9a-f]{64}\nreported-through 6\n$`, readString(t, ckpt), "the checkpoint covers every record, and the bad line")
+
+	for rerun := range 2 {
+		res = runCmd(t, nil, nil, args...)
+		require.Equal(t, exitOK, res.status, "rerun %d: stderr:\n%s", rerun+1, res.stderr)
+		s := jsonReport(t, res)
+		require.Equal(t, 5, s.Skipped)
+		require.Zero(t, s.BadLines, "the bad line was reported by the run that settled the input")
+		_, bad := letters(t, dl)
+		require.Len(t, bad, 1, "one letter for the one bad line, however often the finished load is run; rerun %d", rerun+1)
+	}
+}
+
+// A checkpoint that does not say up to which line bad lines are reported
+// (one of an earlier pcupsert) reports the bad line after its last record
+// once more, as it cannot know, and then says it: the run saves the
+// checkpoint though no record was settled, and the next run reports it no
+// more.
+func TestACheckpointOfAnEarlierPcupsertReportsTheTrailingBadLineOnceMore(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := records(t, 5) + "not json\n"
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(5, input)), 0o600))
+	require.NoError(t, os.WriteFile(dl, []byte(`{"line":6,"raw":"not json","error":"line 6: invalid JSON at byte 2"}`+"\n"), 0o600))
+	args := []string{"--checkpoint", ckpt, "--dead-letter", dl, "--progress", "off", "--json", in}
+
+	res := runCmd(t, nil, nil, args...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	require.Equal(t, 1, jsonReport(t, res).BadLines, "it cannot know")
+	require.Equal(t, checkpointFor(5, input)+"reported-through 6\n", readString(t, ckpt))
+
+	res = runCmd(t, nil, nil, args...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	require.Zero(t, jsonReport(t, res).BadLines)
+	_, bad := letters(t, dl)
+	require.Len(t, bad, 2)
+}
+
+// A second run on a checkpoint whose lock another holds is refused, exit
+// status 2, before anything is opened; the lock, once let go, takes its
+// file with it.
+func TestACheckpointInUseIsRefused(t *testing.T) {
+	if !lockSupported {
+		t.Skip("no flock on this system: the checkpoint is not locked")
+	}
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	lock, err := lockFile(ckpt + ".lock")
+	require.NoError(t, err)
+	_, err = lockFile(ckpt + ".lock")
+	require.ErrorIs(t, err, errLocked)
+
+	res := runCmd(t, nil, strings.NewReader(records(t, 3)), "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"))
+	assert.Equal(t, exitUsage, res.status)
+	assert.Contains(t, res.stderr, "pcupsert: --checkpoint "+ckpt+": another pcupsert holds it (a lock on "+ckpt+".lock)")
+	assert.NotContains(t, res.stderr, "embedded loopback index", "nothing was opened")
+
+	lock.release()
+	assert.NoFileExists(t, ckpt+".lock")
+	res = runCmd(t, nil, strings.NewReader(records(t, 3)), "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"))
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.NoFileExists(t, ckpt+".lock", "let go at the end of the run")
+}
+
+// The embedded index is gone when pcupsert exits: a --checkpoint with it
+// is warned of, since a resumed run would skip records its new embedded
+// index never got.
+func TestACheckpointWithTheEmbeddedIndexIsWarnedOf(t *testing.T) {
+	dir := t.TempDir()
+	res := runCmd(t, nil, strings.NewReader(records(t, 3)), "--checkpoint", filepath.Join(dir, "ckpt"), "--progress", "off",
+		"--dead-letter", filepath.Join(dir, "dl"))
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "pcupsert: warning: --checkpoint with the embedded loopback index, which is gone when pcupsert exits")
+
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res = runCmd(t, nil, strings.NewReader(records(t, 3)), append(remote(t, srv), "--checkpoint", filepath.Join(dir, "ckpt2"),
+		"--progress", "off", "--dead-letter", filepath.Join(dir, "dl"))...)
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.NotContains(t, res.stderr, "warning")
+}
+
+// A run that settled no record but reported bad lines (the index denied
+// the key from the start) keeps them in its checkpoint: the next run does
+// not report them again, and appends to their letters rather than
+// replacing them.
+func TestABadLineReportedByARunThatSettledNothingIsNotReportedAgain(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte("not json\n"+records(t, 3)), 0o600))
+	srv := upserttest.NewServer(upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
+		return upserttest.Fault{Code: codes.Unauthenticated}
+	}))
+	defer srv.Close()
+	args := append(remote(t, srv), "--checkpoint", ckpt, "--dead-letter", dl, "--progress", "off", in)
+
+	res := runCmd(t, nil, nil, args...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	require.Contains(t, res.stderr, "line 1: invalid JSON")
+	require.Regexp(t, `^0\ninput \d+ [0-9a-f]{64}\nreported-through 1\n$`, readString(t, ckpt))
+
+	srv.SetFaults(nil)
+	res = runCmd(t, nil, nil, args...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	require.NotContains(t, res.stderr, "line 1:")
+	require.Contains(t, res.stderr, "skipped 1 bad line of "+in+", which the checkpoint says a previous run reported")
+	require.Equal(t, "3", reportValue(t, res.stdout, "upserted"))
+	require.Contains(t, res.stdout, "earlier dead letters: 1 in "+dl)
+	_, bad := letters(t, dl)
+	require.Equal(t, []int{1}, bad, "the letter of the bad line is kept")
+}
+
+// A checkpoint that settled no record but says up to which line bad lines
+// are reported names its input too: another input is refused, not
+// stripped of its bad lines' reports.
+func TestACheckpointOfReportedBadLinesOnlyRefusesAnotherInput(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, in := filepath.Join(dir, "ckpt"), filepath.Join(dir, "in.ndjson")
+	require.NoError(t, os.WriteFile(ckpt, []byte(fmt.Sprintf("0\n%v\nreported-through 2\n", idOf([]byte("x\n"+records(t, 3))))), 0o600))
+	require.NoError(t, os.WriteFile(in, []byte("not json\n"+records(t, 3)), 0o600))
+	res := runCmd(t, nil, nil, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"), in)
+	assert.Equal(t, exitUsage, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "was saved for another input: "+in+" does not start as that input did, "+
+		"and resuming would skip 0 records and the bad lines up to line (or row) 2 of it")
+}
+
+// A save keeps the loaded identity of the input, checked against it, when
+// the run has read less of the input than it names (a run interrupted
+// early, which saves how far bad lines are reported): a shorter identity
+// would match more inputs.
+func TestASaveKeepsTheLongerIdentityItLoaded(t *testing.T) {
+	input := records(t, 3000)
+	loaded := idOf([]byte(input[:headBytes]))
+	head := &inputHead{}
+	head.record([]byte(input[:100]))
+	path := filepath.Join(t.TempDir(), "ckpt")
+	c := &checkpointFile{path: path, loaded: 2900, saved: 2900, loadedID: &loaded, head: head, reported: func() int { return 7 }}
+	require.NoError(t, c.Save(context.Background(), 2900))
+	assert.Equal(t, fmt.Sprintf("2900\n%v\nreported-through 7\n", loaded), readString(t, path))
 }

@@ -82,23 +82,14 @@ type openedInput struct {
 }
 
 // openInput opens the input: the file o.input, or stdin. It refuses the
-// dead-letter file as input, by path or as stdin, since writing dead
-// letters would truncate it while it is read. A file that does not exist
-// is a *usageError (exit status 2): the command line names it.
+// dead-letter file and the checkpoint as input, by path or as stdin,
+// since writing them would replace the input while it is read, and a
+// gzip-compressed NDJSON file. Those and a file that does not exist are
+// *usageErrors (exit status 2): the command line must change.
 func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) {
 	format := formatOf(o)
 	if o.input == "" || o.input == "-" {
-		if format == formatParquet {
-			return nil, usagef("Parquet input must be a file, not stdin")
-		}
-		if f, ok := stdin.(*os.File); ok && same(f, o.deadLetter) {
-			return nil, usagef("stdin is the dead-letter file %s, which would be overwritten while it is read: pass another --dead-letter", o.deadLetter)
-		}
-		if isTerminal(stdin) {
-			fmt.Fprintln(con, "pcupsert: reading records from the terminal, one JSON object per line; end with Ctrl-D")
-		}
-		r, head := newHeadReader(stdin)
-		return &openedInput{src: newNDJSONSource(r, -1), name: "stdin", close: func() {}, stdin: true, head: head}, nil
+		return openStdin(o, stdin, con)
 	}
 	f, err := os.Open(o.input)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -112,9 +103,9 @@ func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) 
 		f.Close()
 		return nil, err
 	}
-	if same(f, o.deadLetter) {
+	if err := notWrittenByTheRun(f, o.input, o); err != nil {
 		f.Close()
-		return nil, usagef("%s is the dead-letter file, which would be overwritten while it is read: pass another --dead-letter", o.input)
+		return nil, err
 	}
 	closeIn := func() { f.Close() }
 	if format == formatParquet {
@@ -133,8 +124,61 @@ func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) 
 		size = -1 // a pipe or a device: its size says nothing
 	}
 	r, head := newHeadReader(f)
-	return &openedInput{src: newNDJSONSource(r, size), name: o.input, close: closeIn, head: head}, nil
+	src := newNDJSONSource(r, size)
+	if size < 0 {
+		src.sniff = head.peek // a pipe: its start may not have come yet
+	} else if b, _ := head.peek(len(gzipMagic)); bytes.Equal(b, gzipMagic) {
+		f.Close()
+		return nil, usagef("%s: %v", o.input, errGzipInput)
+	}
+	return &openedInput{src: src, name: o.input, close: closeIn, head: head}, nil
 }
+
+// openStdin is openInput for stdin.
+func openStdin(o options, stdin io.Reader, con io.Writer) (*openedInput, error) {
+	if formatOf(o) == formatParquet {
+		return nil, usagef("Parquet input must be a file, not stdin")
+	}
+	if f, ok := stdin.(*os.File); ok {
+		if err := notWrittenByTheRun(f, "stdin", o); err != nil {
+			return nil, err
+		}
+	}
+	if isTerminal(stdin) {
+		fmt.Fprintln(con, "pcupsert: reading records from the terminal, one JSON object per line; end with Ctrl-D")
+	}
+	r, head := newHeadReader(stdin)
+	src := newNDJSONSource(r, -1)
+	src.sniff = head.peek // stdin may not have come yet: sniffed as it is read
+	return &openedInput{src: src, name: "stdin", close: func() {}, stdin: true, head: head}, nil
+}
+
+// notWrittenByTheRun returns a *usageError if the input f, named name, is
+// the dead-letter file or the checkpoint of the run, which would replace
+// it while it is read.
+func notWrittenByTheRun(f *os.File, name string, o options) error {
+	switch {
+	case same(f, o.deadLetter):
+		if name == "stdin" {
+			return usagef("stdin is the dead-letter file %s, which would be overwritten while it is read: pass another --dead-letter", o.deadLetter)
+		}
+		return usagef("%s is the dead-letter file, which would be overwritten while it is read: pass another --dead-letter", name)
+	case o.checkpoint != "" && same(f, o.checkpoint):
+		if name == "stdin" {
+			return usagef("stdin is the checkpoint %s, which would be replaced while it is read: pass another --checkpoint", o.checkpoint)
+		}
+		return usagef("%s is the checkpoint, which would be replaced while it is read: pass another --checkpoint", name)
+	}
+	return nil
+}
+
+// gzipMagic starts every gzip stream.
+var gzipMagic = []byte{0x1f, 0x8b}
+
+// errGzipInput is the error of a gzip-compressed input: pcupsert reads it
+// as it is, and would take each of its lines for a bad one.
+var errGzipInput = errors.New("the input is gzip-compressed; pcupsert reads NDJSON, not compressed, or Parquet: " +
+	"decompress it first, as in gunzip -c FILE.gz | pcupsert …")
 
 // headBytes is how much of the start of an input identifies it to a
 // checkpoint.
@@ -229,6 +273,9 @@ type ndjsonSource struct {
 	r    *ndjson.Reader
 	read *countingReader
 	size int64 // -1 when unknown
+	// sniff, when not nil, returns the first bytes of the input, which
+	// the first call of next checks are not gzip's (errGzipInput).
+	sniff func(n int) ([]byte, error)
 }
 
 func newNDJSONSource(r io.Reader, size int64) *ndjsonSource {
@@ -237,6 +284,12 @@ func newNDJSONSource(r io.Reader, size int64) *ndjsonSource {
 }
 
 func (s *ndjsonSource) next() (*pinecone.Vector, *badEntry, error) {
+	if s.sniff != nil {
+		b, _ := s.sniff(len(gzipMagic))
+		if s.sniff = nil; bytes.Equal(b, gzipMagic) {
+			return nil, nil, errGzipInput
+		}
+	}
 	v, err := s.r.Next()
 	var le *ndjson.LineError
 	if !errors.As(err, &le) {
@@ -303,10 +356,14 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // reported or written anywhere, as if it had not been read, and a
 // resumed run reads it again.
 type input struct {
-	src   source
-	unit  string // "line" or "row"
-	skip  int    // records an earlier run settled (--checkpoint)
-	onBad func(*badEntry)
+	src  source
+	unit string // "line" or "row"
+	skip int    // records an earlier run settled (--checkpoint)
+	// skipBadThrough is the line or row up to which an earlier run
+	// reported the bad lines (--checkpoint): those are skipped, as are the
+	// bad lines among the skip records.
+	skipBadThrough int
+	onBad          func(*badEntry)
 	// onRead is told of each record read, before it is handed on.
 	onRead func()
 	// ids, when not nil, collects the ids of the records handed to the
@@ -336,6 +393,10 @@ type input struct {
 	// and the share of the input read, as float64 bits.
 	progressRead     atomic.Int64
 	progressConsumed atomic.Uint64
+	// handled is the line or row of the last bad entry handled (reported,
+	// its letter written, or skipped), and so of every one before it: for
+	// the checkpoint, whose saves run on other goroutines.
+	handled atomic.Int64
 }
 
 // entry is what the reading goroutine hands over: what source.next
@@ -468,12 +529,13 @@ func (in *input) next(ctx context.Context) (*pinecone.Vector, bool) {
 		}
 		switch {
 		case e.bad != nil:
-			if in.read < in.skip {
+			if in.read < in.skip || e.pos <= in.skipBadThrough {
 				in.skippedBad++ // the earlier run reported it
-				continue
+			} else {
+				in.bad++
+				in.onBad(e.bad)
 			}
-			in.bad++
-			in.onBad(e.bad)
+			in.handled.Store(int64(e.pos))
 		case e.err != nil:
 			if e.err == io.EOF {
 				in.ended = true
@@ -489,6 +551,11 @@ func (in *input) next(ctx context.Context) (*pinecone.Vector, bool) {
 	}
 	return nil, false
 }
+
+// reportedThrough returns the line or row up to which every bad entry
+// was handled: reported, with its letter written, or skipped as reported
+// by an earlier run; 0 before the first. It is safe for concurrent use.
+func (in *input) reportedThrough() int { return int(in.handled.Load()) }
 
 // note records that record index is at pos.
 func (in *input) note(index, pos int) {

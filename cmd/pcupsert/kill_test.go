@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -232,4 +233,127 @@ func TestAKilledRunKeepsTheDeadLettersOfRecordsThatMayBeStale(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"x"}, stale, "the letter of the record that may be stale is in the dead-letter file after the kill and the resumed run")
+}
+
+// startChild starts the command in a child process (this test binary, see
+// TestMain) against a real-index host, with an API key, and kills it at
+// the test's end; its output, stdout and stderr, is gathered in out.
+func startChild(t *testing.T, args ...string) (cmd *exec.Cmd, out *strings.Builder) {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	require.NoError(t, err)
+	cmd = exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childArgs+"="+string(raw), "PINECONE_API_KEY=test-key-for-upserttest")
+	out = &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd, out
+}
+
+// waitFor polls cond every 2 ms until it holds, failing the test after
+// 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// A second pcupsert process on a --checkpoint that a first one holds (an
+// overlapping cron run, a user who starts a second one by mistake) is
+// refused, exit status 2, naming the checkpoint: the first one's lock is
+// held to its end. The first, killed (SIGKILL), leaves no lock in the way
+// of the run that resumes it, and x's last record wins. (Without the
+// lock, the second run sent x's older record after the first sent the
+// newest, its checkpoint said the whole input was settled, and the
+// resumed run skipped everything and exited 0 with the older value on
+// the index.)
+func TestTwoRunsOnOneCheckpointLeaveNoOlderValue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the command in a child process")
+	}
+	dir := t.TempDir()
+	in, ckpt := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt")
+	input := `{"id":"x","values":[1,1,1]}` + "\n" + records(t, 200) + `{"id":"x","values":[2,2,2]}` + "\n"
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+
+	srv := newXHeldServer(t)
+
+	first, out := startChild(t, "--host", srv.Host(), "--checkpoint", ckpt, "--dead-letter", filepath.Join(dir, "dl1"),
+		"--progress", "off", "--batch-size", "1", "--concurrency", "1", "--timeout", "60s", in)
+	select {
+	case <-srv.arrived:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the first process sent nothing; output:\n%s", out.String())
+	}
+
+	// The second process, on the same checkpoint, while the first runs.
+	second := runCmd(t, nil, nil, append(remote(t, srv.Server), "--checkpoint", ckpt, "--dead-letter", filepath.Join(dir, "dl2"),
+		"--progress", "off", in)...)
+	require.Equal(t, exitUsage, second.status, "stderr:\n%s", second.stderr)
+	require.Contains(t, second.stderr, "--checkpoint "+ckpt+": another pcupsert holds it")
+	require.NoFileExists(t, filepath.Join(dir, "dl2"), "the second run sent nothing")
+
+	// The first process's request with x's first record now lands, then
+	// it is killed.
+	srv.failAll.Store(true)
+	srv.release()
+	waitFor(t, "x's first record to land", func() bool {
+		v, ok := srv.Vector("__default__", "x")
+		return ok && (*v.Values)[0] == 1
+	})
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_ = first.Wait()
+
+	// The user resumes with the same checkpoint once the index is well.
+	srv.SetFaults(nil)
+	third := runCmd(t, nil, nil, append(remote(t, srv.Server), "--checkpoint", ckpt, "--dead-letter", filepath.Join(dir, "dl3"),
+		"--progress", "off", in)...)
+	require.Equal(t, exitOK, third.status, "the killed run's lock is gone with it; stderr:\n%s", third.stderr)
+
+	v, ok := srv.Vector("__default__", "x")
+	require.True(t, ok)
+	require.Equal(t, []float32{2, 2, 2}, *v.Values, "x's last record wins once the load is done")
+}
+
+// xHeldServer is an index whose first request carrying x is held until
+// release, then written and answered 503, and which fails every request
+// once failAll is set.
+type xHeldServer struct {
+	*upserttest.Server
+	arrived chan struct{} // closed when the request carrying x arrives
+	release func()
+	failAll atomic.Bool
+}
+
+// newXHeldServer starts an xHeldServer, closed (the held request
+// released) at the test's end.
+func newXHeldServer(t *testing.T) *xHeldServer {
+	s := &xHeldServer{arrived: make(chan struct{})}
+	var firstX atomic.Bool
+	held := make(chan struct{})
+	var once sync.Once
+	s.release = func() { once.Do(func() { close(held) }) }
+	s.Server = upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		if slices.Contains(r.IDs, "x") && firstX.CompareAndSwap(false, true) {
+			close(s.arrived)
+			<-held
+			return upserttest.Fault{Code: codes.Unavailable, Write: upserttest.WriteAll}
+		}
+		if s.failAll.Load() {
+			return upserttest.Fault{Code: codes.Unavailable}
+		}
+		return upserttest.Fault{}
+	}))
+	t.Cleanup(func() {
+		s.release() // before the server closes, which waits for the held request
+		s.Close()
+	})
+	return s
 }

@@ -16,10 +16,12 @@
 // show how the library deals with rate limits and errors.
 //
 // Run pcupsert --help for the flags. The exit status is 0 when every record
-// landed, 1 when a record failed (or, with --checkpoint, was left to the
-// next run) or may be stale, a line was bad, or the input could not be read
-// to its end (the dead-letter file holds what to replay), and 2 for usage
-// errors, an input file that does not exist included.
+// of the run landed, 1 when a record failed (or, with --checkpoint, was
+// left to the next run) or may be stale, a line was bad, or the input could
+// not be read to its end (the dead-letter file holds what to replay), and 2
+// for usage errors, an input file that does not exist or is gzip-compressed,
+// a --checkpoint that another pcupsert holds, or that belongs to another
+// input, included.
 // For scripts, --json writes the final report as one JSON object,
 // --max-failure-seconds gives up on an index that accepts nothing, and
 // --dry-run checks the input without sending anything.
@@ -112,7 +114,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.host, "host", "", "the index `URL`, such as https://NAME-PROJECT.svc.REGION.pinecone.io\n(needs PINECONE_API_KEY; default: the embedded loopback index)")
 	fs.StringVar(&o.index, "index", "", "the index `NAME`, whose host is looked up with the API key\n(instead of --host)")
 	fs.StringVar(&o.namespace, "namespace", "", "the `NAMESPACE` to write into (default \"\": the SDK's default namespace, \"__default__\")")
-	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped\n(the file names the input by its first 64 KiB: another input is refused)")
+	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped\n(the file names the input by its first 64 KiB: another input is refused; PATH.lock\nis locked while the run lasts: a second pcupsert on PATH is refused)")
 	fs.StringVar(&o.deadLetter, "dead-letter", defaultDeadLetter, "the dead-letter file at `PATH`: records that failed and lines that could not\nbe read, for replay as input; created (mode 0600) only if something fails")
 	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("`N` records per request, 1 to %d (default 0: adaptive, from 100 up)", upsert.MaxBatchSize))
 	fs.IntVar(&o.concurrency, "concurrency", 0, "`N` requests in flight at most, 1 to 256 (default 0: adaptive, from 4 up)")
@@ -210,10 +212,14 @@ down or refused the key) are not dead letters: they are left to the next
 run with the same --checkpoint, which sends them again and appends to the
 dead-letter file. Without it, they are dead letters like the others.
 
-Exit status: 0 when every record landed (for --dry-run: when every line is
-a valid record), 1 when a record failed or was left to the next run, may be
-stale, a line was bad or the input could not be read to its end, 2 for
-usage errors (an input file that does not exist included).
+Exit status: 0 when every record of the run landed (for --dry-run: when
+every line is a valid record), 1 when a record failed or was left to the
+next run, may be stale, a line was bad or the input could not be read to its
+end, 2 for usage errors (an input file that does not exist or is
+gzip-compressed, a --checkpoint in use by another pcupsert or saved for
+another input included). A run resumed with --checkpoint reports the dead
+letters of the runs it resumes ("earlier dead letters"), and its status is
+that of its own records.
 
 Flags:
 `)
@@ -332,6 +338,9 @@ type env struct {
 // *usageError when the command line must change). Once records were
 // sent, the report says what became of them, whatever happened.
 func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, error) {
+	if err := checkPaths(o); err != nil {
+		return 0, err
+	}
 	inp, err := openInput(o, e.stdin, e.con)
 	if err != nil {
 		return 0, err
@@ -350,12 +359,17 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 	if o.dryRun {
 		return dryRunInput(ctx, o, e, in, inp.name, notice)
 	}
+	if err := checkDeadLetterWritable(o.deadLetter); err != nil {
+		return 0, usagef("--dead-letter %s: cannot be written there: %v", o.deadLetter, err)
+	}
 	var ckpt *checkpointFile
 	if o.checkpoint != "" {
 		if ckpt, err = openCheckpoint(ctx, o.checkpoint, inp.name, inp.head, e.con); err != nil {
 			return 0, err
 		}
-		in.skip = int(ckpt.loaded)
+		defer ckpt.close() // after the run's last save
+		in.skip, in.skipBadThrough = int(ckpt.loaded), ckpt.loadedReported
+		ckpt.reported = in.reportedThrough
 	}
 
 	tgt, err := openTarget(ctx, o, e.key, e.con)
@@ -363,6 +377,10 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 		return 0, err
 	}
 	defer tgt.Close()
+	if tgt.srv != nil && ckpt != nil {
+		fmt.Fprintf(e.con, "pcupsert: warning: --checkpoint with the embedded loopback index, which is gone when pcupsert exits: "+
+			"a run resumed from %s skips records that its new embedded index never got (--checkpoint is for --host or --index)\n", o.checkpoint)
+	}
 	return upsertToTarget(ctx, o, e, in, inp.name, tgt, ckpt, notice, start)
 }
 
@@ -372,7 +390,11 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 func upsertToTarget(ctx context.Context, o options, e *env, in *input, name string, tgt *target, ckpt *checkpointFile, notice func(string), start time.Time) (int, error) {
 	dead := newDeadLetters(o, e, in, notice)
 	causes := &causes{mask: e.mask}
-	opts := append(runOptions(o, e, in), targetOptions(tgt, ckpt, dead, causes, saveReporter(e.con, o.checkpoint))...)
+	var durable *durableCheckpoint
+	if ckpt != nil {
+		durable = &durableCheckpoint{ckpt, dead, saveReporter(e.con, o.checkpoint)}
+	}
+	opts := append(runOptions(o, e, in), targetOptions(tgt, durable, dead, causes)...)
 	opts = append(opts, upsert.WithObserver(upsert.Observer{Stale: func(st upsert.Stale) { dead.Stale(st, staleMessage(in, st)) }}))
 	runCtx, opts, stop := watchFailures(ctx, o, in, opts)
 	defer stop()
@@ -383,21 +405,11 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	// Records are read as they are sent: memory stays bounded whatever
 	// the input's size, and reading pauses while the index cannot keep up.
 	res, err := upsert.Stream(runCtx, in.records(runCtx), opts...)
-	if errors.Is(err, upsert.ErrBadOption) {
-		_, _ = dead.Close() // nothing was sent: no letters to lose
-		return 0, &usageError{err.Error()}
-	}
-	if errors.Is(err, upsert.ErrCheckpointPastEnd) {
-		// Nothing was sent: the checkpoint is another input's, or the
-		// input could not be read as far.
-		err := fmt.Errorf("%w; remove %s to load %s from its start", err, o.checkpoint, name)
-		if in.err != nil {
-			err = fmt.Errorf("reading %s: %w", name, in.err)
-		}
-		if _, derr := dead.Close(); derr != nil { // bad lines read before
-			err = errors.Join(err, fmt.Errorf("writing dead letters to %s: %w", o.deadLetter, derr))
-		}
+	if err := refused(err, o, name, in, dead); err != nil {
 		return 0, err
+	}
+	if durable != nil {
+		durable.finish()
 	}
 	s := summarize(o, tgt, name, in, res, start)
 	s.GaveUp = ctx.Err() == nil && runCtx.Err() != nil
@@ -419,6 +431,31 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	writeStale(e.con, res, o.deadLetter)
 	finishSummary(&s, in, dead, causes, tgt, res)
 	return writeReport(e, o.json, s.write, s.writeJSON, "summary", s.ExitStatus), nil
+}
+
+// refused returns the error of a run that sent nothing because it could
+// not start (err is Stream's): an option the library refused, a gzip
+// input, or a checkpoint past the end of an input read to its end (the
+// input is not the one it was saved for); all are *usageErrors. It
+// returns nil for any other run, which is reported: one interrupted, or
+// whose input could not be read, while it skipped what its checkpoint
+// settled, included.
+func refused(err error, o options, name string, in *input, dead *deadLetters) error {
+	switch {
+	case errors.Is(err, upsert.ErrBadOption):
+		err = &usageError{err.Error()}
+	case errors.Is(in.err, errGzipInput):
+		err = usagef("%s: %v", name, in.err)
+	case errors.Is(err, upsert.ErrCheckpointPastEnd) && in.ended:
+		err = notTheInput(o.checkpoint, name, fmt.Sprintf("it says %s of %s are settled, and %s has %s",
+			quantity(in.skip, "record"), name, name, quantity(in.read, "record")))
+	default:
+		return nil
+	}
+	if _, derr := dead.Close(); derr != nil { // nothing was sent: no letters to lose, but those of bad lines
+		err = errors.Join(err, fmt.Errorf("writing dead letters to %s: %w", o.deadLetter, derr))
+	}
+	return err
 }
 
 // staleMessage is the error of the dead letter of st, a record that may be
@@ -443,7 +480,13 @@ func writeStale(con io.Writer, res upsert.Result, path string) {
 // newDeadLetters returns the dead letters of the run, and has bad lines of
 // in written to them; each bad line and invalid record is also a notice.
 func newDeadLetters(o options, e *env, in *input, notice func(string)) *deadLetters {
-	dead := &deadLetters{path: o.deadLetter, append: in.skip > 0, mask: e.mask, resumable: o.checkpoint != ""}
+	// A resumed run appends to the letters of the runs it resumes,
+	// whose records (or bad lines) its checkpoint skips.
+	resumes := in.skip > 0 || in.skipBadThrough > 0
+	dead := &deadLetters{path: o.deadLetter, append: resumes, mask: e.mask, resumable: o.checkpoint != ""}
+	if resumes {
+		dead.earlier = countLines(o.deadLetter)
+	}
 	dead.invalid = func(f upsert.Failure, rule error) string {
 		msg := fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), rule)
 		notice(msg)
@@ -462,15 +505,14 @@ func newDeadLetters(o options, e *env, in *input, notice func(string)) *deadLett
 
 // targetOptions are the options that send the run to tgt and record its
 // outcome: failures to dead, request outcomes to causes, and, with a
-// checkpoint, the checkpoint, which syncs dead before it saves and tells
-// saveFailed of a save that failed.
-func targetOptions(tgt *target, ckpt *checkpointFile, dead *deadLetters, causes *causes, saveFailed func(error)) []upsert.Option {
+// checkpoint (nil without), the checkpoint.
+func targetOptions(tgt *target, ckpt *durableCheckpoint, dead *deadLetters, causes *causes) []upsert.Option {
 	opts := []upsert.Option{
 		upsert.WithIndex(tgt.idx),
 		upsert.WithObserver(upsert.Observer{Failure: dead.Failure, RequestDone: causes.requestDone}),
 	}
 	if ckpt != nil {
-		opts = append(opts, upsert.WithCheckpoint(durableCheckpoint{ckpt, dead, saveFailed}))
+		opts = append(opts, upsert.WithCheckpoint(ckpt))
 	}
 	return opts
 }
@@ -534,15 +576,21 @@ func summarize(o options, tgt *target, name string, in *input, res upsert.Result
 // if it did.
 func tellHowItEnded(con io.Writer, o options, name string, in *input, res upsert.Result, s summary) {
 	fmt.Fprintf(con, "pcupsert: read %s from %s%s\n", quantity(in.read, "record"), name, plural(in.bad, " (%d bad line%s)"))
-	if res.Stats.Skipped > 0 {
+	switch {
+	case res.Stats.Skipped > 0:
 		fmt.Fprintf(con, "pcupsert: skipped the first %s of %s, which the checkpoint says a previous run settled%s\n",
 			quantity(res.Stats.Skipped, "record"), name, plural(in.skippedBad, ", and %d bad line%s it reported"))
+	case in.skippedBad > 0:
+		fmt.Fprintf(con, "pcupsert: skipped %s of %s, which the checkpoint says a previous run reported\n", quantity(in.skippedBad, "bad line"), name)
 	}
 	unsent := "records read but not landed go to the dead-letter file"
 	if o.checkpoint != "" {
 		unsent = "records read but not landed are left to the next run with the same --checkpoint"
 	}
 	switch {
+	case s.Interrupted && in.read < in.skip:
+		fmt.Fprintf(con, "pcupsert: interrupted at %s %d of %s, while skipping the %s that the checkpoint says a previous run settled; "+
+			"nothing was sent, and the checkpoint %s is kept for the next run\n", in.unit, in.pos, name, quantity(in.skip, "record"), o.checkpoint)
 	case s.Interrupted:
 		fmt.Fprintf(con, "pcupsert: interrupted at %s %d of %s; %s\n", in.unit, in.pos, name, unsent)
 	case s.GaveUp:
@@ -597,7 +645,7 @@ func finishSummary(s *summary, in *input, dead *deadLetters, causes *causes, tgt
 		s.Embedded = &embedded{Stored: stored, AsExpected: storedAsExpected(stored, res.Upserted, landed, repeated)}
 	}
 	n, err := dead.Close()
-	s.DeadLetters = deadLetterSummary{Path: dead.path, Count: n}
+	s.DeadLetters = deadLetterSummary{Path: dead.path, Count: n, Earlier: dead.earlier}
 	if err != nil {
 		s.DeadLetters.Error = err.Error()
 	}

@@ -360,6 +360,10 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 		{"a host without the API key", []string{"--host", "http://127.0.0.1:1"}, "need the API key"},
 		{"the dead-letter file as input", []string{"--dead-letter", dl, dl}, "is the dead-letter file"},
 		{"an input file that does not exist", []string{filepath.Join(t.TempDir(), "missing.ndjson")}, "missing.ndjson: no such file or directory"},
+		{"the checkpoint as input", []string{"--checkpoint", dl, dl}, dl + " is the checkpoint, which would be replaced while it is read"},
+		{"a dead-letter file in a directory that does not exist", []string{"--dead-letter", filepath.Join(dl, "x"), "-"},
+			"--dead-letter " + filepath.Join(dl, "x") + ": cannot be written there: "},
+		{"a directory as the dead-letter file", []string{"--dead-letter", t.TempDir(), "-"}, "cannot be written there: it is a directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -427,6 +431,9 @@ func TestStatusLine(t *testing.T) {
 		{"failures are shown when there are some",
 			upsert.Progress{Total: -1, Done: 2, Stats: upsert.Stats{Failed: 1}}, func() (int, float64) { return 4, 1 },
 			"50% 2/4 0 rec/s retries 0 429s 0 failed 1"},
+		{"a resumed run leaves the records its checkpoint skips out of the total, and its ETA",
+			upsert.Progress{Total: -1, Done: 100_000, Rate: 10_000, Stats: upsert.Stats{Skipped: 800_000}}, half,
+			"50% 100000/200000 (and 800000 skipped) 10.0k rec/s ETA 10s retries 0 429s 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

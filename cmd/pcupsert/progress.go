@@ -142,7 +142,11 @@ func (p *progress) show(pr upsert.Progress) {
 		if st.total >= 0 {
 			p.pb.ChangeMax64(int64(max(st.total, 1)))
 		}
-		p.pb.Describe(st.counts())
+		desc := st.counts()
+		if st.skipped > 0 {
+			desc = fmt.Sprintf("(and %d skipped) %s", st.skipped, desc)
+		}
+		p.pb.Describe(desc)
 		_ = p.pb.Set64(int64(st.done))
 	})
 	if pr.Final {
@@ -167,7 +171,8 @@ func newBar(w io.Writer, total int) *progressbar.ProgressBar {
 
 // status is what a progress report shows.
 type status struct {
-	done, total int // total is -1 when unknown
+	done, total int // this run's records; total is -1 when unknown
+	skipped     int // the records a checkpoint skips, in neither
 	rate        float64
 	eta         time.Duration
 	final       bool
@@ -179,15 +184,18 @@ type status struct {
 // newStatus reads pr, estimating the total from the share of the input
 // read: the records read so far divided by that share. The input is read
 // as records are sent, so the estimate firms up as the run goes, and is
-// exact once the input was read to its end.
+// exact once the input was read to its end. The records a checkpoint
+// skips (pr.Stats.Skipped) are the earlier runs': they are left out of
+// the total as they are of pr.Done, so that a resumed run ends at 100%,
+// and its ETA is that of the records it sends.
 func newStatus(pr upsert.Progress, input func() (int, float64)) status {
 	st := status{
-		done: pr.Done, total: -1, rate: pr.Rate, final: pr.Final,
+		done: pr.Done, total: -1, skipped: pr.Stats.Skipped, rate: pr.Rate, final: pr.Final,
 		retries: pr.Stats.Retries, rateLimited: pr.Stats.ErrorsByClass[upsert.ClassRateLimited], failed: pr.Stats.Failed,
 	}
 	if input != nil {
 		if read, consumed := input(); consumed > 0 {
-			st.total = max(pr.Done, int(float64(read)/consumed+0.5))
+			st.total = max(pr.Done, int(float64(read)/consumed+0.5)-st.skipped)
 		}
 	}
 	if st.total >= 0 && st.rate > 0 && !st.final {
@@ -198,16 +206,20 @@ func newStatus(pr upsert.Progress, input func() (int, float64)) status {
 
 // line formats st as
 //
-//	45% 450000/1000000 12.3k rec/s ETA 44s retries 12 429s 3
+//	45% 450000/1000000 (and 20000 skipped) 12.3k rec/s ETA 44s retries 12 429s 3
 //
-// leaving out the percentage and total when unknown, the ETA when unknown
-// or final, and the failures when there are none.
+// leaving out the percentage and total when unknown, the skipped records
+// when there are none, the ETA when unknown or final, and the failures
+// when there are none.
 func (st status) line() string {
 	var b strings.Builder
 	if st.total > 0 {
 		fmt.Fprintf(&b, "%d%% %d/%d", int(100*min(1, float64(st.done)/float64(st.total))), st.done, st.total)
 	} else {
 		fmt.Fprintf(&b, "%d done", st.done)
+	}
+	if st.skipped > 0 {
+		fmt.Fprintf(&b, " (and %d skipped)", st.skipped)
 	}
 	fmt.Fprintf(&b, " %s rec/s", si(st.rate))
 	if st.eta > 0 && !st.final {

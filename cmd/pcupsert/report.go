@@ -28,6 +28,9 @@ type deadLetters struct {
 	path   string
 	append bool                // keep what the file holds: the run resumes another
 	mask   func(string) string // masks the API key in error messages
+	// earlier is how many letters the file held when a resumed run
+	// (append) started: those of the runs it resumes.
+	earlier int
 	// resumable: with a checkpoint, failures that say nothing against
 	// their record (upsert.Failure.Resend: the run stopped, the index was
 	// down) are not letters, since the checkpoint stops before them and the
@@ -230,17 +233,40 @@ type durableCheckpoint struct {
 	failed func(error)
 }
 
-func (c durableCheckpoint) Save(ctx context.Context, n int64) error {
+func (c durableCheckpoint) Save(_ context.Context, n int64) error {
+	return c.saveDurably(n)
+}
+
+// saveDurably saves n. The line up to which bad lines are reported is read
+// before the dead letters are made durable: the letters of those lines
+// were written before it moved, and are on disk with the checkpoint.
+func (c durableCheckpoint) saveDurably(n int64) error {
+	reported := c.reportedNow()
 	err := c.dead.sync()
 	if err != nil {
 		err = fmt.Errorf("writing the dead-letter file %s before saving the checkpoint: %w", c.dead.path, rootCause(err))
 	} else {
-		err = c.checkpointFile.Save(ctx, n)
+		err = c.checkpointFile.save(n, reported)
 	}
 	if err != nil {
 		c.failed(err)
 	}
 	return err
+}
+
+// finish saves the checkpoint once the run is over if bad lines were
+// reported since its last save: the library saves only when the count of
+// settled records moves, which it does not in a run that had nothing left
+// to send (a rerun of a finished load, whose trailing bad line an earlier
+// pcupsert did not mark as reported), and such a line would be reported
+// again by every run after.
+func (c durableCheckpoint) finish() {
+	c.mu.Lock()
+	n, saved := c.saved, c.savedReported
+	c.mu.Unlock()
+	if c.reportedNow() > saved {
+		_ = c.saveDurably(n) // a failure is told by c.failed
+	}
 }
 
 // maxCauseChars bounds an error message in the report.
@@ -404,9 +430,14 @@ type embedded struct {
 }
 
 type deadLetterSummary struct {
-	Path  string `json:"path"`
-	Count int    `json:"count"`
-	Error string `json:"error,omitempty"`
+	Path string `json:"path"`
+	// Count is how many letters the run wrote.
+	Count int `json:"count"`
+	// Earlier is how many letters the file held before a run resumed
+	// with --checkpoint appended to it: those of the runs it resumes,
+	// whose failures their reports (and exit statuses) told of.
+	Earlier int    `json:"earlier"`
+	Error   string `json:"error,omitempty"`
 }
 
 // classNames turns counts by class into counts by class name.
@@ -510,16 +541,25 @@ func (s *summary) write(out io.Writer) error {
 			fmt.Fprintf(w, "embedded index: holds %s but %d were upserted: MISMATCH\n", quantity(e.Stored, "record"), s.Upserted)
 		}
 	}
-	switch d := s.DeadLetters; {
+	s.DeadLetters.write(w)
+	if s.InputError != "" {
+		fmt.Fprintf(w, "input: %s; the rest of it was not read\n", s.InputError)
+	}
+	return w.err
+}
+
+// write says where the dead letters are, this run's and those of the
+// runs it resumes, if there are any.
+func (d deadLetterSummary) write(w io.Writer) {
+	switch {
 	case d.Error != "":
 		fmt.Fprintf(w, "dead letters: %d, but writing %s failed: %s\n", d.Count, d.Path, d.Error)
 	case d.Count > 0:
 		fmt.Fprintf(w, "dead letters: %d in %s\n", d.Count, d.Path)
 	}
-	if s.InputError != "" {
-		fmt.Fprintf(w, "input: %s; the rest of it was not read\n", s.InputError)
+	if d.Earlier > 0 {
+		fmt.Fprintf(w, "earlier dead letters: %d in %s, written by the runs this one resumes (--checkpoint)\n", d.Earlier, d.Path)
 	}
-	return w.err
 }
 
 // causesHeading is the heading of the causes in the report: the host that

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -376,4 +377,39 @@ func TestAnInterruptWhileDrainingAfterGivingUpEndsTheRun(t *testing.T) {
 	ids, _ := letters(t, dl)
 	assert.Len(t, ids, 300)
 	assert.Equal(t, s.Failed+s.NotSent, s.DeadLetters.Count)
+}
+
+// A run resumed after a crash that finishes cleanly tells of the dead
+// letters that the runs it resumes left in the file it appends to, in the
+// human report and in --json (dead_letters.earlier): its own figures say
+// that nothing failed, and the user who reads only the last report must
+// learn that the load has dead letters. Its exit status is that of its
+// own records, 0: the runs that wrote those letters exited 1, and a
+// finished load run again (a retry wrapper) must not fail forever.
+func TestAResumedRunTellsOfTheDeadLettersOfTheEarlierRun(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	// r3 is refused before sending (all-zero values); the index denies
+	// every record from r50 on, which stops the first run.
+	input := strings.Replace(records(t, 100), `{"id":"r3","values":[3,0.5,0.25]}`, `{"id":"r3","values":[0,0,0]}`, 1)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	srv := upserttest.NewServer(upserttest.WithFaults(deniedFrom))
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--batch-size", "10", "--concurrency", "1", "--dead-letter", dl, "--checkpoint", ckpt, in)
+	res := runCmd(t, nil, nil, args...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+
+	srv.SetFaults(nil)
+	res = runCmd(t, nil, nil, args...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	ids, _ := letters(t, dl)
+	require.Equal(t, []string{"r3"}, ids, "r3 never landed: its letter is in the file")
+	require.Equal(t, "0", reportValue(t, res.stdout, "failed"))
+	require.Contains(t, res.stdout, "earlier dead letters: 1 in "+dl+", written by the runs this one resumes (--checkpoint)\n")
+	require.NotContains(t, res.stdout, "\ndead letters:", "none of this run's")
+
+	res = runCmd(t, nil, nil, append([]string{"--json"}, args...)...) // the finished load, run again
+	require.Equal(t, exitOK, res.status, res.stderr)
+	s := jsonReport(t, res)
+	require.Equal(t, deadLetterSummary{Path: dl, Count: 0, Earlier: 1}, s.DeadLetters)
 }

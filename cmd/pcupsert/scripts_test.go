@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -653,4 +655,62 @@ func TestACheckpointPastTheEndOfTheInputFailsTheRun(t *testing.T) {
 	assert.NotEqual(t, exitOK, res.status, "none of the 3 records was sent, nor the bad line reported")
 	assert.Contains(t, res.stderr, "checkpoint", "the error says the checkpoint does not fit the input")
 	assert.NotContains(t, res.stderr, "which the checkpoint says a previous run settled")
+}
+
+// The progress of a resumed run counts the records it sends, and leaves
+// those the checkpoint skips out of its total too, saying how many: a
+// resumed run that finishes ends at 100%, and its ETA is that of the
+// records it sends. (pcupsert once counted this run's records against the
+// whole input's, and a finished resume ended on "66% 2000/3000".)
+func TestTheProgressOfAResumedRunEndsAtAHundredPercent(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt")
+	input := records(t, 3000)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(1000, input)), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--checkpoint", ckpt, "--dead-letter", filepath.Join(dir, "dl"),
+		"--progress", "lines", in)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	lines := regexp.MustCompile(`(?m)^pcupsert: (\d+)% (\d+)/(\d+) \(and (\d+) skipped\) `).FindAllStringSubmatch(res.stderr, -1)
+	require.NotEmpty(t, lines, "a final progress line; stderr:\n%s", res.stderr)
+	last := lines[len(lines)-1]
+	require.Equal(t, []string{"100", "2000", "2000", "1000"}, last[1:], "final progress line %q", last[0])
+}
+
+// A gzip-compressed input is refused, exit status 2, naming the formats
+// pcupsert reads, whether a file or stdin, and nothing is sent: read as
+// NDJSON, each of its lines was a bad line.
+func TestAGzipInputIsRefusedNamingTheFormats(t *testing.T) {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, err := io.WriteString(zw, records(t, 100))
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.ndjson.gz")
+	require.NoError(t, os.WriteFile(in, gz.Bytes(), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+
+	for _, tt := range []struct {
+		name  string
+		stdin io.Reader
+		args  []string
+	}{
+		{"a file", nil, []string{in}},
+		{"stdin", bytes.NewReader(gz.Bytes()), nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dl := filepath.Join(t.TempDir(), "dl")
+			res := runCmd(t, nil, tt.stdin, append(remote(t, srv), append([]string{"--progress", "off", "--dead-letter", dl}, tt.args...)...)...)
+			assert.Equal(t, exitUsage, res.status, res.stderr)
+			assert.Contains(t, res.stderr, "the input is gzip-compressed; pcupsert reads NDJSON, not compressed, or Parquet")
+			assert.NoFileExists(t, dl, "no bad lines")
+			assert.Empty(t, res.stdout)
+		})
+	}
+	assert.Zero(t, srv.Stats().Requests, "nothing was sent")
 }

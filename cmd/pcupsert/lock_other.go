@@ -1,0 +1,15 @@
+//go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly || illumos)
+
+package main
+
+// lockSupported: this system has no flock (Windows, Plan 9, WebAssembly,
+// AIX, Solaris): lockFile does not lock, and two runs on one checkpoint
+// are not refused there. A lock file whose existence alone would be the
+// lock would outlive a killed run and refuse every run after it.
+const lockSupported = false
+
+// lockFile does nothing on this system: see lockSupported.
+func lockFile(string) (*fileLock, error) { return &fileLock{}, nil }
+
+// release does nothing on this system.
+func (l *fileLock) release() {}

@@ -132,3 +132,18 @@ func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(
 type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
+
+// cutHeard has a cut a's lane and waits for b to hear of it before its
+// next exchange; msg says what failed if it does not.
+func cutHeard(t *testing.T, a, b *member, msg string) {
+	t.Helper()
+	changed := b.Changed()
+	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
+	require.NoError(t, err)
+	require.True(t, applied)
+	select {
+	case <-changed:
+	case <-time.After(time.Second):
+		t.Fatal(msg)
+	}
+}

@@ -163,15 +163,7 @@ func TestACutReachesTheOthersAtOnce(t *testing.T) {
 	s := newStore(t, rdb) // exchanges only when asked to, or poked
 	a, b := join(t, s), join(t, s)
 	subscribed(t, rdb, b, 1) // one Store: one subscription
-	changed := b.Changed()
-	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
-	require.NoError(t, err)
-	require.True(t, applied)
-	select {
-	case <-changed:
-	case <-time.After(time.Second):
-		t.Fatal("the other writer did not hear of the cut before its next exchange")
-	}
+	cutHeard(t, a, b, "the other writer did not hear of the cut before its next exchange")
 	assert.Equal(t, uint64(1), b.View().Epoch)
 }
 
@@ -198,15 +190,7 @@ func TestACutPokesOnlyItsLaneThroughTheStoresOneSubscription(t *testing.T) {
 	}, time.Second, time.Millisecond, "a lane left leaves its channel")
 
 	before := s.Stats().Exchanges
-	changed := b.Changed()
-	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
-	require.NoError(t, err)
-	require.True(t, applied)
-	select {
-	case <-changed:
-	case <-time.After(time.Second):
-		t.Fatal("the cut did not reach its lane's other writer")
-	}
+	cutHeard(t, a, b, "the cut did not reach its lane's other writer")
 	time.Sleep(20 * time.Millisecond) // c's exchange, were it poked
 	assert.Equal(t, before+3, s.Stats().Exchanges, "the cut, and the exchanges it poked: a's and b's, not c's")
 }
@@ -430,13 +414,5 @@ func TestJoinThroughARing(t *testing.T) {
 	}
 	a, b := join(t, newStore(t, newRing())), join(t, newStore(t, newRing()))
 	subscribed(t, client(t, nil), b, 2) // two clients: two subscriptions
-	changed := b.Changed()
-	_, applied, err := a.Cut(context.Background(), share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
-	require.NoError(t, err)
-	require.True(t, applied)
-	select {
-	case <-changed:
-	case <-time.After(time.Second):
-		t.Fatal("the cut did not reach the other writer")
-	}
+	cutHeard(t, a, b, "the cut did not reach the other writer")
 }

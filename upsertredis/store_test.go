@@ -378,7 +378,6 @@ func TestSharedPerCallHoldsOneSubscriptionPerProcess(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var writers []*upsert.Writer
 	for i := range 2 {
 		conn, err := pc.Index(pinecone.NewIndexConnParams{Host: idx.Host(), Namespace: fmt.Sprint("tenant-", i)})
 		require.NoError(t, err)
@@ -388,7 +387,6 @@ func TestSharedPerCallHoldsOneSubscriptionPerProcess(t *testing.T) {
 		t.Cleanup(func() { _, _ = w.Close(context.Background()) })
 		require.NoError(t, w.Add(ctx, vectors(i*10, 1)[0]))
 		require.NoError(t, w.Flush(ctx))
-		writers = append(writers, w)
 	}
 	// Both lanes are joined while their Writers live.
 	require.Eventually(t, func() bool {

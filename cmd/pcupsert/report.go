@@ -246,7 +246,7 @@ func (c durableCheckpoint) saveDurably(n int64) error {
 	if err != nil {
 		err = fmt.Errorf("writing the dead-letter file %s before saving the checkpoint: %w", c.dead.path, rootCause(err))
 	} else {
-		err = c.checkpointFile.save(n, reported)
+		err = c.save(n, reported)
 	}
 	if err != nil {
 		c.failed(err)

@@ -14,8 +14,8 @@ type Request struct {
 	// Seq is the 1-based order of arrival of the upsert requests, of both
 	// APIs, that reached the service of this server (requests rejected
 	// before, such as oversized ones, REST bodies that are not NDJSON and
-	// REST requests with a wrong API key, get none). It keeps counting across Restart and starts again from 1
-	// after Reset.
+	// requests of either API with a wrong API key, get none). It keeps
+	// counting across Restart and starts again from 1 after Reset.
 	Seq int
 	// Namespace is the request's namespace, exactly as received (for REST,
 	// the path segment, unescaped). The Pinecone SDK sends "__default__" when
@@ -129,8 +129,11 @@ func (f Fault) message() string {
 // RateLimitBurst returns a fault script that answers codes.ResourceExhausted,
 // with the rate-limit message of [WithRate], to the n requests with Seq in
 // [from, from+n), and leaves the others alone. Nothing of those requests is
-// written.
+// written. RateLimitBurst panics if n < 0.
 func RateLimitBurst(from, n int) FaultFunc {
+	if n < 0 {
+		panic(fmt.Sprintf("upserttest: RateLimitBurst(%d, %d): need n >= 0", from, n))
+	}
 	return func(r Request) Fault {
 		if r.Seq >= from && r.Seq < from+n {
 			return Fault{Code: codes.ResourceExhausted}
@@ -142,8 +145,9 @@ func RateLimitBurst(from, n int) FaultFunc {
 // ErrorRate returns a fault script that answers code, writing nothing, to a
 // share p (0 to 1) of requests. Which requests is decided by seed and
 // [Request.Seq] alone, so a run is reproducible whatever the interleaving of
-// concurrent requests.
+// concurrent requests. ErrorRate panics unless 0 <= p <= 1.
 func ErrorRate(code codes.Code, p float64, seed int64) FaultFunc {
+	checkShare(fmt.Sprintf("ErrorRate(%v, %v, %d)", code, p, seed), p)
 	return func(r Request) Fault {
 		if chance(seed, saltErrorRate, r.Seq) < p {
 			return Fault{Code: code}
@@ -177,8 +181,14 @@ func Outage(every, length time.Duration, code codes.Code) FaultFunc {
 // AmbiguousTimeouts returns a fault script that, for a share p of requests
 // (decided like [ErrorRate]), writes the request normally and then delays
 // the OK answer by delay, so that a client with a shorter deadline times out
-// on a write that landed.
+// on a write that landed. AmbiguousTimeouts panics unless 0 <= p <= 1 and
+// delay >= 0.
 func AmbiguousTimeouts(p float64, delay time.Duration, seed int64) FaultFunc {
+	name := fmt.Sprintf("AmbiguousTimeouts(%v, %v, %d)", p, delay, seed)
+	checkShare(name, p)
+	if delay < 0 {
+		panic("upserttest: " + name + ": need delay >= 0")
+	}
 	return func(r Request) Fault {
 		if chance(seed, saltAmbiguous, r.Seq) < p {
 			return Fault{Delay: delay}
@@ -189,8 +199,10 @@ func AmbiguousTimeouts(p float64, delay time.Duration, seed int64) FaultFunc {
 
 // PartialWrites returns a fault script that, for a share p of requests
 // (decided like [ErrorRate]), writes the first half of the vectors (rounded
-// down) and answers codes.Internal.
+// down) and answers codes.Internal. PartialWrites panics unless
+// 0 <= p <= 1.
 func PartialWrites(p float64, seed int64) FaultFunc {
+	checkShare(fmt.Sprintf("PartialWrites(%v, %d)", p, seed), p)
 	return func(r Request) Fault {
 		if chance(seed, saltPartial, r.Seq) < p {
 			return Fault{Code: codes.Internal, Write: len(r.IDs) / 2}
@@ -202,8 +214,10 @@ func PartialWrites(p float64, seed int64) FaultFunc {
 // ConnectionResets returns a fault script that, for a share p of requests
 // (decided like [ErrorRate]), writes nothing and resets the client's
 // connection without answering. gRPC clients see codes.Unavailable and
-// reconnect on their next call.
+// reconnect on their next call. ConnectionResets panics unless
+// 0 <= p <= 1.
 func ConnectionResets(p float64, seed int64) FaultFunc {
+	checkShare(fmt.Sprintf("ConnectionResets(%v, %d)", p, seed), p)
 	return func(r Request) Fault {
 		if chance(seed, saltReset, r.Seq) < p {
 			return Fault{Reset: true}
@@ -245,6 +259,15 @@ func Chain(fs ...FaultFunc) FaultFunc {
 			}
 		}
 		return Fault{}
+	}
+}
+
+// checkShare panics unless p, the share of requests of the fault script
+// call (such as "ErrorRate(Unavailable, 1.5, 1)"), is from 0 to 1; NaN is
+// not.
+func checkShare(call string, p float64) {
+	if !(p >= 0 && p <= 1) {
+		panic("upserttest: " + call + ": need 0 <= p <= 1")
 	}
 }
 

@@ -1,6 +1,7 @@
 package upserttest_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -107,4 +108,42 @@ func TestRejectIDs(t *testing.T) {
 	ft := f(upserttest.Request{IDs: []string{"a", "worse"}})
 	assert.Equal(t, codes.InvalidArgument, ft.Code)
 	assert.NotContains(t, ft.Message, "worse")
+}
+
+// The fault scripts refuse nonsense arguments as the options do, with a
+// panic naming the function and the rule.
+func TestFaultScriptsPanicOnNonsenseArguments(t *testing.T) {
+	tests := []struct {
+		name string
+		make func()
+		want string
+	}{
+		{"ErrorRate p > 1", func() { upserttest.ErrorRate(codes.Unavailable, 1.5, 1) },
+			"upserttest: ErrorRate(Unavailable, 1.5, 1): need 0 <= p <= 1"},
+		{"ErrorRate p < 0", func() { upserttest.ErrorRate(codes.Unavailable, -0.1, 1) },
+			"upserttest: ErrorRate(Unavailable, -0.1, 1): need 0 <= p <= 1"},
+		{"ErrorRate p NaN", func() { upserttest.ErrorRate(codes.Unavailable, math.NaN(), 1) },
+			"upserttest: ErrorRate(Unavailable, NaN, 1): need 0 <= p <= 1"},
+		{"PartialWrites p > 1", func() { upserttest.PartialWrites(2, 1) },
+			"upserttest: PartialWrites(2, 1): need 0 <= p <= 1"},
+		{"ConnectionResets p < 0", func() { upserttest.ConnectionResets(-1, 1) },
+			"upserttest: ConnectionResets(-1, 1): need 0 <= p <= 1"},
+		{"AmbiguousTimeouts p > 1", func() { upserttest.AmbiguousTimeouts(1.1, time.Second, 1) },
+			"upserttest: AmbiguousTimeouts(1.1, 1s, 1): need 0 <= p <= 1"},
+		{"AmbiguousTimeouts delay < 0", func() { upserttest.AmbiguousTimeouts(0.5, -time.Second, 1) },
+			"upserttest: AmbiguousTimeouts(0.5, -1s, 1): need delay >= 0"},
+		{"RateLimitBurst n < 0", func() { upserttest.RateLimitBurst(1, -1) },
+			"upserttest: RateLimitBurst(1, -1): need n >= 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.PanicsWithValue(t, tt.want, tt.make)
+		})
+	}
+	assert.NotPanics(t, func() {
+		upserttest.ErrorRate(codes.Unavailable, 0, 1)
+		upserttest.PartialWrites(1, 1)
+		upserttest.AmbiguousTimeouts(1, 0, 1)
+		upserttest.RateLimitBurst(1, 0)
+	}, "the bounds are allowed")
 }

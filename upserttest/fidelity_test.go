@@ -37,5 +37,5 @@ func TestRecordsOver2MBAnswerPineconesText(t *testing.T) {
 	require.Greater(t, len(body), upserttest.DefaultMaxRequestBytes)
 	status, _, resp := post(t, srv, "/records/namespaces/ns/upsert", "k", body)
 	require.Equal(t, 4, status/100, "a client error: %d %s", status, resp)
-	assert.Contains(t, resp, "larger than the maximum supported size", "Pinecone's text for a request over 2 MB")
+	assert.Contains(t, resp, `"Your request is larger than the maximum supported size - 2MB"`, "Pinecone's text for a request over 2 MB")
 }

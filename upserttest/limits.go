@@ -136,16 +136,20 @@ type admission struct {
 // admit checks a request against the quotas and then every bucket, the
 // namespace's and the index's, taking from all of them only when all have
 // enough. It returns the answer of the first limit that refuses it, or
-// nil.
+// nil. A request it admits holds a reservation of its namespace
+// (reserveNamespace), which the caller gives back with releaseNamespace
+// once the request has written, or will not write.
 func (s *Server) admit(a admission) error {
-	if err := s.checkNamespaceQuota(a.namespace); err != nil {
+	if err := s.reserveNamespace(a.namespace); err != nil {
 		return err
 	}
 	wu, err := s.take(a)
-	if err == nil {
-		s.countWriteUnits(wu)
+	if err != nil {
+		s.releaseNamespace(a.namespace)
+		return err
 	}
-	return err
+	s.countWriteUnits(wu)
+	return nil
 }
 
 // take takes a's tokens from every bucket if every bucket has enough, and
@@ -184,28 +188,50 @@ func (s *Server) take(a admission) (writeUnitsTaken int, err error) {
 	return wu, nil
 }
 
-// checkNamespaceQuota refuses a request into a new namespace when the index
-// has as many as WithMaxNamespaces allows.
-func (s *Server) checkNamespaceQuota(namespace string) error {
+// reserveNamespace refuses a request into a new namespace when the index
+// has as many as WithMaxNamespaces allows, counting both the namespaces
+// that hold vectors or records and those reserved by admitted requests
+// still on their way to writing (waiting for a slot, or in their write
+// latency): the quota is enforced at admission, as Pinecone refuses such a
+// request with 403 at once, nothing written, so concurrent first writes
+// into new namespaces cannot together exceed it. Otherwise it reserves the
+// namespace for the request until releaseNamespace. Without
+// WithMaxNamespaces it does nothing.
+func (s *Server) reserveNamespace(namespace string) error {
 	max := s.cfg.maxNamespaces
 	if max <= 0 {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.store[namespace]) > 0 || len(s.records[namespace]) > 0 {
-		return nil
-	}
-	n := 0
-	for ns := range s.namespacesLocked() {
-		if ns != namespace {
-			n++
+	if len(s.store[namespace]) == 0 && len(s.records[namespace]) == 0 && s.reserved[namespace] == 0 {
+		used := s.namespacesLocked()
+		for ns := range s.reserved {
+			used[ns] = true
+		}
+		if len(used) >= max { // namespace is not among them
+			return quotaExceeded(codes.PermissionDenied, namespacesMessage)
 		}
 	}
-	if n >= max {
-		return quotaExceeded(codes.PermissionDenied, namespacesMessage)
+	if s.reserved == nil {
+		s.reserved = make(map[string]int)
 	}
+	s.reserved[namespace]++
 	return nil
+}
+
+// releaseNamespace gives back a reservation of reserveNamespace, once its
+// request has written (the namespace then holds data, which counts in its
+// stead) or will not write.
+func (s *Server) releaseNamespace(namespace string) {
+	if s.cfg.maxNamespaces <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reserved[namespace]--; s.reserved[namespace] <= 0 {
+		delete(s.reserved, namespace)
+	}
 }
 
 // namespaceKey is the name under which the server keeps a namespace: ""

@@ -330,3 +330,91 @@ func TestOverwriteWriteUnitsCountEverywhere(t *testing.T) {
 		assert.Contains(t, status.Convert(err).Message(), "write units per second")
 	})
 }
+
+// WithMaxNamespaces(1) must refuse the second namespace even when the first
+// writes into new namespaces arrive together, all still in their write
+// latency when the others are admitted: a namespace counts from the
+// admission of its first upsert.
+func TestMaxNamespacesHoldsUnderConcurrentFirstWrites(t *testing.T) {
+	srv := start(t, upserttest.WithMaxNamespaces(1), upserttest.WithLatency(200*time.Millisecond, 0))
+	names := []string{"a", "b", "c"}
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		idx := connectAs(t, srv, "test", n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("x", 1)})
+		}()
+	}
+	wg.Wait()
+
+	denied := 0
+	for _, err := range errs {
+		if code(err) == codes.PermissionDenied {
+			denied++
+		}
+	}
+	assert.Len(t, srv.Namespaces(), 1, "WithMaxNamespaces(1) let %v be created", srv.Namespaces())
+	assert.Equal(t, 2, denied, "answers: %v", errs)
+	assert.Equal(t, 2, srv.Stats().QuotaExceeded)
+}
+
+// An upsert admitted into a new namespace that writes nothing gives the
+// namespace back: it does not count against WithMaxNamespaces. Here two
+// first writes of different dimensions are both admitted, and the one that
+// lands second is refused when it writes, the first having set the index's
+// dimension.
+func TestMaxNamespacesCountsNoNamespaceLeftEmpty(t *testing.T) {
+	srv := start(t, upserttest.WithMaxNamespaces(2), upserttest.WithLatency(100*time.Millisecond, 0))
+	names := []string{"a", "b"}
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		idx := connectAs(t, srv, "test", n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = idx.UpsertVectors(bg(t), []*pinecone.Vector{denseN("x", i+2)})
+		}()
+	}
+	wg.Wait()
+	require.Len(t, srv.Namespaces(), 1, "answers: %v", errs)
+	dim := 2
+	if errs[0] != nil {
+		dim = 3
+	}
+	for _, err := range errs {
+		if err != nil {
+			require.Equal(t, codes.InvalidArgument, code(err))
+		}
+	}
+
+	_, err := connectAs(t, srv, "test", "c").UpsertVectors(bg(t), []*pinecone.Vector{denseN("x", dim)})
+	require.NoError(t, err, "the namespace left empty still counts")
+	_, err = connectAs(t, srv, "test", "d").UpsertVectors(bg(t), []*pinecone.Vector{denseN("x", dim)})
+	assert.Equal(t, codes.PermissionDenied, code(err))
+	assert.Len(t, srv.Namespaces(), 2)
+}
+
+// A gRPC Upsert with a wrong API key, like a REST records upsert with one,
+// gets no Request.Seq and its bytes are not counted, so the first request
+// the fault script sees has Seq 1.
+func TestUnauthenticatedGRPCUpsertTakesNoSeq(t *testing.T) {
+	srv := start(t, upserttest.WithAPIKey("good"), upserttest.WithFaults(upserttest.RateLimitBurst(1, 1)))
+
+	_, err := connectAs(t, srv, "bad", ns).UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1)})
+	require.Equal(t, codes.Unauthenticated, code(err))
+	st := srv.Stats()
+	assert.Equal(t, 1, st.Requests)
+	assert.Equal(t, int64(0), st.BytesReceived)
+
+	_, err = connectAs(t, srv, "good", ns).UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1)})
+	assert.Equal(t, codes.ResourceExhausted, code(err),
+		"the first request the fault script sees should have Seq 1, as with REST")
+	st = srv.Stats()
+	assert.Equal(t, 2, st.Requests)
+	assert.Equal(t, map[codes.Code]int{codes.Unauthenticated: 1, codes.ResourceExhausted: 1}, st.Codes)
+	assert.Positive(t, st.BytesReceived)
+}

@@ -115,8 +115,10 @@ func (c *config) initialShape() indexShape {
 // answered codes.Unauthenticated and is not passed to the fault script.
 // This applies to every gRPC method, not only Upsert, and to REST records
 // upserts, whose "Api-Key" header is checked likewise, before their body is
-// read, and which are answered 401 Unauthorized whatever their body (such
-// a request gets no [Request.Seq] and its bytes are not counted).
+// read, and which are answered 401 Unauthorized whatever their body. An
+// upsert refused so, of either API, gets no [Request.Seq] and its bytes
+// are not counted in [Stats.BytesReceived]; it counts in Stats.Requests
+// and, as codes.Unauthenticated, in Stats.Codes.
 //
 // By default, or with key == "", any key (or none) is accepted.
 func WithAPIKey(key string) Option {
@@ -141,7 +143,9 @@ func WithAPIKey(key string) Option {
 // The limit also applies to Fetch and DescribeIndexStats requests, and to
 // the body of REST records upserts, which are answered 413 Request Entity
 // Too Large (counted under codes.ResourceExhausted in [Stats.Codes]) and do
-// not reach the service either. WithMaxRequestBytes panics if n < 1.
+// not reach the service either; the message is Pinecone's, "Your request
+// is larger than the maximum supported size - 2MB", with the default
+// limit, and names n in bytes otherwise. WithMaxRequestBytes panics if n < 1.
 func WithMaxRequestBytes(n int) Option {
 	if n < 1 {
 		panic(fmt.Sprintf("upserttest: WithMaxRequestBytes(%d): limit must be positive", n))
@@ -346,8 +350,12 @@ func WithMonthlyWriteUnits(n int64) Option {
 //
 //	Request failed. You've reached the max namespaces allowed in serverless index upserttest. To add more namespaces, upgrade your plan.
 //
-// and counted in [Stats.QuotaExceeded]. Off by default; n <= 0 turns it
-// off.
+// and counted in [Stats.QuotaExceeded], nothing of it written. The quota
+// is checked at admission, and a namespace counts from the admission of
+// its first upsert, before that upsert has written (it stops counting if
+// the upsert writes nothing, refused or faulted): upserts into new
+// namespaces that arrive together cannot exceed n. Off by default; n <= 0
+// turns it off.
 func WithMaxNamespaces(n int) Option {
 	return func(c *config) { c.maxNamespaces = max(n, 0) }
 }

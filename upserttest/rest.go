@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -77,7 +78,7 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	err := g.processUpsert(r.Context(), s.recordsUpsertCall(w, r, body, records, arrival))
-	s.answerRecordsUpsert(w, r, err)
+	s.answerRecordsUpsert(w, r, len(body), err)
 }
 
 // readRecordsBody reads and parses the body of a records upsert. When it
@@ -90,8 +91,7 @@ func (s *Server) readRecordsBody(w http.ResponseWriter, r *http.Request) (body [
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			s.countUnprocessed(codes.ResourceExhausted, http.StatusRequestEntityTooLarge)
-			writeRESTError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted,
-				"Your request is larger than the maximum supported size - 2MB") // Pinecone's text (reference.md); its status is unpublished
+			writeRESTError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, tooLargeMessage(s.cfg.maxRequestBytes))
 			return nil, nil, false
 		}
 		// The client went away while sending, or Restart or Close cut the
@@ -106,6 +106,17 @@ func (s *Server) readRecordsBody(w http.ResponseWriter, r *http.Request) (body [
 		return nil, nil, false
 	}
 	return body, records, true
+}
+
+// tooLargeMessage is the message of the 413 answer to a records upsert
+// whose body is over limit bytes (WithMaxRequestBytes): Pinecone's text
+// (reference.md; its status is unpublished) for the default limit, which
+// is Pinecone's 2 MB, and the same text naming the limit otherwise.
+func tooLargeMessage(limit int) string {
+	if limit == DefaultMaxRequestBytes {
+		return "Your request is larger than the maximum supported size - 2MB"
+	}
+	return fmt.Sprintf("Your request is larger than the maximum supported size - %d bytes (upserttest.WithMaxRequestBytes)", limit)
 }
 
 // recordsUpsertCall is the parsed records upsert r as processUpsert sees
@@ -129,8 +140,7 @@ func (s *Server) recordsUpsertCall(w http.ResponseWriter, r *http.Request, body 
 			Elapsed:   arrival.Sub(s.start),
 			REST:      true,
 		},
-		tokens:    tokens,
-		authorize: func() error { return nil }, // serveRecordsUpsert checked the key before the body
+		tokens: tokens,
 		retryAfter: func(d time.Duration) {
 			sec, _ := retryAfterValues(d)
 			w.Header().Set("Retry-After", sec)
@@ -145,16 +155,17 @@ func (s *Server) recordsUpsertCall(w http.ResponseWriter, r *http.Request, body 
 	}
 }
 
-// answerRecordsUpsert counts and answers a records upsert that processUpsert
-// returned err for. A reset or an interrupted request panics with
-// http.ErrAbortHandler, so it must run in the handler.
-func (s *Server) answerRecordsUpsert(w http.ResponseWriter, r *http.Request, err error) {
+// answerRecordsUpsert counts and answers a records upsert of size bytes
+// that processUpsert returned err for. A reset or an interrupted request
+// panics with http.ErrAbortHandler, so it must run in the handler.
+func (s *Server) answerRecordsUpsert(w http.ResponseWriter, r *http.Request, size int, err error) {
+	answered := func(err error, httpStatus int) { s.answered(err, httpStatus, size) }
 	switch err {
 	case nil:
-		s.answered(nil, http.StatusCreated)
+		answered(nil, http.StatusCreated)
 		w.WriteHeader(http.StatusCreated) // an empty body, as Pinecone's
 	case errReset:
-		s.answered(errReset, 0)
+		answered(errReset, 0)
 		// Close the connection with an RST, then abort the handler so that
 		// the HTTP server neither answers nor logs.
 		s.mux.reset(r.RemoteAddr)
@@ -163,10 +174,10 @@ func (s *Server) answerRecordsUpsert(w http.ResponseWriter, r *http.Request, err
 		// Restart or Close is closing the connection: a request it
 		// interrupts gets no answer, as with a real restart, rather than a
 		// 503 that could slip out before the connection is closed.
-		s.answered(errStopped, 0)
+		answered(errStopped, 0)
 		panic(http.ErrAbortHandler)
 	default:
-		s.answered(err, httpStatusFromCode(status.Code(err)))
+		answered(err, httpStatusFromCode(status.Code(err)))
 		writeStatusError(w, err)
 	}
 }

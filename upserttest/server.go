@@ -52,7 +52,9 @@ type Server struct {
 	queued   int
 	caps     map[string]*nsCapacity
 	faults   FaultFunc
-	recent   []newVectors // writes that DescribeIndexStats does not count yet (WithStatsLag)
+	recent   []newVectors   // writes that DescribeIndexStats does not count yet (WithStatsLag)
+	reserved map[string]int // namespace -> admitted requests not yet written (WithMaxNamespaces)
+	open     openRequests   // requests counted by arrive and not yet by answered
 
 	limits indexLimits
 }
@@ -110,8 +112,9 @@ type Stats struct {
 	// records upserts, overwrites included.
 	RecordsWritten int
 	// BytesReceived is the total size, in bytes, of the upsert requests
-	// that reached the service: the encoded protobuf message of a gRPC
-	// call, the body of a REST request.
+	// that reached the service, those with a wrong API key (WithAPIKey)
+	// excepted: the encoded protobuf message of a gRPC call, the body of a
+	// REST request.
 	BytesReceived int64
 	// MaxInFlight is the most Upsert requests being written at once, a
 	// request being written from when it gets a write slot (WithSlots; at
@@ -438,8 +441,18 @@ func (s *Server) Stats() Stats {
 // the vectors (not one set with WithDimension), the stats, and the Seq
 // count, refills every admission bucket and gives back the monthly write
 // units (WithMonthlyWriteUnits). It keeps the options, the fault
-// script, the certificate and the connections; requests in progress go on,
-// and are counted in the new stats.
+// script, the certificate and the connections.
+//
+// Requests in progress (received, not yet answered) go on, keep their Seq,
+// and are counted in the new stats as if they had arrived after Reset: in
+// Requests, RESTRequests and BytesReceived at once, then their answers in
+// Codes and HTTPCodes, and what they write in VectorsWritten,
+// RecordsWritten and the other counters, so that Codes still adds up to
+// Requests once they are answered. Only the write units metered at their
+// admission stay in the old stats; those of the records they overwrite
+// count in the new. Their writes land in the emptied store. InFlight and
+// Queued, which describe the present, are unchanged, and MaxInFlight and
+// MaxQueued start from them.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -449,9 +462,12 @@ func (s *Server) Reset() {
 	s.shape = s.cfg.initialShape()
 	s.seq = 0
 	s.stats = Stats{
-		Codes:       make(map[codes.Code]int),
-		MaxInFlight: s.inFlight,
-		MaxQueued:   s.queued,
+		Requests:      s.open.requests,
+		RESTRequests:  s.open.rest,
+		BytesReceived: s.open.bytes,
+		Codes:         make(map[codes.Code]int),
+		MaxInFlight:   s.inFlight,
+		MaxQueued:     s.queued,
 	}
 	for _, c := range s.caps {
 		c.resetBuckets(&s.cfg)
@@ -563,17 +579,28 @@ func (s *Server) indexedLocked(namespace string) int {
 	return n
 }
 
-// arrive counts an upsert request reaching the service and returns its Seq.
-// rest tells a REST request from a gRPC one.
+// openRequests are the upsert requests in progress: counted by arrive, not
+// yet answered. Reset counts them in the new stats.
+type openRequests struct {
+	requests, rest int
+	bytes          int64
+}
+
+// arrive counts an upsert request of the given size reaching the service
+// and returns its Seq. rest tells a REST request from a gRPC one. Each
+// request it counts must then be counted by answered.
 func (s *Server) arrive(bytes int, rest bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
 	s.stats.Requests++
+	s.open.requests++
 	if rest {
 		s.stats.RESTRequests++
+		s.open.rest++
 	}
 	s.stats.BytesReceived += int64(bytes)
+	s.open.bytes += int64(bytes)
 	return s.seq
 }
 
@@ -581,12 +608,17 @@ func (s *Server) arrive(bytes int, rest bool) int {
 // countUnprocessed, where 0 stands for a REST request answered by a reset.
 const noHTTPStatus = -1
 
-// answered counts the answer err (nil for OK) to a request counted by
-// arrive. httpStatus is the HTTP status sent to a REST request, or
-// noHTTPStatus for gRPC.
-func (s *Server) answered(err error, httpStatus int) {
+// answered counts the answer err (nil for OK) to a request of the given
+// size counted by arrive. httpStatus is the HTTP status sent to a REST
+// request, or noHTTPStatus for gRPC.
+func (s *Server) answered(err error, httpStatus, bytes int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.open.requests--
+	if httpStatus != noHTTPStatus {
+		s.open.rest--
+	}
+	s.open.bytes -= int64(bytes)
 	s.stats.Codes[status.Code(err)]++
 	s.countHTTP(httpStatus)
 	if le, ok := err.(*limitError); ok {

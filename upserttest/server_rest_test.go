@@ -365,8 +365,10 @@ func TestRecordsValidation(t *testing.T) {
 		srv := start(t, upserttest.WithMaxRequestBytes(100))
 		status, _, body := post(t, srv, "/records/namespaces/ns/upsert", "k", fmt.Sprintf(`{"_id":"a","chunk_text":%q}`, strings.Repeat("x", 200)))
 		assert.Equal(t, http.StatusRequestEntityTooLarge, status)
-		got, _ := decodeError(t, body)
+		got, msg := decodeError(t, body)
 		assert.Equal(t, codes.ResourceExhausted, got)
+		assert.Equal(t, "Your request is larger than the maximum supported size - 100 bytes (upserttest.WithMaxRequestBytes)", msg,
+			"the message names the configured limit, not Pinecone's 2MB")
 		assert.Equal(t, map[codes.Code]int{codes.ResourceExhausted: 1}, srv.Stats().Codes)
 	})
 

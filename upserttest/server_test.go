@@ -947,3 +947,33 @@ func TestDuplicateSparseIndicesAreRefusedAsByPinecone(t *testing.T) {
 		assert.Equal(t, 1, srv.Count(ns))
 	})
 }
+
+// Stats.Codes add up to Requests, and Reset counts the requests in
+// progress in the new stats: a request in flight across a Reset counts in
+// the new Requests and BytesReceived as well as in the new Codes.
+func TestResetWithRequestInFlightKeepsCodesAddingUpToRequests(t *testing.T) {
+	srv := start(t, upserttest.WithLatency(200*time.Millisecond, 0))
+	idx := connect(t, srv)
+	done := make(chan error, 1)
+	go func() {
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1)})
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return srv.Stats().InFlight == 1 }, 2*time.Second, time.Millisecond)
+	before := srv.Stats().BytesReceived
+	srv.Reset()
+	st := srv.Stats()
+	assert.Equal(t, 1, st.Requests, "the request in progress counts in the new stats")
+	assert.Equal(t, before, st.BytesReceived)
+	assert.Empty(t, st.Codes)
+	require.NoError(t, <-done)
+
+	st = srv.Stats()
+	sum := 0
+	for _, n := range st.Codes {
+		sum += n
+	}
+	assert.Equal(t, st.Requests, sum, "Codes %v do not add up to Requests %d", st.Codes, st.Requests)
+	assert.Equal(t, 1, st.VectorsWritten)
+	assert.Equal(t, 1, srv.Count(ns))
+}

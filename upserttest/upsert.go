@@ -15,10 +15,10 @@ import (
 
 // The life of an upsert request, gRPC Upsert or REST records upsert:
 //
-//  1. arrival: counted in Stats, given its Seq;
-//  2. API key check (WithAPIKey); a REST request's key is checked before
-//     its body is read, so before step 1: a request with a wrong key gets
-//     no Seq;
+//  1. API key check (WithAPIKey), for a REST request before its body is
+//     read: a request with a wrong key is answered codes.Unauthenticated
+//     (401), counted in Stats.Requests and Codes, and gets no Seq;
+//  2. arrival: counted in Stats, given its Seq;
 //  3. the fault script (WithFaults, SetFaults); a fault that writes nothing
 //     and fails is answered now, after its Delay;
 //  4. validation: per-request limits, then, for vectors, the type and
@@ -26,6 +26,8 @@ import (
 //  5. admission (limits.go): the quotas (WithMaxNamespaces,
 //     WithMonthlyWriteUnits), then the namespace's token buckets (WithRate,
 //     ...) and the index's (WithWriteUnitRate, WithEmbedTokensPerMinute);
+//     an admitted request reserves its namespace for WithMaxNamespaces
+//     until it has written or will not write (releaseNamespace);
 //  6. waiting for a write slot of the namespace, in FIFO order (WithSlots);
 //     a request whose client gives up while it waits is dropped;
 //  7. write latency (WithLatency, ..., WithLatencyJitter), then the write,
@@ -35,9 +37,9 @@ import (
 //     connection.
 //
 // From step 7 on, the request's context is ignored: only Close and Restart
-// interrupt it. processUpsert runs steps 2 to 8 for both APIs; upsert (here)
-// and serveRecordsUpsert (rest.go) decode, count and answer in their
-// protocol.
+// interrupt it. processUpsert runs steps 3 to 8 for both APIs; upsert (here)
+// and serveRecordsUpsert (rest.go) check the key, decode, count and answer
+// in their protocol.
 
 var errReset = status.Error(codes.Unavailable, "upserttest: connection reset")
 
@@ -50,8 +52,6 @@ type upsertCall struct {
 	// tokens are the embedding tokens of a REST records upsert; 0 for
 	// vectors.
 	tokens int
-	// authorize checks the request's API key.
-	authorize func() error
 	// retryAfter sends a fault's RetryAfter with the answer, whatever it
 	// is.
 	retryAfter func(time.Duration)
@@ -64,6 +64,12 @@ type upsertCall struct {
 func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Message, error) {
 	s := g.s
 	arrival := s.cfg.now()
+	if err := s.authorizeGRPC(ctx); err != nil {
+		// Before arrive, as a REST request's key is checked before its body
+		// is read: no Seq, no bytes.
+		s.countUnprocessed(codes.Unauthenticated, noHTTPStatus)
+		return nil, err
+	}
 	ns, vectors := decodeUpsert(req.ProtoReflect())
 	size := proto.Size(req)
 	seq := s.arrive(size, false)
@@ -77,7 +83,6 @@ func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Messa
 			Time:      arrival,
 			Elapsed:   arrival.Sub(s.start),
 		},
-		authorize: func() error { return s.authorizeGRPC(ctx) },
 		retryAfter: func(d time.Duration) {
 			sec, ms := retryAfterValues(d)
 			md := metadata.Pairs("retry-after", sec, "grpc-retry-pushback-ms", ms)
@@ -97,7 +102,7 @@ func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Messa
 		},
 		write: func(k int) error { return s.apply(ns, vectors[:k], vectors) },
 	})
-	s.answered(err, noHTTPStatus)
+	s.answered(err, noHTTPStatus, size)
 	if err == errReset {
 		// After counting, so that Stats is up to date when the client sees
 		// the reset.
@@ -109,15 +114,12 @@ func (g *generation) upsert(ctx context.Context, req proto.Message) (proto.Messa
 	return newUpsertResponse(len(vectors)), nil
 }
 
-// processUpsert runs steps 2 to 8 of the life of an upsert request. It
+// processUpsert runs steps 3 to 8 of the life of an upsert request. It
 // returns nil for OK, errReset for a fault that resets the connection, and
 // otherwise a gRPC status error.
 func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 	s := g.s
 	r := c.req
-	if err := c.authorize(); err != nil {
-		return err
-	}
 
 	var fault Fault
 	if f := s.faultFunc(); f != nil {
@@ -145,6 +147,7 @@ func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 	caps := s.capacity(key)
 
 	if err := caps.slots.acquire(ctx, g.stop, s.queuedDelta); err != nil {
+		s.releaseNamespace(key)
 		if err == errStopped {
 			return err
 		}
@@ -152,6 +155,7 @@ func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 	}
 	if s.cfg.stalled(s.cfg.now().Sub(s.start)) {
 		caps.slots.release()
+		s.releaseNamespace(key)
 		return s.faultAnswer(Fault{Code: codes.Unavailable})
 	}
 	s.inFlightDelta(+1)
@@ -162,6 +166,7 @@ func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 			s.lateWrite()
 		}
 	}
+	s.releaseNamespace(key)
 	s.inFlightDelta(-1)
 	caps.slots.release()
 	if err != nil {

@@ -163,6 +163,8 @@
 // REST answers by HTTP status), vectors and records written, bytes
 // received, write units metered, requests refused by a rate limit or a
 // quota, and the peak concurrency of writes; [Server.Reset] forgets both
-// between the phases of a test. [Server.Restart] drops every connection,
+// between the phases of a test. [Server.WaitIdle] waits until every
+// request received has been answered, writes whose clients gave up
+// included, before a test asserts on what landed. [Server.Restart] drops every connection,
 // gRPC and HTTPS, and serves again on the same port, keeping the data.
 package upserttest

@@ -1,6 +1,7 @@
 package upserttest
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -55,6 +56,7 @@ type Server struct {
 	recent   []newVectors   // writes that DescribeIndexStats does not count yet (WithStatsLag)
 	reserved map[string]int // namespace -> admitted requests not yet written (WithMaxNamespaces)
 	open     openRequests   // requests counted by arrive and not yet by answered
+	idle     chan struct{}  // closed while no request is open (WaitIdle)
 
 	limits indexLimits
 }
@@ -182,6 +184,7 @@ func NewServer(opts ...Option) *Server {
 		records:   make(map[string]map[string]map[string]any),
 		shape:     cfg.initialShape(),
 		stats:     Stats{Codes: make(map[codes.Code]int)},
+		idle:      closedChan(),
 		caps:      make(map[string]*nsCapacity),
 		faults:    cfg.faults,
 	}
@@ -344,6 +347,30 @@ func (s *Server) Vectors(namespace string) map[string]*pinecone.Vector {
 		out[id] = cloneVector(v)
 	}
 	return out
+}
+
+// WaitIdle waits until no upsert request the server has received is in
+// progress: in its latency, waiting for a slot, being written, or held by
+// a fault (a write that [AmbiguousTimeouts] delays past its client's
+// timeout included). It returns nil then, or ctx's error if ctx ends
+// first. A request still on its way to the server is not waited for. Use
+// it before asserting on what landed after a client gave up on requests.
+func (s *Server) WaitIdle(ctx context.Context) error {
+	s.mu.Lock()
+	idle := s.idle
+	s.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }
 
 // Count returns the number of vectors stored in namespace.
@@ -594,6 +621,9 @@ func (s *Server) arrive(bytes int, rest bool) int {
 	defer s.mu.Unlock()
 	s.seq++
 	s.stats.Requests++
+	if s.open.requests == 0 {
+		s.idle = make(chan struct{})
+	}
 	s.open.requests++
 	if rest {
 		s.stats.RESTRequests++
@@ -615,6 +645,9 @@ func (s *Server) answered(err error, httpStatus, bytes int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.open.requests--
+	if s.open.requests == 0 {
+		close(s.idle)
+	}
 	if httpStatus != noHTTPStatus {
 		s.open.rest--
 	}

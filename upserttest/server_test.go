@@ -977,3 +977,23 @@ func TestResetWithRequestInFlightKeepsCodesAddingUpToRequests(t *testing.T) {
 	assert.Equal(t, 1, st.VectorsWritten)
 	assert.Equal(t, 1, srv.Count(ns))
 }
+
+// WaitIdle returns once every request the server received has been
+// answered, a write its client gave up on included, so that a test can
+// assert on what landed; at once on an idle server; with ctx's error when
+// ctx ends first.
+func TestWaitIdleWaitsForWritesTheClientGaveUpOn(t *testing.T) {
+	srv := start(t, upserttest.WithLatency(50*time.Millisecond, 0))
+	require.NoError(t, srv.WaitIdle(bg(t)), "idle from the start")
+	idx := connect(t, srv)
+	_, err := idx.UpsertVectors(ctxTimeout(t, 5*time.Millisecond), []*pinecone.Vector{dense("a", 1, 2)})
+	require.Error(t, err, "the client gives up before the write")
+	require.Eventually(t, func() bool { return srv.Stats().Requests == 1 }, time.Second, time.Millisecond)
+
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.ErrorIs(t, srv.WaitIdle(ended), context.Canceled, "a write is in progress")
+	require.NoError(t, srv.WaitIdle(bg(t)))
+	assert.Equal(t, 1, srv.Count(ns), "the write its client gave up on landed")
+	assert.Equal(t, 0, srv.Stats().InFlight)
+}

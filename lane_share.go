@@ -236,7 +236,7 @@ func (ln *lane) setFraction(frac float64, now time.Time) {
 // records, as this lane's records measure its unit; see View.Allocation);
 // before, an equal split among the writers that send at all (a total of 1
 // record a second, below every sending writer's demand: nothing is capped
-// yet), within [tuning.minShare, 1]. ln.mu is held.
+// yet), within [leastShare, 1]. ln.mu is held.
 func (ln *lane) shareFraction(v share.View) float64 {
 	total := v.Level
 	switch v.Unit {
@@ -252,7 +252,15 @@ func (ln *lane) shareFraction(v share.View) float64 {
 	if v.Epoch == 0 || !(total > 0) || math.IsInf(total, 1) {
 		total = 1
 	}
-	return min(1, max(ln.tuning.minShare, v.Allocation(total)/total))
+	return min(1, max(ln.leastShare(v), v.Allocation(total)/total))
+}
+
+// leastShare is the least part a writer of the lane holds: tuning.minShare,
+// so that a writer is not starved while its demand catches up, but no more
+// than an even split, or more writers than 1/minShare would together hold
+// more than the lane.
+func (ln *lane) leastShare(v share.View) float64 {
+	return min(ln.tuning.minShare, 1/float64(max(1, v.Writers)))
 }
 
 // reportShare tells the member what a request's answer says, without I/O:
@@ -463,7 +471,7 @@ func (ln *lane) measuredShare(v share.View) float64 {
 	if !(own > 0) {
 		return frac
 	}
-	return min(1, max(ln.tuning.minShare, own/lane))
+	return min(1, max(ln.leastShare(v), own/lane))
 }
 
 // laneAnswersSpan is how long the lane's writers take to give n answers,

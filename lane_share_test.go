@@ -819,3 +819,22 @@ func TestSharedLaneRejoinTakesBackItsPartOfTheNamespaceCaps(t *testing.T) {
 	assert.InDelta(t, before.prior, after.prior, 1e-9, "back among four writers, its known request limit is its part again")
 	assert.Zero(t, after.gain, "back among four writers, it no longer probes for the whole lane")
 }
+
+// A writer's least part is minShare, but no more than an even split:
+// floored at 1%, 1,000 writers that all take what they are given held ten
+// times the lane together, where the allocation gives each a thousandth.
+func TestManyWritersHoldNoMoreThanTheLane(t *testing.T) {
+	now := newFakeClock().Now()
+	const writers = 1000
+	v := capped(now, 1, 100_000, 100_000, writers)
+	assert.InDelta(t, 100.0, v.Allocation(100_000), 1e-9, "precondition: the split gives each a thousandth")
+
+	ln, _, _ := sharedLane(t, newFakeMember(v))
+	ln.mu.Lock()
+	frac := ln.share.frac
+	records := ln.dims[dimRecords].ctl.limit
+	ln.mu.Unlock()
+	assert.InDelta(t, 1.0/writers, frac, 1e-9, "a writer's fraction of the lane")
+	assert.LessOrEqual(t, frac*writers, 1.0+1e-9, "the writers' parts add up to no more than the lane")
+	assert.InDelta(t, 100.0, records, 1e-6, "its record rate: a thousandth of the lane's 100,000/s")
+}

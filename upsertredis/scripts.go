@@ -127,7 +127,7 @@ local others = {}
 local w = redis.call('HGETALL', KEYS[2])
 for i = 1, #w, 2 do
   local expiry, d = string.match(w[i + 1], '^(%d+) (.*)$')
-  if tonumber(expiry) < now then
+  if expiry == nil or tonumber(expiry) < now then -- an entry not of this shape is dropped, not an error for every writer
     redis.call('HDEL', KEYS[2], w[i])
   elseif w[i] ~= id then
     others[#others + 1] = d

@@ -414,3 +414,20 @@ func TestJoinThroughARing(t *testing.T) {
 	subscribed(t, client(t, nil), b, 2) // two clients: two subscriptions
 	cutHeard(t, a, b, "the cut did not reach the other writer")
 }
+
+// A writers entry not of the shape "<expiry ms> <demand>" (written by
+// hand, or by another version) is dropped at the next exchange: it made
+// the script fail for every writer of the lane, which then went alone for
+// as long as the entry lived.
+func TestAMalformedWriterEntryIsDropped(t *testing.T) {
+	rdb := client(t, nil)
+	s := newStore(t, rdb)
+	m := join(t, s)
+	require.NoError(t, rdb.HSet(context.Background(), m.keys[1], "stranger", "garbage").Err())
+	v := exchange(t, m)
+	assert.True(t, v.Shared)
+	assert.Equal(t, 1, v.Writers)
+	ok, err := rdb.HExists(context.Background(), m.keys[1], "stranger").Result()
+	require.NoError(t, err)
+	assert.False(t, ok)
+}

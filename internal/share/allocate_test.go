@@ -26,6 +26,10 @@ func TestAllocate(t *testing.T) {
 		{"an uncapped lane is uncapped for every writer", inf, []float64{100, inf}, []float64{inf, inf}},
 		{"no rate, nothing to split", 0, []float64{inf, inf}, []float64{0, 0}},
 		{"no writers", 1000, nil, []float64{}},
+		{"every writer quiet: an equal split", 1000, []float64{0, 0, 0, 0}, []float64{250, 250, 250, 250}},
+		{"demands that add up to the rate are met", 1000, []float64{100, 300, 600}, []float64{100, 300, 600}},
+		{"a NaN rate splits nothing", math.NaN(), []float64{inf, inf}, []float64{0, 0}},
+		{"a negative rate splits nothing", -1, []float64{inf, inf}, []float64{0, 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -33,6 +37,22 @@ func TestAllocate(t *testing.T) {
 			assert.InDeltaSlice(t, tt.want, got, 1e-9)
 		})
 	}
+	t.Run("a thousand writers, some quiet, share the rate exactly", func(t *testing.T) {
+		demands := make([]float64, 1000)
+		for i := range demands {
+			if i%2 == 0 {
+				demands[i] = inf
+			}
+		}
+		sum := 0.0
+		for i, a := range Allocate(100_000, demands) {
+			sum += a
+			if i%2 == 1 {
+				assert.Zero(t, a, "a quiet writer gets nothing")
+			}
+		}
+		assert.InDelta(t, 100_000, sum, 1e-6)
+	})
 }
 
 func TestViewAllocation(t *testing.T) {

@@ -57,6 +57,9 @@ type inputID struct {
 	sum [sha256.Size]byte
 }
 
+// lockSuffix names the lock file next to a checkpoint (see lockFile).
+const lockSuffix = ".lock"
+
 func idOf(head []byte) inputID { return inputID{len(head), sha256.Sum256(head)} }
 
 func (id inputID) String() string { return fmt.Sprintf("input %d %x", id.n, id.sum) }
@@ -167,7 +170,7 @@ func openCheckpoint(ctx context.Context, path, name string, head *inputHead, con
 	if err := checkWritable(path); err != nil {
 		return nil, usagef("--checkpoint %s: cannot be saved there: %v", path, err)
 	}
-	lock, err := lockFile(path + ".lock")
+	lock, err := lockFile(path + lockSuffix)
 	switch {
 	case errors.Is(err, errLocked):
 		return nil, usagef("--checkpoint %s: another pcupsert holds it (a lock on %s.lock): "+

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -600,4 +601,79 @@ func TestASaveKeepsTheLongerIdentityItLoaded(t *testing.T) {
 	c := &checkpointFile{path: path, loaded: 2900, saved: 2900, loadedID: &loaded, head: head, reported: func() int { return 7 }}
 	require.NoError(t, c.Save(context.Background(), 2900))
 	assert.Equal(t, fmt.Sprintf("2900\n%v\nreported-through 7\n", loaded), readString(t, path))
+}
+
+// A resumed run whose --dead-letter is a pipe (bash's process
+// substitution, --dead-letter >(gzip > dl.gz), passes /dev/fd/63) does not
+// hang: the "earlier dead letters" are counted in a regular file only (a
+// read of the pipe waited for an EOF that the run itself held back).
+func TestAResumedRunWithAPipeAsDeadLetterDoesNotHang(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/dev/fd of a pipe: Linux")
+	}
+	dir := t.TempDir()
+	in, ckpt := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt")
+	input := records(t, 5)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(3, input)), 0o600)) // a resumed run
+
+	r, w, err := os.Pipe() // r plays gzip, w is /dev/fd/63
+	require.NoError(t, err)
+	defer r.Close()
+	dl := fmt.Sprintf("/dev/fd/%d", w.Fd())
+
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	args := append(remote(t, srv), "--checkpoint", ckpt, "--dead-letter", dl, "--progress", "off", in)
+	done := make(chan result, 1)
+	go func() { done <- runCmd(t, nil, nil, args...) }()
+	select {
+	case res := <-done:
+		w.Close()
+		require.Equal(t, exitOK, res.status, res.stderr)
+	case <-time.After(10 * time.Second):
+		w.Close() // lets the hung read see EOF
+		<-done
+		t.Fatalf("a resumed run with --dead-letter %s (a pipe) hung counting the earlier dead letters", dl)
+	}
+}
+
+// The run removes its lock file PATH.lock at its end: a --dead-letter
+// named so is refused, or every letter in it was removed with it.
+func TestADeadLetterFileAtTheLockPathIsRefused(t *testing.T) {
+	if !lockSupported {
+		t.Skip("no lock file on this system")
+	}
+	dir := t.TempDir()
+	in, ckpt := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "state")
+	dl := ckpt + ".lock"
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 3)+"not json\n"), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--checkpoint", ckpt, "--dead-letter", dl, "--progress", "off", in)...)
+	if res.status == exitUsage {
+		return // refused: fine
+	}
+	require.Contains(t, res.stdout, "dead letters: 1 in "+dl)
+	require.FileExists(t, dl, "the report names a dead-letter file that the lock's release removed")
+	_, bad := letters(t, dl)
+	require.Equal(t, []int{4}, bad)
+}
+
+// A dead-letter file whose last line was cut by a kill (no "\n": the
+// letter was being flushed) holds one letter, not two, as
+// AppendDeadLetters counts.
+func TestEarlierDeadLettersDoNotCountATornLastLine(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := records(t, 5)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(3, input)), 0o600))
+	require.NoError(t, os.WriteFile(dl, []byte(`{"line":2,"raw":"not json","error":"line 2: invalid JSON at byte 2"}`+"\n"+
+		`{"id":"r9","values":[0.1,0.`), 0o600)) // the second letter torn by a kill
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--checkpoint", ckpt, "--dead-letter", dl, "--progress", "off", "--json", in)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	require.Equal(t, 1, jsonReport(t, res).DeadLetters.Earlier, "one letter, and a torn line that is none")
 }

@@ -168,6 +168,8 @@ func notWrittenByTheRun(f *os.File, name string, o options) error {
 			return usagef("stdin is the checkpoint %s, which would be replaced while it is read: pass another --checkpoint", o.checkpoint)
 		}
 		return usagef("%s is the checkpoint, which would be replaced while it is read: pass another --checkpoint", name)
+	case o.checkpoint != "" && same(f, o.checkpoint+lockSuffix):
+		return usagef("%s is the lock file of --checkpoint %s, which the run removes at its end: pass another --checkpoint", name, o.checkpoint)
 	}
 	return nil
 }

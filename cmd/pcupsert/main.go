@@ -668,7 +668,10 @@ func dryRunInput(ctx context.Context, o options, e *env, in *input, name string,
 		notice(fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), why))
 	}
 	rep, err := dryRun(ctx, o, in, onInvalid)
-	if err != nil {
+	switch {
+	case errors.Is(err, errGzipInput):
+		return 0, usagef("%s: %v", name, err)
+	case err != nil:
 		return 0, fmt.Errorf("reading %s: %w", name, err)
 	}
 	rep.Input, rep.Format = name, formatOf(o)

@@ -761,3 +761,17 @@ func TestTheWatchdogGivesARecordReadAfterAPauseItsTimeEvenWhenAnIDCameTwice(t *t
 	obs.RequestDone(upsert.RequestEvent{Records: 1, Err: &upsert.Error{Class: upsert.ClassServer, Err: errors.New("unavailable")}})
 	assert.True(t, w.idle(now.Add(2*time.Minute)))
 }
+
+// A gzip-compressed input is a usage error, exit status 2, whether it is
+// a file or stdin, and whether the run sends or is a --dry-run (stdin
+// under --dry-run, sniffed as it is read, exited 1).
+func TestGzipOnStdinIsAUsageErrorInADryRunToo(t *testing.T) {
+	gz := "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03garbage"
+	dir := t.TempDir()
+	f := filepath.Join(dir, "in.ndjson")
+	require.NoError(t, os.WriteFile(f, []byte(gz), 0o600))
+	res := runCmd(t, nil, nil, "--dry-run", "--progress", "off", f)
+	require.Equal(t, exitUsage, res.status, "a gzip file: stderr:\n%s", res.stderr)
+	res = runCmd(t, nil, strings.NewReader(gz), "--dry-run", "--progress", "off")
+	require.Equal(t, exitUsage, res.status, "gzip on stdin, as a file is: stderr:\n%s", res.stderr)
+}

@@ -12,9 +12,15 @@ import (
 // save of the checkpoint would replace the dead letters. (openInput
 // refuses the input as either.)
 func checkPaths(o options) error {
-	if o.checkpoint != "" && samePath(o.checkpoint, o.deadLetter) {
+	switch {
+	case o.checkpoint == "":
+		return nil
+	case samePath(o.checkpoint, o.deadLetter):
 		return usagef("--checkpoint %s and --dead-letter %s are the same file: each save of the checkpoint would replace "+
 			"the dead letters; give them two paths", o.checkpoint, o.deadLetter)
+	case samePath(o.checkpoint+lockSuffix, o.deadLetter):
+		return usagef("--dead-letter %s is the lock file of --checkpoint %s, which the run removes at its end; "+
+			"give it another path", o.deadLetter, o.checkpoint)
 	}
 	return nil
 }
@@ -63,29 +69,27 @@ func checkDeadLetterWritable(path string) error {
 	return f.Close()
 }
 
-// countLines returns the number of lines of the file at path, the last
-// one counted even without its newline; 0 if it cannot be read. A
-// dead-letter file holds a letter a line.
+// countLines returns the number of complete lines of the regular file at
+// path; 0 if it cannot be read or is no regular file (a pipe or a
+// terminal would never end). A dead-letter file holds a letter a line; a
+// last line without its newline is a letter a kill cut off, which
+// ndjson.AppendDeadLetters does not count either.
 func countLines(path string) int {
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		return 0
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}
 	defer f.Close()
 	buf := make([]byte, 64<<10)
-	n, last := 0, byte('\n')
+	n := 0
 	for {
 		k, err := f.Read(buf)
-		if k > 0 {
-			n += bytes.Count(buf[:k], []byte{'\n'})
-			last = buf[k-1]
-		}
+		n += bytes.Count(buf[:k], []byte{'\n'})
 		if err != nil {
-			break
+			return n
 		}
 	}
-	if last != '\n' {
-		n++
-	}
-	return n
 }

@@ -154,6 +154,7 @@
 // the exchanges.
 //
 // The Store is given any [github.com/redis/go-redis/v9.UniversalClient]:
-// a single node, a cluster or a failover client, with the password, TLS
-// and pool settings the caller chose.
+// a single node, a cluster, a failover client or a ring (whose lanes each
+// subscribe on their own shard), with the password, TLS and pool settings
+// the caller chose.
 package upsertredis

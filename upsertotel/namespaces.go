@@ -2,8 +2,8 @@ package upsertotel
 
 import (
 	"strings"
-	"sync"
 
+	"github.com/upsertlib/upsert/internal/namecap"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
@@ -21,11 +21,7 @@ const OtherNamespace = "_other"
 // namespaceLabels gives the db.namespace of a Pinecone namespace on
 // metrics: the namespace itself for the first max seen, OtherNamespace
 // after. The default namespace has none, and takes no place.
-type namespaceLabels struct {
-	mu   sync.Mutex
-	max  int
-	seen map[string]struct{}
-}
+type namespaceLabels struct{ namecap.Cap }
 
 // of returns the db.namespace of namespace ns on metrics: "" (left out)
 // for the default namespace, else ns as validUTF8 spells it within the
@@ -34,20 +30,8 @@ func (l *namespaceLabels) of(ns string) string {
 	if ns == "" {
 		return ""
 	}
-	ns = validUTF8(ns)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, ok := l.seen[ns]; ok {
-		return ns
-	}
-	if len(l.seen) >= l.max {
-		return OtherNamespace
-	}
-	if l.seen == nil {
-		l.seen = make(map[string]struct{})
-	}
-	l.seen[ns] = struct{}{}
-	return ns
+	label, _ := l.Of(ns)
+	return label
 }
 
 // validUTF8 returns s with each run of bytes that is not UTF-8 replaced

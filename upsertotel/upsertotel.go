@@ -152,6 +152,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/internal/namecap"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter.
@@ -280,7 +281,7 @@ func New(opts ...Option) (*Telemetry, error) {
 		tracer:     cfg.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
 		server:     cfg.attrs,
 		noRun:      &runState{operation: "upsert", server: cfg.attrs},
-		namespaces: namespaceLabels{max: cfg.maxNamespaces},
+		namespaces: namespaceLabels{namecap.Cap{Max: cfg.maxNamespaces, Other: OtherNamespace}},
 		runs:       make(map[*runState]struct{}),
 	}
 	meter := cfg.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))

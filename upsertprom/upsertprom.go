@@ -110,11 +110,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/internal/namecap"
 )
 
 // DefaultNamespace is the prefix of the metric names unless [WithNamespace]
@@ -272,12 +272,7 @@ var _ prometheus.Collector = (*Collector)(nil)
 
 // namespaceLabels gives the namespace label of a Pinecone namespace: the
 // namespace itself for the first max seen, OtherNamespace after.
-type namespaceLabels struct {
-	mu    sync.Mutex
-	max   int
-	seen  map[string]struct{}
-	other bool // OtherNamespace was given
-}
+type namespaceLabels struct{ namecap.Cap }
 
 // of returns the label of namespace ns ("" is the default namespace, as
 // go-pinecone's "__default__"; one that is not valid UTF-8 is spelt with
@@ -288,21 +283,7 @@ func (l *namespaceLabels) of(ns string) (label string, first bool) {
 	if ns == "" {
 		ns = DefaultPineconeNamespace // one namespace, whichever name a run sends
 	}
-	ns = strings.ToValidUTF8(ns, "\uFFFD") // a label value must be UTF-8
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, ok := l.seen[ns]; ok {
-		return ns, false
-	}
-	if len(l.seen) >= l.max {
-		first, l.other = !l.other, true
-		return OtherNamespace, first
-	}
-	if l.seen == nil {
-		l.seen = make(map[string]struct{})
-	}
-	l.seen[ns] = struct{}{}
-	return ns, true
+	return l.Of(ns)
 }
 
 // New returns a Collector whose metrics are registered with reg, all or
@@ -325,7 +306,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Collector, error) {
 	}
 	ns, nsLabel := cfg.namespace, cfg.namespaceLabel
 	c := &Collector{
-		namespaces: namespaceLabels{max: cfg.maxNamespaces},
+		namespaces: namespaceLabels{namecap.Cap{Max: cfg.maxNamespaces, Other: OtherNamespace}},
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "requests_total",
 			Help: `Upsert requests sent, retries included, by Pinecone namespace and outcome: class "ok" and code "OK" on success, else the failure's class and code (HTTP status or gRPC code name).`,

@@ -331,24 +331,26 @@ func TestOverwriteWriteUnitsCountEverywhere(t *testing.T) {
 	})
 }
 
+// firstWrites upserts vector(i) into each namespace names[i] at once, one
+// connection each, and returns their errors.
+func firstWrites(t *testing.T, srv *upserttest.Server, names []string, vector func(i int) *pinecone.Vector) []error {
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		idx := connectAs(t, srv, "test", n)
+		wg.Go(func() { _, errs[i] = idx.UpsertVectors(bg(t), []*pinecone.Vector{vector(i)}) })
+	}
+	wg.Wait()
+	return errs
+}
+
 // WithMaxNamespaces(1) must refuse the second namespace even when the first
 // writes into new namespaces arrive together, all still in their write
 // latency when the others are admitted: a namespace counts from the
 // admission of its first upsert.
 func TestMaxNamespacesHoldsUnderConcurrentFirstWrites(t *testing.T) {
 	srv := start(t, upserttest.WithMaxNamespaces(1), upserttest.WithLatency(200*time.Millisecond, 0))
-	names := []string{"a", "b", "c"}
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i, n := range names {
-		idx := connectAs(t, srv, "test", n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("x", 1)})
-		}()
-	}
-	wg.Wait()
+	errs := firstWrites(t, srv, []string{"a", "b", "c"}, func(int) *pinecone.Vector { return dense("x", 1) })
 
 	denied := 0
 	for _, err := range errs {
@@ -368,18 +370,7 @@ func TestMaxNamespacesHoldsUnderConcurrentFirstWrites(t *testing.T) {
 // dimension.
 func TestMaxNamespacesCountsNoNamespaceLeftEmpty(t *testing.T) {
 	srv := start(t, upserttest.WithMaxNamespaces(2), upserttest.WithLatency(100*time.Millisecond, 0))
-	names := []string{"a", "b"}
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i, n := range names {
-		idx := connectAs(t, srv, "test", n)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, errs[i] = idx.UpsertVectors(bg(t), []*pinecone.Vector{denseN("x", i+2)})
-		}()
-	}
-	wg.Wait()
+	errs := firstWrites(t, srv, []string{"a", "b"}, func(i int) *pinecone.Vector { return denseN("x", i+2) })
 	require.Len(t, srv.Namespaces(), 1, "answers: %v", errs)
 	dim := 2
 	if errs[0] != nil {

@@ -94,9 +94,12 @@ func (h *cutsHub) forget(channel string, poke chan struct{}) {
 	}
 }
 
-func (h *cutsHub) changed() {
+func (h *cutsHub) changed() { nudge(h.kick) }
+
+// nudge signals c, a channel of one slot, unless a signal already waits.
+func nudge(c chan struct{}) {
 	select {
-	case h.kick <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
@@ -162,10 +165,7 @@ func (h *cutsHub) dispatch(msgs <-chan *redis.Message) {
 	for msg := range msgs {
 		hubs.mu.Lock()
 		for poke := range h.members[msg.Channel] {
-			select {
-			case poke <- struct{}{}:
-			default:
-			}
+			nudge(poke)
 		}
 		hubs.mu.Unlock()
 	}

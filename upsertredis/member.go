@@ -80,10 +80,7 @@ func (m *member) Accepted(n int) { m.accepted.Add(int64(n)) }
 func (m *member) Demand(perSecond float64) {
 	old := math.Float64frombits(m.demand.Swap(math.Float64bits(perSecond)))
 	if old == 0 && perSecond > 0 {
-		select {
-		case m.poke <- struct{}{}:
-		default:
-		}
+		nudge(m.poke)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"maps"
 	"net/http"
 	"reflect"
 	"slices"
@@ -188,43 +187,8 @@ func hasText(fields map[string]any) bool {
 
 // notUTF8 finds, in v, a key or text that is not valid UTF-8, which JSON
 // would send altered or invalid, and returns its path, such as
-// "meta""tags"[2]. Go's JSON types are looked at directly, others through
-// reflection (notUTF8Value). v must encode as JSON without error, as it is
-// walked without a guard against cycles.
-func notUTF8(v any) (path string, bad bool) {
-	switch x := v.(type) {
-	case nil, bool, float64, int, int64, json.Number:
-		return "", false
-	case string:
-		return "", !utf8.ValidString(x)
-	case json.RawMessage:
-		return "", !utf8.Valid(x)
-	case map[string]any:
-		for _, k := range slices.Sorted(maps.Keys(x)) {
-			if !utf8.ValidString(k) {
-				return fmt.Sprintf("key %q", k), true
-			}
-			if p, bad := notUTF8(x[k]); bad {
-				return fmt.Sprintf("%q", k) + p, true
-			}
-		}
-	case []any:
-		for i, e := range x {
-			if p, bad := notUTF8(e); bad {
-				return fmt.Sprintf("[%d]", i) + p, true
-			}
-		}
-	case []string:
-		for i, e := range x {
-			if !utf8.ValidString(e) {
-				return fmt.Sprintf("[%d]", i), true
-			}
-		}
-	default:
-		return notUTF8Value(reflect.ValueOf(v), 0)
-	}
-	return "", false
-}
+// "meta""tags"[2] (see notUTF8Value).
+func notUTF8(v any) (path string, bad bool) { return notUTF8Value(reflect.ValueOf(v), 0) }
 
 // maxWalk is how deep notUTF8Value looks: a value JSON encodes may still
 // hold a cycle the walk would follow (an embedded pointer to itself, whose

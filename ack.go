@@ -359,17 +359,7 @@ func (a *acker) err(runErr error) error {
 	a.mu.Lock()
 	failed := a.failed
 	a.mu.Unlock()
-	var pe *PanicError
-	switch {
-	case failed == nil:
-		return runErr
-	case runErr == nil:
-		return failed
-	case errors.As(runErr, &pe):
-		return runErr
-	default:
-		return errors.Join(runErr, failed)
-	}
+	return withPanic(runErr, failed)
 }
 
 // waitAckRoom waits, before the producer takes a record, until the window

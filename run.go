@@ -162,7 +162,7 @@ func (r *run) finish(end func(error) error) (Result, error) {
 	if s.Failed > 0 {
 		err = r.stats.runError(s.Records)
 	}
-	err = withProgressPanic(err, r.progress.panicked.Load())
+	err = withPanic(err, r.progress.panicked.Load())
 	if end != nil {
 		err = end(err)
 	}
@@ -179,10 +179,12 @@ func (r *run) abandon(err error) {
 	r.cfg.observers.runDone(r.runEvent(r.snapshot(), err))
 }
 
-// withProgressPanic returns the run's error err with the panic of the
-// caller's progress function, p, if any: the caller's code has a bug to
-// hear of, also when every record settled, or failed for another cause.
-func withProgressPanic(err error, p *Error) error {
+// withPanic returns the run's error err with p, the error wrapping a panic
+// of the caller's code that stopped the run (the ack or the progress
+// function), if any: the caller has a bug to hear of, also when every
+// record settled, or failed for another cause. A run error that carries a
+// panic already (the records it failed) is returned as it is.
+func withPanic(err error, p *Error) error {
 	var pe *PanicError
 	switch {
 	case p == nil:
@@ -190,7 +192,7 @@ func withProgressPanic(err error, p *Error) error {
 	case err == nil:
 		return p
 	case errors.As(err, &pe):
-		return err // the records it failed carry it
+		return err
 	}
 	return errors.Join(err, p)
 }

@@ -13,9 +13,10 @@ var errRecut = &Error{Class: ClassRateLimited, Err: errStaleBatch}
 
 // attempt sends p once: it waits for the lane to admit it (rate tokens,
 // then a slot), then sends with the per-request timeout. It returns nil when
-// the index confirmed every record.
-func (r *run) attempt(worker int, rt *route, p *part) *Error {
-	perm, pass, bytes, e := r.admit(rt, p)
+// the index confirmed every record. first is the batch's place in line,
+// passed once the lane admitted its first request, or when that failed.
+func (r *run) attempt(worker int, rt *route, p *part, first *turn) *Error {
+	perm, pass, bytes, e := r.admit(rt, p, first)
 	if e != nil {
 		return e
 	}
@@ -60,11 +61,16 @@ func (r *run) attempt(worker int, rt *route, p *part) *Error {
 	return e
 }
 
-// admit waits for p's pass of the per-minute limits, then for the lane to
-// admit it, and returns the permit, the pass and the request's bytes; or
-// the error that stops the attempt unsent (errRecut when the lane wants it
-// cut first), with anything taken given back.
-func (r *run) admit(rt *route, p *part) (permit, *minutePass, int, *Error) {
+// admit waits for p's turn (see turns), for its pass of the per-minute
+// limits, then for the lane to admit it, and returns the permit, the pass
+// and the request's bytes; or the error that stops the attempt unsent
+// (errRecut when the lane wants it cut first), with anything taken given
+// back.
+func (r *run) admit(rt *route, p *part, first *turn) (permit, *minutePass, int, *Error) {
+	if first.wait(r.runCtx) != nil {
+		return permit{}, nil, 0, r.stopError()
+	}
+	defer first.pass()
 	acquire := rt.lane.acquireOrRecut
 	if r.cfg.batchSize > 0 {
 		acquire = rt.lane.acquire // a pinned size is never cut

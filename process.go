@@ -28,6 +28,7 @@ func (p *part) child(items []item) *part {
 // Halves of a split are sent one after the other, first half first.
 func (r *run) process(worker int, rt *route, b batch) {
 	defer r.finishBatch(worker)
+	defer b.turn.pass() // when the run stopped before its first attempt
 	stack := []*part{{items: b.items, sizeProbe: b.probe}}
 	retries := 0
 	for len(stack) > 0 {
@@ -41,7 +42,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 			stack = append(stack, pieces...)
 			continue
 		}
-		e := r.attempt(worker, rt, p)
+		e := r.attempt(worker, rt, p, b.turn)
 		if e == errRecut {
 			stack = append(stack, p) // cut to the lane's limit above
 			continue

@@ -14,6 +14,7 @@ type route struct {
 	batcher   batcher
 	ready     batch // a full batch that could not be dispatched yet
 	stalled   bool  // in the intake's list of routes whose ready batch waits
+	turns     turns // the order of its batches' first admissions
 	// lastFailure is the last server error or timeout of a request, for
 	// the records the circuit breaker fails without sending them.
 	lastFailure atomic.Pointer[Error]
@@ -78,11 +79,12 @@ func (r *run) laneHost() string {
 	return indexHost(r.cfg.index)
 }
 
-// dropIdle forgets the routes with no records waiting, and sets the size
+// dropIdle forgets the routes with no records waiting, to be cut or
+// admitted (a new route would let its batches go first), and sets the size
 // at which to look again: twice what is left, at least minRoutes.
 func (t *routeTable) dropIdle() {
 	for ns, rt := range t.byKey {
-		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 {
+		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 && rt.turns.idle() {
 			delete(t.byKey, ns)
 			rt.lane.holdRoute(-1)
 		}

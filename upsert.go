@@ -299,7 +299,9 @@ func WithBatchSize(n int) Option {
 // to 256. By default concurrency is adaptive (see [Limiter]): it starts at
 // 4 and grows while more requests in flight carry more records a second,
 // up to 64; a timeout takes a quarter off. 429s set the rate, not the
-// concurrency.
+// concurrency. Whatever the concurrency, a namespace's batches go out in
+// the order they were cut (the first request of each; a retry goes when
+// its backoff ends), so with 1 the index sees the records in input order.
 func WithConcurrency(n int) Option {
 	return func(c *config) {
 		if n < 1 || n > 256 {

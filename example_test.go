@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -111,27 +112,30 @@ func ExampleStream() {
 // instead of finding it again. Calls that run at the same time share one
 // without being told.
 func ExampleWithLimiter() {
-	srv := upserttest.NewServer(upserttest.WithRate(20000, 5000))
+	// An index that takes 2,000 records a second, and answers 429 above.
+	srv := upserttest.NewServer(upserttest.WithRate(2000, 100))
 	defer srv.Close()
 	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
 	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
 	defer idx.Close()
 
 	lim := upsert.NewLimiter()
-	for call := range 3 {
+	rateKnown := func() bool { return !math.IsInf(lim.State("docs").Rate, 1) }
+	fmt.Println("before the first call, the rate is known:", rateKnown())
+	for call := range 2 {
 		vectors := make([]*pinecone.Vector, 1000)
 		for i := range vectors {
 			vectors[i] = &pinecone.Vector{Id: fmt.Sprintf("c%d-%d", call, i), Values: &[]float32{float32(i), 1}}
 		}
 		res, err := upsert.All(context.Background(), vectors, upsert.WithIndex(idx), upsert.WithLimiter(lim))
-		fmt.Println("call", call, "upserted:", res.Upserted, err)
+		fmt.Println("call", call, "upserted:", res.Upserted, err, "- then the rate is known:", rateKnown())
 	}
 	fmt.Println("stored:", srv.Count("docs"))
 	// Output:
-	// call 0 upserted: 1000 <nil>
-	// call 1 upserted: 1000 <nil>
-	// call 2 upserted: 1000 <nil>
-	// stored: 3000
+	// before the first call, the rate is known: false
+	// call 0 upserted: 1000 <nil> - then the rate is known: true
+	// call 1 upserted: 1000 <nil> - then the rate is known: true
+	// stored: 2000
 }
 
 // A service that consumes a log (Kafka, Pub/Sub, a CDC stream) commits a

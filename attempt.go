@@ -13,9 +13,10 @@ var errRecut = &Error{Class: ClassRateLimited, Err: errStaleBatch}
 
 // attempt sends p once: it waits for the lane to admit it (rate tokens,
 // then a slot), then sends with the per-request timeout. It returns nil when
-// the index confirmed every record. first is the batch's place in line,
-// passed once the lane admitted its first request, or when that failed.
-func (r *run) attempt(worker int, rt *route, p *part, first *turn) *Error {
+// the index confirmed every record. first is the batch's place in its
+// route's line, left once its first request holds a place in the lane's
+// (see line), or failed.
+func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 	perm, pass, bytes, e := r.admit(rt, p, first)
 	if e != nil {
 		return e
@@ -61,16 +62,16 @@ func (r *run) attempt(worker int, rt *route, p *part, first *turn) *Error {
 	return e
 }
 
-// admit waits for p's turn (see turns), for its pass of the per-minute
+// admit waits for p's turn (see line), for its pass of the per-minute
 // limits, then for the lane to admit it, and returns the permit, the pass
 // and the request's bytes; or the error that stops the attempt unsent
 // (errRecut when the lane wants it cut first), with anything taken given
 // back.
-func (r *run) admit(rt *route, p *part, first *turn) (permit, *minutePass, int, *Error) {
+func (r *run) admit(rt *route, p *part, first *place) (permit, *minutePass, int, *Error) {
 	if first.wait(r.runCtx) != nil {
 		return permit{}, nil, 0, r.stopError()
 	}
-	defer first.pass()
+	defer first.leave() // the lane's queue left it already, unless p did not get there
 	acquire := rt.lane.acquireOrRecut
 	if r.cfg.batchSize > 0 {
 		acquire = rt.lane.acquire // a pinned size is never cut
@@ -88,7 +89,7 @@ func (r *run) admit(rt *route, p *part, first *turn) (permit, *minutePass, int, 
 	if err != nil {
 		return permit{}, nil, 0, r.classified(err)
 	}
-	perm, err := acquire(r.runCtx, request{n: len(p.items), bytes: bytes, slots: r.pool.slots, sizeProbe: p.sizeProbe, timeout: r.cfg.requestTimeout})
+	perm, err := acquire(r.runCtx, request{n: len(p.items), bytes: bytes, slots: r.pool.slots, sizeProbe: p.sizeProbe, timeout: r.cfg.requestTimeout, turn: first})
 	p.sizeProbe = false
 	if err != nil {
 		r.minute.withdraw(pass)

@@ -113,7 +113,7 @@ type batch struct {
 	items []item
 	bytes int // the records' encoded size
 	probe bool
-	turn  *turn // its place in its route's line, once dispatched
+	turn  *place // its place in its route's line, once dispatched
 }
 
 // add appends it and returns the batch that was closed by it: the current

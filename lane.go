@@ -21,7 +21,7 @@ import (
 type lane struct {
 	clock  clock
 	tuning *tuning
-	head   chan struct{} // held by the request being admitted; FIFO
+	head   line // its first place is the request being admitted
 
 	mu          sync.Mutex
 	dims        [dimCount]dimension
@@ -121,7 +121,6 @@ func newLane(c clock, maxBatch int, t *tuning) *lane {
 	ln := &lane{
 		clock:   c,
 		tuning:  t,
-		head:    make(chan struct{}, 1),
 		conc:    newConcControl(t),
 		batch:   newBatchControl(maxBatch, t),
 		budget:  newRetryBudget(now),
@@ -206,6 +205,7 @@ type request struct {
 	slots     chan struct{} // the caller's fixed slots, or nil for the lane's
 	sizeProbe bool          // a trial batch of batchControl
 	timeout   time.Duration // the run's request timeout
+	turn      *place        // the caller's place in its route's line, left once it queues here
 }
 
 // permit is one request's passage through the lane.
@@ -371,7 +371,10 @@ func (ln *lane) state() LimiterState {
 // queue holds a rate reservation, and it holds its tokens while it waits
 // for a slot, so that at most one request's worth of tokens is ever stale.
 // A cut wakes the head, which reserves again at the new rate, since
-// rate.Limiter does not move reservations already waiting. A request of a
+// rate.Limiter does not move reservations already waiting. A request
+// leaves its place in its route's line (q.turn) once it holds one in the
+// lane's, so that a call's requests queue here in the order it
+// dispatched them. A request of a
 // call with its own slots (WithConcurrency) takes one before it queues:
 // waiting for it at the head would hold back the requests of the lane's
 // other calls, whose slots may be free.
@@ -408,12 +411,12 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 // of the lane (unless q has its own, taken already: waited says whether
 // that took a wait), and issues its permit.
 func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint64, waited bool) (permit, error) {
-	select {
-	case ln.head <- struct{}{}:
-	case <-ctx.Done():
-		return permit{}, ctx.Err()
+	head := ln.head.take()
+	q.turn.leave() // q holds its place: the caller's next request may queue behind it
+	defer head.leave()
+	if err := head.wait(ctx); err != nil {
+		return permit{}, err
 	}
-	defer func() { <-ln.head }()
 	for {
 		cuts, err := ln.waitRate(ctx, q, recut)
 		if err == nil && q.slots == nil {

@@ -1300,7 +1300,7 @@ func TestLaneWakesTheSlotWaiterWhenABatchSizeChangeRaisesTheConcurrency(t *testi
 	require.Eventually(t, func() bool {
 		ln.mu.Lock()
 		defer ln.mu.Unlock()
-		return len(ln.head) == 1 && ln.signals.slots.ch != nil
+		return !ln.head.empty() && ln.signals.slots.ch != nil
 	}, 2*time.Second, time.Millisecond, "the fifth request waits for a slot")
 
 	ln.mu.Lock()

@@ -28,7 +28,7 @@ func (p *part) child(items []item) *part {
 // Halves of a split are sent one after the other, first half first.
 func (r *run) process(worker int, rt *route, b batch) {
 	defer r.finishBatch(worker)
-	defer b.turn.pass() // when the run stopped before its first attempt
+	defer b.turn.leave() // when the run stopped before its first attempt
 	stack := []*part{{items: b.items, sizeProbe: b.probe}}
 	retries := 0
 	for len(stack) > 0 {

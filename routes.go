@@ -14,7 +14,7 @@ type route struct {
 	batcher   batcher
 	ready     batch // a full batch that could not be dispatched yet
 	stalled   bool  // in the intake's list of routes whose ready batch waits
-	turns     turns // the order of its batches' first admissions
+	line      line  // its dispatched batches, until each holds its place in the lane's
 	// lastFailure is the last server error or timeout of a request, for
 	// the records the circuit breaker fails without sending them.
 	lastFailure atomic.Pointer[Error]
@@ -84,7 +84,7 @@ func (r *run) laneHost() string {
 // at which to look again: twice what is left, at least minRoutes.
 func (t *routeTable) dropIdle() {
 	for ns, rt := range t.byKey {
-		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 && rt.turns.idle() {
+		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 && rt.line.empty() {
 			delete(t.byKey, ns)
 			rt.lane.holdRoute(-1)
 		}

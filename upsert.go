@@ -299,9 +299,11 @@ func WithBatchSize(n int) Option {
 // to 256. By default concurrency is adaptive (see [Limiter]): it starts at
 // 4 and grows while more requests in flight carry more records a second,
 // up to 64; a timeout takes a quarter off. 429s set the rate, not the
-// concurrency. Whatever the concurrency, a namespace's batches go out in
-// the order they were cut (the first request of each; a retry goes when
-// its backoff ends), so with 1 the index sees the records in input order.
+// concurrency. Whatever the concurrency, a namespace's batches queue for
+// the index in the order they were cut, so with 1 the index sees the
+// records in input order, but for retries (sent when their backoff ends)
+// and batches cut smaller while they waited (when the index refused a
+// size), which go after the batches queued meanwhile.
 func WithConcurrency(n int) Option {
 	return func(c *config) {
 		if n < 1 || n > 256 {

@@ -77,7 +77,7 @@ func (r *run) dispatch(ctx context.Context, rt *route, b batch) (kept bool, err 
 	case id := <-r.pool.workers:
 		r.pool.active.Add(1)
 		r.pool.wg.Add(1)
-		b.turn = rt.turns.take()
+		b.turn = rt.line.take()
 		go r.process(id, rt, b)
 		return false, nil
 	case <-r.runCtx.Done():

@@ -69,6 +69,9 @@ const (
 var (
 	errNeverAnswered = &Error{Class: ClassServer, Err: errors.New("not sent: the index has answered nothing but server errors (circuit breaker open)")}
 	errOutageTooLong = &Error{Class: ClassServer, Err: errors.New("not sent: every request has failed (server errors or timeouts) for over a minute (circuit breaker open)")}
+	// errIndexDown is added to the failure that spent a batch's last
+	// retry when the breaker had given up on the index by then.
+	errIndexDown = errors.New("the circuit breaker has given up on the index")
 )
 
 // admit reports whether a request may go now and whether it is the

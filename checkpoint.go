@@ -27,7 +27,7 @@ import (
 // large), or retries that ran out after it was sent. A record that failed
 // because the run stopped (its context ended, the index denied the
 // caller), because the index was down (the circuit breaker gave up on
-// it, sent or not) or because the caller's code panicked (the send
+// it, sent or not, or while it spent its last retry) or because the caller's code panicked (the send
 // function, the SDK, the classifier: a [*PanicError]) stops the
 // watermark: the resumed run sends it. Records
 // after the watermark may have landed too, and will be sent again, which
@@ -41,11 +41,13 @@ import (
 // cannot be saved fails the run at once, with an error matching
 // [ErrBadOption] and the cause. A save that fails later is logged
 // ([WithLogger]) and tried again at the next save, a second on; the run
-// goes on. A panic of Load or Save is recovered and counts as its error,
-// wrapping a [*PanicError].
+// goes on. When the last save, at the end of the run, fails, the call's
+// error matches [ErrCheckpointNotSaved]. A panic of Load or Save is
+// recovered and counts as its error, wrapping a [*PanicError].
 type Checkpoint interface {
 	// Load returns how many records at the start of the input an earlier
-	// run settled, or 0 when there was none.
+	// run settled, or 0 when there was none. An error, or a negative
+	// count, fails the run before anything is sent.
 	Load(ctx context.Context) (int64, error)
 	// Save records that the first n records of the input have settled.
 	Save(ctx context.Context, n int64) error
@@ -58,13 +60,21 @@ type Checkpoint interface {
 // was.
 var ErrCheckpointPastEnd = errors.New("upsert: the checkpoint is past the end of the input")
 
+// ErrCheckpointNotSaved is matched by the error of a stream whose last
+// save of its checkpoint, at the end of the run, failed (the cause is
+// wrapped too): the records it reports as landed did, but a run resumed
+// from the checkpoint sends again those after the position saved before.
+// The run's other errors, if any, are joined to it.
+var ErrCheckpointNotSaved = errors.New("upsert: the checkpoint could not be saved")
+
 // FileCheckpoint is a [Checkpoint] kept in a small file at the path, as
 // decimal text. Save replaces the file atomically (a temporary file, then
 // a rename), so that a crash leaves the old watermark or the new one, and
-// keeps the file's permissions. A missing file is a fresh start.
+// keeps the file's permissions. A missing or empty file is a fresh start.
 type FileCheckpoint string
 
-// Load reads the watermark; a missing file means 0.
+// Load reads the watermark. A missing file means 0, and so does an empty
+// one (made with touch to set its permissions: Save writes whole files).
 func (f FileCheckpoint) Load(context.Context) (int64, error) {
 	b, err := os.ReadFile(string(f))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -73,7 +83,11 @@ func (f FileCheckpoint) Load(context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	text := strings.TrimSpace(string(b))
+	if text == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(text, 10, 64)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("checkpoint %s: not a record count: %q", f, b)
 	}
@@ -160,6 +174,9 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("upsert: loading the checkpoint: %w", err)
 	}
+	if n < 0 {
+		return 0, fmt.Errorf("upsert: loading the checkpoint: it holds %d, not a count of records", n)
+	}
 	// Saved once before anything is sent: a checkpoint that cannot be
 	// saved (a missing directory, no permission) would leave a long run
 	// that cannot resume, found out only from its log.
@@ -202,16 +219,38 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 	return int(n), nil
 }
 
-// saveCheckpoint stops the periodic saves and saves the final watermark.
-func (in *intake) saveCheckpoint() {
+// saveCheckpoint stops the periodic saves and saves the final watermark,
+// once: it returns the save's error, wrapped in ErrCheckpointNotSaved.
+func (in *intake) saveCheckpoint() error {
+	if in.stopSaver == nil {
+		return nil
+	}
 	in.stopSaver()
-	if int64(in.marks.value()) == in.loaded {
-		return // nothing settled for good: the checkpoint stays as it was
+	in.stopSaver = nil
+	w := int64(in.marks.value())
+	if w == in.loaded {
+		return nil // nothing settled for good: the checkpoint stays as it was
 	}
 	// The caller's context may have ended: the final save must happen
 	// anyway, or the run's progress is lost.
-	if err := in.save(context.WithoutCancel(in.r.ctx), int64(in.marks.value())); err != nil {
+	if err := in.save(context.WithoutCancel(in.r.ctx), w); err != nil {
 		in.logWarn("saving the checkpoint", err)
+		return fmt.Errorf("%w at %d: %w", ErrCheckpointNotSaved, w, err)
+	}
+	return nil
+}
+
+// withFinalSave returns end (nil: none) followed by the final save of the
+// checkpoint, whose error joins the run's.
+func (in *intake) withFinalSave(end func(error) error) func(error) error {
+	return func(err error) error {
+		if end != nil {
+			err = end(err)
+		}
+		if serr := in.saveCheckpoint(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return err
 	}
 }
 

@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -59,27 +60,30 @@ func TestACheckpointNeverPassesARecordThatWasNotTried(t *testing.T) {
 		}
 	})
 	t.Run("an index that never answers", func(t *testing.T) {
+		// The batch whose failures trip the breaker (a wrong host) spends
+		// its retries first: it failed as the index did too.
 		cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
 		send := func(context.Context, string, []*pinecone.Vector) error {
 			return status.Error(codes.Unavailable, "connection refused")
 		}
-		res, err := Stream(ctx, slices.Values(recs), WithUpsertFunc(send), WithBatchSize(10),
+		res, err := Stream(ctx, slices.Values(recs), WithUpsertFunc(send), WithBatchSize(10), WithConcurrency(1),
 			WithCheckpoint(cp), withClock(newFakeClock()), withRand(maxRand))
 		require.ErrorIs(t, err, ErrServer)
 		assert.Zero(t, res.Upserted)
-		mark, err := cp.Load(ctx)
-		require.NoError(t, err)
 		require.Len(t, res.Failed, len(recs))
-		unsent := 0
+		spent := 0
 		for _, f := range res.Failed {
-			if e := asError(f.Err); e != nil && breakerGaveUp(e) {
-				unsent++
-				assert.LessOrEqual(t, mark, int64(f.Index), "record %d failed because the index was down, and the checkpoint passed it", f.Index)
-			} else {
-				assert.Positive(t, f.Attempts, "record %d", f.Index)
+			assert.True(t, f.Resend, "record %d failed because the index was down", f.Index)
+			if errors.Is(f.Err, errIndexDown) {
+				spent++
+				assert.Equal(t, 5, f.Attempts, "record %d: its retries ran out", f.Index)
+				assert.ErrorContains(t, f.Err, "connection refused; the circuit breaker has given up on the index")
 			}
 		}
-		assert.Greater(t, unsent, len(recs)/2, "the breaker gave up on most records")
+		assert.Positive(t, spent, "a batch spent its retries before the breaker gave up")
+		mark, err := cp.Load(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, mark, "the checkpoint passed records that failed because the index was down")
 	})
 	t.Run("invalid records and records whose retries ran out are passed: the dead letters hold them", func(t *testing.T) {
 		cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
@@ -154,6 +158,101 @@ func TestFileCheckpointSaveKeepsTheFilesPermissions(t *testing.T) {
 	want, err := os.Stat(filepath.Join(dir, "ref"))
 	require.NoError(t, err)
 	assert.Equal(t, want.Mode().Perm(), got.Mode().Perm())
+}
+
+// negativeCheckpoint is a Checkpoint whose store holds a negative count (a
+// bug, or a corrupted value in a user's own store).
+type negativeCheckpoint struct {
+	mu    sync.Mutex
+	saved []int64
+}
+
+func (c *negativeCheckpoint) Load(context.Context) (int64, error) { return -3, nil }
+func (c *negativeCheckpoint) Save(_ context.Context, n int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.saved = append(c.saved, n)
+	return nil
+}
+
+// A Checkpoint whose Load returns a negative count (a bug, or a corrupted
+// value in the caller's store) fails the run before anything is sent, as a
+// Load error does: taken as it was, it shifted every position (Failure.Index,
+// acks, the watermark) by that much.
+func TestACheckpointHoldingANegativeCountFailsTheRunAtTheStart(t *testing.T) {
+	recs := vectors(10, 2)
+	recs[4] = nil
+	fi := newFakeIndex(nil)
+	cp := &negativeCheckpoint{}
+	res, err := Stream(context.Background(), slices.Values(recs), WithUpsertFunc(fi.Upsert), WithCheckpoint(cp), withClock(newFakeClock()))
+	require.ErrorContains(t, err, "upsert: loading the checkpoint: it holds -3, not a count of records")
+	assert.Empty(t, fi.Calls(), "nothing is sent on a checkpoint that makes no sense")
+	assert.Empty(t, res.Failed)
+	assert.Empty(t, cp.saved, "nor saved")
+}
+
+// An empty checkpoint file (made with touch, to set its permissions before
+// the first run) is a fresh start, as a missing one is; other text that is
+// not a count is an error.
+func TestFileCheckpointLoad(t *testing.T) {
+	tests := []struct {
+		name, content string
+		want          int64
+		err           string
+	}{
+		{name: "empty", content: "", want: 0},
+		{name: "blank", content: " \n", want: 0},
+		{name: "a count", content: "12\n", want: 12},
+		{name: "negative", content: "-1\n", err: `not a record count: "-1\n"`},
+		{name: "text", content: "twelve", err: `not a record count: "twelve"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "cp")
+			require.NoError(t, os.WriteFile(path, []byte(tt.content), 0o600))
+			n, err := FileCheckpoint(path).Load(context.Background())
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, n)
+		})
+	}
+}
+
+// fullDiskCheckpoint saves nothing past its first save: the disk filled up
+// during the run.
+type fullDiskCheckpoint struct {
+	saves int
+}
+
+func (c *fullDiskCheckpoint) Load(context.Context) (int64, error) { return 0, nil }
+func (c *fullDiskCheckpoint) Save(context.Context, int64) error {
+	if c.saves++; c.saves > 1 {
+		return errors.New("no space left on device")
+	}
+	return nil
+}
+
+// The last save of the checkpoint, at the end of the run, is the run's
+// error when it fails: every record landed, but a resumed run would send
+// them all again, and without a logger nothing told the caller. Other
+// errors of the run are joined to it.
+func TestAFinalSaveThatFailsIsTheRunsError(t *testing.T) {
+	recs := vectors(10, 2)
+	res, err := Stream(context.Background(), slices.Values(recs), WithUpsertFunc(newFakeIndex(nil).Upsert),
+		WithCheckpoint(&fullDiskCheckpoint{}), withClock(newFakeClock()))
+	assert.Equal(t, 10, res.Upserted)
+	require.ErrorIs(t, err, ErrCheckpointNotSaved)
+	assert.EqualError(t, err, "upsert: the checkpoint could not be saved at 10: no space left on device")
+
+	recs[4] = nil
+	res, err = Stream(context.Background(), slices.Values(recs), WithUpsertFunc(newFakeIndex(nil).Upsert),
+		WithCheckpoint(&fullDiskCheckpoint{}), withClock(newFakeClock()))
+	assert.Equal(t, 9, res.Upserted)
+	assert.ErrorIs(t, err, ErrCheckpointNotSaved)
+	assert.ErrorIs(t, err, ErrInvalid, "and the record's failure")
 }
 
 // A record that failed because the caller's code panicked (here the

@@ -507,6 +507,14 @@ func (ln *lane) waitBreaker(ctx context.Context) (probe uint64, err error) {
 	}
 }
 
+// gaveUp reports whether the breaker fails requests without sending them
+// now (breaker.gaveUp).
+func (ln *lane) gaveUp() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.breaker.gaveUp(ln.clock.Now()) != nil
+}
+
 // isProbe reports whether probe is the breaker's probe in flight: a probe
 // of an outage the breaker has closed since, answered late, is not, and
 // must not free the slot of the next outage's probe; ln.mu is held.

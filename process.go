@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 )
@@ -114,9 +115,22 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*pa
 		return nil, false // not resent: the run stopped during the backoff
 	default:
 		r.log(slog.LevelError, "giving up on batch", worker, rt, p, e)
-		r.failPart(p, e)
+		r.failPart(p, downOr(rt, e))
 	}
 	return nil, false
+}
+
+// downOr returns e, the failure that spent a batch's last retry, marked
+// as the index's when the breaker has given up on the index by then: the
+// batch whose failures tripped it (a wrong host) failed as the index did,
+// not for a cause of its own, and a resumed run sends it (see Checkpoint).
+func downOr(rt *route, e *Error) *Error {
+	if (e.Class != ClassServer && e.Class != ClassTimeout) || !rt.lane.gaveUp() {
+		return e
+	}
+	marked := *e
+	marked.Err = fmt.Errorf("%w; %w", e.Err, errIndexDown)
+	return &marked
 }
 
 // retryAfterBackoff spends a retry of p's class (none when p.free),

@@ -124,7 +124,7 @@ func (r *run) settle(items []item, o outcome) {
 
 // breakerGaveUp reports whether e is the circuit breaker's failure of a
 // request it did not send (see breaker.gaveUp), also with the last
-// failure added (withLastFailure).
+// failure added (withLastFailure), or a failure marked by downOr.
 func breakerGaveUp(e *Error) bool {
-	return errors.Is(e.Err, errNeverAnswered.Err) || errors.Is(e.Err, errOutageTooLong.Err)
+	return errors.Is(e.Err, errNeverAnswered.Err) || errors.Is(e.Err, errOutageTooLong.Err) || errors.Is(e.Err, errIndexDown)
 }

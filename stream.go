@@ -71,7 +71,7 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 			r.abandon(err)
 			return Result{}, err
 		}
-		defer in.saveCheckpoint()
+		defer func() { _ = in.saveCheckpoint() }() // after a panic of the caller's code; the end below saves otherwise
 	}
 	stop := in.startFlusher(cfg.maxDelay, nil) // the call's own end finishes the run
 	ended := false
@@ -101,6 +101,9 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 			return fmt.Errorf("%w: it says %d records settled, and the input has %d records: the input changed, or the checkpoint belongs to another",
 				ErrCheckpointPastEnd, in.loaded, had)
 		}
+	}
+	if cfg.checkpoint != nil {
+		end = in.withFinalSave(end)
 	}
 	res, err := in.close(end)
 	ended = true

@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 
 	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/internal/dirsync"
 )
 
 // DeadLetters is a dead-letter file: one line per record that did not land
@@ -20,17 +23,31 @@ import (
 // could not be read. A [Reader] reads the records back; see the package
 // documentation for the format.
 //
-// Create one with [CreateDeadLetters]; the zero value is not usable. Its
-// methods are safe for concurrent use. Writes are buffered: the file is
-// complete only once Close has returned.
+// Create one with [CreateDeadLetters] (or [AppendDeadLetters]); the zero
+// value is not usable. Its methods are safe for concurrent use. Writes are
+// buffered: a letter may wait in a 256 KiB buffer, which a process killed
+// loses, and is sure to be in the file, on disk, only once a
+// [DeadLetters.Sync] or [DeadLetters.Close] called after it has returned
+// nil. A run resumed from a checkpoint skips the records the checkpoint
+// passed, letters lost or not: give such a run [DeadLetters.Checkpoint],
+// which syncs the letters before every save of the checkpoint.
 type DeadLetters struct {
 	path string
+	// resumable is set by Checkpoint: Write then skips the failures that
+	// the resumed run sends again.
+	resumable atomic.Bool
+
+	// syncMu is held by Sync and Close, and taken before mu: Sync syncs
+	// the file without holding mu, so that Write does not wait for the
+	// disk, and Close cannot close the file under it.
+	syncMu    sync.Mutex
+	dirSynced bool // under syncMu: Sync has synced the file's directory
 
 	mu     sync.Mutex
 	f      *os.File
 	w      *bufio.Writer
 	n      int
-	err    error // the first error, for Close; after an I/O error, w takes no more letters
+	err    error // the first error, for Sync and Close; after an I/O error, w takes no more letters
 	closed bool
 }
 
@@ -158,10 +175,20 @@ type nilRecordLetter struct {
 //
 //	upsert.WithObserver(upsert.Observer{Failure: dl.Write})
 //
+// Once [DeadLetters.Checkpoint] has been called, Write skips a failure
+// with Resend set: it writes no letter and counts nothing, since the run
+// resumed from that checkpoint sends the record again. Before, and
+// without a checkpoint, it writes every failure: nothing else sends the
+// record again.
+//
 // It encodes before taking the lock and only copies into a buffer under it,
-// so it never blocks for long. An I/O error is kept and returned by Close;
-// from then on, and after Close, letters are dropped and not counted.
+// so it never blocks for long. An error writing the file is kept and
+// returned by Sync and Close; from then on, and after Close, letters are
+// dropped and not counted.
 func (d *DeadLetters) Write(f upsert.Failure) {
+	if f.Resend && d.resumable.Load() {
+		return
+	}
 	msg := f.Class.String()
 	if f.Err != nil {
 		msg = f.Err.Error()
@@ -371,20 +398,26 @@ func (d *DeadLetters) failLocked(err error) {
 	}
 }
 
-// Count returns how many dead letters were written (to the buffer, if Close
-// has not yet flushed them), bad lines included.
+// Count returns how many dead letters were written (to the buffer, if
+// neither Sync nor Close has flushed them yet), bad lines and letters of
+// WriteStale included. A failure that Write skips (one with Resend set,
+// once Checkpoint has been called) is not a letter and is not counted,
+// nor is a letter dropped after an error or after Close.
 func (d *DeadLetters) Count() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.n
 }
 
-// Close flushes the buffer, syncs the file to disk and closes it. It
-// returns the first error met since the file was created: writing,
-// flushing, syncing or closing. Close may be called more than once; later
+// Close flushes the buffer, syncs the file to disk (and its directory,
+// unless Sync did) and closes it. It returns the first error met since the
+// file was created: writing, flushing, syncing or closing. Close may be
+// called more than once; later
 // calls do nothing and return the same error, or a later one if a letter
-// was written after Close.
+// was written after Close. It waits for a Sync under way.
 func (d *DeadLetters) Close() error {
+	d.syncMu.Lock()
+	defer d.syncMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -393,6 +426,58 @@ func (d *DeadLetters) Close() error {
 	d.closed = true
 	d.failLocked(d.w.Flush()) // after an I/O error, that error again
 	d.failLocked(d.f.Sync())
+	d.failLocked(d.syncDir())
 	d.failLocked(d.f.Close())
 	return d.err
+}
+
+// Sync writes the letters in the buffer to the file and syncs the file to
+// disk (fsync), and, the first time, the directory that holds it, so that
+// a file just created is found after a crash: once Sync has returned nil,
+// every letter written before the call is on disk, and neither a process
+// killed nor a machine that loses power loses it. Letters written while
+// Sync runs may or may not be. Write does not wait for the disk meanwhile;
+// Close waits for a Sync under way. [DeadLetters.Checkpoint] calls Sync
+// before every save of a checkpoint.
+//
+// Sync returns the first error met since the file was created, as Close
+// does: writing, flushing, syncing the file or its directory. A
+// DeadLetters that failed keeps failing: every later Sync returns that
+// error, and so does Close. After Close, Sync does nothing and returns
+// what Close returned, or the error of a letter written after Close: nil
+// then too means that every letter is on disk.
+func (d *DeadLetters) Sync() error {
+	d.syncMu.Lock()
+	defer d.syncMu.Unlock()
+	d.mu.Lock()
+	if d.closed {
+		defer d.mu.Unlock()
+		return d.err
+	}
+	d.failLocked(d.w.Flush()) // after an I/O error, that error again
+	d.mu.Unlock()
+
+	// Without mu, so that Write goes on filling the buffer while the disk
+	// works; syncMu keeps Close from closing the file meanwhile.
+	err := d.f.Sync()
+	if err == nil {
+		err = d.syncDir()
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.failLocked(err)
+	return d.err
+}
+
+// syncDir syncs the directory of the file, once: the file's own sync does
+// not make its name durable. The caller holds syncMu.
+func (d *DeadLetters) syncDir() error {
+	if d.dirSynced {
+		return nil
+	}
+	if err := dirsync.Sync(filepath.Dir(d.path)); err != nil {
+		return err
+	}
+	d.dirSynced = true
+	return nil
 }

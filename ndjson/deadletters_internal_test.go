@@ -2,6 +2,7 @@ package ndjson
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -53,4 +54,38 @@ func TestDeadLettersKeepWritingAfterAnErrorThatIsNotIO(t *testing.T) {
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	assert.Equal(t, `{"line":1,"raw":"before","error":""}`+"\n"+`{"line":2,"raw":"after","error":""}`+"\n", string(data))
+}
+
+// savesCheckpoint is a Checkpoint that keeps what it is given.
+type savesCheckpoint struct{ saved []int64 }
+
+func (c *savesCheckpoint) Load(context.Context) (int64, error) { return 0, nil }
+
+func (c *savesCheckpoint) Save(_ context.Context, n int64) error {
+	c.saved = append(c.saved, n)
+	return nil
+}
+
+// A Sync that fails returns the first error, and so does every later Sync
+// and Close: a DeadLetters that failed keeps failing. The checkpoint of
+// Checkpoint then saves nothing, and says which file and why.
+func TestDeadLettersSyncKeepsTheFirstErrorAndTheCheckpointSavesNothing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "failed.ndjson")
+	dl, err := CreateDeadLetters(path)
+	require.NoError(t, err)
+	cp := &savesCheckpoint{}
+	wrapped := dl.Checkpoint(cp)
+	disk := &brokenDisk{}
+	dl.w = bufio.NewWriterSize(disk, 1<<10)
+
+	dl.WriteBad(1, []byte("lost"), nil)
+	assert.EqualError(t, dl.Sync(), "disk error #1")
+	for range 2 {
+		err := wrapped.Save(context.Background(), 3)
+		assert.EqualError(t, err, "ndjson: checkpoint not saved at 3: the dead-letter file "+path+" is not on disk: disk error #1")
+	}
+	assert.Empty(t, cp.saved, "no save passes a letter that is not on disk")
+	assert.EqualError(t, dl.Close(), "disk error #1")
+	assert.EqualError(t, dl.Sync(), "disk error #1", "after Close, the same error")
+	assert.Equal(t, 1, disk.n, "the failed write is not retried")
 }

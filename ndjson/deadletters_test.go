@@ -9,8 +9,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/upsertlib/upsert"
@@ -567,4 +571,327 @@ func TestAppendDeadLettersAfterAnUnterminatedLastLineKeepsEveryRecord(t *testing
 		ids = append(ids, v.Id)
 	}
 	assert.Equal(t, []string{"old", "new"}, ids)
+}
+
+// vectors makes n valid records of dimension 2, with ids "r0", "r1", ….
+func vectors(n int) []*pinecone.Vector {
+	vs := make([]*pinecone.Vector, n)
+	for i := range vs {
+		vs[i] = &pinecone.Vector{Id: "r" + strconv.Itoa(i), Values: floats(float32(i)+1, 0.5)}
+	}
+	return vs
+}
+
+// snoopingCheckpoint is a FileCheckpoint that, each time it saves a
+// watermark, reads the dead-letter file as it is on disk at that moment:
+// what a process killed right after the save would leave behind.
+type snoopingCheckpoint struct {
+	upsert.FileCheckpoint
+	deadPath string
+
+	mu    sync.Mutex
+	saves []snoop
+}
+
+type snoop struct {
+	n       int64
+	letters map[int]bool // the indexes of the records whose letters are on disk
+}
+
+func (c *snoopingCheckpoint) Save(ctx context.Context, n int64) error {
+	if err := c.FileCheckpoint.Save(ctx, n); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(c.deadPath)
+	if err != nil {
+		return err
+	}
+	s := snoop{n: n, letters: map[int]bool{}}
+	for l := range strings.Lines(string(data)) {
+		var letter struct{ Index int }
+		if json.Unmarshal([]byte(l), &letter) == nil {
+			s.letters[letter.Index] = true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.saves = append(c.saves, s)
+	return nil
+}
+
+// The resumable backfill of the README, a checkpoint given through
+// dl.Checkpoint and the failures to dl.Write, has the letter of every
+// record that failed for good on disk before a save of the checkpoint
+// passes the record: a process killed after the save, before Close,
+// loses none of the records the resumed run skips. Without it, the
+// letters waited in the buffer until Close.
+func TestDeadLettersAreOnDiskWhenTheCheckpointPassesTheirRecords(t *testing.T) {
+	dir := t.TempDir()
+	deadPath := filepath.Join(dir, "failed.ndjson")
+	dl, err := ndjson.CreateDeadLetters(deadPath)
+	require.NoError(t, err)
+	defer dl.Close() // the process is "killed" before: the saves are checked
+	cp := &snoopingCheckpoint{FileCheckpoint: upsert.FileCheckpoint(filepath.Join(dir, "backfill.ckpt")), deadPath: deadPath}
+
+	recs := vectors(20)
+	recs[3].Values = floats(0, 0) // refused before sending
+	refuse7 := func(_ context.Context, _ string, b []*pinecone.Vector) error {
+		if slices.ContainsFunc(b, func(v *pinecone.Vector) bool { return v.Id == "r7" }) {
+			return &upsert.Error{Class: upsert.ClassInvalid, StatusCode: 400} // refused by the index
+		}
+		return nil
+	}
+	res, err := upsert.Stream(context.Background(), slices.Values(recs), upsert.WithUpsertFunc(refuse7), upsert.WithBatchSize(4),
+		upsert.WithCheckpoint(dl.Checkpoint(cp)), upsert.WithObserver(upsert.Observer{Failure: dl.Write}))
+	require.ErrorIs(t, err, upsert.ErrInvalid)
+	failed := map[int]bool{}
+	for _, f := range res.Failed {
+		require.False(t, f.Resend, "record %d failed for good", f.Index)
+		failed[f.Index] = true
+	}
+	require.Equal(t, map[int]bool{3: true, 7: true}, failed)
+
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	require.NotEmpty(t, cp.saves)
+	assert.EqualValues(t, len(recs), cp.saves[len(cp.saves)-1].n, "the last save passes every record")
+	for _, s := range cp.saves {
+		for i := range failed {
+			if int64(i) < s.n {
+				assert.True(t, s.letters[i], "the checkpoint was saved at %d, past record %d, whose letter was not on disk: "+
+					"a crash now loses it (the resumed run skips it, no letter holds it)", s.n, i)
+			}
+		}
+	}
+}
+
+// Sync puts every letter written before it on disk, whatever wrote it,
+// without closing the file: the letters written after it still go to the
+// file, and Close keeps them too.
+func TestDeadLettersSyncPutsEveryLetterWrittenBeforeItOnDisk(t *testing.T) {
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	dl.Write(rateLimited(0, &pinecone.Vector{Id: "a", Values: floats(1)}))
+	dl.WriteStale(upsert.Stale{Index: 1, ID: "b", Record: &pinecone.Vector{Id: "b", Values: floats(2)}}, "stale")
+	dl.WriteBad(3, []byte("bad"), nil)
+
+	require.NoError(t, dl.Sync())
+	onDisk := lines(t, path) // read before Close
+	require.Len(t, onDisk, 3)
+	assert.Equal(t, "a", onDisk[0]["id"])
+	assert.Equal(t, "b", onDisk[1]["id"])
+	assert.Equal(t, "bad", onDisk[2]["raw"])
+
+	dl.Write(rateLimited(4, &pinecone.Vector{Id: "c", Values: floats(3)}))
+	require.NoError(t, dl.Sync())
+	assert.Len(t, lines(t, path), 4, "a second Sync writes the letters since the first")
+	require.NoError(t, dl.Close())
+	assert.Len(t, lines(t, path), 4)
+	assert.Equal(t, 4, dl.Count())
+}
+
+// After Close, Sync does nothing and says whether every letter is on
+// disk: nil after a Close that wrote them all, the error of a letter
+// dropped after Close otherwise.
+func TestDeadLettersSyncAfterClose(t *testing.T) {
+	tests := []struct {
+		name       string
+		afterClose bool // a letter is written after Close
+		want       error
+	}{
+		{"after a Close that wrote every letter, nil", false, nil},
+		{"after a letter dropped after Close, os.ErrClosed", true, os.ErrClosed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := tempPath(t)
+			dl, err := ndjson.CreateDeadLetters(path)
+			require.NoError(t, err)
+			dl.WriteBad(1, []byte("kept"), nil)
+			require.NoError(t, dl.Close())
+			if tt.afterClose {
+				dl.WriteBad(2, []byte("dropped"), nil)
+			}
+			err = dl.Sync()
+			if tt.want == nil {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorIs(t, err, tt.want)
+				assert.ErrorContains(t, err, path, "the error names the file")
+			}
+			assert.Len(t, lines(t, path), 1)
+		})
+	}
+}
+
+// Sync runs while letters are written, and while Close is called, and
+// neither loses nor tears a letter.
+func TestDeadLettersSyncWhileWriting(t *testing.T) {
+	const writers, each = 8, 100
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				dl.Write(rateLimited(w*each+i, &pinecone.Vector{Id: "a", Values: floats(float32(i))}))
+				if i%25 == 0 {
+					assert.NoError(t, dl.Sync())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	syncing := make(chan error)
+	go func() { syncing <- dl.Sync() }()
+	require.NoError(t, dl.Close())
+	require.NoError(t, <-syncing, "a Sync racing Close returns nil, before or after it")
+	assert.Len(t, lines(t, path), writers*each)
+}
+
+// A run resumed from a checkpoint sends again the records that failed with
+// Resend set: once dl.Checkpoint has been called, dl.Write writes no letter
+// of them (a replay of the file would send them twice, and could
+// overwrite a newer record of their id), and Count does not count them.
+// Without it, nothing sends them again: they are dead letters like the
+// others. The failures for good, WriteStale and WriteBad are written
+// either way.
+func TestDeadLettersWriteSkipsResendFailuresOnlyForACheckpointedRun(t *testing.T) {
+	denied := upsert.Failure{Index: 1, ID: "b", Record: &pinecone.Vector{Id: "b", Values: floats(2)}, Class: upsert.ClassDenied,
+		Err: &upsert.Error{Class: upsert.ClassDenied, StatusCode: 403}, Resend: true}
+	tests := []struct {
+		name       string
+		checkpoint func(dl *ndjson.DeadLetters) // called before the letters are written
+		wantIDs    []any                        // the ids of the letters, in order
+	}{
+		{"without a checkpoint", func(*ndjson.DeadLetters) {}, []any{"a", "b", "c", nil}},
+		{"with dl.Checkpoint", func(dl *ndjson.DeadLetters) {
+			require.NotNil(t, dl.Checkpoint(upsert.FileCheckpoint(filepath.Join(t.TempDir(), "ckpt"))))
+		}, []any{"a", "c", nil}},
+		{"with dl.Checkpoint(nil), which changes nothing", func(dl *ndjson.DeadLetters) {
+			require.Nil(t, dl.Checkpoint(nil))
+		}, []any{"a", "b", "c", nil}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := tempPath(t)
+			dl, err := ndjson.CreateDeadLetters(path)
+			require.NoError(t, err)
+			tt.checkpoint(dl)
+			dl.Write(rateLimited(0, &pinecone.Vector{Id: "a", Values: floats(1)}))
+			dl.Write(denied)
+			dl.WriteStale(upsert.Stale{Index: 2, ID: "c", Record: &pinecone.Vector{Id: "c", Values: floats(3)}}, "")
+			dl.WriteBad(4, []byte("bad"), nil)
+			assert.Equal(t, len(tt.wantIDs), dl.Count())
+			require.NoError(t, dl.Close())
+			var ids []any
+			for _, l := range lines(t, path) {
+				ids = append(ids, l["id"])
+			}
+			assert.Equal(t, tt.wantIDs, ids)
+		})
+	}
+}
+
+// A backfill stopped by the index (the key revoked), then resumed from its
+// checkpoint, leaves each record landed or in the dead-letter file, never
+// both: with dl.Checkpoint the file holds the record refused for good,
+// and none of those that the resumed run sent.
+func TestDeadLettersOfAResumedRunHoldNoRecordItSent(t *testing.T) {
+	dir := t.TempDir()
+	deadPath := filepath.Join(dir, "failed.ndjson")
+	ckpt := upsert.FileCheckpoint(filepath.Join(dir, "backfill.ckpt"))
+	recs := vectors(60)
+	recs[5].Values = floats(0, 0) // refused for good
+	var mu sync.Mutex
+	landed := map[string]int{} // how many runs landed each record
+	var requests atomic.Int64
+	index := func(revokeAfter int64) func(context.Context, string, []*pinecone.Vector) error {
+		return func(_ context.Context, _ string, b []*pinecone.Vector) error {
+			if revokeAfter > 0 && requests.Add(1) > revokeAfter {
+				return status.Error(codes.PermissionDenied, "key revoked")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, v := range b {
+				landed[v.Id]++
+			}
+			return nil
+		}
+	}
+	run := func(index func(context.Context, string, []*pinecone.Vector) error) (upsert.Result, error) {
+		dl, err := ndjson.AppendDeadLetters(deadPath)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, dl.Close()) }()
+		return upsert.Stream(context.Background(), slices.Values(recs), upsert.WithUpsertFunc(index),
+			upsert.WithBatchSize(10), upsert.WithConcurrency(1),
+			upsert.WithCheckpoint(dl.Checkpoint(ckpt)), upsert.WithObserver(upsert.Observer{Failure: dl.Write}))
+	}
+
+	res, err := run(index(2))
+	require.ErrorIs(t, err, upsert.ErrDenied)
+	require.True(t, slices.ContainsFunc(res.Failed, func(f upsert.Failure) bool { return f.Resend }), "records were left to the resumed run")
+	_, err = run(index(0))
+	require.NoError(t, err)
+
+	letters := map[string]int{}
+	for _, l := range lines(t, deadPath) {
+		letters[l["id"].(string)]++
+	}
+	assert.Equal(t, map[string]int{"r5": 1}, letters, "the one record refused for good, once")
+	for _, v := range recs {
+		if v.Id != "r5" {
+			assert.Positive(t, landed[v.Id], "record %s landed", v.Id)
+		}
+	}
+	assert.Zero(t, landed["r5"])
+}
+
+// The checkpoint dl.Checkpoint returns loads what cp holds, and saves to
+// cp once the letters are on disk; when they cannot be, the save fails
+// with an error naming the dead-letter file and the cause, and cp keeps
+// what it held.
+func TestDeadLettersCheckpointSavesOnlyWhatIsOnDisk(t *testing.T) {
+	tests := []struct {
+		name       string
+		afterClose bool // a letter is dropped after Close
+		wantSaved  int64
+	}{
+		{"letters on disk: saved", false, 9},
+		{"a letter lost: not saved", true, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			path := tempPath(t)
+			cp := upsert.FileCheckpoint(filepath.Join(t.TempDir(), "ckpt"))
+			require.NoError(t, cp.Save(ctx, 4))
+			dl, err := ndjson.CreateDeadLetters(path)
+			require.NoError(t, err)
+			wrapped := dl.Checkpoint(cp)
+			n, err := wrapped.Load(ctx)
+			require.NoError(t, err)
+			assert.EqualValues(t, 4, n)
+
+			dl.Write(rateLimited(5, &pinecone.Vector{Id: "a", Values: floats(1)}))
+			if tt.afterClose {
+				require.NoError(t, dl.Close())
+				dl.Write(rateLimited(7, &pinecone.Vector{Id: "b", Values: floats(2)}))
+			}
+			err = wrapped.Save(ctx, 9)
+			if tt.afterClose {
+				require.ErrorIs(t, err, os.ErrClosed)
+				assert.ErrorContains(t, err, "dead-letter file "+path)
+			} else {
+				require.NoError(t, err)
+			}
+			saved, err := cp.Load(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantSaved, saved)
+			assert.Len(t, lines(t, path), 1)
+			dl.Close()
+		})
+	}
 }

@@ -17,6 +17,13 @@
 //
 // Since a [Reader] ignores the fields it does not know, a dead-letter file
 // can be fed back in unchanged to replay the records.
+//
+// A [DeadLetters] buffers its letters until [DeadLetters.Sync] or Close. A
+// run resumable from a checkpoint cp (upsert.WithCheckpoint) is given
+// dl.Checkpoint(cp) in its place ([DeadLetters.Checkpoint]): each save of
+// cp then waits for the letters to be on disk, so that a crash loses none
+// of the records the resumed run skips, and the file keeps only the
+// failures for good, not the records that the resumed run sends again.
 package ndjson
 
 import (
@@ -49,8 +56,9 @@ var (
 	// float32), the line is not a JSON object (null included), its metadata
 	// cannot be represented, it holds a string that is not valid Unicode
 	// (a byte that is not UTF-8, or a \u escape of a lone UTF-16
-	// surrogate), or it gives one of the record's fields twice or sparse
-	// values under both names.
+	// surrogate), or it gives one of the record's fields twice (or
+	// "indices" or "values" twice in its sparse values) or sparse values
+	// under both names.
 	ErrWrongType = errors.New("wrong type")
 	// ErrMissingID: the object has no id, or an empty or null one.
 	ErrMissingID = errors.New("missing or empty id")
@@ -204,13 +212,9 @@ var fieldNames = [numFields]string{"id", "values", "sparse_values", "sparseValue
 // spells it (quotes included), or -1 for a field that is not the record's;
 // ok is false for a key that is not a valid JSON string.
 func fieldOf(key []byte) (field int, ok bool) {
-	name := key[1 : len(key)-1]
-	if bytes.IndexByte(name, '\\') >= 0 || hasControl(name) {
-		var s string // escapes, or control characters that make it invalid
-		if json.Unmarshal(key, &s) != nil {
-			return 0, false
-		}
-		name = []byte(s)
+	name, ok := keyName(key)
+	if !ok {
+		return 0, false
 	}
 	switch string(name) {
 	case "id":
@@ -225,6 +229,21 @@ func fieldOf(key []byte) (field int, ok bool) {
 		return fieldMetadata, true
 	}
 	return -1, true
+}
+
+// keyName returns the name that key, a member name as the line spells it
+// (quotes included), stands for, its escapes decoded; ok is false for a
+// key that is not a valid JSON string.
+func keyName(key []byte) (name []byte, ok bool) {
+	name = key[1 : len(key)-1]
+	if bytes.IndexByte(name, '\\') >= 0 || hasControl(name) {
+		var s string // escapes, or control characters that make it invalid
+		if json.Unmarshal(key, &s) != nil {
+			return nil, false
+		}
+		name = []byte(s)
+	}
+	return name, true
 }
 
 // isPlainString reports whether b is a JSON string without escapes.
@@ -321,6 +340,9 @@ func decode(line []byte) (*pinecone.Vector, string, error) {
 	}
 	if dup >= 0 {
 		return nil, idStr, fmt.Errorf("%w: field %q given twice; want it once", ErrWrongType, fieldNames[dup])
+	}
+	if err := sparseGivenTwice(&raw); err != nil {
+		return nil, idStr, err
 	}
 	if typeErr != nil {
 		return nil, idStr, typeErr
@@ -590,6 +612,48 @@ func unicodeError(line []byte, id string) (string, error) {
 	default:
 		return id, fmt.Errorf("%w: field %q holds %s", ErrWrongType, name, what)
 	}
+}
+
+// sparseMembers are the members of sparse values, as sparseJSON names them.
+var sparseMembers = [...]string{"indices", "values"}
+
+// sparseGivenTwice returns the error for sparse values, of a line whose
+// fields are raw, that give one of their members twice, or nil.
+func sparseGivenTwice(raw *[numFields][]byte) error {
+	for _, f := range [...]int{fieldSparse, fieldSparseREST} {
+		if member := sparseDup(raw[f]); member != "" {
+			return fmt.Errorf("%w: field \"%s.%s\" given twice; want it once", ErrWrongType, fieldNames[f], member)
+		}
+	}
+	return nil
+}
+
+// sparseDup returns the member of raw, sparse values as the line spells
+// them (nil if absent), that it gives twice, or "". Two keys are the same
+// member when encoding/json, which decodes raw and keeps the last one,
+// takes them for the same field: when they are equal but for case
+// (bytes.EqualFold).
+func sparseDup(raw []byte) string {
+	var seen [len(sparseMembers)]bool
+	dup := ""
+	scanObject(raw, func(key, _ []byte) bool {
+		name, ok := keyName(key)
+		if !ok {
+			return false
+		}
+		for i, m := range sparseMembers {
+			if !bytes.EqualFold(name, []byte(m)) {
+				continue
+			}
+			if seen[i] {
+				dup = m
+				return false
+			}
+			seen[i] = true
+		}
+		return true
+	})
+	return dup
 }
 
 // sparseNumbersJSON is sparseJSON with an element type that can hold null:

@@ -458,6 +458,44 @@ func TestReaderRefusesALineThatGivesTheIDTwice(t *testing.T) {
 	assert.Empty(t, le.ID)
 }
 
+// A line whose sparse values give "indices" or "values" twice is a bad
+// line (ErrWrongType) naming the member, as one that gives a field of the
+// record twice: encoding/json alone would take the last one without a word
+// (matching the names whatever their case, as it does), and other JSON
+// readers the first, so that the line would be two records depending on
+// the tool. Sparse values that give each member once are read, whatever
+// else they hold.
+func TestReaderRefusesSparseValuesThatGiveAMemberTwice(t *testing.T) {
+	tests := []struct {
+		name string
+		line string
+		want string // what the error names; "" for a line that is read
+	}{
+		{"values twice", `{"id":"a","sparse_values":{"indices":[1,2],"values":[0.1,0.2],"values":[0.3,0.4]}}`, `field "sparse_values.values" given twice`},
+		{"indices twice", `{"id":"a","sparse_values":{"indices":[1,2],"indices":[3,4],"values":[0.1,0.2]}}`, `field "sparse_values.indices" given twice`},
+		{"under the REST API's name", `{"id":"a","sparseValues":{"values":[0.1],"indices":[1],"values":[0.3]}}`, `field "sparseValues.values" given twice`},
+		{"spelled otherwise, as encoding/json matches", `{"id":"a","sparse_values":{"indices":[1],"values":[0.1],"Values":[0.3]}}`, `field "sparse_values.values" given twice`},
+		{"spelled with an escape", `{"id":"a","sparse_values":{"indices":[1],"values":[0.1],"valu\u0065s":[0.3]}}`, `field "sparse_values.values" given twice`},
+		{"each once, with another member", `{"id":"a","sparse_values":{"indices":[1],"values":[0.1],"indexes":[2]}}`, ""},
+		{"each once, in another order", `{"id":"a","sparseValues":{"values":[0.1],"indices":[1]}}`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := ndjson.NewReader(strings.NewReader(tt.line + "\n")).Next()
+			if tt.want == "" {
+				require.NoError(t, err)
+				assert.Equal(t, &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{0.1}}, v.SparseValues)
+				return
+			}
+			var le *ndjson.LineError
+			require.ErrorAs(t, err, &le, "the line was read as %v", v)
+			assert.ErrorIs(t, err, ndjson.ErrWrongType)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.Equal(t, "a", le.ID)
+		})
+	}
+}
+
 func idOf(v *pinecone.Vector) string {
 	if v == nil {
 		return ""

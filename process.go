@@ -28,7 +28,7 @@ func (p *part) child(items []item) *part {
 // process sends one batch until each of its records has landed or failed.
 // Halves of a split are sent one after the other, first half first.
 func (r *run) process(worker int, rt *route, b batch) {
-	defer r.finishBatch(worker)
+	defer r.finishBatch(worker, rt)
 	defer b.turn.leave() // when the run stopped before its first attempt
 	stack := []*part{{items: b.items, sizeProbe: b.probe}}
 	retries := 0
@@ -145,14 +145,14 @@ func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 	}
 	r.log(slog.LevelWarn, "retrying batch", worker, rt, p, e, slog.Duration("backoff", wait))
 	wake := r.restWaker()
-	r.rest(+1)
+	r.rest(rt, +1)
 	r.wakeResting() // the others may have landed since p's refusal
 	woke, err := r.sleepBackoff(wait, e.RetryAfter, wake)
 	p.failures.woke = woke
 	if err == nil {
 		err = rt.lane.awaitRetry(r.runCtx)
 	}
-	r.rest(-1)
+	r.rest(rt, -1)
 	if err != nil {
 		r.failPart(p, r.stopError())
 		return false

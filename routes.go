@@ -12,9 +12,11 @@ type route struct {
 	lane      *lane
 	invalid   error // the rule the namespace breaks: its records fail before sending
 	batcher   batcher
-	ready     batch // a full batch that could not be dispatched yet
-	stalled   bool  // in the intake's list of routes whose ready batch waits
-	line      line  // its dispatched batches, until each holds its place in the lane's
+	ready     batch        // a full batch that could not be dispatched yet
+	stalled   bool         // in the intake's list of routes whose ready batch waits
+	line      line         // its dispatched batches, until each holds its place in the lane's
+	active    atomic.Int64 // its batches dispatched and not finished
+	resting   atomic.Int64 // of which waiting out a backoff or the retry budget
 	// lastFailure is the last server error or timeout of a request, for
 	// the records the circuit breaker fails without sending them.
 	lastFailure atomic.Pointer[Error]
@@ -80,11 +82,14 @@ func (r *run) laneHost() string {
 }
 
 // dropIdle forgets the routes with no records waiting, to be cut or
-// admitted (a new route would let its batches go first), and sets the size
-// at which to look again: twice what is left, at least minRoutes.
+// admitted (a new route would let its batches go first), and no batch
+// alive: one waiting out a Retry-After or backoff needs the route's hold
+// on its lane, or the Limiter may forget the lane's pause, rate and
+// breaker. It sets the size at which to look again: twice what is left,
+// at least minRoutes.
 func (t *routeTable) dropIdle() {
 	for ns, rt := range t.byKey {
-		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 && rt.line.empty() {
+		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 && rt.line.empty() && rt.active.Load() == 0 {
 			delete(t.byKey, ns)
 			rt.lane.holdRoute(-1)
 		}

@@ -42,7 +42,8 @@ func (p *workerPool) start(concurrency int) {
 // than the lane lets requests in flight, plus two: enough to keep every
 // slot busy, few enough that a new batch size takes effect at once.
 // Batches waiting out a backoff do not count, but the worker pool bounds
-// them. Waiting here is the backpressure that bounds memory.
+// them. Waiting here is the backpressure that bounds memory. See hasRoom
+// for which batches count.
 //
 // It returns kept true and ctx's error, with b not dispatched and still the
 // caller's, when ctx ends first; when the run has stopped it fails b's
@@ -53,16 +54,9 @@ func (r *run) dispatch(ctx context.Context, rt *route, b batch) (kept bool, err 
 	if r.runCtx.Err() != nil {
 		return false, r.failStopped(b.items)
 	}
-	room := func() bool {
-		conc := r.cfg.concurrency
-		if conc == 0 {
-			conc = rt.lane.concurrency()
-		}
-		return r.pool.active.Load()-r.pool.resting.Load() < int64(conc+2)
-	}
-	for !room() {
+	for !r.hasRoom(rt) {
 		finished := r.batchFinished()
-		if room() {
+		if r.hasRoom(rt) {
 			break // a batch finished before the channel existed, and closed none
 		}
 		select {
@@ -76,6 +70,7 @@ func (r *run) dispatch(ctx context.Context, rt *route, b batch) (kept bool, err 
 	select {
 	case id := <-r.pool.workers:
 		r.pool.active.Add(1)
+		rt.active.Add(1)
 		r.pool.wg.Add(1)
 		b.turn = rt.line.take()
 		go r.process(id, rt, b)
@@ -85,6 +80,18 @@ func (r *run) dispatch(ctx context.Context, rt *route, b batch) (kept bool, err 
 	case <-ctx.Done():
 		return r.notDispatched(ctx, b)
 	}
+}
+
+// hasRoom reports whether a batch of rt may be dispatched. The lanes tune
+// concurrency per namespace (Pinecone's limits are per namespace), so each
+// route counts its own batches against its lane's; the worker pool bounds
+// them all. A fixed WithConcurrency is the call's slots, shared by every
+// namespace: the call's batches count.
+func (r *run) hasRoom(rt *route) bool {
+	if conc := r.cfg.concurrency; conc > 0 {
+		return r.pool.active.Load()-r.pool.resting.Load() < int64(conc+2)
+	}
+	return rt.active.Load()-rt.resting.Load() < int64(rt.lane.concurrency()+2)
 }
 
 // notDispatched returns ctx's error for a batch that was not dispatched,
@@ -112,7 +119,10 @@ func (r *run) batchFinished() <-chan struct{} {
 	return r.pool.batchDone.wait()
 }
 
-func (r *run) finishBatch(worker int) {
+// finishBatch counts rt's batch, sent by worker, finished, and frees the
+// worker.
+func (r *run) finishBatch(worker int, rt *route) {
+	rt.active.Add(-1)
 	r.pool.active.Add(-1)
 	r.signalBatch()
 	r.wakeResting()
@@ -152,9 +162,10 @@ func (r *run) wakeResting() {
 	r.pool.restWake.fire()
 }
 
-// rest counts a batch entering (+1) or leaving (-1) a backoff: a batch
-// that rests makes room for another to be formed.
-func (r *run) rest(delta int64) {
+// rest counts a batch of rt entering (+1) or leaving (-1) a backoff: a
+// batch that rests makes room for another to be formed.
+func (r *run) rest(rt *route, delta int64) {
+	rt.resting.Add(delta)
 	r.pool.resting.Add(delta)
 	if delta > 0 {
 		r.signalBatch()

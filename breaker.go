@@ -18,6 +18,11 @@ type breaker struct {
 	failures  int       // consecutive server failures, in the order their requests were sent
 	firstSent time.Time // when the request of the first of those failures was sent
 	answered  bool      // the index answered once: it is not dead or misconfigured
+	// hostAnswered: the index answered a request of another lane of its
+	// host, another namespace of the same index (the lane brings it in,
+	// see lane.heardHost): a namespace first written during an outage is
+	// not on a wrong host.
+	hostAnswered bool
 	// lastAnswered is when the latest request the index answered was sent.
 	lastAnswered time.Time
 	timedOut     bool      // the last failure was a timeout, which says less about the index
@@ -155,10 +160,10 @@ func (b *breaker) followsFailure(now time.Time) bool {
 	return b.failures > 1 && b.everAnswered() && now.Sub(b.firstSent) < outagePatience
 }
 
-// everAnswered reports whether the index answered this writer, or any
-// writer of a shared lane: one that never got an answer itself must not
-// call a live index dead.
-func (b *breaker) everAnswered() bool { return b.answered || b.shared.answered }
+// everAnswered reports whether the index answered this writer, in this
+// namespace or another, or any writer of a shared lane: one that never
+// got an answer itself must not call a live index dead.
+func (b *breaker) everAnswered() bool { return b.answered || b.hostAnswered || b.shared.answered }
 
 // outageStart is when the outage began: when this breaker opened, or the
 // first breaker of a shared lane, whichever is earlier, so that a writer

@@ -22,6 +22,9 @@ type lane struct {
 	clock  clock
 	tuning *tuning
 	head   line // its first place is the request being admitted
+	// host is what the Limiter's lanes of the lane's index host know
+	// together; nil for a lane no Limiter holds.
+	host *hostSeen
 
 	mu          sync.Mutex
 	dims        [dimCount]dimension
@@ -350,14 +353,27 @@ func (ln *lane) recordRate(measuredOnly bool) float64 {
 	return records
 }
 
+// stateRate is the record rate the lane's caps allow with batches of size
+// records (LimiterState.Rate): the record rate, and once a 429 has
+// measured them, what the byte rate allows in records and the request
+// rate times size. ln.mu is held.
+func (ln *lane) stateRate(size int) float64 {
+	records := ln.recordRate(true)
+	if r := &ln.dims[dimRequests].ctl; r.capped() && r.measured() {
+		records = min(records, r.limit*float64(size))
+	}
+	return records
+}
+
 func (ln *lane) state() LimiterState {
 	now := ln.clock.Now()
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
+	size := min(ln.batch.size, ln.batch.maxSize(ln.sizeCaps(), ln.tuning))
 	return LimiterState{
-		Rate:        ln.recordRate(true),
+		Rate:        ln.stateRate(size),
 		Concurrency: ln.conc.limit,
-		BatchSize:   min(ln.batch.size, ln.batch.maxSize(ln.sizeCaps(), ln.tuning)),
+		BatchSize:   size,
 		InFlight:    ln.slots.inFlight,
 		Paused:      ln.breaker.open || now.Before(ln.pausedUntil),
 	}
@@ -485,6 +501,7 @@ func (ln *lane) waitBreaker(ctx context.Context) (probe uint64, err error) {
 	for {
 		ln.mu.Lock()
 		now := ln.clock.Now()
+		ln.heardHost()
 		ok, isProbe, wait := ln.breaker.admit(now)
 		if isProbe {
 			probe = ln.breaker.probes
@@ -512,6 +529,7 @@ func (ln *lane) waitBreaker(ctx context.Context) (probe uint64, err error) {
 func (ln *lane) gaveUp() bool {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
+	ln.heardHost()
 	return ln.breaker.gaveUp(ln.clock.Now()) != nil
 }
 

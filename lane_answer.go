@@ -337,6 +337,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 			ln.queueBreaker(true)
 		}
 		if class == ClassServer {
+			ln.heardHost()
 			return failureNote{young: ln.breaker.young(now), followsFailure: ln.breaker.followsFailure(now)}
 		}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
@@ -352,6 +353,9 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 // closeBreaker closes the breaker on an answer of the index to a request
 // sent at sent, and tells the rates how long it was open.
 func (ln *lane) closeBreaker(now, sent time.Time) {
+	if h := ln.host; h != nil && !h.answered.Load() {
+		h.answered.Store(true) // the index answers: every lane of its host hears it
+	}
 	openedAt := ln.breaker.openedAt
 	if !ln.breaker.success(sent) {
 		return
@@ -361,4 +365,14 @@ func (ln *lane) closeBreaker(now, sent time.Time) {
 	}
 	ln.signals.breaker.fire()
 	ln.queueBreaker(false)
+}
+
+// heardHost tells the breaker whether the index answered another lane of
+// its host (hostSeen.answered), before the breaker judges whether the
+// index ever answered: the breaker stays a function of what it is told.
+// ln.mu is held.
+func (ln *lane) heardHost() {
+	if ln.host != nil && ln.host.answered.Load() {
+		ln.breaker.hostAnswered = true
+	}
 }

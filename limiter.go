@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -70,6 +71,9 @@ type Limiter struct {
 	lanes   map[laneID]*lane
 	sweepAt int   // the number of lanes at which idle ones are looked for
 	clock   clock // nil means the real clock; tests inject a fake
+	// hosts is what the lanes of each index host know together (by
+	// laneID.host), kept while the Limiter holds a lane of the host.
+	hosts map[string]*hostSeen
 	// shareStats count its lanes' fallbacks and rejoins, when shared
 	// across processes (sharing.go).
 	shareStats shareCounters
@@ -84,16 +88,27 @@ type laneID struct {
 	key  string
 }
 
+// hostSeen is what a Limiter's lanes of one index host know together:
+// one namespace's answers tell about the index that all of them write to.
+type hostSeen struct {
+	// answered: the index answered a request of some lane of the host, so
+	// it is neither a wrong host nor a dead index (lane.heardHost).
+	answered atomic.Bool
+	lanes    int // lanes of the host the Limiter holds; guarded by Limiter.mu
+}
+
 // NewLimiter returns a Limiter with nothing learned yet. It is the same as
 // new(Limiter).
 func NewLimiter() *Limiter { return new(Limiter) }
 
 // LimiterState is what a Limiter has learned about one namespace.
 type LimiterState struct {
-	// Rate is the send rate cap in records per second: the record rate,
-	// or what the byte rate allows in records when a 429 has set it
-	// lower; +Inf until the index's 429s start an episode (see
-	// [Limiter]: a lone 429 does not).
+	// Rate is the send rate cap in records per second: the lowest of
+	// the record rate, what the byte rate allows in records (bytes over
+	// the mean record size sent), and the request rate times BatchSize,
+	// the last two counting once a 429 has cut them (a known limit
+	// alone, [WithIndexLimits], does not); +Inf until the index's 429s
+	// start an episode (see [Limiter]: a lone 429 does not).
 	Rate float64
 	// Concurrency is how many requests may be in flight.
 	Concurrency int
@@ -190,9 +205,37 @@ func (l *Limiter) laneLocked(id laneID, maxBatch int) *lane {
 			l.sweep(c.Now())
 		}
 		ln = newLane(c, maxBatch, &defaultTuning)
+		ln.host = l.hostLocked(id.host)
+		ln.host.lanes++
 		l.lanes[id] = ln
 	}
 	return ln
+}
+
+// hostLocked returns what the lanes of host know together, made on first
+// use; l.mu is held.
+func (l *Limiter) hostLocked(host string) *hostSeen {
+	if l.hosts == nil {
+		l.hosts = make(map[string]*hostSeen)
+	}
+	h, ok := l.hosts[host]
+	if !ok {
+		h = new(hostSeen)
+		l.hosts[host] = h
+	}
+	return h
+}
+
+// forget drops the lane of id, and what its host's lanes know together
+// with the last of them, as a lane forgets what it learned with itself;
+// l.mu is held.
+func (l *Limiter) forget(id laneID) {
+	if h := l.hosts[id.host]; h != nil {
+		if h.lanes--; h.lanes <= 0 {
+			delete(l.hosts, id.host)
+		}
+	}
+	delete(l.lanes, id)
 }
 
 // sweep forgets the lanes with nothing in flight or being admitted that
@@ -216,7 +259,7 @@ func (l *Limiter) sweep(now time.Time) {
 		ln.mu.Unlock()
 		switch {
 		case quiet && now.Sub(last) >= laneIdle:
-			delete(l.lanes, id)
+			l.forget(id)
 		case quiet:
 			free = append(free, use{id, last})
 		}
@@ -224,7 +267,7 @@ func (l *Limiter) sweep(now time.Time) {
 	if excess := len(l.lanes) - maxLanes/2; len(l.lanes) >= maxLanes {
 		slices.SortFunc(free, func(a, b use) int { return a.last.Compare(b.last) })
 		for _, u := range free[:min(excess, len(free))] {
-			delete(l.lanes, u.id)
+			l.forget(u.id)
 		}
 	}
 	l.sweepAt = nextSweep(len(l.lanes))

@@ -190,25 +190,29 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 		in.acks.start(int(n))
 	}
 	in.r.stats.skipped.Store(n)
+	in.saved.Store(n)
+	every := in.r.cfg.saveEvery
+	if every <= 0 {
+		every = checkpointEvery
+	}
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		t := time.NewTicker(checkpointEvery)
+		t := time.NewTicker(every)
 		defer t.Stop()
-		saved := n
 		for {
 			select {
 			case <-done:
 				return
 			case <-t.C:
 			}
-			if w := int64(in.marks.value()); w > saved {
+			if w := int64(in.marks.value()); w > in.saved.Load() {
 				if err := in.save(in.r.ctx, w); err != nil {
 					in.logWarn("saving the checkpoint", err)
 					continue
 				}
-				saved = w
+				in.saved.Store(w)
 			}
 		}
 	}()
@@ -228,14 +232,14 @@ func (in *intake) saveCheckpoint() error {
 	in.stopSaver()
 	in.stopSaver = nil
 	w := int64(in.marks.value())
-	if w == in.loaded {
-		return nil // nothing settled for good: the checkpoint stays as it was
+	if w == in.saved.Load() {
+		return nil // saved already, or nothing settled for good since the start
 	}
 	// The caller's context may have ended: the final save must happen
 	// anyway, or the run's progress is lost.
 	if err := in.save(context.WithoutCancel(in.r.ctx), w); err != nil {
 		in.logWarn("saving the checkpoint", err)
-		return fmt.Errorf("%w at %d: %w", ErrCheckpointNotSaved, w, err)
+		return fmt.Errorf("%w at %d (it holds %d): %w", ErrCheckpointNotSaved, w, in.saved.Load(), err)
 	}
 	return nil
 }

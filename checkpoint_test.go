@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"iter"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
@@ -245,7 +247,7 @@ func TestAFinalSaveThatFailsIsTheRunsError(t *testing.T) {
 		WithCheckpoint(&fullDiskCheckpoint{}), withClock(newFakeClock()))
 	assert.Equal(t, 10, res.Upserted)
 	require.ErrorIs(t, err, ErrCheckpointNotSaved)
-	assert.EqualError(t, err, "upsert: the checkpoint could not be saved at 10: no space left on device")
+	assert.EqualError(t, err, "upsert: the checkpoint could not be saved at 10 (it holds 0): no space left on device")
 
 	recs[4] = nil
 	res, err = Stream(context.Background(), slices.Values(recs), WithUpsertFunc(newFakeIndex(nil).Upsert),
@@ -253,6 +255,86 @@ func TestAFinalSaveThatFailsIsTheRunsError(t *testing.T) {
 	assert.Equal(t, 9, res.Upserted)
 	assert.ErrorIs(t, err, ErrCheckpointNotSaved)
 	assert.ErrorIs(t, err, ErrInvalid, "and the record's failure")
+}
+
+// onceGoodCheckpoint saves successfully until it holds a position past
+// the start (the periodic save), then fails every save: the disk filled
+// up after the run's progress was saved.
+type onceGoodCheckpoint struct {
+	mu     sync.Mutex
+	held   int64
+	saves  []int64
+	stored chan int64 // told of each position stored past 0
+}
+
+func (c *onceGoodCheckpoint) Load(context.Context) (int64, error) { return 0, nil }
+
+func (c *onceGoodCheckpoint) Save(_ context.Context, n int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.saves = append(c.saves, n)
+	if c.held > 0 {
+		return errors.New("no space left on device")
+	}
+	c.held = n
+	if n > 0 {
+		c.stored <- n
+	}
+	return nil
+}
+
+// A final save of the watermark the periodic save stored already is not
+// made: it would cost a save (an fsync with ndjson's DeadLetters.Checkpoint)
+// and, failing, report that the checkpoint could not be saved while it
+// holds the final position.
+func TestTheFinalSaveSkipsAWatermarkSavedAlready(t *testing.T) {
+	recs := vectors(10, 2)
+	cp := &onceGoodCheckpoint{stored: make(chan int64, 4)}
+	var seq iter.Seq[*pinecone.Vector] = func(yield func(*pinecone.Vector) bool) {
+		for _, v := range recs {
+			if !yield(v) {
+				return
+			}
+		}
+		select { // the batch of 10 landed; wait for the periodic save of 10
+		case <-cp.stored:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	var doneErr error
+	res, err := Stream(context.Background(), seq, WithUpsertFunc(newFakeIndex(nil).Upsert), WithBatchSize(10),
+		WithCheckpoint(cp), withClock(newFakeClock()), withSaveEvery(time.Millisecond),
+		WithObserver(Observer{RunDone: func(e RunEvent) { doneErr = e.Err }}))
+	require.Equal(t, 10, res.Upserted)
+	cp.mu.Lock()
+	held, saves := cp.held, slices.Clone(cp.saves)
+	cp.mu.Unlock()
+	require.Equal(t, int64(10), held, "the periodic save stored the final watermark (saves: %v)", saves)
+	assert.Equal(t, []int64{0, 10}, saves)
+	assert.NoError(t, err)
+	assert.NoError(t, doneErr, "RunDone's error")
+}
+
+// The failure that spends a batch's last retry once the breaker has given
+// up is marked as the index's, also when it carries no cause (an
+// UpsertFunc may return &Error{Class: ClassServer, StatusCode: 503}): the
+// mark alone, not "%!w(<nil>)".
+func TestAnIndexDownMarkOfAFailureWithoutACause(t *testing.T) {
+	send := func(context.Context, string, []*pinecone.Vector) error {
+		return &Error{Class: ClassServer, StatusCode: 503} // a wrong host behind a proxy
+	}
+	res, err := Stream(context.Background(), slices.Values(vectors(200, 2)), WithUpsertFunc(send), WithBatchSize(10),
+		WithConcurrency(1), withClock(newFakeClock()), withRand(maxRand))
+	require.ErrorIs(t, err, ErrServer)
+	marked := 0
+	for _, f := range res.Failed {
+		if errors.Is(f.Err, errIndexDown) {
+			marked++
+			assert.EqualError(t, f.Err, "server (HTTP 503): the circuit breaker has given up on the index")
+		}
+	}
+	assert.Positive(t, marked, "a batch spent its retries before the breaker gave up")
+	assert.NotContains(t, err.Error(), "%!w")
 }
 
 // A record that failed because the caller's code panicked (here the

@@ -143,6 +143,9 @@ func (c *gateClock) Moved() time.Duration {
 // withClock and withRand inject time and randomness so that no test sleeps.
 func withClock(c clock) Option { return func(cfg *config) { cfg.clock = c } }
 
+// withSaveEvery sets how often a stream saves its checkpoint.
+func withSaveEvery(d time.Duration) Option { return func(cfg *config) { cfg.saveEvery = d } }
+
 func withRand(f func(int64) int64) Option { return func(cfg *config) { cfg.rand = f } }
 
 // maxRand always draws the top of the range: backoffs are their ceilings.

@@ -42,6 +42,7 @@ type intake struct {
 	settled   *watermark   // input positions settled, for Writer.Flush; nil for All and Stream
 	marks     *watermark   // input positions settled for good, when a checkpoint is kept
 	loaded    int64        // the position the checkpoint held at the start
+	saved     atomic.Int64 // the position the checkpoint holds, as last saved
 	stopSaver func()       // stops the periodic checkpoint saves
 	acks      *acker       // delivers the acks of WithAcks; nil without it
 }

@@ -129,7 +129,10 @@ func downOr(rt *route, e *Error) *Error {
 		return e
 	}
 	marked := *e
-	marked.Err = fmt.Errorf("%w; %w", e.Err, errIndexDown)
+	marked.Err = errIndexDown
+	if e.Err != nil { // an UpsertFunc's *Error may carry none
+		marked.Err = fmt.Errorf("%w; %w", e.Err, errIndexDown)
+	}
 	return &marked
 }
 

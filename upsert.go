@@ -83,7 +83,8 @@ type config struct {
 	progressEvery  time.Duration
 	clock          clock
 	rand           func(n int64) int64
-	maxHeld        int // records held undispatched; 0: maxHeld(kind) (tests set less)
+	maxHeld        int           // records held undispatched; 0: maxHeld(kind) (tests set less)
+	saveEvery      time.Duration // between a stream's checkpoint saves; 0: checkpointEvery (tests set less)
 	errs           []error
 }
 

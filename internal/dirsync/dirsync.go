@@ -4,8 +4,13 @@ package dirsync
 
 import "os"
 
-// Sync syncs the directory dir. Call it after a rename in dir.
+// Sync syncs the directory dir. Call it after a rename in dir. On Windows
+// it does nothing: syncing a directory there fails ("Access is denied":
+// FlushFileBuffers takes files only), and NTFS journals the rename itself.
 func Sync(dir string) error {
+	if !canSyncDirs {
+		return nil
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

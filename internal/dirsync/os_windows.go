@@ -1,0 +1,3 @@
+package dirsync
+
+const canSyncDirs = false

@@ -42,11 +42,10 @@ type deadLetters struct {
 	invalid func(f upsert.Failure, rule error) string
 
 	// wmu is held shared while a letter is written, and exclusively
-	// while the file is made durable (sync) or closed.
+	// while the file is closed.
 	wmu      sync.RWMutex
 	mu       sync.Mutex
 	dl       *ndjson.DeadLetters
-	synced   int   // letters in the file closed by sync, before dl's
 	err      error // creating the file failed
 	byClass  map[upsert.Class]int
 	landed   int                  // failed records that may have landed
@@ -197,29 +196,24 @@ func (d *deadLetters) Close() (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.err != nil {
-		return d.synced, d.err
+		return 0, d.err
 	}
 	if d.dl == nil {
-		return d.synced, nil
+		return 0, nil
 	}
-	return d.synced + d.dl.Count(), d.dl.Close()
+	return d.dl.Count(), d.dl.Close()
 }
 
-// sync makes the letters written so far durable: it closes the file
-// (ndjson.DeadLetters flushes and syncs only then), to be reopened for
-// appending by the next letter.
+// sync makes the letters written so far durable (ndjson.DeadLetters.Sync,
+// safe alongside the writes).
 func (d *deadLetters) sync() error {
-	d.wmu.Lock()
-	defer d.wmu.Unlock()
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.dl == nil || d.err != nil {
-		return d.err
+	dl, err := d.dl, d.err
+	d.mu.Unlock()
+	if dl == nil || err != nil {
+		return err
 	}
-	d.synced += d.dl.Count()
-	d.err = d.dl.Close()
-	d.dl, d.append = nil, true
-	return d.err
+	return dl.Sync()
 }
 
 // durableCheckpoint is the run's checkpoint, which makes the dead letters

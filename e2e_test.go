@@ -3,6 +3,7 @@ package upsert_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -554,4 +555,93 @@ func TestEndToEndInvalidUTF8FailsOnlyItsRecord(t *testing.T) {
 		assert.Equal(t, 19, res.Upserted)
 		assert.Equal(t, 1, srv.Count(long), "512 characters land")
 	})
+}
+
+// tenantVec is record i of tenant, with an id that names the tenant.
+func tenantVec(tenant string, i int) *pinecone.Vector {
+	vals := []float32{float32(i) + 1, 0.5, 0.25, 0.125}
+	return &pinecone.Vector{Id: fmt.Sprintf("%s-%d", tenant, i), Values: &vals, Metadata: nil}
+}
+
+// tenantOf routes a tenantVec to its tenant's namespace.
+func tenantOf(v *pinecone.Vector) string {
+	for i := range len(v.Id) {
+		if v.Id[i] == '-' {
+			return v.Id[:i]
+		}
+	}
+	return v.Id
+}
+
+// A consumer restarted into a blip of the index (its first eight upserts
+// answered UNAVAILABLE) loses nothing: the index answered the run's
+// DescribeIndexStats, so the host is right and the blip is an outage to
+// wait out, not a wrong host to give up on at once (which failed 1,900 of
+// the 2,000 records).
+func TestABlipOfErrorsAtTheStartIsWaitedOutOnAHostThatAnswered(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithDimension(4), upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		if r.Seq <= 8 { // a blip: eight refused requests, then a healthy index
+			return upserttest.Fault{Code: codes.Unavailable}
+		}
+		return upserttest.Fault{}
+	}))
+	defer srv.Close()
+	idx := connect(t, srv)
+	var mu sync.Mutex
+	resend := 0
+	w, err := upsert.NewWriter(context.Background(), upsert.WithIndex(idx), upsert.WithNamespaceOf(tenantOf),
+		upsert.WithAcks(func(acks []upsert.Ack) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, a := range acks {
+				if a.Resend {
+					resend++
+				}
+			}
+		}))
+	require.NoError(t, err)
+	const n = 2000
+	for i := range n {
+		require.NoError(t, w.AddTagged(context.Background(), tenantVec("t0", i), i))
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ccancel()
+	res, err := w.Close(cctx)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.NoError(t, err, "a blip of eight 503s at start is a short outage; it should fail nothing")
+	assert.Equal(t, n, res.Upserted, "records upserted")
+	assert.Zero(t, resend, "records acked Resend after an 8-request blip")
+}
+
+// Under WithNamespaceOf the "upsert finished" line says the namespaces
+// are the records' own, not the connection's, which received nothing.
+func TestTheSummaryLogLineDoesNotNameTheConnectionsNamespaceForRoutedRecords(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithDimension(4))
+	defer srv.Close()
+	idx := connect(t, srv) // the connection's namespace is "e2e"
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	w, err := upsert.NewWriter(context.Background(), upsert.WithIndex(idx), upsert.WithNamespaceOf(tenantOf), upsert.WithLogger(logger))
+	require.NoError(t, err)
+	for i := range 40 {
+		require.NoError(t, w.Add(context.Background(), tenantVec(fmt.Sprintf("t%d", i%2), i)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := w.Close(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 40, res.Upserted)
+	require.Zero(t, srv.Count(e2eNamespace), "nothing went to the connection's namespace")
+	var summary map[string]any
+	for line := range strings.Lines(buf.String()) {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		if m["msg"] == "upsert finished" {
+			summary = m
+		}
+	}
+	require.NotNil(t, summary, "no summary line")
+	assert.Equal(t, "(per record)", summary["namespace"],
+		"the summary attributes %v upserted records to the connection's namespace, which received none", summary["upserted"])
 }

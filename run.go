@@ -85,7 +85,12 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *ru
 	r.shares.start(cfg)
 	r.pacer = newPacer(cfg.maxRate)
 	if k == vectorKind {
-		r.shape = newIndexShape(ctx, cfg)
+		var answered bool
+		if r.shape, answered = newIndexShape(ctx, cfg); answered {
+			// The host is right: a blip of errors at the start is an
+			// outage to wait out, not a wrong host to give up on.
+			cfg.limiter.indexAnswered(r.laneHost())
+		}
 	} else {
 		r.minute = newMinuteGate(cfg.clock)
 	}
@@ -148,7 +153,7 @@ func (r *run) finish(end func(error) error) (Result, error) {
 	slices.SortFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index })
 	res.Failed = r.results.untaken.appendTo(res.Failed) // all after the others
 	r.cfg.logger.LogAttrs(r.ctx, slog.LevelInfo, "upsert finished",
-		slog.String("namespace", namespaceKey(r.cfg.namespace)), // "" for the default one, as in events
+		r.namespaceAttr(),
 		slog.Int("records", s.Records),
 		slog.Int("upserted", s.Upserted),
 		slog.Int("failed", s.Failed),
@@ -168,6 +173,16 @@ func (r *run) finish(end func(error) error) (Result, error) {
 	}
 	r.cfg.observers.runDone(r.runEvent(s, err))
 	return res, err
+}
+
+// namespaceAttr names the run's namespace for its summary line: "" for
+// the default one, as in events; "(per record)" when WithNamespaceOf
+// routes the records, whose namespaces the connection's does not say.
+func (r *run) namespaceAttr() slog.Attr {
+	if r.cfg.namespaceOf != nil {
+		return slog.String("namespace", "(per record)")
+	}
+	return slog.String("namespace", namespaceKey(r.cfg.namespace))
 }
 
 // abandon ends a run that stopped before taking any record in, with err.

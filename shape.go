@@ -133,12 +133,13 @@ func forgetDescribed(key weak.Pointer[pinecone.IndexConnection]) {
 
 // newIndexShape returns the shape of the run's index: what describe says
 // (cfg.describe, set by WithIndex), else the dimension of WithDimension,
-// or nothing known.
-func newIndexShape(ctx context.Context, cfg *config) *indexShape {
+// or nothing known; and whether the index answered describe (now or on an
+// earlier call through the connection).
+func newIndexShape(ctx context.Context, cfg *config) (_ *indexShape, answered bool) {
 	s := &indexShape{}
 	s.dimension.Store(int32(cfg.dimension))
 	if cfg.describe == nil {
-		return s
+		return s, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(describeTimeout, cfg.requestTimeout))
 	defer cancel()
@@ -146,13 +147,13 @@ func newIndexShape(ctx context.Context, cfg *config) *indexShape {
 	if err != nil {
 		cfg.logger.LogAttrs(ctx, slog.LevelWarn, "cannot ask the index its dimension; it is taken from the first record the index accepts",
 			slog.String("error", err.Error()))
-		return s
+		return s, false
 	}
 	if info.dimension != 0 {
 		s.dimension.Store(int32(info.dimension))
 	}
 	s.vectorType = info.vectorType
-	return s
+	return s, true
 }
 
 // denseValues says how many dense values a record has, in words.

@@ -19,7 +19,13 @@ var ErrClosed = errors.New("upsert: writer closed")
 //
 // Add blocks while the index cannot take more (every batch slot busy, the
 // index down): memory stays bounded, and the producer slows down to the
-// index's pace. Failures are reported as they happen to the Failure
+// index's pace. Records are taken one at a time, in order, so with
+// [WithNamespaceOf] an Add that waits for room in its namespace (one
+// held back by its own 429s, a Retry-After, a slow namespace) holds back
+// the Adds of every other namespace, from any goroutine: a service whose
+// tenants must not wait for one another gives each (or each hot one) a
+// Writer of its own; they share each namespace's Limiter state anyway.
+// Failures are reported as they happen to the Failure
 // function of an [Observer], if one was given (a dead-letter file), and
 // are in the Result that Close returns (only the first 1000 of them when
 // an observer receives them all). To learn, record by record and in the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -272,14 +273,19 @@ func TestResendFailuresAreLeftToTheCheckpointNotDeadLetters(t *testing.T) {
 }
 
 // The human report says how many failed records are left to resume, and
-// by class, apart from the dead letters; with an index that answers
-// nothing but 503s, the run's records are left to resume but those whose
-// retries ran out.
+// by class, apart from the dead letters; with a host that answers nothing
+// (a port nobody listens on: the breaker gives up at once), the run's
+// records are left to resume.
 func TestTheReportTellsWhatIsLeftToResume(t *testing.T) {
 	dir := t.TempDir()
 	ckpt, dl, in := filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson"), filepath.Join(dir, "in.ndjson")
 	require.NoError(t, os.WriteFile(in, []byte(records(t, 3000)), 0o600))
-	res := runCmd(t, nil, nil, "--fault", "503=1", "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, in)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	host := "http://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	t.Setenv("PINECONE_API_KEY", "test-key-for-upserttest")
+	res := runCmd(t, nil, nil, "--host", host, "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, in)
 	assert.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
 	left := regexp.MustCompile(`^(\d+) of the failed \(server (\d+)\): not dead letters; the next run with the same --checkpoint sends them again$`).
 		FindStringSubmatch(reportValue(t, res.stdout, "left to resume"))

@@ -632,7 +632,8 @@ func modelFailedForGood(f Failure) bool {
 		return false
 	case errors.As(f.Err, &pe):
 		return false
-	case strings.Contains(f.Err.Error(), "circuit breaker open"):
+	case strings.Contains(f.Err.Error(), "circuit breaker open"),
+		strings.Contains(f.Err.Error(), "the circuit breaker has given up on the index"): // its last retry spent then
 		return false
 	default:
 		return f.Attempts > 0

@@ -2,6 +2,8 @@ package upsert
 
 import (
 	"context"
+	"errors"
+	"math"
 	"time"
 )
 
@@ -16,14 +18,15 @@ func maxHeldBytes(k *kind) int { return 4 * k.maxBytes }
 // holding tracks what waits in the intake before it is dispatched: how many
 // records and bytes, the routes whose current batch holds records in the
 // order those batches started, and the routes whose ready batch could not
-// be dispatched before its caller's context ended. The intake's turn
-// guards it.
+// be dispatched yet (stalled: no room, or no free worker). The intake's
+// turn guards it.
 type holding struct {
 	records, bytes       int
 	maxRecords, maxBytes int            // maxHeld and maxHeldBytes, or less in tests
 	queue                []pendingBatch // oldest first; entries of batches since taken are stale
 	head                 int
 	stalled              []*route
+	kick                 chan struct{} // wakes the flusher when a batch stalls; nil without one
 }
 
 // pendingBatch is the current batch of rt when its gen started, at since.
@@ -39,7 +42,26 @@ func (p pendingBatch) live() bool {
 
 // started records that rt's current batch started at now.
 func (h *holding) started(rt *route, now time.Time) {
+	if len(h.queue)-h.head > 2*h.maxRecords+64 {
+		h.compact()
+	}
 	h.queue = append(h.queue, pendingBatch{rt: rt, gen: rt.batcher.gen, since: now})
+}
+
+// compact drops every stale entry of the queue, not only those at its
+// head: a batch whose namespace has no room stays at the head while the
+// batches of other namespaces come and go behind it. At most one entry per
+// route is live, and each holds a record, so at most maxRecords stay.
+func (h *holding) compact() {
+	n := 0
+	for _, p := range h.queue[h.head:] {
+		if p.live() {
+			h.queue[n] = p
+			n++
+		}
+	}
+	clear(h.queue[n:])
+	h.queue, h.head = h.queue[:n], 0
 }
 
 // trim drops the stale entries at the head of the queue, and compacts it.
@@ -57,113 +79,247 @@ func (h *holding) trim() {
 	}
 }
 
-// oldest returns the route of the batch that has waited longest, a
-// stalled one first; ok is false when nothing waits. With a non-zero
-// cutoff it returns only a current batch started at or before it.
-func (h *holding) oldest(cutoff time.Time) (rt *route, ok bool) {
-	for len(h.stalled) > 0 {
-		rt = h.stalled[0]
-		h.stalled = h.stalled[1:]
-		rt.stalled = false
-		if len(rt.ready.items) > 0 {
-			return rt, true
-		}
-	}
-	h.trim()
-	if h.head == len(h.queue) {
-		return nil, false
-	}
-	p := h.queue[h.head]
-	if !cutoff.IsZero() && p.since.After(cutoff) {
-		return nil, false
-	}
-	h.queue[h.head] = pendingBatch{}
-	h.head++
-	return p.rt, true
-}
-
-// stall records that rt's ready batch waits for a dispatch.
+// stall records that rt's ready batch waits for a dispatch, and wakes the
+// flusher, which sends it when a batch finishes.
 func (h *holding) stall(rt *route) {
 	if !rt.stalled {
 		rt.stalled = true
 		h.stalled = append(h.stalled, rt)
 	}
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
 }
 
-// makeRoom dispatches the oldest batches until a record of size bytes can
-// be held within the bounds. It returns ctx's error when ctx ends first.
-func (in *intake) makeRoom(ctx context.Context, size int) error {
+// errNoRoom says that a batch could not be dispatched now (no room for
+// its namespace, or no free worker): it stays where it waits (its route's
+// ready batch, stalled, or its current one), and the caller waits for a
+// batch to finish (see intake.waitRoom and push) before it tries again.
+var errNoRoom = errors.New("upsert: no room for the batch yet")
+
+// makeRoom dispatches the oldest batches that can go now until a record of
+// size bytes can be held within the bounds. It returns errNoRoom when none
+// of those left can go: the record must not be taken yet.
+func (in *intake) makeRoom(size int) error {
 	if h := &in.hold; h.records < h.maxRecords && h.bytes+size <= h.maxBytes {
 		return nil // inlined: the path of nearly every record
 	}
-	return in.dispatchOldest(ctx, size)
+	return in.dispatchOldest(size)
 }
 
-// dispatchOldest is makeRoom's loop.
-func (in *intake) dispatchOldest(ctx context.Context, size int) error {
+// dispatchOldest is makeRoom's loop: the stalled ready batches first (full
+// ones), then the current batches in the order they started, skipping
+// those that cannot go now.
+func (in *intake) dispatchOldest(size int) error {
 	h := &in.hold
-	for h.records > 0 && (h.records >= h.maxRecords || h.bytes+size > h.maxBytes) {
-		rt, ok := h.oldest(time.Time{})
-		if !ok {
-			return nil
+	over := func() bool { return h.records > 0 && (h.records >= h.maxRecords || h.bytes+size > h.maxBytes) }
+	in.dispatchStalled(over)
+	h.trim()
+	for i := h.head; i < len(h.queue) && over() && !in.r.stuck(); i++ {
+		if p := h.queue[i]; p.live() {
+			_ = in.dispatchRoute(p.rt)
 		}
-		if err := in.dispatchRoute(ctx, rt); err != nil && in.r.runCtx.Err() == nil {
-			return err
-		}
+	}
+	if over() {
+		return errNoRoom
 	}
 	return nil
 }
 
-// dispatchReady dispatches rt's ready batch, if any. When ctx ends first,
-// the batch stays ready, and stalled for the flusher.
-func (in *intake) dispatchReady(ctx context.Context, rt *route) error {
+// dispatchStalled dispatches the stalled ready batches that can go now,
+// oldest first, until enough (when not nil) says so; the others stay
+// stalled.
+func (in *intake) dispatchStalled(enough func() bool) {
+	h := &in.hold
+	list := h.stalled
+	h.stalled = list[:0] // stall appends at most one route per route read: never past the one being read
+	for i, rt := range list {
+		if enough != nil && enough() || in.r.stuck() {
+			h.stalled = append(h.stalled, list[i:]...)
+			break
+		}
+		rt.stalled = false
+		_ = in.dispatchReady(rt) // stalls rt again when it cannot go
+	}
+	clear(list[len(h.stalled):len(list)])
+}
+
+// dispatchAged dispatches the current batches started at or before
+// cutoff, skipping those whose route cannot dispatch now.
+func (in *intake) dispatchAged(cutoff time.Time) {
+	h := &in.hold
+	h.trim()
+	for i := h.head; i < len(h.queue) && !in.r.stuck(); i++ {
+		p := h.queue[i]
+		if p.since.After(cutoff) {
+			break
+		}
+		if p.live() {
+			_ = in.dispatchRoute(p.rt)
+		}
+	}
+	h.trim()
+}
+
+// dispatchReady dispatches rt's ready batch, if any. When it cannot go
+// now, it stays ready, stalled, and dispatchReady returns errNoRoom; when
+// the run has stopped, it fails, and the stop error is returned.
+func (in *intake) dispatchReady(rt *route) error {
 	b := rt.ready
 	if len(b.items) == 0 {
 		return nil
 	}
-	kept, err := in.r.dispatch(ctx, rt, b)
-	if !kept { // dispatched, or failed for good because the run stopped
-		in.hold.records -= len(b.items)
-		in.hold.bytes -= b.bytes
-		rt.ready = batch{}
-		return err
+	kept, err := in.r.dispatch(rt, b)
+	if kept {
+		in.hold.stall(rt)
+		return errNoRoom
 	}
-	in.hold.stall(rt)
+	// Dispatched, or failed for good because the run stopped.
+	in.hold.records -= len(b.items)
+	in.hold.bytes -= b.bytes
+	rt.ready = batch{}
 	return err
 }
 
 // dispatchRoute dispatches rt's ready batch and then its current one,
-// however few records it holds.
-func (in *intake) dispatchRoute(ctx context.Context, rt *route) error {
-	err := in.dispatchReady(ctx, rt)
-	if err != nil && (len(rt.ready.items) > 0 || in.r.runCtx.Err() == nil) {
+// however few records it holds, as far as they can go now.
+func (in *intake) dispatchRoute(rt *route) error {
+	err := in.dispatchReady(rt)
+	if err == errNoRoom {
 		return err // the ready batch stays, stalled: the current one waits behind it
 	}
 	// Dispatched, or failed because the run stopped: then the current
 	// batch fails too, or no later pass may come for it (a Writer never
-	// closed gets one).
+	// closed gets one). A current batch that cannot go now stays current
+	// (and in the queue), rather than ready and stalled.
+	if len(rt.batcher.cur.items) == 0 {
+		return err
+	}
+	if !in.r.canGo(rt) {
+		return errNoRoom
+	}
 	if b := rt.batcher.take(); len(b.items) > 0 {
 		rt.ready = b
-		return in.dispatchReady(ctx, rt)
+		return in.dispatchReady(rt)
 	}
 	return err
 }
 
-// flushAll dispatches every route's batches, however few records they
-// hold. It returns ctx's error when ctx ends first; when the run has
-// stopped, the batches fail instead and it goes on.
-func (in *intake) flushAll(ctx context.Context) error {
+// flushBefore dispatches, however few records they hold, the batches of
+// every route that holds a record taken before position pos, as far as
+// they can go now. It returns errNoRoom when some must wait; when the run
+// has stopped, they fail instead.
+func (in *intake) flushBefore(pos int) error {
+	var err error
 	for _, rt := range in.r.routes.byKey {
-		if err := in.dispatchRoute(ctx, rt); err != nil && in.r.runCtx.Err() == nil {
-			return err
+		if !holdsBefore(rt.ready.items, pos) && !holdsBefore(rt.batcher.cur.items, pos) {
+			continue
+		}
+		if in.dispatchRoute(rt) == errNoRoom {
+			err = errNoRoom
+			if in.r.stuck() {
+				break
+			}
 		}
 	}
-	return nil
+	return err
+}
+
+// holdsBefore reports whether items hold a record taken before position
+// pos. (A record that replaced one in its batch is later than those after
+// it.)
+func holdsBefore(items []item, pos int) bool {
+	for i := range items {
+		if items[i].seq < pos {
+			return true
+		}
+	}
+	return false
+}
+
+// flushAll dispatches every route's batches, however few records they
+// hold, holding the producers' turn while it waits for room. It returns
+// ctx's error when ctx ends first; when the run has stopped, the batches
+// fail instead.
+func (in *intake) flushAll(ctx context.Context) error {
+	return in.waitRoom(ctx, func() error { return in.flushBefore(math.MaxInt) })
+}
+
+// waitRoom calls try, which dispatches what can go now, until it returns
+// something other than errNoRoom, waiting between calls for a batch to
+// finish, for the run to stop (the next call fails what is left) or for
+// ctx to end (its error). The producers' turn, if held, stays held: it is
+// for the run's single producers (All) and a Writer's end.
+func (in *intake) waitRoom(ctx context.Context, try func() error) error {
+	r := in.r
+	for {
+		err := try()
+		if err != errNoRoom {
+			return err
+		}
+		finished := r.batchFinished()
+		if err = try(); err != errNoRoom { // a batch finished before the channel existed
+			return err
+		}
+		select {
+		case <-finished:
+		case <-r.runCtx.Done():
+		case <-ctx.Done():
+			if r.runCtx.Err() == nil { // ctx may be the run's: then the next try fails what is left
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// flushTaken is Writer.Flush's and Close's sending: it dispatches every
+// batch that holds a record taken before the position it finds on its
+// first turn, and returns that position. It waits for room without
+// holding the producers' turn, so that the Adds of the namespaces with
+// room go on meanwhile. first, when not nil, is called on the first turn
+// and may refuse it (ErrClosed). It returns ctx's error when ctx ends
+// first.
+func (in *intake) flushTaken(ctx context.Context, first func() error) (pos int, err error) {
+	r := in.r
+	pos = -1
+	for {
+		if err := in.lock(ctx); err != nil {
+			return 0, err
+		}
+		if pos < 0 {
+			if first != nil {
+				if err := first(); err != nil {
+					in.unlock()
+					return 0, err
+				}
+			}
+			pos = in.next
+		}
+		var finished <-chan struct{}
+		err := in.flushBefore(pos)
+		if err == errNoRoom {
+			finished = r.batchFinished()
+			err = in.flushBefore(pos) // a batch finished before the channel existed
+		}
+		in.unlock()
+		if err != errNoRoom {
+			return pos, nil
+		}
+		select {
+		case <-finished:
+		case <-r.runCtx.Done(): // the next pass fails what is left
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 }
 
 // startFlusher starts the goroutine that, every d/2, dispatches the
 // batches that started d/2 ago or more, so that no record waits longer
-// than d however steadily records trickle in; and, when the run's context
+// than d however steadily records trickle in, and, as soon as a batch
+// finishes, the stalled batches that can go then (no Add may come for
+// their namespace); and, when the run's context
 // ends, fails what waits and lets go of the Limiter, so that a Writer that
 // is never closed leaves nothing running, then calls ended (when not nil)
 // with a context that ends when stop is called. stop ends it and waits
@@ -171,11 +327,13 @@ func (in *intake) flushAll(ctx context.Context) error {
 func (in *intake) startFlusher(d time.Duration, ended func(stopped context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan struct{})
+	in.hold.kick = make(chan struct{}, 1) // before any record: the flusher starts with the call
 	go func() {
 		defer close(stopped)
 		tick := max(d/2, time.Millisecond)
 		t := time.NewTicker(tick)
 		defer t.Stop()
+		var finished <-chan struct{} // while batches are stalled: one finished, a stalled one may go
 		for {
 			select {
 			case <-ctx.Done():
@@ -187,16 +345,19 @@ func (in *intake) startFlusher(d time.Duration, ended func(stopped context.Conte
 				}
 				return
 			case <-t.C:
+			case <-finished:
+			case <-in.hold.kick:
 			}
 			if in.lock(ctx) != nil {
 				return
 			}
-			cutoff := in.r.cfg.clock.Now().Add(-tick)
-			for {
-				rt, ok := in.hold.oldest(cutoff)
-				if !ok || in.dispatchRoute(ctx, rt) != nil {
-					break
-				}
+			// What cannot go now stays, stalled or current, for a later
+			// pass: the flusher never waits for room.
+			in.dispatchStalled(nil)
+			in.dispatchAged(in.r.cfg.clock.Now().Add(-tick))
+			finished = nil
+			if len(in.hold.stalled) > 0 {
+				finished = in.r.batchFinished() // under the turn: no finish is missed
 			}
 			in.unlock()
 		}

@@ -79,8 +79,10 @@ func newIntake(r *run, mode intakeMode) *intake {
 	return in
 }
 
-// lock waits for the producers' turn, or until ctx ends. A producer may
-// hold the turn while it waits for room in the pipeline; the others wait
+// lock waits for the producers' turn, or until ctx ends. A producer
+// waits for room in a namespace without the turn (push, Writer.Flush and
+// Close); it holds the turn while it waits only for a full window of acks,
+// at the run's end (close) and in All, its only producer. The others wait
 // no longer than their contexts allow.
 func (in *intake) lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -271,8 +273,19 @@ func (in *intake) takeRepeated(held map[string]item, rt *route, it item, flag ui
 // makeRoom fails nothing; once the run stops, the batches that the record
 // joins fail.
 func (in *intake) sendTaken(rt *route, it item) {
-	_ = in.makeRoom(in.r.runCtx, it.size)
-	in.enqueue(in.r.runCtx, rt, it)
+	ctx := in.r.runCtx
+	if in.makeRoom(it.size) == errNoRoom {
+		_ = in.waitRoom(ctx, func() error { return in.makeRoom(it.size) })
+	}
+	// All has no flusher: a ready batch goes before the next one fills
+	// (makeRoom may have left one).
+	ready := func() error { return in.dispatchReady(rt) }
+	if len(rt.ready.items) > 0 {
+		_ = in.waitRoom(ctx, ready)
+	}
+	if in.enqueue(rt, it) {
+		_ = in.waitRoom(ctx, ready)
+	}
 }
 
 // failUntaken fails, after the run stopped, the records of All from
@@ -355,51 +368,118 @@ func repeats(hashes []uint64, same func(i, j int) bool) []uint8 {
 // the caller's turn, before there is room for the record (in the pipeline,
 // in the window of acks) or before an earlier record of its id has
 // settled; when the run has stopped; or [ErrClosed] after Writer.Close.
+//
+// It waits for room in the record's namespace, for room in what is held
+// and for an earlier record of its id without holding the producers'
+// turn, so that the records of other namespaces are taken meanwhile: each
+// pass takes the turn and either takes the record or leaves nothing
+// behind, and tells what to wait for before the next. The namespace
+// function is called once, on the first pass.
 func (in *intake) push(ctx context.Context, it item, tag any) error {
-	if in.closed.Load() { // at once, also while another call has the turn
-		return ErrClosed
+	p := pushing{it: it, tag: tag}
+	for {
+		if in.closed.Load() { // at once, also while another call has the turn
+			return ErrClosed
+		}
+		finished, settled, err := in.pushPass(ctx, &p)
+		if finished == nil {
+			return err
+		}
+		select {
+		case <-finished:
+		case <-settled:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-in.r.runCtx.Done(): // the next pass returns the stop error
+		}
 	}
+}
+
+// pushing is a record that push is taking in, between its passes.
+type pushing struct {
+	it     item
+	tag    any
+	ns     string // its namespace, once routed
+	routed bool
+}
+
+// pushPass is one pass of push, under the producers' turn. It returns the
+// record's outcome, or, when the record must wait (errNoRoom from
+// tryPush), the channels to wait on before the next pass: taken under the
+// turn, before the last try, so that no wakeup is lost.
+func (in *intake) pushPass(ctx context.Context, p *pushing) (finished, settled <-chan struct{}, err error) {
 	if err := in.lock(ctx); err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer in.unlock()
+	settled, err = in.tryPush(ctx, p)
+	if err != errNoRoom {
+		return nil, nil, err
+	}
+	finished = in.r.batchFinished()
+	if settled, err = in.tryPush(ctx, p); err != errNoRoom {
+		return nil, nil, err
+	}
+	return finished, settled, nil
+}
+
+// tryPush takes p's record in if it can now. It returns errNoRoom, with
+// nothing taken, when the record must wait for a batch to finish (room in
+// its namespace, in what is held), or, with settled, for an earlier record
+// of its id to settle.
+func (in *intake) tryPush(ctx context.Context, p *pushing) (settled <-chan struct{}, err error) {
 	if in.closed.Load() { // Close began while this call waited
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	r := in.r
 	if err := r.runCtx.Err(); err != nil {
-		return r.stopError()
+		return nil, r.stopError()
 	}
 	if in.acks != nil && in.acks.full(in.next) {
 		if err := in.waitAckRoom(ctx); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	it := &p.it
 	it.seq = in.next
-	rt := r.route(in.namespace(&it))
-	in.own(&it)
+	var rt *route
+	if !p.routed {
+		p.ns = in.namespace(it)
+		rt = r.route(p.ns)
+		in.own(it)
+		p.routed = true
+	} else {
+		// Looked up again: an idle route may be forgotten while the
+		// record waits.
+		rt = r.route(p.ns)
+	}
 	// Room first: the record is taken only once its batch can move.
-	if err := in.dispatchReady(ctx, rt); err != nil {
-		return err
+	if err := in.dispatchReady(rt); err != nil {
+		return nil, err
 	}
-	if err := in.check(&it, rt); err != nil {
-		in.take(tag)
-		in.reject(&it, err)
-		return nil
+	if err := in.check(it, rt); err != nil {
+		in.take(p.tag)
+		in.reject(it, err)
+		return nil, nil
 	}
-	if err := in.makeRoom(ctx, it.size); err != nil {
-		return err
+	if err := in.makeRoom(it.size); err != nil {
+		return nil, err
+	}
+	if len(rt.ready.items) > 0 { // makeRoom made rt's current batch ready
+		if err := in.dispatchReady(rt); err != nil {
+			return nil, err
+		}
 	}
 	if in.ordered {
 		// By the namespace's key: a route made again after its drop may
 		// carry the namespace's other name ("" or "__default__").
 		it.hash = in.recordKey(rt.namespace, it.id)
-		if replaced := in.replacePending(rt, it); replaced {
-			in.take(tag)
-			return nil
+		if replaced := in.replacePending(rt, *it); replaced {
+			in.take(p.tag)
+			return nil, nil
 		}
-		if err := in.awaitSettled(ctx, rt, it.hash); err != nil {
-			return err
+		if ch := in.inFlightOf(rt, it.hash); ch != nil {
+			return ch, errNoRoom
 		}
 		in.flightMu.Lock()
 		in.inFlight[it.hash]++
@@ -411,9 +491,9 @@ func (in *intake) push(ctx context.Context, it item, tag any) error {
 		}
 		in.flightMu.Unlock()
 	}
-	in.take(tag)
-	in.enqueue(ctx, rt, it)
-	return nil
+	in.take(p.tag)
+	in.enqueue(rt, *it)
+	return nil, nil
 }
 
 // take counts a record as taken in, at the next input position, with the
@@ -456,9 +536,10 @@ func (in *intake) refuse(it item, err error) {
 }
 
 // enqueue puts it in its route's batch and dispatches the batch when it is
-// full. A batch that cannot be dispatched before ctx ends stays ready for
-// the next push, flush or the flusher; the record is taken either way.
-func (in *intake) enqueue(ctx context.Context, rt *route, it item) {
+// full; rt has no ready batch. A batch that cannot be dispatched now stays
+// ready, stalled, for the next push, flush or the flusher, and enqueue
+// returns true; the record is taken either way.
+func (in *intake) enqueue(rt *route, it item) (stalled bool) {
 	gen := rt.batcher.gen
 	full, ok := rt.batcher.add(it)
 	in.hold.records++
@@ -467,11 +548,11 @@ func (in *intake) enqueue(ctx context.Context, rt *route, it item) {
 		in.hold.started(rt, in.r.cfg.clock.Now())
 	}
 	if !ok {
-		return
+		return false
 	}
 	in.hold.trim()
 	rt.ready = full
-	_ = in.dispatchReady(ctx, rt)
+	return in.dispatchReady(rt) == errNoRoom
 }
 
 // replacePending replaces a record of the same id waiting in rt's current
@@ -519,36 +600,23 @@ func (in *intake) replacePending(rt *route, it item) bool {
 	return false
 }
 
-// awaitSettled waits until no record of hash h, whose route is rt, is in
-// flight.
-func (in *intake) awaitSettled(ctx context.Context, rt *route, h uint64) error {
-	for {
-		in.flightMu.Lock()
-		n := in.inFlight[h]
-		if n == 0 {
-			in.flightMu.Unlock()
-			return nil
-		}
-		if in.flightDone == nil {
-			in.flightDone = make(chan struct{})
-		}
-		ch := in.flightDone
+// inFlightOf returns, when a record of hash h, whose route is rt, is in
+// flight, a channel closed when one settles; nil when none is. The earlier
+// record may wait in a batch not yet sent: it dispatches rt's batches as
+// far as they can go now.
+func (in *intake) inFlightOf(rt *route, h uint64) <-chan struct{} {
+	in.flightMu.Lock()
+	if in.inFlight[h] == 0 {
 		in.flightMu.Unlock()
-		// The earlier record may be in a batch not yet sent: send it.
-		if err := in.dispatchRoute(ctx, rt); err != nil {
-			return err
-		}
-		select {
-		case <-ch:
-			if in.r.runCtx.Err() != nil {
-				return in.r.stopError() // the run stopped, failing the earlier record: take nothing more
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-in.r.runCtx.Done():
-			return in.r.stopError()
-		}
+		return nil
 	}
+	if in.flightDone == nil {
+		in.flightDone = make(chan struct{})
+	}
+	ch := in.flightDone
+	in.flightMu.Unlock()
+	_ = in.dispatchRoute(rt)
+	return ch
 }
 
 // forgetInFlightLocked counts a record of hash h as no longer in flight,

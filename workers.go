@@ -1,7 +1,6 @@
 package upsert
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 )
@@ -38,34 +37,24 @@ func (p *workerPool) start(concurrency int) {
 	}
 }
 
-// dispatch hands a batch to a worker once fewer batches are ready to send
-// than the lane lets requests in flight, plus two: enough to keep every
-// slot busy, few enough that a new batch size takes effect at once.
-// Batches waiting out a backoff do not count, but the worker pool bounds
-// them. Waiting here is the backpressure that bounds memory. See hasRoom
-// for which batches count.
+// dispatch hands a batch to a worker, at once, when fewer batches are
+// ready to send than the lane lets requests in flight, plus two: enough to
+// keep every slot busy, few enough that a new batch size takes effect at
+// once. Batches waiting out a backoff do not count, but the worker pool
+// bounds them. See hasRoom for which batches count.
 //
-// It returns kept true and ctx's error, with b not dispatched and still the
-// caller's, when ctx ends first; when the run has stopped it fails b's
-// records and returns the stop error. The caller must go by kept, not by
-// whether the run has stopped since: a run that stops just after ctx ended
-// has not failed b.
-func (r *run) dispatch(ctx context.Context, rt *route, b batch) (kept bool, err error) {
+// It never waits: when there is no room, or no free worker, it returns
+// kept true, with b not dispatched and still the caller's, which waits for
+// a batch to finish (batchFinished, taken before the call so that no
+// wakeup is lost) without holding the producers' turn, and tries again:
+// that wait is the backpressure that bounds memory. When the run has
+// stopped it fails b's records and returns the stop error.
+func (r *run) dispatch(rt *route, b batch) (kept bool, err error) {
 	if r.runCtx.Err() != nil {
 		return false, r.failStopped(b.items)
 	}
-	for !r.hasRoom(rt) {
-		finished := r.batchFinished()
-		if r.hasRoom(rt) {
-			break // a batch finished before the channel existed, and closed none
-		}
-		select {
-		case <-finished:
-		case <-r.runCtx.Done():
-			return false, r.failStopped(b.items)
-		case <-ctx.Done():
-			return r.notDispatched(ctx, b)
-		}
+	if !r.hasRoom(rt) {
+		return true, nil
 	}
 	select {
 	case id := <-r.pool.workers:
@@ -75,11 +64,23 @@ func (r *run) dispatch(ctx context.Context, rt *route, b batch) (kept bool, err 
 		b.turn = rt.line.take()
 		go r.process(id, rt, b)
 		return false, nil
-	case <-r.runCtx.Done():
-		return false, r.failStopped(b.items)
-	case <-ctx.Done():
-		return r.notDispatched(ctx, b)
+	default:
+		return true, nil
 	}
+}
+
+// canGo reports whether a batch of rt can be dispatched now (or fails at
+// once, the run having stopped). The producers' turn is held: no other
+// producer takes a worker meanwhile.
+func (r *run) canGo(rt *route) bool {
+	return len(r.pool.workers) > 0 && r.hasRoom(rt) || r.runCtx.Err() != nil
+}
+
+// stuck reports whether no batch of any route can be dispatched now: no
+// worker is free or, with a fixed concurrency, the call has no room. The
+// producers' turn is held.
+func (r *run) stuck() bool {
+	return (len(r.pool.workers) == 0 || r.cfg.concurrency > 0 && !r.hasRoom(nil)) && r.runCtx.Err() == nil
 }
 
 // hasRoom reports whether a batch of rt may be dispatched. The lanes tune
@@ -92,16 +93,6 @@ func (r *run) hasRoom(rt *route) bool {
 		return r.pool.active.Load()-r.pool.resting.Load() < int64(conc+2)
 	}
 	return rt.active.Load()-rt.resting.Load() < int64(rt.lane.concurrency()+2)
-}
-
-// notDispatched returns ctx's error for a batch that was not dispatched,
-// kept by the caller, unless the run stopped meanwhile (ctx may be the
-// run's): then b's records fail.
-func (r *run) notDispatched(ctx context.Context, b batch) (kept bool, err error) {
-	if r.runCtx.Err() != nil {
-		return false, r.failStopped(b.items)
-	}
-	return true, ctx.Err()
 }
 
 // failStopped fails items that will never be sent because the run stopped,
@@ -124,9 +115,10 @@ func (r *run) batchFinished() <-chan struct{} {
 func (r *run) finishBatch(worker int, rt *route) {
 	rt.active.Add(-1)
 	r.pool.active.Add(-1)
+	// The worker is free before the signal: a producer it wakes finds it.
+	r.pool.workers <- worker
 	r.signalBatch()
 	r.wakeResting()
-	r.pool.workers <- worker
 	r.pool.wg.Done()
 }
 

@@ -19,12 +19,15 @@ var ErrClosed = errors.New("upsert: writer closed")
 //
 // Add blocks while the index cannot take more (every batch slot busy, the
 // index down): memory stays bounded, and the producer slows down to the
-// index's pace. Records are taken one at a time, in order, so with
-// [WithNamespaceOf] an Add that waits for room in its namespace (one
-// held back by its own 429s, a Retry-After, a slow namespace) holds back
-// the Adds of every other namespace, from any goroutine: a service whose
-// tenants must not wait for one another gives each (or each hot one) a
-// Writer of its own; they share each namespace's Limiter state anyway.
+// index's pace. Records are taken one at a time: those of one goroutine in
+// its order, those of several in the order they are taken. With
+// [WithNamespaceOf], an Add waits for room in its own namespace only: one
+// held back by its own 429s, a Retry-After or slow requests does not hold
+// back the Adds of the others, from any goroutine, as long as the records
+// waiting in partial or stalled batches across namespaces (four requests'
+// worth at most) leave room. A fixed [WithConcurrency] is room the
+// namespaces share, and with [WithAcks] a full window of acks (which go in
+// order) holds back every Add.
 // Failures are reported as they happen to the Failure
 // function of an [Observer], if one was given (a dead-letter file), and
 // are in the Result that Close returns (only the first 1000 of them when
@@ -135,16 +138,12 @@ func (w *Writer) Flush(ctx context.Context) error {
 	if in.closed.Load() {
 		return ErrClosed
 	}
-	if err := in.lock(ctx); err != nil {
-		return err
-	}
-	if in.closed.Load() {
-		in.unlock()
-		return ErrClosed
-	}
-	err := in.flushAll(ctx)
-	added := in.next
-	in.unlock()
+	added, err := in.flushTaken(ctx, func() error {
+		if in.closed.Load() {
+			return ErrClosed
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -186,13 +185,8 @@ func (w *Writer) Close(ctx context.Context) (Result, error) {
 	if w.done {
 		return w.res, w.err
 	}
-	if err := in.lock(ctx); err != nil {
-		return Result{}, err
-	}
-	// Taken under the turn after closed was set: no record comes after.
-	err := in.flushAll(ctx)
-	added := in.next
-	in.unlock()
+	// Its first turn comes after closed was set: no record comes after.
+	added, err := in.flushTaken(ctx, nil)
 	if err != nil {
 		return Result{}, err
 	}

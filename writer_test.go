@@ -79,9 +79,10 @@ func gatedSend(gate <-chan struct{}) UpsertFunc {
 }
 
 // blockingWriter is a Writer with concurrency 1 and batch size 1 whose
-// sends wait for release: after three Adds (one sending, two queued), the
-// fourth, with ctx, holds the Writer while it waits for room.
-func blockingWriter(t *testing.T, ctx context.Context) (w *Writer, release func(), added *atomic.Int64) {
+// sends wait for release: after four Adds (one sending, two queued, one
+// ready and stalled), the fifth, with ctx, waits for room (without holding
+// the Writer). returned receives that Add's error.
+func blockingWriter(t *testing.T, ctx context.Context) (w *Writer, release func(), added *atomic.Int64, returned <-chan error) {
 	gate := make(chan struct{})
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate) }) }
@@ -90,27 +91,31 @@ func blockingWriter(t *testing.T, ctx context.Context) (w *Writer, release func(
 	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithConcurrency(1), WithBatchSize(1))
 	require.NoError(t, err)
 	added = new(atomic.Int64)
-	for _, v := range vectors(3, 2) {
+	for _, v := range vectors(4, 2) {
 		require.NoError(t, w.Add(context.Background(), v))
 		added.Add(1)
 	}
+	ret := make(chan error, 1)
 	go func() {
-		if w.Add(ctx, &pinecone.Vector{Id: "fourth", Values: &[]float32{1, 2}}) == nil {
+		err := w.Add(ctx, &pinecone.Vector{Id: "fifth", Values: &[]float32{1, 2}})
+		if err == nil {
 			added.Add(1)
 		}
+		ret <- err
 	}()
-	require.Eventually(t, w.in.busy, generous, time.Millisecond, "the fourth Add holds the Writer")
-	return w, release, added
+	require.Eventually(t, w.in.r.waitsForRoom, generous, time.Millisecond, "the fifth Add waits for room")
+	return w, release, added, ret
 }
 
-// While one Add waits for room, the other calls end with their context.
+// While one Add waits for room, the other calls that need room end with
+// their context.
 func TestWriterCallsEndWithTheirContextWhileAnAddWaits(t *testing.T) {
 	short := func() context.Context {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		t.Cleanup(cancel)
 		return ctx
 	}
-	w, release, added := blockingWriter(t, context.Background())
+	w, release, added, _ := blockingWriter(t, context.Background())
 	var released atomic.Bool
 	safety := time.AfterFunc(generous, func() { // the old code waited for this
 		released.Store(true)
@@ -161,12 +166,12 @@ func (c *givingUpCtx) Err() error {
 // Close accounts for it, instead of waiting for it for ever.
 func TestWriterFailsABatchItsAddGaveUpOnAsTheRunStops(t *testing.T) {
 	ctx := &givingUpCtx{Context: context.Background(), done: make(chan struct{})}
-	w, release, added := blockingWriter(t, ctx)
+	w, release, added, returned := blockingWriter(t, ctx)
 	denied := &Error{Class: ClassDenied, Err: errors.New("the index denied the caller")}
 	ctx.stop = func() { w.in.r.halt(denied) } // before done is closed, which orders it before its call
-	require.Eventually(t, w.in.r.waitsForRoom, generous, time.Millisecond, "the fourth Add waits for room")
 	close(ctx.done)
-	require.Eventually(t, func() bool { return added.Load() == 4 }, generous, time.Millisecond, "the record was taken before its batch waited")
+	require.Error(t, <-returned, "the fifth Add gave up")
+	require.EqualValues(t, 4, added.Load(), "the record of an Add that gave up is not taken")
 	release()
 
 	cctx, cancel := context.WithTimeout(context.Background(), generous)
@@ -411,35 +416,6 @@ func TestWriterNeverClosedLeavesItsShares(t *testing.T) {
 	}, 5*time.Second, time.Millisecond, "the Writer's run left the lane")
 }
 
-// armedCtx is a context for one Add whose Done channel closes on the
-// after-th call of Done: the call made while Add waits in dispatch for a
-// batch slot (the first is the producers' turn).
-type armedCtx struct {
-	context.Context
-	after int32
-	calls atomic.Int32
-	ch    chan struct{}
-	fired atomic.Bool
-}
-
-func newArmedCtx(after int32) *armedCtx {
-	return &armedCtx{Context: context.Background(), after: after, ch: make(chan struct{})}
-}
-
-func (c *armedCtx) Done() <-chan struct{} {
-	if c.calls.Add(1) == c.after && c.fired.CompareAndSwap(false, true) {
-		close(c.ch)
-	}
-	return c.ch
-}
-
-func (c *armedCtx) Err() error {
-	if c.fired.Load() {
-		return context.Canceled
-	}
-	return nil
-}
-
 // bigVectors makes n records whose ids have the same length, of dimension
 // dim, so that every record has the same encoded size.
 func bigVectors(n, dim int) []*pinecone.Vector {
@@ -452,8 +428,9 @@ func bigVectors(n, dim int) []*pinecone.Vector {
 
 // A Writer whose context ends and that is never closed fails what it holds
 // (its doc, and "a Writer never closed" in ack_test.go). A route can hold a
-// ready batch that an Add whose own context ended could not dispatch, and at
-// once a current batch: the record whose bytes did not fit in the ready one.
+// ready batch that could not be dispatched (no room: it stays ready,
+// stalled), and at once a current batch: the record whose bytes did not fit
+// in the ready one.
 // The background flusher's abandon makes one pass of flushAll, which must
 // fail the current batch too once the ready one failed because the run
 // stopped (it once returned there, and the record was never failed,
@@ -480,20 +457,19 @@ func TestWriterNeverClosedFailsTheRecordBehindAStalledBatch(t *testing.T) {
 
 	// Records of 40 kB: about 49 fill the 2 MB of a request, and the
 	// record that does not fit closes the batch and starts the next one.
+	// Three batches in flight (one sending, two waiting for the one slot):
+	// the next full batch cannot go, and stays ready, stalled, with the
+	// record that closed it in the current batch behind it.
 	taken := 0
+	stalled := func() bool {
+		require.NoError(t, w.in.lock(context.Background()))
+		defer w.in.unlock()
+		return len(w.in.hold.stalled) > 0
+	}
 	for _, v := range bigVectors(400, 10_000) {
-		if w.in.r.pool.active.Load() < 3 {
-			require.NoError(t, w.Add(context.Background(), v))
-			taken++
-			continue
-		}
-		// Three batches in flight (one sending, two waiting for the one
-		// slot): the next full batch waits for room in dispatch, and this
-		// Add's context ends while it waits.
-		actx := newArmedCtx(2)
-		require.NoError(t, w.Add(actx, v), "taken: the batch stays ready for later")
+		require.NoError(t, w.Add(context.Background(), v))
 		taken++
-		if actx.fired.Load() {
+		if stalled() {
 			break
 		}
 	}
@@ -718,4 +694,158 @@ func TestWriterCloseAfterItReturnedGivesItsResultWhateverTheContext(t *testing.T
 		}
 	}
 	assert.Zero(t, errs, "later Closes (with an ended context) that did not give the first result")
+}
+
+// hotColdWriter is a Writer whose namespace is the part of a record's id
+// before its dash, and whose sends to namespace "hot" hang until release
+// (or their context ends); the other namespaces' land at once, counted by
+// landed.
+func hotColdWriter(t *testing.T, opts ...Option) (w *Writer, release func(), landed *atomic.Int64) {
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	landed = new(atomic.Int64)
+	send := func(ctx context.Context, namespace string, batch []*pinecone.Vector) error {
+		if namespace != "hot" {
+			landed.Add(int64(len(batch)))
+			return nil
+		}
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	nsOf := func(v *pinecone.Vector) string { ns, _, _ := strings.Cut(v.Id, "-"); return ns }
+	w, err := NewWriter(context.Background(), append([]Option{WithUpsertFunc(send), WithNamespaceOf(nsOf)}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		release()
+		_, _ = w.Close(context.Background())
+	})
+	return w, release, landed
+}
+
+func hotCold(ns string, i int) *pinecone.Vector {
+	return &pinecone.Vector{Id: fmt.Sprintf("%s-%d", ns, i), Values: &[]float32{1, 2}}
+}
+
+// stallHot adds records of namespace "hot", each with a short context,
+// until one cannot be taken: hot's batches fill its room, and its last
+// full batch waits, ready and stalled. It returns how many were taken.
+func stallHot(t *testing.T, w *Writer) int {
+	for i := 0; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := w.Add(ctx, hotCold("hot", i))
+		cancel()
+		if err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			return i
+		}
+		require.Less(t, i, 1000, "hot never ran out of room")
+	}
+}
+
+// addsPromptly adds a record of namespace "cold" with a context of 500 ms,
+// which must be enough: the Writer takes it whatever waits in "hot".
+func addsPromptly(t *testing.T, w *Writer, i int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	require.NoError(t, w.Add(ctx, hotCold("cold", i)), "an Add for cold waits for hot")
+}
+
+// An Add for a namespace with room is taken while an Add for another
+// namespace, held back by the index, waits for room: the Writer does not
+// wait for that namespace's room while it holds the producers' turn.
+func TestAnAddForOneNamespaceIsTakenWhileAnotherNamespacesAddWaitsForRoom(t *testing.T) {
+	w, release, landed := hotColdWriter(t, WithBatchSize(1), WithMaxDelay(time.Hour))
+	hotCtx, stopHot := context.WithCancel(context.Background())
+	defer stopHot()
+	hotDone := make(chan int, 1)
+	go func() {
+		i := 0
+		for w.Add(hotCtx, hotCold("hot", i)) == nil {
+			i++
+		}
+		hotDone <- i
+	}()
+	require.Eventually(t, w.in.r.waitsForRoom, generous, time.Millisecond, "an Add for hot waits for room")
+
+	addsPromptly(t, w, 0)
+	require.Eventually(t, func() bool { return landed.Load() == 1 }, generous, time.Millisecond, "cold's record lands")
+
+	stopHot()
+	hotTaken := <-hotDone
+	release()
+	res, err := w.Close(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, hotTaken+1, res.Upserted, "every record taken lands")
+}
+
+// The background flusher passes over a batch that cannot go (its
+// namespace has no room), and neither holds back the Adds of other
+// namespaces nor their partial batches, which go out within the max delay.
+func TestTheFlusherPassesOverABatchThatCannotGo(t *testing.T) {
+	w, release, landed := hotColdWriter(t, WithBatchSize(2), WithMaxDelay(10*time.Millisecond))
+	hotTaken := stallHot(t, w)
+	for i := range 3 {
+		addsPromptly(t, w, i) // each a partial batch, for the flusher
+		require.Eventually(t, func() bool { return landed.Load() == int64(i+1) }, generous, time.Millisecond, "the flusher sends cold's partial batch")
+	}
+	release()
+	res, err := w.Close(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, hotTaken+3, res.Upserted, "every record taken lands")
+}
+
+// At the bound on records held undispatched, the oldest batch that can go
+// goes, not the one that cannot: a stalled batch of a namespace without
+// room does not hold back the Adds of the others.
+func TestTheBoundOnRecordsHeldSendsTheOldestBatchThatCanGo(t *testing.T) {
+	w, release, landed := hotColdWriter(t, WithBatchSize(2), WithMaxDelay(time.Hour),
+		func(c *config) { c.maxHeld = 3 })
+	hotTaken := stallHot(t, w) // hot's stalled batch holds two records
+	for i := range 4 {
+		addsPromptly(t, w, i) // from the second on, each sends cold's partial batch of one at the bound
+		assert.LessOrEqual(t, w.in.heldRecords(), 3, "the bound holds")
+	}
+	require.Eventually(t, func() bool { return landed.Load() == 3 }, generous, time.Millisecond, "cold's partial batches went at the bound")
+	release()
+	res, err := w.Close(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, hotTaken+4, res.Upserted, "every record taken lands")
+}
+
+// heldRecords is how many records wait undispatched.
+func (in *intake) heldRecords() int {
+	_ = in.lock(context.Background())
+	defer in.unlock()
+	return in.hold.records
+}
+
+// A full batch that could not go when it filled (no room in its
+// namespace) goes as soon as a batch finishes, without waiting for another
+// Add of its namespace or for the max delay: the flusher wakes on the
+// finish while batches are stalled.
+func TestAStalledBatchGoesWhenABatchFinishes(t *testing.T) {
+	gate := make(chan struct{})
+	var sent atomic.Int64
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		sent.Add(int64(len(b)))
+		return gatedSend(gate)(ctx, ns, b)
+	}
+	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithConcurrency(1), WithBatchSize(1),
+		WithMaxDelay(time.Hour))
+	require.NoError(t, err)
+	for _, v := range vectors(4, 2) { // one sending, two queued, one stalled
+		require.NoError(t, w.Add(context.Background(), v))
+	}
+	close(gate)
+	require.Eventually(t, func() bool { return sent.Load() == 4 }, generous, time.Millisecond,
+		"the stalled batch went out without an Add, a Flush or the max delay")
+	res, err := w.Close(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 4, res.Upserted)
 }

@@ -142,7 +142,7 @@ func (in *intake) dispatchStalled(enough func() bool) {
 		rt.stalled = false
 		_ = in.dispatchReady(rt) // stalls rt again when it cannot go
 	}
-	clear(list[len(h.stalled):len(list)])
+	clear(list[len(h.stalled):])
 }
 
 // dispatchAged dispatches the current batches started at or before

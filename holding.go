@@ -146,20 +146,29 @@ func (in *intake) dispatchStalled(enough func() bool) {
 }
 
 // dispatchAged dispatches the current batches started at or before
-// cutoff, skipping those whose route cannot dispatch now.
-func (in *intake) dispatchAged(cutoff time.Time) {
+// cutoff, skipping those whose route cannot dispatch now; it reports
+// whether it left one.
+func (in *intake) dispatchAged(cutoff time.Time) (left bool) {
 	h := &in.hold
 	h.trim()
-	for i := h.head; i < len(h.queue) && !in.r.stuck(); i++ {
+	for i := h.head; i < len(h.queue); i++ {
 		p := h.queue[i]
 		if p.since.After(cutoff) {
 			break
 		}
-		if p.live() {
-			_ = in.dispatchRoute(p.rt)
+		if !p.live() {
+			continue
+		}
+		if in.r.stuck() {
+			left = true
+			break
+		}
+		if in.dispatchRoute(p.rt) == errNoRoom {
+			left = true
 		}
 	}
 	h.trim()
+	return left
 }
 
 // dispatchReady dispatches rt's ready batch, if any. When it cannot go
@@ -351,13 +360,19 @@ func (in *intake) startFlusher(d time.Duration, ended func(stopped context.Conte
 			if in.lock(ctx) != nil {
 				return
 			}
+			// Taken before the pass: a batch that finishes during it (the
+			// workers take no turn) wakes the next.
+			finished = in.r.batchFinished()
 			// What cannot go now stays, stalled or current, for a later
 			// pass: the flusher never waits for room.
 			in.dispatchStalled(nil)
-			in.dispatchAged(in.r.cfg.clock.Now().Add(-tick))
-			finished = nil
-			if len(in.hold.stalled) > 0 {
-				finished = in.r.batchFinished() // under the turn: no finish is missed
+			left := in.dispatchAged(in.r.cfg.clock.Now().Add(-tick))
+			select {
+			case <-in.hold.kick: // its own stalls: the next pass waits for a finish
+			default:
+			}
+			if len(in.hold.stalled) == 0 && !left {
+				finished = nil
 			}
 			in.unlock()
 		}

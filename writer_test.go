@@ -849,3 +849,116 @@ func TestAStalledBatchGoesWhenABatchFinishes(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 4, res.Upserted)
 }
+
+// countingClock is virtual time (fakeClock) that counts the calls of Now
+// made by the Writer's background flusher, which reads the clock once per
+// pass (dispatchAged's cutoff).
+type countingClock struct {
+	*fakeClock
+	flusherNows atomic.Int64
+}
+
+func (c *countingClock) Now() time.Time {
+	if calledFromFlusher() {
+		c.flusherNows.Add(1)
+	}
+	return c.fakeClock.Now()
+}
+
+// calledFromFlusher reports whether the caller runs on the goroutine of
+// startFlusher.
+func calledFromFlusher() bool {
+	buf := make([]byte, 8<<10)
+	return strings.Contains(string(buf[:runtime.Stack(buf, false)]), "startFlusher")
+}
+
+// While a batch is stalled (its namespace has no room, a worker is free)
+// and nothing finishes, the flusher waits for a finish: its own pass stalls
+// the batch again, which must not wake it again (it made about 2,000
+// passes in 20 ms, each taking the producers' turn).
+func TestTheFlusherDoesNotSpinWhileANamespaceHasNoRoom(t *testing.T) {
+	clk := &countingClock{fakeClock: newFakeClock()}
+	w, release, _ := hotColdWriter(t, WithBatchSize(1), WithMaxDelay(time.Hour), withClock(clk))
+	defer release()
+	stallHot(t, w) // hot's batches fill its room; its last full batch is stalled
+	require.Eventually(t, func() bool { return w.in.heldRecords() == 1 }, generous, time.Millisecond, "one full batch stalled")
+
+	before := clk.flusherNows.Load()
+	time.Sleep(5 * time.Millisecond) // nothing finishes meanwhile: the flusher has nothing to do
+	passes := clk.flusherNows.Load() - before
+	require.LessOrEqual(t, passes, int64(3),
+		"the flusher made %d passes in 5 ms while nothing could go and nothing finished: it spins on its own kick", passes)
+}
+
+// blockingFlusherClock is virtual time whose Now, once armed, blocks the
+// first call made by the flusher until released: the flusher is then
+// between its dispatch of the stalled batches and its batchFinished, with
+// the producers' turn held.
+type blockingFlusherClock struct {
+	*fakeClock
+	armed   atomic.Bool
+	entered chan struct{}
+	resume  chan struct{}
+}
+
+func (c *blockingFlusherClock) Now() time.Time {
+	if c.armed.Load() && calledFromFlusher() && c.armed.CompareAndSwap(true, false) {
+		close(c.entered)
+		<-c.resume
+	}
+	return c.fakeClock.Now()
+}
+
+// A batch that finishes while the flusher makes its pass (the workers take
+// no turn) wakes its next pass: the flusher takes the signal before the
+// pass. Taken after, a finish in between was missed, and when it was the
+// last batch in flight the stalled one waited for the tick (30 minutes
+// here).
+func TestTheFlusherSeesAFinishThatComesDuringItsPass(t *testing.T) {
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	defer release()
+	var sent atomic.Int64
+	arrived := make(chan struct{}, 8)
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		sent.Add(int64(len(b)))
+		arrived <- struct{}{}
+		return gatedSend(gate)(ctx, ns, b)
+	}
+	clk := &blockingFlusherClock{fakeClock: newFakeClock(), entered: make(chan struct{}), resume: make(chan struct{})}
+	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithConcurrency(1), WithBatchSize(1),
+		WithMaxDelay(time.Hour), withClock(clk))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		release()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = w.Close(ctx)
+	})
+	vs := vectors(4, 2)
+	for _, v := range vs[:3] { // one sending, two queued: no room left
+		require.NoError(t, w.Add(context.Background(), v))
+	}
+	<-arrived // one request sending (WithConcurrency(1)), two batches waiting for its slot
+	clk.armed.Store(true)
+	require.NoError(t, w.Add(context.Background(), vs[3])) // full, stalled: kicks the flusher
+	select {
+	case <-clk.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the flusher did not wake on the stall")
+	}
+	// The flusher holds the turn, after dispatchStalled and before
+	// batchFinished: the three batches in flight finish now.
+	release()
+	finished := make(chan struct{})
+	go func() { w.in.r.pool.wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the batches in flight did not finish")
+	}
+	close(clk.resume)
+	require.Eventually(t, func() bool { return sent.Load() == 4 }, 2*time.Second, time.Millisecond,
+		"the stalled batch never went out after the last batch in flight finished: the flusher missed that finish and waits for its 30-minute tick")
+}

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // idVec is a small dense record with the given id.
@@ -120,4 +124,32 @@ func TestBreakerCountsAnAnswerToAnotherLaneOfItsHost(t *testing.T) {
 		assert.Equal(t, host, b.followsFailure(now), "followsFailure, with hostAnswered %v", host)
 		assert.Equal(t, !host, b.gaveUp(now) == errNeverAnswered, "never answered, with hostAnswered %v", host)
 	}
+}
+
+// A run whose DescribeIndexStats answered waits out a blip of errors at
+// its start, also when the Limiter forgets, as it makes the run's first
+// lane, the idle lanes of the index from an earlier call, and with them
+// what the host's lanes knew together: the run's lanes hear the answer
+// themselves.
+func TestADescribedIndexIsWaitedOutAfterTheLimiterForgotItsIdleLanes(t *testing.T) {
+	clk := newFakeClock()
+	l := &Limiter{clock: clk}
+	old := l.holdLane(laneID{key: "old"}, MaxBatchSize) // an earlier call's namespace, let go
+	old.holdRoute(-1)
+	for i := 0; len(l.lanes) < max(minLanes, l.sweepAt); i++ { // enough lanes that the next sweeps
+		l.holdLane(laneID{host: "other", key: fmt.Sprint(i)}, MaxBatchSize).holdRoute(-1)
+	}
+	clk.Advance(laneIdle + time.Minute) // every lane idle
+
+	var requests atomic.Int64
+	send := func(context.Context, string, []*pinecone.Vector) error {
+		if requests.Add(1) <= 8 { // a blip at the start
+			return status.Error(codes.Unavailable, "upstream connect error")
+		}
+		return nil
+	}
+	res, err := Stream(context.Background(), slices.Values(vectors(2000, 2)), WithUpsertFunc(send), WithLimiter(l),
+		withIndexInfo(indexInfo{dimension: 2}, nil), withClock(clk), withRand(maxRand))
+	require.NoError(t, err, "the index answered describe: the blip is an outage to wait out")
+	assert.Equal(t, 2000, res.Upserted)
 }

@@ -367,6 +367,19 @@ func (ln *lane) closeBreaker(now, sent time.Time) {
 	ln.queueBreaker(false)
 }
 
+// indexAnswered tells the lane that its index answered the run's
+// DescribeIndexStats: the host is right. Its breaker holds it (the host's
+// hostSeen may be forgotten with the host's idle lanes), and every lane of
+// the host hears it.
+func (ln *lane) indexAnswered() {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	ln.breaker.hostAnswered = true
+	if ln.host != nil {
+		ln.host.answered.Store(true)
+	}
+}
+
 // heardHost tells the breaker whether the index answered another lane of
 // its host (hostSeen.answered), before the breaker judges whether the
 // index ever answered: the breaker stays a function of what it is told.

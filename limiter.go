@@ -212,15 +212,6 @@ func (l *Limiter) laneLocked(id laneID, maxBatch int) *lane {
 	return ln
 }
 
-// indexAnswered records that the index at host answered the run's
-// question before its first upsert (DescribeIndexStats): its lanes' breakers
-// count it as answered (hostSeen).
-func (l *Limiter) indexAnswered(host string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.hostLocked(host).answered.Store(true)
-}
-
 // hostLocked returns what the lanes of host know together, made on first
 // use; l.mu is held.
 func (l *Limiter) hostLocked(host string) *hostSeen {

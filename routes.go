@@ -58,6 +58,9 @@ func (r *run) route(namespace string) *route {
 			// for the longer.
 			rt.overhead = r.kind.overhead(defaultNamespace)
 		}
+		if r.described {
+			rt.lane.indexAnswered()
+		}
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
 		rt.lane.setLimits(r.cfg.indexLimits())

@@ -49,6 +49,8 @@ type run struct {
 	releaseLimiter func()
 	// shares are the run's memberships of lanes shared across processes.
 	shares runShares
+	// described: the index answered the run's DescribeIndexStats.
+	described bool
 }
 
 // runContexts are a run's contexts, and what its observers were told of it.
@@ -85,12 +87,10 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *ru
 	r.shares.start(cfg)
 	r.pacer = newPacer(cfg.maxRate)
 	if k == vectorKind {
-		var answered bool
-		if r.shape, answered = newIndexShape(ctx, cfg); answered {
-			// The host is right: a blip of errors at the start is an
-			// outage to wait out, not a wrong host to give up on.
-			cfg.limiter.indexAnswered(r.laneHost())
-		}
+		// The host is right when describe answered: a blip of errors at
+		// the start is an outage to wait out, not a wrong host to give up
+		// on. Each route's lane hears it (route).
+		r.shape, r.described = newIndexShape(ctx, cfg)
 	} else {
 		r.minute = newMinuteGate(cfg.clock)
 	}

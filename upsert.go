@@ -301,8 +301,8 @@ func WithBatchSize(n int) Option {
 // 4 and grows while more requests in flight carry more records a second,
 // up to 64; a timeout takes a quarter off. 429s set the rate, not the
 // concurrency. Whatever the concurrency, a namespace's batches queue for
-// the index in the order they were cut, so with 1 the index sees the
-// records in input order, but for retries (sent when their backoff ends)
+// the index in the order they were cut, so with 1 the index sees each
+// namespace's records in input order, but for retries (sent when their backoff ends)
 // and batches cut smaller while they waited (when the index refused a
 // size), which go after the batches queued meanwhile.
 func WithConcurrency(n int) Option {

@@ -182,9 +182,11 @@ type nilRecordLetter struct {
 // record again.
 //
 // It encodes before taking the lock and only copies into a buffer under it,
-// so it never blocks for long. An error writing the file is kept and
-// returned by Sync and Close; from then on, and after Close, letters are
-// dropped and not counted.
+// so it never blocks for long. An error writing or syncing the file is
+// kept and returned by Sync and Close. After an error writing (or
+// flushing) the file, and after Close, letters are dropped and not
+// counted; after a failed sync they are still buffered and counted, but
+// Sync and Close keep failing.
 func (d *DeadLetters) Write(f upsert.Failure) {
 	if f.Resend && d.resumable.Load() {
 		return

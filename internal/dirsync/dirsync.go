@@ -1,10 +1,12 @@
-// Package dirsync makes a rename durable: a file renamed into a directory
-// is on disk under its new name only once the directory is synced.
+// Package dirsync makes a new name durable: a file created in or renamed
+// into a directory is on disk under that name only once the directory is
+// synced.
 package dirsync
 
 import "os"
 
-// Sync syncs the directory dir. Call it after a rename in dir. On Windows
+// Sync syncs the directory dir. Call it after a file is created in or
+// renamed into dir. On Windows
 // it does nothing: syncing a directory there fails ("Access is denied":
 // FlushFileBuffers takes files only), and NTFS journals the rename itself.
 func Sync(dir string) error {

@@ -115,12 +115,7 @@ func (in *intake) dispatchOldest(size int) error {
 	h := &in.hold
 	over := func() bool { return h.records > 0 && (h.records >= h.maxRecords || h.bytes+size > h.maxBytes) }
 	in.dispatchStalled(over)
-	h.trim()
-	for i := h.head; i < len(h.queue) && over() && !in.r.stuck(); i++ {
-		if p := h.queue[i]; p.live() {
-			_ = in.dispatchRoute(p.rt)
-		}
-	}
+	in.dispatchCurrent(func(pendingBatch) bool { return !over() })
 	if over() {
 		return errNoRoom
 	}
@@ -149,11 +144,18 @@ func (in *intake) dispatchStalled(enough func() bool) {
 // cutoff, skipping those whose route cannot dispatch now; it reports
 // whether it left one.
 func (in *intake) dispatchAged(cutoff time.Time) (left bool) {
+	return in.dispatchCurrent(func(p pendingBatch) bool { return p.since.After(cutoff) })
+}
+
+// dispatchCurrent dispatches the current batches in the order they
+// started, until done says so of the next, skipping those whose route
+// cannot dispatch now; it reports whether it left one before done.
+func (in *intake) dispatchCurrent(done func(pendingBatch) bool) (left bool) {
 	h := &in.hold
 	h.trim()
 	for i := h.head; i < len(h.queue); i++ {
 		p := h.queue[i]
-		if p.since.After(cutoff) {
+		if done(p) {
 			break
 		}
 		if !p.live() {
@@ -263,12 +265,8 @@ func (in *intake) flushAll(ctx context.Context) error {
 func (in *intake) waitRoom(ctx context.Context, try func() error) error {
 	r := in.r
 	for {
-		err := try()
+		finished, err := r.tryOrWatch(try)
 		if err != errNoRoom {
-			return err
-		}
-		finished := r.batchFinished()
-		if err = try(); err != errNoRoom { // a batch finished before the channel existed
 			return err
 		}
 		select {
@@ -305,12 +303,7 @@ func (in *intake) flushTaken(ctx context.Context, first func() error) (pos int, 
 			}
 			pos = in.next
 		}
-		var finished <-chan struct{}
-		err := in.flushBefore(pos)
-		if err == errNoRoom {
-			finished = r.batchFinished()
-			err = in.flushBefore(pos) // a batch finished before the channel existed
-		}
+		finished, err := r.tryOrWatch(func() error { return in.flushBefore(pos) })
 		in.unlock()
 		if err != errNoRoom {
 			return pos, nil

@@ -412,12 +412,11 @@ func (in *intake) pushPass(ctx context.Context, p *pushing) (finished, settled <
 		return nil, nil, err
 	}
 	defer in.unlock()
-	settled, err = in.tryPush(ctx, p)
+	finished, err = in.r.tryOrWatch(func() (err error) {
+		settled, err = in.tryPush(ctx, p)
+		return err
+	})
 	if err != errNoRoom {
-		return nil, nil, err
-	}
-	finished = in.r.batchFinished()
-	if settled, err = in.tryPush(ctx, p); err != errNoRoom {
 		return nil, nil, err
 	}
 	return finished, settled, nil

@@ -92,7 +92,7 @@ func (r *run) laneHost() string {
 // at least minRoutes.
 func (t *routeTable) dropIdle() {
 	for ns, rt := range t.byKey {
-		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 && rt.line.empty() && rt.active.Load() == 0 {
+		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 && rt.active.Load() == 0 {
 			delete(t.byKey, ns)
 			rt.lane.holdRoute(-1)
 		}

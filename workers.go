@@ -112,6 +112,21 @@ func (r *run) batchFinished() <-chan struct{} {
 
 // finishBatch counts rt's batch, sent by worker, finished, and frees the
 // worker.
+// tryOrWatch calls try, which dispatches what can go now; while it finds no
+// room (errNoRoom), it takes the signal of the next batch to finish and
+// tries once more, so that a batch finishing in between is not missed, and
+// returns that signal to wait on.
+func (r *run) tryOrWatch(try func() error) (finished <-chan struct{}, err error) {
+	if err := try(); err != errNoRoom {
+		return nil, err
+	}
+	finished = r.batchFinished()
+	if err := try(); err != errNoRoom {
+		return nil, err
+	}
+	return finished, errNoRoom
+}
+
 func (r *run) finishBatch(worker int, rt *route) {
 	rt.active.Add(-1)
 	r.pool.active.Add(-1)

@@ -53,9 +53,14 @@ var limitPhrases = []struct {
 	{"requests per minute", LimitInferenceRequests},
 }
 
-// tooLargePhrase is REST's answer to a request over 2 MB ("Your request
-// is larger than the maximum supported size - 2MB").
-const tooLargePhrase = "larger than the maximum supported size"
+// tooLargeText reports whether msg is Pinecone's answer to a request over
+// 2 MB: "Your request is larger than the maximum supported size - 2MB"
+// (REST), or an earlier wording, "Request size 3MB exceeds the maximum
+// supported size of 2MB".
+func tooLargeText(msg string) bool {
+	m := normalize(msg)
+	return strings.Contains(m, "larger than the maximum supported size") || strings.Contains(m, "exceeds the maximum supported size")
+}
 
 // normalize lower-cases msg and reads every run of white space as one
 // space.

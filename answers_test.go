@@ -53,6 +53,7 @@ func TestClassifyReadsPineconesMessages(t *testing.T) {
 		{"the embedding tokens per minute are a rate limit, though they say to upgrade", pineconeREST(429, "RESOURCE_EXHAUSTED", embedTokensMessage), ClassRateLimited},
 		{"the upsert size per second is a rate limit", status.Error(codes.ResourceExhausted, upsertSizeMessage), ClassRateLimited},
 		{"REST's request over 2 MB is too large", pineconeREST(400, "INVALID_ARGUMENT", "Your request is larger than the maximum supported size - 2MB. Please try to reduce your batch size."), ClassTooLarge},
+		{"the earlier wording of a request over 2 MB is too large", pineconeREST(400, "INVALID_ARGUMENT", "Request size 3MB exceeds the maximum supported size of 2MB"), ClassTooLarge},
 		{"the library's transport reads the body too", httpError(429, 0, []byte(`{"error":{"code":"RESOURCE_EXHAUSTED","message":"`+monthlyWriteUnitsMessage+`"},"status":429}`)), ClassQuotaExceeded},
 	}
 	for _, tt := range tests {

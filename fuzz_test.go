@@ -95,7 +95,7 @@ func wantGRPCClass(c codes.Code, msg string) Class {
 		switch {
 		case quota:
 			return ClassQuotaExceeded
-		case strings.Contains(normalize(msg), tooLargePhrase):
+		case tooLargeText(msg):
 			return ClassTooLarge
 		}
 		return ClassInvalid
@@ -125,7 +125,7 @@ func wantHTTPClass(code int, msg string) Class {
 		return ClassRateLimited
 	case code == 408, code == 504:
 		return ClassTimeout
-	case code == 413, code/100 == 4 && strings.Contains(normalize(msg), tooLargePhrase):
+	case code == 413, code/100 == 4 && tooLargeText(msg):
 		return ClassTooLarge
 	case code == 401, code == 403, code == 404, code == 501:
 		return ClassDenied

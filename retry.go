@@ -69,7 +69,7 @@ func classOfHTTP(code int, msg string) Class {
 		(code == http.StatusTooManyRequests || code == http.StatusForbidden) && isQuota(msg):
 		return ClassQuotaExceeded
 	case code == http.StatusRequestEntityTooLarge,
-		code/100 == 4 && strings.Contains(normalize(msg), tooLargePhrase):
+		code/100 == 4 && tooLargeText(msg):
 		// Before 429: whatever status carries it, a request too large is
 		// split, not resent whole after a wait.
 		return ClassTooLarge
@@ -130,7 +130,7 @@ func classOfGRPC(code codes.Code, msg string) Class {
 		// the text to tell that apart from the index's rate limit, so the
 		// text is matched here; so is a monthly quota's.
 		switch {
-		case strings.Contains(msg, "larger than max"), strings.Contains(normalize(msg), tooLargePhrase):
+		case strings.Contains(msg, "larger than max"), tooLargeText(msg):
 			return ClassTooLarge
 		case isQuota(msg):
 			return ClassQuotaExceeded
@@ -142,7 +142,7 @@ func classOfGRPC(code codes.Code, msg string) Class {
 		switch {
 		case isQuota(msg):
 			return ClassQuotaExceeded
-		case strings.Contains(normalize(msg), tooLargePhrase):
+		case tooLargeText(msg):
 			return ClassTooLarge
 		}
 		return ClassInvalid

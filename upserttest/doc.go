@@ -70,7 +70,10 @@
 // "id" and the text to embed (the field of [WithFieldMap], or by default
 // any string field); the request may hold at most [MaxRecordsPerRequest]
 // (96) records, and ids have the limits of vector ids. Otherwise the whole
-// request is answered 400, and nothing of it is written. The server embeds
+// request is answered 400, and nothing of it is written; so is a body over
+// [WithMaxRequestBytes] (2,000,000 bytes by default), with Pinecone's "Your
+// request is larger than the maximum supported size - 2MB. Please try to
+// reduce your batch size.". The server embeds
 // nothing: it stores each record's fields as they came, apart from the
 // vectors ([Server.Record], [Server.Records], [Server.RecordCount]), and
 // DescribeIndexStats counts them with the vectors. Success is answered 201

@@ -2,11 +2,14 @@ package upserttest_test
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/upsertlib/upsert/upserttest"
 )
@@ -26,16 +29,44 @@ func recordsNDJSON(n int, extra string) string {
 	return b.String()
 }
 
-// reference.md, "Real Pinecone": "REST answers \"Your request is larger than
-// the maximum supported size - 2MB\"" (also pinecone-ts-client issue #23).
-// The status is not published, so only a 4xx is required here.
-func TestRecordsOver2MBAnswerPineconesText(t *testing.T) {
+// Pinecone answers a REST request over 2 MB 400 Bad Request with "Your
+// request is larger than the maximum supported size - 2MB. Please try to
+// reduce your batch size." (pinecone-ts-client issue #23; the TypeScript
+// client's PineconeBadRequestError, its class for 400, in
+// pinecone-vercel-starter PR #28), code 3 (INVALID_ARGUMENT) in the body.
+func TestRecordsOver2MBAreAnswered400WithPineconesText(t *testing.T) {
 	srv := start(t)
 	// 60 records of about 35 KB each (under the 40 KB metadata limit): about
 	// 2.1 MB, over 2,000,000 bytes.
 	body := recordsNDJSON(60, fmt.Sprintf(`"blob":%q`, strings.Repeat("x", 35_000)))
 	require.Greater(t, len(body), upserttest.DefaultMaxRequestBytes)
 	status, _, resp := post(t, srv, "/records/namespaces/ns/upsert", "k", body)
-	require.Equal(t, 4, status/100, "a client error: %d %s", status, resp)
-	assert.Contains(t, resp, `"Your request is larger than the maximum supported size - 2MB"`, "Pinecone's text for a request over 2 MB")
+	assert.Equal(t, http.StatusBadRequest, status, resp)
+	code, msg := decodeError(t, resp)
+	assert.Equal(t, codes.InvalidArgument, code)
+	assert.Equal(t, "Your request is larger than the maximum supported size - 2MB. Please try to reduce your batch size.", msg)
+	st := srv.Stats()
+	assert.Equal(t, map[codes.Code]int{codes.InvalidArgument: 1}, st.Codes)
+	assert.Equal(t, map[int]int{http.StatusBadRequest: 1}, st.HTTPCodes)
+	assert.Zero(t, st.RateLimited, "not a rate limit")
+	assert.Zero(t, srv.RecordCount(ns))
+}
+
+// Through the SDK (go-pinecone v5.4.1), the answer to a records upsert over
+// 2 MB is a *pinecone.PineconeError with Code 400 whose text holds the
+// phrase that the upsert library reads as too large ("larger than the
+// maximum supported size", its answers.go), so that it splits the batch
+// rather than failing its records as invalid.
+func TestTheSDKSeesARecordsUpsertOver2MBAsABadRequestThatSaysItIsTooLarge(t *testing.T) {
+	srv := start(t)
+	idx, _ := connectREST(t, srv, "test", ns)
+	recs := make([]*pinecone.IntegratedRecord, 60) // 60 × 35 KB: over 2 MB
+	for i := range recs {
+		recs[i] = record(fmt.Sprint("r", i), "chunk_text", "text", "blob", strings.Repeat("x", 35_000))
+	}
+	code, msg := restStatus(t, idx.UpsertRecords(bg(t), recs))
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, msg, "larger than the maximum supported size")
+	assert.Contains(t, msg, "Your request is larger than the maximum supported size - 2MB. Please try to reduce your batch size.")
+	assert.Zero(t, srv.RecordCount(ns))
 }

@@ -97,12 +97,22 @@ func (s *Server) chargeOverwrites(bytes int) {
 }
 
 // embedTokens estimates the embedding tokens of a record: one per 4 bytes
-// of its string fields but the id, rounded up, at least 1.
-func embedTokens(r record) int {
+// of the text the index embeds, rounded up, at least 1. With a field map
+// (fieldMap, WithFieldMap's field, not ""), that text is the field's alone,
+// as Pinecone embeds, and charges, only the field_map field, not the
+// metadata beside it. Without one, the server cannot tell the text from
+// the metadata, and counts every string field but the id: an estimate
+// that may charge more than Pinecone would.
+func embedTokens(r record, fieldMap string) int {
 	n := 0
-	for k, v := range r.fields {
-		if s, ok := v.(string); ok && k != r.idKey {
-			n += len(s)
+	if fieldMap != "" {
+		text, _ := r.fields[fieldMap].(string)
+		n = len(text)
+	} else {
+		for k, v := range r.fields {
+			if s, ok := v.(string); ok && k != r.idKey {
+				n += len(s)
+			}
 		}
 	}
 	return max(1, (n+3)/4)

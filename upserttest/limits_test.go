@@ -153,6 +153,57 @@ func TestEmbedTokensPerMinute(t *testing.T) {
 	assert.Equal(t, 6, srv.RecordCount(ns))
 }
 
+// Pinecone embeds only the field_map field of a record, so only its text
+// counts against the embedding tokens per minute: a record's metadata,
+// such as an 8 KB url, costs nothing when WithFieldMap names the field.
+func TestWithFieldMapOnlyTheFieldMapTextCostsEmbeddingTokens(t *testing.T) {
+	clk := newVirtualClock()
+	// "hello world" is 11 bytes: 3 tokens. The url alone would be over 2,000.
+	srv := start(t, upserttest.WithFieldMap("chunk_text"), upserttest.WithEmbedTokensPerMinute(6), upserttest.WithClock(clk.Now))
+	idx, _ := connectREST(t, srv, "test", ns)
+	url := "https://example.com/" + strings.Repeat("a", 8000)
+	rec := func(id string) *pinecone.IntegratedRecord {
+		return record(id, "chunk_text", "hello world", "url", url, "title", strings.Repeat("t", 400))
+	}
+
+	require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{rec("a")}), "3 tokens of 6")
+	require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{rec("b")}), "3 tokens of the 3 left")
+	code, msg := restStatus(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{rec("c")}))
+	assert.Equal(t, http.StatusTooManyRequests, code, "the minute's 6 tokens are spent by the two texts: %s", msg)
+	assert.Contains(t, msg, "max embedding tokens per minute (6)")
+	assert.Equal(t, 2, srv.RecordCount(ns))
+	assert.Equal(t, 1, srv.Stats().RateLimited)
+}
+
+// Without WithFieldMap the server cannot tell the text from the metadata:
+// every string field but the id costs embedding tokens, an estimate that
+// may charge more than Pinecone would.
+func TestWithoutFieldMapEveryStringFieldButTheIDCostsEmbeddingTokens(t *testing.T) {
+	clk := newVirtualClock()
+	srv := start(t, upserttest.WithEmbedTokensPerMinute(6), upserttest.WithClock(clk.Now))
+	idx, _ := connectREST(t, srv, "test", ns)
+	text := func(id string) []*pinecone.IntegratedRecord {
+		return []*pinecone.IntegratedRecord{record(id, "chunk_text", "hello world")} // 3 tokens
+	}
+
+	// A full bucket admits a request larger than its burst, which leaves it
+	// in debt: the url's 2,000 tokens are charged, so 3 more are refused.
+	url := "https://example.com/" + strings.Repeat("a", 8000)
+	require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("a", "chunk_text", "hello world", "url", url)}))
+	code, msg := restStatus(t, idx.UpsertRecords(bg(t), text("b")))
+	assert.Equal(t, http.StatusTooManyRequests, code, "the url was charged")
+	assert.Contains(t, msg, "max embedding tokens per minute (6)")
+
+	// The id is never counted: 11 bytes of text and a 400-byte id cost 3.
+	clk.Advance(24 * time.Hour) // the debt is repaid, the bucket full
+	id := strings.Repeat("i", 400)
+	require.NoError(t, idx.UpsertRecords(bg(t), text(id+"1")))
+	require.NoError(t, idx.UpsertRecords(bg(t), text(id+"2")))
+	code, _ = restStatus(t, idx.UpsertRecords(bg(t), text(id+"3")))
+	assert.Equal(t, http.StatusTooManyRequests, code, "the minute's 6 tokens are spent")
+	assert.Equal(t, 3, srv.RecordCount(ns))
+}
+
 func TestValidationAsPinecone(t *testing.T) {
 	tests := []struct {
 		name    string

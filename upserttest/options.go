@@ -141,11 +141,15 @@ func WithAPIKey(key string) Option {
 // [Stats.BytesReceived]; it is counted in [Stats.Requests] and
 // [Stats.Codes], possibly a moment after the client got its answer.
 // The limit also applies to Fetch and DescribeIndexStats requests, and to
-// the body of REST records upserts, which are answered 413 Request Entity
-// Too Large (counted under codes.ResourceExhausted in [Stats.Codes]) and do
-// not reach the service either; the message is Pinecone's, "Your request
-// is larger than the maximum supported size - 2MB", with the default
-// limit, and names n in bytes otherwise. WithMaxRequestBytes panics if n < 1.
+// the body of REST records upserts, which are answered 400 Bad Request
+// with code 3 (codes.InvalidArgument) in the error body, as Pinecone
+// answers them (pinecone-ts-client issue #23; the TypeScript client's
+// PineconeBadRequestError in pinecone-vercel-starter PR #28), counted
+// under codes.InvalidArgument in [Stats.Codes], and do not reach the
+// service either; the message is Pinecone's, "Your request is larger than
+// the maximum supported size - 2MB. Please try to reduce your batch
+// size.", with the default limit, and names n in bytes otherwise.
+// WithMaxRequestBytes panics if n < 1.
 func WithMaxRequestBytes(n int) Option {
 	if n < 1 {
 		panic(fmt.Sprintf("upserttest: WithMaxRequestBytes(%d): limit must be positive", n))
@@ -364,11 +368,15 @@ func WithMaxNamespaces(n int) Option {
 // records upserts (integrated embedding), for the whole server, as Pinecone
 // limits them per model and project (llama-text-embed-v2 passages: 250,000
 // on Starter, 1,000,000 on Standard). A record costs a token per 4 bytes of
-// its string fields other than its id, rounded up, at least 1 (the server
-// embeds nothing; the count is an estimate of the same order as a
-// tokenizer's). It is an admission bucket refilling tokens/60 per second
-// that holds a minute's worth; a request it refuses is answered
-// codes.ResourceExhausted (HTTP 429) with Pinecone's message
+// the text it embeds, rounded up, at least 1 (the server embeds nothing;
+// the count is an estimate of the same order as a tokenizer's). With
+// [WithFieldMap], that text is the field map's field alone, as Pinecone
+// embeds only that field: metadata beside it, however long, costs no
+// tokens. Without WithFieldMap the server cannot tell the text from the
+// metadata and counts every string field but the id, which overestimates
+// a record with string metadata. It is an admission bucket refilling
+// tokens/60 per second that holds a minute's worth; a request it refuses
+// is answered codes.ResourceExhausted (HTTP 429) with Pinecone's message
 //
 //	Request failed. You've reached the max embedding tokens per minute (250000) model 'llama-text-embed-v2' and input type 'passage' for the current project. To increase this limit, upgrade your plan.
 //
@@ -392,6 +400,9 @@ func WithEmbedTokensPerMinute(tokens int) Option {
 // it. Without WithFieldMap, and with "", the server refuses only the
 // records that no field map could embed: those with no string field
 // besides "_id" or "id" (an empty string counts as one).
+//
+// The field map also decides what [WithEmbedTokensPerMinute] charges: with
+// it, only that field's text; without it, every string field but the id.
 func WithFieldMap(field string) Option {
 	return func(c *config) { c.fieldMap = field }
 }

@@ -55,9 +55,10 @@ func (r record) id() string {
 // checked (WithAPIKey) before the body is read: a request with a wrong or
 // missing key is answered 401 whatever its body, as Pinecone authenticates
 // a request before reading it. Then a body larger than WithMaxRequestBytes
-// is answered 413, and a body that is not NDJSON of JSON objects 400. Like
-// requests that gRPC cannot decode, none of these gets a Seq or reaches
-// the fault script, and their bytes are not counted.
+// is answered 400 (see tooLargeMessage), and a body that is not NDJSON of
+// JSON objects 400 too. Like requests that gRPC cannot decode, none of
+// these gets a Seq or reaches the fault script, and their bytes are not
+// counted.
 func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) {
 	s := g.s
 	arrival := s.cfg.now()
@@ -82,7 +83,7 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 }
 
 // readRecordsBody reads and parses the body of a records upsert. When it
-// cannot, it counts the request, answers it (413 or 400) and returns ok
+// cannot, it counts the request, answers it (400) and returns ok
 // false, or panics with http.ErrAbortHandler when nobody would hear an
 // answer; it is called by the handler, so the panic aborts the handler.
 func (s *Server) readRecordsBody(w http.ResponseWriter, r *http.Request) (body []byte, records []record, ok bool) {
@@ -90,8 +91,8 @@ func (s *Server) readRecordsBody(w http.ResponseWriter, r *http.Request) (body [
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			s.countUnprocessed(codes.ResourceExhausted, http.StatusRequestEntityTooLarge)
-			writeRESTError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, tooLargeMessage(s.cfg.maxRequestBytes))
+			s.countUnprocessed(codes.InvalidArgument, http.StatusBadRequest)
+			writeRESTError(w, http.StatusBadRequest, codes.InvalidArgument, tooLargeMessage(s.cfg.maxRequestBytes))
 			return nil, nil, false
 		}
 		// The client went away while sending, or Restart or Close cut the
@@ -108,15 +109,19 @@ func (s *Server) readRecordsBody(w http.ResponseWriter, r *http.Request) (body [
 	return body, records, true
 }
 
-// tooLargeMessage is the message of the 413 answer to a records upsert
-// whose body is over limit bytes (WithMaxRequestBytes): Pinecone's text
-// (reference.md; its status is unpublished) for the default limit, which
-// is Pinecone's 2 MB, and the same text naming the limit otherwise.
+// tooLargeMessage is the message of the answer, 400 INVALID_ARGUMENT, to
+// a records upsert whose body is over limit bytes (WithMaxRequestBytes):
+// Pinecone's text for the default limit, which is Pinecone's 2 MB, and the
+// same text naming the limit in bytes otherwise. Evidence of the status
+// and text: pinecone-ts-client issue #23 (2023) quotes this message, and
+// pinecone-vercel-starter PR #28 (Dec 2023) shows the TypeScript client's
+// PineconeBadRequestError, its class for 400, for a 3 MB request.
 func tooLargeMessage(limit int) string {
 	if limit == DefaultMaxRequestBytes {
-		return "Your request is larger than the maximum supported size - 2MB"
+		return "Your request is larger than the maximum supported size - 2MB. Please try to reduce your batch size."
 	}
-	return fmt.Sprintf("Your request is larger than the maximum supported size - %d bytes (upserttest.WithMaxRequestBytes)", limit)
+	return fmt.Sprintf("Your request is larger than the maximum supported size - %d bytes (upserttest.WithMaxRequestBytes). "+
+		"Please try to reduce your batch size.", limit)
 }
 
 // recordsUpsertCall is the parsed records upsert r as processUpsert sees
@@ -127,7 +132,7 @@ func (s *Server) recordsUpsertCall(w http.ResponseWriter, r *http.Request, body 
 	tokens := 0
 	for i, rec := range records {
 		ids[i] = rec.id()
-		tokens += embedTokens(rec)
+		tokens += embedTokens(rec, s.cfg.fieldMap)
 	}
 	seq := s.arrive(len(body), true)
 	return upsertCall{

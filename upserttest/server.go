@@ -88,7 +88,7 @@ type Stats struct {
 	// codes.Canceled.
 	Codes map[codes.Code]int
 	// HTTPCodes counts the answers to REST requests by HTTP status: 201 for
-	// success, then 400, 401, 413, 429, 500, 503, 504, ... (see the package
+	// success, then 400, 401, 429, 500, 503, 504, ... (see the package
 	// documentation for the correspondence with gRPC codes). A request that
 	// got no status, its connection being reset by a fault or closed by
 	// Restart or Close, counts as 0 (and as codes.Unavailable in Codes).

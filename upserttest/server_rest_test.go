@@ -361,15 +361,19 @@ func TestRecordsValidation(t *testing.T) {
 		assert.Zero(t, st.BytesReceived)
 	})
 
-	t.Run("a body over WithMaxRequestBytes is answered 413", func(t *testing.T) {
+	t.Run("a body over WithMaxRequestBytes is answered 400", func(t *testing.T) {
 		srv := start(t, upserttest.WithMaxRequestBytes(100))
 		status, _, body := post(t, srv, "/records/namespaces/ns/upsert", "k", fmt.Sprintf(`{"_id":"a","chunk_text":%q}`, strings.Repeat("x", 200)))
-		assert.Equal(t, http.StatusRequestEntityTooLarge, status)
+		assert.Equal(t, http.StatusBadRequest, status)
 		got, msg := decodeError(t, body)
-		assert.Equal(t, codes.ResourceExhausted, got)
-		assert.Equal(t, "Your request is larger than the maximum supported size - 100 bytes (upserttest.WithMaxRequestBytes)", msg,
+		assert.Equal(t, codes.InvalidArgument, got)
+		assert.Equal(t, "Your request is larger than the maximum supported size - 100 bytes (upserttest.WithMaxRequestBytes). "+
+			"Please try to reduce your batch size.", msg,
 			"the message names the configured limit, not Pinecone's 2MB")
-		assert.Equal(t, map[codes.Code]int{codes.ResourceExhausted: 1}, srv.Stats().Codes)
+		st := srv.Stats()
+		assert.Equal(t, map[codes.Code]int{codes.InvalidArgument: 1}, st.Codes)
+		assert.Equal(t, map[int]int{http.StatusBadRequest: 1}, st.HTTPCodes)
+		assert.Zero(t, st.RateLimited)
 	})
 
 	t.Run("any other path is answered 404", func(t *testing.T) {

@@ -69,8 +69,9 @@
 // or failed because of it, and no request waits for it (a request makes no
 // round trip to Redis; the exchanges run beside the requests). Each call is
 // bounded by [DefaultTimeout] whatever the client's own timeouts; a lane's
-// join, when a call first writes to a namespace, waits for one. When a
-// call fails or times out, the writer goes on alone from what it learned
+// join, when a call first writes to a namespace, waits for one, and its
+// leave, when the last call using it ends, for another. When a call fails
+// or times out, the writer goes on alone from what it learned
 // (its last view of the lane), as a Limiter without Redis does: it keeps
 // its part of the lane's rate (the other writers most likely still run)
 // and probes above it fast enough to reach the whole lane's rate within
@@ -82,12 +83,28 @@
 // down; the Store leaves that process-wide setting to the caller:
 // redis.SetLogger quiets it.)
 // While alone it tries Redis again once a second (every half heartbeat
-// if that is shorter, whatever the interval), and rejoins when it
-// answers: a cut it made alone, below its part of the lane's rate, is
-// proposed to the others then. When Redis lost the lane's state (flushed, restarted,
+// if that is shorter, whatever the interval; a writer that joined alone,
+// that long after its join), and rejoins when it answers: a cut it made
+// alone, below its part of the lane's rate, is proposed to the others
+// then. When Redis lost the lane's state (flushed, restarted,
 // evicted), the first writer to exchange rebuilds it from its last view, so
 // the lane carries on where it was. A writer that cannot reach Redis at
 // start starts alone.
+//
+// A Store also remembers that Redis failed, for all its lanes: from a
+// failed exchange of any of its writers until one is answered, or for a
+// second and a timeout after the last failure (1.1 s by default; half the
+// heartbeat and a timeout if that is shorter), since its writers alone
+// try Redis once a second and their failures keep the presumption up
+// while one runs. Meanwhile a lane's join goes alone at once, with no
+// round trip (counted as a fallback, and logged with the last failure's
+// error and no cause), and a leave does not wait: its exchange, which
+// takes the writer off the others' split and drops the lane's keys with
+// its last writer, runs in the background within the timeout (if Redis
+// does not answer, the writer's heartbeat and the keys' TTL expire
+// instead). An outage thus costs a call about one timeout, however many
+// namespaces it writes to, rather than two per namespace one after the
+// other, and a Writer's Adds to new namespaces do not each wait.
 //
 // The line logged when a writer goes on alone carries the exchange's
 // error ("error") and, when that error hides what went wrong, its cause

@@ -125,27 +125,55 @@ func (m *member) Breaker(ctx context.Context, open bool) (share.View, error) {
 	return m.View(), err
 }
 
+// Leave stops the member's exchanges and takes the writer off the lane
+// (leaveScript: the other writers' split no longer counts it, and the
+// lane's keys go with its last writer), within the store's timeout. While
+// Redis is presumed down (see Store.down), Leave does not wait: its loop's
+// last try and that exchange finish in the background, each bounded by
+// the timeout, and it returns an error matching [share.ErrUnavailable] at
+// once. When the exchange fails, the writer's heartbeat expires instead
+// (2 s by default), and the keys' TTL. A member alone while Redis is not
+// presumed down (an exchange was answered since) leaves as any other: one
+// round trip, most likely answered.
 func (m *member) Leave(ctx context.Context) error {
 	var err error
 	m.leave.Do(func() {
 		close(m.stop)
+		if m.store.down() != nil {
+			go func() {
+				<-m.done
+				_ = m.leaveLane(context.Background())
+			}()
+			err = fmt.Errorf("%w: Redis failed moments ago; the writer leaves the lane in the background", share.ErrUnavailable)
+			return
+		}
 		<-m.done
-		// When this fails, the writer's heartbeat expires instead.
-		_, err = m.store.call(ctx, func(ctx context.Context) ([]string, error) {
-			return nil, leaveScript.Run(ctx, m.store.rdb, m.keys, m.id).Err()
-		})
+		err = m.leaveLane(ctx)
 	})
 	return err
 }
 
-// loop exchanges with Redis every interval until Leave.
-func (m *member) loop() {
+// leaveLane runs leaveScript within the store's timeout; a failure
+// makes the Store presume Redis down (see Store.markDown).
+func (m *member) leaveLane(ctx context.Context) error {
+	_, err := m.store.call(ctx, func(ctx context.Context) ([]string, error) {
+		return nil, leaveScript.Run(ctx, m.store.rdb, m.keys, m.id).Err()
+	})
+	if err != nil {
+		m.store.markDown(ctx, err)
+	}
+	return err
+}
+
+// loop exchanges with Redis every interval until Leave. While the member
+// is alone, retry fires when to try Redis again, and ticks and pokes wait
+// for it; a member that starts alone (see Store.Join) passes its first.
+func (m *member) loop(retry <-chan time.Time) {
 	defer close(m.done)
 	defer m.hub.forget(m.channel(), m.poke)
 	tick := time.NewTicker(m.store.opts.interval)
 	defer tick.Stop()
-	var retry <-chan time.Time // while alone: when to try Redis again; ticks and pokes wait for it
-	var last time.Time         // when the last try began
+	var last time.Time // when the last try began
 	try := func() {
 		last = time.Now()
 		retry = m.try()
@@ -242,9 +270,11 @@ func (m *member) exchange(ctx context.Context, script *redis.Script, keys []stri
 		r, err = parseReply(out)
 	}
 	if err != nil {
+		m.store.markDown(ctx, err)
 		m.failed(err)
 		return reply{}, fmt.Errorf("%w: %w", share.ErrUnavailable, err)
 	}
+	m.store.markUp()
 	m.adopt(r, start.Add(end.Sub(start)/2), script == syncScript)
 	return r, nil
 }
@@ -265,10 +295,28 @@ func parseReply(out []string) (reply, error) {
 // once.
 func (m *member) failed(err error) {
 	m.store.stats.failures.Add(1)
+	if m.goAlone() && m.store.opts.logger != nil {
+		go m.store.logFallback(m.lane, m.id, err)
+	}
+}
+
+// startAlone makes a member that joins while Redis is presumed down (f is
+// its last failure; see Store.down) decide alone from the start, as if
+// its join's exchange had failed, and says so without looking for the
+// cause: no round trip.
+func (m *member) startAlone(f *failure) {
+	m.goAlone()
+	m.store.log(slog.LevelWarn, "upsertredis: Redis failed moments ago; the writer starts alone without trying it",
+		m.lane, m.id, slog.String("error", f.err.Error()))
+}
+
+// goAlone makes the member decide alone, and reports whether it did not
+// already: a fallback.
+func (m *member) goAlone() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.alone {
-		return
+		return false
 	}
 	m.alone = true
 	m.store.stats.fallbacks.Add(1)
@@ -276,9 +324,7 @@ func (m *member) failed(err error) {
 	v.Shared = false
 	m.view.Store(&v)
 	m.signal()
-	if m.store.opts.logger != nil {
-		go m.store.logFallback(m.lane, m.id, err)
-	}
+	return true
 }
 
 // adopt makes r the member's view; mid is the local time of the middle of

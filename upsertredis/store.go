@@ -21,7 +21,9 @@ const (
 	// DefaultPrefix starts every key the store writes.
 	DefaultPrefix = "upsert:"
 	// DefaultTimeout bounds each round trip to Redis. A slower answer
-	// counts as a failure: the writer goes on alone (see the package doc).
+	// counts as a failure: the writer goes on alone, and the Store's
+	// joins and leaves skip their round trip for a while (see the
+	// package doc).
 	DefaultTimeout = 100 * time.Millisecond
 	// DefaultInterval is how often each writer exchanges with Redis:
 	// what it accepted and wants, against the lane's state and writers.
@@ -47,6 +49,9 @@ type Store struct {
 	rdb   redis.UniversalClient
 	opts  options
 	stats counters
+	// lastFailure is Redis's last failure, nil once an exchange was
+	// answered since (see down).
+	lastFailure atomic.Pointer[failure]
 }
 
 type options struct {
@@ -121,7 +126,13 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 }
 
 // Join registers a writer of lane and keeps its view fresh, exchanging with
-// Redis every interval, until Leave. See [share.Store].
+// Redis every interval, until Leave. See [share.Store]. It makes one
+// exchange, bounded by the timeout (and ctx), unless Redis failed an
+// exchange of any of the Store's writers moments ago (within a second and
+// a timeout, by default, and none answered since): the writer then starts
+// alone at once, without a round trip, and tries Redis again a second
+// later (half the heartbeat if shorter; see the package doc), so that an
+// outage costs a run one timeout however many lanes it joins.
 func (s *Store) Join(ctx context.Context, lane share.Lane) share.Member {
 	state, writers := laneKeys(s.opts.prefix, lane.Host, lane.Namespace)
 	m := &member{
@@ -137,9 +148,15 @@ func (s *Store) Join(ctx context.Context, lane share.Lane) share.Member {
 	}
 	m.demand.Store(math.Float64bits(math.Inf(1)))
 	m.view.Store(&share.View{Rate: math.Inf(1), Writers: 1})
-	_ = m.sync(ctx) // on failure the member starts alone
+	var retry <-chan time.Time // the loop's first try, for a member that starts alone
+	if f := s.down(); f != nil {
+		m.startAlone(f)
+		retry = time.After(s.opts.retryEvery())
+	} else {
+		_ = m.sync(ctx) // on failure the member starts alone
+	}
 	m.hub = listen(s, m.channel(), m.poke)
-	go m.loop()
+	go m.loop(retry)
 	return m
 }
 
@@ -158,7 +175,9 @@ type Stats struct {
 	// not (an error, or no answer within the timeout).
 	Exchanges, Failures int64
 	// Fallbacks counts the times a writer went on alone because Redis
-	// failed, Rejoins the times it came back.
+	// failed (a writer that joined while Redis was presumed down counts
+	// one, and no failure: it made no round trip), Rejoins the times it
+	// came back.
 	Fallbacks, Rejoins int64
 	// Resets counts the times a lane's state was missing while its writers
 	// ran (Redis flushed, restarted or evicted it) and was rebuilt from a

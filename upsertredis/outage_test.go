@@ -1,0 +1,232 @@
+package upsertredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/internal/redistest"
+	"github.com/upsertlib/upsert/internal/share"
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// namespaceOf routes a record of vectors() to one of n namespaces by the
+// number in its id.
+func namespaceOf(n int) func(*pinecone.Vector) string {
+	return func(v *pinecone.Vector) string {
+		var i int
+		_, _ = fmt.Sscanf(v.Id, "r%d", &i)
+		return fmt.Sprintf("ns%02d", i%n)
+	}
+}
+
+// outage is a way for Redis to fail a Store that saw it work: fail stops
+// answering, and returns the client to reach Redis through.
+type outage struct {
+	name  string
+	start func(t *testing.T) (rdb *redis.Client, fail func())
+}
+
+var outages = []outage{
+	{"killed", func(t *testing.T) (*redis.Client, func()) {
+		srv := redistest.Run(t)
+		return client(t, srv), srv.Kill
+	}},
+	{"hung", func(t *testing.T) (*redis.Client, func()) {
+		proxy, rdb := proxied(t, 0)
+		t.Cleanup(proxy.Release)
+		return rdb, proxy.Hold
+	}},
+}
+
+// TestRedisDownCostsARunOverManyNamespacesAboutOneTimeout: a backfill
+// writes into 40 namespaces of a healthy index while Redis is down (killed,
+// or hung) after the Store saw it work. Each namespace's lane joins when
+// the run first writes to it, and leaves at the end: the first join waits
+// out the store's timeout, and the Store then presumes Redis down, so the
+// other joins go alone without a round trip and the leaves do not wait. It
+// took 7.2 s (two timeouts a namespace, one after the other) against 25 ms
+// unshared.
+func TestRedisDownCostsARunOverManyNamespacesAboutOneTimeout(t *testing.T) {
+	for _, o := range outages {
+		t.Run(o.name, func(t *testing.T) {
+			rdb, fail := o.start(t)
+			idx := upserttest.NewServer(upserttest.WithLatency(time.Millisecond, 0))
+			t.Cleanup(idx.Close)
+			conn := indexConn(t, idx.Host())
+			s := New(rdb, WithPrefix(t.Name()+":")) // the default timeout, 100 ms
+			res, err := upsert.All(context.Background(), vectors(0, 10), upsert.WithIndex(conn),
+				upsert.WithLimiter(upsert.NewLimiter()), s.Option())
+			require.NoError(t, err)
+			require.Zero(t, res.Stats.SharedFallbacks, "Redis worked")
+
+			fail()
+			const nss = 40
+			before := s.Stats()
+			start := time.Now()
+			res, err = upsert.All(context.Background(), vectors(0, 10*nss), upsert.WithIndex(conn),
+				upsert.WithLimiter(upsert.NewLimiter()), s.Option(), upsert.WithNamespaceOf(namespaceOf(nss)))
+			took := time.Since(start)
+			require.NoError(t, err)
+			require.Equal(t, 10*nss, res.Upserted)
+			after := s.Stats()
+			t.Logf("%d namespaces with Redis %s: %v, %d failed round trips", nss, o.name, took, after.Failures-before.Failures)
+			assert.Less(t, took, 1500*time.Millisecond, "each namespace waited out the store's timeout in turn")
+			assert.Equal(t, nss, res.Stats.SharedFallbacks, "every lane went alone")
+			assert.Equal(t, int64(nss), after.Fallbacks-before.Fallbacks)
+			// The first join's; perhaps its lane's next try in the background.
+			assert.LessOrEqual(t, after.Failures-before.Failures, int64(2), "the joins after the first made no round trip")
+		})
+	}
+}
+
+// TestAWritersAddsForNewNamespacesDoNotEachWaitATimeoutWhileRedisIsDown:
+// a Writer's Add that first writes to a namespace joins its lane, under
+// the producers' turn. With Redis killed, one Add waits out the store's
+// timeout, not one Add per new namespace, also past the second the Store
+// presumes Redis down after a failure: the lanes that went alone renew it
+// with their own tries.
+func TestAWritersAddsForNewNamespacesDoNotEachWaitATimeoutWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Run(t)
+	idx := upserttest.NewServer(upserttest.WithLatency(time.Millisecond, 0))
+	t.Cleanup(idx.Close)
+	s := New(client(t, srv), WithPrefix(t.Name()+":"))
+	const nss = 40
+	w, err := upsert.NewWriter(context.Background(), upsert.WithIndex(indexConn(t, idx.Host())),
+		upsert.WithLimiter(upsert.NewLimiter()), s.Option(), upsert.WithNamespaceOf(namespaceOf(nss+1)))
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, w.Add(ctx, vectors(0, 1)[0])) // ns00 shares
+	require.NoError(t, w.Flush(ctx))
+	require.Zero(t, s.Stats().Fallbacks, "Redis worked")
+
+	srv.Kill()
+	var slow []string
+	for i := 1; i <= nss; i++ { // 30 ms apart: past the second Redis is presumed down
+		start := time.Now()
+		require.NoError(t, w.Add(ctx, vectors(i, 1)[0]))
+		if took := time.Since(start); took >= DefaultTimeout/2 {
+			slow = append(slow, fmt.Sprintf("ns%02d: %v", i, took))
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	start := time.Now()
+	res, err := w.Close(ctx)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), time.Second, "Close waited for the lanes' leaves, one after the other")
+	assert.Equal(t, nss+1, res.Upserted)
+	t.Logf("Adds that waited for Redis: %v", slow)
+	assert.LessOrEqual(t, len(slow), 1, "Adds that waited for Redis: %v", slow)
+	assert.Equal(t, int64(nss+1), s.Stats().Fallbacks, "every lane went alone")
+}
+
+// TestLanesThatStartedAloneShareAgainWhenRedisIsBack: lanes that join
+// while Redis is presumed down start alone at once, without a round trip;
+// when Redis is back (restarted, empty), they rejoin within their once a
+// second try, and see each other; a lane that joins then shares at once.
+func TestLanesThatStartedAloneShareAgainWhenRedisIsBack(t *testing.T) {
+	srv := redistest.Run(t)
+	s := New(client(t, srv), WithPrefix(t.Name()+":"))
+	first := join(t, s)
+	require.True(t, first.View().Shared)
+
+	srv.Kill()
+	require.Eventually(t, func() bool { return !first.View().Shared }, 2*time.Second, time.Millisecond)
+	before := s.Stats()
+	var alone []*member
+	for range 10 {
+		start := time.Now()
+		m := join(t, s)
+		assert.Less(t, time.Since(start), DefaultTimeout/2, "a join while Redis is presumed down waited for it")
+		assert.False(t, m.View().Shared)
+		alone = append(alone, m)
+	}
+	assert.Equal(t, before.Failures, s.Stats().Failures, "no round trip")
+	assert.Equal(t, before.Fallbacks+10, s.Stats().Fallbacks, "each counts its fallback")
+
+	require.NoError(t, srv.Restart())
+	back := time.Now()
+	all := append(alone, first)
+	require.Eventually(t, func() bool {
+		for _, m := range all {
+			if v := m.View(); !v.Shared || v.Writers != len(all) {
+				return false
+			}
+		}
+		return true
+	}, 3*time.Second, time.Millisecond, "the lanes did not share again")
+	t.Logf("shared again %v after Redis restarted", time.Since(back).Round(10*time.Millisecond))
+	assert.Less(t, time.Since(back), 2*time.Second, "a lane alone tries Redis once a second")
+	assert.True(t, join(t, s).View().Shared, "a join after Redis answered exchanges at once")
+}
+
+// TestALeaveWhileRedisIsPresumedDownStillTakesTheWriterOffTheLane: a
+// writer alone (its exchange timed out) that leaves does not wait for
+// Redis, and its leave, made in the background, still takes it off the
+// lane once Redis answers: the other writers do not hold its part until
+// its heartbeat (a minute here) expires.
+func TestALeaveWhileRedisIsPresumedDownStillTakesTheWriterOffTheLane(t *testing.T) {
+	proxy, rdb := proxied(t, 0)
+	s := newStore(t, rdb, WithTimeout(50*time.Millisecond), WithHeartbeat(time.Minute))
+	a, b := join(t, s), join(t, s)
+	require.Equal(t, 2, exchange(t, a).Writers)
+
+	proxy.Hold()
+	require.Error(t, a.sync(context.Background()))
+	require.False(t, a.View().Shared)
+	proxy.Release()
+	start := time.Now()
+	err := a.Leave(context.Background())
+	assert.Less(t, time.Since(start), 25*time.Millisecond, "Leave waited for Redis")
+	assert.ErrorIs(t, err, share.ErrUnavailable)
+	assert.Eventually(t, func() bool { return exchange(t, b).Writers == 1 }, 2*time.Second, 5*time.Millisecond,
+		"the writer that left is still counted")
+}
+
+// TestRedisIsPresumedDownFromAFailureUntilAnAnswerOrForASecondAndATimeout
+// states when a Store presumes Redis down.
+func TestRedisIsPresumedDownFromAFailureUntilAnAnswerOrForASecondAndATimeout(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	bg := context.Background()
+	errDown := errors.New("down")
+	for _, tc := range []struct {
+		name string
+		do   func(s *Store)
+		down bool
+	}{
+		{"never failed", func(*Store) {}, false},
+		{"failed", func(s *Store) { s.markDown(bg, errDown) }, true},
+		{"failed, then answered", func(s *Store) { s.markDown(bg, errDown); s.markUp() }, false},
+		{"answered, then failed", func(s *Store) { s.markUp(); s.markDown(bg, errDown) }, true},
+		{"failed when the caller gave up", func(s *Store) { s.markDown(canceled, context.Canceled) }, false},
+		{"failed just under a second and a timeout ago", func(s *Store) {
+			s.lastFailure.Store(&failure{at: time.Now().Add(-1050 * time.Millisecond), err: errDown})
+		}, true},
+		{"failed a second and a timeout ago", func(s *Store) {
+			s.lastFailure.Store(&failure{at: time.Now().Add(-1100 * time.Millisecond), err: errDown})
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := New(nil)
+			tc.do(s)
+			if f := s.down(); tc.down {
+				require.NotNil(t, f)
+				assert.Equal(t, errDown, f.err)
+			} else {
+				assert.Nil(t, f)
+			}
+		})
+	}
+	assert.Equal(t, 1100*time.Millisecond, New(nil).opts.downFor(), "by default")
+	assert.Equal(t, 60*time.Millisecond, New(nil, WithHeartbeat(100*time.Millisecond), WithTimeout(10*time.Millisecond)).opts.downFor(),
+		"half the heartbeat when it is shorter, and the timeout")
+}

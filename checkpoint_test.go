@@ -63,12 +63,14 @@ func TestACheckpointNeverPassesARecordThatWasNotTried(t *testing.T) {
 	})
 	t.Run("an index that never answers", func(t *testing.T) {
 		// The batch whose failures trip the breaker (a wrong host) spends
-		// its retries first: it failed as the index did too.
+		// its retries first: it failed as the index did too. One batch:
+		// with more, whether one of them spends all its retries before
+		// the breaker gives up depends on the order they queue in.
 		cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
 		send := func(context.Context, string, []*pinecone.Vector) error {
 			return status.Error(codes.Unavailable, "connection refused")
 		}
-		res, err := Stream(ctx, slices.Values(recs), WithUpsertFunc(send), WithBatchSize(10), WithConcurrency(1),
+		res, err := Stream(ctx, slices.Values(recs), WithUpsertFunc(send), WithBatchSize(len(recs)), WithConcurrency(1),
 			WithCheckpoint(cp), withClock(newFakeClock()), withRand(maxRand))
 		require.ErrorIs(t, err, ErrServer)
 		assert.Zero(t, res.Upserted)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -88,22 +90,57 @@ func ExampleWriter() {
 	// Output: 250 <nil> 250
 }
 
-// Stream pulls records from an iterator as fast as the index takes them;
-// with a checkpoint, an interrupted run resumes where it stopped.
+// Stream pulls records from an iterator as fast as the index takes them.
+// With a checkpoint, a run resumes where the last one stopped: here the
+// second run finds every record settled, and sends none.
 func ExampleStream() {
 	srv := upserttest.NewServer()
 	defer srv.Close()
 	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
 	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "backfill"})
 	defer idx.Close()
+	dir, _ := os.MkdirTemp("", "backfill")
+	defer os.RemoveAll(dir)
+	cp := upsert.FileCheckpoint(filepath.Join(dir, "backfill.checkpoint"))
 
 	records := make([]*pinecone.Vector, 1000)
 	for i := range records {
 		records[i] = &pinecone.Vector{Id: fmt.Sprint("doc-", i), Values: &[]float32{float32(i), 1}}
 	}
-	res, err := upsert.Stream(context.Background(), slices.Values(records), upsert.WithIndex(idx))
-	fmt.Println(res.Upserted, err)
-	// Output: 1000 <nil>
+	for range 2 {
+		res, err := upsert.Stream(context.Background(), slices.Values(records), upsert.WithIndex(idx), upsert.WithCheckpoint(cp))
+		fmt.Println("upserted:", res.Upserted, "skipped:", res.Stats.Skipped, err)
+	}
+	// Output:
+	// upserted: 1000 skipped: 0 <nil>
+	// upserted: 0 skipped: 1000 <nil>
+}
+
+// Records writes text records into an index with integrated embedding,
+// which embeds them itself, at most 96 to a request. A record without the
+// text to embed fails alone, before anything is sent; the others land.
+func ExampleRecords() {
+	srv := upserttest.NewServer(upserttest.WithFieldMap("chunk_text"))
+	defer srv.Close()
+	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example", RestClient: srv.Client()})
+	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	defer idx.Close()
+
+	records := make([]*pinecone.IntegratedRecord, 200)
+	for i := range records {
+		records[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("chunk-", i), "chunk_text": fmt.Sprint("Paragraph ", i, "."), "page": i / 10}
+	}
+	records[7] = &pinecone.IntegratedRecord{"_id": "chunk-7", "page": 0} // no text
+	res, err := upsert.Records(context.Background(), slices.Values(records), upsert.WithIndex(idx))
+	fmt.Println("upserted:", res.Upserted, "stored:", srv.RecordCount("docs"))
+	fmt.Println(err)
+	for _, f := range res.Failed {
+		fmt.Println(f.ID, f.Class)
+	}
+	// Output:
+	// upserted: 199 stored: 199
+	// upsert: 1 of 200 records failed: 1 invalid (first: invalid: record 7 (id "chunk-7"): has no text to embed: every integrated index embeds a string field (its field_map), and this record has none but its id)
+	// chunk-7 invalid
 }
 
 // A service that writes into an index call after call keeps one Limiter

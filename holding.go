@@ -265,7 +265,7 @@ func (in *intake) flushAll(ctx context.Context) error {
 func (in *intake) waitRoom(ctx context.Context, try func() error) error {
 	r := in.r
 	for {
-		finished, err := r.tryOrWatch(try)
+		finished, err := r.tryOrWatch(try, nil)
 		if err != errNoRoom {
 			return err
 		}
@@ -303,7 +303,7 @@ func (in *intake) flushTaken(ctx context.Context, first func() error) (pos int, 
 			}
 			pos = in.next
 		}
-		finished, err := r.tryOrWatch(func() error { return in.flushBefore(pos) })
+		finished, err := r.tryOrWatch(func() error { return in.flushBefore(pos) }, nil)
 		in.unlock()
 		if err != errNoRoom {
 			return pos, nil

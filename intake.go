@@ -25,6 +25,7 @@ type intake struct {
 	r         *run
 	turn      chan struct{} // holds a token while a producer has its turn
 	closed    atomic.Bool   // Writer.Close began: no record is taken after its flush
+	closing   chan struct{} // closed when closed is set, for the Adds waiting for room
 	validator validator
 	nsOf      func(it *item) string // nil: every record goes to cfg.namespace
 	next      int                   // input position of the next record
@@ -57,7 +58,7 @@ const (
 )
 
 func newIntake(r *run, mode intakeMode) *intake {
-	in := &intake{r: r, ordered: mode != forAll, seed: maphash.MakeSeed(), turn: make(chan struct{}, 1), validator: validator{index: r.shape}}
+	in := &intake{r: r, ordered: mode != forAll, seed: maphash.MakeSeed(), turn: make(chan struct{}, 1), closing: make(chan struct{}), validator: validator{index: r.shape}}
 	if in.ordered {
 		in.inFlight = make(map[uint64]int32)
 		r.routes.forgetIdle = true
@@ -375,13 +376,12 @@ func repeats(hashes []uint64, same func(i, j int) bool) []uint8 {
 // pass takes the turn and either takes the record or leaves nothing
 // behind, and tells what to wait for before the next. The namespace
 // function is called once, on the first pass.
-func (in *intake) push(ctx context.Context, it item, tag any) error {
-	p := pushing{it: it, tag: tag}
+func (in *intake) push(ctx context.Context, p *pushing) error {
 	for {
 		if in.closed.Load() { // at once, also while another call has the turn
 			return ErrClosed
 		}
-		finished, settled, err := in.pushPass(ctx, &p)
+		finished, settled, err := in.pushPass(ctx, p)
 		if finished == nil {
 			return err
 		}
@@ -391,16 +391,18 @@ func (in *intake) push(ctx context.Context, it item, tag any) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-in.r.runCtx.Done(): // the next pass returns the stop error
+		case <-in.closing: // the next pass returns ErrClosed
 		}
 	}
 }
 
 // pushing is a record that push is taking in, between its passes.
 type pushing struct {
-	it     item
-	tag    any
-	ns     string // its namespace, once routed
-	routed bool
+	it      item
+	tag     any
+	ns      string // its namespace, once routed
+	routed  bool
+	checked bool // it breaks no rule (check)
 }
 
 // pushPass is one pass of push, under the producers' turn. It returns the
@@ -415,7 +417,7 @@ func (in *intake) pushPass(ctx context.Context, p *pushing) (finished, settled <
 	finished, err = in.r.tryOrWatch(func() (err error) {
 		settled, err = in.tryPush(ctx, p)
 		return err
-	})
+	}, func() *route { return in.r.route(p.ns) }) // routed by the first try that found no room
 	if err != errNoRoom {
 		return nil, nil, err
 	}
@@ -452,14 +454,18 @@ func (in *intake) tryPush(ctx context.Context, p *pushing) (settled <-chan struc
 		// record waits.
 		rt = r.route(p.ns)
 	}
-	// Room first: the record is taken only once its batch can move.
+	// A record that breaks a rule fails at once, whatever its namespace's
+	// room; the others are taken only once their batch can move.
+	if !p.checked {
+		if err := in.check(it, rt); err != nil {
+			in.take(p.tag)
+			in.reject(it, err)
+			return nil, nil
+		}
+		p.checked = true
+	}
 	if err := in.dispatchReady(rt); err != nil {
 		return nil, err
-	}
-	if err := in.check(it, rt); err != nil {
-		in.take(p.tag)
-		in.reject(it, err)
-		return nil, nil
 	}
 	if err := in.makeRoom(it.size); err != nil {
 		return nil, err
@@ -506,13 +512,27 @@ func (in *intake) take(tag any) {
 	in.unsettled.Add(1)
 }
 
-// refuse reports a record that a stream pulled from its input but could
-// not take in, because err stopped it: it fails with that cause.
-func (in *intake) refuse(it item, err error) {
+// stopTaking marks that Writer.Close began: push returns [ErrClosed] from
+// now on, also to the Adds waiting for room.
+func (in *intake) stopTaking() {
+	if !in.closed.Swap(true) {
+		close(in.closing)
+	}
+}
+
+// refuse reports a record that a stream pulled from its input but push
+// could not take in, because err stopped it: it fails with that cause, in
+// its namespace, as a record taken in would.
+func (in *intake) refuse(p *pushing, err error) {
 	_ = in.lock(context.Background())
 	defer in.unlock()
+	it := p.it
 	it.seq = in.next
-	in.own(&it) // before take: a panic of the caller's MarshalJSON leaves nothing taken
+	if !p.routed { // before take: a panic of the caller's code leaves nothing taken
+		p.ns = in.namespace(&it)
+		in.own(&it)
+	}
+	it.ns = namespaceKey(p.ns)
 	in.take(nil)
 	switch {
 	case it.vec != nil:
@@ -525,9 +545,6 @@ func (in *intake) refuse(it item, err error) {
 		e = &Error{Class: ClassCanceled, Err: err}
 	}
 	resend := !settlesForGood(e, 0)
-	if it.ns == "" && in.nsOf == nil {
-		it.ns = namespaceKey(in.r.cfg.namespace) // not routed yet: the run's one namespace
-	}
 	fs := []Failure{{Index: it.seq, ID: it.id, Namespace: it.ns, Record: it.vec, Integrated: it.rec, Class: e.Class, Err: e, Resend: resend}}
 	in.r.report(fs)
 	in.positionsSettled([]item{it}, false)

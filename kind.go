@@ -19,6 +19,9 @@ type kind struct {
 	maxBytes   int // encoded request size
 	// overhead is the bytes a request spends besides its records.
 	overhead func(namespace string) int
+	// inPath says that the namespace is a segment of the request's URL
+	// path (REST), where "." and ".." cannot be sent (see checkNamespace).
+	inPath bool
 	// send sends items to namespace with the run's configuration.
 	send func(ctx context.Context, cfg *config, namespace string, items []item) error
 }
@@ -64,6 +67,7 @@ var recordKind = &kind{
 	maxBatch:   MaxRecordsBatchSize,
 	maxBytes:   MaxRequestBytes,
 	overhead:   func(string) int { return 0 },
+	inPath:     true,
 	send: func(ctx context.Context, cfg *config, namespace string, items []item) error {
 		if cfg.sendRecords == nil {
 			return &Error{Class: ClassDenied, Err: fmt.Errorf("no way to send records: pass WithIndex or WithRecordsFunc")}

@@ -391,9 +391,11 @@ func (ln *lane) state() LimiterState {
 // leaves its place in its route's line (q.turn) once it holds one in the
 // lane's, so that a call's requests queue here in the order it
 // dispatched them. A request of a
-// call with its own slots (WithConcurrency) takes one before it queues:
-// waiting for it at the head would hold back the requests of the lane's
-// other calls, whose slots may be free.
+// call with its own slots (WithConcurrency) takes one before it queues,
+// once the lane's Retry-After pause is over: waiting for it at the head
+// would hold back the requests of the lane's other calls, whose slots may
+// be free, and a paused lane would hold the call's slots from its other
+// namespaces.
 func (ln *lane) acquire(ctx context.Context, q request) (permit, error) {
 	return ln.admit(ctx, q, false)
 }
@@ -410,6 +412,14 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 	probe, err := ln.waitBreaker(ctx)
 	if err != nil {
 		return permit{}, err
+	}
+	if q.slots != nil {
+		// A lane paused by a Retry-After holds none of its call's own
+		// slots: the call's other namespaces use them meanwhile.
+		if err := ln.waitPause(ctx); err != nil {
+			ln.abandonProbe(probe)
+			return permit{}, err
+		}
 	}
 	waited, err := takeOwnSlot(ctx, q.slots)
 	if err == nil {
@@ -613,6 +623,22 @@ func (ln *lane) reserve(now time.Time, q request) (res [dimCount]*rate.Reservati
 		ln.reportHeldBack()
 	}
 	return res, wait
+}
+
+// waitPause waits until the lane's pause for a Retry-After is over, or
+// ctx ends.
+func (ln *lane) waitPause(ctx context.Context) error {
+	for {
+		ln.mu.Lock()
+		d := ln.pausedUntil.Sub(ln.clock.Now())
+		ln.mu.Unlock()
+		if d <= 0 {
+			return nil
+		}
+		if err := ln.clock.Sleep(ctx, d); err != nil {
+			return err
+		}
+	}
 }
 
 // takeOwnSlot waits for one of slots, the caller's own, and reports

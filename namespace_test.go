@@ -2,9 +2,12 @@ package upsert
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,4 +213,67 @@ func TestEventsAndFailuresNameTheDefaultNamespaceAlike(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, map[string]int{ns: res.Stats.Requests}, requests,
 		"the requests that carried the failed record name its namespace as its Failure does (%q)", ns)
+}
+
+// With a fixed WithConcurrency, a namespace paused by a Retry-After holds
+// none of the call's slots, nor its other namespaces' room: a Writer's
+// records of other namespaces land while it waits (the README: a
+// Retry-After pauses the namespace).
+func TestARetryAfterInOneNamespaceLeavesTheFixedConcurrencyToTheOthers(t *testing.T) {
+	clk := newGateClock()
+	var cold, hot atomic.Int64
+	send := func(_ context.Context, ns string, batch []*pinecone.Vector) error {
+		if ns == "hot" {
+			if hot.Add(1) == 2 { // once the index has answered: not a wrong host
+				return &Error{Class: ClassServer, RetryAfter: 2 * time.Second, Err: errors.New("unavailable")}
+			}
+			return nil
+		}
+		cold.Add(int64(len(batch)))
+		return nil
+	}
+	nsOf := func(v *pinecone.Vector) string { ns, _, _ := strings.Cut(v.Id, "-"); return ns }
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // ends the sleeps left when the test fails
+	w, err := NewWriter(ctx, WithUpsertFunc(send), WithNamespaceOf(nsOf),
+		WithConcurrency(2), WithBatchSize(10), WithMaxDelay(time.Hour), withClock(clk), withRand(maxRand))
+	require.NoError(t, err)
+	hotDone := make(chan error, 1)
+	go func() {
+		for i := range 100 {
+			if err := w.Add(context.Background(), hotCold("hot", i)); err != nil {
+				hotDone <- err
+				return
+			}
+		}
+		hotDone <- nil
+	}()
+	require.Eventually(t, func() bool { return clk.Sleepers() > 0 }, generous, time.Millisecond, "hot waits out its Retry-After")
+	addCtx, stop := context.WithTimeout(context.Background(), generous)
+	defer stop()
+	for i := range 200 {
+		require.NoError(t, w.Add(addCtx, hotCold("cold", i)), "an Add for cold waits for hot's Retry-After")
+	}
+	require.Eventually(t, func() bool { return cold.Load() == 200 }, generous, time.Millisecond,
+		"cold's records land while hot waits out its Retry-After")
+	type closed struct {
+		res Result
+		err error
+	}
+	done := make(chan closed, 1)
+	go func() {
+		require.NoError(t, <-hotDone)
+		res, err := w.Close(context.Background())
+		done <- closed{res, err}
+	}()
+	for {
+		select {
+		case c := <-done:
+			require.NoError(t, c.err)
+			assert.Equal(t, 300, c.res.Upserted)
+			return
+		case <-time.After(time.Millisecond):
+			clk.Advance(time.Second)
+		}
+	}
 }

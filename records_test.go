@@ -742,3 +742,35 @@ func TestRecordsWithASelfEmbeddingValueFailAlone(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 	require.Len(t, res.Failed, 1, "refused alone (a nested object, whose text is not UTF-8)")
 }
+
+// A records namespace of "." or ".." fails its records as invalid before
+// sending: in the REST path the SDK builds, a dot segment is resolved
+// away, and the records would go to another endpoint, whose 404 stops the
+// run as denied. The records of other namespaces land.
+func TestADotNamespaceFailsItsRecordsBeforeSending(t *testing.T) {
+	for _, ns := range []string{"..", "."} {
+		t.Run(fmt.Sprintf("namespace %q", ns), func(t *testing.T) {
+			srv := upserttest.NewServer()
+			defer srv.Close()
+			idx := recordsConn(t, srv, srv.Client(), true)
+			recs := textRecordsOf(300)
+			bad := recs[0]
+			res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx), WithBatchSize(1),
+				WithNamespaceOf(func(r *pinecone.IntegratedRecord) string {
+					if r == bad {
+						return ns
+					}
+					return "docs"
+				}), withClock(newFakeClock()), withRand(maxRand))
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.NotErrorIs(t, err, ErrDenied, "one record's namespace must not stop the run")
+			require.Len(t, res.Failed, 1, "only that record fails")
+			f := res.Failed[0]
+			assert.Equal(t, "rec-0000", f.ID)
+			assert.Equal(t, ClassInvalid, f.Class)
+			assert.Zero(t, f.Attempts, "never sent")
+			assert.ErrorContains(t, f.Err, fmt.Sprintf("namespace %q", ns))
+			assert.Equal(t, 299, srv.RecordCount("docs"), "every record of namespace docs lands")
+		})
+	}
+}

@@ -17,6 +17,7 @@ type route struct {
 	line      line         // its dispatched batches, until each holds its place in the lane's
 	active    atomic.Int64 // its batches dispatched and not finished
 	resting   atomic.Int64 // of which waiting out a backoff or the retry budget
+	finished  signal       // fired when one of its batches finishes or rests; the pool's doneMu guards it
 	// lastFailure is the last server error or timeout of a request, for
 	// the records the circuit breaker fails without sending them.
 	lastFailure atomic.Pointer[Error]
@@ -50,7 +51,7 @@ func (r *run) route(namespace string) *route {
 		rt = &route{
 			namespace: namespace,
 			overhead:  r.kind.overhead(namespace),
-			invalid:   checkNamespace(namespace),
+			invalid:   checkNamespace(namespace, r.kind.inPath),
 			lane:      r.cfg.limiter.holdLane(id, r.kind.maxBatch),
 		}
 		if key == "" {

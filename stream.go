@@ -85,9 +85,9 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 			skip--
 			continue
 		}
-		if err := in.push(ctx, toItem(v), nil); err != nil {
-			// Pulled, so it must be accounted for.
-			in.refuse(toItem(v), err)
+		p := pushing{it: toItem(v)}
+		if err := in.push(ctx, &p); err != nil {
+			in.refuse(&p, err) // pulled, so it must be accounted for
 			break
 		}
 	}

@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"path/filepath"
@@ -482,4 +483,38 @@ func TestARecordAStreamPulledButCouldNotTakeNamesTheRunsNamespace(t *testing.T) 
 	for _, f := range res.Failed {
 		assert.Equal(t, "docs", f.Namespace, "record %d (%s), %v", f.Index, f.ID, f.Err)
 	}
+}
+
+// A record a stream pulled but could not take in, the run having stopped,
+// fails in the namespace its record is routed to, as the records taken in
+// do: a caller resending failures by namespace sends it to the right one.
+func TestARecordPulledAfterTheRunStoppedFailsInItsNamespace(t *testing.T) {
+	denied := &Error{Class: ClassDenied, StatusCode: 401, Err: errors.New("Unauthorized")}
+	check := func(t *testing.T, res Result, err error) {
+		require.ErrorIs(t, err, ErrDenied)
+		require.NotEmpty(t, res.Failed)
+		for _, f := range res.Failed {
+			assert.Equal(t, "tenant-a", f.Namespace, "failure of %s (resend %v): %v", f.ID, f.Resend, f.Err)
+		}
+	}
+	t.Run("Records", func(t *testing.T) {
+		res, err := Records(context.Background(), slices.Values(textRecordsOf(5000)),
+			WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return denied }),
+			WithBatchSize(1), WithConcurrency(1),
+			WithNamespaceOf(func(*pinecone.IntegratedRecord) string { return "tenant-a" }),
+			withClock(newFakeClock()), withRand(maxRand))
+		check(t, res, err)
+	})
+	t.Run("Stream", func(t *testing.T) {
+		vs := make([]*pinecone.Vector, 5000)
+		for i := range vs {
+			vs[i] = &pinecone.Vector{Id: fmt.Sprint("v", i), Values: &[]float32{1, 2}}
+		}
+		res, err := Stream(context.Background(), slices.Values(vs),
+			WithUpsertFunc(func(context.Context, string, []*pinecone.Vector) error { return denied }),
+			WithBatchSize(1), WithConcurrency(1),
+			WithNamespaceOf(func(*pinecone.Vector) string { return "tenant-a" }),
+			withClock(newFakeClock()), withRand(maxRand))
+		check(t, res, err)
+	})
 }

@@ -291,8 +291,13 @@ func jsonNumberSize(f float64) int {
 }
 
 // checkNamespace returns the rule a namespace breaks, or nil: every record
-// routed to it fails with that rule before sending.
-func checkNamespace(ns string) error {
+// routed to it fails with that rule before sending. In a URL path (inPath)
+// "." and ".." are dot segments that every HTTP client resolves away: the
+// SDK would post the records to another endpoint (404, which stops the run).
+func checkNamespace(ns string, inPath bool) error {
+	if inPath && (ns == "." || ns == "..") {
+		return fmt.Errorf("namespace %q cannot be written through the records API: a URL path resolves it away", ns)
+	}
 	if !utf8.ValidString(ns) {
 		return fmt.Errorf("namespace %q is not valid UTF-8", ns)
 	}

@@ -13,7 +13,8 @@ type workerPool struct {
 	wg         sync.WaitGroup
 	active     atomic.Int64 // batches in flight
 	resting    atomic.Int64 // of which waiting out a backoff or the retry budget
-	doneMu     sync.Mutex   // guards batchDone and restWake
+	reserve    int          // workers kept for routes with none in flight (freeWorkerFor)
+	doneMu     sync.Mutex   // guards batchDone, restWake and the routes' finished
 	batchDone  signal       // fired when a batch finishes or rests
 	restWake   signal       // fired to end the backoffs under way (wakeResting)
 	drained    atomic.Bool  // the producer has dispatched every batch (producerDone)
@@ -31,6 +32,7 @@ func (p *workerPool) start(concurrency int) {
 	// Twice as many batches as requests in flight keep every slot busy
 	// while some batches wait out a backoff.
 	nWorkers := 2*maxInFlight + 2
+	p.reserve = nWorkers / 8
 	p.workers = make(chan int, nWorkers)
 	for i := range nWorkers {
 		p.workers <- i
@@ -53,7 +55,7 @@ func (r *run) dispatch(rt *route, b batch) (kept bool, err error) {
 	if r.runCtx.Err() != nil {
 		return false, r.failStopped(b.items)
 	}
-	if !r.hasRoom(rt) {
+	if !r.hasRoom(rt) || !r.freeWorkerFor(rt) {
 		return true, nil
 	}
 	select {
@@ -73,26 +75,35 @@ func (r *run) dispatch(rt *route, b batch) (kept bool, err error) {
 // once, the run having stopped). The producers' turn is held: no other
 // producer takes a worker meanwhile.
 func (r *run) canGo(rt *route) bool {
-	return len(r.pool.workers) > 0 && r.hasRoom(rt) || r.runCtx.Err() != nil
+	return r.freeWorkerFor(rt) && r.hasRoom(rt) || r.runCtx.Err() != nil
+}
+
+// freeWorkerFor reports whether a batch of rt may take a free worker. The
+// last few (the reserve) go only to routes with none in flight: namespaces
+// whose batches are held back (slow requests, backoffs) cannot take every
+// worker from one whose batches would land. The producers' turn is held.
+func (r *run) freeWorkerFor(rt *route) bool {
+	free := len(r.pool.workers)
+	return free > r.pool.reserve || free > 0 && rt.active.Load() == 0
 }
 
 // stuck reports whether no batch of any route can be dispatched now: no
-// worker is free or, with a fixed concurrency, the call has no room. The
-// producers' turn is held.
+// worker is free. The producers' turn is held.
 func (r *run) stuck() bool {
-	return (len(r.pool.workers) == 0 || r.cfg.concurrency > 0 && !r.hasRoom(nil)) && r.runCtx.Err() == nil
+	return len(r.pool.workers) == 0 && r.runCtx.Err() == nil
 }
 
-// hasRoom reports whether a batch of rt may be dispatched. The lanes tune
-// concurrency per namespace (Pinecone's limits are per namespace), so each
-// route counts its own batches against its lane's; the worker pool bounds
-// them all. A fixed WithConcurrency is the call's slots, shared by every
-// namespace: the call's batches count.
+// hasRoom reports whether a batch of rt may be dispatched. Pinecone's
+// limits are per namespace, so each route counts its own batches against
+// its concurrency, its lane's or the fixed WithConcurrency (whose slots
+// the namespaces share once at the head of their lanes); the worker pool
+// bounds them all (see freeWorkerFor).
 func (r *run) hasRoom(rt *route) bool {
-	if conc := r.cfg.concurrency; conc > 0 {
-		return r.pool.active.Load()-r.pool.resting.Load() < int64(conc+2)
+	conc := r.cfg.concurrency
+	if conc == 0 {
+		conc = rt.lane.concurrency()
 	}
-	return rt.active.Load()-rt.resting.Load() < int64(rt.lane.concurrency()+2)
+	return rt.active.Load()-rt.resting.Load() < int64(conc+2)
 }
 
 // failStopped fails items that will never be sent because the run stopped,
@@ -110,29 +121,50 @@ func (r *run) batchFinished() <-chan struct{} {
 	return r.pool.batchDone.wait()
 }
 
-// finishBatch counts rt's batch, sent by worker, finished, and frees the
-// worker.
+// routeFinished returns a channel closed when the next batch of rt
+// finishes or rests.
+func (r *run) routeFinished(rt *route) <-chan struct{} {
+	r.pool.doneMu.Lock()
+	defer r.pool.doneMu.Unlock()
+	return rt.finished.wait()
+}
+
 // tryOrWatch calls try, which dispatches what can go now; while it finds no
 // room (errNoRoom), it takes the signal of the next batch to finish and
 // tries once more, so that a batch finishing in between is not missed, and
-// returns that signal to wait on.
-func (r *run) tryOrWatch(try func() error) (finished <-chan struct{}, err error) {
+// returns that signal to wait on. When try waits for the route that
+// waitsFor (not nil) returns alone, its ready batch having no room in its
+// namespace, the signal is of that route's next batch: the others'
+// finishing makes no room for it.
+func (r *run) tryOrWatch(try func() error, waitsFor func() *route) (finished <-chan struct{}, err error) {
 	if err := try(); err != errNoRoom {
 		return nil, err
 	}
 	finished = r.batchFinished()
+	var rt *route
+	var own <-chan struct{}
+	if waitsFor != nil {
+		if rt = waitsFor(); rt != nil {
+			own = r.routeFinished(rt)
+		}
+	}
 	if err := try(); err != errNoRoom {
 		return nil, err
+	}
+	if rt != nil && len(rt.ready.items) > 0 && !r.hasRoom(rt) {
+		return own, errNoRoom
 	}
 	return finished, errNoRoom
 }
 
+// finishBatch counts rt's batch, sent by worker, finished, and frees the
+// worker.
 func (r *run) finishBatch(worker int, rt *route) {
 	rt.active.Add(-1)
 	r.pool.active.Add(-1)
 	// The worker is free before the signal: a producer it wakes finds it.
 	r.pool.workers <- worker
-	r.signalBatch()
+	r.signalBatch(rt)
 	r.wakeResting()
 	r.pool.wg.Done()
 }
@@ -175,12 +207,15 @@ func (r *run) rest(rt *route, delta int64) {
 	rt.resting.Add(delta)
 	r.pool.resting.Add(delta)
 	if delta > 0 {
-		r.signalBatch()
+		r.signalBatch(rt)
 	}
 }
 
-func (r *run) signalBatch() {
+// signalBatch tells the waiters for a batch, of any route or of rt, that
+// one of rt's finished or rests.
+func (r *run) signalBatch(rt *route) {
 	r.pool.doneMu.Lock()
 	defer r.pool.doneMu.Unlock()
 	r.pool.batchDone.fire()
+	rt.finished.fire()
 }

@@ -25,9 +25,13 @@ var ErrClosed = errors.New("upsert: writer closed")
 // held back by its own 429s, a Retry-After or slow requests does not hold
 // back the Adds of the others, from any goroutine, as long as the records
 // waiting in partial or stalled batches across namespaces (four requests'
-// worth at most) leave room. A fixed [WithConcurrency] is room the
-// namespaces share, and with [WithAcks] a full window of acks (which go in
-// order) holds back every Add.
+// worth at most) leave room; of the batches a run holds in flight (130,
+// or 2n+2 under WithConcurrency(n)), the last eighth go to namespaces with
+// none in flight. A fixed [WithConcurrency] is the requests in flight the
+// namespaces share: one paused by a Retry-After holds none of them, but
+// one whose requests wait for its rate holds those queued. With
+// [WithAcks] a full window of acks (which go in order) holds back every
+// Add.
 // Failures are reported as they happen to the Failure
 // function of an [Observer], if one was given (a dead-letter file), and
 // are in the Result that Close returns (only the first 1000 of them when
@@ -121,7 +125,7 @@ func (w *Writer) AddTagged(ctx context.Context, v *pinecone.Vector, tag any) err
 	if w.in.closed.Load() {
 		return ErrClosed // before copying
 	}
-	return w.in.push(ctx, item{vec: cloneVector(v)}, tag)
+	return w.in.push(ctx, &pushing{it: item{vec: cloneVector(v)}, tag: tag})
 }
 
 // Flush sends every record added before it was called, however few, and
@@ -171,7 +175,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 // gives the same result.
 func (w *Writer) Close(ctx context.Context) (Result, error) {
 	in := w.in
-	in.closed.Store(true) // from the moment it is called, whatever ctx
+	in.stopTaking() // from the moment it is called, whatever ctx
 	select {
 	case w.closing <- struct{}{}: // free: a Close that returned gives its result whatever ctx
 	default:

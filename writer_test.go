@@ -962,3 +962,138 @@ func TestTheFlusherSeesAFinishThatComesDuringItsPass(t *testing.T) {
 	require.Eventually(t, func() bool { return sent.Load() == 4 }, 2*time.Second, time.Millisecond,
 		"the stalled batch never went out after the last batch in flight finished: the flusher missed that finish and waits for its 30-minute tick")
 }
+
+// An Add waiting for room when Close is called returns ErrClosed at once
+// ("from the moment it is called"), not once its namespace has room: a
+// shutdown that closes the Writer and then waits for its producers does
+// not wait for an index that holds their namespace back.
+func TestCloseReleasesAnAddWaitingForRoom(t *testing.T) {
+	w, release, _ := hotColdWriter(t, WithBatchSize(1), WithMaxDelay(time.Hour))
+	defer release()
+	stallHot(t, w)
+	returned := make(chan error, 1)
+	go func() { returned <- w.Add(context.Background(), hotCold("hot", 10_000)) }()
+	require.Eventually(t, w.in.r.waitsForRoom, generous, time.Millisecond, "the Add waits for room")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, err := w.Close(ctx) // hot's records are held by the index
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	select {
+	case err := <-returned:
+		require.ErrorIs(t, err, ErrClosed)
+	case <-time.After(generous):
+		t.Fatal("an Add waiting for room is still blocked after Close")
+	}
+}
+
+// A record that breaks a rule fails at once, Add returning nil, also when
+// its namespace has no room: it will never need any.
+func TestAnInvalidRecordFailsAtOnceInANamespaceWithoutRoom(t *testing.T) {
+	var invalid atomic.Int64
+	obs := Observer{Failure: func(f Failure) {
+		if f.Class == ClassInvalid {
+			invalid.Add(1)
+		}
+	}}
+	w, release, _ := hotColdWriter(t, WithBatchSize(1), WithMaxDelay(time.Hour), WithObserver(obs))
+	defer release()
+	stallHot(t, w)
+	ctx, cancel := context.WithTimeout(context.Background(), generous)
+	defer cancel()
+	require.NoError(t, w.Add(ctx, &pinecone.Vector{Id: "hot-novalues"}))
+	assert.Equal(t, int64(1), invalid.Load(), "the record failed as invalid")
+}
+
+// Namespaces whose requests are slow, each within its own room, do not
+// take every worker of the pool: the last few go to a namespace with none
+// in flight, whose records land meanwhile (30 slow namespaces of 6 batches
+// each would take 180 of the 130).
+func TestSlowNamespacesLeaveAWorkerToAHealthyOne(t *testing.T) {
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	var landed atomic.Int64
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		if strings.HasPrefix(ns, "slow") {
+			select {
+			case <-gate:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		landed.Add(int64(len(b)))
+		return nil
+	}
+	nsOf := func(v *pinecone.Vector) string { ns, _, _ := strings.Cut(v.Id, "-"); return ns }
+	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithNamespaceOf(nsOf), WithBatchSize(1), WithMaxDelay(time.Hour))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		release()
+		_, _ = w.Close(context.Background())
+	})
+	for n := range 30 { // each filled to its room: an Add that cannot be taken at once
+		for i := 0; ; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			err := w.Add(ctx, &pinecone.Vector{Id: fmt.Sprintf("slow%d-%d", n, i), Values: &[]float32{1, 2}})
+			cancel()
+			if err != nil {
+				break
+			}
+		}
+	}
+	require.LessOrEqual(t, len(w.in.r.pool.workers), w.in.r.pool.reserve, "the slow namespaces took every worker but some of the reserve")
+	for i := range 3 {
+		addsPromptly(t, w, i) // each a full batch of cold
+		require.Eventually(t, func() bool { return landed.Load() == int64(i+1) }, generous, time.Millisecond, "cold's batch lands")
+	}
+}
+
+// passCountingCtx never ends on its own and counts the calls of its Err:
+// each pass of push takes the producers' turn with lock(ctx), which calls
+// Err once.
+type passCountingCtx struct {
+	context.Context
+	errs atomic.Int64
+}
+
+func (c *passCountingCtx) Err() error { c.errs.Add(1); return c.Context.Err() }
+
+// An Add waiting for room in its namespace wakes when a batch of that
+// namespace finishes, not on every batch of the others: 8 Adds waiting
+// on "hot" while 200 batches of "cold" land make a few passes under the
+// producers' turn, not one each per batch.
+func TestAnAddWaitingForRoomWakesOnlyForItsNamespace(t *testing.T) {
+	w, release, landed := hotColdWriter(t, WithBatchSize(1), WithMaxDelay(time.Hour))
+	defer release()
+	stallHot(t, w)
+	hot, stopHot := context.WithCancel(context.Background())
+	defer stopHot()
+	const waiters = 8
+	var wg sync.WaitGroup
+	ctxs := make([]*passCountingCtx, waiters)
+	passes := func() (n int64) {
+		for _, c := range ctxs {
+			n += c.errs.Load()
+		}
+		return n
+	}
+	for g := range waiters {
+		ctxs[g] = &passCountingCtx{Context: hot}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = w.Add(ctxs[g], hotCold("hot", 10_000+g))
+		}()
+	}
+	require.Eventually(t, func() bool { return passes() >= waiters }, generous, time.Millisecond, "every waiter made its first pass")
+	time.Sleep(5 * time.Millisecond) // and sleeps
+	before := passes()
+	for i := range 200 {
+		addsPromptly(t, w, i)
+	}
+	require.Eventually(t, func() bool { return landed.Load() == 200 }, generous, time.Millisecond, "cold's records land")
+	assert.LessOrEqual(t, passes()-before, int64(3*waiters), "passes of the Adds waiting for hot")
+	stopHot()
+	wg.Wait()
+}

@@ -75,10 +75,10 @@ func (t *Telemetry) requestDone(e upsert.RequestEvent) {
 	t.endRequest(e)
 	rs := t.runOrNone(e.Context)
 	ns := t.namespaces.of(e.Namespace)
-	if e.Err == nil {
-		t.upserted.Add(e.Context, int64(e.Records), metric.WithAttributes(namespaceAttrs(rs.operation, ns)...))
-	}
 	attrs := rs.commonAttrs(ns)
+	if e.Err == nil {
+		t.upserted.Add(e.Context, int64(e.Records), metric.WithAttributes(attrs...))
+	}
 	if e.Err != nil {
 		errAttrs := errorAttrs(e.Err)
 		attrs = append(attrs, errAttrs[:min(2, len(errAttrs))]...) // db.response.status_code says the transport's code
@@ -96,10 +96,9 @@ func (t *Telemetry) retry(e upsert.RetryEvent) {
 	if e.Err != nil {
 		class = e.Err.Class
 	}
-	attrs := []attribute.KeyValue{semconv.ErrorTypeKey.String(class.String()), attribute.String("upsert.retry.kind", kind)}
-	if ns := t.namespaces.of(e.Namespace); ns != "" {
-		attrs = append(attrs, semconv.DBNamespace(ns))
-	}
+	rs := t.runOrNone(e.Context)
+	attrs := append(rs.commonAttrs(t.namespaces.of(e.Namespace)),
+		semconv.ErrorTypeKey.String(class.String()), attribute.String("upsert.retry.kind", kind))
 	t.retries.Add(e.Context, 1, metric.WithAttributes(attrs...))
 }
 

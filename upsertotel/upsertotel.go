@@ -94,16 +94,19 @@
 //     failed, error.type and db.response.status_code. Its count is the
 //     number of requests ([upsert.Stats].Requests), by outcome.
 //   - upsert.records.upserted (counter, {record}): records the index
-//     confirmed ([upsert.Stats].Upserted), with db.operation.name and
-//     db.namespace.
+//     confirmed ([upsert.Stats].Upserted), with db.system.name,
+//     db.operation.name, db.namespace, server.address and port (the run's).
 //   - upsert.records.failed (counter, {record}): records that did not land,
 //     by error.type, the class of their final failure ([upsert.Stats].Failed),
-//     and db.namespace (left out for the default namespace).
+//     and db.namespace (left out for the default namespace); no
+//     server.address, as an [upsert.Failure] does not say which run
+//     reported it.
 //   - upsert.retries (counter, {retry}): failed batches sent again, by
 //     error.type and upsert.retry.kind: "backoff" when resent whole after a
 //     wait (the sum is [upsert.Stats].Retries, by class RetriesByClass),
 //     "split" when split in halves ([upsert.Stats].Splits); with
-//     db.namespace, the batch's namespace (left out when empty).
+//     db.system.name, db.operation.name, db.namespace (the batch's, left
+//     out when empty), server.address and port (the run's).
 //   - upsert.limiter.rate ({record}/s), upsert.limiter.concurrency
 //     ({request}) and upsert.limiter.batch_size ({record}) (gauges): the
 //     [upsert.LimiterState] of each running call's namespace

@@ -267,6 +267,12 @@ func TestSpansNestUnderTheCallerAndCountWhatStatsCount(t *testing.T) {
 		got[class.AsString()+" "+kind.AsString()] += int(p.Value)
 	}
 	assert.Equal(t, retries, got, "retries by class and kind, as Stats counts them")
+	for _, name := range []string{"upsert.records.upserted", "upsert.retries"} {
+		for _, p := range m[name].(metricdata.Sum[int64]).DataPoints {
+			addr, _ := p.Attributes.Value("server.address")
+			assert.Equal(t, "127.0.0.1", addr.AsString(), "%s tells the index apart", name)
+		}
+	}
 }
 
 func TestLimiterGaugesFollowAWriterWhichHasNoRunSpan(t *testing.T) {

@@ -327,9 +327,9 @@ func (a *acker) signal() {
 }
 
 // wait waits until f has returned for every position before pos and, when
-// idle, no delivery runs; or until ctx ends (its error) or stop is closed
-// (errStopped).
-func (a *acker) wait(ctx context.Context, stop <-chan struct{}, pos int, idle bool) error {
+// idle, no delivery runs; or until ctx ends (its error), stop is closed
+// (errStopped) or closed is (ErrClosed).
+func (a *acker) wait(ctx context.Context, stop, closed <-chan struct{}, pos int, idle bool) error {
 	a.mu.Lock()
 	for a.head < pos || idle && a.running {
 		if a.moved == nil {
@@ -343,6 +343,8 @@ func (a *acker) wait(ctx context.Context, stop <-chan struct{}, pos int, idle bo
 			return ctx.Err()
 		case <-stop:
 			return errStopped
+		case <-closed:
+			return ErrClosed
 		}
 		a.mu.Lock()
 	}
@@ -370,7 +372,7 @@ func (in *intake) waitAckRoom(ctx context.Context) error {
 		return err
 	}
 	a := in.acks
-	err := a.wait(ctx, in.r.runCtx.Done(), in.next-a.window+1, false)
+	err := a.wait(ctx, in.r.runCtx.Done(), in.closing, in.next-a.window+1, false)
 	if err == errStopped {
 		return in.r.stopError()
 	}
@@ -390,5 +392,5 @@ func (in *intake) waitAcked(ctx context.Context, pos int) error {
 	if in.acks == nil {
 		return nil
 	}
-	return in.acks.wait(ctx, nil, pos, false)
+	return in.acks.wait(ctx, nil, nil, pos, false)
 }

@@ -563,7 +563,7 @@ func TestAckerGrowsItsRing(t *testing.T) {
 	for _, it := range items { // settled last first: nothing is delivered until position 0
 		a.settle([]item{it}, nil, nil, ackLanded, false)
 	}
-	require.NoError(t, a.wait(context.Background(), nil, n, true))
+	require.NoError(t, a.wait(context.Background(), nil, nil, n, true))
 	want := make([]int, n)
 	for i := range want {
 		want[i] = i
@@ -668,10 +668,10 @@ func BenchmarkAcker(b *testing.B) {
 		a.settle(items[:batch], nil, nil, ackLanded, false)
 		pos += len(items)
 		if pos%(16*batch) == 0 {
-			_ = a.wait(context.Background(), nil, pos, false) // as the window would
+			_ = a.wait(context.Background(), nil, nil, pos, false) // as the window would
 		}
 	}
-	_ = a.wait(context.Background(), nil, pos, true)
+	_ = a.wait(context.Background(), nil, nil, pos, true)
 	b.StopTimer()
 	if acked != pos {
 		b.Fatalf("acked %d of %d", acked, pos)

@@ -398,11 +398,10 @@ func (in *intake) push(ctx context.Context, p *pushing) error {
 
 // pushing is a record that push is taking in, between its passes.
 type pushing struct {
-	it      item
-	tag     any
-	ns      string // its namespace, once routed
-	routed  bool
-	checked bool // it breaks no rule (check)
+	it     item
+	tag    any
+	ns     string // its namespace, once routed
+	routed bool
 }
 
 // pushPass is one pass of push, under the producers' turn. It returns the
@@ -455,14 +454,12 @@ func (in *intake) tryPush(ctx context.Context, p *pushing) (settled <-chan struc
 		rt = r.route(p.ns)
 	}
 	// A record that breaks a rule fails at once, whatever its namespace's
-	// room; the others are taken only once their batch can move.
-	if !p.checked {
-		if err := in.check(it, rt); err != nil {
-			in.take(p.tag)
-			in.reject(it, err)
-			return nil, nil
-		}
-		p.checked = true
+	// room; the others are taken only once their batch can move. Checked
+	// on every pass: the index's shape may be learnt while it waits.
+	if err := in.check(it, rt); err != nil {
+		in.take(p.tag)
+		in.reject(it, err)
+		return nil, nil
 	}
 	if err := in.dispatchReady(rt); err != nil {
 		return nil, err
@@ -732,7 +729,7 @@ func (in *intake) close(end func(error) error) (Result, error) {
 		return in.r.finish(end)
 	}
 	in.r.pool.wg.Wait()
-	_ = in.acks.wait(context.Background(), nil, in.next, true)
+	_ = in.acks.wait(context.Background(), nil, nil, in.next, true)
 	return in.r.finish(func(err error) error {
 		err = in.acks.err(err)
 		if end != nil {

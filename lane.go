@@ -413,30 +413,21 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 	if err != nil {
 		return permit{}, err
 	}
-	if q.slots != nil {
-		// A lane paused by a Retry-After holds none of its call's own
-		// slots: the call's other namespaces use them meanwhile.
-		if err := ln.waitPause(ctx); err != nil {
-			ln.abandonProbe(probe)
-			return permit{}, err
-		}
-	}
-	waited, err := takeOwnSlot(ctx, q.slots)
-	if err == nil {
+	own := ownSlot{slots: q.slots}
+	if err = own.take(ctx, ln); err == nil {
 		var p permit
-		if p, err = ln.admitHead(ctx, q, recut, probe, waited); err == nil {
+		if p, err = ln.admitHead(ctx, q, recut, probe, &own); err == nil {
 			return p, nil
 		}
-		giveOwnSlot(q.slots)
+		own.give()
 	}
 	ln.abandonProbe(probe)
 	return permit{}, err
 }
 
 // admitHead queues q for the head, waits there for the rates and a slot
-// of the lane (unless q has its own, taken already: waited says whether
-// that took a wait), and issues its permit.
-func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint64, waited bool) (permit, error) {
+// of the lane (unless q has its own, own), and issues its permit.
+func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint64, own *ownSlot) (permit, error) {
 	head := ln.head.take()
 	q.turn.leave() // q holds its place: the caller's next request may queue behind it
 	defer head.leave()
@@ -444,7 +435,11 @@ func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint
 		return permit{}, err
 	}
 	for {
+		if err := own.keepThroughPause(ctx, ln); err != nil {
+			return permit{}, err
+		}
 		cuts, err := ln.waitRate(ctx, q, recut)
+		waited := own.waited
 		if err == nil && q.slots == nil {
 			waited, err = ln.takeSlot(ctx)
 		}
@@ -452,7 +447,7 @@ func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint
 			return permit{}, err
 		}
 		ln.mu.Lock()
-		if ln.cuts != cuts || ln.clock.Now().Before(ln.pausedUntil) {
+		if ln.cuts != cuts || ln.paused(ln.clock.Now()) {
 			// Tokens granted at a rate since cut, or a Retry-After
 			// answered while it waited for the slot.
 			ln.mu.Unlock()
@@ -625,6 +620,10 @@ func (ln *lane) reserve(now time.Time, q request) (res [dimCount]*rate.Reservati
 	return res, wait
 }
 
+// paused reports whether the lane waits out a Retry-After at now; ln.mu
+// is held.
+func (ln *lane) paused(now time.Time) bool { return now.Before(ln.pausedUntil) }
+
 // waitPause waits until the lane's pause for a Retry-After is over, or
 // ctx ends.
 func (ln *lane) waitPause(ctx context.Context) error {
@@ -638,6 +637,53 @@ func (ln *lane) waitPause(ctx context.Context) error {
 		if err := ln.clock.Sleep(ctx, d); err != nil {
 			return err
 		}
+	}
+}
+
+// ownSlot is a request's hold on one of its call's own slots
+// (WithConcurrency). A request waiting out its lane's Retry-After holds
+// none: the call's other namespaces use the slots meanwhile.
+type ownSlot struct {
+	slots  chan struct{} // the call's; nil when it has none
+	held   bool
+	waited bool // taking the one held took a wait
+}
+
+// take waits out the lane's pause, then for a slot, unless one is held or
+// the call has none.
+func (o *ownSlot) take(ctx context.Context, ln *lane) error {
+	if o.slots == nil || o.held {
+		return nil
+	}
+	if err := ln.waitPause(ctx); err != nil {
+		return err
+	}
+	waited, err := takeOwnSlot(ctx, o.slots)
+	o.held, o.waited = err == nil, waited
+	return err
+}
+
+// keepThroughPause gives the slot back while the lane is paused (a
+// Retry-After answered after it was taken) and takes one again after.
+func (o *ownSlot) keepThroughPause(ctx context.Context, ln *lane) error {
+	if !o.held {
+		return nil
+	}
+	ln.mu.Lock()
+	paused := ln.paused(ln.clock.Now())
+	ln.mu.Unlock()
+	if !paused {
+		return nil
+	}
+	o.give()
+	return o.take(ctx, ln)
+}
+
+// give gives back the slot held, if any.
+func (o *ownSlot) give() {
+	if o.held {
+		giveOwnSlot(o.slots)
+		o.held = false
 	}
 }
 

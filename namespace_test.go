@@ -277,3 +277,99 @@ func TestARetryAfterInOneNamespaceLeavesTheFixedConcurrencyToTheOthers(t *testin
 		}
 	}
 }
+
+// Under WithConcurrency(1), a request of a namespace that took the call's
+// only slot before its lane was paused (a Retry-After answered while it
+// queued) gives it back for the pause: the other namespace's record lands
+// meanwhile.
+func TestARequestQueuedForTheFixedSlotGivesItBackWhenItsLaneIsPaused(t *testing.T) {
+	clk := newGateClock()
+	hotGate := make(chan struct{})
+	var hotCalls atomic.Int64
+	var cold atomic.Int64
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		if ns == "hot" {
+			switch hotCalls.Add(1) {
+			case 1:
+				return nil // the index answered: not a wrong host
+			case 2:
+				select {
+				case <-hotGate:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				return &Error{Class: ClassServer, RetryAfter: 2 * time.Second, Err: errors.New("unavailable")}
+			}
+			return nil
+		}
+		cold.Add(int64(len(b)))
+		return nil
+	}
+	nsOf := func(v *pinecone.Vector) string { ns, _, _ := strings.Cut(v.Id, "-"); return ns }
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := NewWriter(ctx, WithUpsertFunc(send), WithNamespaceOf(nsOf), WithConcurrency(1), WithBatchSize(1),
+		WithMaxDelay(time.Hour), withClock(clk), withRand(maxRand))
+	require.NoError(t, err)
+	addCtx, stop := context.WithTimeout(context.Background(), generous)
+	defer stop()
+	require.NoError(t, w.Add(addCtx, hotCold("hot", 0)))
+	require.Eventually(t, func() bool { return hotCalls.Load() == 1 }, generous, time.Millisecond)
+	require.NoError(t, w.Add(addCtx, hotCold("hot", 1))) // in flight, held by the index
+	require.Eventually(t, func() bool { return hotCalls.Load() == 2 }, generous, time.Millisecond)
+	require.NoError(t, w.Add(addCtx, hotCold("hot", 2))) // queued for the call's slot
+	time.Sleep(5 * time.Millisecond)
+	require.NoError(t, w.Add(addCtx, hotCold("cold", 0))) // queued behind it
+	time.Sleep(5 * time.Millisecond)
+	close(hotGate) // hot's request is answered with a Retry-After of 2 s
+
+	require.Eventually(t, func() bool { return cold.Load() == 1 }, 2*time.Second, time.Millisecond,
+		"cold's record lands while hot waits out its Retry-After")
+	for range 10 {
+		clk.Advance(time.Second)
+	}
+}
+
+// Under WithConcurrency(1) the pool has four workers: a namespace waiting
+// out a Retry-After (one batch resting, the others waiting for the pause)
+// leaves one to the other namespaces, whose batch lands meanwhile.
+func TestAPausedNamespaceLeavesAWorkerUnderConcurrencyOne(t *testing.T) {
+	clk := newGateClock()
+	var cold, hot atomic.Int64
+	send := func(_ context.Context, ns string, batch []*pinecone.Vector) error {
+		if ns == "hot" {
+			if hot.Add(1) == 2 {
+				return &Error{Class: ClassServer, RetryAfter: 2 * time.Second, Err: errors.New("unavailable")}
+			}
+			return nil
+		}
+		cold.Add(int64(len(batch)))
+		return nil
+	}
+	nsOf := func(v *pinecone.Vector) string { ns, _, _ := strings.Cut(v.Id, "-"); return ns }
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := NewWriter(ctx, WithUpsertFunc(send), WithNamespaceOf(nsOf),
+		WithConcurrency(1), WithBatchSize(10), WithMaxDelay(time.Hour), withClock(clk), withRand(maxRand))
+	require.NoError(t, err)
+	hotCtx, stopHot := context.WithCancel(context.Background())
+	defer stopHot()
+	go func() {
+		for i := 0; w.Add(hotCtx, hotCold("hot", i)) == nil; i++ {
+		}
+	}()
+	require.Eventually(t, func() bool { return clk.Sleepers() > 0 }, generous, time.Millisecond, "hot waits out its Retry-After")
+	require.Eventually(t, func() bool { return len(w.in.r.pool.workers) == w.in.r.pool.reserve }, generous, time.Millisecond,
+		"hot takes every worker but the reserve")
+	addCtx, stop := context.WithTimeout(context.Background(), generous)
+	defer stop()
+	for i := range 10 {
+		require.NoError(t, w.Add(addCtx, hotCold("cold", i)), "an Add for cold waits for hot's Retry-After")
+	}
+	require.Eventually(t, func() bool { return cold.Load() == 10 }, 2*time.Second, time.Millisecond,
+		"cold's batch lands while hot waits out its Retry-After")
+	stopHot()
+	for range 10 {
+		clk.Advance(time.Second)
+	}
+}

@@ -32,7 +32,7 @@ func (p *workerPool) start(concurrency int) {
 	// Twice as many batches as requests in flight keep every slot busy
 	// while some batches wait out a backoff.
 	nWorkers := 2*maxInFlight + 2
-	p.reserve = nWorkers / 8
+	p.reserve = max(1, nWorkers/8) // one at least: WithConcurrency(1) has four workers
 	p.workers = make(chan int, nWorkers)
 	for i := range nWorkers {
 		p.workers <- i

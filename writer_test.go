@@ -1097,3 +1097,90 @@ func TestAnAddWaitingForRoomWakesOnlyForItsNamespace(t *testing.T) {
 	stopHot()
 	wg.Wait()
 }
+
+// A record is checked on every pass, so that one that waited for room
+// while the index's dimension was learnt (from the first batch accepted,
+// no describe having answered) fails alone before sending, as one taken
+// later does, rather than going out to a 400.
+func TestARecordWaitingForRoomIsCheckedAgainstTheDimensionLearntMeanwhile(t *testing.T) {
+	gate := make(chan struct{})
+	var sentWrong atomic.Int64
+	send := func(ctx context.Context, _ string, b []*pinecone.Vector) error {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, v := range b {
+			if len(*v.Values) != 2 {
+				sentWrong.Add(1)
+				return &Error{Class: ClassInvalid, StatusCode: 400, Err: errors.New("vector dimension 3 does not match the dimension of the index 2")}
+			}
+		}
+		return nil
+	}
+	w, err := NewWriter(context.Background(), WithUpsertFunc(send), WithConcurrency(1), WithBatchSize(1),
+		WithMaxDelay(time.Hour), withClock(newFakeClock()), withRand(maxRand))
+	require.NoError(t, err)
+	var once atomic.Bool
+	release := func() {
+		if once.CompareAndSwap(false, true) {
+			close(gate)
+		}
+	}
+	t.Cleanup(func() { release(); _, _ = w.Close(context.Background()) })
+	for i := 0; ; i++ { // the namespace's room fills with batches in flight, none answered
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := w.Add(ctx, hotCold("hot", i))
+		cancel()
+		if err != nil {
+			break
+		}
+		require.Less(t, i, 100)
+	}
+	added := make(chan error, 1)
+	go func() {
+		added <- w.Add(context.Background(), &pinecone.Vector{Id: "hot-wrong", Values: &[]float32{1, 2, 3}})
+	}()
+	require.Eventually(t, w.in.r.waitsForRoom, generous, time.Millisecond, "it waits for room, checked against no dimension yet")
+	release() // the first batches land: the dimension is 2
+	require.NoError(t, <-added)
+	res, err := w.Close(context.Background())
+	require.ErrorIs(t, err, ErrInvalid)
+	var f *Failure
+	for i := range res.Failed {
+		if res.Failed[i].ID == "hot-wrong" {
+			f = &res.Failed[i]
+		}
+	}
+	require.NotNil(t, f, "the record of the wrong dimension fails")
+	require.Zero(t, sentWrong.Load(), "the record of dimension 3 was sent after the index's dimension (2) was known: %v", f.Err)
+	require.Zero(t, f.Attempts, "it fails before sending, as a record checked when taken does")
+}
+
+// Close releases an Add held back by a full window of acks, as one
+// waiting for room: Add returns ErrClosed from the moment Close is called.
+func TestCloseReleasesAnAddWaitingForTheWindowOfAcks(t *testing.T) {
+	w, release, _ := hotColdWriter(t, WithBatchSize(1), WithMaxDelay(time.Hour),
+		WithAcks(func([]Ack) {}), WithAckWindow(4))
+	defer release()
+	addCtx, stop := context.WithTimeout(context.Background(), generous)
+	defer stop()
+	require.NoError(t, w.Add(addCtx, hotCold("hot", 0))) // held by the index: every later ack waits for it
+	for i := range 3 {
+		require.NoError(t, w.Add(addCtx, hotCold("cold", i)))
+	}
+	returned := make(chan error, 1)
+	go func() { returned <- w.Add(context.Background(), hotCold("cold", 3)) }() // the window is full
+	time.Sleep(5 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, err := w.Close(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	select {
+	case err := <-returned:
+		require.ErrorIs(t, err, ErrClosed)
+	case <-time.After(time.Second):
+		t.Fatal("an Add waiting for the window of acks is still blocked after Close")
+	}
+}

@@ -392,7 +392,8 @@ func (ln *lane) state() LimiterState {
 // lane's, so that a call's requests queue here in the order it
 // dispatched them. A request of a
 // call with its own slots (WithConcurrency) takes one before it queues,
-// once the lane's Retry-After pause is over: waiting for it at the head
+// once the lane's Retry-After pause is over, and gives it back during a
+// pause that begins while it queues (ownSlot): waiting for it at the head
 // would hold back the requests of the lane's other calls, whose slots may
 // be free, and a paused lane would hold the call's slots from its other
 // namespaces.

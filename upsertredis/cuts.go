@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -107,35 +108,74 @@ func nudge(c chan struct{}) {
 // subscribe brings the subscription's channels to the members' at each
 // change, in one goroutine so that changes apply in order, until stop.
 // The subscription is opened with its first channels (a Ring refuses one
-// without), and its messages dispatched from then on. No one waits for
-// this goroutine: while Redis hangs, Subscribe and Close wait for the
-// client's own timeouts (seconds), not the store's.
+// without), and its messages dispatched from then on; one that could not
+// be opened is tried again resubscribeEvery later. No one waits for this
+// goroutine: while Redis hangs, Subscribe and Close wait for the client's
+// own timeouts (seconds), not the store's.
 func (h *cutsHub) subscribe() {
 	var ps *redis.PubSub
 	defer func() {
 		if ps != nil {
-			_ = ps.Close()
+			safely(func() { _ = ps.Close() })
 		}
 	}()
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-h.stop:
 			return
 		case <-h.kick:
+		case <-retry:
 		}
 		on, off := h.changes()
-		// On failure go-redis keeps the channels and subscribes to them
-		// again as it reconnects.
 		switch {
 		case ps == nil && len(on) > 0:
-			ps = h.rdb.Subscribe(context.Background(), on...)
+			if ps = h.open(on); ps == nil {
+				h.unsubscribed(on)
+				retry = time.After(resubscribeEvery)
+				continue
+			}
+			retry = nil
 			go h.dispatch(ps.Channel())
 		case len(on) > 0:
-			_ = ps.Subscribe(context.Background(), on...)
+			// On failure go-redis keeps the channels and subscribes to
+			// them again as it reconnects.
+			safely(func() { _ = ps.Subscribe(context.Background(), on...) })
 		}
 		if ps != nil && len(off) > 0 {
-			_ = ps.Unsubscribe(context.Background(), off...)
+			safely(func() { _ = ps.Unsubscribe(context.Background(), off...) })
 		}
+	}
+}
+
+// resubscribeEvery is how long a hub waits to open its subscription
+// again after it could not: as long as a member alone waits to try Redis
+// again by default.
+const resubscribeEvery = time.Second
+
+// open opens a subscription to channels, or returns nil if the client
+// could not (a Ring all of whose shards are down, or closed).
+func (h *cutsHub) open(channels []string) *redis.PubSub {
+	var ps *redis.PubSub
+	safely(func() { ps = h.rdb.Subscribe(context.Background(), channels...) })
+	return ps
+}
+
+// safely runs f, a call of go-redis, and recovers its panic: go-redis
+// panics where it should fail (a Ring's Subscribe, with all its shards
+// down or the Ring closed), and Redis must never crash the process.
+func safely(f func()) {
+	defer func() { _ = recover() }()
+	f()
+}
+
+// unsubscribed counts channels as not subscribed to, so that the next
+// change subscribes to those that still have members.
+func (h *cutsHub) unsubscribed(channels []string) {
+	hubs.mu.Lock()
+	defer hubs.mu.Unlock()
+	for _, ch := range channels {
+		delete(h.subscribed, ch)
 	}
 }
 

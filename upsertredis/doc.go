@@ -92,19 +92,30 @@
 // start starts alone.
 //
 // A Store also remembers that Redis failed, for all its lanes: from a
-// failed exchange of any of its writers until one is answered, or for a
-// second and a timeout after the last failure (1.1 s by default; half the
-// heartbeat and a timeout if that is shorter), since its writers alone
-// try Redis once a second and their failures keep the presumption up
-// while one runs. Meanwhile a lane's join goes alone at once, with no
-// round trip (counted as a fallback, and logged with the last failure's
-// error and no cause), and a leave does not wait: its exchange, which
-// takes the writer off the others' split and drops the lane's keys with
-// its last writer, runs in the background within the timeout (if Redis
-// does not answer, the writer's heartbeat and the keys' TTL expire
-// instead). An outage thus costs a call about one timeout, however many
-// namespaces it writes to, rather than two per namespace one after the
-// other, and a Writer's Adds to new namespaces do not each wait.
+// round trip of any of its writers (a join's, a leave's, any exchange)
+// that Redis did not answer (no answer within the timeout, a connection
+// refused or lost) until one is answered, if only with an error reply
+// such as WRONGTYPE, or for a second and a timeout after the last
+// failure (1.1 s by default; half the heartbeat and a timeout if that is
+// shorter), since its writers alone try Redis once a second and their
+// failures keep the presumption up while one runs. A round trip whose
+// caller gave up (its context ended) tells nothing, and is not counted.
+// Meanwhile a lane's join goes alone at once, with no round trip
+// (counted as a fallback, and logged with the last failure's error and
+// no cause), and a leave does not wait: its exchange, which takes the
+// writer off the others' split and drops the lane's keys with its last
+// writer, runs in the background within the timeout, and counts in
+// [Store.Stats] as any other (if Redis does not answer, the writer's
+// heartbeat and the keys' TTL expire instead). An outage thus costs a
+// call about one timeout, however many namespaces it writes to, rather
+// than two per namespace one after the other, and a Writer's Adds to new
+// namespaces do not each wait. Only a Store through a single node or a
+// failover client presumes Redis down, because a Ring's shards and a
+// Cluster's nodes fail one by one, and a lane on a live one must not go
+// alone for a dead one: through those, each lane's join and leave waits
+// for its own round trip, as before. (A Ring all of whose shards are
+// down refuses a lane's subscription to its channel of cuts; the Store
+// tries it again once a second.)
 //
 // The line logged when a writer goes on alone carries the exchange's
 // error ("error") and, when that error hides what went wrong, its cause

@@ -2,7 +2,10 @@ package upsertredis
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // failure is an exchange that Redis failed: when it ended, and its error.
@@ -11,11 +14,39 @@ type failure struct {
 	err error
 }
 
-// markDown records that Redis failed an exchange with err, made with ctx:
-// the Store presumes it down (see down). A ctx that ended (the caller
-// gave up) says nothing of Redis, and is not recorded.
-func (s *Store) markDown(ctx context.Context, err error) {
-	if ctx.Err() == nil {
+// presumes reports whether a Store through rdb presumes Redis down after
+// a failure (see Store.down): only through a *redis.Client (a single node,
+// or a failover client), because a Ring's shards or a Cluster's nodes fail
+// one by one, and a lane on a live one must not go alone for a dead one.
+func presumes(rdb redis.UniversalClient) bool {
+	_, one := rdb.(*redis.Client)
+	return one
+}
+
+// heard records what a round trip made with ctx, which ended with err,
+// tells of Redis, and reports whether it tells anything. A round trip
+// whose ctx ended first tells nothing (the caller gave up). One that Redis
+// answered, with its reply or an error reply (such as WRONGTYPE, which
+// came without waiting out a timeout), tells it is up; any other error
+// (no answer within the timeout, a connection refused or lost) that it is
+// down.
+func (s *Store) heard(ctx context.Context, err error) bool {
+	var answer redis.Error
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return false
+	case err == nil || errors.As(err, &answer):
+		s.markUp()
+	default:
+		s.markDown(err)
+	}
+	return true
+}
+
+// markDown records that Redis failed an exchange with err: a Store that
+// presumes (see presumes) presumes it down (see down).
+func (s *Store) markDown(err error) {
+	if s.presumes {
 		s.lastFailure.Store(&failure{at: time.Now(), err: err})
 	}
 }
@@ -28,10 +59,11 @@ func (s *Store) markUp() {
 }
 
 // down returns the last failure while Redis is presumed down, nil
-// otherwise: from a failed exchange of any of the Store's members until
-// one is answered, or until downFor has passed since the last failure.
-// Meanwhile a Join goes alone without a round trip, and Leave does not
-// wait for Redis.
+// otherwise: from a failed exchange or leave of any of the Store's
+// members until one is answered, or until downFor has passed since the
+// last failure; never for a Store through a Ring or a Cluster (see
+// presumes). Meanwhile a Join goes alone without a round trip, and Leave
+// does not wait for Redis.
 func (s *Store) down() *failure {
 	f := s.lastFailure.Load()
 	if f == nil || time.Since(f.at) >= s.opts.downFor() {

@@ -130,11 +130,12 @@ func (m *member) Breaker(ctx context.Context, open bool) (share.View, error) {
 // lane's keys go with its last writer), within the store's timeout. While
 // Redis is presumed down (see Store.down), Leave does not wait: its loop's
 // last try and that exchange finish in the background, each bounded by
-// the timeout, and it returns an error matching [share.ErrUnavailable] at
-// once. When the exchange fails, the writer's heartbeat expires instead
-// (2 s by default), and the keys' TTL. A member alone while Redis is not
-// presumed down (an exchange was answered since) leaves as any other: one
-// round trip, most likely answered.
+// the timeout and counted in Stats, and it returns an error matching
+// [share.ErrUnavailable] at once. When the exchange fails, the writer's
+// heartbeat expires instead (2 s by default), and the keys' TTL. A member
+// alone while Redis is not presumed down (an exchange was answered since,
+// or the Store never presumes: see presumes) leaves as any other: one
+// round trip.
 func (m *member) Leave(ctx context.Context) error {
 	var err error
 	m.leave.Do(func() {
@@ -153,14 +154,20 @@ func (m *member) Leave(ctx context.Context) error {
 	return err
 }
 
-// leaveLane runs leaveScript within the store's timeout; a failure
-// makes the Store presume Redis down (see Store.markDown).
+// leaveLane runs leaveScript within the store's timeout, and counts its
+// round trip as an exchange or a failure, which tells the Store whether
+// Redis is up (see Store.heard), unless ctx ended first.
 func (m *member) leaveLane(ctx context.Context) error {
 	_, err := m.store.call(ctx, func(ctx context.Context) ([]string, error) {
 		return nil, leaveScript.Run(ctx, m.store.rdb, m.keys, m.id).Err()
 	})
+	if !m.store.heard(ctx, err) {
+		return err
+	}
 	if err != nil {
-		m.store.markDown(ctx, err)
+		m.store.stats.failures.Add(1)
+	} else {
+		m.store.stats.exchanges.Add(1)
 	}
 	return err
 }
@@ -246,6 +253,8 @@ type reply struct {
 // and adopts its answer. While the member is alone, only the periodic sync
 // tries Redis: a writer's cut or breaker call fails at once, without a
 // round trip, rather than wait out a timeout on every 429 of an outage.
+// An exchange whose ctx ended before Redis answered (the caller gave up)
+// fails and changes nothing: the member does not go alone for it.
 func (m *member) exchange(ctx context.Context, script *redis.Script, keys []string, args ...any) (reply, error) {
 	m.mu.Lock()
 	alone, seed := m.alone, m.seed
@@ -265,16 +274,17 @@ func (m *member) exchange(ctx context.Context, script *redis.Script, keys []stri
 		return script.Run(ctx, m.store.rdb, keys, all...).StringSlice()
 	})
 	end := time.Now()
+	if !m.store.heard(ctx, err) {
+		return reply{}, fmt.Errorf("%w: %w", share.ErrUnavailable, err)
+	}
 	var r reply
 	if err == nil {
 		r, err = parseReply(out)
 	}
 	if err != nil {
-		m.store.markDown(ctx, err)
 		m.failed(err)
 		return reply{}, fmt.Errorf("%w: %w", share.ErrUnavailable, err)
 	}
-	m.store.markUp()
 	m.adopt(r, start.Add(end.Sub(start)/2), script == syncScript)
 	return r, nil
 }
@@ -291,8 +301,8 @@ func parseReply(out []string) (reply, error) {
 	return reply{now: now, created: out[1] == "1", fields: out[2 : 2+n], extra: out[2+n:]}, nil
 }
 
-// failed makes the member decide alone after a failed exchange, and says so
-// once.
+// failed counts a failed exchange, and makes the member decide alone,
+// saying so once.
 func (m *member) failed(err error) {
 	m.store.stats.failures.Add(1)
 	if m.goAlone() && m.store.opts.logger != nil {

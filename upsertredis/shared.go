@@ -27,12 +27,13 @@ func Shared(rdb redis.UniversalClient, opts ...Option) upsert.Option {
 // once, when a call first writes to that namespace, making one round trip
 // bounded by the store's timeout (100 ms by default; a Redis that does not
 // answer then leaves the lane alone until it does), and leaves it when the
-// last call using it ends, making another. While s presumes Redis down (an
-// exchange failed within the last 1.1 s by default, and none was answered
-// since; see the package doc), joins go alone and leaves do not wait, with
-// no round trip on the call's path: an outage costs a call about one
-// timeout whatever the number of its namespaces. Requests make no round
-// trip to Redis.
+// last call using it ends, making another. While s presumes Redis down (a
+// round trip went unanswered within the last 1.1 s by default, and none
+// was answered since; only through a single node or a failover client:
+// see the package doc), joins go alone and leaves do not wait, with no
+// round trip on the call's path: an outage costs a call about one timeout
+// whatever the number of its namespaces. Requests make no round trip to
+// Redis.
 func (s *Store) Option() upsert.Option {
 	return share.Option(s).(upsert.Option)
 }

@@ -21,8 +21,9 @@ const (
 	// DefaultPrefix starts every key the store writes.
 	DefaultPrefix = "upsert:"
 	// DefaultTimeout bounds each round trip to Redis. A slower answer
-	// counts as a failure: the writer goes on alone, and the Store's
-	// joins and leaves skip their round trip for a while (see the
+	// counts as a failure: the writer goes on alone, and for a while the
+	// Store's joins skip their round trip and its leaves do not wait for
+	// theirs (through a single node or a failover client; see the
 	// package doc).
 	DefaultTimeout = 100 * time.Millisecond
 	// DefaultInterval is how often each writer exchanges with Redis:
@@ -49,8 +50,10 @@ type Store struct {
 	rdb   redis.UniversalClient
 	opts  options
 	stats counters
-	// lastFailure is Redis's last failure, nil once an exchange was
-	// answered since (see down).
+	// presumes is whether a failure makes the Store presume Redis down
+	// (see presumes); lastFailure is Redis's last failure, nil once an
+	// exchange was answered since (see down).
+	presumes    bool
 	lastFailure atomic.Pointer[failure]
 }
 
@@ -122,17 +125,18 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 		opt(&o)
 	}
 	o.ttl = max(o.ttl, o.heartbeat)
-	return &Store{rdb: rdb, opts: o}
+	return &Store{rdb: rdb, opts: o, presumes: presumes(rdb)}
 }
 
 // Join registers a writer of lane and keeps its view fresh, exchanging with
 // Redis every interval, until Leave. See [share.Store]. It makes one
-// exchange, bounded by the timeout (and ctx), unless Redis failed an
-// exchange of any of the Store's writers moments ago (within a second and
-// a timeout, by default, and none answered since): the writer then starts
-// alone at once, without a round trip, and tries Redis again a second
-// later (half the heartbeat if shorter; see the package doc), so that an
-// outage costs a run one timeout however many lanes it joins.
+// exchange, bounded by the timeout (and ctx), unless the Store presumes
+// Redis down (see the package doc: a round trip of any of the Store's
+// writers went unanswered within a second and a timeout, by default, and
+// none was answered since; never through a Ring or a Cluster): the writer
+// then starts alone at once, without a round trip, and tries Redis again
+// a second later (half the heartbeat if shorter), so that an outage costs
+// a run one timeout however many lanes it joins.
 func (s *Store) Join(ctx context.Context, lane share.Lane) share.Member {
 	state, writers := laneKeys(s.opts.prefix, lane.Host, lane.Namespace)
 	m := &member{
@@ -171,8 +175,11 @@ func writerID() string {
 
 // Stats counts what a Store's members did since it was made.
 type Stats struct {
-	// Exchanges are the round trips Redis answered; Failures those it did
-	// not (an error, or no answer within the timeout).
+	// Exchanges are the round trips Redis answered; Failures those that
+	// failed (an error reply, or no answer within the timeout). Both count
+	// every round trip: a join's, the periodic ones, a cut's or a breaker's
+	// and a leave's, also one made in the background; not one whose
+	// caller gave up (its ctx ended) first.
 	Exchanges, Failures int64
 	// Fallbacks counts the times a writer went on alone because Redis
 	// failed (a writer that joined while Redis was presumed down counts

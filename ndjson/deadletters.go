@@ -3,12 +3,14 @@ package ndjson
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 
@@ -331,18 +333,42 @@ func (d *DeadLetters) WriteStale(s upsert.Stale, msg string) {
 
 // WriteBad writes an input line that could not be read as a record:
 // {"line":N,"raw":"<the line>","error":"…"}, raw holding the line's bytes
-// as a JSON string (bytes that are not UTF-8 become U+FFFD) and error
-// err's message ("" for a nil err). Errors are handled as by Write.
+// as a JSON string, and error err's message ("" for a nil err).
+//
+// A line that is not valid UTF-8, which a JSON string cannot hold as it is
+// (encoding/json writes U+FFFD for each byte that is not UTF-8), is written
+// instead as {"line":N,"raw_base64":"…","raw_text":"…","error":"…"}:
+// "raw_base64" holds the line's exact bytes (standard base64, with
+// padding), and "raw_text" the line as a string with U+FFFD in place of
+// those bytes, for a human to read; it is not the line. Such a letter has
+// no "raw", so that a reader that knows only "raw" (an earlier pcupsert,
+// and [BadLine] before it read "raw_base64") does not take the altered
+// text for the line: it finds no letter of a bad line there. To fix such a
+// line in the file, replace "raw_base64" with a "raw" holding the fixed
+// line.
+//
+// Errors are handled as by Write.
 func (d *DeadLetters) WriteBad(line int, raw []byte, err error) {
 	msg := ""
 	if err != nil {
 		msg = err.Error()
 	}
-	b, encErr := marshalLine(struct {
-		Line  int    `json:"line"`
-		Raw   string `json:"raw"`
-		Error string `json:"error"`
-	}{line, string(raw), msg})
+	var b []byte
+	var encErr error
+	if utf8.Valid(raw) {
+		b, encErr = marshalLine(struct {
+			Line  int    `json:"line"`
+			Raw   string `json:"raw"`
+			Error string `json:"error"`
+		}{line, string(raw), msg})
+	} else {
+		b, encErr = marshalLine(struct {
+			Line      int    `json:"line"`
+			RawBase64 string `json:"raw_base64"`
+			RawText   string `json:"raw_text"`
+			Error     string `json:"error"`
+		}{line, base64.StdEncoding.EncodeToString(raw), string(raw), msg})
+	}
 	if encErr != nil { // cannot happen: only strings and numbers
 		d.fail(fmt.Errorf("ndjson: encoding the dead letter of line %d: %w", line, encErr))
 		return
@@ -355,22 +381,33 @@ func (d *DeadLetters) WriteBad(line int, raw []byte, err error) {
 // number, the content and the error message it holds: a run that replays
 // a dead-letter file then deals with the original line (which may have
 // been fixed since) instead of taking the letter for a record without an
-// id. The content is empty for a line that was not kept, such as one
-// longer than MaxLineBytes; msg then says what was wrong with it.
+// id. The content is "raw", or else the bytes "raw_base64" holds (the
+// letter of a line that is not valid UTF-8); "raw_text" is not read. A
+// letter with neither, or whose "raw_base64" is not base64, is none. The
+// content is empty for a line that was not kept, such as one longer than
+// MaxLineBytes; msg then says what was wrong with it.
 func BadLine(raw []byte) (line int, content []byte, msg string, ok bool) {
 	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte(`{"line":`)) {
 		return 0, nil, "", false
 	}
 	var l struct {
-		Line  *int    `json:"line"`
-		Raw   *string `json:"raw"`
-		Error *string `json:"error"`
-		ID    any     `json:"id"`
+		Line      *int    `json:"line"`
+		Raw       *string `json:"raw"`
+		RawBase64 *string `json:"raw_base64"`
+		Error     *string `json:"error"`
+		ID        any     `json:"id"`
 	}
-	if json.Unmarshal(raw, &l) != nil || l.Line == nil || l.Raw == nil || l.Error == nil || l.ID != nil {
+	if json.Unmarshal(raw, &l) != nil || l.Line == nil || (l.Raw == nil && l.RawBase64 == nil) || l.Error == nil || l.ID != nil {
 		return 0, nil, "", false
 	}
-	return *l.Line, []byte(*l.Raw), *l.Error, true
+	if l.Raw != nil { // a line fixed by hand in the letter of one that was not UTF-8 included
+		return *l.Line, []byte(*l.Raw), *l.Error, true
+	}
+	b, err := base64.StdEncoding.DecodeString(*l.RawBase64)
+	if err != nil {
+		return 0, nil, "", false
+	}
+	return *l.Line, b, *l.Error, true
 }
 
 func (d *DeadLetters) write(line []byte) {

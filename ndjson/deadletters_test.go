@@ -3,6 +3,7 @@ package ndjson_test
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -386,6 +387,40 @@ func TestDeadLettersWriteBadKeepsTheLine(t *testing.T) {
 	}, lines(t, path))
 }
 
+// A line that is not valid UTF-8 is kept byte for byte, in base64, with
+// its text for reading; its letter has no "raw", which a reader that
+// knows only "raw" would take for the line, altered.
+func TestDeadLettersWriteBadKeepsTheBytesOfALineThatIsNotUTF8(t *testing.T) {
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	raw := "{\"id\":\"m\",\"metadata\":{\"k\":\"caf\xe9\"}}"
+	dl.WriteBad(2, []byte(raw), errors.New("line 2: wrong type"))
+	require.NoError(t, dl.Close())
+	got := lines(t, path)
+	require.Len(t, got, 1)
+	assert.Equal(t, map[string]any{
+		"line":       2.0,
+		"raw_base64": base64.StdEncoding.EncodeToString([]byte(raw)),
+		"raw_text":   "{\"id\":\"m\",\"metadata\":{\"k\":\"caf\uFFFD\"}}",
+		"error":      "line 2: wrong type",
+	}, got[0])
+
+	letter, err := os.ReadFile(path)
+	require.NoError(t, err)
+	line, content, msg, ok := ndjson.BadLine(letter)
+	require.True(t, ok)
+	assert.Equal(t, 2, line)
+	assert.Equal(t, raw, string(content), "the line's bytes, not its text")
+	assert.Equal(t, "line 2: wrong type", msg)
+
+	var older struct { // what BadLine read before "raw_base64"
+		Raw *string `json:"raw"`
+	}
+	require.NoError(t, json.Unmarshal(letter, &older))
+	assert.Nil(t, older.Raw, "a reader of \"raw\" alone finds no line to take for this one")
+}
+
 func TestDeadLettersConcurrentWrites(t *testing.T) {
 	const writers, each = 16, 200
 	path := tempPath(t)
@@ -513,6 +548,11 @@ func TestBadLineRecognisesItsOwnLetters(t *testing.T) {
 	}{
 		{"a letter of WriteBad", letter[0], 6, `not json, "quoted"`, "line 6: invalid JSON at byte 2", true},
 		{"a letter of a line not kept", letter[1], 7, "", "line 7: line longer than 64 MiB", true},
+		{"a letter of a line not UTF-8", `{"line":8,"raw_base64":"YWLpYw==","raw_text":"ab\ufffdc","error":"e"}`, 8, "ab\xe9c", "e", true},
+		{"such a letter fixed by hand", `{"line":8,"raw":"fixed","raw_text":"ab\ufffdc","error":"e"}`, 8, "fixed", "e", true},
+		{"such a letter with both: raw is the line", `{"line":8,"raw":"fixed","raw_base64":"YWLpYw==","error":"e"}`, 8, "fixed", "e", true},
+		{"raw_base64 that is not base64", `{"line":8,"raw_base64":"not base64!","error":"e"}`, 0, "", "", false},
+		{"neither raw nor raw_base64", `{"line":8,"raw_text":"abc","error":"e"}`, 0, "", "", false},
 		{"a record", `{"id":"a","values":[1]}`, 0, "", "", false},
 		{"a record letter", `{"id":"a","values":[1],"class":"invalid","error":"x","attempts":0,"may_have_landed":false,"index":3}`, 0, "", "", false},
 		{"a record with fields named alike", `{"line":1,"raw":"x","error":"y","id":"a"}`, 0, "", "", false},

@@ -13,7 +13,14 @@
 //	{"id":"a","values":[0.1,0.2],"class":"rate-limited","error":"…","attempts":3,"may_have_landed":true,"index":17}
 //
 // plus, last, the record's "namespace" when it was routed to one other
-// than the default (see [DeadLetters.Write]).
+// than the default (see [DeadLetters.Write]). An input line that could not
+// be read as a record has a letter of its own,
+//
+//	{"line":778,"raw":"<the line>","error":"line 778: invalid JSON at byte 61"}
+//
+// with, for a line that is not valid UTF-8, which a JSON string cannot
+// hold, "raw_base64" (its exact bytes) and "raw_text" (for reading only)
+// in place of "raw" (see [DeadLetters.WriteBad] and [BadLine]).
 //
 // Since a [Reader] ignores the fields it does not know, a dead-letter file
 // can be fed back in unchanged to replay the records.

@@ -198,6 +198,32 @@ func openCheckpoint(ctx context.Context, path, name string, head *inputHead, con
 	return c, nil
 }
 
+// readCheckpointOnly reads the checkpoint at path for a dry run of the
+// input named name, whose start is head, and checks it against the input
+// as openCheckpoint does (the same *usageErrors), but takes no lock and
+// writes nothing: a run on the checkpoint may be under way, and the dry
+// run neither waits for it nor stands in its way. A missing file is a
+// fresh start, as for a run.
+func readCheckpointOnly(ctx context.Context, path, name string, head *inputHead, con io.Writer) (savedCheckpoint, error) {
+	saved, err := readCheckpoint(path)
+	if err != nil {
+		return savedCheckpoint{}, err
+	}
+	if err := checkInput(ctx, path, name, head, saved, con); err != nil {
+		return savedCheckpoint{}, err
+	}
+	return saved, nil
+}
+
+// frozenCheckpoint is the upsert.Checkpoint of a dry run: Load returns the
+// count read, and Save does nothing, so that the library skips what a
+// resumed run would and the file is left as it is.
+type frozenCheckpoint int64
+
+func (c frozenCheckpoint) Load(context.Context) (int64, error) { return int64(c), nil }
+
+func (frozenCheckpoint) Save(context.Context, int64) error { return nil }
+
 // checkInput returns a *usageError if the checkpoint saved at path is not
 // that of the input named name, whose start is head; a checkpoint of an
 // earlier pcupsert, which does not name its input, is taken with a

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -530,6 +531,181 @@ func TestACheckpointInUseIsRefused(t *testing.T) {
 	res = runCmd(t, nil, strings.NewReader(records(t, 3)), "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"))
 	assert.Equal(t, exitOK, res.status, res.stderr)
 	assert.NoFileExists(t, ckpt+".lock", "let go at the end of the run")
+}
+
+// A second run on a dead-letter file whose lock another holds is refused,
+// exit status 2, naming the file and the other run, before it truncates
+// the file; the lock, once let go, takes its file with it.
+func TestADeadLetterFileInUseIsRefusedBeforeItIsTruncated(t *testing.T) {
+	if !lockSupported {
+		t.Skip("no flock on this system: the dead-letter file is not locked")
+	}
+	dir := t.TempDir()
+	dl := filepath.Join(dir, "dl.ndjson")
+	held := `{"line":1,"raw":"x","error":"line 1: invalid JSON at byte 1"}` + "\n"
+	require.NoError(t, os.WriteFile(dl, []byte(held), 0o600))
+	lock, err := lockFile(dl + ".lock")
+	require.NoError(t, err)
+
+	res := runCmd(t, nil, strings.NewReader("not json\n"+records(t, 3)), "--progress", "off", "--dead-letter", dl)
+	assert.Equal(t, exitUsage, res.status)
+	assert.Contains(t, res.stderr, "pcupsert: --dead-letter "+dl+": another pcupsert is writing to it (it holds a lock on "+dl+".lock)")
+	assert.NotContains(t, res.stderr, "embedded loopback index", "nothing was opened")
+	assert.Equal(t, held, readString(t, dl), "the other run's letters are kept")
+
+	lock.release()
+	assert.NoFileExists(t, dl+".lock")
+	res = runCmd(t, nil, strings.NewReader("not json\n"+records(t, 3)), "--progress", "off", "--dead-letter", dl)
+	assert.Equal(t, exitFailed, res.status, res.stderr)
+	_, bad := letters(t, dl)
+	assert.Equal(t, []int{1}, bad, "this run's letter")
+	assert.NoFileExists(t, dl+".lock", "let go at the end of the run")
+}
+
+// Two runs at once writing one dead-letter file (two files loaded in one
+// directory with the default --dead-letter, or the same one given to
+// both) would each truncate it and write from its start, the last to
+// flush overwriting the other's letters: the second is refused (exit
+// status 2) while the first runs, and the first keeps its letters.
+func TestTwoRunsWithOneDeadLetterFileKeepBothRunsLetters(t *testing.T) {
+	if !lockSupported {
+		t.Skip("no flock on this system: the dead-letter file is not locked")
+	}
+	dir := t.TempDir()
+	t.Chdir(dir) // the default --dead-letter, pcupsert-failed.ndjson, is there
+	inA, inB := filepath.Join(dir, "a.ndjson"), filepath.Join(dir, "b.ndjson")
+	require.NoError(t, os.WriteFile(inA, []byte("bad line of a\n{\"id\":\"a1\",\"values\":[1,2]}\n"), 0o600))
+	require.NoError(t, os.WriteFile(inB, []byte("bad line of b\n{\"id\":\"b1\",\"values\":[1,2]}\n"), 0o600))
+
+	// The first run's request is held while the second starts.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	srv := upserttest.NewServer(upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
+		once.Do(func() { close(arrived) })
+		<-release
+		return upserttest.Fault{}
+	}))
+	defer srv.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	args := append(remote(t, srv), "--progress", "off")
+
+	first := make(chan result, 1)
+	go func() { first <- runCmd(t, nil, nil, append(args, inA)...) }()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first run sent nothing")
+	}
+	second := runCmd(t, nil, nil, append(args, inB)...)
+	assert.Equal(t, exitUsage, second.status, "stderr:\n%s", second.stderr)
+	assert.Contains(t, second.stderr, "pcupsert: --dead-letter "+defaultDeadLetter+": another pcupsert is writing to it")
+
+	close(release)
+	a := <-first
+	require.Equal(t, exitFailed, a.status, "a's bad line; stderr:\n%s", a.stderr)
+	assert.Contains(t, a.stdout, "dead letters: 1 in "+defaultDeadLetter)
+	raw := readString(t, defaultDeadLetter)
+	assert.Contains(t, raw, `"raw":"bad line of a"`, "the first run's letter is kept")
+	assert.NotContains(t, raw, "bad line of b", "the refused run wrote nothing")
+	assert.NoFileExists(t, defaultDeadLetter+".lock")
+}
+
+// --dry-run with the --checkpoint of a load that finished says what the
+// resumed run would do: skip every record and send none, exit status 0,
+// rather than "would send 100 records". It reads the checkpoint without
+// writing it, or leaving its lock file behind.
+func TestADryRunWithACheckpointSaysWhatTheResumedRunWouldSend(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 100)), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+
+	done := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, in)...)
+	require.Equal(t, exitOK, done.status, "stderr:\n%s", done.stderr)
+	again := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--json", "--checkpoint", ckpt, "--dead-letter", dl, in)...)
+	require.Equal(t, exitOK, again.status)
+	require.Zero(t, jsonReport(t, again).Upserted, "the real resumed run sends nothing")
+	saved := readString(t, ckpt)
+	info, err := os.Stat(ckpt)
+	require.NoError(t, err)
+
+	dry := runCmd(t, nil, nil, "--dry-run", "--json", "--checkpoint", ckpt, in)
+	require.Equal(t, exitOK, dry.status, "stderr:\n%s", dry.stderr)
+	var rep dryRunReport
+	require.NoError(t, json.Unmarshal([]byte(dry.stdout), &rep), "stdout:\n%s", dry.stdout)
+	assert.Equal(t, dryRunReport{
+		DryRun: true, Input: in, Format: "ndjson", Checkpoint: ckpt, Skipped: 100, RecordsRead: 100,
+		BatchSize: 1000, Namespaces: map[string]int{}, ExitStatus: exitOK,
+	}, rep)
+
+	human := runCmd(t, nil, nil, "--dry-run", "--checkpoint", ckpt, in)
+	require.Equal(t, exitOK, human.status, "stderr:\n%s", human.stderr)
+	assert.Contains(t, human.stdout, "skipped        100 records, settled by an earlier run (--checkpoint "+ckpt)
+	assert.Contains(t, human.stdout, "would send     0 records in 0 batches")
+
+	assert.Equal(t, saved, readString(t, ckpt), "the dry run does not write the checkpoint")
+	after, err := os.Stat(ckpt)
+	require.NoError(t, err)
+	assert.Equal(t, info.ModTime(), after.ModTime(), "nor replace it")
+	assert.NoFileExists(t, ckpt+".lock")
+}
+
+// A dry run resumed from a checkpoint in the middle of the input checks
+// only what follows it: the bad line the earlier run reported is not
+// reported or counted again, the one after the checkpoint is, and the
+// records after it are what would be sent. A run on the checkpoint under
+// way does not stop it: it takes no lock.
+func TestADryRunWithACheckpointChecksOnlyWhatFollowsIt(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt")
+	lines := strings.SplitAfter(records(t, 6), "\n")
+	input := lines[0] + "not json\n" + strings.Join(lines[1:3], "") + "oops\n" + strings.Join(lines[3:], "")
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	// 3 records settled, and the bad lines through line 4 (the first).
+	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(3, input)+"reported-through 4\n"), 0o600))
+	if lockSupported {
+		lock, err := lockFile(ckpt + ".lock") // a run under way
+		require.NoError(t, err)
+		defer lock.release()
+	}
+
+	dry := runCmd(t, nil, nil, "--dry-run", "--json", "--checkpoint", ckpt, in)
+	assert.Equal(t, exitFailed, dry.status, "line 5 is bad, and after the checkpoint; stderr:\n%s", dry.stderr)
+	var rep dryRunReport
+	require.NoError(t, json.Unmarshal([]byte(dry.stdout), &rep), "stdout:\n%s", dry.stdout)
+	assert.Equal(t, 3, rep.Skipped)
+	assert.Equal(t, 1, rep.SkippedBadLines)
+	assert.Equal(t, 1, rep.BadLines)
+	assert.Equal(t, 3, rep.Records, "r3 to r5")
+	assert.Equal(t, 6, rep.RecordsRead)
+	assert.NotContains(t, dry.stderr, "line 2:", "reported by the earlier run")
+	assert.Contains(t, dry.stderr, "line 5: invalid JSON")
+}
+
+// A dry run refuses the checkpoint of another input, or one past the end
+// of its input, as the run would (exit status 2), and leaves it as it is.
+func TestADryRunRefusesTheCheckpointOfAnotherInput(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 3)), 0o600))
+	for _, c := range []struct{ saved, want string }{
+		{checkpointFor(2, records(t, 5)[100:]), "was saved for another input"},
+		{"5\n", "does not fit " + in},
+	} {
+		require.NoError(t, os.WriteFile(ckpt, []byte(c.saved), 0o600))
+		res := runCmd(t, nil, nil, "--dry-run", "--checkpoint", ckpt, in)
+		assert.Equal(t, exitUsage, res.status, "stderr:\n%s", res.stderr)
+		assert.Contains(t, res.stderr, c.want)
+		assert.Empty(t, res.stdout)
+		assert.Equal(t, c.saved, readString(t, ckpt))
+	}
 }
 
 // The embedded index is gone when pcupsert exits: a --checkpoint with it

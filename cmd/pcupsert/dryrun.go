@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -16,13 +17,22 @@ import (
 // dryRunReport is what a dry run found, for the human and the JSON
 // report.
 type dryRunReport struct {
-	DryRun      bool   `json:"dry_run"`
-	Input       string `json:"input"`
-	Format      string `json:"format"`
-	RecordsRead int    `json:"records_read"`
-	BadLines    int    `json:"bad_lines"`
-	Invalid     int    `json:"invalid"`
-	Duplicates  int    `json:"duplicates"`
+	DryRun bool   `json:"dry_run"`
+	Input  string `json:"input"`
+	Format string `json:"format"`
+	// Checkpoint is --checkpoint, read and not written: the dry run
+	// checks what a run resumed from it would, the input after the
+	// Skipped records and SkippedBadLines bad lines it settled. "" (left
+	// out) without --checkpoint.
+	Checkpoint      string `json:"checkpoint,omitempty"`
+	Skipped         int    `json:"skipped"`
+	SkippedBadLines int    `json:"skipped_bad_lines"`
+	// RecordsRead counts the Skipped records too, BadLines and what
+	// follows only what comes after them.
+	RecordsRead int `json:"records_read"`
+	BadLines    int `json:"bad_lines"`
+	Invalid     int `json:"invalid"`
+	Duplicates  int `json:"duplicates"`
 	// Records and Batches are what would be sent, by namespace: batches
 	// of BatchSize records at most (and 2 MB).
 	Records    int            `json:"records"`
@@ -37,9 +47,13 @@ type dryRunReport struct {
 // instead of sending them: nothing reaches an index, and none is opened.
 // Batches are counted at --batch-size, or at the largest size (1000) when
 // it is adaptive: a real run starts at 100 and grows while the index
-// keeps up, so it sends at least as many.
-func dryRun(ctx context.Context, o options, in *input, onInvalid func(upsert.Failure)) (dryRunReport, error) {
-	rep := dryRunReport{DryRun: true, BatchSize: o.batchSize, Namespaces: map[string]int{}}
+// keeps up, so it sends at least as many. With cp (nil without
+// --checkpoint), the library skips the records cp settled, as it does for
+// a resumed run, and in skips the bad lines that run would not report
+// again (the caller set in.skip and in.skipBadThrough); the error matches
+// upsert.ErrCheckpointPastEnd when the input is shorter than cp says.
+func dryRun(ctx context.Context, o options, in *input, cp upsert.Checkpoint, onInvalid func(upsert.Failure)) (dryRunReport, error) {
+	rep := dryRunReport{DryRun: true, Checkpoint: o.checkpoint, BatchSize: o.batchSize, Namespaces: map[string]int{}}
 	if rep.BatchSize == 0 {
 		rep.BatchSize = upsert.MaxBatchSize
 	}
@@ -61,6 +75,9 @@ func dryRun(ctx context.Context, o options, in *input, onInvalid func(upsert.Fai
 	if o.dimension > 0 {
 		opts = append(opts, upsert.WithDimension(o.dimension))
 	}
+	if cp != nil {
+		opts = append(opts, upsert.WithCheckpoint(cp))
+	}
 	res, err := upsert.Stream(ctx, in.records(ctx), opts...)
 	if in.err != nil {
 		return rep, in.err
@@ -68,6 +85,10 @@ func dryRun(ctx context.Context, o options, in *input, onInvalid func(upsert.Fai
 	if err != nil && ctx.Err() != nil {
 		return rep, ctx.Err()
 	}
+	if errors.Is(err, upsert.ErrCheckpointPastEnd) {
+		return rep, err
+	}
+	rep.Skipped, rep.SkippedBadLines = res.Stats.Skipped, in.skippedBad
 	rep.RecordsRead, rep.BadLines = in.read, in.bad
 	rep.Invalid, rep.Duplicates = res.Stats.Failed, res.Duplicates
 	return rep, nil
@@ -78,6 +99,14 @@ func (r dryRunReport) write(out io.Writer) error {
 	w := &stickyWriter{w: out}
 	fmt.Fprintf(w, "dry run: nothing was sent\n")
 	fmt.Fprintf(w, "records read   %d\n", r.RecordsRead)
+	if r.Checkpoint != "" {
+		if r.Skipped == 0 && r.SkippedBadLines == 0 {
+			fmt.Fprintf(w, "skipped        none: --checkpoint %s settles nothing yet\n", r.Checkpoint)
+		} else {
+			fmt.Fprintf(w, "skipped        %s%s, settled by an earlier run (--checkpoint %s; checked from there on)\n",
+				quantity(r.Skipped, "record"), plural(r.SkippedBadLines, " and %d bad line%s"), r.Checkpoint)
+		}
+	}
 	fmt.Fprintf(w, "bad lines      %d\n", r.BadLines)
 	fmt.Fprintf(w, "invalid        %d\n", r.Invalid)
 	fmt.Fprintf(w, "duplicates     %d\n", r.Duplicates)

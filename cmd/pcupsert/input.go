@@ -155,7 +155,7 @@ func openStdin(o options, stdin io.Reader, con io.Writer) (*openedInput, error) 
 
 // notWrittenByTheRun returns a *usageError if the input f, named name, is
 // the dead-letter file or the checkpoint of the run, which would replace
-// it while it is read.
+// it while it is read, or the lock file of either, which the run removes.
 func notWrittenByTheRun(f *os.File, name string, o options) error {
 	switch {
 	case same(f, o.deadLetter):
@@ -170,6 +170,8 @@ func notWrittenByTheRun(f *os.File, name string, o options) error {
 		return usagef("%s is the checkpoint, which would be replaced while it is read: pass another --checkpoint", name)
 	case o.checkpoint != "" && same(f, o.checkpoint+lockSuffix):
 		return usagef("%s is the lock file of --checkpoint %s, which the run removes at its end: pass another --checkpoint", name, o.checkpoint)
+	case same(f, o.deadLetter+lockSuffix):
+		return usagef("%s is the lock file of --dead-letter %s, which the run removes at its end: pass another --dead-letter", name, o.deadLetter)
 	}
 	return nil
 }

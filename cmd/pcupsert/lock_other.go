@@ -3,8 +3,8 @@
 package main
 
 // lockSupported: this system has no flock (Windows, Plan 9, WebAssembly,
-// AIX, Solaris): lockFile does not lock, and two runs on one checkpoint
-// are not refused there. A lock file whose existence alone would be the
+// AIX, Solaris): lockFile does not lock, and two runs on one checkpoint,
+// or on one dead-letter file, are not refused there. A lock file whose existence alone would be the
 // lock would outlive a killed run and refuse every run after it.
 const lockSupported = false
 

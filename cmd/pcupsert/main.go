@@ -20,8 +20,8 @@
 // left to the next run) or may be stale, a line was bad, or the input could
 // not be read to its end (the dead-letter file holds what to replay), and 2
 // for usage errors, an input file that does not exist or is gzip-compressed,
-// a --checkpoint that another pcupsert holds, or that belongs to another
-// input, included.
+// a --checkpoint or --dead-letter that another pcupsert holds, or a
+// --checkpoint that belongs to another input, included.
 // For scripts, --json writes the final report as one JSON object,
 // --max-failure-seconds gives up on an index that accepts nothing, and
 // --dry-run checks the input without sending anything.
@@ -115,7 +115,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.index, "index", "", "the index `NAME`, whose host is looked up with the API key\n(instead of --host)")
 	fs.StringVar(&o.namespace, "namespace", "", "the `NAMESPACE` to write into (default \"\": the SDK's default namespace, \"__default__\")")
 	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped\n(the file names the input by its first 64 KiB: another input is refused; PATH.lock\nis locked while the run lasts: a second pcupsert on PATH is refused)")
-	fs.StringVar(&o.deadLetter, "dead-letter", defaultDeadLetter, "the dead-letter file at `PATH`: records that failed and lines that could not\nbe read, for replay as input; created (mode 0600) only if something fails")
+	fs.StringVar(&o.deadLetter, "dead-letter", defaultDeadLetter, "the dead-letter file at `PATH`: records that failed and lines that could not\nbe read, for replay as input; created (mode 0600) only if something fails\n(PATH.lock is locked while the run lasts: a second pcupsert writing to PATH is refused)")
 	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("`N` records per request, 1 to %d (default 0: adaptive, from 100 up)", upsert.MaxBatchSize))
 	fs.IntVar(&o.concurrency, "concurrency", 0, "`N` requests in flight at most, 1 to 256 (default 0: adaptive, from 4 up)")
 	fs.Float64Var(&o.maxRate, "max-rate", 0, "send at most `N` records a second, retries included, as for an index that also\nserves queries (default 0: as fast as the index accepts)")
@@ -127,7 +127,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.dimension, "dimension", 0, "the index's dimension `N`: the embedded index's, as a real index has one from its creation\n(default 0: that of the first valid record), and what --dry-run checks records against\n(default 0: not checked); replaying dead letters, give your index's")
 	fs.StringVar(&o.format, "format", "", "the input's `FORMAT`: ndjson, or parquet (Pinecone's import layout: columns id, values,\nsparse_values, metadata as a JSON object in a string or as a struct of its fields)\n(default: parquet for a .parquet file, else ndjson)")
 	fs.BoolVar(&o.json, "json", false, "write the final report on stdout as one JSON object (the same figures), for scripts")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check the input, say what would be sent (records, batches, namespaces,\nbad lines and invalid records), and send nothing: no index is opened")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check the input, say what would be sent (records, batches, namespaces,\nbad lines and invalid records), and send nothing: no index is opened; with --checkpoint,\nwhat the run resumed from it would skip and send (the checkpoint is read, not written or locked)")
 	fs.Float64Var(&o.maxFailure, "max-failure-seconds", 0, "give up when records wait and requests have failed, none landing, for `N` seconds:\nwhat was not sent goes to the dead-letter file, read or not, and the exit status is 1\n(default 0: never)")
 	return fs
 }
@@ -213,13 +213,14 @@ run with the same --checkpoint, which sends them again and appends to the
 dead-letter file. Without it, they are dead letters like the others.
 
 Exit status: 0 when every record of the run landed (for --dry-run: when
-every line is a valid record), 1 when a record failed or was left to the
+every line it checks, after those a --checkpoint settled, is a valid
+record), 1 when a record failed or was left to the
 next run, may be stale, a line was bad or the input could not be read to its
 end, 2 for usage errors (an input file that does not exist or is
-gzip-compressed, a --checkpoint in use by another pcupsert or saved for
-another input included). A run resumed with --checkpoint reports the dead
-letters of the runs it resumes ("earlier dead letters"), and its status is
-that of its own records.
+gzip-compressed, a --checkpoint or --dead-letter in use by another
+pcupsert, a --checkpoint saved for another input included). A run resumed
+with --checkpoint reports the dead letters of the runs it resumes ("earlier
+dead letters"), and its status is that of its own records.
 
 Flags:
 `)
@@ -357,11 +358,16 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 	}
 	notice := noticeReporter(e.con, o.deadLetter)
 	if o.dryRun {
-		return dryRunInput(ctx, o, e, in, inp.name, notice)
+		return dryRunInput(ctx, o, e, in, inp, notice)
 	}
 	if err := checkDeadLetterWritable(o.deadLetter); err != nil {
 		return 0, usagef("--dead-letter %s: cannot be written there: %v", o.deadLetter, err)
 	}
+	deadLock, err := lockDeadLetter(o.deadLetter, e.con)
+	if err != nil {
+		return 0, err
+	}
+	defer deadLock.release() // after the dead letters are closed
 	var ckpt *checkpointFile
 	if o.checkpoint != "" {
 		if ckpt, err = openCheckpoint(ctx, o.checkpoint, inp.name, inp.head, e.con); err != nil {
@@ -657,8 +663,22 @@ func finishSummary(s *summary, in *input, dead *deadLetters, causes *causes, tgt
 }
 
 // dryRunInput is upsertInput for --dry-run: nothing is opened but the
-// input, and nothing is written but the report.
-func dryRunInput(ctx context.Context, o options, e *env, in *input, name string, notice func(string)) (int, error) {
+// input, and nothing is written but the report. With --checkpoint, the
+// checkpoint is read, and checked against the input, as a run resumed
+// from it would, but neither locked nor written (readCheckpointOnly): the
+// dry run checks and counts what that run would, the input after what the
+// checkpoint settled.
+func dryRunInput(ctx context.Context, o options, e *env, in *input, inp *openedInput, notice func(string)) (int, error) {
+	name := inp.name
+	var cp upsert.Checkpoint
+	if o.checkpoint != "" {
+		saved, err := readCheckpointOnly(ctx, o.checkpoint, name, inp.head, e.con)
+		if err != nil {
+			return 0, err
+		}
+		in.skip, in.skipBadThrough = int(saved.settled), saved.reported
+		cp = frozenCheckpoint(saved.settled)
+	}
 	in.onBad = func(b *badEntry) { notice(b.err.Error()) }
 	onInvalid := func(f upsert.Failure) {
 		var why any = f.Err
@@ -667,10 +687,13 @@ func dryRunInput(ctx context.Context, o options, e *env, in *input, name string,
 		}
 		notice(fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), why))
 	}
-	rep, err := dryRun(ctx, o, in, onInvalid)
+	rep, err := dryRun(ctx, o, in, cp, onInvalid)
 	switch {
 	case errors.Is(err, errGzipInput):
 		return 0, usagef("%s: %v", name, err)
+	case errors.Is(err, upsert.ErrCheckpointPastEnd) && in.ended:
+		return 0, notTheInput(o.checkpoint, name, fmt.Sprintf("it says %s of %s are settled, and %s has %s",
+			quantity(in.skip, "record"), name, name, quantity(in.read, "record")))
 	case err != nil:
 		return 0, fmt.Errorf("reading %s: %w", name, err)
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -21,8 +23,40 @@ func checkPaths(o options) error {
 	case samePath(o.checkpoint+lockSuffix, o.deadLetter):
 		return usagef("--dead-letter %s is the lock file of --checkpoint %s, which the run removes at its end; "+
 			"give it another path", o.deadLetter, o.checkpoint)
+	case samePath(o.deadLetter+lockSuffix, o.checkpoint):
+		return usagef("--checkpoint %s is the lock file of --dead-letter %s, which the run removes at its end; "+
+			"give it another path", o.checkpoint, o.deadLetter)
 	}
 	return nil
+}
+
+// lockDeadLetter locks the dead-letter file at path for the run, as
+// openCheckpoint locks the checkpoint (lockFile, on PATH.lock): a second
+// pcupsert writing the same file at the same time (two loads in one
+// directory, with the default --dead-letter) would truncate it or write
+// over the first one's letters, and is refused with a *usageError naming
+// the file. The lock is taken before the file is created or truncated,
+// and held to the run's end; the caller releases it (a nil lock included).
+// A device or a pipe (/dev/null) is not locked: nothing in it can be
+// lost. A lock that cannot be taken for another reason (a directory where
+// no file can be created, holding an existing dead-letter file that can
+// be written) is warned of on con, and the run goes on without it, as it
+// did before dead-letter files were locked.
+func lockDeadLetter(path string, con io.Writer) (*fileLock, error) {
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	lock, err := lockFile(path + lockSuffix)
+	switch {
+	case errors.Is(err, errLocked):
+		return nil, usagef("--dead-letter %s: another pcupsert is writing to it (it holds a lock on %s.lock), and this run "+
+			"would truncate it or write over that run's letters: wait for that run to end, or give another --dead-letter", path, path)
+	case err != nil:
+		fmt.Fprintf(con, "pcupsert: warning: --dead-letter %s: cannot be locked (%v): another pcupsert writing to it "+
+			"at the same time would not be refused\n", path, rootCause(err))
+		return nil, nil
+	}
+	return lock, nil
 }
 
 // samePath reports whether a and b name the same file, existing or not:

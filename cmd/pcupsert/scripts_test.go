@@ -489,6 +489,38 @@ func TestReplayingDeadLettersKeepsBadLinesAsTheyWere(t *testing.T) {
 	assert.Equal(t, "1", reportValue(t, res.stdout, "upserted"))
 }
 
+// A bad line that is not UTF-8 (metadata "caf\xe9") keeps its bytes in its
+// letter: replaying the dead-letter file reads that line again, bad as it
+// was, and letters it again unchanged, rather than upserting a record
+// whose metadata the input never held ("caf\uFFFD", what a JSON string
+// makes of the byte).
+func TestAReplayedLetterOfANonUTF8LineIsNotUpsertedAltered(t *testing.T) {
+	dir := t.TempDir()
+	in, dl1, dl2 := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "dl1.ndjson"), filepath.Join(dir, "dl2.ndjson")
+	badLine := "{\"id\":\"m1\",\"values\":[1,2],\"metadata\":{\"k\":\"caf\xe9\"}}"
+	require.NoError(t, os.WriteFile(in, []byte("{\"id\":\"a\",\"values\":[1,2]}\n"+badLine+"\n"), 0o600))
+
+	first := runCmd(t, nil, nil, "--progress", "off", "--dead-letter", dl1, in)
+	require.Equal(t, exitFailed, first.status, "line 2 is not UTF-8: a bad line; stderr:\n%s", first.stderr)
+	_, bad := letters(t, dl1)
+	require.Equal(t, []int{1}, bad, "line 2's letter")
+	want, err := os.ReadFile(dl1)
+	require.NoError(t, err)
+	_, content, _, ok := ndjson.BadLine(bytes.TrimSpace(want))
+	require.True(t, ok, "the letter of a bad line: %s", want)
+	assert.Equal(t, badLine, string(content), "the letter holds the line's bytes")
+
+	replay := runCmd(t, nil, nil, "--progress", "off", "--json", "--dead-letter", dl2, dl1)
+	s := jsonReport(t, replay)
+	assert.Equal(t, exitFailed, replay.status, "the bad line was not fixed: it is still bad; stderr:\n%s", replay.stderr)
+	assert.Equal(t, 1, s.BadLines, "the replayed letter is the bad line it was")
+	assert.Equal(t, 0, s.Upserted, "a record the input never held (its metadata altered to U+FFFD) was upserted")
+	assert.Contains(t, replay.stderr, "line 2 (id \"m1\"): wrong type")
+	got, err := os.ReadFile(dl2)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(got), "the letter is written again unchanged")
+}
+
 // longLine is a reader of a line of n bytes of 'x' and its "\n", without
 // holding it.
 func longLine(n int) io.Reader {

@@ -149,14 +149,28 @@ type checkpointFile struct {
 	savedReported int   // and the reported line
 }
 
-// fileLock is a lock held on a file (see lockFile).
+// fileLock is a lock held on a file (see lockFile, lockForWriting and
+// lockForReading), until release.
 type fileLock struct {
-	f    *os.File
-	path string
+	f *os.File
+	// remove is the lock file of lockFile, removed at release.
+	remove string
+	// removeIfEmpty is the file that lockForWriting created, removed at
+	// release if it is still there and empty.
+	removeIfEmpty string
+	// unlock: f shares its open file with other descriptors (those of
+	// lockForReading), which would hold the lock after f is closed:
+	// release unlocks it first.
+	unlock bool
 }
 
-// errLocked is the error of lockFile when another process holds the lock.
+// errLocked is the error of a lock that another process holds (for
+// lockForWriting: exclusively, to write the file).
 var errLocked = errors.New("locked by another process")
+
+// errBeingRead is the error of lockForWriting when other processes hold
+// the file shared, to read it (lockForReading).
+var errBeingRead = errors.New("locked by another process reading it")
 
 // openCheckpoint opens the checkpoint at path for a run of the input
 // named name, whose start is head: it locks it (a second pcupsert on it

@@ -533,9 +533,10 @@ func TestACheckpointInUseIsRefused(t *testing.T) {
 	assert.NoFileExists(t, ckpt+".lock", "let go at the end of the run")
 }
 
-// A second run on a dead-letter file whose lock another holds is refused,
-// exit status 2, naming the file and the other run, before it truncates
-// the file; the lock, once let go, takes its file with it.
+// A second run on a dead-letter file that another holds (a lock on the
+// file itself) is refused, exit status 2, naming the file and the other
+// run, before it truncates the file; once the other lets go, the file is
+// the next run's, and no PATH.lock was ever made.
 func TestADeadLetterFileInUseIsRefusedBeforeItIsTruncated(t *testing.T) {
 	if !lockSupported {
 		t.Skip("no flock on this system: the dead-letter file is not locked")
@@ -544,22 +545,24 @@ func TestADeadLetterFileInUseIsRefusedBeforeItIsTruncated(t *testing.T) {
 	dl := filepath.Join(dir, "dl.ndjson")
 	held := `{"line":1,"raw":"x","error":"line 1: invalid JSON at byte 1"}` + "\n"
 	require.NoError(t, os.WriteFile(dl, []byte(held), 0o600))
-	lock, err := lockFile(dl + ".lock")
+	lock, err := lockForWriting(dl) // another run's
 	require.NoError(t, err)
+	_, err = lockForWriting(dl)
+	require.ErrorIs(t, err, errLocked)
 
 	res := runCmd(t, nil, strings.NewReader("not json\n"+records(t, 3)), "--progress", "off", "--dead-letter", dl)
 	assert.Equal(t, exitUsage, res.status)
-	assert.Contains(t, res.stderr, "pcupsert: --dead-letter "+dl+": another pcupsert is writing to it (it holds a lock on "+dl+".lock)")
+	assert.Contains(t, res.stderr, "pcupsert: --dead-letter "+dl+": another pcupsert is writing to it, and this run would truncate it")
 	assert.NotContains(t, res.stderr, "embedded loopback index", "nothing was opened")
 	assert.Equal(t, held, readString(t, dl), "the other run's letters are kept")
 
 	lock.release()
-	assert.NoFileExists(t, dl+".lock")
+	require.FileExists(t, dl, "the lock did not create the file: its release leaves it")
 	res = runCmd(t, nil, strings.NewReader("not json\n"+records(t, 3)), "--progress", "off", "--dead-letter", dl)
 	assert.Equal(t, exitFailed, res.status, res.stderr)
 	_, bad := letters(t, dl)
 	assert.Equal(t, []int{1}, bad, "this run's letter")
-	assert.NoFileExists(t, dl+".lock", "let go at the end of the run")
+	assert.NoFileExists(t, dl+".lock", "the file itself is locked, not PATH.lock")
 }
 
 // Two runs at once writing one dead-letter file (two files loaded in one
@@ -613,7 +616,7 @@ func TestTwoRunsWithOneDeadLetterFileKeepBothRunsLetters(t *testing.T) {
 	raw := readString(t, defaultDeadLetter)
 	assert.Contains(t, raw, `"raw":"bad line of a"`, "the first run's letter is kept")
 	assert.NotContains(t, raw, "bad line of b", "the refused run wrote nothing")
-	assert.NoFileExists(t, defaultDeadLetter+".lock")
+	assert.NoFileExists(t, defaultDeadLetter+".lock", "the file itself is locked, not PATH.lock")
 }
 
 // --dry-run with the --checkpoint of a load that finished says what the

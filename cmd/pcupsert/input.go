@@ -71,7 +71,8 @@ func formatOf(o options) string {
 type openedInput struct {
 	src  source
 	name string // names the input in messages
-	// close closes what openInput opened; stdin is left open.
+	// close closes what openInput opened, and lets go of the input's
+	// lock; stdin is left open.
 	close func()
 	// stdin: the input is stdin, which the run does not close, so that a
 	// read of it may outlast the run (see input.stopReading).
@@ -84,8 +85,11 @@ type openedInput struct {
 // openInput opens the input: the file o.input, or stdin. It refuses the
 // dead-letter file and the checkpoint as input, by path or as stdin,
 // since writing them would replace the input while it is read, and a
-// gzip-compressed NDJSON file. Those and a file that does not exist are
-// *usageErrors (exit status 2): the command line must change.
+// gzip-compressed NDJSON file. But for --dry-run, a file input (stdin
+// redirected from one included) is locked shared to the run's end
+// (lockInput): one that another pcupsert writes its dead letters to is
+// refused. Those and a file that does not exist are *usageErrors (exit
+// status 2): the command line must change.
 func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) {
 	format := formatOf(o)
 	if o.input == "" || o.input == "-" {
@@ -107,7 +111,14 @@ func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) 
 		f.Close()
 		return nil, err
 	}
-	closeIn := func() { f.Close() }
+	var lock *fileLock
+	if !o.dryRun { // it writes no letter, and takes no lock
+		if lock, err = lockInput(f, o.input, con); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	closeIn := func() { f.Close(); lock.release() }
 	if format == formatParquet {
 		src, err := newParquetSource(f, fi.Size())
 		if err == nil {
@@ -116,7 +127,7 @@ func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) 
 				return &openedInput{src: src, name: o.input, close: closeIn, head: head}, nil
 			}
 		}
-		f.Close()
+		closeIn()
 		return nil, fmt.Errorf("reading %s: %w", o.input, err)
 	}
 	size := fi.Size()
@@ -128,7 +139,7 @@ func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) 
 	if size < 0 {
 		src.sniff = head.peek // a pipe: its start may not have come yet
 	} else if b, _ := head.peek(len(gzipMagic)); bytes.Equal(b, gzipMagic) {
-		f.Close()
+		closeIn()
 		return nil, usagef("%s: %v", o.input, errGzipInput)
 	}
 	return &openedInput{src: src, name: o.input, close: closeIn, head: head}, nil
@@ -139,9 +150,16 @@ func openStdin(o options, stdin io.Reader, con io.Writer) (*openedInput, error) 
 	if formatOf(o) == formatParquet {
 		return nil, usagef("Parquet input must be a file, not stdin")
 	}
+	var lock *fileLock
 	if f, ok := stdin.(*os.File); ok {
 		if err := notWrittenByTheRun(f, "stdin", o); err != nil {
 			return nil, err
+		}
+		if !o.dryRun { // a file redirected to stdin is locked as a file input is
+			var err error
+			if lock, err = lockInput(f, "stdin", con); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if isTerminal(stdin) {
@@ -150,12 +168,13 @@ func openStdin(o options, stdin io.Reader, con io.Writer) (*openedInput, error) 
 	r, head := newHeadReader(stdin)
 	src := newNDJSONSource(r, -1)
 	src.sniff = head.peek // stdin may not have come yet: sniffed as it is read
-	return &openedInput{src: src, name: "stdin", close: func() {}, stdin: true, head: head}, nil
+	return &openedInput{src: src, name: "stdin", close: lock.release, stdin: true, head: head}, nil
 }
 
 // notWrittenByTheRun returns a *usageError if the input f, named name, is
 // the dead-letter file or the checkpoint of the run, which would replace
-// it while it is read, or the lock file of either, which the run removes.
+// it while it is read, or the lock file of the checkpoint, which the run
+// removes.
 func notWrittenByTheRun(f *os.File, name string, o options) error {
 	switch {
 	case same(f, o.deadLetter):
@@ -170,8 +189,6 @@ func notWrittenByTheRun(f *os.File, name string, o options) error {
 		return usagef("%s is the checkpoint, which would be replaced while it is read: pass another --checkpoint", name)
 	case o.checkpoint != "" && same(f, o.checkpoint+lockSuffix):
 		return usagef("%s is the lock file of --checkpoint %s, which the run removes at its end: pass another --checkpoint", name, o.checkpoint)
-	case same(f, o.deadLetter+lockSuffix):
-		return usagef("%s is the lock file of --dead-letter %s, which the run removes at its end: pass another --dead-letter", name, o.deadLetter)
 	}
 	return nil
 }

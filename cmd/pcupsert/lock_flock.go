@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"syscall"
 )
@@ -35,21 +36,110 @@ func lockFile(path string) (*fileLock, error) {
 			return nil, err
 		}
 		if same(f, path) {
-			return &fileLock{f: f, path: path}, nil
+			return &fileLock{f: f, remove: path}, nil
 		}
 		f.Close() // the holder before removed it: lock the new one
 	}
 	return nil, errLocked // taken and let go by others all along
 }
 
-// release removes the lock file and lets go of the lock; it does nothing
-// for a nil lock.
+// lockForWriting takes an exclusive lock (flock) on the file at path
+// itself, which the run is about to write in place (the dead-letter
+// file), on a descriptor of its own, without waiting and without
+// truncating the file: errLocked if another process (or another lock of
+// this one) holds it to write it, errBeingRead if others hold it shared,
+// to read it (lockForReading). The file is created (mode 0600) if it does
+// not exist; created so, and still empty at release, it is removed then:
+// a run that wrote nothing in it leaves no file behind, as before it was
+// locked. A lock on a file that, once locked, is no longer the one at
+// path (the run that created it removed it as it let go) is given up for
+// one on the file now there.
+func lockForWriting(path string) (*fileLock, error) {
+	for range 10 {
+		created := true
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			// It exists, or is a link (to /proc/self/fd/1, as /dev/stdout
+			// is), which the open follows.
+			created = false
+			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+		}
+		if err != nil {
+			return nil, err
+		}
+		fd := int(f.Fd())
+		if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				err = errLocked
+				// Shared locks only are held by readers, which let this
+				// one be taken; an exclusive one, by a writer, does not.
+				if syscall.Flock(fd, syscall.LOCK_SH|syscall.LOCK_NB) == nil {
+					err = errBeingRead
+				}
+			}
+			f.Close()
+			return nil, err
+		}
+		if same(f, path) {
+			l := &fileLock{f: f}
+			if created {
+				l.removeIfEmpty = path
+			}
+			return l, nil
+		}
+		f.Close() // its creator removed it as it let go: lock the one now there
+	}
+	return nil, errLocked // taken and let go by others all along
+}
+
+// lockForReading takes a shared lock (flock) on the input file f, on a
+// descriptor of its own (a duplicate of f's), without waiting: errLocked
+// if another process holds it exclusively (lockForWriting: it writes its
+// dead letters there). Runs that read one file may hold it at once. The
+// duplicate shares f's open file (stdin's, redirected from a file, may be
+// shared with other processes): release unlocks it before closing it.
+func lockForReading(f *os.File) (*fileLock, error) {
+	// Duplicated and marked close-on-exec under ForkLock, as os.Open
+	// does: a command started meanwhile must not inherit the lock.
+	syscall.ForkLock.RLock()
+	fd, err := syscall.Dup(int(f.Fd()))
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	g := os.NewFile(uintptr(fd), f.Name())
+	if err := syscall.Flock(fd, syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		g.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, errLocked
+		}
+		return nil, err
+	}
+	return &fileLock{f: g, unlock: true}, nil
+}
+
+// release lets go of the lock, removing the file first for a lock of
+// lockFile, and for one of lockForWriting that created its file if
+// nothing was written in it; it does nothing for a nil lock.
 func (l *fileLock) release() {
 	if l == nil || l.f == nil {
 		return
 	}
 	// Removed while still locked: whoever locks the file after sees that
 	// it is no longer at path.
-	_ = os.Remove(l.path)
+	if l.remove != "" {
+		_ = os.Remove(l.remove)
+	}
+	if l.removeIfEmpty != "" {
+		if fi, err := l.f.Stat(); err == nil && fi.Size() == 0 && same(l.f, l.removeIfEmpty) {
+			_ = os.Remove(l.removeIfEmpty)
+		}
+	}
+	if l.unlock {
+		_ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+	}
 	_ = l.f.Close()
 }

@@ -20,8 +20,9 @@
 // left to the next run) or may be stale, a line was bad, or the input could
 // not be read to its end (the dead-letter file holds what to replay), and 2
 // for usage errors, an input file that does not exist or is gzip-compressed,
-// a --checkpoint or --dead-letter that another pcupsert holds, or a
-// --checkpoint that belongs to another input, included.
+// a --checkpoint or --dead-letter that another pcupsert holds, an input
+// that another pcupsert writes its dead letters to, or a --checkpoint that
+// belongs to another input, included.
 // For scripts, --json writes the final report as one JSON object,
 // --max-failure-seconds gives up on an index that accepts nothing, and
 // --dry-run checks the input without sending anything.
@@ -115,7 +116,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.index, "index", "", "the index `NAME`, whose host is looked up with the API key\n(instead of --host)")
 	fs.StringVar(&o.namespace, "namespace", "", "the `NAMESPACE` to write into (default \"\": the SDK's default namespace, \"__default__\")")
 	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped\n(the file names the input by its first 64 KiB: another input is refused; PATH.lock\nis locked while the run lasts: a second pcupsert on PATH is refused)")
-	fs.StringVar(&o.deadLetter, "dead-letter", defaultDeadLetter, "the dead-letter file at `PATH`: records that failed and lines that could not\nbe read, for replay as input; created (mode 0600) only if something fails\n(PATH.lock is locked while the run lasts: a second pcupsert writing to PATH is refused)")
+	fs.StringVar(&o.deadLetter, "dead-letter", defaultDeadLetter, "the dead-letter file at `PATH`: records that failed and lines that could not\nbe read, for replay as input; written (mode 0600) only if something fails (the file\nitself is locked while the run lasts: a second pcupsert writing to PATH, or reading it\nas its input, is refused, as is a run reading a file another one writes letters to)")
 	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("`N` records per request, 1 to %d (default 0: adaptive, from 100 up)", upsert.MaxBatchSize))
 	fs.IntVar(&o.concurrency, "concurrency", 0, "`N` requests in flight at most, 1 to 256 (default 0: adaptive, from 4 up)")
 	fs.Float64Var(&o.maxRate, "max-rate", 0, "send at most `N` records a second, retries included, as for an index that also\nserves queries (default 0: as fast as the index accepts)")
@@ -218,7 +219,8 @@ record), 1 when a record failed or was left to the
 next run, may be stale, a line was bad or the input could not be read to its
 end, 2 for usage errors (an input file that does not exist or is
 gzip-compressed, a --checkpoint or --dead-letter in use by another
-pcupsert, a --checkpoint saved for another input included). A run resumed
+pcupsert, an input another pcupsert writes its dead letters to, a
+--checkpoint saved for another input included). A run resumed
 with --checkpoint reports the dead letters of the runs it resumes ("earlier
 dead letters"), and its status is that of its own records.
 

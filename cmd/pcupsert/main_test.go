@@ -341,8 +341,6 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 	t.Setenv("PINECONE_API_KEY", "")
 	dl := deadLetterPath(t)
 	require.NoError(t, os.WriteFile(dl, []byte(records(t, 1)), 0o600))
-	dl2 := deadLetterPath(t) // its lock file exists, unlocked
-	require.NoError(t, os.WriteFile(dl2+".lock", []byte(records(t, 1)), 0o600))
 	tests := []struct {
 		name string
 		args []string
@@ -366,10 +364,6 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 		{"a dead-letter file in a directory that does not exist", []string{"--dead-letter", filepath.Join(dl, "x"), "-"},
 			"--dead-letter " + filepath.Join(dl, "x") + ": cannot be written there: "},
 		{"a directory as the dead-letter file", []string{"--dead-letter", t.TempDir(), "-"}, "cannot be written there: it is a directory"},
-		{"the dead-letter file's lock file as input", []string{"--dead-letter", dl2, dl2 + ".lock"},
-			dl2 + ".lock is the lock file of --dead-letter " + dl2 + ", which the run removes at its end"},
-		{"the checkpoint at the dead-letter file's lock file", []string{"--dead-letter", dl2, "--checkpoint", dl2 + ".lock", "-"},
-			"--checkpoint " + dl2 + ".lock is the lock file of --dead-letter " + dl2 + ", which the run removes at its end"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

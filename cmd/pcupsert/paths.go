@@ -23,37 +23,65 @@ func checkPaths(o options) error {
 	case samePath(o.checkpoint+lockSuffix, o.deadLetter):
 		return usagef("--dead-letter %s is the lock file of --checkpoint %s, which the run removes at its end; "+
 			"give it another path", o.deadLetter, o.checkpoint)
-	case samePath(o.deadLetter+lockSuffix, o.checkpoint):
-		return usagef("--checkpoint %s is the lock file of --dead-letter %s, which the run removes at its end; "+
-			"give it another path", o.checkpoint, o.deadLetter)
 	}
 	return nil
 }
 
-// lockDeadLetter locks the dead-letter file at path for the run, as
-// openCheckpoint locks the checkpoint (lockFile, on PATH.lock): a second
-// pcupsert writing the same file at the same time (two loads in one
-// directory, with the default --dead-letter) would truncate it or write
-// over the first one's letters, and is refused with a *usageError naming
-// the file. The lock is taken before the file is created or truncated,
-// and held to the run's end; the caller releases it (a nil lock included).
-// A device or a pipe (/dev/null) is not locked: nothing in it can be
-// lost. A lock that cannot be taken for another reason (a directory where
-// no file can be created, holding an existing dead-letter file that can
-// be written) is warned of on con, and the run goes on without it, as it
-// did before dead-letter files were locked.
+// lockDeadLetter locks the dead-letter file at path for the run: a
+// second pcupsert writing the same file at the same time (two loads in
+// one directory, with the default --dead-letter) would truncate it or
+// write over the first one's letters, and one reading it (replaying it as
+// its input) would lose what it had not read yet; either is refused with
+// a *usageError naming the file. The file is written in place, never
+// replaced (unlike the checkpoint), so the lock is on the file itself
+// (lockForWriting), not on a lock file next to it: a path that names a
+// file of each process (/dev/stdout redirected to a file) locks that
+// process's file, and no file but the dead-letter file is created. The
+// lock is taken before the file is created or truncated, and held to the
+// run's end; the caller releases it (a nil lock included), after the dead
+// letters are closed. A device or a pipe (/dev/null) is not locked:
+// nothing in it can be lost. A lock that cannot be taken for another
+// reason (a file system without flock) is warned of on con, and the run
+// goes on without it, as it did before dead-letter files were locked.
 func lockDeadLetter(path string, con io.Writer) (*fileLock, error) {
 	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
 		return nil, nil
 	}
-	lock, err := lockFile(path + lockSuffix)
+	lock, err := lockForWriting(path)
+	switch {
+	case errors.Is(err, errBeingRead):
+		return nil, usagef("--dead-letter %s: another pcupsert is reading it (as its input), and this run would truncate it "+
+			"or write into it while it is read: wait for that run to end, or give another --dead-letter", path)
+	case errors.Is(err, errLocked):
+		return nil, usagef("--dead-letter %s: another pcupsert is writing to it, and this run "+
+			"would truncate it or write over that run's letters: wait for that run to end, or give another --dead-letter", path)
+	case err != nil:
+		fmt.Fprintf(con, "pcupsert: warning: --dead-letter %s: cannot be locked (%v): another pcupsert writing to it, "+
+			"or reading it, at the same time would not be refused\n", path, rootCause(err))
+		return nil, nil
+	}
+	return lock, nil
+}
+
+// lockInput locks the input file f, named name, for a run that reads
+// it (lockForReading): a run writing its dead letters to it is refused,
+// as this run is if one is writing them there already (a *usageError);
+// runs that only read it may read it at once. A pipe or a device is not
+// locked. A lock that cannot be taken for another reason is warned of on
+// con, and the run goes on without it. The caller releases it at the
+// run's end (a nil lock included).
+func lockInput(f *os.File, name string, con io.Writer) (*fileLock, error) {
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	lock, err := lockForReading(f)
 	switch {
 	case errors.Is(err, errLocked):
-		return nil, usagef("--dead-letter %s: another pcupsert is writing to it (it holds a lock on %s.lock), and this run "+
-			"would truncate it or write over that run's letters: wait for that run to end, or give another --dead-letter", path, path)
+		return nil, usagef("%s: another pcupsert is writing its dead letters to it, and would truncate it or write into it "+
+			"while this run reads it: wait for that run to end", name)
 	case err != nil:
-		fmt.Fprintf(con, "pcupsert: warning: --dead-letter %s: cannot be locked (%v): another pcupsert writing to it "+
-			"at the same time would not be refused\n", path, rootCause(err))
+		fmt.Fprintf(con, "pcupsert: warning: %s: cannot be locked (%v): another pcupsert writing its dead letters to it "+
+			"while this run reads it would not be refused\n", name, rootCause(err))
 		return nil, nil
 	}
 	return lock, nil

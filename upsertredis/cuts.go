@@ -114,6 +114,7 @@ func nudge(c chan struct{}) {
 // own timeouts (seconds), not the store's.
 func (h *cutsHub) subscribe() {
 	var ps *redis.PubSub
+	var on *redis.Client // the Ring's shard ps is on
 	defer func() {
 		if ps != nil {
 			safely(func() { _ = ps.Close() })
@@ -127,23 +128,33 @@ func (h *cutsHub) subscribe() {
 		case <-h.kick:
 		case <-retry:
 		}
-		on, off := h.changes()
+		// A Ring hub follows its channel's shard, checked at each retry:
+		// the cut script PUBLISHes there, and a shard hears its own only.
+		if now := h.shard(); ps != nil && on != nil && now != nil && now != on {
+			safely(func() { _ = ps.Close() })
+			ps = nil
+			h.unsubscribed([]string{h.key.shard})
+		}
+		add, off := h.changes()
 		switch {
-		case ps == nil && len(on) > 0:
-			if ps = h.open(on); ps == nil {
-				h.unsubscribed(on)
+		case ps == nil && len(add) > 0:
+			if ps, on = h.open(add); ps == nil {
+				h.unsubscribed(add)
 				retry = time.After(resubscribeEvery)
 				continue
 			}
 			retry = nil
 			go h.dispatch(ps.Channel())
-		case len(on) > 0:
+		case len(add) > 0:
 			// On failure go-redis keeps the channels and subscribes to
 			// them again as it reconnects.
-			safely(func() { _ = ps.Subscribe(context.Background(), on...) })
+			safely(func() { _ = ps.Subscribe(context.Background(), add...) })
 		}
 		if ps != nil && len(off) > 0 {
 			safely(func() { _ = ps.Unsubscribe(context.Background(), off...) })
+		}
+		if on != nil {
+			retry = time.After(resubscribeEvery)
 		}
 	}
 }
@@ -154,11 +165,33 @@ func (h *cutsHub) subscribe() {
 const resubscribeEvery = time.Second
 
 // open opens a subscription to channels, or returns nil if the client
-// could not (a Ring all of whose shards are down, or closed).
-func (h *cutsHub) open(channels []string) *redis.PubSub {
-	var ps *redis.PubSub
-	safely(func() { ps = h.rdb.Subscribe(context.Background(), channels...) })
-	return ps
+// could not (a Ring all of whose shards are down, or closed); for a Ring,
+// it is opened on the channel's shard, which it returns.
+func (h *cutsHub) open(channels []string) (ps *redis.PubSub, shard *redis.Client) {
+	if h.key.shard == "" {
+		safely(func() { ps = h.rdb.Subscribe(context.Background(), channels...) })
+		return ps, nil
+	}
+	if shard = h.shard(); shard == nil {
+		return nil, nil
+	}
+	safely(func() { ps = shard.Subscribe(context.Background(), channels...) })
+	if ps == nil {
+		return nil, nil
+	}
+	return ps, shard
+}
+
+// shard returns the client of the shard a Ring routes the hub's channel
+// to, or nil if none (all down, closed) or the hub is not a Ring's.
+func (h *cutsHub) shard() *redis.Client {
+	ring, ok := h.rdb.(*redis.Ring)
+	if !ok || h.key.shard == "" {
+		return nil
+	}
+	var c *redis.Client
+	safely(func() { c, _ = ring.GetShardClientForKey(h.key.shard) })
+	return c
 }
 
 // safely runs f, a call of go-redis, and recovers its panic: go-redis

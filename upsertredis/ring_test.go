@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/upsertlib/upsert/internal/redistest"
+	"github.com/upsertlib/upsert/internal/share"
 )
 
 // childEnv, set to a test's name, makes the test binary run that test as
@@ -141,4 +142,66 @@ func TestALaneOfARingSubscribesOnceItsShardIsBack(t *testing.T) {
 		return err == nil && got[m.channel()] == 1
 	}, 3*time.Second, 5*time.Millisecond, "the lane never subscribed")
 	t.Logf("subscribed %v after the shard came back", time.Since(back).Round(10*time.Millisecond))
+}
+
+// TestARingLaneResubscribedWhileItsShardWasDownHearsCutsOnceItIsBack:
+// a lane that joined while all the Ring's shards were down has its
+// subscription retried every second (2be518d); the retry opens it on
+// whichever shard answers first, which need not be the lane's own. Once
+// the lane's shard is back, its scripts (and the cut script's PUBLISH)
+// run there, while the hub stays subscribed on the stand-in shard for
+// good unless it follows the shard its channel is routed to. A cut
+// announced on the lane's shard must reach the other writer at once, as it
+// does for a lane that joined with its shard up.
+func TestARingLaneResubscribedWhileItsShardWasDownHearsCutsOnceItIsBack(t *testing.T) {
+	home, standIn := redistest.Run(t), redistest.Run(t)
+	ring := unixRing(t, home, standIn)
+	s := newStore(t, ring, WithTimeout(300*time.Millisecond))
+	homeClient, standInClient := client(t, home), client(t, standIn)
+	ctx := context.Background()
+
+	// A lane whose keys (and channel, under the same hash tag) land on home.
+	onHome := func(l share.Lane) bool {
+		state, _ := laneKeys(s.opts.prefix, l.Host, l.Namespace)
+		probe := strings.TrimSuffix(state, ":state") + ":probe"
+		if ring.Set(ctx, probe, 1, time.Minute).Err() != nil {
+			return false
+		}
+		n, err := homeClient.Exists(ctx, probe).Result()
+		return err == nil && n == 1
+	}
+	var l share.Lane
+	found := false
+	for i := 0; i < 64 && !found; i++ {
+		l = laneN(i)
+		found = onHome(l)
+	}
+	require.True(t, found)
+
+	home.Kill()
+	standIn.Kill()
+	allShardsDown(t, ring)
+	a := s.Join(ctx, l).(*member)
+	b := s.Join(ctx, l).(*member)
+	t.Cleanup(func() { leaveAndWait(a); leaveAndWait(b) })
+	require.False(t, a.View().Shared)
+	time.Sleep(150 * time.Millisecond) // the hub's first Subscribe fails
+
+	require.NoError(t, standIn.Restart())
+	require.Eventually(t, func() bool {
+		got, err := standInClient.PubSubNumSub(ctx, a.channel()).Result()
+		return err == nil && got[a.channel()] == 1
+	}, 5*time.Second, 10*time.Millisecond, "the hub resubscribed on the only shard up")
+
+	require.NoError(t, home.Restart())
+	require.Eventually(t, func() bool { return onHome(l) }, 5*time.Second, 20*time.Millisecond,
+		"the Ring routes the lane to its shard again")
+	require.Eventually(t, func() bool {
+		return a.sync(ctx) == nil && b.sync(ctx) == nil && b.View().Shared && a.View().Shared
+	}, 3*time.Second, 20*time.Millisecond)
+	time.Sleep(1200 * time.Millisecond) // the members' pending retries fire; their loops then heed pokes
+	require.NoError(t, b.sync(ctx))
+
+	cutHeard(t, a, b, "a cut of the lane, announced on its shard, never reached the lane's other writer: "+
+		"the hub stayed subscribed on the shard that answered first")
 }

@@ -219,6 +219,9 @@ func openCheckpoint(ctx context.Context, path, name string, head *inputHead, con
 // run neither waits for it nor stands in its way. A missing file is a
 // fresh start, as for a run.
 func readCheckpointOnly(ctx context.Context, path, name string, head *inputHead, con io.Writer) (savedCheckpoint, error) {
+	if err := checkSavable(path); err != nil { // as a run would refuse it, writing nothing to find out
+		return savedCheckpoint{}, usagef("--checkpoint %s: cannot be saved there: %v", path, err)
+	}
 	saved, err := readCheckpoint(path)
 	if err != nil {
 		return savedCheckpoint{}, err
@@ -315,6 +318,18 @@ func peekHead(ctx context.Context, head *inputHead, n int) ([]byte, error) {
 // checkWritable returns an error if no checkpoint can be saved at path:
 // its directory does not exist or is not writable, or path is a
 // directory.
+// checkSavable is what checkWritable finds without writing: path is not
+// a directory, and its directory exists.
+func checkSavable(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return errors.New("it is a directory")
+	}
+	if _, err := os.Stat(filepath.Dir(path)); err != nil {
+		return rootCause(err)
+	}
+	return nil
+}
+
 func checkWritable(path string) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return errors.New("it is a directory")

@@ -862,3 +862,18 @@ func TestEarlierDeadLettersDoNotCountATornLastLine(t *testing.T) {
 	require.Equal(t, exitOK, res.status, res.stderr)
 	require.Equal(t, 1, jsonReport(t, res).DeadLetters.Earlier, "one letter, and a torn line that is none")
 }
+
+// A dry run refuses a --checkpoint a run could not save, as the run would
+// (exit status 2), without writing anything to find out.
+func TestADryRunRefusesACheckpointThatCannotBeSaved(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 3)), 0o600))
+	for _, ckpt := range []string{dir, filepath.Join(dir, "missing", "ckpt")} {
+		res := runCmd(t, nil, nil, "--dry-run", "--checkpoint", ckpt, in)
+		assert.Equal(t, exitUsage, res.status, "%s: stderr:\n%s", ckpt, res.stderr)
+		assert.Contains(t, res.stderr, "cannot be saved there")
+		real := runCmd(t, nil, nil, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"), in)
+		assert.Equal(t, exitUsage, real.status, "the run refuses it too: %s", real.stderr)
+	}
+}

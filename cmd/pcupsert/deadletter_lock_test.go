@@ -229,3 +229,23 @@ func TestAFileNamedAfterTheDeadLetterFilePlusLockIsLeftAlone(t *testing.T) {
 	assert.NotContains(t, res.stderr, "lock file")
 	assert.Equal(t, "the user's own file\n", readString(t, dl+".lock"))
 }
+
+// The empty dead-letter file a killed run leaves (it is created at the
+// start, for its lock) is removed by the next run that writes no letter in
+// it; a dead-letter file holding letters is left as it is.
+func TestAnEmptyDeadLetterFileLeftByAKilledRunIsRemovedByTheNext(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no locks, so no file created at the start")
+	}
+	dir := t.TempDir()
+	dl := filepath.Join(dir, "failed.ndjson")
+	require.NoError(t, os.WriteFile(dl, nil, 0o600)) // as a killed run leaves it
+	res := runCmd(t, nil, strings.NewReader(records(t, 3)), "--progress", "off", "--dead-letter", dl)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	assert.NoFileExists(t, dl)
+
+	require.NoError(t, os.WriteFile(dl, []byte("{\"line\":1,\"raw\":\"x\",\"error\":\"bad\"}\n"), 0o600))
+	res = runCmd(t, nil, strings.NewReader(records(t, 3)), "--progress", "off", "--dead-letter", dl)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	assert.FileExists(t, dl, "an earlier run's letters stay")
+}

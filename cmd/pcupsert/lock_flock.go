@@ -49,9 +49,10 @@ func lockFile(path string) (*fileLock, error) {
 // truncating the file: errLocked if another process (or another lock of
 // this one) holds it to write it, errBeingRead if others hold it shared,
 // to read it (lockForReading). The file is created (mode 0600) if it does
-// not exist; created so, and still empty at release, it is removed then:
-// a run that wrote nothing in it leaves no file behind, as before it was
-// locked. A lock on a file that, once locked, is no longer the one at
+// not exist; created so, or found empty (what a killed run leaves), and
+// still empty at release, it is removed then: a run that wrote nothing in
+// it leaves no file behind, as before it was locked. A link is never
+// removed. A lock on a file that, once locked, is no longer the one at
 // path (the run that created it removed it as it let go) is given up for
 // one on the file now there.
 func lockForWriting(path string) (*fileLock, error) {
@@ -82,7 +83,7 @@ func lockForWriting(path string) (*fileLock, error) {
 		}
 		if same(f, path) {
 			l := &fileLock{f: f}
-			if created {
+			if created || emptyFile(path) {
 				l.removeIfEmpty = path
 			}
 			return l, nil
@@ -90,6 +91,13 @@ func lockForWriting(path string) (*fileLock, error) {
 		f.Close() // its creator removed it as it let go: lock the one now there
 	}
 	return nil, errLocked // taken and let go by others all along
+}
+
+// emptyFile reports whether path is a regular file, not a link, that
+// holds nothing.
+func emptyFile(path string) bool {
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == 0
 }
 
 // lockForReading takes a shared lock (flock) on the input file f, on a

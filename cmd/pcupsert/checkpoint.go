@@ -155,8 +155,8 @@ type fileLock struct {
 	f *os.File
 	// remove is the lock file of lockFile, removed at release.
 	remove string
-	// removeIfEmpty is the file that lockForWriting created, removed at
-	// release if it is still there and empty.
+	// removeIfEmpty is lockForWriting's file when it was empty (created,
+	// or left so by a killed run), removed at release if still empty.
 	removeIfEmpty string
 	// unlock: f shares its open file with other descriptors (those of
 	// lockForReading), which would hold the lock after f is closed:
@@ -168,9 +168,9 @@ type fileLock struct {
 // lockForWriting: exclusively, to write the file).
 var errLocked = errors.New("locked by another process")
 
-// errBeingRead is the error of lockForWriting when other processes hold
-// the file shared, to read it (lockForReading).
-var errBeingRead = errors.New("locked by another process reading it")
+// errBeingRead is the error of a lock (lockAt) when other processes hold
+// the file shared, to read it (lockForReading); it is an errLocked.
+var errBeingRead = fmt.Errorf("%w reading it", errLocked)
 
 // openCheckpoint opens the checkpoint at path for a run of the input
 // named name, whose start is head: it locks it (a second pcupsert on it

@@ -4,7 +4,6 @@ package main
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"syscall"
 )
@@ -21,26 +20,13 @@ const lockSupported = true
 // The holder removes the file as it lets go (release), so that none is
 // left behind: a process that opened the file before it was removed, and
 // locks it after, holds a lock on a file no longer at path, which it sees
-// and tries again.
+// and tries again (lockAt).
 func lockFile(path string) (*fileLock, error) {
-	for range 10 {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			f.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
-				return nil, errLocked
-			}
-			return nil, err
-		}
-		if same(f, path) {
-			return &fileLock{f: f, remove: path}, nil
-		}
-		f.Close() // the holder before removed it: lock the new one
+	f, err := lockAt(path, os.O_RDWR)
+	if err != nil {
+		return nil, err
 	}
-	return nil, errLocked // taken and let go by others all along
+	return &fileLock{f: f, remove: path}, nil
 }
 
 // lockForWriting takes an exclusive lock (flock) on the file at path
@@ -52,19 +38,29 @@ func lockFile(path string) (*fileLock, error) {
 // not exist; created so, or found empty (what a killed run leaves), and
 // still empty at release, it is removed then: a run that wrote nothing in
 // it leaves no file behind, as before it was locked. A link is never
-// removed. A lock on a file that, once locked, is no longer the one at
-// path (the run that created it removed it as it let go) is given up for
-// one on the file now there.
+// removed.
 func lockForWriting(path string) (*fileLock, error) {
+	f, err := lockAt(path, os.O_WRONLY)
+	if err != nil {
+		return nil, err
+	}
+	l := &fileLock{f: f}
+	if emptyFile(path) {
+		l.removeIfEmpty = path
+	}
+	return l, nil
+}
+
+// lockAt opens the file at path with flag, creating it (mode 0600) if need
+// be, and takes an exclusive lock (flock) on it without waiting:
+// errLocked if another process (or another lock of this one) holds it
+// exclusively, errBeingRead if others hold it shared only. A lock on a
+// file that, once locked, is no longer the one at path (its holder
+// removed it as it let go) is given up for one on the file now there. A
+// link is followed (/dev/stdout, to /proc/self/fd/1).
+func lockAt(path string, flag int) (*os.File, error) {
 	for range 10 {
-		created := true
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, fs.ErrExist) {
-			// It exists, or is a link (to /proc/self/fd/1, as /dev/stdout
-			// is), which the open follows.
-			created = false
-			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
-		}
+		f, err := os.OpenFile(path, flag|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, err
 		}
@@ -82,13 +78,9 @@ func lockForWriting(path string) (*fileLock, error) {
 			return nil, err
 		}
 		if same(f, path) {
-			l := &fileLock{f: f}
-			if created || emptyFile(path) {
-				l.removeIfEmpty = path
-			}
-			return l, nil
+			return f, nil
 		}
-		f.Close() // its creator removed it as it let go: lock the one now there
+		f.Close() // its holder removed it as it let go: lock the one now there
 	}
 	return nil, errLocked // taken and let go by others all along
 }

@@ -45,17 +45,18 @@ func (p *workerPool) start(concurrency int) {
 // once. Batches waiting out a backoff do not count, but the worker pool
 // bounds them. See hasRoom for which batches count.
 //
-// It never waits: when there is no room, or no free worker, it returns
-// kept true, with b not dispatched and still the caller's, which waits for
-// a batch to finish (batchFinished, taken before the call so that no
-// wakeup is lost) without holding the producers' turn, and tries again:
-// that wait is the backpressure that bounds memory. When the run has
+// It never waits: when there is no room, or no free worker for it
+// (freeWorkerFor), it returns kept true, with b not dispatched and still
+// the caller's, which waits for a batch to finish (batchFinished, taken
+// before the call so that no wakeup is lost) without holding the
+// producers' turn, and tries again: that wait is the backpressure that
+// bounds memory. When the run has
 // stopped it fails b's records and returns the stop error.
 func (r *run) dispatch(rt *route, b batch) (kept bool, err error) {
 	if r.runCtx.Err() != nil {
 		return false, r.failStopped(b.items)
 	}
-	if !r.hasRoom(rt) || !r.freeWorkerFor(rt) {
+	if !r.canGo(rt) {
 		return true, nil
 	}
 	select {

@@ -26,8 +26,8 @@ var ErrClosed = errors.New("upsert: writer closed")
 // back the Adds of the others, from any goroutine, as long as the records
 // waiting in partial or stalled batches across namespaces (four requests'
 // worth at most) leave room; of the batches a run holds in flight (130,
-// or 2n+2 under WithConcurrency(n)), the last eighth go to namespaces with
-// none in flight. A fixed [WithConcurrency] is the requests in flight the
+// or 2n+2 under WithConcurrency(n)), the last eighth (one at least) go to
+// namespaces with none in flight. A fixed [WithConcurrency] is the requests in flight the
 // namespaces share: one paused by a Retry-After holds none of them, but
 // one whose requests wait for its rate holds those queued. With
 // [WithAcks] a full window of acks (which go in order) holds back every

@@ -215,16 +215,18 @@ func TestEventsAndFailuresNameTheDefaultNamespaceAlike(t *testing.T) {
 		"the requests that carried the failed record name its namespace as its Failure does (%q)", ns)
 }
 
-// With a fixed WithConcurrency, a namespace paused by a Retry-After holds
-// none of the call's slots, nor its other namespaces' room: a Writer's
-// records of other namespaces land while it waits (the README: a
-// Retry-After pauses the namespace).
-func TestARetryAfterInOneNamespaceLeavesTheFixedConcurrencyToTheOthers(t *testing.T) {
-	clk := newGateClock()
-	var cold, hot atomic.Int64
+// retryAfterInHot returns a Writer of WithConcurrency(conc), batches of
+// 10 and a gate clock, routing "ns-i" to ns, whose second request to
+// namespace "hot" is answered UNAVAILABLE with a Retry-After of 2 s (the
+// first answered: not a wrong host), and which counts in cold the records
+// of the other namespaces that landed. Its context ends with the test,
+// ending the sleeps left when the test fails.
+func retryAfterInHot(t *testing.T, conc int) (w *Writer, clk *gateClock, cold *atomic.Int64) {
+	clk, cold = newGateClock(), new(atomic.Int64)
+	var hot atomic.Int64
 	send := func(_ context.Context, ns string, batch []*pinecone.Vector) error {
 		if ns == "hot" {
-			if hot.Add(1) == 2 { // once the index has answered: not a wrong host
+			if hot.Add(1) == 2 {
 				return &Error{Class: ClassServer, RetryAfter: 2 * time.Second, Err: errors.New("unavailable")}
 			}
 			return nil
@@ -234,10 +236,19 @@ func TestARetryAfterInOneNamespaceLeavesTheFixedConcurrencyToTheOthers(t *testin
 	}
 	nsOf := func(v *pinecone.Vector) string { ns, _, _ := strings.Cut(v.Id, "-"); return ns }
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel) // ends the sleeps left when the test fails
+	t.Cleanup(cancel)
 	w, err := NewWriter(ctx, WithUpsertFunc(send), WithNamespaceOf(nsOf),
-		WithConcurrency(2), WithBatchSize(10), WithMaxDelay(time.Hour), withClock(clk), withRand(maxRand))
+		WithConcurrency(conc), WithBatchSize(10), WithMaxDelay(time.Hour), withClock(clk), withRand(maxRand))
 	require.NoError(t, err)
+	return w, clk, cold
+}
+
+// With a fixed WithConcurrency, a namespace paused by a Retry-After holds
+// none of the call's slots, nor its other namespaces' room: a Writer's
+// records of other namespaces land while it waits (the README: a
+// Retry-After pauses the namespace).
+func TestARetryAfterInOneNamespaceLeavesTheFixedConcurrencyToTheOthers(t *testing.T) {
+	w, clk, cold := retryAfterInHot(t, 2)
 	hotDone := make(chan error, 1)
 	go func() {
 		for i := range 100 {
@@ -334,24 +345,7 @@ func TestARequestQueuedForTheFixedSlotGivesItBackWhenItsLaneIsPaused(t *testing.
 // out a Retry-After (one batch resting, the others waiting for the pause)
 // leaves one to the other namespaces, whose batch lands meanwhile.
 func TestAPausedNamespaceLeavesAWorkerUnderConcurrencyOne(t *testing.T) {
-	clk := newGateClock()
-	var cold, hot atomic.Int64
-	send := func(_ context.Context, ns string, batch []*pinecone.Vector) error {
-		if ns == "hot" {
-			if hot.Add(1) == 2 {
-				return &Error{Class: ClassServer, RetryAfter: 2 * time.Second, Err: errors.New("unavailable")}
-			}
-			return nil
-		}
-		cold.Add(int64(len(batch)))
-		return nil
-	}
-	nsOf := func(v *pinecone.Vector) string { ns, _, _ := strings.Cut(v.Id, "-"); return ns }
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := NewWriter(ctx, WithUpsertFunc(send), WithNamespaceOf(nsOf),
-		WithConcurrency(1), WithBatchSize(10), WithMaxDelay(time.Hour), withClock(clk), withRand(maxRand))
-	require.NoError(t, err)
+	w, clk, cold := retryAfterInHot(t, 1)
 	hotCtx, stopHot := context.WithCancel(context.Background())
 	defer stopHot()
 	go func() {

@@ -47,6 +47,7 @@ var limitPhrases = []struct {
 	// message of Pinecone's per-index write-unit limit is published).
 	{"write units per second", LimitBytes},
 	{"qps limit", LimitRequests},
+	{"inference requests", LimitInferenceRequests}, // "max inference requests per second (100)"
 	{"requests per second", LimitRequests},
 	{"inference", LimitInferenceRequests},
 	{"embed requests", LimitInferenceRequests},

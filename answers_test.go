@@ -63,6 +63,10 @@ func TestClassifyReadsPineconesMessages(t *testing.T) {
 	}
 }
 
+// inferencePerSecondMessage is Pinecone's answer to the per-second
+// inference limit (docs.pinecone.io/reference/api/database-limits).
+const inferencePerSecondMessage = "Request failed. You've reached the max inference requests per second (100) for the current project."
+
 func TestDescribeNamesTheLimitReached(t *testing.T) {
 	tests := []struct {
 		name string
@@ -75,6 +79,9 @@ func TestDescribeNamesTheLimitReached(t *testing.T) {
 		{"embedding tokens over REST", pineconeREST(429, "RESOURCE_EXHAUSTED", embedTokensMessage), LimitEmbedTokens},
 		{"embedding tokens through the library's transport", httpError(429, 0, []byte(embedTokensMessage)), LimitEmbedTokens},
 		{"inference requests", pineconeREST(429, "RESOURCE_EXHAUSTED", "Request failed. You've reached the max inference requests per minute (2000) for the current project."), LimitInferenceRequests},
+		{"inference requests per second", pineconeREST(429, "RESOURCE_EXHAUSTED", inferencePerSecondMessage), LimitInferenceRequests},
+		{"inference requests per second through the library's transport", httpError(429, 0, []byte(inferencePerSecondMessage)), LimitInferenceRequests},
+		{"upsert QPS in a namespace named for inference", status.Error(codes.ResourceExhausted, "Request failed. You've reached the upsert QPS limit for namespace inference requests (100 QPS)."), LimitRequests},
 		{"a bare 429", pineconeREST(429, "", ""), LimitUnknown},
 		{"a quota names no rate limit", status.Error(codes.ResourceExhausted, monthlyWriteUnitsMessage), LimitUnknown},
 	}

@@ -551,7 +551,7 @@ func TestEndToEndInvalidUTF8FailsOnlyItsRecord(t *testing.T) {
 		require.Len(t, res.Failed, 1)
 		assert.Equal(t, recs[3].Id, res.Failed[0].ID)
 		assert.Zero(t, res.Failed[0].Attempts, "refused before sending")
-		assert.Contains(t, res.Failed[0].Err.Error(), "513 characters long: at most 512")
+		assert.Contains(t, res.Failed[0].Err.Error(), "513 bytes long: at most 512")
 		assert.Equal(t, 19, res.Upserted)
 		assert.Equal(t, 1, srv.Count(long), "512 characters land")
 	})

@@ -367,3 +367,48 @@ func TestAPausedNamespaceLeavesAWorkerUnderConcurrencyOne(t *testing.T) {
 		clk.Advance(time.Second)
 	}
 }
+
+// A namespace that is not ASCII, or has a NUL, fails its records before
+// sending, the rule named; the other records land. Pinecone allows "ASCII
+// except \0" in a namespace, as in an id (docs.pinecone.io/reference/api/
+// database-limits/identifier-limits): sent, the request would be refused
+// whole and split down to single records.
+func TestANamespaceThatIsNotASCIIFailsItsRecordsBeforeSending(t *testing.T) {
+	for _, bad := range []string{"café", "tenant-☃", "a\x00b"} {
+		t.Run(fmt.Sprintf("%q", bad), func(t *testing.T) {
+			recs := make([]*pinecone.Vector, 6)
+			for i := range recs {
+				v := []float32{1, float32(i) + 1}
+				recs[i] = &pinecone.Vector{Id: fmt.Sprintf("r%d", i), Values: &v}
+			}
+			var mu sync.Mutex
+			sentTo := map[string]int{}
+			send := func(_ context.Context, ns string, batch []*pinecone.Vector) error {
+				mu.Lock()
+				defer mu.Unlock()
+				sentTo[ns] += len(batch)
+				return nil
+			}
+			nsOf := func(v *pinecone.Vector) string {
+				if v.Id == "r2" || v.Id == "r4" {
+					return bad
+				}
+				return "ok"
+			}
+			res, err := All(context.Background(), recs, WithUpsertFunc(send), WithNamespaceOf(nsOf))
+			require.Error(t, err, "records in a namespace Pinecone does not allow must fail")
+			assert.ErrorIs(t, err, ErrInvalid)
+			require.Len(t, res.Failed, 2)
+			for _, f := range res.Failed {
+				assert.Equal(t, ClassInvalid, f.Class)
+				assert.Zero(t, f.Attempts, "refused before sending")
+				assert.Contains(t, f.Err.Error(), "namespace")
+				assert.Contains(t, f.Err.Error(), "ASCII")
+			}
+			assert.Equal(t, 4, res.Upserted, "the valid records still land")
+			mu.Lock()
+			defer mu.Unlock()
+			assert.Zero(t, sentTo[bad], "nothing is sent to a namespace Pinecone refuses")
+		})
+	}
+}

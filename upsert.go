@@ -533,7 +533,8 @@ type Failure struct {
 // Every record is checked before it is sent: a nil record, one that
 // breaks Pinecone's rules (id, dimension and vector type of the index,
 // finite and not all-zero dense values, sparse values, metadata types and
-// size as compact JSON, strings and namespace in valid UTF-8, request size)
+// size as compact JSON, strings in valid UTF-8, a namespace of ASCII
+// without NUL, request size)
 // is never sent and fails alone with [ClassInvalid]; the others are still
 // sent. When an id appears more than once, only its last valid occurrence
 // is sent. The dense dimension is the index's (see [WithIndex]), or, when

@@ -18,7 +18,7 @@ const (
 	MaxMetadataBytes  = 40 * 1024 // metadata per record, measured as compact JSON
 	MaxDimension      = 20_000    // dense values per record
 	MaxSparseNonZeros = 2_048     // sparse values per record
-	MaxNamespaceChars = 512       // namespace name, in characters
+	MaxNamespaceChars = 512       // namespace name: 0 to 512 ASCII characters, no NUL
 )
 
 // validator checks records against Pinecone's rules before anything is
@@ -102,15 +102,25 @@ func checkID(id string) error {
 	case len(id) > MaxIDBytes:
 		return fmt.Errorf("id is %d bytes; Pinecone allows at most %d", len(id), MaxIDBytes)
 	}
-	for i := 0; i < len(id); i++ {
-		switch c := id[i]; {
-		case c == 0:
-			return fmt.Errorf("id has a NUL byte at offset %d", i)
-		case c >= 0x80:
-			return fmt.Errorf("id has a non-ASCII byte at offset %d; ids must be ASCII", i)
-		}
+	if i, what := notASCII(id); i >= 0 {
+		return fmt.Errorf("id has %s at offset %d; ids must be ASCII without NUL", what, i)
 	}
 	return nil
+}
+
+// notASCII returns the offset of the first byte of s that Pinecone's
+// identifiers (ids, namespaces) refuse, NUL or non-ASCII, and what it is;
+// -1 when there is none.
+func notASCII(s string) (offset int, what string) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == 0:
+			return i, "a NUL byte"
+		case c >= 0x80:
+			return i, "a non-ASCII byte"
+		}
+	}
+	return -1, ""
 }
 
 // firstNonFinite finds a NaN or an infinity: the float32s whose exponent
@@ -298,11 +308,11 @@ func checkNamespace(ns string, inPath bool) error {
 	if inPath && (ns == "." || ns == "..") {
 		return fmt.Errorf("namespace %q cannot be written through the records API: a URL path resolves it away", ns)
 	}
-	if !utf8.ValidString(ns) {
-		return fmt.Errorf("namespace %q is not valid UTF-8", ns)
+	if n := len(ns); n > MaxNamespaceChars {
+		return fmt.Errorf("namespace %q… is %d bytes long: at most %d ASCII characters", ns[:32], n, MaxNamespaceChars)
 	}
-	if n := utf8.RuneCountInString(ns); n > MaxNamespaceChars {
-		return fmt.Errorf("namespace %q… is %d characters long: at most %d", ns[:32], n, MaxNamespaceChars)
+	if i, what := notASCII(ns); i >= 0 {
+		return fmt.Errorf("namespace %q has %s at offset %d; namespaces must be ASCII without NUL", ns, what, i)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/upsertlib/upsert/upserttest"
 )
@@ -69,4 +70,32 @@ func TestTheSDKSeesARecordsUpsertOver2MBAsABadRequestThatSaysItIsTooLarge(t *tes
 	assert.Contains(t, msg, "larger than the maximum supported size")
 	assert.Contains(t, msg, "Your request is larger than the maximum supported size - 2MB. Please try to reduce your batch size.")
 	assert.Zero(t, srv.RecordCount(ns))
+}
+
+// A namespace that is not ASCII, or has a NUL, is refused as invalid and
+// nothing is written: Pinecone allows "ASCII except \0" in a namespace
+// (docs.pinecone.io/reference/api/database-limits/identifier-limits).
+func TestANamespaceThatIsNotASCIIIsRefused(t *testing.T) {
+	for _, bad := range []string{"café", "a\x00b"} {
+		t.Run(fmt.Sprintf("%q", bad), func(t *testing.T) {
+			srv := start(t)
+			idx := connectAs(t, srv, "test", bad)
+			_, err := idx.UpsertVectors(bg(t), batch("v", 3, 4))
+			require.Error(t, err, "Pinecone refuses a namespace that is not ASCII without NUL")
+			assert.Equal(t, codes.InvalidArgument, status.Code(err))
+			assert.Zero(t, srv.Count(bad), "nothing written")
+		})
+	}
+}
+
+// An id that is not ASCII is refused with Pinecone's words: answers users
+// quoted read {"code":3,"message":"Vector ID must be ASCII, but got 'A
+// Braña_0'","details":[]} (and github.com/Kav-K/GPTDiscord/issues/84).
+func TestAnIDThatIsNotASCIIIsRefusedInPineconesWords(t *testing.T) {
+	srv := start(t)
+	idx := connect(t, srv)
+	_, err := idx.UpsertVectors(bg(t), append(batch("v", 1, 4), denseN("é-1", 4)))
+	require.Error(t, err)
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	assert.Contains(t, status.Convert(err).Message(), "ID must be ASCII, but got ")
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -264,8 +265,14 @@ func validID(kind, id string) error {
 		return invalid("%s ID must not be empty", kind)
 	case len(id) > MaxIDBytes:
 		return invalid("%s ID length %d exceeds the maximum length of %d bytes", kind, len(id), MaxIDBytes)
-	case strings.ContainsFunc(id, func(r rune) bool { return r == 0 || r >= 0x80 }):
-		return invalid("%s ID must contain only ASCII characters other than NUL", kind)
+	case strings.ContainsRune(id, 0):
+		return invalid("%s ID must not contain NUL", kind)
+	case strings.ContainsFunc(id, notASCII):
+		return invalid("%s ID must be ASCII, but got '%s'", kind, id) // Pinecone's words
 	}
 	return nil
 }
+
+// notASCII reports whether r is outside ASCII or NUL, which Pinecone's
+// identifiers (ids, namespaces) refuse.
+func notASCII(r rune) bool { return r == 0 || r >= utf8.RuneSelf }

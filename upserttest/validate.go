@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"sort"
-	"unicode/utf8"
+	"strings"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"google.golang.org/grpc/codes"
@@ -47,11 +47,15 @@ func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
-// validateNamespace refuses a namespace name longer than Pinecone allows.
-// The message is this server's: Pinecone's is not published.
+// validateNamespace refuses a namespace name Pinecone does not allow:
+// longer than 512 characters, or not ASCII, or with a NUL. The messages are
+// this server's: Pinecone's are not published.
 func validateNamespace(ns string) error {
-	if n := utf8.RuneCountInString(ns); n > MaxNamespaceChars {
-		return invalid("Namespace name is %d characters long, which exceeds the limit of %d characters", n, MaxNamespaceChars)
+	switch {
+	case len(ns) > MaxNamespaceChars:
+		return invalid("Namespace name is %d bytes long, which exceeds the limit of %d characters", len(ns), MaxNamespaceChars)
+	case strings.ContainsFunc(ns, notASCII):
+		return invalid("Namespace name must be ASCII without NUL, but got %q", ns)
 	}
 	return nil
 }

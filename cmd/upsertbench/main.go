@@ -17,7 +17,8 @@
 // Usage:
 //
 //	go run ./cmd/upsertbench [-profiles fast,slow,...] [-strategies upsert,separate,article,naive] [-scale 1.0] [-deadline 60s] [-v]
-//	go run ./cmd/upsertbench -family 20 [-seeds 1-10,15 | -seed 7] [-family-out runs.jsonl] [-strategies upsert,article] [-scale 1.0] [-max-ideal 15s] [-rate-scale 0.1] [-v]
+//	go run ./cmd/upsertbench -procs 2,4,8,16 [-redis] [-scenarios together,staggered,one-stops,redis-dies] [-scale 1.0] [-deadline 60s] [-v]
+//	go run ./cmd/upsertbench (-family 20 | -seeds 1-10,15 | -seed 7) [-family-out runs.jsonl] [-strategies upsert,article] [-scale 1.0] [-max-ideal 15s] [-rate-scale 0.1] [-v]
 //	go run ./cmd/upsertbench -plot served=runs.jsonl[,label=other.jsonl] > family.svg
 //
 // -family runs the library and the article's algorithm on indexes drawn
@@ -25,9 +26,11 @@
 // request timeout of 2 s), and prints a row per index and the distribution
 // of the efficiencies, 429 shares and the ratio of the two; a run still
 // going at max(4 × ideal, ideal + 10 s) is stopped and measured by what
-// landed. -deadline does not apply to it. -scale scales each run with
-// upserttest.Index.Scaled (its capacity changes with it), -max-ideal
-// shortens the longer runs with Index.Shortened.
+// landed; -deadline, which does not apply to it, is refused with it. -scale
+// scales each run with upserttest.Index.Scaled (its capacity changes with
+// it), -max-ideal shortens the longer runs with Index.Shortened. -procs,
+// the family and -plot do not mix, and a flag of one of them is refused
+// without it.
 //
 // -plot draws -family-out files (or any JSON lines with seed, strategy and
 // efficiency) as SVG to standard output: the cumulative distribution of the
@@ -124,7 +127,7 @@ func parseFlags(args []string) (config, error) {
 	profileNames := fs.String("profiles", names(profiles(), profile.key), "comma-separated `profiles` to run;\nalso, only when named: "+names(extraProfiles(), profile.key))
 	strategyNames := fs.String("strategies", names(strategies(), strategy.key), "comma-separated `strategies` to run")
 	scale := fs.Float64("scale", 1.0, "multiplies the record counts, for quick runs")
-	deadline := fs.Duration("deadline", defaultDeadline, "stop a run that has not finished after this long;\nunless given, scaled with -scale (at least "+minDeadline.String()+")")
+	deadline := fs.Duration("deadline", defaultDeadline, "stop a run that has not finished after this long;\nunless given, scaled with -scale (at least "+minDeadline.String()+");\nnot with the family benchmark, which stops a run at max("+fmt.Sprint(stopFactor)+" × ideal, ideal + "+stopAfter.String()+")")
 	verbose := fs.Bool("v", false, "report progress to stderr")
 	procs := fs.String("procs", "", "comma-separated `numbers` of writers to run as separate processes\n(the process benchmark, instead of -profiles and -strategies)")
 	withRedis := fs.Bool("redis", false, "with -procs: writers join their lane through upsertredis\n(on a redis-server the benchmark starts)")
@@ -167,25 +170,72 @@ func parseFlags(args []string) (config, error) {
 	if cfg.strategies, err = pick(strategies(), strategy.key, *strategyNames); err != nil {
 		return config{}, fmt.Errorf("-strategies: %w", err)
 	}
-	if isSet(fs, "plot") {
-		if isSet(fs, "procs") || isSet(fs, "family") || isSet(fs, "seeds") || isSet(fs, "seed") {
-			return config{}, errors.New("-plot draws files and runs nothing: give it alone")
-		}
-		if cfg.plot, err = parsePlotSources(*plot); err != nil {
-			return config{}, fmt.Errorf("-plot: %w", err)
-		}
-	}
 	if cfg.family, err = familySeeds(*family, *seeds, *seed, fs); err != nil {
 		return config{}, err
 	}
-	if cfg.family != nil {
+	if err := checkModes(fs, cfg); err != nil {
+		return config{}, err
+	}
+	switch {
+	case isSet(fs, "plot"):
+		if cfg.plot, err = parsePlotSources(*plot); err != nil {
+			return config{}, fmt.Errorf("-plot: %w", err)
+		}
+	case cfg.family != nil:
 		cfg.strategies = familyStrategies(cfg.strategies, isSet(fs, "strategies"))
 		cfg.familyOut, cfg.maxIdeal, cfg.rateScale = *familyOut, *maxIdeal, *rateScale
 		if !(cfg.rateScale > 0) || math.IsInf(cfg.rateScale, 0) {
 			return config{}, fmt.Errorf("-rate-scale %v: need a positive finite factor", cfg.rateScale)
 		}
 	}
-	return cfg, nil
+	return cfg, runsSomething(cfg, *strategyNames, *profileNames)
+}
+
+// runsSomething refuses a family or profile benchmark in which no strategy
+// runs: the separate strategy needs several clients in one namespace.
+func runsSomething(cfg config, strategyNames, profileNames string) error {
+	switch {
+	case cfg.plot != nil || cfg.procs != nil:
+	case cfg.family != nil && len(cfg.strategies) == 0:
+		return fmt.Errorf("-strategies %s: runs only where several clients share a namespace, and each index of the family has one: nothing to run", strategyNames)
+	case cfg.family == nil && !slices.ContainsFunc(cfg.profiles, func(p profile) bool {
+		return slices.ContainsFunc(cfg.strategies, func(s strategy) bool { return s.runsOn(p) })
+	}):
+		return fmt.Errorf("-strategies %s: runs only where several clients share a namespace, and no profile of -profiles %s has several: nothing to run", strategyNames, profileNames)
+	}
+	return nil
+}
+
+// checkModes reports an error unless the flags select one benchmark (the
+// profiles, -procs, the family or -plot) and give only flags it uses: a
+// flag of another would be ignored, and something else run than asked.
+func checkModes(fs *flag.FlagSet, cfg config) error {
+	procs, family := cfg.procs != nil, cfg.family != nil
+	switch {
+	case isSet(fs, "plot") && (procs || family):
+		return errors.New("-plot draws files and runs nothing: give it alone")
+	case procs && family:
+		return errors.New("-procs runs the process benchmark, not the family: give -procs or one of -family, -seeds and -seed")
+	case family && isSet(fs, "deadline"):
+		return fmt.Errorf("-deadline: the family benchmark stops each run at max(%d × ideal, ideal + %v) instead", stopFactor, stopAfter)
+	}
+	for _, m := range []struct {
+		on    bool
+		mode  string
+		flags []string
+	}{
+		{family, "the family benchmark (-family, -seeds or -seed)", []string{"family-out", "max-ideal", "rate-scale"}},
+		{procs, "the process benchmark (-procs)", []string{"scenarios", "redis"}},
+		{!procs && !family, "the profile benchmark (neither -procs nor the family)", []string{"profiles"}},
+		{!procs, "the profile and family benchmarks (not -procs)", []string{"strategies"}},
+	} {
+		for _, name := range m.flags {
+			if isSet(fs, name) && !m.on {
+				return fmt.Errorf("-%s applies only to %s", name, m.mode)
+			}
+		}
+	}
+	return nil
 }
 
 // familySeeds returns the seeds of -family, -seeds or -seed, whichever
@@ -221,6 +271,9 @@ func isSet(fs *flag.FlagSet, name string) bool {
 
 func (p profile) key() string  { return p.name }
 func (s strategy) key() string { return s.name }
+
+// runsOn reports whether s runs on the profile p.
+func (s strategy) runsOn(p profile) bool { return !s.severalOnly || p.clients > 1 }
 
 // names joins the names of all with commas.
 func names[T any](all []T, name func(T) string) string {
@@ -265,7 +318,7 @@ func bench(ctx context.Context, cfg config, w io.Writer, progress io.Writer) err
 	var shared []result
 	for _, p := range cfg.profiles {
 		for _, s := range cfg.strategies {
-			if s.severalOnly && p.clients == 1 {
+			if !s.runsOn(p) {
 				continue
 			}
 			r, err := run(ctx, p, s, cfg.scale, cfg.deadline, progress)

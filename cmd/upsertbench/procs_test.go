@@ -154,3 +154,21 @@ func TestProcsRedisDiesWithoutRedisIsAnError(t *testing.T) {
 	assert.ErrorContains(t, err, "-redis")
 	assert.Empty(t, out.String(), "refused before the header")
 }
+
+// -procs selects the process benchmark, and main runs it before looking at
+// -family, -seeds or -seed: with either, the family asked for would
+// silently not run, so the mix is refused, as -plot refuses a run.
+func TestProcsWithTheFamilyIsAUsageError(t *testing.T) {
+	for _, args := range [][]string{
+		{"-procs", "2", "-family", "3"},
+		{"-procs", "2", "-seed", "7"},
+		{"-procs", "2", "-seeds", "1-3"},
+	} {
+		cfg, err := parseFlags(args)
+		if err == nil {
+			assert.False(t, cfg.procs != nil && cfg.family != nil,
+				"%q parses, and main runs the process benchmark only: the family is ignored", args)
+		}
+		assert.ErrorContains(t, err, "-procs", "%q", args)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -111,4 +112,96 @@ func sdkRecordBytes(t *testing.T, rec *pinecone.Vector) int {
 	}
 	vectors.Append(protoreflect.ValueOfMessage(v))
 	return proto.Size(req.Interface())
+}
+
+// runsNothing reports whether args parse and select no run at all, and
+// the benchmark they select then returns nil (exit 0) having run nothing.
+func runsNothing(t *testing.T, args ...string) bool {
+	t.Helper()
+	cfg, err := parseFlags(args)
+	if err != nil {
+		return false // refused: fine
+	}
+	runs := 0
+	if cfg.family != nil {
+		runs = len(cfg.family) * len(cfg.strategies)
+	} else {
+		for _, p := range cfg.profiles {
+			for _, s := range cfg.strategies {
+				if !(s.severalOnly && p.clients == 1) {
+					runs++
+				}
+			}
+		}
+	}
+	if runs > 0 {
+		return false
+	}
+	run := bench
+	if cfg.family != nil {
+		run = benchFamily
+	}
+	var out bytes.Buffer
+	return run(context.Background(), cfg, &out, io.Discard) == nil
+}
+
+// -strategies separate (a strategy that runs only with several clients)
+// with the family, or with single-client profiles, selects no run at all:
+// it is a usage error, as -scenarios redis-dies without -redis is, rather
+// than empty tables and exit 0.
+func TestStrategiesThatRunNowhereAreAUsageError(t *testing.T) {
+	assert.False(t, runsNothing(t, "-seed", "1", "-strategies", "separate"),
+		"-seed 1 -strategies separate: the family drops separate, and runs no strategy, exit 0")
+	assert.False(t, runsNothing(t, "-profiles", "fast,tight", "-strategies", "separate"),
+		"-profiles fast,tight -strategies separate: no profile has several clients, nothing runs, exit 0")
+
+	_, err := parseFlags([]string{"-seed", "1", "-strategies", "separate"})
+	assert.ErrorContains(t, err, "several clients")
+	_, err = parseFlags([]string{"-profiles", "fast,tight", "-strategies", "separate"})
+	assert.ErrorContains(t, err, "several clients")
+	for _, ok := range [][]string{{"-profiles", "fast,shared", "-strategies", "separate"}, {"-profiles", "fast", "-strategies", "upsert,separate"}, {"-seed", "1", "-strategies", "upsert,separate"}} {
+		_, err = parseFlags(ok)
+		assert.NoError(t, err, "%q runs something", ok)
+	}
+}
+
+// The flags documented "with the family benchmark" or "with -procs" are
+// refused without it: accepted, they would be ignored (-family-out writes
+// no file, -max-ideal and -rate-scale change nothing, -scenarios and
+// -redis select nothing) and the profile benchmark (minutes) run instead.
+func TestModeFlagsWithoutTheirModeAreAUsageError(t *testing.T) {
+	for _, args := range [][]string{
+		{"-family-out", "runs.jsonl"},
+		{"-max-ideal", "10s"},
+		{"-rate-scale", "0.1"},
+		{"-scenarios", "together"},
+		{"-redis"},
+	} {
+		cfg, err := parseFlags(args)
+		if err == nil {
+			assert.False(t, cfg.family == nil && cfg.procs == nil,
+				"%q is accepted, ignored, and runs the profile benchmark", args)
+		}
+		assert.ErrorContains(t, err, args[0]+" applies only to", "%q", args)
+	}
+	_, err := parseFlags([]string{"-procs", "2", "-family-out", "runs.jsonl"})
+	assert.ErrorContains(t, err, "-family-out applies only to the family")
+	_, err = parseFlags([]string{"-seed", "1", "-redis"})
+	assert.ErrorContains(t, err, "-redis applies only to the process benchmark")
+	_, err = parseFlags([]string{"-procs", "2", "-profiles", "fast"})
+	assert.ErrorContains(t, err, "-profiles applies only to the profile benchmark")
+	_, err = parseFlags([]string{"-seed", "1", "-profiles", "fast"})
+	assert.ErrorContains(t, err, "-profiles applies only to the profile benchmark")
+	_, err = parseFlags([]string{"-procs", "2", "-strategies", "upsert"})
+	assert.ErrorContains(t, err, "-strategies applies only to the profile and family benchmarks")
+}
+
+// -deadline does not apply to the family (a run stops at max(4 × ideal,
+// ideal + 10 s)): given with it, it is refused rather than ignored.
+func TestDeadlineWithTheFamilyIsAUsageError(t *testing.T) {
+	_, err := parseFlags([]string{"-seed", "1", "-deadline", "5s"})
+	assert.ErrorContains(t, err, "-deadline")
+	cfg, err := parseFlags([]string{"-procs", "2", "-deadline", "5s"})
+	require.NoError(t, err, "the process benchmark has a deadline")
+	assert.Equal(t, 5*time.Second, cfg.deadline)
 }

@@ -21,6 +21,7 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 	if e != nil {
 		return e
 	}
+	r.resending(p)
 	n := len(p.items)
 	p.attempts++
 	ev := RequestEvent{

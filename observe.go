@@ -27,8 +27,9 @@ type Observer struct {
 	// RequestDone is called after every upsert request, successful or not.
 	RequestDone func(RequestEvent)
 	// Retry is called when a failed batch is about to be resent: once its
-	// backoff has passed (a run that stops during it resends nothing, and
-	// tells nothing), or when it is split in halves.
+	// backoff has passed and the limiter admits the resend (a run that
+	// stops before resends nothing, and tells nothing), or when it is
+	// split in halves.
 	Retry func(RetryEvent)
 	// Failure is called once per record that did not land, as soon as its
 	// failure is final: the dead-letter hook. The Write method of

@@ -496,3 +496,84 @@ func TestLogLinesNameTheDefaultNamespaceOneWay(t *testing.T) {
 	require.Equal(t, names["retrying batch"], names["upsert finished"],
 		"the summary and the batch lines of one run name its namespace alike")
 }
+
+// levelCounts is a slog.Handler that counts records by level and message.
+type levelCounts struct {
+	mu    sync.Mutex
+	byMsg map[string]int
+	warn  int // records at Warn or above
+}
+
+func (h *levelCounts) Enabled(context.Context, slog.Level) bool { return true }
+func (h *levelCounts) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.byMsg[r.Level.String()+" "+r.Message]++
+	if r.Level >= slog.LevelWarn {
+		h.warn++
+	}
+	return nil
+}
+func (h *levelCounts) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *levelCounts) WithGroup(string) slog.Handler      { return h }
+
+// An index that is down logs a line per failed request and one when the
+// breaker gives up on it, not one per batch failed unsent: the lines grow
+// with the requests, not with the input (20,000 records logged some 200
+// ERROR lines for 10 requests).
+func TestAnIndexDownLogsLinesPerRequestNotPerBatch(t *testing.T) {
+	h := &levelCounts{byMsg: map[string]int{}}
+	down := func(context.Context, string, []*pinecone.Vector) error {
+		return status.Error(codes.Unavailable, "connection refused")
+	}
+	res, err := upsert.All(context.Background(), e2eRecords(20000), upsert.WithUpsertFunc(down),
+		upsert.WithLogger(slog.New(h)))
+	require.ErrorIs(t, err, upsert.ErrServer)
+	require.Equal(t, 20000, res.Stats.Failed)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.LessOrEqual(t, h.warn, res.Stats.Requests+1, "lines: %v", h.byMsg)
+	assert.Equal(t, 1, h.byMsg["ERROR index down; the namespace's batches fail unsent"], "one line says the breaker gave up")
+}
+
+// A retry is counted and told once the limiter admits the resend: a run
+// that stops while the batch waits for its rate (here WithMaxRate's second
+// of pacing after a 1 ms backoff) resends nothing and reports no retry.
+func TestARetryThatWaitsForItsRateWhenTheRunStopsIsNotCounted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sends atomic.Int64
+	send := func(context.Context, string, []*pinecone.Vector) error {
+		if sends.Add(1) == 1 {
+			time.AfterFunc(30*time.Millisecond, cancel) // during the wait for the cap
+			return status.Error(codes.Unavailable, "blip")
+		}
+		return nil
+	}
+	var told atomic.Int64
+	res, err := upsert.All(ctx, e2eRecords(100), upsert.WithUpsertFunc(send),
+		upsert.WithBatchSize(100), upsert.WithMaxRate(100), upsert.WithBackoff(time.Millisecond, time.Millisecond),
+		upsert.WithObserver(upsert.Observer{Retry: func(upsert.RetryEvent) { told.Add(1) }}))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, int64(1), sends.Load(), "not resent")
+	assert.Equal(t, 1, res.Stats.Requests)
+	assert.Zero(t, res.Stats.Retries, "Stats.Retries counts resends")
+	assert.Equal(t, []int{1}, res.Stats.RetriesPerBatch, "one batch, no retry")
+	assert.Zero(t, told.Load(), "Observer.Retry is told of resends only")
+}
+
+// A caller the index refuses (403) logs a line per request that was
+// refused, not one per batch the stop fails unsent.
+func TestADeniedCallerLogsALinePerRefusedRequest(t *testing.T) {
+	h := &levelCounts{byMsg: map[string]int{}}
+	denied := func(context.Context, string, []*pinecone.Vector) error {
+		time.Sleep(time.Millisecond) // the other workers' batches queue meanwhile
+		return status.Error(codes.PermissionDenied, "forbidden")
+	}
+	res, err := upsert.All(context.Background(), e2eRecords(5000), upsert.WithUpsertFunc(denied),
+		upsert.WithBatchSize(50), upsert.WithLogger(slog.New(h)))
+	require.ErrorIs(t, err, upsert.ErrDenied)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	assert.LessOrEqual(t, h.byMsg["ERROR index refused the caller; stopping"], res.Stats.Requests, "lines: %v", h.byMsg)
+}

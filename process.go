@@ -16,12 +16,15 @@ type part struct {
 	sizeProbe bool            // the batch probes a larger size (until first sent)
 	free      bool            // its last failure spends no retry (see failureNote)
 	failures  batchFailures   // what tells whether the next failure does
+	// resend is the retry this part's next request makes, counted and
+	// told once the lane admits it (see resending).
+	resend *RetryEvent
 }
 
 // child is a piece of p, items, with what p went through; it probes no size.
 func (p *part) child(items []item) *part {
 	c := *p
-	c.items, c.sizeProbe = items, false
+	c.items, c.sizeProbe, c.resend = items, false, nil
 	return &c
 }
 
@@ -43,7 +46,11 @@ func (r *run) process(worker int, rt *route, b batch) {
 			stack = append(stack, pieces...)
 			continue
 		}
+		sentBefore, resending := p.attempts, p.resend != nil
 		e := r.attempt(worker, rt, p, b.turn)
+		if resending && p.resend == nil {
+			retries++
+		}
 		if e == errRecut {
 			stack = append(stack, p) // cut to the lane's limit above
 			continue
@@ -55,12 +62,8 @@ func (r *run) process(worker int, rt *route, b batch) {
 			r.maybeProgress() // after counting, so that the report has this request's records
 			continue
 		}
-		next, retried := r.afterFailure(worker, rt, p, e)
-		if retried {
-			retries++
-		}
 		r.maybeProgress()
-		stack = append(stack, next...)
+		stack = append(stack, r.afterFailure(worker, rt, p, e, p.attempts > sentBefore)...)
 	}
 	r.stats.batchDone(retries)
 }
@@ -81,17 +84,22 @@ func (r *run) recutToLane(rt *route, p *part) []*part {
 	for i := len(pieces) - 1; i >= 0; i-- {
 		parts = append(parts, p.child(pieces[i]))
 	}
+	parts[len(parts)-1].resend = p.resend // the piece sent first resends the batch
 	return parts
 }
 
-// afterFailure decides what becomes of p after its request failed with
-// e: it fails p, or returns the parts to send next (its halves, or p
-// itself after its backoff) and whether a retry was spent.
-func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*part, retried bool) {
+// afterFailure decides what becomes of p after its attempt failed with e
+// (sent: its request went out): it fails p, or returns the parts to send
+// next (its halves, or p itself after its backoff). A line is logged per
+// failed request; batches failed unsent are counted, not logged, but for
+// the first the breaker fails in a namespace.
+func (r *run) afterFailure(worker int, rt *route, p *part, e *Error, sent bool) []*part {
 	c := e.Class
 	switch {
 	case c == ClassDenied, c == ClassQuotaExceeded:
-		r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, e)
+		if sent {
+			r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, e)
+		}
 		r.failPart(p, e)
 		r.halt(e)
 	case c == ClassCanceled:
@@ -100,24 +108,26 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) (next []*pa
 		r.log(slog.LevelError, "send function panicked; batch failed", worker, rt, p, e)
 		r.failPart(p, e) // a retry would panic again
 	case e == errNeverAnswered || e == errOutageTooLong:
-		r.log(slog.LevelError, "index down; batch not sent", worker, rt, p, e)
+		if rt.downLogged.CompareAndSwap(false, true) {
+			r.log(slog.LevelError, "index down; the namespace's batches fail unsent", worker, rt, p, e)
+		}
 		r.failPart(p, rt.withLastFailure(e))
 	case len(p.items) > 1 && (c == ClassTimeout || c == ClassTooLarge || c == ClassInvalid):
 		r.stats.splits.Add(1)
 		r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)
 		r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: namespaceKey(rt.namespace), Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
 		a, b := split(p.items)
-		return []*part{p.child(b), p.child(a)}, false
+		return []*part{p.child(b), p.child(a)}
 	case p.retries[c] < r.cfg.retry.maxRetries[c] || p.free && r.cfg.retry.maxRetries[c] > 0:
 		if r.retryAfterBackoff(worker, rt, p, e) {
-			return []*part{p}, true
+			return []*part{p}
 		}
-		return nil, false // not resent: the run stopped during the backoff
+		return nil // not resent: the run stopped during the backoff
 	default:
 		r.log(slog.LevelError, "giving up on batch", worker, rt, p, e)
 		r.failPart(p, downOr(rt, e))
 	}
-	return nil, false
+	return nil
 }
 
 // downOr returns e, the failure that spent a batch's last retry, marked
@@ -138,8 +148,8 @@ func downOr(rt *route, e *Error) *Error {
 
 // retryAfterBackoff spends a retry of p's class (none when p.free),
 // waits out its backoff and the lane's retry budget, and reports whether
-// p is to be sent again, counting it in the stats then; when the run
-// stops meanwhile, p fails.
+// p is to be sent again (its resend pending: see resending); when the
+// run stops meanwhile, p fails.
 func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 	c := e.Class
 	wait := r.backoff(c, p.failures.backoffStep(c, p.retries[c]), e.RetryAfter)
@@ -160,11 +170,21 @@ func (r *run) retryAfterBackoff(worker int, rt *route, p *part, e *Error) bool {
 		r.failPart(p, r.stopError())
 		return false
 	}
-	// Counted, and told, once it is to be resent: Stats.Retries and the
-	// observers' Retry count resends.
-	r.stats.retry(c)
-	r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: namespaceKey(rt.namespace), Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e})
+	p.resend = &RetryEvent{Context: r.obsCtx, Namespace: namespaceKey(rt.namespace), Worker: worker, Records: len(p.items), Attempt: p.attempts, Wait: wait, Err: e}
 	return true
+}
+
+// resending counts and tells p's pending retry, now that the lane admitted
+// its request: Stats.Retries and the observers' Retry count resends, and a
+// run that stops while the retry waits for its turn, its rate or a slot
+// resends nothing.
+func (r *run) resending(p *part) {
+	if p.resend == nil {
+		return
+	}
+	r.stats.retry(p.resend.Err.Class)
+	r.cfg.observers.retry(*p.resend)
+	p.resend = nil
 }
 
 // sleepBackoff waits out a backoff of wait, or until wake is closed once

@@ -21,6 +21,7 @@ type route struct {
 	// lastFailure is the last server error or timeout of a request, for
 	// the records the circuit breaker fails without sending them.
 	lastFailure atomic.Pointer[Error]
+	downLogged  atomic.Bool // the breaker's first unsent batch was logged
 }
 
 // routeTable holds a run's routes; the producer's.

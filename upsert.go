@@ -447,7 +447,9 @@ func WithLimiter(l *Limiter) Option {
 // the record's id when the batch holds one record. A
 // record refused before it is sent, or failed unsent because the run
 // stopped, is counted in the summary, not logged one by one: the Failure
-// function of an [Observer] gets each. Vector values, metadata and the API
+// function of an [Observer] gets each. When the circuit breaker gives up
+// on the index, one line says so per namespace, for the first batch it
+// fails unsent. Vector values, metadata and the API
 // key are never logged. By default nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {

@@ -103,6 +103,12 @@ func limitNamed(msg string) Limit {
 	return LimitUnknown
 }
 
+// perSecond reports whether a rate-limited answer, msg, names a limit per
+// second ("max inference requests per second (100)"), not per minute.
+func perSecond(msg string) bool {
+	return strings.Contains(wording(msg), "per second")
+}
+
 // neverSentPhrases are in gRPC's UNAVAILABLE when the channel could not
 // connect: gRPC fails such a call before writing anything of it.
 var neverSentPhrases = []string{

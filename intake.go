@@ -100,15 +100,19 @@ func (in *intake) lock(ctx context.Context) error {
 func (in *intake) unlock() { <-in.turn }
 
 // namespace returns the namespace of it. A nil record, which fails as
-// invalid, is not shown to the caller's namespace function. An integrated
+// invalid, is not shown to the caller's namespace function: under it, its
+// namespace is "" (documented at Failure.Namespace). An integrated
 // record is shown as the caller gave it, before own copies it: the copy
 // holds text as plain strings, so that a function reading a field of the
 // caller's own type would find nothing there.
 func (in *intake) namespace(it *item) string {
-	if in.nsOf != nil && (it.vec != nil || it.rec != nil) {
-		return in.nsOf(it)
+	switch {
+	case in.nsOf == nil:
+		return in.r.cfg.namespace
+	case it.vec == nil && it.rec == nil:
+		return ""
 	}
-	return in.r.cfg.namespace
+	return in.nsOf(it)
 }
 
 // own replaces the integrated record of it, which [Records] passes on as

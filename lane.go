@@ -431,12 +431,12 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint64, own *ownSlot) (permit, error) {
 	head := ln.head.take()
 	q.turn.leave() // q holds its place: the caller's next request may queue behind it
-	defer head.leave()
+	defer func() { head.leave() }()
 	if err := head.wait(ctx); err != nil {
 		return permit{}, err
 	}
 	for {
-		if err := own.keepThroughPause(ctx, ln); err != nil {
+		if err := own.yieldThroughPause(ctx, ln, &head); err != nil {
 			return permit{}, err
 		}
 		cuts, err := ln.waitRate(ctx, q, recut)
@@ -537,6 +537,13 @@ func (ln *lane) gaveUp() bool {
 	defer ln.mu.Unlock()
 	ln.heardHost()
 	return ln.breaker.gaveUp(ln.clock.Now()) != nil
+}
+
+// openedAt is when the breaker last opened: one outage's mark.
+func (ln *lane) openedAt() time.Time {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.breaker.openedAt
 }
 
 // isProbe reports whether probe is the breaker's probe in flight: a probe
@@ -664,9 +671,13 @@ func (o *ownSlot) take(ctx context.Context, ln *lane) error {
 	return err
 }
 
-// keepThroughPause gives the slot back while the lane is paused (a
-// Retry-After answered after it was taken) and takes one again after.
-func (o *ownSlot) keepThroughPause(ctx context.Context, ln *lane) error {
+// yieldThroughPause gives back the slot held and the lane's head, *head,
+// while the lane is paused (a Retry-After answered after they were
+// taken), then takes a slot and a place at the head again, in the order
+// every request takes them: holding the head while waiting for a slot, it
+// would wait for ever on a request that took the slot and waits for the
+// head.
+func (o *ownSlot) yieldThroughPause(ctx context.Context, ln *lane, head **place) error {
 	if !o.held {
 		return nil
 	}
@@ -676,8 +687,13 @@ func (o *ownSlot) keepThroughPause(ctx context.Context, ln *lane) error {
 	if !paused {
 		return nil
 	}
+	(*head).leave()
 	o.give()
-	return o.take(ctx, ln)
+	if err := o.take(ctx, ln); err != nil {
+		return err
+	}
+	*head = ln.head.take()
+	return (*head).wait(ctx)
 }
 
 // give gives back the slot held, if any.

@@ -204,6 +204,9 @@ func (g *minuteGate) done(p *minutePass, e *Error) {
 	case LimitEmbedTokens:
 		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{now: now, refused: true, inWindow: taken.tokens, request: size.tokens})
 	case LimitInferenceRequests:
+		if e.Err != nil && perSecond(e.Err.Error()) {
+			break // the lane's request rate answers it, not a minute's count
+		}
 		g.requests = nextMinuteLimit(g.requests, minuteObservation{now: now, refused: true, inWindow: taken.requests, request: 1})
 	}
 }

@@ -7,12 +7,15 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/upsertlib/upsert/upserttest"
 )
@@ -417,4 +420,51 @@ func TestAMinuteLimitLearnedAHundredTimesTooLowIsOutOfItInSixMinutes(t *testing.
 		}
 	}
 	assert.GreaterOrEqual(t, m.limit, index, "six minutes of holding without a refusal")
+}
+
+// recordsElapsedAfter runs 40 integrated records, one a request, whose
+// third request is refused with a 429 saying msg, and returns how far the
+// run moved the virtual clock.
+func recordsElapsedAfter(t *testing.T, msg string) (time.Duration, Result) {
+	t.Helper()
+	clk := newFakeClock()
+	start := clk.Now()
+	var mu sync.Mutex
+	calls := 0
+	send := func(_ context.Context, _ string, b []*pinecone.IntegratedRecord) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 3 {
+			return status.Error(codes.ResourceExhausted, msg)
+		}
+		return nil
+	}
+	recs := make([]*pinecone.IntegratedRecord, 40)
+	for i := range recs {
+		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("r", i), "chunk_text": "some text"}
+	}
+	res, err := Records(context.Background(), func(yield func(*pinecone.IntegratedRecord) bool) {
+		for _, r := range recs {
+			if !yield(r) {
+				return
+			}
+		}
+	}, WithRecordsFunc(send), withClock(clk), withRand(maxRand), WithBatchSize(1), WithConcurrency(1))
+	require.NoError(t, err)
+	require.Equal(t, 40, res.Upserted)
+	return clk.Now().Sub(start), res
+}
+
+// A refusal of Pinecone's per-second inference limit ("max inference
+// requests per second (100)") sets no per-minute limit: the gate would cap
+// a whole minute's requests at what the last minute held (here 2, and the
+// 37 records left took four minutes), where a per-second limit costs a
+// backoff, as the namespace's QPS answer does.
+func TestAPerSecondInferenceRefusalSetsNoPerMinuteLimit(t *testing.T) {
+	qps, _ := recordsElapsedAfter(t, "Request failed. You've reached the upsert QPS limit for namespace t (100 QPS).")
+	perSecond, res := recordsElapsedAfter(t, "Request failed. You've reached the max inference requests per second (100) for the current project.")
+	t.Logf("virtual time: after a QPS 429 %v, after a per-second inference 429 %v; retries %d", qps, perSecond, res.Stats.Retries)
+	assert.Less(t, perSecond, 30*time.Second,
+		"a per-second limit must not hold the run for the minute window (a QPS 429 costs %v)", qps)
 }

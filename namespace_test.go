@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -411,4 +412,82 @@ func TestANamespaceThatIsNotASCIIFailsItsRecordsBeforeSending(t *testing.T) {
 			assert.Zero(t, sentTo[bad], "nothing is sent to a namespace Pinecone refuses")
 		})
 	}
+}
+
+// heldSleepsClock is virtual time (fakeClock) with two sleeps held until
+// the test lets them go, picked by the function sleeping, to fix an
+// interleaving real time produces at random: a batch's backoff
+// (sleepBackoff) waits for backoff; a request's wait for its lane's
+// Retry-After after it had taken a fixed slot (ThroughPause) waits for
+// pause.
+type heldSleepsClock struct {
+	*fakeClock
+	pause, backoff         chan struct{}
+	pauseHeld, backoffHeld atomic.Int64
+}
+
+func (c *heldSleepsClock) Sleep(ctx context.Context, d time.Duration) error {
+	buf := make([]byte, 16<<10)
+	stack := string(buf[:runtime.Stack(buf, false)])
+	gate, held := c.backoff, &c.backoffHeld
+	switch {
+	case strings.Contains(stack, "ThroughPause"):
+		gate, held = c.pause, &c.pauseHeld
+	case strings.Contains(stack, "sleepBackoff"):
+	default:
+		return c.fakeClock.Sleep(ctx, d)
+	}
+	held.Add(1)
+	select {
+	case <-gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return c.fakeClock.Sleep(ctx, d)
+}
+
+// Under WithConcurrency(1), a request at its lane's head that meets a
+// Retry-After gives back its slot and the head for the pause: a request
+// that takes the slot meanwhile (the batch answered the Retry-After, its
+// backoff over) goes out, and neither waits for ever on the other (the
+// head waiting for the slot, the slot's holder for the head: nothing was
+// sent again, and Close never returned).
+func TestARequestPausedAtTheHeadHoldsNeitherTheHeadNorItsFixedSlot(t *testing.T) {
+	clk := &heldSleepsClock{fakeClock: newFakeClock(), pause: make(chan struct{}), backoff: make(chan struct{})}
+	answer := make(chan struct{})
+	var calls atomic.Int64
+	send := func(context.Context, string, []*pinecone.Vector) error {
+		if calls.Add(1) == 1 {
+			<-answer
+			return &Error{Class: ClassRateLimited, RetryAfter: time.Second, Err: errors.New("slow down")}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // frees a deadlocked Writer
+	w, err := NewWriter(ctx, WithUpsertFunc(send), withClock(clk), withRand(maxRand), WithConcurrency(1), WithBatchSize(1))
+	require.NoError(t, err)
+	vec := func(id string) *pinecone.Vector { return &pinecone.Vector{Id: id, Values: &[]float32{1, 1}} }
+
+	require.NoError(t, w.Add(context.Background(), vec("r1")))
+	require.Eventually(t, func() bool { return calls.Load() == 1 }, generous, time.Millisecond, "r1 in flight holds the one slot")
+	require.NoError(t, w.Add(context.Background(), vec("r2")))
+	require.Eventually(t, func() bool { return goroutinesIn("upsert.takeOwnSlot(") == 1 }, generous, time.Millisecond, "r2 waits for the slot")
+	close(answer) // r1: a Retry-After of 1 s; r2 takes the slot and the head, and finds the lane paused
+	require.Eventually(t, func() bool { return clk.pauseHeld.Load() == 1 && clk.backoffHeld.Load() == 1 }, generous, time.Millisecond,
+		"r2 waits out the pause; r1 its Retry-After")
+	close(clk.backoff)
+	require.Eventually(t, func() bool { return calls.Load() == 2 }, generous, time.Millisecond, "r1 is resent while r2 waits out the pause")
+	close(clk.pause)
+	closeCtx, stop := context.WithTimeout(context.Background(), generous)
+	defer stop()
+	res, err := w.Close(closeCtx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.Upserted)
+}
+
+// goroutinesIn counts the goroutines whose stack holds fn.
+func goroutinesIn(fn string) int {
+	buf := make([]byte, 1<<20)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), fn)
 }

@@ -92,7 +92,7 @@ func (r *run) recutToLane(rt *route, p *part) []*part {
 // (sent: its request went out): it fails p, or returns the parts to send
 // next (its halves, or p itself after its backoff). A line is logged per
 // failed request; batches failed unsent are counted, not logged, but for
-// the first the breaker fails in a namespace.
+// the first the breaker fails in a namespace in each outage.
 func (r *run) afterFailure(worker int, rt *route, p *part, e *Error, sent bool) []*part {
 	c := e.Class
 	switch {
@@ -108,7 +108,7 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error, sent bool) 
 		r.log(slog.LevelError, "send function panicked; batch failed", worker, rt, p, e)
 		r.failPart(p, e) // a retry would panic again
 	case e == errNeverAnswered || e == errOutageTooLong:
-		if rt.downLogged.CompareAndSwap(false, true) {
+		if opened := rt.lane.openedAt().UnixNano(); rt.downLogged.Swap(opened) != opened {
 			r.log(slog.LevelError, "index down; the namespace's batches fail unsent", worker, rt, p, e)
 		}
 		r.failPart(p, rt.withLastFailure(e))

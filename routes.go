@@ -21,7 +21,9 @@ type route struct {
 	// lastFailure is the last server error or timeout of a request, for
 	// the records the circuit breaker fails without sending them.
 	lastFailure atomic.Pointer[Error]
-	downLogged  atomic.Bool // the breaker's first unsent batch was logged
+	// downLogged is the breaker's opening (lane.openedAt, in Unix
+	// nanoseconds) whose first batch failed unsent was logged.
+	downLogged atomic.Int64
 }
 
 // routeTable holds a run's routes; the producer's.

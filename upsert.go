@@ -448,8 +448,8 @@ func WithLimiter(l *Limiter) Option {
 // record refused before it is sent, or failed unsent because the run
 // stopped, is counted in the summary, not logged one by one: the Failure
 // function of an [Observer] gets each. When the circuit breaker gives up
-// on the index, one line says so per namespace, for the first batch it
-// fails unsent. Vector values, metadata and the API
+// on the index, one line says so per namespace and outage, for the first
+// batch it fails unsent. Vector values, metadata and the API
 // key are never logged. By default nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {

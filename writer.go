@@ -131,7 +131,9 @@ func (w *Writer) AddTagged(ctx context.Context, v *pinecone.Vector, tag any) err
 // Flush sends every record added before it was called, however few, and
 // waits until each of them has landed or failed (and, with [WithAcks], its
 // ack has been delivered), or ctx ends. Records added while it waits are
-// not waited for. It returns ctx's error when ctx ends first, [ErrClosed]
+// not waited for, even one that replaced, before it was sent, a record of
+// its id added before (see [Ack].Replaced: the later record settles the
+// earlier, whose fate is its own). It returns ctx's error when ctx ends first, [ErrClosed]
 // when Close was called before it, and the error that stopped the run when
 // the Writer's context ended or the index denied the caller before the
 // Writer finished; nil otherwise, even when some of the records failed

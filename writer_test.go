@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"path/filepath"
 	"runtime"
@@ -16,6 +17,7 @@ import (
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/upsertlib/upsert/upserttest"
 	"go.uber.org/goleak"
 )
 
@@ -1183,4 +1185,114 @@ func TestCloseReleasesAnAddWaitingForTheWindowOfAcks(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("an Add waiting for the window of acks is still blocked after Close")
 	}
+}
+
+// logCounts is a slog.Handler counting records by "LEVEL message".
+type logCounts struct {
+	mu    sync.Mutex
+	byMsg map[string]int
+}
+
+func (h *logCounts) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logCounts) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.byMsg[r.Level.String()+" "+r.Message]++
+	return nil
+}
+func (h *logCounts) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logCounts) WithGroup(string) slog.Handler      { return h }
+
+func (h *logCounts) count(msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.byMsg[msg]
+}
+
+// Each outage the breaker gives up on logs one "index down" line: a
+// Writer's routes outlive an outage, and after the breaker closed again a
+// second give-up fails the namespace's batches unsent just as the first.
+func TestEachOutageGivenUpOnLogsOneLine(t *testing.T) {
+	const indexDown = "ERROR index down; the namespace's batches fail unsent"
+	clk := newEventClock()
+	var mu sync.Mutex
+	var downUntil time.Time
+	send := func(ctx context.Context, ns string, batch []*pinecone.Vector) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if clk.Now().Before(downUntil) {
+			return &Error{Class: ClassServer, StatusCode: 503, Err: errors.New("503 service unavailable")}
+		}
+		return nil
+	}
+	outage := func(d time.Duration) {
+		mu.Lock()
+		downUntil = clk.Now().Add(d)
+		mu.Unlock()
+	}
+	h := &logCounts{byMsg: map[string]int{}}
+	ctx := context.Background()
+	w, err := NewWriter(ctx, WithUpsertFunc(send), withClock(clk), withRand(maxRand),
+		WithBatchSize(10), WithConcurrency(2), WithLogger(slog.New(h)))
+	require.NoError(t, err)
+	n := 0
+	add := func(k int) {
+		for range k {
+			require.NoError(t, w.Add(ctx, idVec(fmt.Sprint("v", n))))
+			n++
+		}
+		require.NoError(t, w.Flush(ctx))
+	}
+
+	add(10) // the index answers
+	outage(10 * time.Minute)
+	add(100) // the breaker gives up after outagePatience: batches fail unsent
+	require.Equal(t, 1, h.count(indexDown), "the first give-up is logged: %v", h.byMsg)
+
+	advanceEventClock(clk, 10*time.Minute) // the outage is over
+	add(10)                                // a probe lands: the breaker closes
+	mu.Lock()
+	require.False(t, clk.Now().Before(downUntil))
+	mu.Unlock()
+
+	outage(10 * time.Minute)
+	add(100) // a second outage, given up on again
+	res, err := w.Close(ctx)
+	require.ErrorIs(t, err, ErrServer)
+	require.Equal(t, 200, res.Stats.Failed, "both outages failed their records")
+	assert.Equal(t, 2, h.count(indexDown),
+		"each time the breaker gives up, a line says so; lines: %v", h.byMsg)
+}
+
+// advanceEventClock moves an eventClock by d.
+func advanceEventClock(c *eventClock, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	c.cond.Broadcast()
+}
+
+// A nil record under WithNamespaceOf fails in namespace "", as documented
+// (its function is not called for it), not in the connection's namespace,
+// which the run never writes to.
+func TestANilRecordUnderNamespaceOfFailsInTheEmptyNamespace(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	idx := indexConn(t, srv.Host(), "docs")
+	nsOf := WithNamespaceOf(func(v *pinecone.Vector) string { return "tenant-" + v.Id })
+	w, err := NewWriter(context.Background(), WithIndex(idx), nsOf)
+	require.NoError(t, err)
+	require.NoError(t, w.Add(context.Background(), nil))
+	require.NoError(t, w.Add(context.Background(), &pinecone.Vector{Id: "a", Values: &[]float32{1, 1}}))
+	res, err := w.Close(context.Background())
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Len(t, res.Failed, 1)
+	assert.Nil(t, res.Failed[0].Record)
+	assert.Equal(t, "", res.Failed[0].Namespace)
+	assert.Equal(t, 1, srv.Count("tenant-a"))
+
+	res, err = All(context.Background(), []*pinecone.Vector{nil}, WithIndex(idx), nsOf)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Len(t, res.Failed, 1)
+	assert.Equal(t, "", res.Failed[0].Namespace, "All alike")
 }

@@ -27,28 +27,47 @@ const IdealMaxInFlight = 64
 //
 // The ideal client sends batches of one size n at a time (one that reaches
 // the capacity of [Index.Throughput] at the capacity factor in force, so n
-// changes with the capacity changes), keeps up to min(slots,
-// IdealMaxInFlight) requests in flight, and never sends a request that an
-// admission bucket would refuse. Every limit is then a token bucket of
-// records, with its rate and burst: the vectors, bytes (RequestBytes(n)/n a
-// record) and requests (1/n a record) per second of the namespace, at the
-// capacity factor in force, and the requests in flight, which refill at
-// min(slots, 64) per mean write latency of n and hold min(slots, 64)
-// (when n changes, the requests in flight free their slots in the time
-// of the batch they carry). A
-// request whose latency, jitter included, exceeds the timeout is written
-// but sent again (its client cannot know it landed), so each record landed
-// costs 1/(1 − q(n)) of every bucket's tokens, q(n) the share of such
-// requests. Records are admitted as fast as the emptiest bucket allows, as
-// a fluid: at once while every bucket holds tokens (so an index gives its
-// bursts at once, as far as the others let it), then at the least rate
-// among the empty ones. Every bucket starts full at NewServer, and keeps
-// refilling during an outage, when nothing is admitted. The ideal time is
-// when the last record is admitted plus the mean write latency of its
-// batch.
+// changes with the capacity changes), keeps up to IdealMaxInFlight
+// requests outstanding, and never sends a request that an admission
+// bucket would refuse. Every limit is then a token bucket of records, with
+// its rate and burst: the vectors, bytes (RequestBytes(n)/n a record) and
+// requests (1/n a record) per second of the namespace, at the capacity
+// factor in force, and the requests in flight. These hold min(slots, 64)
+// and refill at 64 per mean time a request of n holds a slot of the
+// client (its latency, jitter included, or the timeout if shorter: the
+// client frees its slot at the timeout, and the server still writes the
+// request), or, if fewer, at the index's slots per mean write latency of
+// n (a request holds its slot of the index until written); when n
+// changes, the requests in flight free their slots in the time of the
+// batch they carry. A request whose latency, jitter included, exceeds the
+// timeout is written but sent again (its client cannot know it landed):
+// the ideal counts its records landed by the request sent again, so each
+// record landed costs 1/(1 − q(n)) of every bucket's tokens, q(n) the
+// share of such requests. Records are admitted as fast as the emptiest
+// bucket allows, as a fluid: at once while every bucket holds tokens (so
+// an index gives its bursts at once, as far as the others let it), then at
+// the least rate among the empty ones. Every bucket starts full at
+// NewServer, and keeps refilling during an outage, when nothing is
+// admitted.
+//
+// The server takes a request's admission tokens when it arrives, and the
+// request then waits for a slot: before a capacity drop, a client can have
+// requests admitted at the high rate that the slots write after it. So,
+// where the index has fewer than 64 slots, a client may also queue: keep
+// up to 64 − slots more requests outstanding, waiting for the slots, and
+// no more than the slots write within the timeout less the mean write
+// latency of n (the last one queued is written by the timeout). Its
+// requests in flight hold that many more. A request that gets its slot
+// during an outage fails (withStall): the records still queued when an
+// outage starts are admitted again after it, so queueing can also lose.
+//
+// The ideal time is when the last record is admitted plus the mean write
+// latency of its batch, or plus the time the queue takes to drain (the
+// last request's wait for its slot and its latency) if that is longer.
 //
 // So the ideal assumes: the mean latency (the jitter counts only through
-// the requests that time out); no time to encode, send or answer a
+// the requests that time out, not through a queued request's wait, which
+// makes it time out more often); no time to encode, send or answer a
 // request (the machine serves any rate); no random 429s (a refused
 // request costs a round trip and no token, which the ideal neglects); the
 // run starting at NewServer; whole batches (the last one may be partial
@@ -64,7 +83,8 @@ const IdealMaxInFlight = 64
 // with the size, by millionths where the latency is far under the
 // timeout, and a client that knew the index would not give up a burst
 // for that), and one the quickest (its last batch lands soonest: above a
-// size where the index slows down, the largest takes many times as long).
+// size where the index slows down, the largest takes many times as long);
+// each of them with and without a queue.
 func (ix Index) IdealTime(records int, timeout time.Duration) time.Duration {
 	best := time.Duration(math.MaxInt64)
 	for _, c := range idealClients {
@@ -73,15 +93,21 @@ func (ix Index) IdealTime(records int, timeout time.Duration) time.Duration {
 	return best
 }
 
-// idealClients are the three clients IdealTime takes the least time of.
-var idealClients = [...]idealClient{{}, {slack: 1e-3}, {quickest: true}}
+// idealClients are the six clients IdealTime takes the least time of.
+var idealClients = [...]idealClient{
+	{}, {slack: 1e-3}, {quickest: true},
+	{queue: true}, {slack: 1e-3, queue: true}, {quickest: true, queue: true},
+}
 
 // idealClient is how a client that knows the index picks its batch among
 // the sizes that reach the capacity: the largest, or the quickest; a size
-// reaches it when within slack of it (a share; 0: within rounding).
+// reaches it when within slack of it (a share; 0: within rounding). A
+// client that queues keeps requests waiting for the index's slots as well
+// (see idealModel.queued).
 type idealClient struct {
 	quickest bool
 	slack    float64
+	queue    bool
 }
 
 // clientTime is the ideal time of client c on a fresh model m.
@@ -100,13 +126,17 @@ func (m *idealModel) clientTime(records int, c idealClient) time.Duration {
 // reaches it: the largest n of those that maximise
 //
 //	C(n) = (1 − q(n)) × min(factor × vector rate, factor × byte rate × n / RequestBytes(n),
-//	           factor × request rate × n, min(slots, IdealMaxInFlight) × n / latency(n))
+//	           factor × request rate × n, IdealMaxInFlight × n / held(n), slots × n / latency(n))
 //
 // over the n of at most MaxBatch() records; latency(n) is the mean write
 // latency of a request of n records, q(n) the share of those requests
 // whose latency, jitter included, exceeds timeout (they are written, and
-// sent again), and an absent limit does not count. It returns 0, 0 when
-// every request would time out, and +Inf when nothing limits the index.
+// sent again), held(n) the mean of that latency or the timeout, whichever
+// is shorter (the time the request holds a slot of its client, which
+// gives it up at the timeout), and an absent limit does not count. So where
+// the slots do not bind, a size whose requests mostly time out can reach
+// the most. It returns 0, 0 when every request would time out, and +Inf
+// when nothing limits the index.
 func (ix Index) Throughput(factor float64, timeout time.Duration) (perSecond float64, batch int) {
 	p := ix.model(timeout).planAt(factor)
 	return p.perSecond, p.batch
@@ -217,6 +247,57 @@ func (m *idealModel) inFlight() float64 {
 	return IdealMaxInFlight
 }
 
+// flightRate is the most requests of n records a second that the requests
+// in flight let through, or +Inf if they take no time: IdealMaxInFlight
+// per mean time that a request holds a slot of the client (see heldTime),
+// and at most the index's slots per mean write latency of n (a request
+// holds its slot of the index until written, timed out or not).
+func (m *idealModel) flightRate(n int) float64 {
+	held, lat := m.heldTime(n), m.latency(n)
+	if held <= 0 || lat <= 0 {
+		return math.Inf(1)
+	}
+	rate := IdealMaxInFlight / held
+	if m.cfg.slots > 0 {
+		rate = min(rate, float64(m.cfg.slots)/lat)
+	}
+	return rate
+}
+
+// queued is how many requests of batch p, beyond the index's slots, the
+// ideal client keeps waiting in its slot queue if it queues (0 if not): as
+// many as keep it within IdealMaxInFlight requests outstanding, and no
+// more than the slots write within the timeout less the batch's mean
+// latency, so that the last one queued is written by the timeout. A
+// queued request's admission tokens are taken when it arrives.
+func (m *idealModel) queued(p batchPlan) float64 {
+	slots := float64(m.cfg.slots)
+	if !m.client.queue || slots <= 0 || slots >= IdealMaxInFlight {
+		return 0
+	}
+	room := IdealMaxInFlight - slots
+	if p.latency > 0 {
+		room = min(room, max(0, m.timeout.Seconds()-p.latency)*slots/p.latency)
+	}
+	return room
+}
+
+// heldTime is the mean time, in seconds, that a request of n records holds
+// a slot of its client: its write latency, jitter included, or the timeout
+// if that is shorter (the client then frees the slot, and the server still
+// writes the request). It is E[min(lat × F, timeout)], F the jitter's
+// lognormal factor exp(σZ − σ²/2), whose partial mean E[F; lat × F ≤
+// timeout] is Φ(d − σ), d = (ln(timeout/lat) + σ²/2)/σ, and P(lat × F >
+// timeout) = 1 − Φ(d) is timedOut(n).
+func (m *idealModel) heldTime(n int) float64 {
+	lat, limit, s := m.latency(n), m.timeout.Seconds(), m.cfg.jitter.sigma
+	if lat <= 0 || s <= 0 {
+		return min(lat, limit)
+	}
+	d := (math.Log(limit/lat) + s*s/2) / s
+	return lat*normalCDF(d-s) + limit*(1-normalCDF(d))
+}
+
 // timedOut is the share of requests of n records whose write latency,
 // jitter included, exceeds the timeout.
 func (m *idealModel) timedOut(n int) float64 {
@@ -254,10 +335,7 @@ func (m *idealModel) admitted(n int, f float64) float64 {
 	if r := m.cfg.requestRate.rate; r > 0 {
 		c = min(c, f*r*float64(n))
 	}
-	if lat := m.latency(n); lat > 0 {
-		c = min(c, m.inFlight()*float64(n)/lat)
-	}
-	return c
+	return min(c, m.flightRate(n)*float64(n))
 }
 
 // plan returns the best batch at factor f (memoized).

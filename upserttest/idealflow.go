@@ -68,11 +68,9 @@ func (m *idealModel) setPhase(fm *flowModel, p batchPlan, f float64) {
 	set(fm.bytes, f*m.cfg.byteRate.rate, float64(m.empty+p.batch*m.perBytes)/n)
 	set(fm.requests, f*m.cfg.requestRate.rate, 1/n)
 	if b := fm.inFlight; b != nil {
-		rate := math.Inf(1)
-		if p.latency > 0 {
-			rate = m.inFlight() / p.latency
-		}
+		rate := m.flightRate(p.batch)
 		b.keepBusyTime(rate)
+		b.base = m.inFlight() + m.queued(p)
 		set(b, rate, 1/n)
 	}
 }
@@ -99,17 +97,26 @@ func (b *flowBucket) keepBusyTime(rate float64) {
 }
 
 // admitAll runs the fluid model until records are admitted and returns
-// when the last one was, in seconds after NewServer, and the mean write
-// latency of its batch.
+// when the last one was, in seconds after NewServer, and how long after
+// that the last one is written: the mean write latency of its batch, or
+// more while the slot queue drains. Records still queued when an outage
+// starts are admitted again.
 func (m *idealModel) admitAll(records float64) (last, latency float64) {
 	fm := m.newFlow()
 	bs := fm.all()
 	t, done := 0.0, 0.0
-	for step := 0; done < records-1e-9 && step < 1e6; step++ {
+	for step := 0; step < 1e6; step++ {
+		end := done >= records-1e-9
+		if end && math.IsInf(m.outageFrom(t, t+queueWait(fm.inFlight, m.inFlight())), 1) {
+			break // and the queue, if any, drains before an outage starts
+		}
 		f, out, next := m.phase(t)
 		p := m.plan(f)
 		m.setPhase(fm, p, f)
 		if out {
+			done -= dropQueued(fm.inFlight, m.inFlight())
+		}
+		if out || end { // in an outage, or done with requests queued into one
 			flow(bs, 0, next-t)
 			t = next
 			continue
@@ -127,7 +134,50 @@ func (m *idealModel) admitAll(records float64) (last, latency float64) {
 		t += dt
 		last = t
 	}
+	if b := fm.inFlight; b != nil && b.rate > 0 && !math.IsInf(b.rate, 1) {
+		// The requests in flight, queued ones too, are written.
+		latency = max(latency, (b.burst-b.tokens)/b.rate)
+	}
 	return last, latency
+}
+
+// queueWait is how long the last request queued for the slots of the
+// in-flight bucket b, of an index that writes slots requests at once,
+// waits for its slot: 0 if none is queued.
+func queueWait(b *flowBucket, slots float64) float64 {
+	if b == nil || b.rate <= 0 || math.IsInf(b.rate, 1) {
+		return 0
+	}
+	return max(0, b.burst-b.tokens-slots) / b.rate
+}
+
+// outageFrom returns the start of the first outage from t to until
+// (until excluded), or +Inf if none starts in that time.
+func (m *idealModel) outageFrom(t, until float64) float64 {
+	for t < until {
+		_, out, next := m.phase(t)
+		if out {
+			return t
+		}
+		t = next
+	}
+	return math.Inf(1)
+}
+
+// dropQueued empties the slot queue of the in-flight bucket b, of an index
+// that writes slots requests at once, as an outage starts: a request that
+// gets its slot during an outage fails (withStall), and its records are
+// sent again. It returns how many records were queued.
+func dropQueued(b *flowBucket, slots float64) float64 {
+	if b == nil {
+		return 0
+	}
+	over := b.burst - b.tokens - slots
+	if over <= 0 {
+		return 0
+	}
+	b.tokens += over
+	return over / b.cost
 }
 
 // impulse admits at once as many of the remaining records as every bucket

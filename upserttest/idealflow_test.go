@@ -66,3 +66,64 @@ func TestKeepBusyTime(t *testing.T) {
 		assert.InDelta(t, tt.want, b.tokens, 1e-9, tt.name)
 	}
 }
+
+// heldTime is E[min(latency × F, timeout)], F the jitter's lognormal
+// factor: here against the integral over the normal, by the midpoint rule.
+func TestHeldTimeIsTheMeanLatencyCutAtTheTimeout(t *testing.T) {
+	for _, tt := range []struct{ latency, sigma float64 }{
+		{0.5, 0}, {3, 0}, {0.5, 0.6}, {1, 1}, {20, 1}, {1.9, 0.3},
+	} {
+		ix := Index{Dimension: 8, Latency: seconds(tt.latency), Jitter: tt.sigma}
+		m := ix.model(2 * time.Second)
+		const dz = 1e-4
+		want := 0.0
+		for z := -10 + dz/2; z < 10; z += dz {
+			f := math.Exp(tt.sigma*z - tt.sigma*tt.sigma/2)
+			want += min(tt.latency*f, 2) * math.Exp(-z*z/2) / math.Sqrt(2*math.Pi) * dz
+		}
+		assert.InDelta(t, want, m.heldTime(1), 1e-6, "latency %v σ %v", tt.latency, tt.sigma)
+	}
+}
+
+// A queue for the slots only moves admission earlier: it gains before a
+// capacity drop, and nothing where the capacity never drops (the queue
+// drains at the end), but at an outage, whose start fails the records
+// queued (they are sent again), it can lose.
+func TestQueueingGainsOnlyBeforeACapacityDrop(t *testing.T) {
+	gained := 0
+	for seed := uint64(1); seed <= 800; seed++ {
+		ix := DrawIndex(seed)
+		for _, c := range idealClients[:3] {
+			queued := c
+			queued.queue = true
+			plain := ix.model(FamilyTimeout).clientTime(ix.Records, c).Seconds()
+			with := ix.model(FamilyTimeout).clientTime(ix.Records, queued).Seconds()
+			switch {
+			case ix.OutageEvery > 0:
+				if !drops(ix) {
+					assert.GreaterOrEqual(t, with, plain-1e-6, "seed %d %+v", seed, c)
+				}
+			case drops(ix):
+				assert.LessOrEqual(t, with, plain*(1+1e-6), "seed %d %+v", seed, c)
+			default:
+				assert.InEpsilon(t, plain, with, 1e-6, "seed %d %+v", seed, c)
+			}
+			if with < plain-1e-3 {
+				gained++
+			}
+		}
+	}
+	assert.Positive(t, gained, "queueing gains before some drops")
+}
+
+// drops reports whether a capacity change of ix lowers the factor.
+func drops(ix Index) bool {
+	f := 1.0
+	for _, ch := range ix.Changes {
+		if ch.Factor < f {
+			return true
+		}
+		f = ch.Factor
+	}
+	return false
+}

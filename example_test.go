@@ -273,3 +273,13 @@ func ExampleWithMaxRate() {
 	// upserted: 1000 <nil>
 	// paced: true
 }
+
+// A namespace taken from configuration, checked before a long run: every
+// record routed to one Pinecone does not allow would fail.
+func ExampleValidNamespace() {
+	fmt.Println(upsert.ValidNamespace("tenant-42"))
+	fmt.Println(upsert.ValidNamespace("café"))
+	// Output:
+	// <nil>
+	// namespace "café" has a non-ASCII byte at offset 3; namespaces must be ASCII without NUL
+}

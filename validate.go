@@ -300,6 +300,15 @@ func jsonNumberSize(f float64) int {
 	return len(b)
 }
 
+// ValidNamespace returns the rule of Pinecone's that namespace breaks (at
+// most [MaxNamespaceChars] ASCII characters, no NUL), or nil. Every record
+// routed to such a namespace fails as [ClassInvalid] before it is sent:
+// check a namespace taken from configuration with it before a long run.
+// The records API also refuses "." and ".." (see [Records]).
+func ValidNamespace(namespace string) error {
+	return checkNamespace(namespace, false)
+}
+
 // checkNamespace returns the rule a namespace breaks, or nil: every record
 // routed to it fails with that rule before sending. In a URL path (inPath)
 // "." and ".." are dot segments that every HTTP client resolves away: the

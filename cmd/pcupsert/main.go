@@ -175,6 +175,9 @@ func parseArgs(args []string) (options, error) {
 	case o.maxFailure != 0 && !(o.maxFailure >= minFailureSeconds && o.maxFailure <= maxFailureSeconds):
 		return o, usagef("--max-failure-seconds %v: want 0 (never give up), or from %g to %g seconds", o.maxFailure, minFailureSeconds, maxFailureSeconds)
 	}
+	if err := upsert.ValidNamespace(o.namespace); err != nil {
+		return o, usagef("--namespace: %v", err) // else every record would fail
+	}
 	if _, ok := logLevel(o.logLevel); !ok {
 		return o, usagef("--log-level %q: want off, error, warn, info or debug", o.logLevel)
 	}

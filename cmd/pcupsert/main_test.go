@@ -356,6 +356,7 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 		{"a negative max rate", []string{"--max-rate", "-1"}, "--max-rate -1"},
 		{"an unknown fault", []string{"--fault", "418=0.5"}, `unknown fault "418"`},
 		{"a fault share above 1", []string{"--fault", "429=2"}, "want a share from 0 to 1"},
+		{"a namespace Pinecone does not allow", []string{"--namespace", "café"}, `--namespace: namespace "café" has a non-ASCII byte at offset 3`},
 		{"both --host and --index", []string{"--host", "http://127.0.0.1:1", "--index", "x"}, "not both"},
 		{"a host without the API key", []string{"--host", "http://127.0.0.1:1"}, "need the API key"},
 		{"the dead-letter file as input", []string{"--dead-letter", dl, dl}, "is the dead-letter file"},

@@ -304,9 +304,11 @@ func WithBatchSize(n int) Option {
 // the index in the order they were cut, so with 1 the index sees each
 // namespace's records in input order, but for retries (sent when their backoff ends)
 // and batches cut smaller while they waited (when the index refused a
-// size), which go after the batches queued meanwhile. Under
-// [WithNamespaceOf] the namespaces share the n requests; a namespace
-// paused by a Retry-After holds none of them.
+// size), which go after the batches queued meanwhile, and for the batch
+// first in line when a Retry-After pauses the namespace, which queues again
+// after the pause (a later batch may go first; a record still waits for an
+// earlier one of its id). Under [WithNamespaceOf] the namespaces share the n
+// requests; a namespace paused by a Retry-After holds none of them.
 func WithConcurrency(n int) Option {
 	return func(c *config) {
 		if n < 1 || n > 256 {

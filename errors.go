@@ -84,7 +84,8 @@ var (
 	ErrInvalid     = errors.New("invalid")
 	ErrDenied      = errors.New("denied")
 	ErrCanceled    = errors.New("canceled")
-	// ErrQuotaExceeded is also matched by errors.Is(err, ErrDenied).
+	// ErrQuotaExceeded: an error of the quota class matches ErrDenied and
+	// ErrInvalid too.
 	ErrQuotaExceeded = errors.New("quota exceeded")
 )
 

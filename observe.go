@@ -118,7 +118,9 @@ type RetryEvent struct {
 	Context context.Context
 	// Namespace is the batch's namespace, "" for the default one.
 	Namespace string
-	Worker    int
+	// Worker identifies the batch slot that sent the failed request, for
+	// logs.
+	Worker int
 	// Records is the size of the batch that failed.
 	Records int
 	// Attempt is the failed request's attempt number.
@@ -171,6 +173,7 @@ func WithObserver(o Observer) Option {
 // canceled-class [*Error] wrapping a [*PanicError], which the records not
 // yet settled fail with; the call returns it even when every record had
 // settled (a panic of the final call).
+// A nil function or a negative interval fails the call with [ErrBadOption].
 func WithProgress(interval time.Duration, f func(Progress)) Option {
 	return func(c *config) {
 		switch {

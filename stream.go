@@ -146,6 +146,7 @@ const DefaultMaxDelay = time.Second
 // wait for more records, counted from its first record, before it is sent
 // anyway, however steadily records trickle in; default [DefaultMaxDelay].
 // [All] has every record at hand and never waits.
+// A delay of 0 or less fails the call with [ErrBadOption].
 func WithMaxDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {

@@ -270,6 +270,7 @@ func WithNamespaceOf[T *pinecone.Vector | *pinecone.IntegratedRecord](f func(T) 
 // [WithIndex] the index's own answer (DescribeIndexStats) takes precedence.
 // Without either, the dimension is that of the first dense record the
 // index accepts, and records sent before then are checked by the index.
+// Outside 1 to [MaxDimension], the call fails with [ErrBadOption].
 func WithDimension(d int) Option {
 	return func(c *config) {
 		if d < 1 || d > MaxDimension {
@@ -309,6 +310,7 @@ func WithBatchSize(n int) Option {
 // after the pause (a later batch may go first; a record still waits for an
 // earlier one of its id). Under [WithNamespaceOf] the namespaces share the n
 // requests; a namespace paused by a Retry-After holds none of them.
+// Outside 1 to 256, the call fails with [ErrBadOption].
 func WithConcurrency(n int) Option {
 	return func(c *config) {
 		if n < 1 || n > 256 {
@@ -322,6 +324,7 @@ func WithConcurrency(n int) Option {
 // WithRequestTimeout bounds each request; default [DefaultRequestTimeout].
 // A request that runs out of time is a [ClassTimeout] failure: its batch is
 // split and retried, and its records may have landed.
+// A timeout of 0 or less fails the call with [ErrBadOption].
 func WithRequestTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -350,7 +353,8 @@ func WithRequestTimeout(d time.Duration) Option {
 //     fail the requests in flight in turn, so that short outages fail no
 //     records; the first failure of each such run spends one;
 //   - a 429 of a request sent before the Limiter cut its rate for that
-//     episode, or while the index still refuses what came before the cut:
+//     episode (not the one whose answer made the cut), or while the index
+//     still refuses what came before the cut:
 //     the limiter's overshoot, at most n such per batch;
 //   - a 429 when other requests succeeded since the batch's last 429: the
 //     index takes writes and asks for a slower pace, which the limiter's
@@ -362,6 +366,7 @@ func WithRequestTimeout(d time.Duration) Option {
 // being sent (only the breaker's probes go out), so that a dead index or
 // a wrong host ends the run in seconds, and one that drops every request
 // (all timeouts) in a minute.
+// A negative n, or a class other than rate-limited, timeout and server, fails the call with [ErrBadOption].
 func WithMaxRetries(class Class, n int) Option {
 	return func(c *config) {
 		switch {
@@ -385,6 +390,7 @@ func WithMaxRetries(class Class, n int) Option {
 // every batch left is waiting out a backoff and the last request landed,
 // those waits end (not a Retry-After): they spread load that no longer
 // comes.
+// Unless 0 < base <= max, the call fails with [ErrBadOption].
 func WithBackoff(base, max time.Duration) Option {
 	return func(c *config) {
 		if base <= 0 || max < base {

@@ -178,13 +178,23 @@ type config struct {
 // WithTracerProvider sends the spans to tp instead of the global
 // TracerProvider.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) { c.tp = tp }
+	return func(c *config) {
+		if tp == nil {
+			c.err = errors.Join(c.err, errors.New("upsertotel: WithTracerProvider: nil TracerProvider"))
+		}
+		c.tp = tp
+	}
 }
 
 // WithMeterProvider sends the metrics to mp instead of the global
 // MeterProvider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) { c.mp = mp }
+	return func(c *config) {
+		if mp == nil {
+			c.err = errors.Join(c.err, errors.New("upsertotel: WithMeterProvider: nil MeterProvider"))
+		}
+		c.mp = mp
+	}
 }
 
 // WithServerAddress sets server.address and server.port from an index's
@@ -270,12 +280,14 @@ type Telemetry struct {
 }
 
 // New returns a Telemetry with its instruments created from the meter of
-// the MeterProvider. It returns the error of an option or of the
-// MeterProvider.
+// the MeterProvider. It returns the error of an option (a nil provider is
+// one) or of the MeterProvider.
 func New(opts ...Option) (*Telemetry, error) {
 	cfg := config{tp: otel.GetTracerProvider(), mp: otel.GetMeterProvider(), maxNamespaces: DefaultMaxNamespaces}
 	for _, o := range opts {
-		o(&cfg)
+		if o != nil { // as the core's options: a nil one does nothing
+			o(&cfg)
+		}
 	}
 	if cfg.err != nil {
 		return nil, cfg.err

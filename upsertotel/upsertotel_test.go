@@ -604,3 +604,16 @@ func pointAttrs(data metricdata.Aggregation) []attribute.KeyValue {
 	}
 	return kvs
 }
+
+// A nil provider is an option's error, as the core's options turn a nil
+// argument into ErrBadOption, not a panic in New; a nil option does
+// nothing.
+func TestANilProviderIsAnErrorOfNew(t *testing.T) {
+	_, err := upsertotel.New(upsertotel.WithTracerProvider(nil))
+	assert.ErrorContains(t, err, "WithTracerProvider: nil TracerProvider")
+	_, err = upsertotel.New(upsertotel.WithMeterProvider(nil))
+	assert.ErrorContains(t, err, "WithMeterProvider: nil MeterProvider")
+	tel, err := upsertotel.New(nil)
+	require.NoError(t, err)
+	assert.NotNil(t, tel)
+}

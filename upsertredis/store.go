@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -112,8 +113,13 @@ func positive(d, def time.Duration) time.Duration {
 // and pool the caller configured. The Store does not close rdb. The Stores
 // made with one client share its subscription to their lanes' channels of
 // cuts, one connection (package state keyed by the client, dropped when
-// the last of their lanes leaves; see the package doc's costs).
+// the last of their lanes leaves; see the package doc's costs). New panics
+// when rdb is nil (a nil interface or a nil client pointer): a programming
+// error, found where it is made rather than on a goroutine of the call.
 func New(rdb redis.UniversalClient, opts ...Option) *Store {
+	if v := reflect.ValueOf(rdb); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		panic("upsertredis: nil Redis client")
+	}
 	o := options{
 		prefix:    DefaultPrefix,
 		timeout:   DefaultTimeout,

@@ -431,3 +431,11 @@ func TestAMalformedWriterEntryIsDropped(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, ok)
 }
+
+// A nil client is refused where the Store is made, with a message: given
+// to a call, it killed the process from a goroutine of the call.
+func TestANilClientPanicsInNew(t *testing.T) {
+	assert.PanicsWithValue(t, "upsertredis: nil Redis client", func() { New(nil) })
+	var c *redis.Client
+	assert.PanicsWithValue(t, "upsertredis: nil Redis client", func() { Shared(c) })
+}

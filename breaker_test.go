@@ -31,16 +31,7 @@ func idVec(id string) *pinecone.Vector {
 // outages fail nothing"). The lane of "new" never got an answer itself.
 func TestAShortOutageFailsNothingInANamespaceAWriterStartsDuringIt(t *testing.T) {
 	clk := newEventClock()
-	var mu sync.Mutex
-	var downUntil time.Time
-	send := func(ctx context.Context, ns string, batch []*pinecone.Vector) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if clk.Now().Before(downUntil) {
-			return &Error{Class: ClassServer, StatusCode: 503, Err: errors.New("503 service unavailable")}
-		}
-		return nil
-	}
+	send, outage := outageIndex(clk)
 	ctx := context.Background()
 	w, err := NewWriter(ctx, WithUpsertFunc(send), withClock(clk), withRand(maxRand),
 		WithNamespaceOf(func(v *pinecone.Vector) string { return v.Id[:3] }))
@@ -49,9 +40,7 @@ func TestAShortOutageFailsNothingInANamespaceAWriterStartsDuringIt(t *testing.T)
 		require.NoError(t, w.Add(ctx, idVec(fmt.Sprint("old", i))))
 	}
 	require.NoError(t, w.Flush(ctx), "the index answers: it is up, and the host right")
-	mu.Lock()
-	downUntil = clk.Now().Add(20 * time.Second) // a 20-second outage
-	mu.Unlock()
+	outage(20 * time.Second)
 	for i := range 10 {
 		require.NoError(t, w.Add(ctx, idVec(fmt.Sprint("new", i))))
 		require.NoError(t, w.Add(ctx, idVec(fmt.Sprint("old", 100+i))))
@@ -152,4 +141,25 @@ func TestADescribedIndexIsWaitedOutAfterTheLimiterForgotItsIdleLanes(t *testing.
 		withIndexInfo(indexInfo{dimension: 2}, nil), withClock(clk), withRand(maxRand))
 	require.NoError(t, err, "the index answered describe: the blip is an outage to wait out")
 	assert.Equal(t, 2000, res.Upserted)
+}
+
+// outageIndex is a send function answering 503 while an outage lasts, and
+// the function that starts one of d on clk's time.
+func outageIndex(clk *eventClock) (send func(context.Context, string, []*pinecone.Vector) error, outage func(d time.Duration)) {
+	var mu sync.Mutex
+	var downUntil time.Time
+	send = func(context.Context, string, []*pinecone.Vector) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if clk.Now().Before(downUntil) {
+			return &Error{Class: ClassServer, StatusCode: 503, Err: errors.New("503 service unavailable")}
+		}
+		return nil
+	}
+	outage = func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		downUntil = clk.Now().Add(d)
+	}
+	return send, outage
 }

@@ -238,8 +238,8 @@ func TestRedisIsPresumedDownFromAFailureUntilAnAnswerOrForASecondAndATimeout(t *
 	}
 	assert.True(t, New(one).heard(bg, errDown), "a failure tells that Redis is down")
 	assert.False(t, New(one).heard(canceled, context.Canceled), "a caller giving up tells nothing")
-	assert.Equal(t, 1100*time.Millisecond, New(nil).opts.downFor(), "by default")
-	assert.Equal(t, 60*time.Millisecond, New(nil, WithHeartbeat(100*time.Millisecond), WithTimeout(10*time.Millisecond)).opts.downFor(),
+	assert.Equal(t, 1100*time.Millisecond, New(one).opts.downFor(), "by default")
+	assert.Equal(t, 60*time.Millisecond, New(one, WithHeartbeat(100*time.Millisecond), WithTimeout(10*time.Millisecond)).opts.downFor(),
 		"half the heartbeat when it is shorter, and the timeout")
 }
 

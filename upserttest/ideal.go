@@ -39,16 +39,19 @@ const IdealMaxInFlight = 64
 // request), or, if fewer, at the index's slots per mean write latency of
 // n (a request holds its slot of the index until written); when n
 // changes, the requests in flight free their slots in the time of the
-// batch they carry. A request whose latency, jitter included, exceeds the
-// timeout is written but sent again (its client cannot know it landed):
-// the ideal counts its records landed by the request sent again, so each
-// record landed costs 1/(1 − q(n)) of every bucket's tokens, q(n) the
-// share of such requests. Records are admitted as fast as the emptiest
-// bucket allows, as a fluid: at once while every bucket holds tokens (so
-// an index gives its bursts at once, as far as the others let it), then at
-// the least rate among the empty ones. Every bucket starts full at
-// NewServer, and keeps refilling during an outage, when nothing is
-// admitted.
+// batch they carry, and where they would outnumber the new batch's
+// requests in flight (a quicker batch), the client sends nothing until the
+// slots have written the excess. A bucket that took a batch over its
+// burst into debt likewise keeps the debt when the batch gets smaller. A
+// request whose latency, jitter included, exceeds the timeout is written
+// but sent again (its client cannot know it landed): the ideal counts its
+// records landed by the request sent again, so each record landed costs
+// 1/(1 − q(n)) of every bucket's tokens, q(n) the share of such requests.
+// Records are admitted as fast as the emptiest bucket allows, as a fluid:
+// at once while every bucket holds tokens (so an index gives its bursts at
+// once, as far as the others let it), then at the least rate among the
+// empty ones. Every bucket starts full at NewServer, and keeps refilling
+// during an outage, when nothing is admitted.
 //
 // The server takes a request's admission tokens when it arrives, and the
 // request then waits for a slot: before a capacity drop, a client can have
@@ -59,11 +62,13 @@ const IdealMaxInFlight = 64
 // latency of n (the last one queued is written by the timeout). Its
 // requests in flight hold that many more. A request that gets its slot
 // during an outage fails (withStall): the records still queued when an
-// outage starts are admitted again after it, so queueing can also lose.
+// outage starts, whatever the batch they were sent in, are admitted again
+// after it, so queueing can also lose.
 //
 // The ideal time is when the last record is admitted plus the mean write
-// latency of its batch, or plus the time the queue takes to drain (the
-// last request's wait for its slot and its latency) if that is longer.
+// latency of its batch, or when the requests then in flight, queued ones
+// too, are written (the last one's wait for its slot and its latency), if
+// that is later.
 //
 // So the ideal assumes: the mean latency (the jitter counts only through
 // the requests that time out, not through a queued request's wait, which
@@ -116,8 +121,7 @@ func (m *idealModel) clientTime(records int, c idealClient) time.Duration {
 	if records <= 0 || m.plan(1).batch == 0 {
 		return 0
 	}
-	last, latency := m.admitAll(float64(records))
-	return time.Duration((last + latency) * float64(time.Second))
+	return time.Duration(m.admitAll(float64(records)) * float64(time.Second))
 }
 
 // Throughput returns the steady capacity C of ix at the capacity factor

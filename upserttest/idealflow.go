@@ -1,13 +1,17 @@
 package upserttest
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // This file holds the fluid model of Index.IdealTime: the records a client
 // that knows the index admits over time, through every limit of the index
 // seen as a token bucket of records.
 
 // flowBucket is one limit of the fluid model, in its own units (records,
-// bytes or requests).
+// bytes or requests). Its tokens may be negative: a debt, which its refill
+// repays before it lets anything through (see widen and keepBusyTime).
 type flowBucket struct {
 	tokens, burst float64
 	base          float64 // the index's burst; burst is wider for larger requests (widen)
@@ -15,13 +19,32 @@ type flowBucket struct {
 	cost          float64 // tokens per record in the current phase
 }
 
-// empty reports whether b holds no tokens worth counting.
+// empty reports whether b holds no tokens worth counting, or owes some.
 func (b *flowBucket) empty() bool { return b.tokens <= 1e-9*max(b.burst, 1) }
 
+// inDebt reports whether b owes tokens worth counting: it lets nothing
+// through until its refill has repaid them.
+func (b *flowBucket) inDebt() bool { return b.tokens < -1e-9*max(b.burst, 1) }
+
 // flowModel is the state of the fluid model: the buckets that the index
-// has (vectors, bytes, requests, requests in flight), nil when absent.
+// has (vectors, bytes, requests, requests in flight), nil when absent, and
+// the requests in flight of the batches that the client has left.
 type flowModel struct {
 	vectors, bytes, requests, inFlight *flowBucket
+
+	places  float64    // of the in-flight bucket, without a queue: idealModel.inFlight
+	batch   int        // the current batch, 0 before the first phase
+	earlier []slotWork // of the batches left, oldest first (see work)
+}
+
+// slotWork is the requests in flight of one batch, written one after the
+// other as places free.
+type slotWork struct {
+	until float64 // when the last of them is written, in seconds after NewServer
+	// hold is how long each holds its place: the places over the batch's
+	// in-flight rate (where the index's slots bind, its write latency).
+	hold      float64
+	perSecond float64 // records landed a second of their writing
 }
 
 // all returns the buckets the index has.
@@ -47,13 +70,14 @@ func (m *idealModel) newFlow() *flowModel {
 	if m.latency(1) > 0 || m.latency(m.maxBatch) > 0 {
 		n := m.inFlight()
 		fm.inFlight = &flowBucket{tokens: n, burst: n, base: n}
+		fm.places = n
 	}
 	return fm
 }
 
 // setPhase sets the rates and costs of the buckets for batches of p at
-// capacity factor f.
-func (m *idealModel) setPhase(fm *flowModel, p batchPlan, f float64) {
+// capacity factor f, from t on.
+func (m *idealModel) setPhase(fm *flowModel, p batchPlan, f, t float64) {
 	n := float64(p.batch)
 	// A request that times out was admitted and written, and is sent
 	// again: every record landed costs 1/(1 − lost) of its tokens.
@@ -69,6 +93,10 @@ func (m *idealModel) setPhase(fm *flowModel, p batchPlan, f float64) {
 	set(fm.requests, f*m.cfg.requestRate.rate, 1/n)
 	if b := fm.inFlight; b != nil {
 		rate := m.flightRate(p.batch)
+		if p.batch != fm.batch {
+			fm.leave(t)
+			fm.batch = p.batch
+		}
 		b.keepBusyTime(rate)
 		b.base = m.inFlight() + m.queued(p)
 		set(b, rate, 1/n)
@@ -78,53 +106,74 @@ func (m *idealModel) setPhase(fm *flowModel, p batchPlan, f float64) {
 // widen gives b the room that a request of amount tokens has in the
 // index's bucket, which admits a request larger than its burst once full,
 // into debt (internal/tokenbucket): for requests of that size, it is a
-// bucket of that burst, and its tokens count the debt it may take.
+// bucket of that burst, and its tokens count the debt it may take. What b
+// owes stays owed when its burst changes: a bucket narrowed below the
+// debt it took for larger requests holds the rest as a debt of its own,
+// as the index's does; an in-flight bucket given fewer places than it has
+// requests outstanding owes the difference.
 func (b *flowBucket) widen(amount float64) {
 	burst := max(b.base, amount)
-	b.tokens = max(0, b.tokens+burst-b.burst)
+	b.tokens += burst - b.burst
 	b.burst = burst
 }
 
 // keepBusyTime rescales the slots in use of an in-flight bucket whose
 // refill rate changes to rate (a batch of another latency): the requests
 // in flight were sent at the old batch and free their slots in the old
-// one's time, not the new one's.
+// one's time, not the new one's. Where the new batch is quicker, they
+// may count for more requests of it than the bucket holds: the bucket
+// then owes the rest, and admits nothing until the slots have written
+// them (whatever the burst, or its change in setPhase).
 func (b *flowBucket) keepBusyTime(rate float64) {
 	if b.rate <= 0 || math.IsInf(b.rate, 1) || math.IsInf(rate, 1) || rate == b.rate {
 		return
 	}
-	b.tokens = max(0, b.burst-(b.burst-b.tokens)*rate/b.rate)
+	b.tokens = b.burst - (b.burst-b.tokens)*rate/b.rate
 }
 
-// admitAll runs the fluid model until records are admitted and returns
-// when the last one was, in seconds after NewServer, and how long after
-// that the last one is written: the mean write latency of its batch, or
-// more while the slot queue drains. Records still queued when an outage
-// starts are admitted again.
-func (m *idealModel) admitAll(records float64) (last, latency float64) {
+// admitAll runs the fluid model until records are admitted and written,
+// and returns when the last one is written, in seconds after NewServer:
+// when the last one is admitted plus the mean write latency of its batch,
+// or later while the requests in flight (queued ones too) drain. Records
+// still queued when an outage starts are admitted again.
+func (m *idealModel) admitAll(records float64) float64 {
 	fm := m.newFlow()
 	bs := fm.all()
 	t, done := 0.0, 0.0
+	last, latency := 0.0, 0.0 // the last admission, and its batch's latency
+	drained := 0.0            // when what is in flight after it is written, as last measured
 	for step := 0; step < 1e6; step++ {
 		end := done >= records-1e-9
-		if end && math.IsInf(m.outageFrom(t, t+queueWait(fm.inFlight, m.inFlight())), 1) {
-			break // and the queue, if any, drains before an outage starts
+		if end {
+			if d := drainTime(fm.inFlight); d > 0 {
+				drained = t + d // from t, however long after last
+			}
+			if math.IsInf(m.outageFrom(t, t+fm.queueWait(t)), 1) {
+				break // and the queue, if any, drains before an outage starts
+			}
 		}
 		f, out, next := m.phase(t)
 		p := m.plan(f)
-		m.setPhase(fm, p, f)
+		m.setPhase(fm, p, f, t)
 		if out {
-			done -= dropQueued(fm.inFlight, m.inFlight())
+			done -= fm.dropQueued(t)
 		}
-		if out || end { // in an outage, or done with requests queued into one
-			flow(bs, 0, next-t)
-			t = next
+		// In an outage, or done with requests queued into one, nothing is
+		// admitted until the next phase; while a bucket owes tokens,
+		// nothing until it has repaid them.
+		wait := untilRepaid(bs)
+		if out || end {
+			wait = next - t
+		}
+		if wait > 0 {
+			wait = min(wait, next-t)
+			flow(bs, 0, wait)
+			t += wait
 			continue
 		}
-		latency = p.latency
 		if amount := impulse(bs, records-done); amount > 0 {
 			done += amount
-			last = t
+			last, latency, drained = t, p.latency, 0
 			continue
 		}
 		rate := bindingRate(bs)
@@ -132,23 +181,31 @@ func (m *idealModel) admitAll(records float64) (last, latency float64) {
 		flow(bs, rate, dt)
 		done += rate * dt
 		t += dt
-		last = t
+		last, latency, drained = t, p.latency, 0
 	}
-	if b := fm.inFlight; b != nil && b.rate > 0 && !math.IsInf(b.rate, 1) {
-		// The requests in flight, queued ones too, are written.
-		latency = max(latency, (b.burst-b.tokens)/b.rate)
-	}
-	return last, latency
+	return max(last+latency, drained)
 }
 
-// queueWait is how long the last request queued for the slots of the
-// in-flight bucket b, of an index that writes slots requests at once,
-// waits for its slot: 0 if none is queued.
-func queueWait(b *flowBucket, slots float64) float64 {
+// drainTime is how long the requests in flight of the in-flight bucket b,
+// queued ones too, take to be written: 0 if there are none, or b is nil
+// or takes no time.
+func drainTime(b *flowBucket) float64 {
 	if b == nil || b.rate <= 0 || math.IsInf(b.rate, 1) {
 		return 0
 	}
-	return max(0, b.burst-b.tokens-slots) / b.rate
+	return max(0, b.burst-b.tokens) / b.rate
+}
+
+// untilRepaid is how long the refill takes to repay every bucket's debt:
+// 0 if none owes tokens worth counting.
+func untilRepaid(bs []*flowBucket) float64 {
+	d := 0.0
+	for _, b := range bs {
+		if b.inDebt() {
+			d = max(d, -b.tokens/b.rate)
+		}
+	}
+	return d
 }
 
 // outageFrom returns the start of the first outage from t to until
@@ -164,20 +221,74 @@ func (m *idealModel) outageFrom(t, until float64) float64 {
 	return math.Inf(1)
 }
 
-// dropQueued empties the slot queue of the in-flight bucket b, of an index
-// that writes slots requests at once, as an outage starts: a request that
-// gets its slot during an outage fails (withStall), and its records are
-// sent again. It returns how many records were queued.
-func dropQueued(b *flowBucket, slots float64) float64 {
-	if b == nil {
+// work returns the requests in flight at t, by batch, oldest first: those
+// of the batches left that are not all written by t (the others are
+// forgotten), then those of the current one, written after them (none if
+// its until is not past theirs). What the in-flight bucket holds at t is
+// written by t + drainTime, whatever the batches: keepBusyTime keeps the
+// time its requests in flight take when the batch changes, and they take
+// a second of it a second.
+func (fm *flowModel) work(t float64) []slotWork {
+	b := fm.inFlight
+	if b == nil || b.rate <= 0 || math.IsInf(b.rate, 1) {
+		return nil
+	}
+	fm.earlier = slices.DeleteFunc(fm.earlier, func(w slotWork) bool { return w.until <= t })
+	cur := slotWork{until: t + drainTime(b), hold: fm.places / b.rate, perSecond: b.rate / b.cost}
+	return append(fm.earlier[:len(fm.earlier):len(fm.earlier)], cur)
+}
+
+// leave keeps, as the client leaves its batch at t, the requests in flight
+// of that batch (see work), so that they hold their places and are
+// dropped at an outage as requests of their batch.
+func (fm *flowModel) leave(t float64) {
+	ws := fm.work(t)
+	if len(ws) == 0 {
+		return
+	}
+	cur, from := ws[len(ws)-1], t
+	if len(ws) > 1 {
+		from = ws[len(ws)-2].until
+	}
+	if cur.until > from {
+		fm.earlier = ws
+	}
+}
+
+// queueWait is how long from t the last request in flight waits for its
+// place: 0 if each holds one. A request written by u that holds its
+// place hold seconds gets it at u − hold.
+func (fm *flowModel) queueWait(t float64) float64 {
+	wait, from := 0.0, t
+	for _, w := range fm.work(t) {
+		if w.until > from {
+			wait = max(wait, w.until-w.hold-t)
+			from = w.until
+		}
+	}
+	return wait
+}
+
+// dropQueued fails the requests in flight that wait for a place as an
+// outage starts at t: a request that gets its slot during an outage fails
+// (withStall), and its records are sent again; those in their places are
+// written. It returns how many records were queued.
+func (fm *flowModel) dropQueued(t float64) float64 {
+	records, kept, from := 0.0, 0.0, t
+	for _, w := range fm.work(t) {
+		end := max(from, w.until)
+		placed := min(end, max(from, t+w.hold)) // written by then: in their places at t
+		kept += placed - from
+		records += (end - placed) * w.perSecond
+		from = end
+	}
+	if records <= 0 {
 		return 0
 	}
-	over := b.burst - b.tokens - slots
-	if over <= 0 {
-		return 0
-	}
-	b.tokens += over
-	return over / b.cost
+	b := fm.inFlight
+	b.tokens = b.burst - kept*b.rate
+	fm.earlier = []slotWork{{until: t + kept, hold: kept}} // in their places
+	return records
 }
 
 // impulse admits at once as many of the remaining records as every bucket
@@ -225,10 +336,12 @@ func untilEmpty(bs []*flowBucket, rate float64) float64 {
 	return d
 }
 
-// flow advances every bucket by dt seconds at the admission rate.
+// flow advances every bucket by dt seconds at the admission rate. A
+// bucket's tokens stay within its burst, and at or above 0 unless it owes
+// some (a debt only shrinks).
 func flow(bs []*flowBucket, rate, dt float64) {
 	for _, b := range bs {
-		b.tokens = min(b.burst, max(0, b.tokens+(b.rate-rate*b.cost)*dt))
+		b.tokens = min(b.burst, max(min(0, b.tokens), b.tokens+(b.rate-rate*b.cost)*dt))
 	}
 }
 

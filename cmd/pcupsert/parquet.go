@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,13 +33,22 @@ import (
 // whose columns are not of these types is refused when it is opened, naming
 // the column, its type and the type wanted: no row of it could be read.
 //
+// A column, or a field of a struct "metadata" column, of Parquet's NULL
+// type (what pyarrow writes for a column of None alone) is null in every
+// row: "values", "sparse_values" and "metadata" are then absent from every
+// row, and the field a key no row has. A list of NULL (list<null>, what
+// pyarrow makes of lists all empty) is a list of the type wanted: an empty
+// list is an empty list, and an element of it a null element.
+//
 // A row is a bad row, named by its number with the rule it breaks, when
 // its id is null or empty, an element of one of its lists is null (pyarrow
 // writes list elements as nullable), a sparse index is negative or larger
 // than a uint32, a number does not fit a float32, or its "metadata" string
-// is not a JSON object. A null struct field of a struct "metadata" column
-// is a key the row does not have (pyarrow writes a key missing from a
-// row's dict as null), not a null metadata value.
+// is not a JSON object, or is one that NDJSON metadata could not be (a
+// string in it that is not valid Unicode: see metadataDecoder). A null
+// struct field of a struct "metadata" column is a key the row does not
+// have (pyarrow writes a key missing from a row's dict as null), not a
+// null metadata value.
 
 // parquetBatch is how many rows a parquetSource reads at a time.
 const parquetBatch = 256
@@ -56,6 +66,7 @@ type parquetSource struct {
 	n      int               // rows in rows
 	row    int               // rows returned so far; the row number of the last one
 	err    error             // the reader's error, once rows is used up
+	meta   metadataDecoder   // decodes the "metadata" column's JSON strings
 }
 
 func newParquetSource(f io.ReaderAt, size int64) (*parquetSource, error) {
@@ -98,7 +109,7 @@ func (s *parquetSource) next() (*pinecone.Vector, *badEntry, error) {
 	s.at++
 	s.row++
 	rec := s.layout.record(s.cols)
-	v, err := rec.vector()
+	v, err := rec.vector(&s.meta)
 	if err != nil {
 		raw, _ := json.Marshal(rec) // cannot fail: cells write themselves as JSON
 		return nil, &badEntry{pos: s.row, raw: raw, err: fmt.Errorf("row %d%s: %w", s.row, idNote(rec.ID), err)}, nil
@@ -183,25 +194,26 @@ func layoutOf(root *parquet.Column) (*parquetLayout, error) {
 		return nil, fmt.Errorf(`column "id" is %s; want a string`, typeName(id))
 	}
 	l.id = id
-	if c := root.Column("values"); c != nil {
+	if c := root.Column("values"); c != nil && !isNullLeaf(c) {
 		list, ok := listOf("values", c)
-		if !ok || !isNumber(list.leaf) {
+		if !ok || !isNumber(list.leaf) && !isNull(list.leaf) {
 			return nil, fmt.Errorf(`column "values" is %s; %s`, typeName(c), wantNumberList)
 		}
 		l.values = list
 	}
-	if c := root.Column("sparse_values"); c != nil {
+	if c := root.Column("sparse_values"); c != nil && !isNullLeaf(c) {
 		sparse, err := sparseOf(c)
 		if err != nil {
 			return nil, err
 		}
 		l.sparse = sparse
 	}
-	if l.values == nil && l.sparse == nil {
+	if root.Column("values") == nil && root.Column("sparse_values") == nil {
 		return nil, errors.New(`no "values" or "sparse_values" column`)
 	}
 	if c := root.Column("metadata"); c != nil {
 		switch {
+		case isNullLeaf(c): // null in every row: no row has metadata
 		case isStringLeaf(c) || c.Leaf() && !c.Repeated() && isLogical[*format.JsonType](c):
 			l.metaJSON = c
 		case isStruct(c):
@@ -224,11 +236,11 @@ func sparseOf(c *parquet.Column) (*sparseColumns, error) {
 	}
 	s := &sparseColumns{defined: c.MaxDefinitionLevel()}
 	list, ok := listOf("sparse_values.indices", indices)
-	if !ok || !isInteger(list.leaf) {
+	if !ok || !isInteger(list.leaf) && !isNull(list.leaf) {
 		return nil, fmt.Errorf(`column "sparse_values.indices" is %s; %s`, typeName(indices), wantIntegerList)
 	}
 	s.indices = *list
-	if list, ok = listOf("sparse_values.values", values); !ok || !isNumber(list.leaf) {
+	if list, ok = listOf("sparse_values.values", values); !ok || !isNumber(list.leaf) && !isNull(list.leaf) {
 		return nil, fmt.Errorf(`column "sparse_values.values" is %s; %s`, typeName(values), wantNumberList)
 	}
 	s.values = *list
@@ -240,7 +252,8 @@ func metadataStructOf(c *parquet.Column) (*structColumn, error) {
 	for _, f := range c.Columns() {
 		name := f.Name()
 		switch list, isList := listOf("metadata."+name, f); {
-		case isList && isString(list.leaf):
+		case isNullLeaf(f): // null in every row: a key no row has
+		case isList && (isString(list.leaf) || isNull(list.leaf)):
 			s.fields = append(s.fields, structField{name: name, list: list})
 		case !f.Leaf() || f.Repeated() || !isStringLeaf(f) && !isNumber(f) && f.Type().Kind() != parquet.Boolean:
 			return nil, fmt.Errorf(`column "metadata": field %q is %s; %s`, name, typeName(f), wantMetaField)
@@ -293,6 +306,14 @@ func isLogical[T format.LogicalTypeValue](c *parquet.Column) bool {
 }
 
 func hasLogicalType(c *parquet.Column) bool { return c.Type().LogicalType() != nil }
+
+// isNull reports whether c is a leaf of Parquet's NULL type, repeated or
+// not: every value of it is null.
+func isNull(c *parquet.Column) bool { return c.Leaf() && isLogical[*format.NullType](c) }
+
+// isNullLeaf reports whether c is a leaf of the NULL type, not repeated:
+// a column, or a struct field, null in every row.
+func isNullLeaf(c *parquet.Column) bool { return !c.Repeated() && isNull(c) }
 
 // isStruct reports whether c is a group that is neither a list nor a map.
 func isStruct(c *parquet.Column) bool {
@@ -422,8 +443,9 @@ type parquetRecord struct {
 	ID           string               `json:"id"`
 	Values       []cell               `json:"values,omitempty"`
 	SparseValues *parquetSparseRecord `json:"sparse_values,omitempty"`
-	// Metadata is the "metadata" column's string, or the fields of a
-	// struct "metadata" column that are not null: cells and []cell.
+	// Metadata is the "metadata" column's string unless "" (a
+	// jsonMetadata), or the fields of a struct "metadata" column that are
+	// not null: cells and []cell.
 	Metadata any `json:"metadata,omitempty"`
 
 	values, indices, sparseVals *listColumn // where the lists come from, for messages
@@ -513,8 +535,8 @@ func (l *parquetLayout) record(cols [][]parquet.Value) *parquetRecord {
 	}
 	switch {
 	case l.metaJSON != nil:
-		if v := cols[l.metaJSON.Index()][0]; !v.IsNull() {
-			rec.Metadata = string(v.ByteArray())
+		if v := cols[l.metaJSON.Index()][0]; !v.IsNull() && len(v.ByteArray()) > 0 {
+			rec.Metadata = jsonMetadata(v.ByteArray())
 		}
 	case l.metaKeys != nil:
 		rec.Metadata = l.metaKeys.fieldsOf(cols)
@@ -565,8 +587,9 @@ func (s *structColumn) fieldsOf(cols [][]parquet.Value) map[string]any {
 	return fields
 }
 
-// vector returns the row as a record, or the rule it breaks.
-func (rec *parquetRecord) vector() (*pinecone.Vector, error) {
+// vector returns the row as a record, or the rule it breaks; meta decodes
+// its metadata if it is a JSON string.
+func (rec *parquetRecord) vector(meta *metadataDecoder) (*pinecone.Vector, error) {
 	if rec.ID == "" {
 		return nil, ndjson.ErrMissingID
 	}
@@ -590,17 +613,14 @@ func (rec *parquetRecord) vector() (*pinecone.Vector, error) {
 		v.SparseValues = &pinecone.SparseValues{Indices: indices, Values: vals}
 	}
 	switch md := rec.Metadata.(type) {
-	case string:
-		if md == "" {
-			break
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(md), &m); err != nil || m == nil {
+	case jsonMetadata:
+		obj, ok := md.object()
+		if !ok {
 			return nil, fmt.Errorf("%w: column \"metadata\" is not a JSON object", ndjson.ErrWrongType)
 		}
-		s, err := structpb.NewStruct(m)
+		s, err := meta.decode(obj)
 		if err != nil {
-			return nil, fmt.Errorf("%w: metadata cannot be represented as a protobuf Struct", ndjson.ErrWrongType)
+			return nil, err
 		}
 		v.Metadata = s
 	case map[string]any:
@@ -674,4 +694,78 @@ func metadataStruct(fields map[string]any) (*structpb.Struct, error) {
 		}
 	}
 	return md, nil
+}
+
+// jsonMetadata is the string of a "metadata" column of JSON strings.
+type jsonMetadata string
+
+// object returns m compacted, without the spaces and line breaks between
+// its tokens, if it is a JSON object (which may hold strings that are not
+// valid Unicode: encoding/json does not check them); ok is false if not.
+func (m jsonMetadata) object() (obj []byte, ok bool) {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(m)) != nil || !bytes.HasPrefix(b.Bytes(), []byte("{")) {
+		return nil, false
+	}
+	return b.Bytes(), true
+}
+
+// MarshalJSON writes m in a dead letter as the JSON object it holds, so
+// that the letter, once fixed, is a record whose metadata is that object,
+// as the NDJSON reader wants it; and as a JSON string if it holds no
+// object, which the NDJSON reader refuses, as m is refused here.
+func (m jsonMetadata) MarshalJSON() ([]byte, error) {
+	if obj, ok := m.object(); ok {
+		return obj, nil
+	}
+	return json.Marshal(string(m))
+}
+
+// metadataDecoder decodes the JSON objects of a "metadata" column as the
+// NDJSON reader decodes a line's metadata, with the same rules: it feeds
+// an ndjson.Reader the line {"id":"_","metadata":<the object>}. A string
+// in the object that is not valid Unicode, a byte that is not UTF-8 or a
+// \u escape of a lone UTF-16 surrogate, is thus refused rather than
+// replaced with U+FFFD, as json.Unmarshal would; and the message is the
+// one the row's dead letter, replayed, gets. The zero value is ready.
+type metadataDecoder struct {
+	r    *ndjson.Reader // reads from the decoder: line, then the next one
+	buf  []byte         // holds the line, reused
+	line []byte         // what of buf r has yet to read
+}
+
+// metadataPrefix starts the line of a metadataDecoder, whose id is there
+// only because a line without one is refused.
+const metadataPrefix = `{"id":"_","metadata":`
+
+// decode returns obj, a compacted JSON object (see jsonMetadata.object),
+// as metadata, or the rule it breaks.
+func (d *metadataDecoder) decode(obj []byte) (*structpb.Struct, error) {
+	if len(metadataPrefix)+len(obj)+1 > ndjson.MaxLineBytes {
+		return nil, fmt.Errorf("%w: column \"metadata\" is longer than %d bytes", ndjson.ErrWrongType, ndjson.MaxLineBytes-len(metadataPrefix)-1)
+	}
+	if d.r == nil {
+		d.r = ndjson.NewReader(d)
+	}
+	d.buf = append(append(append(d.buf[:0], metadataPrefix...), obj...), "}\n"...)
+	d.line = d.buf
+	v, err := d.r.Next()
+	if le := (*ndjson.LineError)(nil); errors.As(err, &le) {
+		return nil, le.Err
+	}
+	if err != nil { // cannot happen: d returns a line at a time, and no error
+		return nil, fmt.Errorf("%w: column \"metadata\": %w", ndjson.ErrWrongType, err)
+	}
+	return v.Metadata, nil
+}
+
+// Read gives d.r the line to read; it is never called with none left,
+// since the line ends in its only "\n" (obj is compacted).
+func (d *metadataDecoder) Read(p []byte) (int, error) {
+	if len(d.line) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, d.line)
+	d.line = d.line[n:]
+	return n, nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -460,6 +461,148 @@ func TestAParquetFileNotInTheLayoutIsRefusedNamingTheColumnAndItsType(t *testing
 			assert.Contains(t, res.stderr, "pcupsert: reading "+c.path+": not Pinecone's import layout: "+c.want+"\n")
 			assert.NotContains(t, res.stderr, "row ", "no row is reported")
 			assert.Zero(t, srv.Stats().Requests, "nothing is sent")
+		})
+	}
+}
+
+// A "metadata" column of JSON strings (Pinecone's import layout) whose
+// string is not valid Unicode -- a \u escape of a lone UTF-16 surrogate,
+// or a byte that is not UTF-8 -- makes a bad row, as NDJSON makes a bad
+// line of the same metadata: encoding/json would decode either into U+FFFD
+// without an error, and the record land with metadata the file does not
+// hold.
+func TestAParquetMetadataStringThatIsNotValidUnicodeIsABadRowNotUpsertedAltered(t *testing.T) {
+	path := writeParquet(t, []parquetRow{
+		{ID: "ok", Values: []float32{1, 2}, Metadata: ptr(`{"k":"fine"}`)},
+		{ID: "surrogate", Values: []float32{1, 2}, Metadata: ptr(`{"k":"\ud800"}`)},
+		{ID: "latin1", Values: []float32{1, 2}, Metadata: ptr("{\"k\":\"caf\xe9\"}")},
+	})
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	dl := deadLetterPath(t)
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", dl, path)...)
+
+	_, ok := srv.Vector("__default__", "ok")
+	require.True(t, ok, "the valid row lands; stderr:\n%s", res.stderr)
+	for _, id := range []string{"surrogate", "latin1"} {
+		if v, ok := srv.Vector("__default__", id); ok {
+			t.Errorf("row %q landed with metadata %q, which the file does not hold (U+FFFD in place of what it held)", id, v.Metadata.AsMap())
+		}
+	}
+	assert.Equal(t, exitFailed, res.status, "two rows whose metadata cannot be upserted as given; stderr:\n%s", res.stderr)
+	const rule = `wrong type: field "metadata" holds a string that is not valid Unicode`
+	assert.Contains(t, res.stderr, `row 2 (id "surrogate"): `+rule)
+	assert.Contains(t, res.stderr, `row 3 (id "latin1"): `+rule)
+	_, bad := letters(t, dl)
+	assert.Len(t, bad, 2, "the two rows are dead letters")
+}
+
+// The dead letter of a bad Parquet row ({"line":N,"raw":<the row as
+// JSON>,...}) holds the JSON object of a "metadata" column of JSON strings
+// -- the layout of Pinecone's bulk import -- as an object, as NDJSON takes
+// metadata, not as a JSON string, which the NDJSON reader refuses: the
+// letter replayed unfixed reports the rule the row broke, and fixed, lands.
+func TestTheLetterOfABadParquetRowHoldsItsJSONMetadataAsAnObjectSoThatOnceFixedItLands(t *testing.T) {
+	f := func(x float32) *float32 { return &x }
+	type row struct {
+		ID       string     `parquet:"id"`
+		Values   []*float32 `parquet:"values,list"`
+		Metadata *string    `parquet:"metadata,optional"`
+	}
+	path := writeParquet(t, []row{
+		{"good", []*float32{f(1), f(2), f(3)}, ptr(`{"genre":"x"}`)},
+		{"a", []*float32{f(1), nil, f(3)}, ptr(`{"genre":"x"}`)},
+	})
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	dl := deadLetterPath(t)
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", dl, path)...)
+	require.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+	require.Contains(t, res.stderr, `row 2 (id "a"): wrong type: column "values": null at index 1, want float32`)
+	letter, err := os.ReadFile(dl)
+	require.NoError(t, err)
+	require.Contains(t, string(letter), `[1,null,3]`, "the letter: %s", letter)
+
+	// Replayed as it is, the letter breaks the rule the row broke.
+	unfixed := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", deadLetterPath(t), dl)...)
+	assert.Equal(t, exitFailed, unfixed.status)
+	assert.Contains(t, unfixed.stderr, `line 2 (id "a"): wrong type: field "values": null at index 1, want float32`)
+
+	// Fix the one fault the error names, and replay.
+	fixed := filepath.Join(t.TempDir(), "fixed.ndjson")
+	require.NoError(t, os.WriteFile(fixed, bytes.Replace(letter, []byte(`[1,null,3]`), []byte(`[1,2,3]`), 1), 0o600))
+	replay := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", deadLetterPath(t), fixed)...)
+	assert.Equal(t, exitOK, replay.status, "the fixed row is upserted; letter:\n%s\nstderr:\n%s", letter, replay.stderr)
+	v, ok := srv.Vector("__default__", "a")
+	if assert.True(t, ok, "the fixed row lands") {
+		assert.Equal(t, map[string]any{"genre": "x"}, v.Metadata.AsMap())
+	}
+}
+
+// nullType is the Parquet type pyarrow writes for a column of Arrow's null
+// type (INT32 annotated NULL/UNKNOWN): what pyarrow infers for a column, or
+// a struct field, that is None in every row, and list<null> for lists that
+// are all empty.
+type nullType struct{ parquet.Type }
+
+func (nullType) LogicalType() *format.LogicalType {
+	return &format.LogicalType{Value: new(format.NullType)}
+}
+func (nullType) String() string { return "NULL" }
+
+func nullLeaf() parquet.Node { return parquet.Optional(parquet.Leaf(nullType{parquet.Int32Type})) }
+
+// A column, or a field of a struct "metadata" column, that is null in every
+// row of the file, which pyarrow writes with Parquet's NULL type (Arrow's
+// null type, inferred from a column of None, or list<null> from lists all
+// empty), is absent from every row, as README has a null field of the
+// metadata struct be a key the row does not have, and sparse_values and
+// metadata be optional: the file is not refused, and its rows land.
+func TestAParquetColumnOfTheNullTypeIsAbsentFromEveryRow(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		schema parquet.Group
+		row    map[string]any
+	}{
+		{"metadata field always None", parquet.Group{
+			"id": parquet.String(), "values": parquet.List(parquet.Leaf(parquet.FloatType)),
+			"metadata": parquet.Optional(parquet.Group{"genre": parquet.Optional(parquet.String()), "subtitle": nullLeaf()}),
+		}, map[string]any{"id": "a", "values": []float32{1, 2}, "metadata": map[string]any{"genre": "drama", "subtitle": nil}}},
+		{"metadata list field always empty (list<null>)", parquet.Group{
+			"id": parquet.String(), "values": parquet.List(parquet.Leaf(parquet.FloatType)),
+			"metadata": parquet.Optional(parquet.Group{"genre": parquet.Optional(parquet.String()), "tags": parquet.Optional(parquet.List(nullLeaf()))}),
+		}, map[string]any{"id": "a", "values": []float32{1, 2}, "metadata": map[string]any{"genre": "drama", "tags": []any{}}}},
+		{"sparse_values column always None", parquet.Group{
+			"id": parquet.String(), "values": parquet.List(parquet.Leaf(parquet.FloatType)), "sparse_values": nullLeaf(),
+		}, map[string]any{"id": "a", "values": []float32{1, 2}, "sparse_values": nil}},
+		{"metadata column always None", parquet.Group{
+			"id": parquet.String(), "values": parquet.List(parquet.Leaf(parquet.FloatType)), "metadata": nullLeaf(),
+		}, map[string]any{"id": "a", "values": []float32{1, 2}, "metadata": nil}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "in.parquet")
+			f, err := os.Create(path)
+			require.NoError(t, err)
+			w := parquet.NewWriter(f, parquet.NewSchema("schema", c.schema))
+			require.NoError(t, w.Write(c.row))
+			require.NoError(t, w.Close())
+			require.NoError(t, f.Close())
+
+			srv := upserttest.NewServer()
+			defer srv.Close()
+			res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", deadLetterPath(t), path)...)
+			assert.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+			v, ok := srv.Vector("__default__", "a")
+			if assert.True(t, ok, "the row lands") {
+				md := v.Metadata.AsMap()
+				assert.NotContains(t, md, "subtitle", "a null field is a key the row does not have")
+				if m, ok := c.row["metadata"].(map[string]any); ok {
+					assert.Equal(t, "drama", md["genre"])
+					if _, ok := m["tags"]; ok {
+						assert.Equal(t, []any{}, md["tags"], "an empty list<null> is an empty list")
+					}
+				}
+			}
 		})
 	}
 }

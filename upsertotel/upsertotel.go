@@ -144,6 +144,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,7 +180,7 @@ type config struct {
 // TracerProvider.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) {
-		if tp == nil {
+		if isNil(tp) {
 			c.err = errors.Join(c.err, errors.New("upsertotel: WithTracerProvider: nil TracerProvider"))
 		}
 		c.tp = tp
@@ -190,7 +191,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // MeterProvider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) {
-		if mp == nil {
+		if isNil(mp) {
 			c.err = errors.Join(c.err, errors.New("upsertotel: WithMeterProvider: nil MeterProvider"))
 		}
 		c.mp = mp
@@ -277,6 +278,13 @@ type Telemetry struct {
 	mu      sync.Mutex
 	runs    map[*runState]struct{} // running calls, for the limiter gauges
 	started uint64                 // runs started so far, the last one's runState.seq
+}
+
+// isNil reports whether p is nil, or holds a nil pointer (a provider
+// declared and set only when telemetry is on).
+func isNil(p any) bool {
+	v := reflect.ValueOf(p)
+	return !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // New returns a Telemetry with its instruments created from the meter of

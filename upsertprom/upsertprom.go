@@ -295,7 +295,9 @@ func (l *namespaceLabels) of(ns string) (label string, first bool) {
 func New(reg prometheus.Registerer, opts ...Option) (*Collector, error) {
 	cfg := config{namespace: DefaultNamespace, namespaceLabel: DefaultNamespaceLabel, maxNamespaces: DefaultMaxNamespaces}
 	for _, o := range opts {
-		o(&cfg)
+		if o != nil { // as the core's options: a nil one does nothing
+			o(&cfg)
+		}
 	}
 	if cfg.err != nil {
 		return nil, cfg.err

@@ -429,3 +429,9 @@ func TestFailuresAreLabelledWithTheirNamespace(t *testing.T) {
 		})
 	}
 }
+
+// A nil option does nothing, as the core's options.
+func TestANilOptionDoesNothing(t *testing.T) {
+	_, err := upsertprom.New(prometheus.NewRegistry(), nil)
+	require.NoError(t, err)
+}

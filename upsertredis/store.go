@@ -128,7 +128,9 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 		ttl:       DefaultTTL,
 	}
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil { // as the core's options: a nil one does nothing
+			opt(&o)
+		}
 	}
 	o.ttl = max(o.ttl, o.heartbeat)
 	return &Store{rdb: rdb, opts: o, presumes: presumes(rdb)}

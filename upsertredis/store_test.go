@@ -438,4 +438,5 @@ func TestANilClientPanicsInNew(t *testing.T) {
 	assert.PanicsWithValue(t, "upsertredis: nil Redis client", func() { New(nil) })
 	var c *redis.Client
 	assert.PanicsWithValue(t, "upsertredis: nil Redis client", func() { Shared(c) })
+	assert.NotPanics(t, func() { New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), nil) }, "a nil option does nothing")
 }

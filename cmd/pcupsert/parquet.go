@@ -9,6 +9,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/format"
@@ -487,8 +488,31 @@ func (c cell) MarshalJSON() ([]byte, error) {
 		}
 		return strconv.AppendFloat(nil, f, 'g', -1, bits), nil
 	default:
-		return json.Marshal(string(v.ByteArray()))
+		return jsonString(v.ByteArray())
 	}
+}
+
+// jsonString writes b as a JSON string, keeping a byte that is not UTF-8
+// as it is rather than as U+FFFD (as json.Marshal would): a bad row's
+// letter then holds the row's exact bytes (raw_base64; see
+// ndjson.DeadLetters), so that a replay of it, fixed, lands what the file
+// held.
+func jsonString(b []byte) ([]byte, error) {
+	if utf8.Valid(b) {
+		return json.Marshal(string(b))
+	}
+	out := []byte{'"'}
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size == 1 {
+			out = append(out, b[0])
+		} else {
+			q, _ := json.Marshal(string(b[:size])) // a valid rune: cannot fail
+			out = append(out, q[1:len(q)-1]...)
+		}
+		b = b[size:]
+	}
+	return append(out, '"'), nil
 }
 
 // int64 and uint64 return c, an integer, as either.
@@ -679,6 +703,9 @@ func metadataStruct(fields map[string]any) (*structpb.Struct, error) {
 				if c.v.IsNull() {
 					return nil, fmt.Errorf("%w: column %q: null at index %d, want string", ndjson.ErrWrongType, "metadata."+k, i)
 				}
+				if !utf8.Valid(c.v.ByteArray()) {
+					return nil, notUnicode("metadata." + k)
+				}
 				list[i] = structpb.NewStringValue(string(c.v.ByteArray()))
 			}
 			md.Fields[k] = structpb.NewListValue(&structpb.ListValue{Values: list})
@@ -687,6 +714,9 @@ func metadataStruct(fields map[string]any) (*structpb.Struct, error) {
 			case parquet.Boolean:
 				md.Fields[k] = structpb.NewBoolValue(f.v.Boolean())
 			case parquet.ByteArray:
+				if !utf8.Valid(f.v.ByteArray()) {
+					return nil, notUnicode("metadata." + k)
+				}
 				md.Fields[k] = structpb.NewStringValue(string(f.v.ByteArray()))
 			default:
 				md.Fields[k] = structpb.NewNumberValue(f.number())
@@ -694,6 +724,12 @@ func metadataStruct(fields map[string]any) (*structpb.Struct, error) {
 		}
 	}
 	return md, nil
+}
+
+// notUnicode is the rule broken by a string of column that is not UTF-8,
+// as the NDJSON reader words it for a line's metadata.
+func notUnicode(column string) error {
+	return fmt.Errorf("%w: column %q holds a string that is not valid Unicode (a byte that is not UTF-8)", ndjson.ErrWrongType, column)
 }
 
 // jsonMetadata is the string of a "metadata" column of JSON strings.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -888,4 +889,40 @@ func TestAGzipInputIsRefusedNamingTheFormats(t *testing.T) {
 		})
 	}
 	assert.Zero(t, srv.Stats().Requests, "nothing was sent")
+}
+
+// A row of a struct "metadata" column whose string is not UTF-8 is a bad
+// row, as with a column of JSON strings: its letter keeps the row's exact
+// bytes, values and metadata, so that once fixed it is upserted on replay.
+// It was an invalid record, whose letter held the id alone.
+func TestAStructMetadataStringThatIsNotUTF8IsABadRowWhoseLetterKeepsTheRow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.parquet")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	w := parquet.NewWriter(f, parquet.NewSchema("schema", parquet.Group{
+		"id":       parquet.String(),
+		"values":   parquet.List(parquet.Leaf(parquet.FloatType)),
+		"metadata": parquet.Optional(parquet.Group{"genre": parquet.Optional(parquet.String())}),
+	}))
+	require.NoError(t, w.Write(map[string]any{"id": "ok", "values": []float32{1, 2}, "metadata": map[string]any{"genre": "drama"}}))
+	require.NoError(t, w.Write(map[string]any{"id": "latin1", "values": []float32{3, 4}, "metadata": map[string]any{"genre": "caf\xe9"}}))
+	require.NoError(t, w.Close())
+	require.NoError(t, f.Close())
+
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	dl := deadLetterPath(t)
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", dl, path)...)
+	require.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+	_, landed := srv.Vector("__default__", "latin1")
+	require.False(t, landed)
+
+	letter, err := os.ReadFile(dl)
+	require.NoError(t, err)
+	sc := bufio.NewScanner(bytes.NewReader(letter))
+	require.True(t, sc.Scan(), "one letter")
+	_, content, _, isBad := ndjson.BadLine(sc.Bytes())
+	assert.True(t, isBad, "the row is a bad row (as a JSON-string metadata column's is), not an invalid record; letter: %s\nstderr:\n%s", letter, res.stderr)
+	assert.Contains(t, string(content), `"values":[3,4]`, "the letter keeps the row, so that it can be fixed and replayed; letter: %s", letter)
+	assert.Contains(t, string(content), "caf\xe9", "the letter keeps the metadata as the file holds it; letter: %s", letter)
 }

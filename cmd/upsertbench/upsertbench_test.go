@@ -128,7 +128,7 @@ func runsNothing(t *testing.T, args ...string) bool {
 	} else {
 		for _, p := range cfg.profiles {
 			for _, s := range cfg.strategies {
-				if !(s.severalOnly && p.clients == 1) {
+				if s.runsOn(p) {
 					runs++
 				}
 			}

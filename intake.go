@@ -446,17 +446,12 @@ func (in *intake) tryPush(ctx context.Context, p *pushing) (settled <-chan struc
 	}
 	it := &p.it
 	it.seq = in.next
-	var rt *route
 	if !p.routed {
 		p.ns = in.namespace(it)
-		rt = r.route(p.ns)
 		in.own(it)
 		p.routed = true
-	} else {
-		// Looked up again: an idle route may be forgotten while the
-		// record waits.
-		rt = r.route(p.ns)
 	}
+	rt := r.route(p.ns) // on every pass: an idle route may be forgotten while the record waits
 	// A record that breaks a rule fails at once, whatever its namespace's
 	// room; the others are taken only once their batch can move. Checked
 	// on every pass: the index's shape may be learnt while it waits.
@@ -487,19 +482,25 @@ func (in *intake) tryPush(ctx context.Context, p *pushing) (settled <-chan struc
 		if ch := in.inFlightOf(rt, it.hash); ch != nil {
 			return ch, errNoRoom
 		}
-		in.flightMu.Lock()
-		in.inFlight[it.hash]++
-		if pos, ok := in.ambiguous.lookup(r.cfg.clock.Now(), it.hash); ok {
-			if in.exposed == nil {
-				in.exposed = make(map[int]int)
-			}
-			in.exposed[it.seq] = pos
-		}
-		in.flightMu.Unlock()
+		in.markInFlight(it)
 	}
 	in.take(p.tag)
 	in.enqueue(rt, *it)
 	return nil, nil
+}
+
+// markInFlight counts it among the records of its id in flight, and marks
+// it exposed to an earlier record of its id whose request may land late.
+func (in *intake) markInFlight(it *item) {
+	in.flightMu.Lock()
+	defer in.flightMu.Unlock()
+	in.inFlight[it.hash]++
+	if pos, ok := in.ambiguous.lookup(in.r.cfg.clock.Now(), it.hash); ok {
+		if in.exposed == nil {
+			in.exposed = make(map[int]int)
+		}
+		in.exposed[it.seq] = pos
+	}
 }
 
 // take counts a record as taken in, at the next input position, with the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,13 +192,7 @@ func TestRunsWithTheDeadLetterFileOnTheirOwnRedirectedStdoutDoNotClash(t *testin
 	}
 	b, bErr := child(other.Host(), inB, filepath.Join(dir, "b.out"))
 	err := b.Run()
-	status := 0
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		status = exit.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
+	status := exitStatus(t, err)
 	release()
 	_ = a.Wait()
 	assert.NotContains(t, bErr.String(), "another pcupsert is writing to it",

@@ -57,13 +57,7 @@ func runChild(t *testing.T, args ...string) result {
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
-	status := 0
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		status = exit.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
+	status := exitStatus(t, err)
 	return result{status, stdout.String(), stderr.String()}
 }
 
@@ -356,4 +350,16 @@ func newXHeldServer(t *testing.T) *xHeldServer {
 		s.Close()
 	})
 	return s
+}
+
+// exitStatus is the exit status of a child process that ended with err
+// (nil: 0); an error other than an exit fails the test.
+func exitStatus(t *testing.T, err error) int {
+	t.Helper()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.ExitCode()
+	}
+	require.NoError(t, err)
+	return 0
 }

@@ -135,3 +135,21 @@ func ExampleDeadLetters_Checkpoint() {
 	// upserted: 2, new dead letters: 0, checkpoint: 4, key denied: false
 	// {"id":"b","values":[0,0],"class":"invalid","error":"invalid: record 1 (id \"b\"): dense values are all zero; Pinecone requires at least one non-zero value","attempts":0,"may_have_landed":false,"index":1}
 }
+
+// Metadata held as JSON text elsewhere, here a column of a CSV export, is
+// decoded by the rules of a line's "metadata" field: a string that is not
+// valid Unicode is refused, not replaced.
+func ExampleDecodeMetadata() {
+	for _, column := range []string{`{"genre":"drama","year":2020}`, `{"title":"\ud800"}`, `["drama"]`} {
+		md, err := ndjson.DecodeMetadata([]byte(column))
+		if err != nil {
+			fmt.Println("refused:", errors.Is(err, ndjson.ErrWrongType))
+			continue
+		}
+		fmt.Println(md.Fields["genre"].GetStringValue(), md.Fields["year"].GetNumberValue())
+	}
+	// Output:
+	// drama 2020
+	// refused: true
+	// refused: true
+}

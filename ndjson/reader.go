@@ -46,7 +46,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // MaxLineBytes is the longest line a [Reader] accepts, in bytes, line
@@ -382,14 +381,11 @@ func decode(line []byte) (*pinecone.Vector, string, error) {
 	if sparse != nil {
 		v.SparseValues = &pinecone.SparseValues{Indices: sparse.Indices, Values: sparse.Values}
 	}
-	if rec.metadata != nil {
-		m, err := structpb.NewStruct(rec.metadata)
-		if err != nil {
-			// structpb's message may quote a value: leave it out.
-			return nil, idStr, fmt.Errorf("%w: metadata cannot be represented as a protobuf Struct", ErrWrongType)
-		}
-		v.Metadata = m
+	m, err := metadataStruct(rec.metadata)
+	if err != nil {
+		return nil, idStr, err
 	}
+	v.Metadata = m
 	return v, idStr, nil
 }
 
@@ -596,6 +592,9 @@ func hex4(b []byte) rune {
 	return r
 }
 
+// notUnicode is how a message names a string that is not valid Unicode.
+const notUnicode = "a string that is not valid Unicode (a byte that is not UTF-8, or an unpaired UTF-16 surrogate escape)"
+
 // unicodeError returns the error for a line, valid JSON, that is not valid
 // Unicode (see validUnicode), naming the first field at fault, and the id
 // unless that is where the fault is.
@@ -610,14 +609,13 @@ func unicodeError(line []byte, id string) (string, error) {
 		}
 		return false
 	})
-	const what = "a string that is not valid Unicode (a byte that is not UTF-8, or an unpaired UTF-16 surrogate escape)"
 	switch name {
 	case "":
-		return id, fmt.Errorf("%w: a field other than the record's holds %s", ErrWrongType, what)
+		return id, fmt.Errorf("%w: a field other than the record's holds %s", ErrWrongType, notUnicode)
 	case "id":
-		return "", fmt.Errorf("%w: field \"id\" is %s", ErrWrongType, what)
+		return "", fmt.Errorf("%w: field \"id\" is %s", ErrWrongType, notUnicode)
 	default:
-		return id, fmt.Errorf("%w: field %q holds %s", ErrWrongType, name, what)
+		return id, fmt.Errorf("%w: field %q holds %s", ErrWrongType, name, notUnicode)
 	}
 }
 

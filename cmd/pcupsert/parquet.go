@@ -46,7 +46,7 @@ import (
 // writes list elements as nullable), a sparse index is negative or larger
 // than a uint32, a number does not fit a float32, or its "metadata" string
 // is not a JSON object, or is one that NDJSON metadata could not be (a
-// string in it that is not valid Unicode: see metadataDecoder). A null
+// string in it that is not valid Unicode: see ndjson.DecodeMetadata). A null
 // struct field of a struct "metadata" column is a key the row does not
 // have (pyarrow writes a key missing from a row's dict as null), not a
 // null metadata value.
@@ -67,7 +67,6 @@ type parquetSource struct {
 	n      int               // rows in rows
 	row    int               // rows returned so far; the row number of the last one
 	err    error             // the reader's error, once rows is used up
-	meta   metadataDecoder   // decodes the "metadata" column's JSON strings
 }
 
 func newParquetSource(f io.ReaderAt, size int64) (*parquetSource, error) {
@@ -110,7 +109,7 @@ func (s *parquetSource) next() (*pinecone.Vector, *badEntry, error) {
 	s.at++
 	s.row++
 	rec := s.layout.record(s.cols)
-	v, err := rec.vector(&s.meta)
+	v, err := rec.vector()
 	if err != nil {
 		raw, _ := json.Marshal(rec) // cannot fail: cells write themselves as JSON
 		return nil, &badEntry{pos: s.row, raw: raw, err: fmt.Errorf("row %d%s: %w", s.row, idNote(rec.ID), err)}, nil
@@ -611,9 +610,8 @@ func (s *structColumn) fieldsOf(cols [][]parquet.Value) map[string]any {
 	return fields
 }
 
-// vector returns the row as a record, or the rule it breaks; meta decodes
-// its metadata if it is a JSON string.
-func (rec *parquetRecord) vector(meta *metadataDecoder) (*pinecone.Vector, error) {
+// vector returns the row as a record, or the rule it breaks.
+func (rec *parquetRecord) vector() (*pinecone.Vector, error) {
 	if rec.ID == "" {
 		return nil, ndjson.ErrMissingID
 	}
@@ -642,7 +640,7 @@ func (rec *parquetRecord) vector(meta *metadataDecoder) (*pinecone.Vector, error
 		if !ok {
 			return nil, fmt.Errorf("%w: column \"metadata\" is not a JSON object", ndjson.ErrWrongType)
 		}
-		s, err := meta.decode(obj)
+		s, err := decodeMetadata(obj)
 		if err != nil {
 			return nil, err
 		}
@@ -757,51 +755,17 @@ func (m jsonMetadata) MarshalJSON() ([]byte, error) {
 	return json.Marshal(string(m))
 }
 
-// metadataDecoder decodes the JSON objects of a "metadata" column as the
-// NDJSON reader decodes a line's metadata, with the same rules: it feeds
-// an ndjson.Reader the line {"id":"_","metadata":<the object>}. A string
-// in the object that is not valid Unicode, a byte that is not UTF-8 or a
-// \u escape of a lone UTF-16 surrogate, is thus refused rather than
-// replaced with U+FFFD, as json.Unmarshal would; and the message is the
-// one the row's dead letter, replayed, gets. The zero value is ready.
-type metadataDecoder struct {
-	r    *ndjson.Reader // reads from the decoder: line, then the next one
-	buf  []byte         // holds the line, reused
-	line []byte         // what of buf r has yet to read
-}
+// longestMetadata is the longest "metadata" string a row can hold: the
+// longest that a record line with a one-byte id, {"id":"_","metadata":<it>},
+// can hold, so that its letter, replayed, is read.
+const longestMetadata = ndjson.MaxLineBytes - len(`{"id":"_","metadata":}`)
 
-// metadataPrefix starts the line of a metadataDecoder, whose id is there
-// only because a line without one is refused.
-const metadataPrefix = `{"id":"_","metadata":`
-
-// decode returns obj, a compacted JSON object (see jsonMetadata.object),
-// as metadata, or the rule it breaks.
-func (d *metadataDecoder) decode(obj []byte) (*structpb.Struct, error) {
-	if len(metadataPrefix)+len(obj)+1 > ndjson.MaxLineBytes {
-		return nil, fmt.Errorf("%w: column \"metadata\" is longer than %d bytes", ndjson.ErrWrongType, ndjson.MaxLineBytes-len(metadataPrefix)-1)
+// decodeMetadata decodes obj, a compacted JSON object (see
+// jsonMetadata.object), as NDJSON metadata, with NDJSON's rules and
+// messages, so that a row and its dead letter, replayed, are refused alike.
+func decodeMetadata(obj []byte) (*structpb.Struct, error) {
+	if len(obj) > longestMetadata {
+		return nil, fmt.Errorf("%w: column \"metadata\" is longer than %d bytes", ndjson.ErrWrongType, longestMetadata)
 	}
-	if d.r == nil {
-		d.r = ndjson.NewReader(d)
-	}
-	d.buf = append(append(append(d.buf[:0], metadataPrefix...), obj...), "}\n"...)
-	d.line = d.buf
-	v, err := d.r.Next()
-	if le := (*ndjson.LineError)(nil); errors.As(err, &le) {
-		return nil, le.Err
-	}
-	if err != nil { // cannot happen: d returns a line at a time, and no error
-		return nil, fmt.Errorf("%w: column \"metadata\": %w", ndjson.ErrWrongType, err)
-	}
-	return v.Metadata, nil
-}
-
-// Read gives d.r the line to read; it is never called with none left,
-// since the line ends in its only "\n" (obj is compacted).
-func (d *metadataDecoder) Read(p []byte) (int, error) {
-	if len(d.line) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, d.line)
-	d.line = d.line[n:]
-	return n, nil
+	return ndjson.DecodeMetadata(obj)
 }

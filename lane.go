@@ -63,6 +63,10 @@ type laneSlots struct {
 	inFlight int       // requests in flight, on any slots
 	waited   bool      // a request waited for a slot since the last answer
 	fullAt   time.Time // when a request last took the last slot or waited for one
+	// idleSince is when the last request in flight was answered, or the
+	// lane made; zero while one is in flight, or once the rest is counted
+	// (endRest).
+	idleSince time.Time
 }
 
 // laneSeen is what the lane measured of the index, for the controllers.
@@ -128,6 +132,7 @@ func newLane(c clock, maxBatch int, t *tuning) *lane {
 		batch:   newBatchControl(maxBatch, t),
 		budget:  newRetryBudget(now),
 		lastUse: now,
+		slots:   laneSlots{idleSince: now},
 	}
 	floors := [dimCount]float64{t.minRecords, t.minRequests, t.minBytes}
 	for i := range ln.dims {
@@ -435,6 +440,7 @@ func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint
 	if err := head.wait(ctx); err != nil {
 		return permit{}, err
 	}
+	headAt := ln.clock.Now() // from here on, a wait is the lane's limits holding q back
 	for {
 		if err := own.yieldThroughPause(ctx, ln, &head); err != nil {
 			return permit{}, err
@@ -457,7 +463,7 @@ func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint
 			}
 			continue
 		}
-		p := ln.issue(q, probe, waited)
+		p := ln.issue(q, probe, waited, headAt)
 		ln.mu.Unlock()
 		return p, nil
 	}
@@ -471,9 +477,13 @@ func (ln *lane) holdRoute(delta int) {
 	ln.routes += delta
 }
 
-// issue counts an admitted request; ln.mu is held.
-func (ln *lane) issue(q request, probe uint64, waitedSlot bool) permit {
+// issue counts an admitted request, which reached the head of the queue
+// at headAt; ln.mu is held.
+func (ln *lane) issue(q request, probe uint64, waitedSlot bool, headAt time.Time) permit {
 	now := ln.clock.Now()
+	if ln.slots.inFlight == 0 {
+		ln.endRest(headAt)
+	}
 	ln.slots.inFlight++
 	ln.issued++
 	ln.lastUse = now
@@ -492,6 +502,22 @@ func (ln *lane) issue(q request, probe uint64, waitedSlot bool) permit {
 		ln.seen.recordBytes += (x - ln.seen.recordBytes) / 16
 	}
 	return permit{request: q, seq: ln.issued, start: now, probe: probe, waitedSlot: waitedSlot, epoch: ln.share.epoch}
+}
+
+// endRest tells the rates that the lane rested, nothing in flight and no
+// request held back, from the last answer to at, when the request that
+// ends the rest reached the head: a request waiting there already when
+// the last answer came reached it before, and the lane did not rest. Time
+// the breaker was open is the breaker's to count (closeBreaker).
+func (ln *lane) endRest(at time.Time) {
+	from := ln.slots.idleSince
+	ln.slots.idleSince = time.Time{}
+	if from.IsZero() || !at.After(from) || ln.breaker.open || ln.breaker.openedAt.After(from) {
+		return
+	}
+	for i := range ln.dims {
+		ln.dims[i].ctl.rest(from, at)
+	}
 }
 
 // amounts is the request's amount in each dimension.

@@ -95,7 +95,9 @@ func (ln *lane) release(p permit, e *Error) failureNote {
 		ln.slots.used--
 		ln.signals.slots.fire()
 	}
-	ln.slots.inFlight--
+	if ln.slots.inFlight--; ln.slots.inFlight == 0 {
+		ln.slots.idleSince = now
+	}
 	class := Class(0)
 	if e != nil {
 		class = e.Class

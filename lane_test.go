@@ -30,6 +30,17 @@ func capAt(ln *lane, clk *fakeClock, r float64) {
 	ln.conc.slowStart, ln.batch.slowStart = false, false
 }
 
+// measuredLane puts a lane of a Limiter on clk in the state a 429 episode
+// left it in: its record rate measured at level records/s, back at the
+// level (the plateau of the curve), as one call leaves it when it ends.
+func measuredLane(ln *lane, clk *fakeClock, level float64) {
+	capAt(ln, clk, level)
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	c := &ln.dims[dimRecords].ctl
+	c.episodes, c.capacity = 1, level
+}
+
 // cutTo cuts ln's record rate to r at now, as an episode would.
 func (ln *lane) cutTo(now time.Time, r float64) {
 	c := &ln.dims[dimRecords].ctl
@@ -1388,4 +1399,37 @@ func TestLimiterKeepsALaneBetweenItsMakingAndItsRoutesHold(t *testing.T) {
 	clk.Advance(time.Millisecond)
 	hold("m") // ...and call Y's makes another, which sweeps
 	assert.True(t, k == lim.lane("k", MaxBatchSize), "a lane a route holds was forgotten: namespace k now has two lanes")
+}
+
+// A Limiter kept between calls (WithLimiter, or one a Writer and a later
+// All share) sits idle between them. The rate's curve climbs only while
+// the limit holds requests back, so the next call starts where the last
+// one left the curve, not a minute further along it, where the record
+// rate would be thousands of times what the index took (rateControl.rest).
+func TestAnIdleGapBetweenCallsDoesNotClimbTheRateCurve(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	ln := lim.holdLane(laneID{key: "ns"}, MaxBatchSize)
+	measuredLane(ln, clk, 1000)
+
+	// The first call ends; the service calls again a minute later.
+	clk.Advance(time.Minute)
+	var ps []permit
+	for range 3 { // the bucket holds 100 records: the later ones wait
+		p, err := ln.acquire(ctx, req(100))
+		require.NoError(t, err)
+		ps = append(ps, p)
+	}
+	clk.Advance(20 * time.Millisecond)
+	ln.release(ps[0], nil)
+
+	ln.mu.Lock()
+	limit := ln.dims[dimRecords].ctl.limit
+	ln.mu.Unlock()
+	assert.Less(t, limit, 2*1000.0,
+		"after an idle minute the first answer of the next call moved the record rate from 1000/s to %.4g/s", limit)
+	for _, p := range ps[1:] {
+		ln.release(p, nil)
+	}
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
@@ -159,4 +162,51 @@ func TestAPanickingStartRunLetsGoOfTheSharedLimiter(t *testing.T) {
 		_, _ = All(context.Background(), vectors(3, 2), WithIndex(indexConn(t, "http://127.0.0.1:7", "ns")), WithObserver(boom))
 	})
 	assert.Equal(t, before, sharedCount())
+}
+
+// A Limiter kept between calls (WithLimiter) whose namespace's record rate
+// a 429 episode measured at 1000/s; the next call comes a minute later.
+// While it runs, the cap stays near what it learned, not millions a second
+// from its first answer on (TestAnIdleGapBetweenCallsDoesNotClimbTheRateCurve).
+func TestANewCallOnAKeptLimiterStartsFromTheRateItLearned(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	measuredLane(lim.lane("", MaxBatchSize), clk, 1000)
+	clk.Advance(time.Minute)
+
+	var mu sync.Mutex
+	most := 0.0
+	watch := Observer{RequestDone: func(RequestEvent) {
+		ln := lim.lane("", MaxBatchSize)
+		ln.mu.Lock()
+		l := ln.dims[dimRecords].ctl.limit
+		ln.mu.Unlock()
+		mu.Lock()
+		most = max(most, l)
+		mu.Unlock()
+	}}
+	fi := newFakeIndex(nil)
+	// The call's first request is answered once its second went out (it
+	// has four slots at first): requests overlap, as they do on an index
+	// whose round trip is longer than the tenth of a second the bucket
+	// holds.
+	var sends atomic.Int64
+	second := make(chan struct{})
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		switch sends.Add(1) {
+		case 1:
+			select {
+			case <-second:
+			case <-time.After(time.Second):
+			}
+		case 2:
+			close(second)
+		}
+		return fi.Upsert(ctx, ns, b)
+	}
+	res, err := All(context.Background(), vectors(400, 2), WithUpsertFunc(send), WithLimiter(lim),
+		withClock(clk), withRand(maxRand), WithObserver(watch))
+	require.NoError(t, err)
+	require.Equal(t, 400, res.Upserted)
+	assert.Less(t, most, 2*1000.0, "the record rate the kept Limiter held during the next call")
 }

@@ -98,6 +98,7 @@ type simBatch struct {
 	retries [numClasses]int
 	failed  batchFailures
 	then    *simBatch // the other half of a split, sent after this one settles
+	headAt  time.Time // when it first tried, past the breaker, at the head of the queue
 }
 
 // simStream picks other random streams for the client and the index
@@ -255,6 +256,9 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		}
 		return wait, false
 	}
+	if b.headAt.IsZero() {
+		b.headAt = now
+	}
 	if now.Before(ln.pausedUntil) {
 		ln.breaker.abandon(probe)
 		return ln.pausedUntil.Sub(now), false
@@ -281,7 +285,8 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 	if probe {
 		probeNo = ln.breaker.probes
 	}
-	p := ln.issue(q, probeNo, waited)
+	p := ln.issue(q, probeNo, waited, b.headAt)
+	b.headAt = time.Time{} // a resend queues again
 	s.res.requests++
 	arrive := func() { s.idx.arrive(p.n, p.bytes, p.start, func(e *Error) { s.answer(b, p, e) }) }
 	s.at(now.Add(simWire(p.n, p.bytes)), arrive)

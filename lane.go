@@ -22,6 +22,10 @@ type lane struct {
 	clock  clock
 	tuning *tuning
 	head   line // its first place is the request being admitted
+	// ownHead is head for requests that bring their own slot
+	// (WithConcurrency): they wait for no slot of the lane, so never
+	// behind a request that does.
+	ownHead line
 	// host is what the Limiter's lanes of the lane's index host know
 	// together; nil for a lane no Limiter holds.
 	host *hostSeen
@@ -388,20 +392,21 @@ func (ln *lane) state() LimiterState {
 // breaker, for the caller's own slot if it brings slots, for the
 // Retry-After of the index, for rate tokens, then for a slot of the lane.
 //
-// Requests are admitted one at a time, in FIFO order: only the head of the
-// queue holds a rate reservation, and it holds its tokens while it waits
-// for a slot, so that at most one request's worth of tokens is ever stale.
-// A cut wakes the head, which reserves again at the new rate, since
-// rate.Limiter does not move reservations already waiting. A request
-// leaves its place in its route's line (q.turn) once it holds one in the
-// lane's, so that a call's requests queue here in the order it
-// dispatched them. A request of a
-// call with its own slots (WithConcurrency) takes one before it queues,
-// once the lane's Retry-After pause is over, and gives it back during a
-// pause that begins while it queues (ownSlot): waiting for it at the head
-// would hold back the requests of the lane's other calls, whose slots may
-// be free, and a paused lane would hold the call's slots from its other
-// namespaces.
+// Requests are admitted one at a time per line, in FIFO order: only the
+// head of a line holds a rate reservation, and it holds its tokens while
+// it waits for a slot, so that at most one request's worth of tokens per
+// line is ever stale. A cut wakes the heads, which reserve again at the
+// new rate, since rate.Limiter does not move reservations already
+// waiting. A request leaves its place in its route's line (q.turn) once it
+// holds one in the lane's, so that a call's requests queue here in the
+// order it dispatched them. A request of a call with its own slots
+// (WithConcurrency) takes one before it queues, once the lane's
+// Retry-After pause is over, and gives it back during a pause that begins
+// while it queues (ownSlot): waiting for it at the head would hold back
+// the requests of the lane's other calls, whose slots may be free, and a
+// paused lane would hold the call's slots from its other namespaces. It
+// queues in a line of its own (headOf), not behind a request waiting for
+// a slot of the lane.
 func (ln *lane) acquire(ctx context.Context, q request) (permit, error) {
 	return ln.admit(ctx, q, false)
 }
@@ -434,7 +439,7 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 // admitHead queues q for the head, waits there for the rates and a slot
 // of the lane (unless q has its own, own), and issues its permit.
 func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint64, own *ownSlot) (permit, error) {
-	head := ln.head.take()
+	head := ln.headOf(q).take()
 	q.turn.leave() // q holds its place: the caller's next request may queue behind it
 	defer func() { head.leave() }()
 	if err := head.wait(ctx); err != nil {
@@ -467,6 +472,17 @@ func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint
 		ln.mu.Unlock()
 		return p, nil
 	}
+}
+
+// headOf is the line q queues in for the rates: requests that wait for a
+// slot of the lane, and those that bring their own, each in their own
+// line, so that neither waits behind the other's wait for a slot. Both
+// heads reserve tokens: at most two requests' worth is stale at a cut.
+func (ln *lane) headOf(q request) *line {
+	if q.slots != nil {
+		return &ln.ownHead
+	}
+	return &ln.head
 }
 
 // holdRoute counts a route of a call that holds the lane (delta 1) or
@@ -718,7 +734,7 @@ func (o *ownSlot) yieldThroughPause(ctx context.Context, ln *lane, head **place)
 	if err := o.take(ctx, ln); err != nil {
 		return err
 	}
-	*head = ln.head.take()
+	*head = ln.ownHead.take()
 	return (*head).wait(ctx)
 }
 

@@ -1244,6 +1244,56 @@ func TestLaneAdmitsARequestWithFreeSlotsPastOneWaitingForAnotherCallsSlot(t *tes
 	}
 }
 
+// The converse of TestLaneAdmitsARequestWithFreeSlotsPastOneWaitingForAnotherCallsSlot:
+// a request of an adaptive call waiting at the head for a slot of the lane
+// does not hold back a request of another call with free slots of its own
+// (WithConcurrency). It did: a Writer with WithConcurrency(8) beside an
+// adaptive backfill on the same namespace sent one request per round trip
+// of the backfill.
+func TestLaneAdmitsARequestWithItsOwnFreeSlotPastOneWaitingForASlotOfTheLane(t *testing.T) {
+	ctx := context.Background()
+	ln := newLane(newFakeClock(), MaxBatchSize, &defaultTuning)
+	// Call B, adaptive: every slot of the lane in flight (4 at first).
+	var inFlight []permit
+	for range ln.concurrency() {
+		p, err := ln.acquire(ctx, request{n: 1})
+		require.NoError(t, err)
+		inFlight = append(inFlight, p)
+	}
+	nextB := make(chan permit, 1)
+	go func() {
+		p, err := ln.acquire(ctx, request{n: 1}) // waits for a slot of the lane, at the head
+		if err == nil {
+			nextB <- p
+		}
+	}()
+	require.Eventually(t, func() bool {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return !ln.head.empty() && ln.signals.slots.ch != nil
+	}, 2*time.Second, time.Millisecond, "B's next request waits for a slot at the head")
+
+	// Call A, WithConcurrency(8): its slots are free.
+	slotsA := make(chan struct{}, 8)
+	actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	pa, err := ln.acquire(actx, request{n: 1, slots: slotsA})
+	assert.NoError(t, err, "A's request, its own slots free, waited for B's requests in flight")
+
+	for _, p := range inFlight {
+		ln.release(p, nil)
+	}
+	select {
+	case p := <-nextB:
+		ln.release(p, nil)
+	case <-time.After(2 * time.Second):
+		t.Fatal("B's next request was never admitted")
+	}
+	if err == nil {
+		ln.release(pa, nil)
+	}
+}
+
 // A Retry-After pauses every request of the namespace, whatever the answer
 // that carries it: an overloaded index's 503, or gRPC pushback on
 // UNAVAILABLE, as well as a 429. The next request waits it out, and

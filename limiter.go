@@ -254,7 +254,7 @@ func (l *Limiter) sweep(now time.Time) {
 		// it would join the lane a second time from this process.
 		// So is one a call's route holds: the call would go on with a
 		// lane that another call no longer shares.
-		quiet := ln.slots.inFlight == 0 && ln.head.empty() && ln.share.users == 0 && ln.routes == 0
+		quiet := ln.slots.inFlight == 0 && ln.head.empty() && ln.ownHead.empty() && ln.share.users == 0 && ln.routes == 0
 		last := ln.lastUse
 		ln.mu.Unlock()
 		switch {

@@ -76,7 +76,9 @@
 // reduce your batch size.". The server embeds
 // nothing: it stores each record's fields as they came, apart from the
 // vectors ([Server.Record], [Server.Records], [Server.RecordCount]), and
-// DescribeIndexStats counts them with the vectors. Success is answered 201
+// DescribeIndexStats counts them with the vectors. An id holds one record
+// of the index, as on Pinecone: a record replaces the vector of its id, and
+// a vector the record of its id. Success is answered 201
 // Created with an empty body, as Pinecone does; errors with the JSON body
 // of Pinecone's data plane, a google.rpc.Status with the numeric gRPC
 // code (not the control plane's {"error":{...},"status":N}):

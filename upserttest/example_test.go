@@ -80,22 +80,26 @@ func ExampleWithFaults() {
 
 // A write that holds a write slot is applied even if its client gives up:
 // with a latency longer than the client's deadline, the client sees
-// DeadlineExceeded, and the vector lands anyway.
+// DeadlineExceeded, and the vector lands anyway. WaitIdle waits for that
+// write, which the server received well before the client gave up (it
+// does not wait for a request still on its way).
 func ExampleWithLatency() {
-	srv := upserttest.NewServer(upserttest.WithLatency(50*time.Millisecond, 0))
+	srv := upserttest.NewServer(upserttest.WithLatency(250*time.Millisecond, 0))
 	defer srv.Close()
 
 	pc, _ := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
 	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
 	defer idx.Close()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := idx.UpsertVectors(ctx, []*pinecone.Vector{{Id: "a", Values: &[]float32{1}}})
 	fmt.Println("client:", status.Code(err))
 
-	for deadline := time.Now().Add(2 * time.Second); srv.Count("docs") == 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
+	wait, cancelWait := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelWait()
+	if err := srv.WaitIdle(wait); err != nil {
+		log.Fatal(err)
 	}
 	fmt.Println("stored:", srv.Count("docs"))
 	// Output:

@@ -228,8 +228,9 @@ func ConnectionResets(p float64, seed int64) FaultFunc {
 
 // RejectIDs returns a fault script that rejects, with codes.InvalidArgument,
 // every request containing any of ids. The whole request is rejected and
-// nothing of it is written; the message names no id, like the real
-// service's validation errors.
+// nothing of it is written; the message names no id, like most of the real
+// service's validation errors (see [MaxVectorsPerRequest] for the two that
+// do).
 func RejectIDs(ids ...string) FaultFunc {
 	set := make(map[string]struct{}, len(ids))
 	for _, id := range ids {
@@ -246,19 +247,34 @@ func RejectIDs(ids ...string) FaultFunc {
 }
 
 // Chain returns a fault script that asks fs in order and returns the first
-// fault with Code != codes.OK, Delay > 0 or Reset set, or no fault. Nil
-// elements are skipped.
+// fault with Code != codes.OK, Delay > 0 or Reset set, or no fault; the
+// faults after it are not asked. Nil elements are skipped.
+//
+// A fault that only sets RetryAfter is not lost, since RetryAfter is sent
+// whatever the answer: the fault returned carries its own RetryAfter if it
+// sets one, and otherwise the first one set by the faults asked before it.
+// So Chain(hint, ErrorRate(...)), where hint always sets RetryAfter, sends
+// hint's RetryAfter with every answer, OK or error, but that of an error
+// fault which sets its own.
 func Chain(fs ...FaultFunc) FaultFunc {
 	return func(r Request) Fault {
+		var retryAfter time.Duration
 		for _, f := range fs {
 			if f == nil {
 				continue
 			}
-			if ft := f(r); ft.Code != codes.OK || ft.Delay > 0 || ft.Reset {
+			ft := f(r)
+			if ft.Code != codes.OK || ft.Delay > 0 || ft.Reset {
+				if ft.RetryAfter <= 0 && retryAfter > 0 {
+					ft.RetryAfter = retryAfter
+				}
 				return ft
 			}
+			if retryAfter <= 0 && ft.RetryAfter > 0 {
+				retryAfter = ft.RetryAfter
+			}
 		}
-		return Fault{}
+		return Fault{RetryAfter: retryAfter}
 	}
 }
 

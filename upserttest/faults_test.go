@@ -2,6 +2,7 @@ package upserttest_test
 
 import (
 	"math"
+	"net/http"
 	"testing"
 	"time"
 
@@ -100,6 +101,49 @@ func TestChainReturnsTheFirstEffectiveFault(t *testing.T) {
 	assert.Equal(t, upserttest.Fault{Code: codes.Internal}, upserttest.Chain(none, fail, delay)(upserttest.Request{}))
 	assert.Equal(t, upserttest.Fault{}, upserttest.Chain(none)(upserttest.Request{}), "a fault that changes nothing does not win")
 	assert.Equal(t, upserttest.Fault{}, upserttest.Chain()(upserttest.Request{}))
+}
+
+// A fault that only sets RetryAfter, its answer OK, is not lost in a
+// Chain: Fault.RetryAfter is sent "whatever the answer, OK included". The
+// answer's own RetryAfter wins; without one, the first set by a fault
+// asked before it is kept.
+func TestChainKeepsTheRetryAfterOfAFaultThatOnlySetsIt(t *testing.T) {
+	hint := func(d time.Duration) upserttest.FaultFunc {
+		return func(upserttest.Request) upserttest.Fault { return upserttest.Fault{RetryAfter: d} }
+	}
+	fail := func(d time.Duration) upserttest.FaultFunc {
+		return func(upserttest.Request) upserttest.Fault {
+			return upserttest.Fault{Code: codes.Internal, RetryAfter: d}
+		}
+	}
+	tests := []struct {
+		name  string
+		chain upserttest.FaultFunc
+		want  upserttest.Fault
+	}{
+		{"alone, it is the answer", upserttest.Chain(hint(2 * time.Second)),
+			upserttest.Fault{RetryAfter: 2 * time.Second}},
+		{"it goes with a later answer that sets none", upserttest.Chain(hint(2*time.Second), nil, fail(0)),
+			upserttest.Fault{Code: codes.Internal, RetryAfter: 2 * time.Second}},
+		{"a later answer's own wins", upserttest.Chain(hint(2*time.Second), fail(5*time.Second)),
+			upserttest.Fault{Code: codes.Internal, RetryAfter: 5 * time.Second}},
+		{"the first of two is kept", upserttest.Chain(hint(2*time.Second), hint(3*time.Second)),
+			upserttest.Fault{RetryAfter: 2 * time.Second}},
+		{"one after the answer is not asked", upserttest.Chain(fail(0), hint(2*time.Second)),
+			upserttest.Fault{Code: codes.Internal}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.chain(upserttest.Request{}))
+		})
+	}
+
+	t.Run("the server sends it with an OK answer", func(t *testing.T) {
+		srv := start(t, upserttest.WithFaults(upserttest.Chain(hint(time.Second), upserttest.RejectIDs("bad"))))
+		status, header, _ := post(t, srv, "/records/namespaces/ns/upsert", "k", `{"_id":"a","chunk_text":"t"}`)
+		assert.Equal(t, http.StatusCreated, status)
+		assert.Equal(t, "1", header.Get("Retry-After"))
+	})
 }
 
 func TestRejectIDs(t *testing.T) {

@@ -99,3 +99,20 @@ func TestAnIDThatIsNotASCIIIsRefusedInPineconesWords(t *testing.T) {
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
 	assert.Contains(t, status.Convert(err).Message(), "ID must be ASCII, but got ")
 }
+
+// Pinecone's answer to all-zero dense values names the vector, as its
+// answer to a non-ASCII id does: a captured REST answer
+// (deepset-ai/haystack issue #10194, Dec 2025) reads
+//
+//	{"code":3,"message":"Dense vectors must contain at least one non-zero value. Vector ID 'f81d…' contains only zeros","details":[]}
+//
+// so that code which reads the id out of the answer, to set aside only the
+// bad record, can be tested against the server.
+func TestAnAllZeroDenseVectorIsRefusedNamingItLikePinecone(t *testing.T) {
+	srv := start(t)
+	_, err := connect(t, srv).UpsertVectors(bg(t), []*pinecone.Vector{dense("ok", 1, 2), dense("zeros-1", 0, 0)})
+	require.Equal(t, codes.InvalidArgument, code(err))
+	assert.Equal(t, "Dense vectors must contain at least one non-zero value. Vector ID 'zeros-1' contains only zeros",
+		status.Convert(err).Message())
+	assert.Zero(t, srv.Count(ns), "the whole request is refused")
+}

@@ -16,8 +16,9 @@ const DefaultMaxRequestBytes = 2_000_000
 // [NewServer]; when two options set the same thing, the last one wins.
 //
 // The functions that make Options panic when given a value that can never
-// make sense (a negative duration, a NaN rate); such a call is a bug in the
-// test, not a condition to simulate.
+// make sense (a negative duration, a NaN rate), and NewServer when given
+// options that contradict each other (a sparse index with a dimension);
+// such a call is a bug in the test, not a condition to simulate.
 type Option func(*config)
 
 // config is the fixed configuration of a Server, built by NewServer from its
@@ -83,7 +84,8 @@ func defaultConfig() config {
 //
 //	Vector dimension 3 does not match the dimension of the index 4
 //
-// which, like every validation message of this package, names no record.
+// which, like Pinecone's and like most validation messages of this package,
+// names no record (those that do are listed at [MaxVectorsPerRequest]).
 //
 // The default, d == 0, behaves like an index created with the dimension of
 // its first dense vector: the first dense vector stored fixes the dimension,
@@ -95,7 +97,9 @@ func defaultConfig() config {
 //	Vector dimension 0 does not match the dimension of the index 4
 //
 // The sparse values of a hybrid vector are not subject to the dimension.
-// WithDimension panics if d < 0 or d exceeds MaxDimension.
+// WithDimension panics if d < 0 or d exceeds MaxDimension, and NewServer
+// if d > 0 is combined with WithVectorType(VectorTypeSparse): a sparse
+// index has no dimension.
 func WithDimension(d int) Option {
 	if d < 0 || d > MaxDimension {
 		panic(fmt.Sprintf("upserttest: WithDimension(%d): dimension must be in [0, %d]", d, MaxDimension))
@@ -104,9 +108,23 @@ func WithDimension(d int) Option {
 }
 
 // initialShape is the shape of the index before any write: the type of
-// WithVectorType and the dimension of WithDimension.
+// WithVectorType and the dimension of WithDimension. An index with a
+// dimension is dense, WithVectorType or not.
 func (c *config) initialShape() indexShape {
-	return indexShape{vectorType: c.vectorType, dim: c.dimension}
+	shape := indexShape{vectorType: c.vectorType, dim: c.dimension}
+	if shape.dim > 0 {
+		shape.vectorType = VectorTypeDense
+	}
+	return shape
+}
+
+// check panics if options contradict each other, which no index could
+// satisfy: WithVectorType(VectorTypeSparse) with WithDimension(d > 0), a
+// sparse index having no dimension. NewServer calls it.
+func (c *config) check() {
+	if c.vectorType == VectorTypeSparse && c.dimension > 0 {
+		panic(fmt.Sprintf("upserttest: NewServer: WithVectorType(%q) with WithDimension(%d): a sparse index has no dimension", VectorTypeSparse, c.dimension))
+	}
 }
 
 // WithAPIKey makes the server require the given API key: a request whose
@@ -418,9 +436,13 @@ func WithFieldMap(field string) Option {
 // the index is sparse and refuses dense values ("Sparse index does not
 // support dense values"); after one with dense values, it is dense and has
 // that dimension. Within a request, each vector decides for the next ones.
-// DescribeIndexStats then says no type. [Server.Reset] forgets a type
-// decided that way. A test that needs both kinds needs two servers.
-// WithVectorType panics on another value.
+// An index with [WithDimension] (d > 0) is dense from the start. Like
+// Pinecone's, DescribeIndexStats says the type however it was decided; it
+// says none only while nothing has decided it (no option, no vector
+// written yet: records of REST records upserts do not decide it).
+// [Server.Reset] forgets a type decided by a write. A test that needs both
+// kinds needs two servers. WithVectorType panics on another value, and
+// NewServer when VectorTypeSparse is combined with WithDimension(d > 0).
 func WithVectorType(t string) Option {
 	if t != "" && t != VectorTypeDense && t != VectorTypeSparse {
 		panic(fmt.Sprintf("upserttest: WithVectorType(%q): want %q, %q or \"\"", t, VectorTypeDense, VectorTypeSparse))

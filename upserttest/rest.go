@@ -74,7 +74,7 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 		writeStatusError(w, err)
 		return
 	}
-	body, records, ok := s.readRecordsBody(w, r)
+	body, records, ok := g.readRecordsBody(w, r)
 	if !ok {
 		return
 	}
@@ -86,19 +86,27 @@ func (g *generation) serveRecordsUpsert(w http.ResponseWriter, r *http.Request) 
 // cannot, it counts the request, answers it (400) and returns ok
 // false, or panics with http.ErrAbortHandler when nobody would hear an
 // answer; it is called by the handler, so the panic aborts the handler.
-func (s *Server) readRecordsBody(w http.ResponseWriter, r *http.Request) (body []byte, records []record, ok bool) {
+//
+// A read that fails once g is stopping was cut by Restart or Close, which
+// stop g before closing its connections: the request got no status, and
+// counts as 0 in Stats.HTTPCodes and codes.Unavailable in Stats.Codes.
+// Otherwise its client went away while sending: 499 and codes.Canceled.
+func (g *generation) readRecordsBody(w http.ResponseWriter, r *http.Request) (body []byte, records []record, ok bool) {
+	s := g.s
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(s.cfg.maxRequestBytes)))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			s.countUnprocessed(codes.InvalidArgument, http.StatusBadRequest)
 			writeRESTError(w, http.StatusBadRequest, codes.InvalidArgument, tooLargeMessage(s.cfg.maxRequestBytes))
 			return nil, nil, false
+		case g.stopped():
+			s.countUnprocessed(codes.Unavailable, 0)
+		default:
+			s.countUnprocessed(codes.Canceled, httpStatusFromCode(codes.Canceled))
 		}
-		// The client went away while sending, or Restart or Close cut the
-		// connection: nobody hears an answer.
-		s.countUnprocessed(codes.Canceled, httpStatusFromCode(codes.Canceled))
-		panic(http.ErrAbortHandler)
+		panic(http.ErrAbortHandler) // nobody hears an answer
 	}
 	records, err = parseRecords(body)
 	if err != nil {
@@ -295,7 +303,8 @@ func (s *Server) applyRecords(namespace string, records []record) error {
 }
 
 // storeRecords does applyRecords' write, and returns the size of the
-// records it overwrote.
+// records it overwrote. A record replaces what namespace holds under its
+// id, a vector included: one record per id, as on Pinecone.
 func (s *Server) storeRecords(namespace string, records []record) (overwritten int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -312,6 +321,7 @@ func (s *Server) storeRecords(namespace string, records []record) (overwritten i
 		} else {
 			added++
 		}
+		delete(s.store[namespace], id)
 		fields := rec.fields
 		delete(fields, rec.idKey)
 		m[id] = fields

@@ -159,7 +159,8 @@ type generation struct {
 // 127.0.0.1, configured by opts, with a new self-signed certificate for its
 // HTTPS endpoint (see [Server.Client]). The caller should call Close when
 // finished, to shut it down. NewServer panics if it cannot listen, like
-// net/http/httptest.NewServer.
+// net/http/httptest.NewServer, and if opts contradict each other (see
+// [Option]).
 func NewServer(opts ...Option) *Server {
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -167,6 +168,7 @@ func NewServer(opts ...Option) *Server {
 			o(&cfg)
 		}
 	}
+	cfg.check()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(fmt.Sprintf("upserttest: failed to listen on a port: %v", err))
@@ -324,6 +326,17 @@ func (g *generation) enter() bool {
 
 func (g *generation) leave() { g.handlers.Done() }
 
+// stopped reports whether g has begun to stop: shutdown closes g.stop
+// before it closes g's connections.
+func (g *generation) stopped() bool {
+	select {
+	case <-g.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // Vector returns a deep copy of the vector stored under id in namespace, and
 // whether there is one.
 func (s *Server) Vector(namespace, id string) (*pinecone.Vector, bool) {
@@ -400,7 +413,10 @@ func (s *Server) Record(namespace, id string) (map[string]any, bool) {
 // empty, not nil, if there are none. Records are kept apart from vectors: a
 // records upsert stores no vector, and Vectors, Count and Namespaces do not
 // see records. DescribeIndexStats counts them, as Pinecone counts the
-// vectors it embeds from them.
+// vectors it embeds from them. An id holds one record of the index, as on
+// Pinecone: a records upsert replaces the vector stored under its id (which
+// Vector, Vectors, Count and Fetch then no longer see), and an Upsert of
+// vectors replaces the record stored under its id.
 func (s *Server) Records(namespace string) map[string]map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -548,7 +564,9 @@ func (s *Server) apply(namespace string, vectors, all []*pinecone.Vector) error 
 }
 
 // storeVectors does apply's write, and returns the size of the records
-// the vectors overwrote.
+// the vectors overwrote. A vector replaces what namespace holds under its
+// id, a record of a REST records upsert included: one record per id, as
+// on Pinecone.
 func (s *Server) storeVectors(namespace string, vectors, all []*pinecone.Vector) (overwritten int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -571,6 +589,7 @@ func (s *Server) storeVectors(namespace string, vectors, all []*pinecone.Vector)
 		} else {
 			added++
 		}
+		delete(s.records[namespace], v.Id)
 		m[v.Id] = v
 	}
 	s.noteNewVectors(namespace, added)
@@ -593,17 +612,10 @@ func (s *Server) storedSizeLocked(namespace, id string) (size int, ok bool) {
 }
 
 // indexedLocked is the number of ids namespace holds, as vectors or as
-// records (an id held as both counts once), which DescribeIndexStats
-// counts; s.mu is held.
+// records, which DescribeIndexStats counts; s.mu is held. An id is held
+// as one or the other, never both (see storeVectors and storeRecords).
 func (s *Server) indexedLocked(namespace string) int {
-	vectors := s.store[namespace]
-	n := len(vectors)
-	for id := range s.records[namespace] {
-		if _, ok := vectors[id]; !ok {
-			n++
-		}
-	}
-	return n
+	return len(s.store[namespace]) + len(s.records[namespace])
 }
 
 // openRequests are the upsert requests in progress: counted by arrive, not

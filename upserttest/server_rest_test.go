@@ -1,8 +1,10 @@
 package upserttest_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
@@ -716,8 +718,8 @@ func TestRecordsUpsertErrorBodyIsAnRPCStatus(t *testing.T) {
 // Records are vectors once embedded ("Pinecone converts the text to dense
 // vectors automatically ... and then upserts them", docs: upsert data), and
 // DescribeIndexStats, the documented way to check data freshness, counts
-// them, with the same lag as vectors. An id held as a vector and as a
-// record is one record of the index.
+// them, with the same lag as vectors. An id written as a record and then
+// as a vector is one record of the index.
 func TestDescribeIndexStatsCountsRecordsUpsertedThroughREST(t *testing.T) {
 	srv := start(t)
 	idx, _ := connectREST(t, srv, "test", ns)
@@ -754,6 +756,163 @@ func TestDescribeIndexStatsCountsRecordsUpsertedThroughREST(t *testing.T) {
 		require.NoError(t, idx.UpsertRecords(bg(t), records("r", 2)))
 		clk.Advance(10 * time.Second)
 		assert.Equal(t, uint32(2), count(), "overwrites add nothing")
+	})
+}
+
+// Stats.HTTPCodes: "A request that got no status, its connection being
+// reset by a fault or closed by Restart or Close, counts as 0 (and as
+// codes.Unavailable in Codes)". That holds for a records upsert whose body
+// is still being read when Close or Restart cuts its connection; one whose
+// client goes away while sending counts as 499 and codes.Canceled.
+func TestARecordsUpsertCutByCloseOrRestartWhileSendingCountsAsNoStatus(t *testing.T) {
+	tests := []struct {
+		name     string
+		cut      func(srv *upserttest.Server, conn net.Conn)
+		httpCode int
+		code     codes.Code
+	}{
+		{"Close: no status", func(srv *upserttest.Server, _ net.Conn) { srv.Close() }, 0, codes.Unavailable},
+		{"Restart: no status", func(srv *upserttest.Server, _ net.Conn) { srv.Restart() }, 0, codes.Unavailable},
+		{"its client goes away: 499", func(_ *upserttest.Server, conn net.Conn) { conn.Close() }, 499, codes.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := start(t)
+			conn, br := startSendingRecords(t, srv)
+			tt.cut(srv, conn)
+			if tt.httpCode == 0 {
+				// Close and Restart return once the handler has.
+				rest, _ := io.ReadAll(br)
+				require.NotContains(t, string(rest), "HTTP/1.1 4", "no status was sent")
+			} else {
+				require.Eventually(t, func() bool { return srv.Stats().RESTRequests == 1 }, 5*time.Second, time.Millisecond)
+			}
+			st := srv.Stats()
+			assert.Equal(t, 1, st.RESTRequests)
+			assert.Equal(t, map[int]int{tt.httpCode: 1}, st.HTTPCodes)
+			assert.Equal(t, map[codes.Code]int{tt.code: 1}, st.Codes)
+		})
+	}
+}
+
+// startSendingRecords opens a TLS connection to srv and sends a records
+// upsert whose body it leaves unfinished, once the handler has begun to
+// read it: Expect: 100-continue makes the server say so. It returns the
+// connection, closed at the end of the test, and a reader of what the
+// server sends after its 100 Continue.
+func startSendingRecords(t *testing.T, srv *upserttest.Server) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	conn, err := tls.Dial("tcp", srv.Addr(), &tls.Config{RootCAs: pool})
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	_, err = fmt.Fprint(conn, "POST /records/namespaces/ns/upsert HTTP/1.1\r\nHost: upserttest\r\n"+
+		"Api-Key: test\r\nContent-Type: application/x-ndjson\r\nExpect: 100-continue\r\nContent-Length: 1000\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	line, err := br.ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, line, "100 Continue")
+	_, err = conn.Write([]byte(`{"_id":"a","chunk_text":`))
+	require.NoError(t, err)
+	return conn, br
+}
+
+// An id holds one record of the index, as on Pinecone, whichever API wrote
+// it (storedSizeLocked: "on Pinecone both are records of the index, one per
+// id, which an upsert of the id overwrites"). A records upsert replaces a
+// vector stored under its id, so a later records upsert of the id is
+// charged for the small record it overwrites (WithWriteUnitRate), not for
+// the vector, and the vector is gone.
+func TestARecordThatReplacedAVectorIsChargedItsOwnSizeWhenOverwritten(t *testing.T) {
+	srv := start(t)
+	idx, _ := connectREST(t, srv, "test", ns)
+	big := dense("a", 1, 2)
+	big.Metadata = meta(t, map[string]any{"blob": strings.Repeat("x", 20_000)}) // about 20 KB
+	_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{big})
+	require.NoError(t, err)
+	small := []*pinecone.IntegratedRecord{record("a", "chunk_text", "t")}
+	require.NoError(t, idx.UpsertRecords(bg(t), small)) // overwrites the 20 KB vector
+	before := srv.Stats().WriteUnits
+	require.NoError(t, idx.UpsertRecords(bg(t), small)) // overwrites a record of about 30 bytes
+	// 5 for the request (at least 5), 1 for the small record it overwrote.
+	assert.EqualValues(t, 5+1, srv.Stats().WriteUnits-before)
+	_, stale := srv.Vector(ns, "a")
+	assert.False(t, stale, "the vector was overwritten by the record under its id")
+}
+
+// Whichever API writes an id last holds it alone: the accessors, Fetch and
+// DescribeIndexStats see one record of the kind written last, the
+// overwrite is charged, and a namespace whose vectors were all replaced by
+// records is counted as it would be had it only ever held records.
+func TestAnIDHoldsOneRecordWhicheverAPIWroteItLast(t *testing.T) {
+	tests := []struct {
+		name          string
+		vectorFirst   bool
+		vectors       int // what the accessors see at the end
+		records       int
+		vectorWrites  int
+		recordWrites  int
+		namespaces    []string
+		fetched       int
+		overwriteCost int64
+	}{
+		{"a record replaces a vector", true, 0, 1, 1, 1, []string{}, 0, 1},
+		{"a vector replaces a record", false, 1, 0, 1, 1, []string{ns}, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := start(t)
+			idx, _ := connectREST(t, srv, "test", ns)
+			writeVector := func() {
+				_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1, 2)})
+				require.NoError(t, err)
+			}
+			writeRecord := func() {
+				require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("a", "chunk_text", "t")}))
+			}
+			first, second := writeRecord, writeVector
+			if tt.vectorFirst {
+				first, second = writeVector, writeRecord
+			}
+			first()
+			before := srv.Stats().WriteUnits
+			second()
+
+			assert.Equal(t, tt.vectors, srv.Count(ns))
+			assert.Len(t, srv.Vectors(ns), tt.vectors)
+			assert.Equal(t, tt.records, srv.RecordCount(ns))
+			assert.Len(t, srv.Records(ns), tt.records)
+			assert.Equal(t, tt.namespaces, srv.Namespaces(), "Namespaces lists those holding vectors")
+			st := srv.Stats()
+			assert.Equal(t, tt.vectorWrites, st.VectorsWritten)
+			assert.Equal(t, tt.recordWrites, st.RecordsWritten)
+			assert.EqualValues(t, 5+tt.overwriteCost, st.WriteUnits-before, "the request, and the few bytes it overwrote")
+
+			f, err := idx.FetchVectors(bg(t), []string{"a"})
+			require.NoError(t, err)
+			assert.Len(t, f.Vectors, tt.fetched)
+			stats, err := idx.DescribeIndexStats(bg(t))
+			require.NoError(t, err)
+			assert.EqualValues(t, 1, stats.TotalVectorCount, "one id, one record of the index")
+			if assert.Contains(t, stats.Namespaces, ns) {
+				assert.EqualValues(t, 1, stats.Namespaces[ns].VectorCount)
+			}
+		})
+	}
+
+	t.Run("with the stats lag, a replacement adds nothing", func(t *testing.T) {
+		clk := newVirtualClock()
+		srv := start(t, upserttest.WithStatsLag(10*time.Second), upserttest.WithClock(clk.Now))
+		idx, _ := connectREST(t, srv, "test", ns)
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1, 2)})
+		require.NoError(t, err)
+		clk.Advance(10 * time.Second)
+		require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("a", "chunk_text", "t")}))
+		st, err := idx.DescribeIndexStats(bg(t))
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, st.TotalVectorCount, "the id was counted already")
 	})
 }
 

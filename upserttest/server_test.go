@@ -2,6 +2,7 @@ package upserttest_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -986,12 +987,20 @@ func TestResetWithRequestInFlightKeepsCodesAddingUpToRequests(t *testing.T) {
 // assert on what landed; at once on an idle server; with ctx's error when
 // ctx ends first.
 func TestWaitIdleWaitsForWritesTheClientGaveUpOn(t *testing.T) {
-	srv := start(t, upserttest.WithLatency(50*time.Millisecond, 0))
+	srv := start(t, upserttest.WithLatency(300*time.Millisecond, 0))
 	require.NoError(t, srv.WaitIdle(bg(t)), "idle from the start")
 	idx := connect(t, srv)
-	_, err := idx.UpsertVectors(ctxTimeout(t, 5*time.Millisecond), []*pinecone.Vector{dense("a", 1, 2)})
+	// The client gives up once the server has the request (a deadline
+	// could run out before it is sent, on a loaded machine).
+	ctx, giveUp := context.WithCancel(bg(t))
+	go func() {
+		defer giveUp()
+		for srv.Stats().Requests == 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	_, err := idx.UpsertVectors(ctx, []*pinecone.Vector{dense("a", 1, 2)})
 	require.Error(t, err, "the client gives up before the write")
-	require.Eventually(t, func() bool { return srv.Stats().Requests == 1 }, time.Second, time.Millisecond)
 
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -999,4 +1008,183 @@ func TestWaitIdleWaitsForWritesTheClientGaveUpOn(t *testing.T) {
 	require.NoError(t, srv.WaitIdle(bg(t)))
 	assert.Equal(t, 1, srv.Count(ns), "the write its client gave up on landed")
 	assert.Equal(t, 0, srv.Stats().InFlight)
+}
+
+// DescribeIndexStats says the vector type of the index, as Pinecone's
+// answer always does (docs.pinecone.io, data plane, describe_index_stats,
+// API 2025-10: {..., "dimension":1024, "metric":"cosine",
+// "vectorType":"dense"}), which go-pinecone v5.4.1 returns as
+// DescribeIndexStatsResponse.VectorType: user code may read *st.VectorType.
+// An index with WithDimension is dense.
+func TestDescribeIndexStatsOfADenseIndexSaysDense(t *testing.T) {
+	srv := start(t, upserttest.WithDimension(2))
+	idx := connect(t, srv)
+	_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1, 2)})
+	require.NoError(t, err)
+	st, err := idx.DescribeIndexStats(bg(t))
+	require.NoError(t, err)
+	require.NotNil(t, st.Dimension)
+	assert.EqualValues(t, 2, *st.Dimension)
+	if assert.NotNil(t, st.VectorType, "Pinecone says the type of a dense index") {
+		assert.Equal(t, upserttest.VectorTypeDense, *st.VectorType)
+	}
+}
+
+// DescribeIndexStats says the type as soon as it is known, whatever fixed
+// it (an option, or the first vector written), and none only while nothing
+// has; Reset forgets a type a write decided.
+func TestDescribeIndexStatsSaysTheVectorTypeOnceKnown(t *testing.T) {
+	sparse := &pinecone.Vector{Id: "s", SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{0.5}}}
+	tests := []struct {
+		name    string
+		opts    []upserttest.Option
+		vectors []*pinecone.Vector
+		want    string // "": none
+	}{
+		{"no option, no write: none", nil, nil, ""},
+		{"WithDimension, before any write: dense", []upserttest.Option{upserttest.WithDimension(2)}, nil, upserttest.VectorTypeDense},
+		{"WithVectorType dense", []upserttest.Option{upserttest.WithVectorType(upserttest.VectorTypeDense)}, nil, upserttest.VectorTypeDense},
+		{"WithVectorType sparse", []upserttest.Option{upserttest.WithVectorType(upserttest.VectorTypeSparse)}, nil, upserttest.VectorTypeSparse},
+		{"a first dense vector: dense", nil, []*pinecone.Vector{dense("a", 1, 2)}, upserttest.VectorTypeDense},
+		{"a first sparse vector: sparse", nil, []*pinecone.Vector{sparse}, upserttest.VectorTypeSparse},
+	}
+	vectorType := func(t *testing.T, idx *pinecone.IndexConnection) string {
+		st, err := idx.DescribeIndexStats(bg(t))
+		require.NoError(t, err)
+		if st.VectorType == nil {
+			return ""
+		}
+		return *st.VectorType
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := start(t, tt.opts...)
+			idx := connect(t, srv)
+			if tt.vectors != nil {
+				_, err := idx.UpsertVectors(bg(t), tt.vectors)
+				require.NoError(t, err)
+			}
+			assert.Equal(t, tt.want, vectorType(t, idx))
+		})
+	}
+
+	t.Run("records decide nothing, and Reset forgets a type a write decided", func(t *testing.T) {
+		srv := start(t)
+		idx, _ := connectREST(t, srv, "test", ns)
+		require.NoError(t, idx.UpsertRecords(bg(t), records("r", 1)))
+		assert.Empty(t, vectorType(t, idx), "the server embeds nothing")
+		_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1, 2)})
+		require.NoError(t, err)
+		assert.Equal(t, upserttest.VectorTypeDense, vectorType(t, idx))
+		srv.Reset()
+		assert.Empty(t, vectorType(t, idx))
+	})
+}
+
+// A sparse index has no dimension: WithVectorType(VectorTypeSparse) with
+// WithDimension(d > 0) describes no index, and every write would fail, so
+// NewServer refuses it as a bug in the test, naming both options.
+func TestNewServerPanicsOnASparseIndexWithADimension(t *testing.T) {
+	for _, opts := range [][]upserttest.Option{
+		{upserttest.WithVectorType(upserttest.VectorTypeSparse), upserttest.WithDimension(4)},
+		{upserttest.WithDimension(4), upserttest.WithVectorType(upserttest.VectorTypeSparse)},
+	} {
+		assert.PanicsWithValue(t, `upserttest: NewServer: WithVectorType("sparse") with WithDimension(4): a sparse index has no dimension`,
+			func() { upserttest.NewServer(opts...).Close() })
+	}
+	assert.NotPanics(t, func() {
+		upserttest.NewServer(upserttest.WithVectorType(upserttest.VectorTypeSparse), upserttest.WithDimension(0)).Close()
+		upserttest.NewServer(upserttest.WithVectorType(upserttest.VectorTypeDense), upserttest.WithDimension(4)).Close()
+	}, "no dimension, or a dense index")
+}
+
+// An id upserted twice (in two requests, and twice in one request) keeps
+// the last value; Count, DescribeIndexStats and Fetch count it once,
+// VectorsWritten counts every write; the limits hold at their boundaries.
+func TestLastWriteWinsAndTheLimitsHoldThroughTheSDK(t *testing.T) {
+	srv := start(t)
+	idx := connect(t, srv)
+	_, err := idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 1, 2), dense("b", 1, 2)})
+	require.NoError(t, err)
+	_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense("a", 3, 4), dense("a", 5, 6)})
+	require.NoError(t, err)
+	v, ok := srv.Vector(ns, "a")
+	require.True(t, ok)
+	assert.Equal(t, []float32{5, 6}, *v.Values)
+	assert.Equal(t, 2, srv.Count(ns))
+	assert.Equal(t, 4, srv.Stats().VectorsWritten)
+	st, err := idx.DescribeIndexStats(bg(t))
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, st.TotalVectorCount)
+	assert.EqualValues(t, 2, st.Namespaces[ns].VectorCount)
+	f, err := idx.FetchVectors(bg(t), []string{"a", "missing"})
+	require.NoError(t, err)
+	require.Len(t, f.Vectors, 1)
+	assert.Equal(t, []float32{5, 6}, *f.Vectors["a"].Values)
+
+	_, err = idx.UpsertVectors(bg(t), batch("x", 1000, 2))
+	require.NoError(t, err)
+	_, err = idx.UpsertVectors(bg(t), batch("y", 1001, 2))
+	require.Equal(t, codes.InvalidArgument, code(err))
+	_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense(strings.Repeat("i", 512), 1, 2)})
+	require.NoError(t, err)
+	_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{dense(strings.Repeat("i", 513), 1, 2)})
+	require.Equal(t, codes.InvalidArgument, code(err))
+	withMeta := func(n int) *pinecone.Vector { // {"k":"…"} is n bytes
+		v := dense("m", 1, 2)
+		v.Metadata = meta(t, map[string]any{"k": strings.Repeat("z", n-8)})
+		return v
+	}
+	_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{withMeta(40960)})
+	require.NoError(t, err)
+	_, err = idx.UpsertVectors(bg(t), []*pinecone.Vector{withMeta(40961)})
+	require.Equal(t, codes.InvalidArgument, code(err))
+	assert.Equal(t, "Metadata size is 40961 bytes, which exceeds the limit of 40960 bytes per vector", status.Convert(err).Message())
+}
+
+// Close (and Restart then Close) while both APIs are upserting ends every
+// request, WaitIdle returns, Codes and HTTPCodes add up to Requests and
+// RESTRequests, and what was written is what is stored. The cut falls
+// after a number of answers that varies with the iteration.
+func TestCloseAndRestartUnderLoadKeepTheStatsConsistent(t *testing.T) {
+	for i := range 10 {
+		srv := upserttest.NewServer(upserttest.WithLatency(time.Duration(i%3)*time.Millisecond, 0))
+		idx := connect(t, srv)
+		rest, _ := connectREST(t, srv, "test", ns)
+		answered := make(chan struct{}, 4*20)
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Go(func() {
+				for j := range 20 {
+					if g%2 == 0 {
+						_, _ = idx.UpsertVectors(ctxTimeout(t, time.Second), []*pinecone.Vector{dense(fmt.Sprint(g, j), 1)})
+					} else {
+						_ = rest.UpsertRecords(ctxTimeout(t, time.Second), records(fmt.Sprint(g, j), 1))
+					}
+					answered <- struct{}{}
+				}
+			})
+		}
+		for range 3 * (i % 4) {
+			<-answered
+		}
+		if i%2 == 0 {
+			srv.Restart()
+		}
+		srv.Close()
+		wg.Wait()
+		require.NoError(t, srv.WaitIdle(bg(t)))
+		st := srv.Stats()
+		sum, hsum := 0, 0
+		for _, n := range st.Codes {
+			sum += n
+		}
+		for _, n := range st.HTTPCodes {
+			hsum += n
+		}
+		assert.Equal(t, st.Requests, sum, "iteration %d %+v", i, st)
+		assert.Equal(t, st.RESTRequests, hsum, "iteration %d %+v", i, st)
+		assert.Equal(t, st.VectorsWritten, srv.Count(ns), "iteration %d", i)
+		assert.Equal(t, st.RecordsWritten, srv.RecordCount(ns), "iteration %d", i)
+	}
 }

@@ -312,7 +312,9 @@ var errStatsFilter = status.Error(codes.InvalidArgument,
 
 // describeIndexStats answers the vector count of every non-empty namespace
 // (WithStatsLag after the writes), their total, the dimension of the index
-// if it is known, and its vector type if set (WithVectorType). A namespace
+// if it is known, and its vector type if it is known: set by WithVectorType
+// or WithDimension, or decided by the first vector written (see
+// indexShape). A namespace
 // counts its vectors and its records (REST records upserts), which an
 // index with integrated embedding stores as vectors (see indexedLocked).
 // The dimension is only ever fixed by vectors (or WithDimension): the
@@ -349,7 +351,7 @@ func (g *generation) describeIndexStats(ctx context.Context, req proto.Message) 
 	if s.shape.dim > 0 {
 		resp.Set(desc.statsDimension, protoreflect.ValueOfUint32(uint32(s.shape.dim)))
 	}
-	if t := s.cfg.vectorType; t != "" {
+	if t := s.shape.vectorType; t != "" {
 		resp.Set(desc.statsVectorType, protoreflect.ValueOfString(t))
 	}
 	return resp.Interface(), nil

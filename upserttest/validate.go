@@ -14,8 +14,12 @@ import (
 
 // Pinecone's per-request limits, which a Server always enforces on Upsert
 // requests. A request that breaks any of them is rejected whole with
-// codes.InvalidArgument and a message, like the real service's, that names
-// no record id; nothing of it is written.
+// codes.InvalidArgument and a message; nothing of it is written. Like the
+// real service's, the messages of these limits, and of the other rules
+// below, name no record, with two exceptions that copy Pinecone's answers
+// naming the offending id: a non-ASCII id ("Vector ID must be ASCII, but
+// got '…'") and all-zero dense values ("Dense vectors must contain at least
+// one non-zero value. Vector ID '…' contains only zeros").
 const (
 	// MaxVectorsPerRequest is the most vectors an Upsert request may hold.
 	MaxVectorsPerRequest = 1000
@@ -61,11 +65,11 @@ func validateNamespace(ns string) error {
 }
 
 // indexShape is what an index holds: its vector type (VectorTypeDense,
-// VectorTypeSparse, or "" while neither WithVectorType nor a write has
-// decided it) and its dimension (0 while neither WithDimension nor a dense
-// vector has fixed it). A Pinecone index is dense or sparse from its
-// creation; the server, by default, lets its first write decide, as if the
-// index had been created for it.
+// VectorTypeSparse, or "" while neither WithVectorType, WithDimension
+// (dense) nor a vector written has decided it) and its dimension (0 while
+// neither WithDimension nor a dense vector has fixed it). A Pinecone index
+// is dense or sparse from its creation; the server, by default, lets its
+// first write decide, as if the index had been created for it.
 type indexShape struct {
 	vectorType string
 	dim        int
@@ -127,7 +131,9 @@ func validateVector(v *pinecone.Vector, shape indexShape) error {
 		return invalid("Dense vector values must be finite numbers, found NaN or Inf")
 	}
 	if dense > 0 && allZero(*v.Values) {
-		return invalid("Dense vectors must contain at least one non-zero value")
+		// Pinecone's words, naming the vector (a captured answer:
+		// deepset-ai/haystack#10194, Dec 2025).
+		return invalid("Dense vectors must contain at least one non-zero value. Vector ID '%s' contains only zeros", v.Id)
 	}
 	switch {
 	case shape.vectorType == VectorTypeSparse && dense > 0:

@@ -67,8 +67,8 @@ type laneSlots struct {
 	inFlight int       // requests in flight, on any slots
 	waited   bool      // a request waited for a slot since the last answer
 	fullAt   time.Time // when a request last took the last slot or waited for one
-	// idleSince is when the last request in flight was answered, or the
-	// lane made; zero while one is in flight, or once the rest is counted
+	// idleSince is when the lane began to rest, nothing in flight or at a
+	// head (restIfIdle), or was made; zero once a request reaches a head
 	// (endRest).
 	idleSince time.Time
 }
@@ -431,6 +431,9 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 			return p, nil
 		}
 		own.give()
+		ln.mu.Lock()
+		ln.restIfIdle(ln.clock.Now())
+		ln.mu.Unlock()
 	}
 	ln.abandonProbe(probe)
 	return permit{}, err
@@ -445,7 +448,7 @@ func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint
 	if err := head.wait(ctx); err != nil {
 		return permit{}, err
 	}
-	headAt := ln.clock.Now() // from here on, a wait is the lane's limits holding q back
+	ln.reachedHead()
 	for {
 		if err := own.yieldThroughPause(ctx, ln, &head); err != nil {
 			return permit{}, err
@@ -468,7 +471,7 @@ func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint
 			}
 			continue
 		}
-		p := ln.issue(q, probe, waited, headAt)
+		p := ln.issue(q, probe, waited)
 		ln.mu.Unlock()
 		return p, nil
 	}
@@ -493,13 +496,9 @@ func (ln *lane) holdRoute(delta int) {
 	ln.routes += delta
 }
 
-// issue counts an admitted request, which reached the head of the queue
-// at headAt; ln.mu is held.
-func (ln *lane) issue(q request, probe uint64, waitedSlot bool, headAt time.Time) permit {
+// issue counts an admitted request; ln.mu is held.
+func (ln *lane) issue(q request, probe uint64, waitedSlot bool) permit {
 	now := ln.clock.Now()
-	if ln.slots.inFlight == 0 {
-		ln.endRest(headAt)
-	}
 	ln.slots.inFlight++
 	ln.issued++
 	ln.lastUse = now
@@ -520,19 +519,35 @@ func (ln *lane) issue(q request, probe uint64, waitedSlot bool, headAt time.Time
 	return permit{request: q, seq: ln.issued, start: now, probe: probe, waitedSlot: waitedSlot, epoch: ln.share.epoch}
 }
 
+// reachedHead ends the lane's rest, if it rests, when a request reaches
+// the head of a line: from then on a wait is the lane's limits holding it
+// back.
+func (ln *lane) reachedHead() {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	ln.endRest(ln.clock.Now())
+}
+
 // endRest tells the rates that the lane rested, nothing in flight and no
-// request held back, from the last answer to at, when the request that
-// ends the rest reached the head: a request waiting there already when
-// the last answer came reached it before, and the lane did not rest. Time
-// the breaker was open is the breaker's to count (closeBreaker).
-func (ln *lane) endRest(at time.Time) {
+// request at a head, from the last answer to now. Time the breaker was
+// open is the breaker's to count (closeBreaker). ln.mu is held.
+func (ln *lane) endRest(now time.Time) {
 	from := ln.slots.idleSince
 	ln.slots.idleSince = time.Time{}
-	if from.IsZero() || !at.After(from) || ln.breaker.open || ln.breaker.openedAt.After(from) {
+	if from.IsZero() || !now.After(from) || ln.breaker.open || ln.breaker.openedAt.After(from) {
 		return
 	}
 	for i := range ln.dims {
-		ln.dims[i].ctl.rest(from, at)
+		ln.dims[i].ctl.rest(from, now)
+	}
+}
+
+// restIfIdle starts the lane's rest when nothing is in flight or at a
+// head: after the last answer, and after a request that left the head
+// unissued; ln.mu is held.
+func (ln *lane) restIfIdle(now time.Time) {
+	if ln.slots.inFlight == 0 && ln.head.empty() && ln.ownHead.empty() {
+		ln.slots.idleSince = now
 	}
 }
 

@@ -95,9 +95,8 @@ func (ln *lane) release(p permit, e *Error) failureNote {
 		ln.slots.used--
 		ln.signals.slots.fire()
 	}
-	if ln.slots.inFlight--; ln.slots.inFlight == 0 {
-		ln.slots.idleSince = now
-	}
+	ln.slots.inFlight--
+	ln.restIfIdle(now)
 	class := Class(0)
 	if e != nil {
 		class = e.Class

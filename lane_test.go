@@ -1483,3 +1483,67 @@ func TestAnIdleGapBetweenCallsDoesNotClimbTheRateCurve(t *testing.T) {
 		ln.release(p, nil)
 	}
 }
+
+// giveUpClock is a fakeClock whose Sleeps, while giveUp is set, wait
+// their whole time and then end the caller's context: a caller that gave
+// up on a request while it waited.
+type giveUpClock struct {
+	*fakeClock
+	giveUp context.CancelFunc
+}
+
+func (c *giveUpClock) Sleep(ctx context.Context, d time.Duration) error {
+	if c.giveUp == nil {
+		return c.fakeClock.Sleep(ctx, d)
+	}
+	c.fakeClock.Advance(d)
+	c.giveUp()
+	return ctx.Err()
+}
+
+// A rest is time with nothing in flight and no request at a head. A
+// request that waited at the head seconds for its tokens and was given up
+// (a call sharing the Limiter stopped) was held back by the rate: the next
+// request does not count that wait as a rest, as it did once (the curve
+// held still over it).
+func TestTheTimeARequestWaitedAtTheHeadIsNoRestOfTheLane(t *testing.T) {
+	ctx := context.Background()
+	clk := &giveUpClock{fakeClock: newFakeClock()}
+	lim := &Limiter{clock: clk}
+	ln := lim.holdLane(laneID{key: "ns"}, MaxBatchSize)
+	measuredLane(ln, clk.fakeClock, 1000)
+	ln.mu.Lock()
+	ln.dims[dimRecords].ctl.climbed.at = clk.Now()
+	ln.mu.Unlock()
+
+	p, err := ln.acquire(ctx, req(100))
+	require.NoError(t, err)
+	clk.Advance(20 * time.Millisecond)
+	ln.release(p, nil) // the lane is idle from here...
+	ln.mu.Lock()
+	origin := ln.dims[dimRecords].ctl.origin
+	ln.mu.Unlock()
+
+	// ...until a request of another call reaches the head at once, waits
+	// there seconds for its tokens, and is given up.
+	stop, cancel := context.WithCancel(ctx)
+	clk.giveUp = cancel
+	start := clk.Now()
+	_, err = ln.acquire(stop, req(5000))
+	require.ErrorIs(t, err, context.Canceled)
+	clk.giveUp = nil
+	held := clk.Now().Sub(start)
+	require.Greater(t, held, 4*time.Second, "the request waited at the head for its tokens")
+
+	p, err = ln.acquire(ctx, req(10))
+	require.NoError(t, err)
+	ln.mu.Lock()
+	c := ln.dims[dimRecords].ctl
+	ln.mu.Unlock()
+	clk.Advance(20 * time.Millisecond)
+	ln.release(p, nil)
+	assert.Less(t, c.climbed.paused, 100*time.Millisecond,
+		"the %v a request waited at the head for tokens counted as a rest (paused)", held)
+	assert.Less(t, c.origin.Sub(origin), 100*time.Millisecond,
+		"the curve was held over the %v the rate held a request back at the head", held)
+}

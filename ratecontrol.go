@@ -84,7 +84,7 @@ func (s rateSearch) reached(limit float64) float64 {
 type climbed struct {
 	at     time.Time     // when; zero before
 	taken  float64       // amount accepted since, of any request
-	paused time.Duration // time the index was down (breaker open) or the lane rested since the last cut
+	paused time.Duration // time the index was down (breaker open) since the last cut
 }
 
 // runStart is what a rate controller keeps of its run's start, for its
@@ -202,16 +202,13 @@ func (c *rateControl) pause(from, to time.Time) {
 
 // rest counts from to to as time the lane rested, nothing in flight and
 // no request held back: the limit held nothing back, so the curve does
-// not climb over it (as follow holds it for an answer that bound
-// nothing), and the rate accepted since the climb is the rate while the
-// lane sent. The windows still count it: a bucket refills while it rests.
+// not climb over it, as follow holds it for an answer that bound nothing.
+// What the index accepted is still measured over the rest: a token bucket
+// refills meanwhile, and takes the burst it saved when the lane sends.
 func (c *rateControl) rest(from, to time.Time) {
 	// The time before followed is judged already.
 	if d := to.Sub(later(from, c.followed)); d > 0 {
 		c.origin, c.followed = c.origin.Add(d), c.followed.Add(d)
-	}
-	if at := c.climbed.at; !at.IsZero() && at.Before(to) {
-		c.climbed.paused += to.Sub(later(from, at))
 	}
 }
 

@@ -3,6 +3,7 @@ package upsert
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime/debug"
 )
 
@@ -36,8 +37,10 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 	err := recovered(func() error { return r.kind.send(ctx, r.cfg, rt.namespace, p.items) })
 	cancel()
 	latency := r.cfg.clock.Now().Sub(perm.start)
+	answer := e // what the index said of this request: the lane, the stats and RequestDone hear it
 	if err != nil {
 		e = r.classified(err)
+		answer = r.answerOf(err, e)
 		if r.mayHaveLanded(err, e) {
 			p.ambiguous = true
 		}
@@ -51,14 +54,14 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 		}
 	}
 	r.pool.lastLanded.Store(e == nil)
-	answer := e
-	if e != nil && isPanic(e) {
-		answer = errCallerCode // the index's answer, if any, never reached us
+	heard := answer
+	if answer != nil && isPanic(answer) {
+		heard = errCallerCode // the index's answer, if any, never reached us
 	}
-	p.free = p.failures.free(rt.lane.release(perm, answer), r.cfg.retry.maxRetries[ClassRateLimited])
-	r.minute.done(pass, answer)
-	r.stats.request(n, latency, e)
-	ev.Latency, ev.Err = latency, e
+	p.free = p.failures.free(rt.lane.release(perm, heard), r.cfg.retry.maxRetries[ClassRateLimited])
+	r.minute.done(pass, heard)
+	r.stats.request(n, latency, answer)
+	ev.Latency, ev.Err = latency, answer
 	r.cfg.observers.requestDone(ev)
 	return e
 }
@@ -138,6 +141,13 @@ func (r *run) classified(err error) *Error {
 	if r.runCtx.Err() != nil {
 		return r.stopError()
 	}
+	return r.readAnswer(err)
+}
+
+// readAnswer is classified for a run that has not stopped: err's class by
+// the run's classifier (a panic of it is the request's failure), a
+// cancellation read as the transport's own.
+func (r *run) readAnswer(err error) *Error {
 	var e *Error
 	if perr := recovered(func() error { e = describe(err, r.cfg.classify); return nil }); perr != nil {
 		e = perr.(*Error)
@@ -150,6 +160,28 @@ func (r *run) classified(err error) *Error {
 	}
 	return e
 }
+
+// answerOf returns what a request that failed with err is counted and
+// reported as, when e is what classified made of err (what its records
+// fail with). That is e, unless e is the error that stopped the run while
+// the request was in flight: another request's answer (a 401, a spent
+// quota), which the index did not give this one. A request the stop cut
+// off (its error a cancellation) then counts as canceled, as one cut off
+// by the caller's context does; one the index answered anyway counts as
+// that answer.
+func (r *run) answerOf(err error, e *Error) *Error {
+	if e.Class == ClassCanceled || e != asError(context.Cause(r.runCtx)) {
+		return e // its own answer, or a cancel: counted as its records fail
+	}
+	if Classify(err) == ClassCanceled { // the library's rule: a caller's classifier cannot say "cut off"
+		return &Error{Class: ClassCanceled, Err: fmt.Errorf("%w: %w", errCutOff, err)}
+	}
+	return r.readAnswer(err)
+}
+
+// errCutOff is the cause of a request counted as canceled because the run
+// stopped for another request's answer while it was in flight.
+var errCutOff = errors.New("cut off unanswered: the run stopped")
 
 // mayHaveLanded reports whether a request that failed with err may have
 // written its records anyway: it reached the index, or may have, and no

@@ -54,10 +54,11 @@ type Checkpoint interface {
 }
 
 // ErrCheckpointPastEnd is matched by the error of a stream whose input
-// ended before the position its checkpoint holds: the input is not the
-// one the checkpoint was saved for (it changed, or the checkpoint belongs
-// to another input). Nothing was sent and the checkpoint is left as it
-// was.
+// ended, while its context lived, before the position its checkpoint
+// holds: the input is not the one the checkpoint was saved for (it
+// changed, or the checkpoint belongs to another input). Nothing was sent
+// and the checkpoint is left as it was. An input cut short because the
+// context ended is a canceled run instead ([ErrCanceled]).
 var ErrCheckpointPastEnd = errors.New("upsert: the checkpoint is past the end of the input")
 
 // ErrCheckpointNotSaved is matched by the error of a stream whose last

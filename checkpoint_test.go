@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"iter"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/upsertlib/upsert/upserttest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -133,6 +135,60 @@ func TestACheckpointPastTheEndOfTheInputIsAnError(t *testing.T) {
 	res, err = Stream(ctx, slices.Values(vectors(10, 2)), WithUpsertFunc(fi.Upsert), WithCheckpoint(FileCheckpoint(path)))
 	require.NoError(t, err, "a checkpoint at the end is a finished run")
 	assert.Equal(t, 10, res.Stats.Skipped)
+}
+
+// A resumed stream skips its checkpoint's records by pulling them, and
+// stops pulling when ctx ends meanwhile, as it does once it sends: a
+// backfill of millions resumed near its end and interrupted while it
+// skips stops at once, not after reading its whole input. An input cut
+// short because ctx ended (an iterator that watches ctx, as a file reader
+// does) is a canceled run, not ErrCheckpointPastEnd, which would tell an
+// operator to delete a sound checkpoint and pay for the whole backfill
+// again. Stats.Skipped counts what was skipped; the checkpoint stays.
+func TestAResumedStreamCanceledWhileSkippingStopsPullingAndSaysCanceled(t *testing.T) {
+	const settled = 1000
+	tests := []struct {
+		name       string
+		cancelAt   int  // the input position at which the caller cancels
+		watchesCtx bool // the iterator stops once ctx has ended
+		wantPulled int
+	}{
+		{"the iterator goes on: Stream stops pulling", 0, false, 1},
+		{"the iterator stops with ctx", 100, true, 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
+			require.NoError(t, cp.Save(context.Background(), settled))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			pulled := 0
+			seq := func(yield func(*pinecone.Vector) bool) {
+				for i, v := range vectors(2*settled, 2) {
+					if i == tt.cancelAt {
+						cancel() // Ctrl-C while the run skips
+					}
+					if tt.watchesCtx && ctx.Err() != nil {
+						return
+					}
+					pulled++
+					if !yield(v) {
+						return
+					}
+				}
+			}
+			fi := newFakeIndex(nil)
+			res, err := Stream(ctx, seq, WithUpsertFunc(fi.Upsert), WithCheckpoint(cp), withClock(newFakeClock()), withRand(maxRand))
+			require.ErrorIs(t, err, ErrCanceled)
+			assert.NotErrorIs(t, err, ErrCheckpointPastEnd, "the input did not change: the run was canceled")
+			assert.Equal(t, tt.wantPulled, pulled, "records pulled")
+			assert.Equal(t, pulled, res.Stats.Skipped, "each record pulled was skipped, and no other")
+			assert.Empty(t, fi.Calls())
+			mark, err := cp.Load(context.Background())
+			require.NoError(t, err)
+			assert.EqualValues(t, settled, mark, "the checkpoint is left where it was")
+		})
+	}
 }
 
 // FileCheckpoint.Save keeps the file's permissions: a checkpoint the
@@ -315,6 +371,106 @@ func TestTheFinalSaveSkipsAWatermarkSavedAlready(t *testing.T) {
 	assert.Equal(t, []int64{0, 10}, saves)
 	assert.NoError(t, err)
 	assert.NoError(t, doneErr, "RunDone's error")
+}
+
+// Over REST (the SDK's records endpoint through the library's transport)
+// the checkpoint passes only records that landed or failed for good, and
+// every record is accounted for once: in a mixed storm (records the index
+// refuses, a 429 burst, then a 403 that stops the run), with the index
+// down (503s), and with a client whose TLS handshake fails.
+func TestACheckpointOverRESTPassesOnlyRecordsThatLandedOrFailedForGood(t *testing.T) {
+	withoutText := func(recs []*pinecone.IntegratedRecord, at ...int) []*pinecone.IntegratedRecord {
+		for _, i := range at {
+			r := *recs[i]
+			delete(r, "chunk_text")
+			r["body"] = "text without the field map's field"
+			recs[i] = &r
+		}
+		return recs
+	}
+	downAfter2 := upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		if r.Seq > 2 {
+			return upserttest.Fault{Code: codes.Unavailable}
+		}
+		return upserttest.Fault{}
+	})
+	tests := []struct {
+		name    string
+		recs    []*pinecone.IntegratedRecord
+		server  []upserttest.Option
+		noTLS   bool // a client that does not trust the server's certificate
+		opts    []Option
+		wantErr error
+	}{
+		{"a mixed storm stopped by a 403", withoutText(textRecordsOf(600), 10, 250),
+			[]upserttest.Option{upserttest.WithFieldMap("chunk_text"), upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+				switch {
+				case r.Seq >= 3 && r.Seq < 7:
+					return upserttest.Fault{Code: codes.ResourceExhausted}
+				case r.Seq >= 30:
+					return upserttest.Fault{Code: codes.PermissionDenied, Message: "Forbidden"}
+				}
+				return upserttest.Fault{}
+			})},
+			false, []Option{WithConcurrency(2)}, ErrDenied},
+		{"an index down", textRecordsOf(300), []upserttest.Option{downAfter2}, false, []Option{WithBatchSize(10)}, ErrServer},
+		{"a failed TLS handshake", textRecordsOf(300), []upserttest.Option{downAfter2}, true, []Option{WithBatchSize(10)}, ErrServer},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := upserttest.NewServer(tt.server...)
+			defer srv.Close()
+			client := srv.Client()
+			if tt.noTLS {
+				client = &http.Client{}
+			}
+			cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
+			var mu sync.Mutex
+			var failures []Failure
+			opts := append([]Option{WithIndex(recordsConn(t, srv, client, true)), WithCheckpoint(cp),
+				WithObserver(Observer{Failure: func(f Failure) { mu.Lock(); failures = append(failures, f); mu.Unlock() }}),
+				withClock(newFakeClock()), withRand(maxRand)}, tt.opts...)
+			res, err := Records(context.Background(), slices.Values(tt.recs), opts...)
+			require.ErrorIs(t, err, tt.wantErr)
+			mark, err := cp.Load(context.Background())
+			require.NoError(t, err)
+			mu.Lock()
+			defer mu.Unlock()
+			stored := srv.Records("docs")
+			requireMarkSound(t, tt.recs, int(mark), stored, failures)
+			assert.Equal(t, res.Stats.Records, res.Upserted+res.Stats.Failed+res.Stats.Duplicates)
+			assert.Len(t, failures, res.Stats.Failed)
+			// A request the stop cut off may have been written all the
+			// same: its records fail, MayHaveLanded.
+			assert.LessOrEqual(t, res.Upserted, len(stored))
+			for _, f := range failures {
+				_, ok := stored[f.ID]
+				assert.True(t, !ok || f.MayHaveLanded, "record %d was stored, and failed without MayHaveLanded", f.Index)
+			}
+		})
+	}
+}
+
+// requireMarkSound checks a checkpoint's mark against what the index
+// stored and the failures reported: it stops at or before the first
+// record left to a resumed run (Resend), and every record before it
+// landed or failed for good.
+func requireMarkSound(t *testing.T, recs []*pinecone.IntegratedRecord, mark int, stored map[string]map[string]any, failures []Failure) {
+	t.Helper()
+	final := map[int]bool{}
+	firstResend := len(recs)
+	for _, f := range failures {
+		if f.Resend {
+			firstResend = min(firstResend, f.Index)
+		} else {
+			final[f.Index] = true
+		}
+	}
+	require.LessOrEqual(t, mark, firstResend, "the checkpoint passed a record left to the resumed run")
+	for i := range mark {
+		_, ok := stored[(*recs[i])["_id"].(string)]
+		require.True(t, ok || final[i], "record %d, below the checkpoint %d, neither landed nor failed for good", i, mark)
+	}
 }
 
 // The failure that spends a batch's last retry once the breaker has given

@@ -119,7 +119,9 @@ func wantHTTPClass(code int, msg string) Class {
 	switch {
 	case code < 100:
 		return 0
-	case code == 402, (code == 429 || code == 403) && isQuota(msg):
+	case code == 402, (code == 429 || code == 403 || code == 400 || code == 409 && !aborted(msg)) && isQuota(msg):
+		// 400 and 409 are INVALID_ARGUMENT's and ALREADY_EXISTS's statuses
+		// (grpc-gateway), under which a quota reads as over gRPC.
 		return ClassQuotaExceeded
 	case code == 429:
 		return ClassRateLimited
@@ -131,7 +133,7 @@ func wantHTTPClass(code int, msg string) Class {
 		return ClassDenied
 	case code == 499:
 		return ClassCanceled
-	case code >= 500:
+	case code >= 500, code == 409 && aborted(msg): // ABORTED's 409, as over gRPC
 		return ClassServer
 	case code >= 400:
 		return ClassInvalid
@@ -160,6 +162,9 @@ func FuzzClassify(f *testing.F) {
 	f.Add(uint8(fuzzErrPinecone), uint8(0), 402, "0", uint8(0), uint8(5)) // a quota, found by the fuzzer
 	f.Add(uint8(fuzzErrPinecone), uint8(0), 429, "reached your write unit limit for the current month", uint8(0), uint8(0))
 	f.Add(uint8(fuzzErrGRPC), uint8(codes.PermissionDenied), 0, "QUOTA_EXCEEDED", uint8(0), uint8(0))
+	f.Add(uint8(fuzzErrPinecone), uint8(0), 400, `{"code":3,"message":"reached your write unit limit for the current month"}`, uint8(0), uint8(0))
+	f.Add(uint8(fuzzErrPinecone), uint8(0), 409, `{"code":6,"message":"QUOTA_EXCEEDED"}`, uint8(0), uint8(0))
+	f.Add(uint8(fuzzErrPinecone), uint8(0), 409, `{"code":10,"message":"QUOTA_EXCEEDED"}`, uint8(0), uint8(0))
 	f.Fuzz(func(t *testing.T, kind, grpcCode uint8, httpCode int, msg string, layers, how uint8) {
 		var base error
 		var want Class

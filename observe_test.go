@@ -577,3 +577,75 @@ func TestADeniedCallerLogsALinePerRefusedRequest(t *testing.T) {
 	defer h.mu.Unlock()
 	assert.LessOrEqual(t, h.byMsg["ERROR index refused the caller; stopping"], res.Stats.Requests, "lines: %v", h.byMsg)
 }
+
+// A request still in flight when another's answer stops the run (a 401,
+// a spent quota) is cut off: the index answered it nothing. Stats and
+// RequestDone (hence upsertprom and upsertotel) count it as canceled, as
+// one cut off by the caller's context, not as a second 401 the index
+// never sent; its records fail with the stop's error all the same, left
+// to the resumed run. One the index answers after the stop counts as that
+// answer.
+func TestARequestCutOffByAStopCountsAsCanceledNotAsTheStopsAnswer(t *testing.T) {
+	unauthorized := &upsert.Error{Class: upsert.ClassDenied, StatusCode: 401, Err: errors.New("Unauthorized")}
+	quota := &upsert.Error{Class: upsert.ClassQuotaExceeded, StatusCode: 429, Err: errors.New("You've reached your write unit limit for the current month")}
+	unavailable := &upsert.Error{Class: upsert.ClassServer, StatusCode: 503, Err: errors.New("Service Unavailable")}
+	tests := []struct {
+		name      string
+		stop      *upsert.Error
+		late      error // the second request's answer once the run stopped; nil: its context's error
+		wantCodes map[string]int
+		wantClass map[upsert.Class]int
+	}{
+		{"a 401", unauthorized, nil,
+			map[string]int{"401": 1, "canceled": 1}, map[upsert.Class]int{upsert.ClassDenied: 1, upsert.ClassCanceled: 1}},
+		{"a spent quota", quota, nil,
+			map[string]int{"429": 1, "canceled": 1}, map[upsert.Class]int{upsert.ClassQuotaExceeded: 1, upsert.ClassCanceled: 1}},
+		{"an answer after the stop", unauthorized, unavailable,
+			map[string]int{"401": 1, "503": 1}, map[upsert.Class]int{upsert.ClassDenied: 1, upsert.ClassServer: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			secondSent := make(chan struct{})
+			var calls atomic.Int64
+			send := func(ctx context.Context, _ string, _ []*pinecone.Vector) error {
+				if calls.Add(1) == 1 {
+					select { // answered once the second request is in flight
+					case <-secondSent:
+					case <-time.After(5 * time.Second):
+						t.Error("the second request never went out")
+					}
+					return tt.stop
+				}
+				close(secondSent)
+				<-ctx.Done() // in flight until the run stops
+				if tt.late != nil {
+					return tt.late
+				}
+				return ctx.Err()
+			}
+			var mu sync.Mutex
+			told := map[string]int{}
+			res, err := upsert.All(context.Background(), e2eRecords(2), upsert.WithUpsertFunc(send),
+				upsert.WithBatchSize(1), upsert.WithConcurrency(2),
+				upsert.WithObserver(upsert.Observer{RequestDone: func(e upsert.RequestEvent) {
+					mu.Lock()
+					defer mu.Unlock()
+					if e.Err != nil {
+						told[e.Err.Code()]++
+					}
+				}}))
+			require.ErrorIs(t, err, tt.stop.Class.Err())
+			require.Equal(t, 2, res.Stats.Requests)
+			assert.Equal(t, tt.wantCodes, res.Stats.ErrorsByCode)
+			assert.Equal(t, tt.wantClass, res.Stats.ErrorsByClass)
+			mu.Lock()
+			assert.Equal(t, tt.wantCodes, told, "RequestDone tells what Stats count")
+			mu.Unlock()
+			require.Len(t, res.Failed, 2)
+			for _, f := range res.Failed {
+				assert.Equal(t, tt.stop.Class, f.Class, "record %d fails with the stop's error", f.Index)
+				assert.True(t, f.Resend, "record %d is left to the resumed run", f.Index)
+			}
+		})
+	}
+}

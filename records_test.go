@@ -192,6 +192,48 @@ func TestRecordsRetryARESTAbortedConflictLikeTheGRPCOne(t *testing.T) {
 	assert.Equal(t, ClassInvalid, classOfHTTP(http.StatusConflict, `{"code":100,"message":"?"}`))
 }
 
+// A 429 over REST reaches RequestDone as over gRPC: its status and the
+// limit its message names (the request rate here), for the limiter to cut
+// that rate; through the library's transport, also the index's
+// Retry-After, which the run waits out.
+func TestRecordsOverRESTReadTheStatusLimitAndRetryAfterOfA429(t *testing.T) {
+	for _, withTransport := range []bool{true, false} {
+		t.Run(fmt.Sprintf("library transport %v", withTransport), func(t *testing.T) {
+			srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+				if r.Seq == 1 {
+					return upserttest.Fault{Code: codes.ResourceExhausted, RetryAfter: 7 * time.Second,
+						Message: "Request failed. You've reached the upsert QPS limit for namespace docs (100 QPS). Pace your upsert requests."}
+				}
+				return upserttest.Fault{}
+			}))
+			defer srv.Close()
+			clk := newFakeClock()
+			start := clk.Now()
+			var mu sync.Mutex
+			var errs []*Error
+			res, err := Records(context.Background(), slices.Values(textRecordsOf(10)),
+				WithIndex(recordsConn(t, srv, srv.Client(), withTransport)), withClock(clk), withRand(maxRand),
+				WithObserver(Observer{RequestDone: func(e RequestEvent) {
+					mu.Lock()
+					defer mu.Unlock()
+					errs = append(errs, e.Err)
+				}}))
+			require.NoError(t, err)
+			assert.Equal(t, 10, res.Upserted)
+			mu.Lock()
+			defer mu.Unlock()
+			require.NotEmpty(t, errs)
+			require.NotNil(t, errs[0])
+			assert.Equal(t, LimitRequests, errs[0].Limit)
+			assert.Equal(t, http.StatusTooManyRequests, errs[0].StatusCode)
+			if withTransport {
+				assert.Equal(t, 7*time.Second, errs[0].RetryAfter)
+				assert.GreaterOrEqual(t, clk.Now().Sub(start), 7*time.Second, "the Retry-After was waited out")
+			}
+		})
+	}
+}
+
 // http.Client follows a 307/308 of a POST whose body it can replay, as
 // the SDK's request body is: a client made by pinecone.NewClient writes
 // through a gateway that redirects, and so does one made by

@@ -65,8 +65,7 @@ func Classify(err error) Class {
 // message msg (the body, or the error's text that holds it).
 func classOfHTTP(code int, msg string) Class {
 	switch {
-	case code == http.StatusPaymentRequired,
-		(code == http.StatusTooManyRequests || code == http.StatusForbidden) && isQuota(msg):
+	case code == http.StatusPaymentRequired, quotaStatus(code, msg) && isQuota(msg):
 		return ClassQuotaExceeded
 	case code == http.StatusRequestEntityTooLarge,
 		code/100 == 4 && tooLargeText(msg):
@@ -96,6 +95,23 @@ func classOfHTTP(code int, msg string) Class {
 		// records, so it is worth another try.
 		return ClassServer
 	}
+}
+
+// quotaStatus reports whether an HTTP answer with status code (and
+// message msg) is one under which classOfHTTP reads a quota's text: the
+// statuses grpc-gateway gives the gRPC codes under which classOfGRPC reads
+// it, so that a quota stops a run over REST as over gRPC. Those are 429
+// (RESOURCE_EXHAUSTED), 403 (PERMISSION_DENIED), 400 (INVALID_ARGUMENT,
+// FAILED_PRECONDITION, OUT_OF_RANGE) and 409 (ALREADY_EXISTS; not
+// ABORTED's 409, a conflict worth another try).
+func quotaStatus(code int, msg string) bool {
+	switch code {
+	case http.StatusTooManyRequests, http.StatusForbidden, http.StatusBadRequest:
+		return true
+	case http.StatusConflict:
+		return !aborted(msg)
+	}
+	return false
 }
 
 // statusClientClosedRequest is the HTTP status grpc-gateway gives gRPC's

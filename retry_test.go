@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ func TestClassify(t *testing.T) {
 	httpErr := func(code int) error {
 		return &pinecone.PineconeError{Code: code, Msg: fmt.Errorf("HTTP %d", code)}
 	}
+	httpMsg := func(code int, msg string) error { return &pinecone.PineconeError{Code: code, Msg: errors.New(msg)} }
 	grpcErr := func(c codes.Code, msg string) error { return status.Error(c, msg) }
 	netTimeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 	tests := []struct {
@@ -55,6 +57,11 @@ func TestClassify(t *testing.T) {
 		{"HTTP 401 is denied", httpErr(401), ClassDenied},
 		{"HTTP 403 is denied", httpErr(403), ClassDenied},
 		{"HTTP 404 is denied", httpErr(404), ClassDenied},
+		// A quota's text under the statuses of the gRPC codes it is read under.
+		{"HTTP 400 with a monthly quota's text is quota-exceeded", httpMsg(400, `{"code":3,"message":"You've reached your write unit limit for the current month."}`), ClassQuotaExceeded},
+		{"HTTP 409 (ALREADY_EXISTS) with a quota's text is quota-exceeded", httpMsg(409, `{"code":6,"message":"QUOTA_EXCEEDED"}`), ClassQuotaExceeded},
+		{"HTTP 409 ABORTED with a quota's text is a server error, as over gRPC", httpMsg(409, `{"code":10,"message":"QUOTA_EXCEEDED"}`), ClassServer},
+		{"HTTP 422 with a quota's text is invalid: no gRPC code maps to it", httpMsg(422, "QUOTA_EXCEEDED"), ClassInvalid},
 		{"a wrapped HTTP 429 is rate-limited", fmt.Errorf("upsert: %w", httpErr(429)), ClassRateLimited},
 		{"gRPC RESOURCE_EXHAUSTED is rate-limited", grpcErr(codes.ResourceExhausted, "Request failed. You've reached the max upsert size limit per second"), ClassRateLimited},
 		{"gRPC's own received-message-too-large is too large", grpcErr(codes.ResourceExhausted, "grpc: received message larger than max (2500000 vs. 2097152)"), ClassTooLarge},
@@ -494,6 +501,56 @@ func TestRESTCanceledAndUnimplementedEndLikeTheirGRPCCodes(t *testing.T) {
 			})
 		}
 	})
+}
+
+// Pinecone's REST API answers a gRPC code with the status grpc-gateway
+// gives it (README), as upserttest does: a quota's text under
+// INVALID_ARGUMENT, FAILED_PRECONDITION or OUT_OF_RANGE comes as 400, under
+// ALREADY_EXISTS as 409. Over REST as over gRPC it stops the run at its
+// first answer and leaves every record to the resumed run (Resend, the
+// checkpoint at 0). Read as invalid over REST, it bisected every batch
+// down to single records (each request costing write units against a
+// spent quota) that failed for good, and the checkpoint passed them all.
+func TestAQuotaAnsweredAs400Or409OverRESTStopsTheRunAsOverGRPC(t *testing.T) {
+	const month = "Request failed. You've reached your write unit limit for the current month. To continue writing data, upgrade your plan."
+	for _, tt := range []struct {
+		code   codes.Code
+		status int // over REST
+	}{
+		{codes.InvalidArgument, http.StatusBadRequest},
+		{codes.FailedPrecondition, http.StatusBadRequest},
+		{codes.OutOfRange, http.StatusBadRequest},
+		{codes.AlreadyExists, http.StatusConflict},
+	} {
+		for _, rest := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v REST %v", tt.code, rest), func(t *testing.T) {
+				srv := upserttest.NewServer(upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
+					return upserttest.Fault{Code: tt.code, Message: month}
+				}))
+				defer srv.Close()
+				cp := FileCheckpoint(filepath.Join(t.TempDir(), "cp"))
+				opts := []Option{WithIndex(recordsConn(t, srv, srv.Client(), true)), WithCheckpoint(cp), withClock(newFakeClock()), withRand(maxRand)}
+				var res Result
+				var err error
+				if rest {
+					res, err = Records(context.Background(), slices.Values(textRecordsOf(200)), opts...)
+					require.NotZero(t, srv.Stats().HTTPCodes[tt.status], "upserttest answered %v with %d", tt.code, tt.status)
+				} else {
+					res, err = Stream(context.Background(), slices.Values(vectors(200, 2)), opts...)
+				}
+				require.ErrorIs(t, err, ErrQuotaExceeded, "requests sent: %d", res.Stats.Requests)
+				assert.Less(t, res.Stats.Requests, 10, "a spent quota stops the run at its first answer")
+				mark, err := cp.Load(context.Background())
+				require.NoError(t, err)
+				assert.Zero(t, mark, "the checkpoint passed records the quota refused")
+				assert.Zero(t, res.Upserted)
+				require.NotEmpty(t, res.Failed) // the records pulled: the stop stops the pulling too
+				for _, f := range res.Failed {
+					assert.True(t, f.Resend, "record %d: %v", f.Index, f.Err)
+				}
+			})
+		}
+	}
 }
 
 // Pinecone's request-rate answer names the namespace: "You've reached the

@@ -38,8 +38,11 @@ import (
 // function was given: then the observer is where failures go, and
 // Result.Failed keeps only the first 1000 (Stats.Failed counts all). When
 // ctx ends, Stream stops pulling; records it pulled and did not land fail
-// with [ClassCanceled]. A panic in seq or in the namespace function reaches
-// the caller once Stream has stopped everything it started.
+// with [ClassCanceled]. When ctx ends (or seq stops because it did) while
+// the checkpoint's records are skipped, the call's error matches
+// [ErrCanceled], and the checkpoint is left as it was. A panic in seq or
+// in the namespace function reaches the caller once Stream has stopped
+// everything it started.
 func Stream(ctx context.Context, seq iter.Seq[*pinecone.Vector], opts ...Option) (Result, error) {
 	return streamOf(ctx, seq, vectorKind, func(v *pinecone.Vector) item { return item{vec: cloneVector(v)} }, opts)
 }
@@ -83,6 +86,9 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	for v := range seq {
 		if skip > 0 {
 			skip--
+			if skip > 0 && ctxEnded(ctx) { // as push does after the skip: a skip of millions stops at a cancel too
+				break
+			}
 			continue
 		}
 		p := pushing{it: toItem(v)}
@@ -92,22 +98,53 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 		}
 	}
 	stop()
-	var end func(error) error
-	if skip > 0 {
-		// Counted as skipped at the start; the input had fewer.
-		in.r.stats.skipped.Add(-int64(skip))
-		had := int(in.loaded) - skip
-		end = func(error) error {
-			return fmt.Errorf("%w: it says %d records settled, and the input has %d records: the input changed, or the checkpoint belongs to another",
-				ErrCheckpointPastEnd, in.loaded, had)
-		}
-	}
+	end := in.skipEnd(ctx, skip)
 	if cfg.checkpoint != nil {
 		end = in.withFinalSave(end)
 	}
 	res, err := in.close(end)
 	ended = true
 	return res, err
+}
+
+// ctxEnded reports whether ctx has ended. A non-blocking receive, a few
+// nanoseconds, is cheap enough to make for every record skipped.
+func ctxEnded(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// skipEnd returns the end (see run.finish) of a resumed stream that
+// stopped pulling with left of the records its checkpoint settled still
+// to skip, or nil when left is 0; Stats.Skipped, counted in full at the
+// start, is corrected to the records skipped. When ctx has ended, the run
+// was canceled ([ErrCanceled], joined to the run's error, if any): the
+// input may be whole, and the checkpoint right. Otherwise the input ended
+// before the checkpoint's position: [ErrCheckpointPastEnd].
+func (in *intake) skipEnd(ctx context.Context, left int) func(error) error {
+	if left == 0 {
+		return nil
+	}
+	in.r.stats.skipped.Add(-int64(left))
+	skipped := int(in.loaded) - left
+	if ctx.Err() != nil {
+		canceled := &Error{Class: ClassCanceled, Err: fmt.Errorf("stopped while skipping the %d records the checkpoint settled, %d skipped: %w",
+			in.loaded, skipped, context.Cause(ctx))}
+		return func(err error) error {
+			if err == nil {
+				return canceled
+			}
+			return errors.Join(err, canceled)
+		}
+	}
+	return func(error) error {
+		return fmt.Errorf("%w: it says %d records settled, and the input has %d records: the input changed, or the checkpoint belongs to another",
+			ErrCheckpointPastEnd, in.loaded, skipped)
+	}
 }
 
 // errCallerPanicked stops a run whose caller's code (an iterator, a

@@ -34,10 +34,22 @@ import (
 // that its input starts with those bytes, and refuses to start otherwise: it
 // would skip records of another input, which were never sent. An input
 // that grew at its end since (a log, an export still being written) starts
-// with the same bytes. The third, left out when 0, is the line (or row) of
-// the input up to which every bad line is in the dead-letter file: a
-// resumed run does not report those again, wherever they are (after the
-// last record of a finished load, too). A checkpoint of one line, as
+// with the same bytes. A Parquet file is named by more than its first
+// 64 KiB, which are the start of its first column (ids) alone, and which
+// an export regenerated with new values shares: by its size and the
+// SHA-256 of its footer and of the start of each of its columns (see
+// inputTail and parquetTail), after "parquet":
+//
+//	input 65536 3f9a… parquet 1234567 9c1b…
+//
+// An NDJSON input's line is as it was before, and a Parquet file's
+// checkpoint of an earlier pcupsert, without "parquet", is taken on its
+// first bytes alone, with a warning (checkTail).
+//
+// The third line, left out when 0, is the line (or row) of the input up
+// to which every bad line is in the dead-letter file: a resumed run does
+// not report those again, wherever they are (after the last record of a
+// finished load, too). A checkpoint of one line, as
 // pcupsert wrote before it kept the second, is taken as it is, with a
 // warning; one of two lines, as pcupsert wrote before it kept the third,
 // is taken as it is too: the bad lines after its last settled record are
@@ -51,34 +63,80 @@ import (
 // checkpoint is refused, since its saves would interleave with the first
 // one's and could leave older records of an id on the index.
 
-// inputID identifies an input by its first bytes.
+// inputID identifies an input by its first bytes, and a Parquet file by
+// its end as well. It is comparable: equal identities name one input.
 type inputID struct {
 	n   int // how many
 	sum [sha256.Size]byte
+	// tail is the rest of a Parquet file's identity; the zero inputTail
+	// for NDJSON, and in a checkpoint of an earlier pcupsert.
+	tail inputTail
+}
+
+// inputTail identifies a Parquet file beyond its first bytes: its size and
+// the SHA-256 of its footer and of the start of each column chunk of its
+// first row group (parquetTail), so that an export regenerated with other
+// values, of the same size even, has another. The zero inputTail is none:
+// a Parquet file has at least 12 bytes.
+type inputTail struct {
+	size int64
+	sum  [sha256.Size]byte
 }
 
 // lockSuffix names the lock file next to a checkpoint (see lockFile).
 const lockSuffix = ".lock"
 
-func idOf(head []byte) inputID { return inputID{len(head), sha256.Sum256(head)} }
+// idOf returns the identity of an input that starts with head, without
+// a tail.
+func idOf(head []byte) inputID { return inputID{n: len(head), sum: sha256.Sum256(head)} }
 
-func (id inputID) String() string { return fmt.Sprintf("input %d %x", id.n, id.sum) }
+// idOfHead returns the identity of the input whose head is h, as far as
+// it was read.
+func idOfHead(h *inputHead) inputID {
+	id := idOf(h.bytes())
+	id.tail = h.tail
+	return id
+}
 
-// parseInputID reads the second line of a checkpoint.
+func (id inputID) String() string {
+	s := fmt.Sprintf("input %d %x", id.n, id.sum)
+	if id.tail != (inputTail{}) {
+		s += fmt.Sprintf(" parquet %d %x", id.tail.size, id.tail.sum)
+	}
+	return s
+}
+
+// parseInputID reads the second line of a checkpoint: "input N SUM", and
+// for a Parquet file " parquet SIZE SUM" after it.
 func parseInputID(line string) (inputID, bool) {
 	var id inputID
 	f := strings.Fields(line)
-	if len(f) != 3 || f[0] != "input" {
+	if (len(f) != 3 && len(f) != 6) || f[0] != "input" {
 		return id, false
 	}
 	n, err := strconv.Atoi(f[1])
-	sum, herr := hex.DecodeString(f[2])
-	if err != nil || n < 0 || n > headBytes || herr != nil || len(sum) != sha256.Size {
+	if err != nil || n < 0 || n > headBytes || !parseSum(f[2], &id.sum) {
 		return id, false
 	}
 	id.n = n
-	copy(id.sum[:], sum)
+	if len(f) == 6 {
+		size, err := strconv.ParseInt(f[4], 10, 64)
+		if f[3] != "parquet" || err != nil || size < 12 || !parseSum(f[5], &id.tail.sum) {
+			return inputID{}, false
+		}
+		id.tail.size = size
+	}
 	return id, true
+}
+
+// parseSum reads a SHA-256 in hexadecimal into sum.
+func parseSum(s string, sum *[sha256.Size]byte) bool {
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != sha256.Size {
+		return false
+	}
+	copy(sum[:], b)
+	return true
 }
 
 // savedCheckpoint is what a checkpoint file holds.
@@ -261,17 +319,50 @@ func checkInput(ctx context.Context, path, name string, head *inputHead, saved s
 		if len(got) < id.n {
 			return notTheInput(path, name, fmt.Sprintf("it has %d bytes, and the checkpoint names the first %d", len(got), id.n))
 		}
-		if idOf(got[:id.n]) != *id {
-			skipped := quantity(int(saved.settled), "record")
-			if saved.reported > 0 {
-				skipped += fmt.Sprintf(" and the bad lines up to line (or row) %d", saved.reported)
-			}
-			return usagef("the checkpoint %s was saved for another input: %s does not start as that input did, "+
-				"and resuming would skip %s of it, which were never sent or reported; remove %s to load %s from its start, "+
-				"or give the checkpoint of %s", path, name, skipped, path, name, name)
+		if start := idOf(got[:id.n]); start.sum != id.sum {
+			return anotherInput(path, name, "does not start as that input did", saved)
 		}
+		return checkTail(path, name, head.tail, saved, con)
 	}
 	return nil
+}
+
+// checkTail returns a *usageError if the checkpoint saved at path names a
+// Parquet file beyond its first bytes, and the input named name, whose
+// identity beyond them is tail (none for NDJSON), is not that file. A
+// checkpoint of an earlier pcupsert, which named a Parquet file by its
+// first bytes alone, is taken with a warning on con rather than refused,
+// as a checkpoint that names no input is (checkInput): the run that wrote
+// it most likely read that very file, and refusing it would send the
+// records it settled again; one that named the whole file (shorter than
+// 64 KiB) is taken without. The run's saves then name the file in full.
+func checkTail(path, name string, tail inputTail, saved savedCheckpoint, con io.Writer) error {
+	switch {
+	case saved.id.tail == tail:
+	case saved.id.tail == (inputTail{}) && int64(saved.id.n) >= tail.size: // the whole file, matched
+	case saved.id.tail == (inputTail{}):
+		fmt.Fprintf(con, "pcupsert: the checkpoint %s names %s by its first 64 KiB only (an earlier pcupsert wrote it), "+
+			"which a Parquet export regenerated with other values shares: skipping the first %s as it says; "+
+			"if %s was regenerated since, stop and remove the checkpoint to load it from its start\n",
+			path, name, quantity(int(saved.settled), "record"), name)
+	default:
+		return anotherInput(path, name, "is not that Parquet file, though it starts with the same bytes "+
+			"(its size, its footer or the start of one of its columns differs: an export regenerated with other values)", saved)
+	}
+	return nil
+}
+
+// anotherInput is the *usageError of a checkpoint at path saved for
+// another input than the one named name, whose identity differs as why
+// says.
+func anotherInput(path, name, why string, saved savedCheckpoint) error {
+	skipped := quantity(int(saved.settled), "record")
+	if saved.reported > 0 {
+		skipped += fmt.Sprintf(" and the bad lines up to line (or row) %d", saved.reported)
+	}
+	return usagef("the checkpoint %s was saved for another input: %s %s, "+
+		"and resuming would skip %s of it, which were never sent or reported; remove %s to load %s from its start, "+
+		"or give the checkpoint of %s", path, name, why, skipped, path, name, name)
 }
 
 // notTheInput is the *usageError of a checkpoint at path that does not
@@ -315,9 +406,6 @@ func peekHead(ctx context.Context, head *inputHead, n int) ([]byte, error) {
 	}
 }
 
-// checkWritable returns an error if no checkpoint can be saved at path:
-// its directory does not exist or is not writable, or path is a
-// directory.
 // checkSavable is what checkWritable finds without writing: path is not
 // a directory, and its directory exists.
 func checkSavable(path string) error {
@@ -330,6 +418,9 @@ func checkSavable(path string) error {
 	return nil
 }
 
+// checkWritable returns an error if no checkpoint can be saved at path:
+// its directory does not exist or is not writable, or path is a
+// directory.
 func checkWritable(path string) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
 		return errors.New("it is a directory")
@@ -390,9 +481,11 @@ func (c *checkpointFile) save(n int64, reported int) error {
 		// was checked writable when it was opened.
 		return nil
 	}
-	id := idOf(c.head.bytes())
+	id := idOfHead(c.head)
 	if c.loadedID != nil && c.loadedID.n > id.n {
-		id = *c.loadedID // checked against the input: a run that read less keeps it
+		// Checked against the input: a run that read less keeps it (the
+		// tail, known from the start, is the input's own).
+		id.n, id.sum = c.loadedID.n, c.loadedID.sum
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%d\n%v\n", n, id)

@@ -11,16 +11,21 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/ndjson"
 	"github.com/upsertlib/upsert/upserttest"
 )
 
@@ -876,4 +881,482 @@ func TestADryRunRefusesACheckpointThatCannotBeSaved(t *testing.T) {
 		real := runCmd(t, nil, nil, "--checkpoint", ckpt, "--progress", "off", "--dead-letter", filepath.Join(dir, "dl"), in)
 		assert.Equal(t, exitUsage, real.status, "the run refuses it too: %s", real.stderr)
 	}
+}
+
+// deniedFromRow is a fault script: every request carrying a record whose
+// id ends in a number >= from is denied, which stops the run.
+func deniedFromRow(from int) upserttest.FaultFunc {
+	return func(req upserttest.Request) upserttest.Fault {
+		for _, id := range req.IDs {
+			i := strings.LastIndexAny(id, "-r")
+			if n, err := strconv.Atoi(id[i+1:]); err == nil && n >= from {
+				return upserttest.Fault{Code: codes.Unauthenticated}
+			}
+		}
+		return upserttest.Fault{}
+	}
+}
+
+// exportRows returns the rows of a Parquet export of n records, whose
+// embeddings the model number tells apart: same ids, same sizes, same
+// bounds (and so the same footer, statistics included).
+func exportRows(n int, model float32) []parquetRow {
+	rows := make([]parquetRow, n)
+	for i := range rows {
+		rows[i] = parquetRow{ID: fmt.Sprintf("document-chunk-%06d", i), Values: []float32{model, float32(i), 1}}
+	}
+	return rows
+}
+
+// README, "Replays and resumed runs": a run whose input is "another file,
+// a regenerated export ... refuses to start, with exit status 2". A
+// Parquet file's first 64 KiB are the "id" column of its first row group
+// alone, which an export regenerated with new embeddings for the same ids
+// shares, as it shares its footer: the checkpoint of the old export was
+// taken for it, and the resumed run skipped records whose new values were
+// never sent, exiting 0. The checkpoint names a Parquet file by the start
+// of each of its columns too: the run is refused and sends nothing, and
+// once the checkpoint is removed the new values land.
+func TestAParquetExportRegeneratedWithNewValuesIsNotTakenForTheOld(t *testing.T) {
+	const n = 6000
+	dir := t.TempDir()
+	ckpt, dl := filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	old := writeParquet(t, exportRows(n, 1))
+	srv := upserttest.NewServer(upserttest.WithFaults(deniedFromRow(3000)))
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--batch-size", "100", "--concurrency", "1", "--checkpoint", ckpt, "--dead-letter", dl)
+	res := runCmd(t, nil, nil, append(args, old)...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	saved := readString(t, ckpt)
+	settled, _ := strconv.Atoi(strings.SplitN(saved, "\n", 2)[0])
+	require.Positive(t, settled, "run 1 settled records before the denial: %q", saved)
+	assert.Regexp(t, `^\d+\ninput 65536 [0-9a-f]{64} parquet \d+ [0-9a-f]{64}\n$`, saved, "the file's size and the hash of its footer and columns' starts")
+
+	regenerated := writeParquet(t, exportRows(n, 2))
+	a, err := os.ReadFile(old)
+	require.NoError(t, err)
+	b, err := os.ReadFile(regenerated)
+	require.NoError(t, err)
+	require.Equal(t, a[:headBytes], b[:headBytes], "the first 64 KiB are the same")
+	require.Len(t, b, len(a), "and so is the size")
+
+	srv.SetFaults(nil)
+	requests := srv.Stats().Requests
+	res = runCmd(t, nil, nil, append(args, regenerated)...)
+	assert.Equal(t, exitUsage, res.status, "the checkpoint of another export is refused; stderr:\n%s", res.stderr)
+	assert.Contains(t, res.stderr, "the checkpoint "+ckpt+" was saved for another input: "+regenerated+" is not that Parquet file")
+	assert.Equal(t, requests, srv.Stats().Requests, "nothing was sent")
+	assert.Equal(t, saved, readString(t, ckpt), "the checkpoint is left as it was")
+
+	require.NoError(t, os.Remove(ckpt))
+	res = runCmd(t, nil, nil, append(args, regenerated)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	v, ok := srv.Vector("__default__", "document-chunk-000000")
+	require.True(t, ok)
+	assert.Equal(t, float32(2), (*v.Values)[0], "the regenerated values land")
+
+	// The same export resumes from its own checkpoint.
+	res = runCmd(t, nil, nil, append(args, regenerated)...)
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.Contains(t, res.stderr, fmt.Sprintf("skipped the first %d records", n))
+}
+
+// A checkpoint of a Parquet file written by an earlier pcupsert names it
+// by its first 64 KiB alone. It is taken as it is, with a warning that
+// says what to do if the export was regenerated, as a checkpoint that
+// names no input is: the run that wrote it most likely read that very
+// file, and refusing it would send its settled records again. The run's
+// saves then name the file in full. (A file of less than 64 KiB was named
+// whole: no warning.) An NDJSON input's checkpoint, as the current
+// pcupsert writes it, is read and matched as it was.
+func TestAParquetCheckpointOfAnEarlierPcupsertIsTakenWithAWarning(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, dl := filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	in := writeParquet(t, exportRows(6000, 1))
+	b, err := os.ReadFile(in)
+	require.NoError(t, err)
+	require.Greater(t, len(b), headBytes)
+	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(4, string(b))), 0o600))
+	res := runCmd(t, nil, nil, "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, in)
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "pcupsert: the checkpoint "+ckpt+" names "+in+" by its first 64 KiB only (an earlier pcupsert wrote it)")
+	assert.Contains(t, res.stderr, "skipped the first 4 records")
+	assert.Equal(t, "5996", reportValue(t, res.stdout, "upserted"))
+	assert.Regexp(t, `^6000\ninput 65536 [0-9a-f]{64} parquet \d+ [0-9a-f]{64}\n$`, readString(t, ckpt))
+
+	// A file shorter than 64 KiB was named whole: no warning.
+	small := writeParquet(t, exportRows(10, 1))
+	b, err = os.ReadFile(small)
+	require.NoError(t, err)
+	require.Less(t, len(b), headBytes)
+	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(4, string(b))), 0o600))
+	res = runCmd(t, nil, nil, "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, small)
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.NotContains(t, res.stderr, "earlier pcupsert")
+	assert.Equal(t, "6", reportValue(t, res.stdout, "upserted"))
+
+	nd := filepath.Join(dir, "in.ndjson")
+	input := records(t, 5)
+	require.NoError(t, os.WriteFile(nd, []byte(input), 0o600))
+	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(3, input)), 0o600))
+	res = runCmd(t, nil, nil, "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, nd)
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.NotContains(t, res.stderr, "earlier pcupsert")
+	assert.Equal(t, "2", reportValue(t, res.stdout, "upserted"))
+	assert.Equal(t, checkpointFor(5, input), readString(t, ckpt), "the line of an NDJSON input is as it was")
+}
+
+// The identity line reads back as it was written, with or without the
+// Parquet part; a Parquet part that is not whole is no checkpoint.
+func TestAnInputIdentityReadsBackAsItWasWritten(t *testing.T) {
+	ndjsonID := idOf([]byte("abc"))
+	parquetID := idOf([]byte("PAR1"))
+	parquetID.tail = inputTail{size: 4096}
+	parquetID.tail.sum[0] = 7
+	for _, id := range []inputID{ndjsonID, parquetID} {
+		got, ok := parseInputID(id.String())
+		assert.True(t, ok, id.String())
+		assert.Equal(t, id, got)
+	}
+	sum := strings.Repeat("ab", 32)
+	for _, bad := range []string{
+		"input 3 " + sum + " parquet 4096",
+		"input 3 " + sum + " parquet 11 " + sum,
+		"input 3 " + sum + " footer 4096 " + sum,
+		"input 3 " + sum + " parquet 4096 abc",
+	} {
+		_, ok := parseInputID(bad)
+		assert.False(t, ok, bad)
+	}
+}
+
+// xAmbiguousYDenied returns a fault script: the first request carrying x
+// ends without an answer, so that x's next record that lands may be
+// stale, and every request carrying y is denied, which stops the run.
+func xAmbiguousYDenied() upserttest.FaultFunc {
+	var once sync.Once
+	return func(r upserttest.Request) upserttest.Fault {
+		var f upserttest.Fault
+		if slices.Contains(r.IDs, "x") {
+			once.Do(func() { f = upserttest.Fault{Code: codes.DeadlineExceeded} })
+		}
+		if slices.Contains(r.IDs, "y") {
+			f = upserttest.Fault{Code: codes.Unauthenticated}
+		}
+		return f
+	}
+}
+
+// lettersOf returns the first value of each letter of id in the
+// dead-letter file at path, in file order, and whether each is a
+// may-be-stale letter.
+func lettersOf(t *testing.T, path, id string) (firsts []float32, stale []bool) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	r := ndjson.NewReader(f)
+	for {
+		v, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return firsts, stale
+		}
+		if err != nil || v.Id != id {
+			continue
+		}
+		firsts = append(firsts, (*v.Values)[0])
+		_, _, ok := staleLetter(r.Raw())
+		stale = append(stale, ok)
+	}
+}
+
+// README: a record that may be stale has a dead letter "so that replaying
+// the file once the index is quiet upserts it again"; a resumed run
+// "appends to the dead-letter file". Within one run a later record of the
+// id that lands is lettered too (it is exposed as well), so that a replay
+// ends on the input's last record of the id. Across a resumed run it was
+// not: run 1 letters x's second record (may be stale) and is stopped
+// before x's third; run 2 landed the third without a letter, and the
+// replay the report asks for put the second back over it. Run 2 reads the
+// ids of the file's may-be-stale letters and letters its records of them
+// that land (class may-be-stale, exit status 1), and the checkpoint ends
+// on the whole input once the run is over (it is held back to the records
+// whose letters are written while it runs).
+func TestReplayingTheLettersOfAResumedLoadDoesNotUndoALaterRecord(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := `{"id":"x","values":[1,1,1]}
+{"id":"x","values":[2,1,1]}
+{"id":"y","values":[1,1,1]}
+{"id":"x","values":[3,1,1]}
+`
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	srv := upserttest.NewServer(upserttest.WithFaults(xAmbiguousYDenied()))
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--batch-size", "1", "--concurrency", "1", "--checkpoint", ckpt, "--dead-letter", dl)
+
+	res := runCmd(t, nil, nil, append(args, in)...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	require.Contains(t, res.stderr, "may be stale", "run 1 letters x's second record")
+	srv.SetFaults(nil) // the key is fixed
+
+	res = runCmd(t, nil, nil, append(args, "--json", in)...)
+	require.Contains(t, res.stderr, "skipped the first 2 records", res.stderr)
+	assert.Contains(t, res.stderr, "may-be-stale letters of an earlier run in "+dl+" name the ids of records that landed: the letters of 1 record follow them")
+	s := jsonReport(t, res)
+	assert.Equal(t, 1, s.MayBeStale)
+	assert.Equal(t, exitFailed, s.ExitStatus, "a record may be stale")
+	assert.Equal(t, deadLetterSummary{Path: dl, Count: 1, Earlier: 1}, s.DeadLetters)
+	assert.Regexp(t, `^4\n`, readString(t, ckpt), "the whole input is settled")
+	v, ok := srv.Vector("__default__", "x")
+	require.True(t, ok)
+	require.Equal(t, []float32{3, 1, 1}, *v.Values, "run 2 landed x's last record")
+	firsts, stale := lettersOf(t, dl, "x")
+	assert.Equal(t, []float32{2, 3}, firsts, "x's letters, in input order")
+	assert.Equal(t, []bool{true, true}, stale)
+
+	// The index is quiet: replay the dead-letter file, as the report says.
+	res = runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", filepath.Join(dir, "dl2.ndjson"), dl)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	v, ok = srv.Vector("__default__", "x")
+	require.True(t, ok)
+	assert.Equal(t, []float32{3, 1, 1}, *v.Values, "the replay put back x's second record over its last one")
+}
+
+// The letters of a resumed run's records of an id with a may-be-stale
+// letter in the file are written in input order, failures included: a
+// landed record's letter waits for its ack, which waits for every record
+// before it, and a later record of its id that failed for good meanwhile
+// (its retries spent: a replay may land it) would have its letter first,
+// so that a replay would end on the earlier one. A record refused before
+// it is sent (x's fourth, all zeros) fails that way at once, before x's
+// third has landed: run 2's letters of x are the third's, then the
+// fourth's.
+func TestTheLettersOfARecordOfAnExposedIDFollowTheInputOrder(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := `{"id":"x","values":[1,1,1]}
+{"id":"x","values":[2,1,1]}
+{"id":"y","values":[1,1,1]}
+{"id":"x","values":[3,1,1]}
+{"id":"x","values":[0,0,0]}
+`
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	srv := upserttest.NewServer(upserttest.WithFaults(xAmbiguousYDenied()))
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--batch-size", "1", "--concurrency", "1", "--checkpoint", ckpt, "--dead-letter", dl, in)
+	res := runCmd(t, nil, nil, args...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	require.Contains(t, res.stderr, "may be stale")
+	srv.SetFaults(nil)
+	// Run 1 may have refused x's fourth record before it stopped: a
+	// letter, and a second one when run 2 sends it again, as any record
+	// after the checkpoint that failed for good.
+	before, _ := lettersOf(t, dl, "x")
+	require.Contains(t, before, float32(2), "x's second record may be stale")
+
+	res = runCmd(t, nil, nil, args...)
+	require.Contains(t, res.stderr, "skipped the first 2 records", res.stderr)
+	assert.Contains(t, res.stderr, `line 5 (id "x")`, "x's fourth record is refused")
+	firsts, stale := lettersOf(t, dl, "x")
+	require.Len(t, firsts, len(before)+2)
+	assert.Equal(t, []float32{3, 0}, firsts[len(before):], "run 2's letters of x, in input order")
+	assert.Equal(t, []bool{true, false}, stale[len(before):])
+	assert.Regexp(t, `^5\n`, readString(t, ckpt))
+}
+
+// A run whose checkpoint settled nothing (the input's first record left to
+// resume: no checkpoint file is even written) replaced the dead-letter
+// file of the run before, losing its may-be-stale letters: x's second
+// record landed while x's first had no answer, and the next run, sending
+// both again without a letter, leaves the index exposed to that request
+// with nothing telling to replay. A file holding may-be-stale letters is
+// appended to, said on stderr, and the run's records of their ids are
+// lettered after them.
+func TestARunWhoseCheckpointSettledNothingKeepsTheMayBeStaleLettersOfTheRunBefore(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := `{"id":"z","values":[1,1,1]}
+{"id":"x","values":[1,1,1]}
+{"id":"x","values":[2,1,1]}
+{"id":"w","values":[1,1,1]}
+`
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	// z's request waits until w's comes, after x's records settled, and
+	// is denied: z is left to resume, and the checkpoint stays at 0.
+	release := make(chan struct{})
+	var releaseOnce, xOnce sync.Once
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		var f upserttest.Fault
+		switch {
+		case slices.Contains(r.IDs, "z"):
+			<-release
+			f.Code = codes.Unauthenticated
+		case slices.Contains(r.IDs, "x"):
+			xOnce.Do(func() { f.Code = codes.DeadlineExceeded })
+		case slices.Contains(r.IDs, "w"):
+			releaseOnce.Do(func() { close(release) })
+		}
+		return f
+	}))
+	defer srv.Close()
+	defer releaseOnce.Do(func() { close(release) })
+	args := append(remote(t, srv), "--progress", "off", "--batch-size", "1", "--concurrency", "2", "--checkpoint", ckpt, "--dead-letter", dl, in)
+
+	res := runCmd(t, nil, nil, args...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	require.Contains(t, res.stderr, "1 record that landed may be stale", res.stderr)
+	require.NoFileExists(t, ckpt, "nothing settled")
+	srv.SetFaults(nil)
+
+	res = runCmd(t, nil, nil, args...)
+	assert.Contains(t, res.stderr, dl+" holds may-be-stale letters of an earlier run, and the checkpoint "+ckpt+" settled nothing: appending to it")
+	assert.Contains(t, res.stdout, "earlier dead letters: 1 in "+dl)
+	firsts, stale := lettersOf(t, dl, "x")
+	assert.Equal(t, []float32{2, 1, 2}, firsts, "run 1's letter is kept, and run 2's follow it")
+	assert.Equal(t, []bool{true, true, true}, stale)
+
+	res = runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", filepath.Join(dir, "dl2.ndjson"), dl)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	v, ok := srv.Vector("__default__", "x")
+	require.True(t, ok)
+	assert.Equal(t, []float32{2, 1, 1}, *v.Values, "the replay ends on the input's last record of x")
+}
+
+// The checkpoint does not pass a record of an exposed id before its ack
+// has written its letter: a save is held back to the records
+// acknowledged, and once every record is, the position the library last
+// asked for is owed (durableCheckpoint.finish saves it).
+func TestACheckpointWaitsForTheLettersHeldForAcks(t *testing.T) {
+	var written []exposedLetter
+	x := newExposure(map[string]int{"x": 1}, 2, func(l exposedLetter) { written = append(written, l) },
+		func(st upsert.Stale) string { return "exposed" })
+	require.NotNil(t, x)
+	assert.Nil(t, newExposure(nil, 2, nil, nil), "no letters: nothing exposed")
+	rec := func(id string) *pinecone.Vector { return &pinecone.Vector{Id: id, Values: &[]float32{1}} }
+	x.take(2, rec("x"))
+	x.take(3, rec("y"))
+	x.take(4, rec("x"))
+	assert.True(t, x.hold(4, "x", exposedLetter{failure: &upsert.Failure{Index: 4, ID: "x"}}), "x's letters wait for their acks")
+	assert.False(t, x.hold(3, "y", exposedLetter{}), "y's are written at once")
+
+	assert.Equal(t, int64(2), x.savable(5), "nothing acknowledged yet")
+	x.ack([]upsert.Ack{{Position: 2, ID: "x"}, {Position: 3, ID: "y"}})
+	require.Len(t, written, 1, "x's record landed: its letter")
+	assert.Equal(t, upsert.Stale{Index: 2, ID: "x", Record: rec("x"), Earlier: 1}, written[0].stale)
+	assert.Equal(t, "exposed", written[0].msg)
+	assert.Equal(t, int64(4), x.savable(5))
+	assert.Equal(t, int64(4), x.owed())
+	x.ack([]upsert.Ack{{Position: 4, ID: "x", Failure: &upsert.Failure{Index: 4, ID: "x"}}})
+	require.Len(t, written, 2, "the held letter of the failure")
+	assert.NotNil(t, written[1].failure)
+	assert.Equal(t, int64(5), x.owed(), "the position asked for, every record acknowledged")
+	assert.Equal(t, 1, x.landedLetters())
+}
+
+// Two dead-letter files concatenated (records and bad-line letters whose
+// original line numbers are not in order), replayed with --checkpoint,
+// interrupted at several points and resumed: every record lands and
+// every bad line has exactly one letter (reported-through counts the
+// replay's own lines, not the letters' original ones).
+func TestAnInterruptedReplayOfConcatenatedLettersResumesExactlyOnce(t *testing.T) {
+	dir := t.TempDir()
+	var a, b strings.Builder
+	for i := 0; i < 400; i++ {
+		if i%37 == 5 {
+			fmt.Fprintf(&a, `{"line":%d,"raw":"bad a %d","error":"line %d: invalid JSON at byte 1"}`+"\n", 1000+i, i, 1000+i)
+			continue
+		}
+		fmt.Fprintf(&a, `{"id":"a%d","values":[1,2,%d],"class":"server","error":"x","attempts":3,"may_have_landed":false,"index":%d}`+"\n", i, i, i)
+	}
+	for i := 0; i < 400; i++ {
+		if i%41 == 7 {
+			fmt.Fprintf(&b, `{"line":%d,"raw":"bad b %d","error":"line %d: invalid JSON at byte 1"}`+"\n", 3+i, i, 3+i)
+			continue
+		}
+		fmt.Fprintf(&b, `{"id":"b%d","values":[1,2,%d]}`+"\n", i, i)
+	}
+	in := filepath.Join(dir, "in.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(a.String()+b.String()), 0o600))
+	ckpt, dl := filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+
+	for _, stopAt := range []int{3, 9, 14} {
+		os.Remove(ckpt)
+		os.Remove(dl)
+		ctx, cancel := context.WithCancel(context.Background())
+		var seq atomic.Int32
+		release := make(chan struct{})
+		var once sync.Once
+		srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+			if int(seq.Add(1)) == stopAt {
+				once.Do(cancel)
+				<-release
+				return upserttest.Fault{Code: codes.Unavailable}
+			}
+			return upserttest.Fault{}
+		}))
+		args := append(remote(t, srv), "--progress", "off", "--batch-size", "50", "--concurrency", "2", "--checkpoint", ckpt, "--dead-letter", dl, "--json")
+		res := runCmd(t, ctx, nil, append(args, in)...)
+		close(release)
+		require.Equal(t, exitFailed, res.status, "interrupted")
+		res = runCmd(t, nil, nil, append(args, in)...)
+		// Records settled, or only bad lines reported when the first
+		// batch was still in flight at the interrupt.
+		require.Regexp(t, `skipped (the first|\d+ bad line)`, res.stderr, "resumed")
+		ids, bad := letters(t, dl)
+		_, byLine := letterErrors(t, dl)
+		vs := srv.Vectors("__default__")
+		assert.Empty(t, ids)
+		nb := 0
+		for i := 0; i < 400; i++ {
+			if i%37 == 5 {
+				nb++
+				assert.Contains(t, byLine, 1000+i)
+				continue
+			}
+			_, ok := vs[fmt.Sprintf("a%d", i)]
+			assert.True(t, ok)
+		}
+		for i := 0; i < 400; i++ {
+			if i%41 == 7 {
+				nb++
+				assert.Contains(t, byLine, 3+i)
+				continue
+			}
+			_, ok := vs[fmt.Sprintf("b%d", i)]
+			assert.True(t, ok)
+		}
+		assert.Len(t, bad, nb, "each bad line once")
+		srv.Close()
+		cancel()
+	}
+}
+
+// The ids of a dead-letter file's may-be-stale letters are read a line at
+// a time: the last letter of an id gives its position; other letters, a
+// line cut short and a line longer than the limit are passed over.
+func TestTheIDsOfMayBeStaleLettersAreReadFromTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dl.ndjson")
+	content := `{"id":"x","values":[2,1,1],"class":"may-be-stale","error":"e","may_have_landed":true,"index":1,"earlier":0}
+{"id":"f","values":[1],"class":"server","error":"may-be-stale in its message","index":2}
+{"line":4,"raw":"may-be-stale","error":"line 4: invalid JSON at byte 1"}
+{"id":"x","values":[3,1,1],"class":"may-be-stale","error":"e","may_have_landed":true,"index":5,"earlier":1}
+{"id":"y","values":[1],"class":"may-be-stale","index":7}
+{"id":"z","values":[1],"class":"may-be-st`
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	ids, err := staleLetterIDs(path)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"x": 5, "y": 7}, ids)
+
+	var got []string
+	require.NoError(t, eachLine(strings.NewReader("ab\n"+strings.Repeat("x", 100)+"\ncd"), 10, func(l []byte) { got = append(got, string(l)) }))
+	assert.Equal(t, []string{"ab\n", "cd"}, got, "the long line is passed over")
+	long, longer := strings.Repeat("l", 70<<10)+"\n", strings.Repeat("x", 200<<10)+"\n"
+	got = nil
+	require.NoError(t, eachLine(strings.NewReader(longer+long+longer+"ab\n"), 100<<10, func(l []byte) { got = append(got, string(l)) }))
+	assert.Equal(t, []string{long, "ab\n"}, got, "lines longer than the buffer, within the limit or not")
+
+	ids, err = staleLetterIDs(filepath.Join(t.TempDir(), "none"))
+	assert.NoError(t, err)
+	assert.Empty(t, ids)
 }

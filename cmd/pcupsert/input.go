@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +19,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/parquet-go/parquet-go/format"
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"golang.org/x/term"
 
@@ -124,7 +127,9 @@ func openInput(o options, stdin io.Reader, con io.Writer) (*openedInput, error) 
 		if err == nil {
 			var head *inputHead
 			if head, err = fileHead(f, fi.Size()); err == nil {
-				return &openedInput{src: src, name: o.input, close: closeIn, head: head}, nil
+				if head.tail, err = parquetTail(f, fi.Size(), src.firstGroup); err == nil {
+					return &openedInput{src: src, name: o.input, close: closeIn, head: head}, nil
+				}
 			}
 		}
 		closeIn()
@@ -205,12 +210,17 @@ var errGzipInput = errors.New("the input is gzip-compressed; pcupsert reads NDJS
 // checkpoint.
 const headBytes = 64 << 10
 
-// inputHead is the start of an input, which identifies it to a checkpoint.
+// inputHead is the start of an input, which identifies it to a checkpoint,
+// with the rest of a Parquet file's identity.
 type inputHead struct {
 	// peek returns the first n bytes of the input, n <= headBytes, or all
 	// of it if it is shorter; it is called before the input is read, and
 	// may block until the bytes come (on stdin).
 	peek func(n int) ([]byte, error)
+
+	// tail is the rest of a Parquet file's identity (parquetTail), known
+	// when it is opened; the zero inputTail for NDJSON.
+	tail inputTail
 
 	mu   sync.Mutex
 	read []byte // the first bytes read, up to headBytes
@@ -243,6 +253,57 @@ func fileHead(f io.ReaderAt, size int64) (*inputHead, error) {
 		return nil, err
 	}
 	return &inputHead{peek: func(n int) ([]byte, error) { return b[:min(n, len(b))], nil }, read: b}, nil
+}
+
+// parquetTail returns the identity of the Parquet file f of the given
+// size beyond its first bytes, once parquet.OpenFile has read it: its size
+// and the SHA-256 of its footer (its last 8+n bytes: the FileMetaData, n
+// as 4 bytes little-endian, and the magic "PAR1"), then of the first
+// headBytes of each column chunk of its first row group (firstGroup).
+// The footer holds the row counts, the offsets and sizes of the column
+// chunks and their statistics; the starts of the column chunks are the
+// first rows' values, metadata and all, as the first bytes of an NDJSON
+// input are its first records': an export regenerated with other values
+// of the same sizes and within the same bounds (new embeddings) has the
+// footer of the old one, and other column starts. What is hashed is read
+// as it is, not held.
+func parquetTail(f io.ReaderAt, size int64, firstGroup []format.ColumnChunk) (inputTail, error) {
+	var end [8]byte
+	if size < 12 {
+		return inputTail{}, errors.New("not a Parquet file: too short")
+	}
+	if _, err := f.ReadAt(end[:], size-8); err != nil {
+		return inputTail{}, err
+	}
+	n := int64(binary.LittleEndian.Uint32(end[:4]))
+	if string(end[4:]) != "PAR1" || n > size-12 {
+		return inputTail{}, errors.New("not a Parquet file: no footer at its end")
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, size-8-n, 8+n)); err != nil {
+		return inputTail{}, err
+	}
+	for _, c := range firstGroup {
+		if _, err := io.Copy(h, columnStart(f, c.MetaData, size-8-n)); err != nil {
+			return inputTail{}, err
+		}
+	}
+	t := inputTail{size: size}
+	h.Sum(t.sum[:0])
+	return t, nil
+}
+
+// columnStart returns a reader of the first headBytes of the column chunk
+// that md describes (its dictionary page, if it has one, then its data
+// pages), within the file's data, which ends at limit.
+func columnStart(f io.ReaderAt, md format.ColumnMetaData, limit int64) io.Reader {
+	start := md.DataPageOffset
+	if md.DictionaryPageOffset > 0 && md.DictionaryPageOffset < start {
+		start = md.DictionaryPageOffset
+	}
+	start = min(max(start, 0), limit)
+	n := min(max(md.TotalCompressedSize, 0), headBytes, limit-start)
+	return io.NewSectionReader(f, start, n)
 }
 
 // headReader reads an input and keeps its head.
@@ -322,6 +383,9 @@ func (s *ndjsonSource) next() (*pinecone.Vector, *badEntry, error) {
 	}
 	// A letter of a bad line: the line it holds is read again, in case it
 	// was fixed, and is otherwise the same bad line as before.
+	if n := nonBlankLines(content); n > 1 {
+		return nil, &badEntry{pos: line, raw: content, err: &ndjson.LineError{Line: line, Err: letterOfLines(n)}, replayed: true}, nil
+	}
 	v, err = ndjson.NewReader(bytes.NewReader(content)).Next()
 	if errors.As(err, &le) {
 		return nil, &badEntry{pos: line, raw: content, err: &ndjson.LineError{Line: line, ID: le.ID, Err: le.Err}, replayed: true}, nil
@@ -330,6 +394,28 @@ func (s *ndjsonSource) next() (*pinecone.Vector, *badEntry, error) {
 		return nil, &badEntry{pos: line, raw: content, err: &ndjson.LineError{Line: line, Err: lostLineRule(line, msg)}, replayed: true}, nil
 	}
 	return v, nil, nil
+}
+
+// nonBlankLines returns how many lines of b are not blank.
+func nonBlankLines(b []byte) int {
+	n := 0
+	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
+		if len(bytes.TrimSpace(line)) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// letterOfLines is the rule broken by the letter of a bad line whose
+// content holds n > 1 lines that are not blank (a line of two records
+// glued together, "fixed" in its letter by a newline between them): a
+// letter stands for one line of the input, and is one record at most. It
+// is a bad line again rather than its records: they would share the one
+// line number, in messages, letters and the checkpoint's positions; put
+// each on a line of its own in the file to replay them.
+func letterOfLines(n int) error {
+	return fmt.Errorf("a dead letter's line holds %d lines; want one record: put each on a line of its own in the file", n)
 }
 
 // lostLineRule returns the rule broken by bad line number line, whose dead
@@ -387,6 +473,9 @@ type input struct {
 	onBad          func(*badEntry)
 	// onRead is told of each record read, before it is handed on.
 	onRead func()
+	// take, when not nil, is told of each record handed to the run, with
+	// its position (the checkpoint's records are not).
+	take func(index int, v *pinecone.Vector)
 	// ids, when not nil, collects the ids of the records handed to the
 	// run, and repeated counts those whose id came before: for the check
 	// of what the embedded index holds.
@@ -516,6 +605,9 @@ func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 			if in.read > in.skip { // the checkpoint's records are skipped, not sent
 				if in.onRead != nil {
 					in.onRead()
+				}
+				if in.take != nil {
+					in.take(in.read-1, v)
 				}
 				if in.ids != nil {
 					if _, ok := in.ids[v.Id]; ok {

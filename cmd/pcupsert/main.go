@@ -115,7 +115,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.host, "host", "", "the index `URL`, such as https://NAME-PROJECT.svc.REGION.pinecone.io\n(needs PINECONE_API_KEY; default: the embedded loopback index)")
 	fs.StringVar(&o.index, "index", "", "the index `NAME`, whose host is looked up with the API key\n(instead of --host)")
 	fs.StringVar(&o.namespace, "namespace", "", "the `NAMESPACE` to write into (default \"\": the SDK's default namespace, \"__default__\")")
-	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped\n(the file names the input by its first 64 KiB: another input is refused; PATH.lock\nis locked while the run lasts: a second pcupsert on PATH is refused)")
+	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped\n(the file names the input by its first 64 KiB, a Parquet file by its footer and the start\nof each column too: another input is refused; PATH.lock is locked while the run lasts:\na second pcupsert on PATH is refused)")
 	fs.StringVar(&o.deadLetter, "dead-letter", defaultDeadLetter, "the dead-letter file at `PATH`: records that failed and lines that could not\nbe read, for replay as input; written (mode 0600) only if something fails (the file\nitself is locked while the run lasts: a second pcupsert writing to PATH, or reading it\nas its input, is refused, as is a run reading a file another one writes letters to)")
 	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("`N` records per request, 1 to %d (default 0: adaptive, from 100 up)", upsert.MaxBatchSize))
 	fs.IntVar(&o.concurrency, "concurrency", 0, "`N` requests in flight at most, 1 to 256 (default 0: adaptive, from 4 up)")
@@ -399,7 +399,10 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 // without --checkpoint) and the target are open: it upserts in's records
 // to tgt, reports and returns the exit status.
 func upsertToTarget(ctx context.Context, o options, e *env, in *input, name string, tgt *target, ckpt *checkpointFile, notice func(string), start time.Time) (int, error) {
-	dead := newDeadLetters(o, e, in, notice)
+	dead, err := newDeadLetters(o, e, in, notice)
+	if err != nil {
+		return 0, err
+	}
 	causes := &causes{mask: e.mask}
 	var durable *durableCheckpoint
 	if ckpt != nil {
@@ -407,6 +410,9 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	}
 	opts := append(runOptions(o, e, in), targetOptions(tgt, durable, dead, causes)...)
 	opts = append(opts, upsert.WithObserver(upsert.Observer{Stale: func(st upsert.Stale) { dead.Stale(st, staleMessage(in, st)) }}))
+	if dead.exposed != nil {
+		opts = append(opts, upsert.WithAcks(dead.exposed.ack))
+	}
 	runCtx, opts, stop := watchFailures(ctx, o, in, opts)
 	defer stop()
 	if tgt.srv != nil {
@@ -439,7 +445,7 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 		s.InputError = e.mask(fmt.Sprintf("reading %s: %v", name, in.err))
 		fmt.Fprintf(e.con, "pcupsert: %s; the rest of %s was not read, and is not in the dead-letter file\n", s.InputError, name)
 	}
-	writeStale(e.con, res, o.deadLetter)
+	writeStale(e.con, res, dead.exposed.landedLetters(), o.deadLetter)
 	finishSummary(&s, in, dead, causes, tgt, res)
 	return writeReport(e, o.json, s.write, s.writeJSON, "summary", s.ExitStatus), nil
 }
@@ -480,23 +486,27 @@ func staleMessage(in *input, st upsert.Stale) string {
 }
 
 // writeStale says on con that records may be stale, whose dead letters
-// were written as the library reported them.
-func writeStale(con io.Writer, res upsert.Result, path string) {
+// were written as the library reported them, and that exposed records of
+// the ids of earlier may-be-stale letters landed and have letters too.
+func writeStale(con io.Writer, res upsert.Result, exposed int, path string) {
 	if n := res.Stats.MayBeStale; n > 0 {
 		fmt.Fprintf(con, "pcupsert: %s that landed may be stale: a request carrying an earlier record of their id ended without an answer, "+
 			"and the index may still apply it; replay %s once the index is quiet to upsert them again\n", plural(n, "%d record%s"), path)
+	}
+	if exposed > 0 {
+		fmt.Fprintf(con, "pcupsert: may-be-stale letters of an earlier run in %s name the ids of records that landed: the letters of %s "+
+			"follow them, so that replaying %s once the index is quiet ends on the last record of each id\n", path, quantity(exposed, "record"), path)
 	}
 }
 
 // newDeadLetters returns the dead letters of the run, and has bad lines of
 // in written to them; each bad line and invalid record is also a notice.
-func newDeadLetters(o options, e *env, in *input, notice func(string)) *deadLetters {
-	// A resumed run appends to the letters of the runs it resumes,
-	// whose records (or bad lines) its checkpoint skips.
-	resumes := in.skip > 0 || in.skipBadThrough > 0
-	dead := &deadLetters{path: o.deadLetter, append: resumes, mask: e.mask, resumable: o.checkpoint != ""}
-	if resumes {
-		dead.earlier = countLines(o.deadLetter)
+// Its error is that of reading the may-be-stale letters of the file that
+// a run with a checkpoint appends to (exposeEarlierLetters).
+func newDeadLetters(o options, e *env, in *input, notice func(string)) (*deadLetters, error) {
+	dead := &deadLetters{path: o.deadLetter, mask: e.mask, resumable: o.checkpoint != ""}
+	if err := exposeEarlierLetters(o, e, in, dead); err != nil {
+		return nil, err
 	}
 	dead.invalid = func(f upsert.Failure, rule error) string {
 		msg := fmt.Sprintf("%s: %v", in.where(f.Index, f.ID), rule)
@@ -511,7 +521,44 @@ func newDeadLetters(o options, e *env, in *input, notice func(string)) *deadLett
 			notice(b.err.Error())
 		}
 	}
-	return dead
+	return dead, nil
+}
+
+// exposeEarlierLetters sets up dead, for a run with a checkpoint, to
+// append to the letters of the runs it resumes, whose records (or bad
+// lines) its checkpoint skips, and to letter its records of the ids of
+// their may-be-stale letters (see exposure). A file holding such letters
+// is appended to by a run whose checkpoint settled nothing as well (no
+// checkpoint file, even): an earlier run may have written them while the
+// first record of the input waited, left to resume, and replacing the
+// file would lose them, though the earlier run's request without an
+// answer may still be applied after this run's records of those ids. Its
+// error is that of reading the file, before anything is sent.
+func exposeEarlierLetters(o options, e *env, in *input, dead *deadLetters) error {
+	if o.checkpoint == "" {
+		return nil
+	}
+	resumes := in.skip > 0 || in.skipBadThrough > 0
+	ids, err := staleLetterIDs(o.deadLetter)
+	if err != nil {
+		return fmt.Errorf("reading the may-be-stale letters of the dead-letter file %s: %w", o.deadLetter, err)
+	}
+	if len(ids) > 0 && !resumes {
+		resumes = true
+		fmt.Fprintf(e.con, "pcupsert: %s holds may-be-stale letters of an earlier run, and the checkpoint %s settled nothing: "+
+			"appending to it rather than replacing it, so that replaying it still upserts those records again\n", o.deadLetter, o.checkpoint)
+	}
+	if !resumes {
+		return nil
+	}
+	dead.append, dead.earlier = true, countLines(o.deadLetter)
+	dead.exposed = newExposure(ids, int64(in.skip), dead.writeExposed, func(st upsert.Stale) string {
+		return exposedMessage(in, st, o.deadLetter)
+	})
+	if dead.exposed != nil {
+		in.take = dead.exposed.take
+	}
+	return nil
 }
 
 // targetOptions are the options that send the run to tgt and record its
@@ -643,6 +690,7 @@ func finishSummary(s *summary, in *input, dead *deadLetters, causes *causes, tgt
 		return maps.Clone(dead.byClass), maps.Clone(dead.toResume), dead.landed, maps.Clone(dead.rejected)
 	}()
 	s.FailedByClass, s.MayHaveLanded = classNames(byClass), landed
+	s.MayBeStale += dead.exposed.landedLetters() // lettered as the library's are
 	s.LeftToResumeByClass = classNames(toResume)
 	for _, n := range toResume {
 		s.LeftToResume += n

@@ -67,6 +67,10 @@ type parquetSource struct {
 	n      int               // rows in rows
 	row    int               // rows returned so far; the row number of the last one
 	err    error             // the reader's error, once rows is used up
+	// firstGroup are the column chunks of the first row group, whose
+	// starts identify the file to a checkpoint (parquetTail); nil for a
+	// file without rows.
+	firstGroup []format.ColumnChunk
 }
 
 func newParquetSource(f io.ReaderAt, size int64) (*parquetSource, error) {
@@ -78,13 +82,17 @@ func newParquetSource(f io.ReaderAt, size int64) (*parquetSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not Pinecone's import layout: %w", err)
 	}
-	return &parquetSource{
+	src := &parquetSource{
 		r:      parquet.NewGenericReader[any](file),
 		layout: layout,
 		total:  file.NumRows(),
 		rows:   make([]parquet.Row, parquetBatch),
 		cols:   make([][]parquet.Value, len(file.Schema().Columns())),
-	}, nil
+	}
+	if groups := file.Metadata().RowGroups; len(groups) > 0 {
+		src.firstGroup = groups[0].Columns
+	}
+	return src, nil
 }
 
 func (s *parquetSource) next() (*pinecone.Vector, *badEntry, error) {

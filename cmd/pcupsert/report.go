@@ -40,6 +40,10 @@ type deadLetters struct {
 	// the rule it breaks, and returns the message naming the record by
 	// its place in the input.
 	invalid func(f upsert.Failure, rule error) string
+	// exposed, when not nil, holds the letters of the records of the ids
+	// of the file's may-be-stale letters until their acks, to write them
+	// in input order (see exposure).
+	exposed *exposure
 
 	// wmu is held shared while a letter is written, and exclusively
 	// while the file is closed.
@@ -93,6 +97,9 @@ func (d *deadLetters) Failure(f upsert.Failure) {
 		if msg := d.mask(f.Err.Error()); msg != f.Err.Error() {
 			f.Err = errors.New(msg)
 		}
+	}
+	if d.exposed.hold(f.Index, f.ID, exposedLetter{failure: &f}) {
+		return
 	}
 	d.wmu.RLock()
 	defer d.wmu.RUnlock()
@@ -172,10 +179,27 @@ func (d *deadLetters) NotSent(f upsert.Failure) {
 // Stale writes the dead letter of a record that landed but may be stale,
 // with msg as its error, so that replaying the file upserts it again.
 func (d *deadLetters) Stale(s upsert.Stale, msg string) {
+	if d.exposed.hold(s.Index, s.ID, exposedLetter{stale: s, msg: msg}) {
+		return
+	}
 	d.wmu.RLock()
 	defer d.wmu.RUnlock()
 	if dl := d.file(); dl != nil {
 		dl.WriteStale(s, msg)
+	}
+}
+
+// writeExposed writes a letter that exposed held until its record's ack.
+func (d *deadLetters) writeExposed(l exposedLetter) {
+	d.wmu.RLock()
+	defer d.wmu.RUnlock()
+	dl := d.file()
+	switch {
+	case dl == nil:
+	case l.failure != nil:
+		dl.Write(*l.failure)
+	default:
+		dl.WriteStale(l.stale, l.msg)
 	}
 }
 
@@ -227,8 +251,10 @@ type durableCheckpoint struct {
 	failed func(error)
 }
 
+// Save saves n, or as far as the letters held for acks are written
+// (exposure.savable): durableCheckpoint.finish saves the rest.
 func (c durableCheckpoint) Save(_ context.Context, n int64) error {
-	return c.saveDurably(n)
+	return c.saveDurably(c.dead.exposed.savable(n))
 }
 
 // saveDurably saves n. The line up to which bad lines are reported is read
@@ -253,13 +279,16 @@ func (c durableCheckpoint) saveDurably(n int64) error {
 // settled records moves, which it does not in a run that had nothing left
 // to send (a rerun of a finished load, whose trailing bad line an earlier
 // pcupsert did not mark as reported), and such a line would be reported
-// again by every run after.
+// again by every run after. It also saves the count that Save held back
+// for acks (exposure.savable), every record acknowledged now: the
+// library's last save may have been one of those.
 func (c durableCheckpoint) finish() {
 	c.mu.Lock()
 	n, saved := c.saved, c.savedReported
 	c.mu.Unlock()
-	if c.reportedNow() > saved {
-		_ = c.saveDurably(n) // a failure is told by c.failed
+	owed := c.dead.exposed.owed()
+	if owed > n || c.reportedNow() > saved {
+		_ = c.saveDurably(max(n, owed)) // a failure is told by c.failed
 	}
 }
 

@@ -633,6 +633,41 @@ func TestReplayingDeadLettersKeepsBadLinesAsTheyWere(t *testing.T) {
 	assert.Equal(t, "1", reportValue(t, res.stdout, "upserted"))
 }
 
+// A bad line that was two records glued together, "fixed" in its letter by
+// a newline between them, is a bad line again, named by its rule, rather
+// than its first record alone (its second was dropped, neither upserted
+// nor reported, and the run exited 0). A letter stands for one line of the
+// input: its records are not handed on, as they would share its one line
+// number in messages, letters and the checkpoint. Its letter is written
+// again with that content, and the records, each on a line of its own in
+// the file, land.
+func TestAFixedLetterHoldingTwoLinesIsABadLineNotItsFirstRecord(t *testing.T) {
+	dir := t.TempDir()
+	fixed, dl := filepath.Join(dir, "fixed.ndjson"), filepath.Join(dir, "dl2.ndjson")
+	two := `{"id":"a","values":[1,2,3]}` + "\n" + `{"id":"b","values":[4,5,6]}`
+	letter := `{"line":4,"raw":"{\"id\":\"a\",\"values\":[1,2,3]}\n{\"id\":\"b\",\"values\":[4,5,6]}","error":"line 4: invalid JSON at byte 28"}` + "\n"
+	require.NoError(t, os.WriteFile(fixed, []byte(letter), 0o600))
+	res := runCmd(t, nil, nil, "--json", "--progress", "off", "--dead-letter", dl, fixed)
+	s := jsonReport(t, res)
+	assert.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+	assert.Equal(t, 1, s.BadLines)
+	assert.Zero(t, s.Upserted, "neither record, rather than a without b")
+	assert.Contains(t, res.stderr, "line 4: a dead letter's line holds 2 lines; want one record: put each on a line of its own in the file")
+	line, content, _, ok := ndjson.BadLine(bytes.TrimSpace([]byte(readString(t, dl))))
+	require.True(t, ok, "a letter of a bad line")
+	assert.Equal(t, 4, line, "named by its original line")
+	assert.Equal(t, two, string(content), "the letter holds both records, to be fixed")
+
+	// Each on a line of its own in the file, both land; blank lines
+	// around one record in a letter are no second record.
+	blanks := `{"line":5,"raw":"\n{\"id\":\"c\",\"values\":[7,8,9]}\n","error":"line 5: invalid JSON at byte 1"}`
+	require.NoError(t, os.WriteFile(fixed, []byte(two+"\n"+blanks+"\n"), 0o600))
+	res = runCmd(t, nil, nil, "--json", "--progress", "off", "--dead-letter", dl, fixed)
+	s = jsonReport(t, res)
+	assert.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+	assert.Equal(t, 3, s.Upserted)
+}
+
 // A bad line that is not UTF-8 (metadata "caf\xe9") keeps its bytes in its
 // letter: replaying the dead-letter file reads that line again, bad as it
 // was, and letters it again unchanged, rather than upserting a record

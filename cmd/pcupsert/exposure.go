@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+
+	"github.com/upsertlib/upsert"
+	"github.com/upsertlib/upsert/ndjson"
+)
+
+// A record of an id whose may-be-stale letter (ndjson.StaleClass) an
+// earlier run left in the dead-letter file is exposed, in a run that
+// appends to that file, as a later record of such an id is within the run
+// that wrote the letter (upsert.Stale): replaying the file, as the report
+// of that run says to, upserts the letter's record again, so a later
+// record of its id that lands without a letter after it would be undone by
+// the replay. Such a record gets a may-be-stale letter too when it lands,
+// and the replay ends on the input's last record of the id that the runs
+// sent, as it does within one run.
+//
+// The letters of those ids, of failed and landed records alike, are
+// written in input order, as each record is acknowledged (upsert.WithAcks):
+// that a record landed is told by its ack alone, which comes once every
+// record before it settled, and a failure's letter written as it settles
+// (a record refused before it is sent) could come before the letter of an
+// earlier record of its id, still in flight; a replay would then end on
+// that earlier record. The letters of those ids are held until their
+// records' acks, and the checkpoint is held back to the records
+// acknowledged (durableCheckpoint), so that it never passes a record
+// whose letter is not written. A run without such letters takes no acks.
+
+// exposure is the ids of the may-be-stale letters of a dead-letter file
+// that a run appends to, and the letters of the run's records of those
+// ids, held until their ack. It is safe for concurrent use.
+type exposure struct {
+	// ids maps each id to the position ("index") of the record its last
+	// may-be-stale letter holds, the earlier record of a letter of a
+	// later one.
+	ids   map[string]int
+	write func(exposedLetter) // writes a letter to the dead-letter file
+	// message returns the error of the letter of a landed record that
+	// the library did not report stale.
+	message func(upsert.Stale) string
+	// acked is the position up to which every record was acknowledged,
+	// its letter written: how far the checkpoint may go.
+	acked atomic.Int64
+	// wanted is the furthest position the library asked the checkpoint to
+	// save (durableCheckpoint.Save), which a save held back to acked must
+	// reach once the run is over.
+	wanted atomic.Int64
+
+	mu       sync.Mutex
+	kept     map[int]*pinecone.Vector // records of those ids taken, by position, until their ack
+	held     map[int]exposedLetter    // their letters from the observers, until their ack
+	lettered int                      // letters of landed records that the library did not report stale
+}
+
+// exposedLetter is a dead letter of a record of an exposed id: of a
+// failure (failure set), or of a record that may be stale.
+type exposedLetter struct {
+	failure *upsert.Failure
+	stale   upsert.Stale
+	msg     string // the stale letter's error
+}
+
+// newExposure returns the exposure of the ids of ids for a run that
+// resumes from position from, whose letters write writes, message giving
+// the error of those of landed records; nil when ids is empty.
+func newExposure(ids map[string]int, from int64, write func(exposedLetter), message func(upsert.Stale) string) *exposure {
+	if len(ids) == 0 {
+		return nil
+	}
+	x := &exposure{ids: ids, write: write, message: message,
+		kept: make(map[int]*pinecone.Vector), held: make(map[int]exposedLetter)}
+	x.acked.Store(from)
+	x.wanted.Store(from)
+	return x
+}
+
+// holds reports whether id is exposed; false for a nil exposure.
+func (x *exposure) holds(id string) bool {
+	if x == nil {
+		return false
+	}
+	_, ok := x.ids[id]
+	return ok
+}
+
+// take keeps v, the record at position index, taken by the run, if its id
+// is exposed: its ack says whether it landed, not what it was.
+func (x *exposure) take(index int, v *pinecone.Vector) {
+	if x.holds(v.Id) {
+		x.mu.Lock()
+		x.kept[index] = v
+		x.mu.Unlock()
+	}
+}
+
+// hold holds l, the letter of the record at position index of id, until
+// the record's ack, and reports whether it did: false when id is not
+// exposed, and l is to be written now.
+func (x *exposure) hold(index int, id string, l exposedLetter) bool {
+	if !x.holds(id) {
+		return false
+	}
+	x.mu.Lock()
+	x.held[index] = l
+	x.mu.Unlock()
+	return true
+}
+
+// ack is the upsert.WithAcks function: it writes the letters of the
+// records acknowledged, in input order, those held, and a may-be-stale
+// letter of each landed record of an exposed id that has none, then moves
+// acked past them.
+func (x *exposure) ack(acks []upsert.Ack) {
+	for _, a := range acks {
+		x.mu.Lock()
+		l, held := x.held[a.Position]
+		v, kept := x.kept[a.Position]
+		delete(x.held, a.Position)
+		delete(x.kept, a.Position)
+		landed := !held && kept && a.Landed()
+		if landed {
+			x.lettered++
+		}
+		x.mu.Unlock()
+		if landed {
+			st := upsert.Stale{Index: a.Position, ID: a.ID, Record: v, Earlier: x.ids[a.ID]}
+			l, held = exposedLetter{stale: st, msg: x.message(st)}, true
+		}
+		if held {
+			x.write(l)
+		}
+	}
+	if n := len(acks); n > 0 {
+		x.acked.Store(int64(acks[n-1].Position + 1))
+	}
+}
+
+// savable returns how far a checkpoint asked to save n may go now: to the
+// records acknowledged, whose letters are written. It remembers n for
+// owed. A nil exposure holds nothing back.
+func (x *exposure) savable(n int64) int64 {
+	if x == nil {
+		return n
+	}
+	for w := x.wanted.Load(); n > w; w = x.wanted.Load() {
+		if x.wanted.CompareAndSwap(w, n) {
+			break
+		}
+	}
+	return min(n, x.acked.Load())
+}
+
+// owed returns how far the checkpoint may go once the run is over, every
+// record acknowledged: to the furthest position it was asked to save; 0
+// for a nil exposure.
+func (x *exposure) owed() int64 {
+	if x == nil {
+		return 0
+	}
+	return min(x.wanted.Load(), x.acked.Load())
+}
+
+// landedLetters returns how many landed records got a letter that the
+// library did not report stale; 0 for a nil exposure.
+func (x *exposure) landedLetters() int {
+	if x == nil {
+		return 0
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.lettered
+}
+
+// staleLetterIDs returns the ids of the may-be-stale letters of the
+// dead-letter file at path, each with the position ("index") of the
+// record its last such letter holds: none when path is not a regular file
+// (a device, a pipe, or no file). The file is read a line at a time, only
+// the lines that name the class decoded, and only the ids kept. A line
+// that is no such letter (the letter of a bad line, a line a killed run
+// cut short, one longer than a replay reads) is passed over.
+func staleLetterIDs(path string) (map[string]int, error) {
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ids := make(map[string]int)
+	err = eachLine(f, ndjson.MaxLineBytes, func(line []byte) {
+		if id, index, ok := staleLetter(line); ok {
+			ids[id] = index
+		}
+	})
+	return ids, err
+}
+
+// eachLine calls f with each line of r of at most limit bytes (its line
+// ending included), passing over longer ones without holding them. The
+// slice is valid only during the call.
+func eachLine(r io.Reader, limit int, f func(line []byte)) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var line []byte
+	tooLong := false
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > limit {
+			tooLong = true
+		}
+		if !tooLong {
+			line = append(line, chunk...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue // the rest of the line
+		}
+		if !tooLong && len(line) > 0 {
+			f(line)
+		}
+		line, tooLong = line[:0], false
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			return err
+		}
+	}
+}
+
+// staleLetter reports whether line, of a dead-letter file, is a
+// may-be-stale letter, and returns its record's id and "index".
+func staleLetter(line []byte) (id string, index int, ok bool) {
+	if !bytes.Contains(line, []byte(ndjson.StaleClass)) {
+		return "", 0, false // most letters: not decoded
+	}
+	var l struct {
+		ID    string `json:"id"`
+		Class string `json:"class"`
+		Index int    `json:"index"`
+	}
+	if json.Unmarshal(line, &l) != nil || l.Class != ndjson.StaleClass || l.ID == "" {
+		return "", 0, false
+	}
+	return l.ID, l.Index, true
+}
+
+// exposedMessage is the error of the may-be-stale letter of st, a record
+// that landed after an earlier run left such a letter of its id in the
+// dead-letter file at path.
+func exposedMessage(in *input, st upsert.Stale, path string) string {
+	return fmt.Sprintf("%s: landed after an earlier run, which this one resumes, left a may-be-stale letter of its id in %s: "+
+		"replaying that letter upserts an earlier record of the id again, and this one's letter, after it, upserts this one last; "+
+		"replay the file once the index is quiet", in.where(st.Index, st.ID), path)
+}

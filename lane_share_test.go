@@ -3,11 +3,14 @@ package upsert
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -693,6 +696,194 @@ func TestJoinShareOncePerLaneAndLeaveAtTheEnd(t *testing.T) {
 	m.mu.Lock()
 	assert.Equal(t, 1, m.left)
 	m.mu.Unlock()
+}
+
+// countingStore hands out a new member per Join and counts, by namespace,
+// the members joined and those joined and not left.
+type countingStore struct {
+	mu     sync.Mutex
+	joined map[string]int
+	live   map[*countedMember]bool
+}
+
+type countedMember struct {
+	*fakeMember
+	s  *countingStore
+	ns string
+}
+
+func (m *countedMember) Leave(ctx context.Context) error {
+	m.s.mu.Lock()
+	delete(m.s.live, m)
+	m.s.mu.Unlock()
+	return m.fakeMember.Leave(ctx)
+}
+
+func (s *countingStore) Join(_ context.Context, l share.Lane) share.Member {
+	m := &countedMember{fakeMember: newFakeMember(share.View{Shared: true, Rate: math.Inf(1), Writers: 1}), s: s, ns: l.Namespace}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live == nil {
+		s.joined, s.live = make(map[string]int), make(map[*countedMember]bool)
+	}
+	s.joined[l.Namespace]++
+	s.live[m] = true
+	return m
+}
+
+// counts are the members joined and live, of every namespace.
+func (s *countingStore) counts() (joined, live int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.joined {
+		joined += n
+	}
+	return joined, len(s.live)
+}
+
+// countsOf are the members of namespace ns joined and live.
+func (s *countingStore) countsOf(ns string) (joined, live int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for m := range s.live {
+		if m.ns == ns {
+			live++
+		}
+	}
+	return s.joined[ns], live
+}
+
+// laneUsers is how many runs share the lane of key (host "") in lim.
+func laneUsers(lim *Limiter, key string) int {
+	lim.mu.Lock()
+	ln := lim.lanes[laneID{key: key}]
+	lim.mu.Unlock()
+	if ln == nil {
+		return 0
+	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.share.users
+}
+
+// A stream (or a Writer: "a service writing to ever new namespaces") over
+// many namespaces forgets its idle routes, "so that a stream over many
+// namespaces holds few", and the Limiter its lanes beyond about a thousand.
+// Shared across processes, each route's lane is also a membership of the
+// store (a watcher goroutine, and an exchange with Redis every interval):
+// it ends with its route, else the run holds one per namespace it ever
+// wrote, and the Limiter keeps each lane a run shares.
+func TestAStreamOverManyNamespacesLetsGoOfItsIdleMemberships(t *testing.T) {
+	const namespaces = 4000
+	store := &countingStore{}
+	lim := &Limiter{clock: newFakeClock()}
+	var live, lanes int
+	seq := func(yield func(*pinecone.Vector) bool) {
+		for i, v := range vectors(namespaces, 2) {
+			v.Metadata = nil
+			if !yield(v) {
+				return
+			}
+			if i == namespaces-1 {
+				_, live = store.counts()
+				lim.mu.Lock()
+				lanes = len(lim.lanes)
+				lim.mu.Unlock()
+			}
+		}
+	}
+	fi := newFakeIndex(nil)
+	res, err := Stream(context.Background(), seq, testOpts(fi, WithLimiter(lim), WithBatchSize(1),
+		WithNamespaceOf(func(v *pinecone.Vector) string { return "tenant-" + v.Id }),
+		func(c *config) { c.store, c.shareHost = store, "h" })...)
+	require.NoError(t, err)
+	require.Equal(t, namespaces, res.Upserted)
+	joined, after := store.counts()
+	assert.Zero(t, after, "every membership left at the end")
+	assert.LessOrEqual(t, live, 2*minRoutes,
+		"%d namespaces written one record each: %d memberships still live mid-stream, of %d joined", namespaces, live, joined)
+	assert.LessOrEqual(t, lanes, maxLanes+minRoutes, "lanes the Limiter holds mid-stream")
+}
+
+// A namespace a stream comes back to after its route was dropped as idle
+// (and its membership left) joins its shared lane again, once per visit,
+// and the run shares the lane once at a time; at the end nothing is left
+// joined.
+func TestANamespaceRevisitedAfterItsRouteWasDroppedJoinsOncePerVisit(t *testing.T) {
+	const visits = 3
+	store := &countingStore{}
+	lim := &Limiter{clock: newFakeClock()}
+	seq := func(yield func(*pinecone.Vector) bool) {
+		others := 0
+		for visit := range visits {
+			if !yield(routeVec(fmt.Sprintf("a/%d", visit))) {
+				return
+			}
+			joined, live := store.countsOf("a")
+			assert.Equal(t, visit+1, joined, "visit %d: joins of a", visit)
+			assert.Equal(t, 1, live, "visit %d: a's live memberships", visit)
+			assert.Equal(t, 1, laneUsers(lim, "a"), "visit %d: runs sharing a's lane", visit)
+			// Other namespaces until a's idle route is dropped (once its
+			// batch finished) and its membership left, in the background.
+			for {
+				if _, live := store.countsOf("a"); live == 0 {
+					break
+				}
+				if !assert.Less(t, others, 8*minRoutes, "visit %d: a's membership never left", visit) ||
+					!yield(routeVec(fmt.Sprintf("o%d/0", others))) {
+					return
+				}
+				others++
+			}
+			assert.Zero(t, laneUsers(lim, "a"), "visit %d: runs sharing a's lane once left", visit)
+		}
+	}
+	fi := newFakeIndex(nil)
+	_, err := Stream(context.Background(), seq, testOpts(fi, WithLimiter(lim), WithBatchSize(1),
+		WithNamespaceOf(func(v *pinecone.Vector) string { ns, _, _ := strings.Cut(v.Id, "/"); return ns }),
+		func(c *config) { c.store, c.shareHost = store, "h" })...)
+	require.NoError(t, err)
+	joined, _ := store.countsOf("a")
+	assert.Equal(t, visits, joined, "a joined once per visit")
+	_, live := store.counts()
+	assert.Zero(t, live, "memberships live after the run")
+}
+
+// A route made again for a lane whose membership the run has not left yet
+// (its route was dropped, the leave waits its turn in the background)
+// takes that membership back rather than join a second time, and keeps it;
+// the run's end leaves it.
+func TestARouteMadeAgainBeforeItsDroppedMembershipIsLeftTakesItBack(t *testing.T) {
+	store := &countingStore{}
+	lim := &Limiter{clock: newFakeClock()}
+	r := &run{cfg: &config{store: store, limiter: lim}, runContexts: runContexts{ctx: context.Background()}}
+	r.shares.host = "h"
+	x, a := lim.holdLane(laneID{key: "x"}, MaxBatchSize), lim.holdLane(laneID{key: "a"}, MaxBatchSize)
+	r.joinShare(x, "x")
+	r.joinShare(a, "a")
+
+	// x's leave waits for its lane's joinMu, which the test holds: a's
+	// turn comes after a's route was made again.
+	x.shareSync.joinMu.Lock()
+	r.leaveDropped([]*lane{x, a})
+	r.joinShare(a, "a")
+	x.shareSync.joinMu.Unlock()
+	r.shares.mu.Lock()
+	left := r.shares.left
+	r.shares.mu.Unlock()
+	<-left
+
+	joined, live := store.countsOf("a")
+	assert.Equal(t, 1, joined, "joins of a")
+	assert.Equal(t, 1, live, "a's membership kept")
+	assert.Equal(t, 1, laneUsers(lim, "a"))
+	_, live = store.countsOf("x")
+	assert.Zero(t, live, "x's membership left")
+
+	r.leaveShares()
+	_, live = store.counts()
+	assert.Zero(t, live, "memberships live after the run")
+	assert.Zero(t, laneUsers(lim, "a"))
 }
 
 // A writer gone quiet (a Writer waiting for input) gives its part of a

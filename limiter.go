@@ -273,6 +273,16 @@ func (l *Limiter) sweep(now time.Time) {
 	l.sweepAt = nextSweep(len(l.lanes))
 }
 
+// sweepSoon makes the next lane made look for lanes to forget once the
+// Limiter holds maxLanes: lanes that a run shared were just left, and a
+// sweep that had to keep them meanwhile may have set the next one at
+// twice the lanes it kept.
+func (l *Limiter) sweepSoon() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sweepAt = min(l.sweepAt, maxLanes)
+}
+
 // nextSweep is the number of lanes at which to sweep again when a sweep
 // left n: twice n, so that sweeps cost little per lane made, but no more
 // than maxLanes while under it, where the next sweep forgets the least

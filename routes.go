@@ -32,7 +32,8 @@ type routeTable struct {
 	released bool              // the routes' lanes were let go (release)
 	// forgetIdle drops the routes with nothing waiting when the map has
 	// doubled, so that a stream over many namespaces holds few: their
-	// lanes live on in the Limiter. All keeps its routes, which it compares.
+	// lanes live on in the Limiter, their memberships of shared lanes end
+	// (leaveDropped). All keeps its routes, which it compares.
 	forgetIdle bool
 	sweepAt    int // the size of byKey at which to drop the idle ones
 }
@@ -48,7 +49,7 @@ func (r *run) route(namespace string) *route {
 	rt, ok := r.routes.byKey[key]
 	if !ok {
 		if r.routes.forgetIdle && len(r.routes.byKey) >= r.routes.sweepAt {
-			r.routes.dropIdle()
+			r.leaveDropped(r.routes.dropIdle())
 		}
 		id := laneID{host: r.laneHost(), key: r.kind.laneKey(key)}
 		rt = &route{
@@ -93,15 +94,18 @@ func (r *run) laneHost() string {
 // alive: one waiting out a Retry-After or backoff needs the route's hold
 // on its lane, or the Limiter may forget the lane's pause, rate and
 // breaker. It sets the size at which to look again: twice what is left,
-// at least minRoutes.
-func (t *routeTable) dropIdle() {
+// at least minRoutes. It returns the dropped routes' lanes, whose
+// memberships of shared lanes the run is to leave (leaveDropped).
+func (t *routeTable) dropIdle() (lanes []*lane) {
 	for ns, rt := range t.byKey {
 		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 && rt.active.Load() == 0 {
 			delete(t.byKey, ns)
 			rt.lane.holdRoute(-1)
+			lanes = append(lanes, rt.lane)
 		}
 	}
 	t.sweepAt = max(minRoutes, 2*len(t.byKey))
+	return lanes
 }
 
 // release lets go of the routes' lanes, once, when the call ends: the

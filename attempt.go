@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 )
 
@@ -51,6 +52,10 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 			// Stop before the slot is released, so that no request
 			// waiting for it goes out after the answer.
 			r.halt(e)
+		}
+		if answer.Class == ClassDenied || answer.Class == ClassQuotaExceeded {
+			// Not for a request the refusal cut off (answerOf).
+			r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, answer)
 		}
 	}
 	r.pool.lastLanded.Store(e == nil)

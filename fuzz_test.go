@@ -81,8 +81,8 @@ func wantGRPCClass(c codes.Code, msg string) Class {
 	switch c {
 	case codes.ResourceExhausted:
 		switch {
-		case strings.Contains(msg, "larger than max"):
-			return ClassTooLarge // gRPC's own message size limit
+		case strings.Contains(msg, "larger than max"), tooLargeText(msg):
+			return ClassTooLarge // gRPC's own message size limit, or Pinecone's text
 		case quota:
 			return ClassQuotaExceeded
 		}
@@ -123,12 +123,12 @@ func wantHTTPClass(code int, msg string) Class {
 		// 400 and 409 are INVALID_ARGUMENT's and ALREADY_EXISTS's statuses
 		// (grpc-gateway), under which a quota reads as over gRPC.
 		return ClassQuotaExceeded
+	case code == 413, code/100 == 4 && tooLargeText(msg): // a 429 too: split, not resent whole
+		return ClassTooLarge
 	case code == 429:
 		return ClassRateLimited
 	case code == 408, code == 504:
 		return ClassTimeout
-	case code == 413, code/100 == 4 && tooLargeText(msg):
-		return ClassTooLarge
 	case code == 401, code == 403, code == 404, code == 501:
 		return ClassDenied
 	case code == 499:
@@ -155,6 +155,8 @@ func FuzzClassify(f *testing.F) {
 	f.Add(uint8(fuzzErrPinecone), uint8(0), 429, "Too Many Requests", uint8(0), uint8(0))
 	f.Add(uint8(fuzzErrPinecone), uint8(0), 503, "Service Unavailable", uint8(1), uint8(2))
 	f.Add(uint8(fuzzErrPinecone), uint8(0), 413, "Payload Too Large", uint8(0), uint8(0))
+	f.Add(uint8(fuzzErrPinecone), uint8(0), 429, "Your request is larger than the maximum supported size - 2MB.", uint8(0), uint8(0))
+	f.Add(uint8(fuzzErrGRPC), uint8(codes.ResourceExhausted), 0, "request exceeds the maximum supported size", uint8(0), uint8(0))
 	f.Add(uint8(fuzzErrPinecone), uint8(0), 404, "not found", uint8(2), uint8(5))
 	f.Add(uint8(fuzzErrPinecone), uint8(0), 99, "not an HTTP status", uint8(0), uint8(0))
 	f.Add(uint8(fuzzErrPinecone), uint8(0), -1, "", uint8(0), uint8(0))

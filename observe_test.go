@@ -625,8 +625,9 @@ func TestARequestCutOffByAStopCountsAsCanceledNotAsTheStopsAnswer(t *testing.T) 
 			}
 			var mu sync.Mutex
 			told := map[string]int{}
+			h := &levelCounts{byMsg: map[string]int{}}
 			res, err := upsert.All(context.Background(), e2eRecords(2), upsert.WithUpsertFunc(send),
-				upsert.WithBatchSize(1), upsert.WithConcurrency(2),
+				upsert.WithBatchSize(1), upsert.WithConcurrency(2), upsert.WithLogger(slog.New(h)),
 				upsert.WithObserver(upsert.Observer{RequestDone: func(e upsert.RequestEvent) {
 					mu.Lock()
 					defer mu.Unlock()
@@ -641,6 +642,9 @@ func TestARequestCutOffByAStopCountsAsCanceledNotAsTheStopsAnswer(t *testing.T) 
 			mu.Lock()
 			assert.Equal(t, tt.wantCodes, told, "RequestDone tells what Stats count")
 			mu.Unlock()
+			h.mu.Lock()
+			assert.Equal(t, 1, h.byMsg["ERROR index refused the caller; stopping"], "a line for the refusal, none for the request it cut off: %v", h.byMsg)
+			h.mu.Unlock()
 			require.Len(t, res.Failed, 2)
 			for _, f := range res.Failed {
 				assert.Equal(t, tt.stop.Class, f.Class, "record %d fails with the stop's error", f.Index)

@@ -46,7 +46,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 			stack = append(stack, pieces...)
 			continue
 		}
-		sentBefore, resending := p.attempts, p.resend != nil
+		resending := p.resend != nil
 		e := r.attempt(worker, rt, p, b.turn)
 		if resending && p.resend == nil {
 			retries++
@@ -63,7 +63,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 			continue
 		}
 		r.maybeProgress()
-		stack = append(stack, r.afterFailure(worker, rt, p, e, p.attempts > sentBefore)...)
+		stack = append(stack, r.afterFailure(worker, rt, p, e)...)
 	}
 	r.stats.batchDone(retries)
 }
@@ -88,18 +88,15 @@ func (r *run) recutToLane(rt *route, p *part) []*part {
 	return parts
 }
 
-// afterFailure decides what becomes of p after its attempt failed with e
-// (sent: its request went out): it fails p, or returns the parts to send
-// next (its halves, or p itself after its backoff). A line is logged per
-// failed request; batches failed unsent are counted, not logged, but for
-// the first the breaker fails in a namespace in each outage.
-func (r *run) afterFailure(worker int, rt *route, p *part, e *Error, sent bool) []*part {
+// afterFailure decides what becomes of p after its attempt failed with e:
+// it fails p, or returns the parts to send next (its halves, or p itself
+// after its backoff). A line is logged per failed request (attempt logs a
+// refusal); batches failed unsent are counted, not logged, but for the
+// first the breaker fails in a namespace in each outage.
+func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) []*part {
 	c := e.Class
 	switch {
-	case c == ClassDenied, c == ClassQuotaExceeded:
-		if sent {
-			r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, e)
-		}
+	case c == ClassDenied, c == ClassQuotaExceeded: // attempt logged the index's refusal
 		r.failPart(p, e)
 		r.halt(e)
 	case c == ClassCanceled:

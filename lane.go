@@ -750,7 +750,11 @@ func (o *ownSlot) yieldThroughPause(ctx context.Context, ln *lane, head **place)
 		return err
 	}
 	*head = ln.ownHead.take()
-	return (*head).wait(ctx)
+	if err := (*head).wait(ctx); err != nil {
+		return err
+	}
+	ln.reachedHead()
+	return nil
 }
 
 // give gives back the slot held, if any.

@@ -1547,3 +1547,87 @@ func TestTheTimeARequestWaitedAtTheHeadIsNoRestOfTheLane(t *testing.T) {
 	assert.Less(t, c.origin.Sub(origin), 100*time.Millisecond,
 		"the curve was held over the %v the rate held a request back at the head", held)
 }
+
+// hookClock is a fakeClock that runs the next of its hooks at each Sleep,
+// before the sleep moves the clock: what happens meanwhile elsewhere.
+type hookClock struct {
+	*fakeClock
+	mu    sync.Mutex
+	hooks []func()
+}
+
+func (c *hookClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.mu.Lock()
+	var h func()
+	if len(c.hooks) > 0 {
+		h, c.hooks = c.hooks[0], c.hooks[1:]
+	}
+	c.mu.Unlock()
+	if h != nil {
+		h()
+	}
+	return c.fakeClock.Sleep(ctx, d)
+}
+
+// A request with its own slots that gave back its slot and its place at
+// the head during a Retry-After (ownSlot.yieldThroughPause) and takes a
+// place again after the pause ends the lane's rest there: once, a rest
+// begun during the pause stayed open while it waited and was in flight,
+// and the curve held still over time the lane was sending.
+func TestARequestBackAtTheHeadAfterAPauseEndsTheRest(t *testing.T) {
+	ctx := context.Background()
+	clk := &hookClock{fakeClock: newFakeClock()}
+	lim := &Limiter{clock: clk}
+	ln := lim.holdLane(laneID{key: "ns"}, MaxBatchSize)
+	measuredLane(ln, clk.fakeClock, 1000)
+
+	own := make(chan struct{}, 2) // call A: WithConcurrency(2)
+	p1, err := ln.acquire(ctx, request{n: 1, slots: own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := ln.acquire(ctx, req(1)) // call B, adaptive
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.hooks = []func(){
+		// While A's next request waits at the head for its tokens, the
+		// index answers p1 with a 503 and a Retry-After of 30 s: the lane
+		// pauses, and the request yields its slot and place at the head.
+		func() { ln.release(p1, &Error{Class: ClassServer, RetryAfter: 30 * time.Second}) },
+		// During the pause, p2 is answered: nothing in flight or at a
+		// head, the lane rests.
+		func() { ln.release(p2, nil) },
+	}
+	r, err := ln.acquire(ctx, request{n: 5000, slots: own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(clk.hooks) != 0 {
+		t.Fatalf("the scenario did not run: %d hooks left", len(clk.hooks))
+	}
+	ln.mu.Lock()
+	idle := ln.slots.idleSince
+	origin := ln.dims[dimRecords].ctl.origin
+	ln.mu.Unlock()
+	sentAt := clk.Now()
+
+	// r is in flight for 5 s; then another request reaches a head.
+	clk.Advance(5 * time.Second)
+	q, err := ln.acquire(ctx, request{n: 1, slots: own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.mu.Lock()
+	shift := ln.dims[dimRecords].ctl.origin.Sub(origin)
+	ln.mu.Unlock()
+	ln.release(r, nil)
+	ln.release(q, nil)
+
+	if !idle.IsZero() {
+		t.Errorf("a request admitted after waiting at the head again left the lane resting since %v (admitted at %v)", idle.Sub(newFakeClock().Now()), sentAt.Sub(newFakeClock().Now()))
+	}
+	if shift > 0 {
+		t.Errorf("the %v a request was in flight counted as a rest: the curve's origin moved %v after it was sent", 5*time.Second, shift)
+	}
+}

@@ -1065,8 +1065,8 @@ func lettersOf(t *testing.T, path, id string) (firsts []float32, stale []bool) {
 			continue
 		}
 		firsts = append(firsts, (*v.Values)[0])
-		_, _, ok := staleLetter(r.Raw())
-		stale = append(stale, ok)
+		l, ok := recordLetter(r.Raw())
+		stale = append(stale, ok && l.Class == ndjson.StaleClass)
 	}
 }
 
@@ -1210,7 +1210,7 @@ func TestARunWhoseCheckpointSettledNothingKeepsTheMayBeStaleLettersOfTheRunBefor
 	srv.SetFaults(nil)
 
 	res = runCmd(t, nil, nil, args...)
-	assert.Contains(t, res.stderr, dl+" holds may-be-stale letters of an earlier run, and the checkpoint "+ckpt+" settled nothing: appending to it")
+	assert.Contains(t, res.stderr, dl+" holds letters of an earlier run whose records may have landed, and the checkpoint "+ckpt+" settled nothing: appending to it")
 	assert.Contains(t, res.stdout, "earlier dead letters: 1 in "+dl)
 	firsts, stale := lettersOf(t, dl, "x")
 	assert.Equal(t, []float32{2, 1, 2}, firsts, "run 1's letter is kept, and run 2's follow it")
@@ -1332,21 +1332,31 @@ func TestAnInterruptedReplayOfConcatenatedLettersResumesExactlyOnce(t *testing.T
 	}
 }
 
-// The ids of a dead-letter file's may-be-stale letters are read a line at
-// a time: the last letter of an id gives its position; other letters, a
-// line cut short and a line longer than the limit are passed over.
-func TestTheIDsOfMayBeStaleLettersAreReadFromTheFile(t *testing.T) {
+// The ids a resumed run exposes are read from the dead-letter file a line
+// at a time: those of letters whose record may have landed (may-be-stale,
+// or a failure without an answer) and those of letters of records at or
+// past the checkpoint, which the run sends again; the last such letter of
+// an id gives its position; other letters, a line cut short and a line
+// longer than the limit are passed over.
+func TestTheIDsAResumedRunExposesAreReadFromTheFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dl.ndjson")
 	content := `{"id":"x","values":[2,1,1],"class":"may-be-stale","error":"e","may_have_landed":true,"index":1,"earlier":0}
 {"id":"f","values":[1],"class":"server","error":"may-be-stale in its message","index":2}
 {"line":4,"raw":"may-be-stale","error":"line 4: invalid JSON at byte 1"}
 {"id":"x","values":[3,1,1],"class":"may-be-stale","error":"e","may_have_landed":true,"index":5,"earlier":1}
 {"id":"y","values":[1],"class":"may-be-stale","index":7}
+{"id":"t","values":[1],"class":"timeout","error":"deadline","may_have_landed":true,"index":3}
+{"id":"g","values":[1],"class":"invalid","error":"bad","index":9}
 {"id":"z","values":[1],"class":"may-be-st`
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
-	ids, err := staleLetterIDs(path)
+	ids, late, err := exposedIDs(path, 8)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]int{"x": 5, "y": 7}, ids)
+	assert.True(t, late)
+	assert.Equal(t, map[string]int{"x": 5, "y": 7, "t": 3, "g": 9}, ids, "f failed for good before the checkpoint, and did not land")
+	ids, late, err = exposedIDs(path, 0)
+	require.NoError(t, err)
+	assert.True(t, late)
+	assert.Equal(t, map[string]int{"x": 5, "y": 7, "t": 3, "g": 9, "f": 2}, ids, "a run that settled nothing sends every record again")
 
 	var got []string
 	require.NoError(t, eachLine(strings.NewReader("ab\n"+strings.Repeat("x", 100)+"\ncd"), 10, func(l []byte) { got = append(got, string(l)) }))
@@ -1356,7 +1366,8 @@ func TestTheIDsOfMayBeStaleLettersAreReadFromTheFile(t *testing.T) {
 	require.NoError(t, eachLine(strings.NewReader(longer+long+longer+"ab\n"), 100<<10, func(l []byte) { got = append(got, string(l)) }))
 	assert.Equal(t, []string{long, "ab\n"}, got, "lines longer than the buffer, within the limit or not")
 
-	ids, err = staleLetterIDs(filepath.Join(t.TempDir(), "none"))
+	ids, late, err = exposedIDs(filepath.Join(t.TempDir(), "none"), 0)
 	assert.NoError(t, err)
+	assert.False(t, late)
 	assert.Empty(t, ids)
 }

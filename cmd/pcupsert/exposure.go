@@ -17,13 +17,15 @@ import (
 	"github.com/upsertlib/upsert/ndjson"
 )
 
-// A record of an id whose may-be-stale letter (ndjson.StaleClass) an
-// earlier run left in the dead-letter file is exposed, in a run that
-// appends to that file, as a later record of such an id is within the run
-// that wrote the letter (upsert.Stale): replaying the file, as the report
-// of that run says to, upserts the letter's record again, so a later
-// record of its id that lands without a letter after it would be undone by
-// the replay. Such a record gets a may-be-stale letter too when it lands,
+// A record of an id of which an earlier run left a letter in the
+// dead-letter file, for a record that may have landed (a may-be-stale
+// letter, ndjson.StaleClass, or a failure without an answer) or that this
+// run sends again (past the checkpoint), is exposed, in a run that appends
+// to that file, as a later record of such an id is within the run that
+// wrote the letter (upsert.Stale): replaying the file, as the report of
+// that run says to, upserts the letter's record again, so a later record
+// of its id that lands without a letter after it would be undone by the
+// replay. Such a record gets a may-be-stale letter too when it lands,
 // and the replay ends on the input's last record of the id that the runs
 // sent, as it does within one run.
 //
@@ -38,13 +40,12 @@ import (
 // acknowledged (durableCheckpoint), so that it never passes a record
 // whose letter is not written. A run without such letters takes no acks.
 
-// exposure is the ids of the may-be-stale letters of a dead-letter file
-// that a run appends to, and the letters of the run's records of those
-// ids, held until their ack. It is safe for concurrent use.
+// exposure is the ids a run that appends to a dead-letter file exposes
+// (exposedIDs), and the letters of the run's records of those ids, held
+// until their ack. It is safe for concurrent use.
 type exposure struct {
 	// ids maps each id to the position ("index") of the record its last
-	// may-be-stale letter holds, the earlier record of a letter of a
-	// later one.
+	// such letter holds, the earlier record of a letter of a later one.
 	ids   map[string]int
 	write func(exposedLetter) // writes a letter to the dead-letter file
 	// message returns the error of the letter of a landed record that
@@ -183,29 +184,36 @@ func (x *exposure) landedLetters() int {
 	return x.lettered
 }
 
-// staleLetterIDs returns the ids of the may-be-stale letters of the
-// dead-letter file at path, each with the position ("index") of the
-// record its last such letter holds: none when path is not a regular file
-// (a device, a pipe, or no file). The file is read a line at a time, only
-// the lines that name the class decoded, and only the ids kept. A line
-// that is no such letter (the letter of a bad line, a line a killed run
+// exposedIDs returns the ids a run resuming from position from exposes:
+// those of the dead-letter file's letters whose record may have landed
+// (a may-be-stale letter, or a failure whose request went unanswered),
+// which a late write or a replay may apply after the run's records of the
+// id, and those of the letters of records at or past from, which the run
+// sends again; each with the position ("index") of the record its last
+// such letter holds. late reports a letter whose record may have landed.
+// None when path is not a regular file (a device, a pipe, or no file).
+// The file is read a line at a time, and only the ids kept. A line that
+// is no record's letter (the letter of a bad line, a line a killed run
 // cut short, one longer than a replay reads) is passed over.
-func staleLetterIDs(path string) (map[string]int, error) {
+func exposedIDs(path string, from int64) (ids map[string]int, late bool, err error) {
 	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
-		return nil, nil
+		return nil, false, nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer f.Close()
-	ids := make(map[string]int)
+	ids = make(map[string]int)
 	err = eachLine(f, ndjson.MaxLineBytes, func(line []byte) {
-		if id, index, ok := staleLetter(line); ok {
-			ids[id] = index
+		l, ok := recordLetter(line)
+		if !ok || !l.mayHaveLanded() && int64(l.Index) < from {
+			return
 		}
+		late = late || l.mayHaveLanded()
+		ids[l.ID] = max(ids[l.ID], l.Index)
 	})
-	return ids, err
+	return ids, late, err
 }
 
 // eachLine calls f with each line of r of at most limit bytes (its line
@@ -239,28 +247,35 @@ func eachLine(r io.Reader, limit int, f func(line []byte)) error {
 	}
 }
 
-// staleLetter reports whether line, of a dead-letter file, is a
-// may-be-stale letter, and returns its record's id and "index".
-func staleLetter(line []byte) (id string, index int, ok bool) {
-	if !bytes.Contains(line, []byte(ndjson.StaleClass)) {
-		return "", 0, false // most letters: not decoded
+// letterFields are the fields of a record's dead letter that exposedIDs
+// reads.
+type letterFields struct {
+	ID            string `json:"id"`
+	Class         string `json:"class"`
+	Index         int    `json:"index"`
+	MayHaveLanded bool   `json:"may_have_landed"`
+}
+
+// mayHaveLanded reports whether the letter's record may have landed.
+func (l letterFields) mayHaveLanded() bool { return l.MayHaveLanded || l.Class == ndjson.StaleClass }
+
+// recordLetter decodes line, of a dead-letter file, as the letter of a
+// record; ok is false for another line (a bad line's letter has no id).
+func recordLetter(line []byte) (l letterFields, ok bool) {
+	if !bytes.Contains(line, []byte(`"id"`)) {
+		return l, false // not decoded
 	}
-	var l struct {
-		ID    string `json:"id"`
-		Class string `json:"class"`
-		Index int    `json:"index"`
+	if json.Unmarshal(line, &l) != nil || l.ID == "" || l.Class == "" {
+		return l, false
 	}
-	if json.Unmarshal(line, &l) != nil || l.Class != ndjson.StaleClass || l.ID == "" {
-		return "", 0, false
-	}
-	return l.ID, l.Index, true
+	return l, true
 }
 
 // exposedMessage is the error of the may-be-stale letter of st, a record
-// that landed after an earlier run left such a letter of its id in the
-// dead-letter file at path.
+// that landed after an earlier run left a letter of its id in the
+// dead-letter file at path (see exposedIDs).
 func exposedMessage(in *input, st upsert.Stale, path string) string {
-	return fmt.Sprintf("%s: landed after an earlier run, which this one resumes, left a may-be-stale letter of its id in %s: "+
-		"replaying that letter upserts an earlier record of the id again, and this one's letter, after it, upserts this one last; "+
-		"replay the file once the index is quiet", in.where(st.Index, st.ID), path)
+	return fmt.Sprintf("%s: landed after an earlier run, which this one resumes, left a letter of its id in %s: "+
+		"replaying that letter (or that run's request without an answer, landing late) upserts an earlier record of the id again, "+
+		"and this one's letter, after it, upserts this one last; replay the file once the index is quiet", in.where(st.Index, st.ID), path)
 }

@@ -526,26 +526,27 @@ func newDeadLetters(o options, e *env, in *input, notice func(string)) (*deadLet
 
 // exposeEarlierLetters sets up dead, for a run with a checkpoint, to
 // append to the letters of the runs it resumes, whose records (or bad
-// lines) its checkpoint skips, and to letter its records of the ids of
-// their may-be-stale letters (see exposure). A file holding such letters
-// is appended to by a run whose checkpoint settled nothing as well (no
-// checkpoint file, even): an earlier run may have written them while the
-// first record of the input waited, left to resume, and replacing the
-// file would lose them, though the earlier run's request without an
-// answer may still be applied after this run's records of those ids. Its
-// error is that of reading the file, before anything is sent.
+// lines) its checkpoint skips, and to letter its records of the ids it
+// exposes (exposedIDs, exposure). A file holding letters of records that
+// may have landed is appended to by a run whose checkpoint settled nothing
+// as well (no checkpoint file, even): an earlier run may have written them
+// while the first record of the input waited, left to resume, and
+// replacing the file would lose them, though the earlier run's request
+// without an answer may still be applied after this run's records of
+// those ids. Its error is that of reading the file, before anything is
+// sent.
 func exposeEarlierLetters(o options, e *env, in *input, dead *deadLetters) error {
 	if o.checkpoint == "" {
 		return nil
 	}
 	resumes := in.skip > 0 || in.skipBadThrough > 0
-	ids, err := staleLetterIDs(o.deadLetter)
+	ids, late, err := exposedIDs(o.deadLetter, int64(in.skip))
 	if err != nil {
-		return fmt.Errorf("reading the may-be-stale letters of the dead-letter file %s: %w", o.deadLetter, err)
+		return fmt.Errorf("reading the letters of the dead-letter file %s: %w", o.deadLetter, err)
 	}
-	if len(ids) > 0 && !resumes {
+	if late && !resumes {
 		resumes = true
-		fmt.Fprintf(e.con, "pcupsert: %s holds may-be-stale letters of an earlier run, and the checkpoint %s settled nothing: "+
+		fmt.Fprintf(e.con, "pcupsert: %s holds letters of an earlier run whose records may have landed, and the checkpoint %s settled nothing: "+
 			"appending to it rather than replacing it, so that replaying it still upserts those records again\n", o.deadLetter, o.checkpoint)
 	}
 	if !resumes {

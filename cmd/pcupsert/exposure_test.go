@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+
+	"github.com/upsertlib/upsert/upserttest"
+)
+
+// staleLetterLine is a may-be-stale letter of id, as an earlier run wrote it.
+func staleLetterLine(id string, first float32, index int) string {
+	return fmt.Sprintf(`{"id":%q,"values":[%g,1,1],"class":"may-be-stale","error":"e","may_have_landed":true,"index":%d,"earlier":0}`+"\n", id, first, index)
+}
+
+// Many records of exposed ids, several per id, some refused before
+// sending, with concurrency, an interrupt and a resume, then a replay:
+// every exposed id ends on the input's last valid record of it.
+func TestExposedIDsInterruptedResumedAndReplayedEndOnTheirLastRecords(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	var b strings.Builder
+	last := map[string]float32{}
+	const n = 600
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("r%d", i)
+		if i%3 == 0 {
+			id = fmt.Sprintf("x%d", i%7)
+		}
+		if strings.HasPrefix(id, "x") && i%11 == 0 {
+			fmt.Fprintf(&b, `{"id":%q,"values":[0,0,0]}`+"\n", id) // refused before sending
+			continue
+		}
+		fmt.Fprintf(&b, `{"id":%q,"values":[%d,1,1]}`+"\n", id, i)
+		last[id] = float32(i)
+	}
+	require.NoError(t, os.WriteFile(in, []byte(b.String()), 0o600))
+	var pre strings.Builder
+	for k := 0; k < 7; k++ {
+		pre.WriteString(staleLetterLine(fmt.Sprintf("x%d", k), -1, 0))
+	}
+	require.NoError(t, os.WriteFile(dl, []byte(pre.String()), 0o600))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var seq atomic.Int32
+	release := make(chan struct{})
+	var once sync.Once
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		if int(seq.Add(1)) == 40 {
+			once.Do(cancel)
+			<-release
+			return upserttest.Fault{Code: codes.Unavailable}
+		}
+		return upserttest.Fault{}
+	}))
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--batch-size", "5", "--concurrency", "4", "--checkpoint", ckpt, "--dead-letter", dl, in)
+	res := runCmd(t, ctx, nil, args...)
+	close(release)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	t.Logf("checkpoint after the interrupt: %q", readString(t, ckpt))
+	res = runCmd(t, nil, nil, args...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	require.Regexp(t, `^\d+\n`, readString(t, ckpt))
+
+	res = runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", filepath.Join(dir, "dl2.ndjson"), dl)...)
+	vs := srv.Vectors("__default__")
+	for k := 0; k < 7; k++ {
+		id := fmt.Sprintf("x%d", k)
+		v, ok := vs[id]
+		require.True(t, ok, id)
+		assert.Equal(t, last[id], (*v.Values)[0], "%s ends on its last record after the replay", id)
+	}
+}
+
+// A process killed mid-run with exposed ids: every record of an
+// exposed id before the checkpoint has its letter on disk, and after the
+// resume and a replay each id ends on its last record.
+func TestAKilledRunWithExposedIDsLosesNoLetter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("child process")
+	}
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	var b strings.Builder
+	type rec struct {
+		id string
+		v  float32
+	}
+	var input []rec
+	const n = 1500
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("r%d", i)
+		if i%3 == 0 {
+			id = fmt.Sprintf("x%d", (i/3)%4)
+		}
+		fmt.Fprintf(&b, `{"id":%q,"values":[%d,1,1]}`+"\n", id, i)
+		input = append(input, rec{id, float32(i)})
+	}
+	require.NoError(t, os.WriteFile(in, []byte(b.String()), 0o600))
+	var pre strings.Builder
+	for k := 0; k < 4; k++ {
+		pre.WriteString(staleLetterLine(fmt.Sprintf("x%d", k), -1, 0))
+	}
+	require.NoError(t, os.WriteFile(dl, []byte(pre.String()), 0o600))
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		return upserttest.Fault{Delay: 3 * time.Millisecond}
+	}))
+	defer srv.Close()
+	args := []string{"--host", srv.Host(), "--checkpoint", ckpt, "--dead-letter", dl, "--progress", "off", "--batch-size", "4", "--concurrency", "2", in}
+	first, out := startChild(t, args...)
+	saved := 0
+	waitFor(t, "a checkpoint past 300", func() bool {
+		if b, err := os.ReadFile(ckpt); err == nil {
+			c, _, _ := strings.Cut(string(b), "\n")
+			saved, _ = strconv.Atoi(c)
+		}
+		return saved > 300
+	})
+	require.NoError(t, first.Process.Signal(syscall.SIGKILL))
+	_ = first.Wait()
+	b2, _ := os.ReadFile(ckpt)
+	c, _, _ := strings.Cut(string(b2), "\n")
+	saved, _ = strconv.Atoi(c)
+	t.Logf("killed at checkpoint %d; stored %d; output %s", saved, srv.Count("__default__"), out.String())
+	for k := 0; k < 4; k++ {
+		id := fmt.Sprintf("x%d", k)
+		var want float32 = -1
+		for _, r := range input[:saved] {
+			if r.id == id {
+				want = r.v
+			}
+		}
+		firsts, _ := lettersOf(t, dl, id)
+		assert.Contains(t, firsts, want, "%s's last record before the checkpoint has its letter on disk", id)
+	}
+	out2, err := func() (string, error) {
+		raw, _ := json.Marshal(args)
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childArgs+"="+string(raw), "PINECONE_API_KEY=test-key-for-upserttest")
+		o, err := cmd.CombinedOutput()
+		return string(o), err
+	}()
+	t.Logf("resumed: %v %s", err, out2)
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", filepath.Join(dir, "dl2.ndjson"), dl)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	vs := srv.Vectors("__default__")
+	for k := 0; k < 4; k++ {
+		id := fmt.Sprintf("x%d", k)
+		var want float32
+		for _, r := range input {
+			if r.id == id {
+				want = r.v
+			}
+		}
+		assert.Equal(t, want, (*vs[id].Values)[0], id)
+	}
+	assert.Len(t, vs, n/3*2+4)
+}
+
+// A letter of a record whose requests ended without an answer (retries
+// spent on timeouts, "may_have_landed":true) exposes a later record of its
+// id, as a may-be-stale letter does, across a resume too: run 1 letters
+// f's first record while z, before it, is left to resume; run 2 sends f's
+// first record again and then its second (the input grew). Both landed
+// without a letter once, and replaying the file put f's first record back
+// over its last one.
+func TestAResumedRunLettersALaterRecordOfAnIDWhoseTimedOutLetterItKeeps(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := `{"id":"a","values":[1,1,1]}
+{"id":"z","values":[1,1,1]}
+{"id":"f","values":[1,1,1]}
+`
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	// z is rate-limited until f's first record has spent its retries on
+	// timeouts; then the run is interrupted: z is left to resume, the
+	// checkpoint at 1 (a), f's record lettered.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var fAttempts atomic.Int32
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		switch {
+		case slices.Contains(r.IDs, "z"):
+			return upserttest.Fault{Code: codes.ResourceExhausted, RetryAfter: 100 * time.Millisecond}
+		case slices.Contains(r.IDs, "f"):
+			if fAttempts.Add(1) == 5 { // its last: it times out at 50ms
+				time.AfterFunc(200*time.Millisecond, cancel)
+			}
+			return upserttest.Fault{Delay: 150 * time.Millisecond, Code: codes.Unavailable}
+		}
+		return upserttest.Fault{}
+	}))
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--batch-size", "1", "--concurrency", "2", "--timeout", "50ms",
+		"--checkpoint", ckpt, "--dead-letter", dl, in)
+	res := runCmd(t, ctx, nil, args...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	require.FileExists(t, dl, res.stderr)
+	firsts, _ := lettersOf(t, dl, "f")
+	require.Equal(t, []float32{1}, firsts, "run 1 letters f's first record; stderr:\n%s", res.stderr)
+	require.Regexp(t, `^1\n`, readString(t, ckpt), "the checkpoint stops at z, before f's record")
+	raw, err := os.ReadFile(dl)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"may_have_landed":true`, "its requests ended without an answer")
+
+	// The input grows (the same input), with f's second record.
+	f, err := os.OpenFile(in, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString(`{"id":"w","values":[1,1,1]}` + "\n" + `{"id":"f","values":[2,1,1]}` + "\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	srv.SetFaults(nil) // the index is well
+	res = runCmd(t, nil, nil, args...)
+	require.Contains(t, res.stderr, "skipped the first 1 record", res.stderr)
+	v, ok := srv.Vector("__default__", "f")
+	require.True(t, ok)
+	require.Equal(t, float32(2), (*v.Values)[0], "run 2 landed f's last record")
+
+	// The index is quiet: replay the dead-letter file.
+	res = runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--dead-letter", filepath.Join(dir, "dl2.ndjson"), dl)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	v, ok = srv.Vector("__default__", "f")
+	require.True(t, ok)
+	assert.Equal(t, float32(2), (*v.Values)[0], "the replay ends on f's last record, not run 1's letter of its first")
+}

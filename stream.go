@@ -38,9 +38,11 @@ import (
 // function was given: then the observer is where failures go, and
 // Result.Failed keeps only the first 1000 (Stats.Failed counts all). When
 // ctx ends, Stream stops pulling; records it pulled and did not land fail
-// with [ClassCanceled]. When ctx ends (or seq stops because it did) while
-// the checkpoint's records are skipped, the call's error matches
-// [ErrCanceled], and the checkpoint is left as it was. A panic in seq or
+// with [ClassCanceled]. When seq returns after ctx ended (an iterator that
+// watches ctx stops for it), the input may not be whole: the call's error
+// matches [ErrCanceled], though every record pulled landed; when that is
+// while the checkpoint's records are skipped, the checkpoint is left as
+// it was. A panic in seq or
 // in the namespace function reaches the caller once Stream has stopped
 // everything it started.
 func Stream(ctx context.Context, seq iter.Seq[*pinecone.Vector], opts ...Option) (Result, error) {
@@ -83,10 +85,12 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 			in.abort(stop, nil)
 		}
 	}()
+	pulledAll := true // seq returned of itself
 	for v := range seq {
 		if skip > 0 {
 			skip--
 			if skip > 0 && ctxEnded(ctx) { // as push does after the skip: a skip of millions stops at a cancel too
+				pulledAll = false
 				break
 			}
 			continue
@@ -94,11 +98,15 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 		p := pushing{it: toItem(v)}
 		if err := in.push(ctx, &p); err != nil {
 			in.refuse(&p, err) // pulled, so it must be accounted for
+			pulledAll = false
 			break
 		}
 	}
 	stop()
 	end := in.skipEnd(ctx, skip)
+	if end == nil && pulledAll && ctxEnded(ctx) {
+		end = canceledEnd(&Error{Class: ClassCanceled, Err: fmt.Errorf("the input ended after the context did, and may not be whole: %w", context.Cause(ctx))})
+	}
 	if cfg.checkpoint != nil {
 		end = in.withFinalSave(end)
 	}
@@ -132,18 +140,24 @@ func (in *intake) skipEnd(ctx context.Context, left int) func(error) error {
 	in.r.stats.skipped.Add(-int64(left))
 	skipped := int(in.loaded) - left
 	if ctx.Err() != nil {
-		canceled := &Error{Class: ClassCanceled, Err: fmt.Errorf("stopped while skipping the %d records the checkpoint settled, %d skipped: %w",
-			in.loaded, skipped, context.Cause(ctx))}
-		return func(err error) error {
-			if err == nil {
-				return canceled
-			}
-			return errors.Join(err, canceled)
-		}
+		return canceledEnd(&Error{Class: ClassCanceled, Err: fmt.Errorf("stopped while skipping the %d records the checkpoint settled, %d skipped: %w",
+			in.loaded, skipped, context.Cause(ctx))})
 	}
 	return func(error) error {
 		return fmt.Errorf("%w: it says %d records settled, and the input has %d records: the input changed, or the checkpoint belongs to another",
 			ErrCheckpointPastEnd, in.loaded, skipped)
+	}
+}
+
+// canceledEnd returns the end (see run.finish) of a stream that stopped
+// pulling because its context ended: canceled, joined to the run's own
+// error, if any.
+func canceledEnd(canceled *Error) func(error) error {
+	return func(err error) error {
+		if err == nil {
+			return canceled
+		}
+		return errors.Join(err, canceled)
 	}
 }
 

@@ -518,3 +518,44 @@ func TestARecordPulledAfterTheRunStoppedFailsInItsNamespace(t *testing.T) {
 		check(t, res, err)
 	})
 }
+
+// An iterator that watches ctx stops when it ends: the records it pulled
+// landed, but the input may not be whole, so the call says it was
+// canceled rather than done. An input that ends of itself, ctx alive, is
+// done.
+func TestAStreamWhoseInputStopsForTheCancelSaysCanceled(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		cancelAt int // records yielded before the cancel; -1: never
+		wantErr  error
+	}{
+		{"the input stops for the cancel", 30, ErrCanceled},
+		{"the input ends, ctx alive", -1, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			fi := newFakeIndex(nil)
+			seq := func(yield func(*pinecone.Vector) bool) {
+				for i, v := range vectors(100, 2) {
+					if i == tt.cancelAt {
+						// Every record pulled landed: nothing fails for the cancel.
+						require.Eventually(t, func() bool { return len(fi.Stored()) == i }, 5*time.Second, time.Millisecond)
+						cancel()
+					}
+					if ctx.Err() != nil || !yield(v) {
+						return
+					}
+				}
+			}
+			res, err := Stream(ctx, seq, testOpts(fi, WithBatchSize(10))...)
+			if tt.wantErr == nil {
+				require.NoError(t, err)
+				assert.Equal(t, 100, res.Upserted)
+				return
+			}
+			require.ErrorIs(t, err, tt.wantErr)
+			assert.Equal(t, tt.cancelAt, res.Upserted, "every record pulled landed")
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package upsert
 
 import (
-	"bytes"
 	"encoding"
 	"encoding/json"
 	"maps"
@@ -9,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/upsertlib/upsert/internal/jsontext"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -201,8 +201,8 @@ func freeze(v any) any {
 	if err != nil {
 		return v
 	}
-	if bytes.Contains(b, escapedRuneError) {
-		if _, bad := notUTF8(v); bad {
+	if jsontext.MayBeAltered(b) {
+		if _, bad := jsontext.NotUTF8(v); bad {
 			return v
 		}
 	}

@@ -1,22 +1,19 @@
 package upsert
 
 import (
-	"bytes"
 	"context"
-	"encoding"
 	"encoding/json"
 	"fmt"
 	"io"
 	"iter"
 	"net/http"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/upsertlib/upsert/internal/jsontext"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -127,26 +124,14 @@ func recordID(raw any) (string, error) {
 	return "", fmt.Errorf("id is a %T; it must be a string", raw)
 }
 
-// escapedRuneError is what encoding/json writes in a string for each byte
-// that is not valid UTF-8.
-var escapedRuneError = []byte(`\ufffd`)
-
 // checkUTF8 refuses a record, encoded as JSON, whose encoding altered text
 // that is not valid UTF-8 or carries such text as it is (from a
 // json.RawMessage or a MarshalJSON), whatever the Go type that holds it:
 // Pinecone would store the first altered, and refuse the whole request of
-// the second. Most records show neither, which one pass over encoded
-// tells; only then are the record's fields searched, to name the one.
+// the second.
 func checkUTF8(r *pinecone.IntegratedRecord, encoded []byte) error {
-	if utf8.Valid(encoded) && !bytes.Contains(encoded, escapedRuneError) {
-		return nil
-	}
-	// \ufffd may also be the caller's own escape, in a json.RawMessage.
-	if path, bad := notUTF8(map[string]any(*r)); bad {
-		return fmt.Errorf("field %s is not valid UTF-8; it cannot be sent as it is", path)
-	}
-	if !utf8.Valid(encoded) {
-		return fmt.Errorf("encodes to JSON that is not valid UTF-8")
+	if err := jsontext.Check(map[string]any(*r), encoded); err != nil {
+		return fmt.Errorf("%w; it cannot be sent as it is", err)
 	}
 	return nil
 }
@@ -183,105 +168,6 @@ func hasText(fields map[string]any) bool {
 		}
 	}
 	return false
-}
-
-// notUTF8 finds, in v, a key or text that is not valid UTF-8, which JSON
-// would send altered or invalid, and returns its path, such as
-// "meta""tags"[2] (see notUTF8Value).
-func notUTF8(v any) (path string, bad bool) { return notUTF8Value(reflect.ValueOf(v), 0) }
-
-// maxWalk is how deep notUTF8Value looks: a value JSON encodes may still
-// hold a cycle the walk would follow (an embedded pointer to itself, whose
-// fields JSON shadows), and metadata is shallow.
-const maxWalk = 64
-
-// notUTF8Value is notUTF8 for a value of any type, walked as encoding/json
-// walks it, depth levels down: the output of its own MarshalJSON or
-// MarshalText, else its strings, the elements of its slices, arrays and
-// maps, the keys of its maps and its exported fields.
-func notUTF8Value(v reflect.Value, depth int) (path string, bad bool) {
-	if depth > maxWalk || !v.IsValid() || (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) && v.IsNil() {
-		return "", false
-	}
-	depth++
-	if b, ok := ownEncoding(v); ok {
-		return "", !utf8.Valid(b)
-	}
-	switch v.Kind() {
-	case reflect.String:
-		return "", !utf8.ValidString(v.String())
-	case reflect.Pointer, reflect.Interface:
-		return notUTF8Value(v.Elem(), depth)
-	case reflect.Slice, reflect.Array:
-		if v.Type().Elem().Kind() == reflect.Uint8 { // base64 or numbers
-			return "", false
-		}
-		for i := range v.Len() {
-			if p, bad := notUTF8Value(v.Index(i), depth); bad {
-				return fmt.Sprintf("[%d]", i) + p, true
-			}
-		}
-	case reflect.Map:
-		return notUTF8Map(v, depth)
-	case reflect.Struct:
-		return notUTF8Struct(v, depth)
-	}
-	return "", false
-}
-
-// ownEncoding returns what v's own MarshalJSON or MarshalText writes, when
-// it has one that encoding/json would call.
-func ownEncoding(v reflect.Value) ([]byte, bool) {
-	if v.CanAddr() {
-		v = v.Addr() // encoding/json calls methods of *T on addressable values
-	}
-	if !v.CanInterface() {
-		return nil, false
-	}
-	switch m := v.Interface().(type) {
-	case json.Marshaler:
-		b, _ := m.MarshalJSON()
-		return b, true
-	case encoding.TextMarshaler:
-		b, _ := m.MarshalText()
-		return b, true
-	}
-	return nil, false
-}
-
-func notUTF8Map(v reflect.Value, depth int) (path string, bad bool) {
-	keys := v.MapKeys()
-	slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
-	for _, k := range keys {
-		if _, bad := notUTF8Value(k, depth); bad {
-			return fmt.Sprintf("key %q", fmt.Sprint(k)), true
-		}
-		if p, bad := notUTF8Value(v.MapIndex(k), depth); bad {
-			return fmt.Sprintf("%q", fmt.Sprint(k)) + p, true
-		}
-	}
-	return "", false
-}
-
-// notUTF8Struct walks the fields encoding/json encodes: exported or
-// embedded, and not tagged "-".
-func notUTF8Struct(v reflect.Value, depth int) (path string, bad bool) {
-	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag := f.Tag.Get("json")
-		if !f.IsExported() && !f.Anonymous || tag == "-" {
-			continue
-		}
-		name, _, _ := strings.Cut(tag, ",")
-		if name == "" {
-			name = f.Name
-		}
-		if p, bad := notUTF8Value(v.Field(i), depth); bad {
-			return fmt.Sprintf("%q", name) + p, true
-		}
-	}
-	return "", false
 }
 
 // NewClient returns a Pinecone client whose REST calls go through

@@ -16,6 +16,7 @@ import (
 
 	"github.com/upsertlib/upsert"
 	"github.com/upsertlib/upsert/internal/dirsync"
+	"github.com/upsertlib/upsert/internal/jsontext"
 )
 
 // DeadLetters is a dead-letter file: one line per record that did not land
@@ -35,6 +36,10 @@ import (
 // which syncs the letters before every save of the checkpoint.
 type DeadLetters struct {
 	path string
+	// regular reports that f is a regular file. A device or a pipe
+	// (/dev/null, /dev/stdout) is not synced: Linux answers EINVAL, and a
+	// letter written to one is delivered already.
+	regular bool
 	// resumable is set by Checkpoint: Write then skips the failures that
 	// the resumed run sends again.
 	resumable atomic.Bool
@@ -54,9 +59,12 @@ type DeadLetters struct {
 }
 
 // CreateDeadLetters creates the dead-letter file at path, or truncates it
-// if it exists, readable and writable by its owner only (mode 0600, also
-// applied to an existing file). It returns the error of os.OpenFile or
-// Chmod, having closed the file.
+// if it exists, readable and writable by its owner only (mode 0600), since
+// the letters hold the records: the mode is also applied to an existing
+// regular file, whose mode may be wider. A path that names a device or a
+// named pipe (/dev/null, /dev/stdout) is written to as it is: its mode is
+// left untouched, and [DeadLetters.Sync] has nothing to sync there. It
+// returns the error of os.OpenFile, Stat or Chmod, having closed the file.
 func CreateDeadLetters(path string) (*DeadLetters, error) {
 	return openDeadLetters(path, os.O_WRONLY|os.O_TRUNC)
 }
@@ -64,11 +72,16 @@ func CreateDeadLetters(path string) (*DeadLetters, error) {
 // AppendDeadLetters opens the dead-letter file at path to add letters
 // after those it holds, creating it if it does not exist, as
 // [CreateDeadLetters] does otherwise: for a run that resumes an
-// interrupted one, whose letters the file keeps. A last line without its
-// "\n" (a run killed while writing, a file edited by hand) gets one first,
-// which is not counted as a letter.
+// interrupted one, whose letters the file keeps. A regular file whose
+// last line has no "\n" (a run killed while writing, a file edited by
+// hand) gets one first, which is not counted as a letter.
+//
+// The file is opened for writing only, as by CreateDeadLetters: on a
+// named pipe whose reader goes away, writes fail (EPIPE), and the error is
+// kept for Sync and Close, rather than block for ever. Its last byte is
+// read through a second, read-only descriptor, for a regular file only.
 func AppendDeadLetters(path string) (*DeadLetters, error) {
-	d, err := openDeadLetters(path, os.O_RDWR|os.O_APPEND)
+	d, err := openDeadLetters(path, os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		return nil, err
 	}
@@ -84,36 +97,69 @@ func openDeadLetters(path string, mode int) (*DeadLetters, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := f.Chmod(0o600); err != nil {
+	fi, err := f.Stat()
+	if err == nil && fi.Mode().IsRegular() {
+		err = f.Chmod(0o600)
+	}
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	return &DeadLetters{path: path, f: f, w: bufio.NewWriterSize(f, 256<<10)}, nil
+	return &DeadLetters{path: path, f: f, regular: fi.Mode().IsRegular(), w: bufio.NewWriterSize(f, 256<<10)}, nil
 }
 
 // endLastLine writes a "\n" to the file if it is a regular file whose last
 // byte is not one: the first letter appended would otherwise be glued to
 // its last line, and neither would read back.
 func (d *DeadLetters) endLastLine() error {
-	fi, err := d.f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
-		return err
-	}
-	last := make([]byte, 1)
-	if _, err := d.f.ReadAt(last, fi.Size()-1); err != nil {
-		return err
-	}
-	if last[0] == '\n' {
+	if !d.regular {
 		return nil
+	}
+	last, err := lastByte(d.f, d.path)
+	if err != nil || last == -1 || last == '\n' {
+		return err
 	}
 	_, err = d.f.Write([]byte("\n"))
 	return err
 }
 
+// lastByte returns the last byte of f, a regular file opened for writing
+// only from path, or -1 when it is empty. It reads it through a read-only
+// descriptor of its own, and fails if path no longer names f.
+func lastByte(f *os.File, path string) (int, error) {
+	r, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	wi, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	ri, err := r.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if !os.SameFile(wi, ri) {
+		return 0, fmt.Errorf("ndjson: %s was replaced while it was opened", path)
+	}
+	if ri.Size() == 0 {
+		return -1, nil
+	}
+	b := make([]byte, 1)
+	if _, err := r.ReadAt(b, ri.Size()-1); err != nil {
+		return 0, err
+	}
+	return int(b[0]), nil
+}
+
 // letterOut is a dead letter of a record: the record's fields, then the
 // failure's.
 type letterOut struct {
-	recordOut
+	// recordOut is the record, or its id alone (idOnly); nil when the id
+	// is not valid UTF-8, which IDBase64 then holds.
+	*recordOut
+	IDBase64      string `json:"id_base64,omitempty"`
 	Class         string `json:"class"`
 	Error         string `json:"error"`
 	Attempts      int    `json:"attempts"`
@@ -122,30 +168,36 @@ type letterOut struct {
 	// RecordError says why the record's values and metadata are missing:
 	// JSON cannot hold them as they are (see Encode).
 	RecordError string `json:"record_error,omitempty"`
-	// Namespace is the record's namespace (upsert.Failure.Namespace),
-	// left out when "".
-	Namespace string `json:"namespace,omitempty"`
+	namespaceOut
 }
 
 // integratedLetter is a dead letter of an integrated record (upsert.Records).
 type integratedLetter struct {
-	Record        pinecone.IntegratedRecord `json:"integrated_record"`
-	Class         string                    `json:"class"`
-	Error         string                    `json:"error"`
-	Attempts      int                       `json:"attempts"`
-	MayHaveLanded bool                      `json:"may_have_landed"`
-	Index         int                       `json:"index"`
+	Record pinecone.IntegratedRecord `json:"integrated_record"`
+	// IDBase64 holds the id when the record holds nothing (integratedIDOnly).
+	IDBase64      string `json:"id_base64,omitempty"`
+	Class         string `json:"class"`
+	Error         string `json:"error"`
+	Attempts      int    `json:"attempts"`
+	MayHaveLanded bool   `json:"may_have_landed"`
+	Index         int    `json:"index"`
 	// RecordError says why the record holds its id alone: JSON cannot
-	// hold its fields.
+	// hold its fields as they are.
 	RecordError string `json:"record_error,omitempty"`
-	Namespace   string `json:"namespace,omitempty"`
+	namespaceOut
 }
 
 // nilRecordLetter is the dead letter of a failure without a record.
 type nilRecordLetter struct {
-	Index     int    `json:"index"`
-	Error     string `json:"error"`
-	Namespace string `json:"namespace,omitempty"`
+	Index int    `json:"index"`
+	Error string `json:"error"`
+	namespaceOut
+}
+
+// namespaceOut is the namespace of a letter, last (see letterNamespace).
+type namespaceOut struct {
+	Namespace       string `json:"namespace,omitempty"`
+	NamespaceBase64 string `json:"namespace_base64,omitempty"`
 }
 
 // Write writes the dead letter of f: its record's fields, then "class",
@@ -156,22 +208,36 @@ type nilRecordLetter struct {
 // or metadata that is not valid UTF-8) is written with its id and the
 // failure only, plus "record_error" saying why.
 //
+// An id that is not valid UTF-8, which a JSON string cannot hold as it is
+// (encoding/json writes U+FFFD for each byte that is not UTF-8), is not
+// written as "id": the letter holds "id_base64" in its place, the id's
+// exact bytes (standard base64, with padding), as [DeadLetters.WriteBad]
+// keeps a line in "raw_base64". A [Reader] reads such a letter as a line
+// without an id ([ErrMissingID]), rather than as a record of an id the
+// input never had.
+//
 // Every letter ends with "namespace", f.Namespace (the record's namespace,
-// as routed: upsert.WithNamespaceOf's answer, or the index connection's), when it is not
-// "": a program that replays the letters of a run over several namespaces
-// reads it to send each record back where it belongs. It is absent for the
-// default namespace, whether named "" or "__default__" (Pinecone's other
-// name for it), and for a record that the run failed before it looked at
-// it (see upsert.Failure.Namespace). A [Reader] ignores it, as it does
-// every field that is not the record's: replaying the file through a
-// Reader alone sends every record to the one namespace of the replay.
+// as routed: upsert.WithNamespaceOf's answer, or the index connection's),
+// when it is not "": a program that replays the letters of a run over
+// several namespaces reads it to send each record back where it belongs.
+// It is absent for the default namespace, whether named "" or
+// "__default__" (Pinecone's other name for it), and for a record that the
+// run failed before it looked at it (see upsert.Failure.Namespace). A
+// namespace that is not valid UTF-8 is written as "namespace_base64", its
+// exact bytes, in place of "namespace", for the same reason as the id. A
+// [Reader] ignores both, as it does every field that is not the record's:
+// replaying the file through a Reader alone sends every record to the one
+// namespace of the replay.
 //
 // The failure of an integrated record (upsert.Records) is written as
 // {"integrated_record":{…},"class":…,"error":…,"attempts":…,
 // "may_have_landed":…,"index":…}, the record's fields as given, then
 // "namespace" as above; a Reader does not read it back (it reports a line
-// without an id). One that JSON cannot hold is written with
-// {"integrated_record":{"_id":<f.ID>}} and "record_error", as a record is.
+// without an id). One that JSON cannot hold as it is (a NaN, a value it
+// cannot encode, a key or text that is not valid UTF-8, a json.RawMessage
+// that is not UTF-8) is written with {"integrated_record":{"_id":<f.ID>}}
+// and "record_error", as a record is; with "integrated_record":{} and
+// "id_base64" when f.ID is not valid UTF-8.
 //
 // Write has the signature of upsert.Observer.Failure:
 //
@@ -203,7 +269,7 @@ func (d *DeadLetters) Write(f upsert.Failure) {
 	case f.Record == nil && f.Integrated != nil:
 		line, err = marshalIntegratedLetter(f, msg)
 	case f.Record == nil:
-		line, err = marshalLine(nilRecordLetter{Index: f.Index, Error: msg, Namespace: letterNamespace(f.Namespace)})
+		line, err = marshalLine(nilRecordLetter{Index: f.Index, Error: msg, namespaceOut: letterNamespace(f.Namespace)})
 	default:
 		line, err = marshalRecordLetter(f, msg)
 	}
@@ -218,43 +284,86 @@ func (d *DeadLetters) Write(f upsert.Failure) {
 // (go-pinecone v5 sends it for "").
 const defaultNamespace = "__default__"
 
-// letterNamespace is the "namespace" of a letter of a record of namespace
-// ns: "" (left out) for the default namespace, whichever name it was given.
-func letterNamespace(ns string) string {
-	if ns == defaultNamespace {
-		return ""
+// letterNamespace is the namespace of a letter of a record of namespace ns:
+// none for the default namespace, whichever name it was given;
+// "namespace_base64", ns's exact bytes, for a namespace that is not valid
+// UTF-8, which a JSON string cannot hold as it is; "namespace" otherwise.
+func letterNamespace(ns string) namespaceOut {
+	switch {
+	case ns == defaultNamespace:
+		return namespaceOut{}
+	case !utf8.ValidString(ns):
+		return namespaceOut{NamespaceBase64: base64.StdEncoding.EncodeToString([]byte(ns))}
 	}
-	return ns
+	return namespaceOut{Namespace: ns}
+}
+
+// idOnly returns the record part of a letter that holds the record's id
+// alone: {"id":id}; or, for an id that is not valid UTF-8, which a JSON
+// string cannot hold as it is, no "id" (a nil *recordOut) and the id's
+// exact bytes, for "id_base64". A [Reader] then reads the letter as a line
+// without an id, rather than as a record of an id the input never had.
+func idOnly(id string) (*recordOut, string) {
+	if !utf8.ValidString(id) {
+		return nil, base64.StdEncoding.EncodeToString([]byte(id))
+	}
+	return &recordOut{ID: id}, ""
+}
+
+// integratedIDOnly is idOnly for an integrated record: {"_id":id}, or {}
+// and the id's bytes for "id_base64".
+func integratedIDOnly(id string) (pinecone.IntegratedRecord, string) {
+	if !utf8.ValidString(id) {
+		return pinecone.IntegratedRecord{}, base64.StdEncoding.EncodeToString([]byte(id))
+	}
+	return pinecone.IntegratedRecord{"_id": id}, ""
 }
 
 // marshalRecordLetter encodes the letter of f, a failure of a record, with
-// error msg; with the record's id alone and "record_error" when JSON cannot
-// hold the record as it is.
+// error msg; with the record's id alone (idOnly) and "record_error" when
+// JSON cannot hold the record as it is.
 func marshalRecordLetter(f upsert.Failure, msg string) ([]byte, error) {
-	l := letterOut{Class: f.Class.String(), Error: msg, Attempts: f.Attempts, MayHaveLanded: f.MayHaveLanded, Index: f.Index, Namespace: letterNamespace(f.Namespace)}
-	var err error
-	if l.recordOut, err = newRecordOut(f.Record); err == nil {
+	l := letterOut{Class: f.Class.String(), Error: msg, Attempts: f.Attempts, MayHaveLanded: f.MayHaveLanded, Index: f.Index, namespaceOut: letterNamespace(f.Namespace)}
+	out, err := newRecordOut(f.Record)
+	if err == nil {
+		l.recordOut = &out
 		var line []byte
 		if line, err = marshalLine(l); err == nil {
 			return line, nil
 		}
 	}
-	l.recordOut = recordOut{ID: f.Record.Id}
+	l.recordOut, l.IDBase64 = idOnly(f.Record.Id)
 	l.RecordError = err.Error()
 	return marshalLine(l)
 }
 
 // marshalIntegratedLetter is marshalRecordLetter for the failure of an
-// integrated record: with {"_id":f.ID} alone when JSON cannot hold it.
+// integrated record: with {"_id":f.ID} alone (integratedIDOnly) when JSON
+// cannot hold it as it is.
 func marshalIntegratedLetter(f upsert.Failure, msg string) ([]byte, error) {
-	l := integratedLetter{Record: *f.Integrated, Class: f.Class.String(), Error: msg, Attempts: f.Attempts, MayHaveLanded: f.MayHaveLanded, Index: f.Index, Namespace: letterNamespace(f.Namespace)}
-	line, err := marshalLine(l)
+	l := integratedLetter{Record: *f.Integrated, Class: f.Class.String(), Error: msg, Attempts: f.Attempts, MayHaveLanded: f.MayHaveLanded, Index: f.Index, namespaceOut: letterNamespace(f.Namespace)}
+	line, err := marshalIntegrated(l, *f.Integrated)
 	if err == nil {
 		return line, nil
 	}
-	l.Record = pinecone.IntegratedRecord{"_id": f.ID}
+	l.Record, l.IDBase64 = integratedIDOnly(f.ID)
 	l.RecordError = err.Error()
 	return marshalLine(l)
+}
+
+// marshalIntegrated encodes l, a letter that holds the integrated record
+// r. It fails when JSON cannot hold r as it is: json.Marshal's error (a
+// NaN, a type it cannot encode), or text of r that is not valid UTF-8,
+// which encoding/json would write altered, without an error (jsontext.Check).
+func marshalIntegrated(l any, r pinecone.IntegratedRecord) ([]byte, error) {
+	line, err := marshalLine(l)
+	if err == nil {
+		err = jsontext.Check(r, line)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return line, nil
 }
 
 // StaleClass is the "class" of the dead letter of a record that may be
@@ -263,13 +372,16 @@ const StaleClass = "may-be-stale"
 
 // staleLetter is the dead letter of a record that may be stale.
 type staleLetter struct {
-	recordOut
+	// recordOut and IDBase64 are as in letterOut.
+	*recordOut
+	IDBase64 string `json:"id_base64,omitempty"`
 	staleFields
 }
 
 // staleIntegratedLetter is that of an integrated record.
 type staleIntegratedLetter struct {
-	Record pinecone.IntegratedRecord `json:"integrated_record"`
+	Record   pinecone.IntegratedRecord `json:"integrated_record"`
+	IDBase64 string                    `json:"id_base64,omitempty"`
 	staleFields
 }
 
@@ -293,7 +405,8 @@ type staleFields struct {
 // (s.Earlier, the earlier record's position); it has no "attempts". An
 // integrated record is written under "integrated_record", as by Write.
 // A record that JSON cannot hold as it is is written with its id alone
-// and "record_error", as by Write. Errors are handled as by Write.
+// and "record_error", and an id that is not valid UTF-8 as "id_base64",
+// as by Write. Errors are handled as by Write.
 func (d *DeadLetters) WriteStale(s upsert.Stale, msg string) {
 	if msg == "" {
 		msg = fmt.Sprintf("landed while a request carrying record %d, of the same id, had ended without an answer: "+
@@ -303,32 +416,52 @@ func (d *DeadLetters) WriteStale(s upsert.Stale, msg string) {
 	var line []byte
 	var err error
 	if s.Record == nil && s.Integrated != nil {
-		l := staleIntegratedLetter{Record: *s.Integrated, staleFields: f}
-		if line, err = marshalLine(l); err != nil {
-			l.Record = pinecone.IntegratedRecord{"_id": s.ID}
-			l.RecordError = err.Error()
-			line, err = marshalLine(l)
-		}
+		line, err = marshalStaleIntegratedLetter(s, f)
 	} else {
-		l := staleLetter{recordOut: recordOut{ID: s.ID}, staleFields: f}
-		if s.Record != nil {
-			if l.recordOut, err = newRecordOut(s.Record); err == nil {
-				line, err = marshalLine(l)
-			}
-			if err != nil {
-				l.recordOut = recordOut{ID: s.Record.Id}
-				l.RecordError = err.Error()
-			}
-		}
-		if line == nil {
-			line, err = marshalLine(l)
-		}
+		line, err = marshalStaleLetter(s, f)
 	}
 	if err != nil { // cannot happen: the fallbacks hold only strings and numbers
 		d.fail(fmt.Errorf("ndjson: encoding the dead letter of record %d: %w", s.Index, err))
 		return
 	}
 	d.write(line)
+}
+
+// marshalStaleLetter encodes the letter of s, a record that may be stale,
+// with the fields f; with the record's id alone (idOnly) and
+// "record_error" when JSON cannot hold the record as it is, and with s.ID
+// alone for a nil record.
+func marshalStaleLetter(s upsert.Stale, f staleFields) ([]byte, error) {
+	l := staleLetter{staleFields: f}
+	if s.Record == nil {
+		l.recordOut, l.IDBase64 = idOnly(s.ID)
+		return marshalLine(l)
+	}
+	out, err := newRecordOut(s.Record)
+	if err == nil {
+		l.recordOut = &out
+		var line []byte
+		if line, err = marshalLine(l); err == nil {
+			return line, nil
+		}
+	}
+	l.recordOut, l.IDBase64 = idOnly(s.Record.Id)
+	l.RecordError = err.Error()
+	return marshalLine(l)
+}
+
+// marshalStaleIntegratedLetter is marshalStaleLetter for an integrated
+// record, with {"_id":s.ID} alone (integratedIDOnly) when JSON cannot hold
+// it as it is.
+func marshalStaleIntegratedLetter(s upsert.Stale, f staleFields) ([]byte, error) {
+	l := staleIntegratedLetter{Record: *s.Integrated, staleFields: f}
+	line, err := marshalIntegrated(l, *s.Integrated)
+	if err == nil {
+		return line, nil
+	}
+	l.Record, l.IDBase64 = integratedIDOnly(s.ID)
+	l.RecordError = err.Error()
+	return marshalLine(l)
 }
 
 // WriteBad writes an input line that could not be read as a record:
@@ -449,7 +582,8 @@ func (d *DeadLetters) Count() int {
 }
 
 // Close flushes the buffer, syncs the file to disk (and its directory,
-// unless Sync did) and closes it. It returns the first error met since the
+// unless Sync did) and closes it; a device or a pipe is not synced (see
+// Sync). It returns the first error met since the
 // file was created: writing, flushing, syncing or closing. Close may be
 // called more than once; later
 // calls do nothing and return the same error, or a later one if a letter
@@ -464,8 +598,7 @@ func (d *DeadLetters) Close() error {
 	}
 	d.closed = true
 	d.failLocked(d.w.Flush()) // after an I/O error, that error again
-	d.failLocked(d.f.Sync())
-	d.failLocked(d.syncDir())
+	d.failLocked(d.syncFile())
 	d.failLocked(d.f.Close())
 	return d.err
 }
@@ -478,6 +611,11 @@ func (d *DeadLetters) Close() error {
 // Sync runs may or may not be. Write does not wait for the disk meanwhile;
 // Close waits for a Sync under way. [DeadLetters.Checkpoint] calls Sync
 // before every save of a checkpoint.
+//
+// On a device or a named pipe (/dev/null, /dev/stdout), Sync only flushes
+// the buffer: a letter written to one is delivered, and there is no disk
+// to sync it to. Nil then means that every letter written before the call
+// was written to it.
 //
 // Sync returns the first error met since the file was created, as Close
 // does: writing, flushing, syncing the file or its directory. A
@@ -498,14 +636,25 @@ func (d *DeadLetters) Sync() error {
 
 	// Without mu, so that Write goes on filling the buffer while the disk
 	// works; syncMu keeps Close from closing the file meanwhile.
-	err := d.f.Sync()
-	if err == nil {
-		err = d.syncDir()
-	}
+	err := d.syncFile()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.failLocked(err)
 	return d.err
+}
+
+// syncFile syncs a regular file to disk, and its directory once; it does
+// nothing for a device or a pipe, which has no disk to sync to (Linux
+// answers EINVAL): a letter flushed to one is delivered. The caller holds
+// syncMu.
+func (d *DeadLetters) syncFile() error {
+	if !d.regular {
+		return nil
+	}
+	if err := d.f.Sync(); err != nil {
+		return err
+	}
+	return d.syncDir()
 }
 
 // syncDir syncs the directory of the file, once: the file's own sync does

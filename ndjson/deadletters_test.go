@@ -209,6 +209,63 @@ func TestDeadLettersWrite(t *testing.T) {
 				Class: upsert.ClassRateLimited, Err: &upsert.Error{Class: upsert.ClassRateLimited, StatusCode: 429}, Attempts: 9},
 			`{"integrated_record":{"_id":"r1","chunk_text":"hello"},"class":"rate-limited","error":"rate-limited (HTTP 429)","attempts":9,"may_have_landed":false,"index":3,"namespace":"tenant-7"}`,
 		},
+		// JSON cannot hold bytes that are not UTF-8 (encoding/json writes
+		// U+FFFD): an id or a namespace is kept as its exact bytes, in
+		// base64, in place of the text, which would name another one.
+		{
+			"an id that is not UTF-8 is written as its bytes, without an id",
+			upsert.Failure{Index: 2, ID: "caf\xe9", Record: &pinecone.Vector{Id: "caf\xe9", Values: floats(1)}, Class: upsert.ClassInvalid,
+				Err: &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New("id is not ASCII")}},
+			`{"id_base64":"Y2Fm6Q==","class":"invalid","error":"invalid: id is not ASCII","attempts":0,"may_have_landed":false,"index":2,"record_error":"id is not valid UTF-8"}`,
+		},
+		{
+			"a namespace that is not UTF-8 is written as its bytes",
+			withNamespace(rateLimited(17, rec), "t\xe9nant"),
+			`{"id":"a","values":[0.1,0.2],"metadata":{"genre":"x"},"class":"rate-limited","error":"rate-limited (gRPC ResourceExhausted): slow down","attempts":9,"may_have_landed":true,"index":17,"namespace_base64":"dOluYW50"}`,
+		},
+		{
+			"a nil record's namespace that is not UTF-8 is written as its bytes",
+			upsert.Failure{Index: 4, Namespace: "t\xe9nant", Class: upsert.ClassInvalid, Err: &upsert.Error{Class: upsert.ClassInvalid, Err: errors.New("record is nil")}},
+			`{"index":4,"error":"invalid: record is nil","namespace_base64":"dOluYW50"}`,
+		},
+		// An integrated record whose text is not UTF-8 would be written
+		// altered, without an error from encoding/json: it is written with
+		// its id alone and why, as one that JSON cannot encode is.
+		{
+			"an integrated record whose text is not UTF-8 is written with its id alone",
+			upsert.Failure{Index: 3, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "caf\xe9"}, Class: upsert.ClassInvalid},
+			`{"integrated_record":{"_id":"r1"},"class":"invalid","error":"invalid","attempts":0,"may_have_landed":false,"index":3,"record_error":"field \"chunk_text\" is not valid UTF-8"}`,
+		},
+		{
+			"an integrated record whose id is not UTF-8 is written with its id's bytes alone",
+			upsert.Failure{Index: 3, ID: "caf\xe9", Integrated: &pinecone.IntegratedRecord{"_id": "caf\xe9", "chunk_text": "hello"}, Class: upsert.ClassInvalid},
+			`{"integrated_record":{},"id_base64":"Y2Fm6Q==","class":"invalid","error":"invalid","attempts":0,"may_have_landed":false,"index":3,"record_error":"field \"_id\" is not valid UTF-8"}`,
+		},
+		{
+			"an integrated record's text that is not UTF-8 is found at any depth, in any type",
+			upsert.Failure{Index: 3, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "hello",
+				"meta": struct {
+					Tags []string `json:"tags"`
+				}{[]string{"ok", "caf\xe9"}}}, Class: upsert.ClassInvalid},
+			`{"integrated_record":{"_id":"r1"},"class":"invalid","error":"invalid","attempts":0,"may_have_landed":false,"index":3,"record_error":"field \"meta\"\"tags\"[1] is not valid UTF-8"}`,
+		},
+		{
+			"an integrated record's json.RawMessage that is not UTF-8 is not written",
+			upsert.Failure{Index: 3, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "hello", "raw": json.RawMessage("\"caf\xe9\"")}, Class: upsert.ClassInvalid},
+			`{"integrated_record":{"_id":"r1"},"class":"invalid","error":"invalid","attempts":0,"may_have_landed":false,"index":3,"record_error":"field \"raw\" is not valid UTF-8"}`,
+		},
+		// A \ufffd that is not encoding/json's replacement of a bad byte is
+		// the record's own text: the record is written whole.
+		{
+			"an integrated record's own \\ufffd escape, or text that reads \\ufffd, is written whole",
+			upsert.Failure{Index: 3, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": `a \ufffd`, "raw": json.RawMessage(`"\ufffd"`)}, Class: upsert.ClassInvalid},
+			`{"integrated_record":{"_id":"r1","chunk_text":"a \\ufffd","raw":"\ufffd"},"class":"invalid","error":"invalid","attempts":0,"may_have_landed":false,"index":3}`,
+		},
+		{
+			"an error message that is not UTF-8 does not drop the integrated record",
+			upsert.Failure{Index: 3, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "hello"}, Class: upsert.ClassInvalid, Err: errors.New("caf\xe9")},
+			`{"integrated_record":{"_id":"r1","chunk_text":"hello"},"class":"invalid","error":"caf\ufffd","attempts":0,"may_have_landed":false,"index":3}`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -934,4 +991,268 @@ func TestDeadLettersCheckpointSavesOnlyWhatIsOnDisk(t *testing.T) {
 			dl.Close()
 		})
 	}
+}
+
+// Letters of records at the edges of what JSON holds (null, -0, the
+// smallest and largest numbers, an empty key, HTML characters, U+2028,
+// empty lists and objects, empty sparse values) read back as the same
+// records, from Write and WriteStale alike: a replay sends what failed.
+func TestLettersOfEdgeCaseRecordsReadBackAsTheSameRecords(t *testing.T) {
+	md := &structpb.Struct{Fields: map[string]*structpb.Value{
+		"null":    structpb.NewNullValue(),
+		"t":       structpb.NewBoolValue(true),
+		"f":       structpb.NewBoolValue(false),
+		"negzero": structpb.NewNumberValue(math.Copysign(0, -1)),
+		"sub":     structpb.NewNumberValue(5e-324),
+		"max":     structpb.NewNumberValue(math.MaxFloat64),
+		"big":     structpb.NewNumberValue(1 << 60),
+		"":        structpb.NewStringValue("empty key"),
+		"html":    structpb.NewStringValue("<a&b>\u2028\u2029\"\\\x01"),
+		"list": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{
+			structpb.NewNullValue(), structpb.NewNumberValue(1.5), structpb.NewStringValue("x"),
+			structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{"deep": structpb.NewListValue(&structpb.ListValue{})}}),
+		}}),
+		"emptyobj": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{}}),
+	}}
+	recs := []*pinecone.Vector{
+		{Id: "edge", Values: floats(math.MaxFloat32, math.SmallestNonzeroFloat32, float32(math.Copysign(0, -1)), 1e-40, 0.1), Metadata: md},
+		{Id: "sparse-nil", SparseValues: &pinecone.SparseValues{}},
+		{Id: "emptymeta", Values: floats(1), Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{}}},
+		{Id: "quote\"\\<>&\u2028", Values: floats(1)},
+	}
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	for i, v := range recs {
+		dl.Write(rateLimited(i, v))
+		dl.WriteStale(upsert.Stale{Index: i, ID: v.Id, Record: v, Earlier: 0}, "")
+	}
+	require.NoError(t, dl.Close())
+	got, bad := readLetters(t, path)
+	require.Empty(t, bad)
+	require.Len(t, got, 2*len(recs))
+	for i, v := range recs {
+		requireSameRecord(t, v, got[2*i])
+		requireSameRecord(t, v, got[2*i+1])
+	}
+}
+
+// The library refuses an integrated record whose text is not valid UTF-8
+// (Pinecone would store it altered), and its failure reaches dl.Write.
+// encoding/json would write the text with U+FFFD in place of the bad
+// bytes, without an error: the letter holds the record's id alone and
+// "record_error" instead, as for a record whose metadata is not UTF-8,
+// and never text the user did not write.
+func TestTheIntegratedLetterOfTextThatIsNotUTF8HoldsItsIDAndWhy(t *testing.T) {
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	recs := []*pinecone.IntegratedRecord{{"_id": "r1", "chunk_text": "caf\xe9"}} // Latin-1 "café"
+	_, err = upsert.Records(context.Background(), slices.Values(recs),
+		upsert.WithRecordsFunc(func(context.Context, string, []*pinecone.IntegratedRecord) error { return nil }),
+		upsert.WithObserver(upsert.Observer{Failure: dl.Write}))
+	require.ErrorIs(t, err, upsert.ErrInvalid, "the library refuses the record")
+	require.NoError(t, dl.Close())
+
+	letters := lines(t, path)
+	require.Len(t, letters, 1)
+	assert.Equal(t, map[string]any{"_id": "r1"}, letters[0]["integrated_record"], "the text is not written altered")
+	assert.Equal(t, `field "chunk_text" is not valid UTF-8`, letters[0]["record_error"])
+}
+
+// The library refuses a record whose id is not valid UTF-8 (Latin-1 from
+// a legacy database), and its failure reaches dl.Write. Written as a JSON
+// string, the id would read back as "caf\uFFFD", an id the input never
+// had, which a replay would upsert without an error. The letter keeps the
+// id's bytes in "id_base64" and has no "id": a Reader reports a line
+// without an id.
+func TestTheLetterOfAnIDThatIsNotUTF8KeepsItsBytesAndNamesNoOtherID(t *testing.T) {
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	rec := &pinecone.Vector{Id: "caf\xe9", Values: floats(1, 2)}
+	_, err = upsert.All(context.Background(), []*pinecone.Vector{rec},
+		upsert.WithUpsertFunc(func(context.Context, string, []*pinecone.Vector) error { return nil }),
+		upsert.WithObserver(upsert.Observer{Failure: dl.Write}))
+	require.ErrorIs(t, err, upsert.ErrInvalid)
+	require.NoError(t, dl.Close())
+
+	letters := lines(t, path)
+	require.Len(t, letters, 1)
+	assert.NotContains(t, letters[0], "id")
+	b, err := base64.StdEncoding.DecodeString(letters[0]["id_base64"].(string))
+	require.NoError(t, err)
+	assert.Equal(t, rec.Id, string(b), "the id's exact bytes")
+	assert.Equal(t, "id is not valid UTF-8", letters[0]["record_error"])
+
+	recs, bad := readLetters(t, path)
+	assert.Empty(t, recs, "the letter replays as no record")
+	require.Len(t, bad, 1)
+	assert.ErrorIs(t, bad[0], ndjson.ErrMissingID)
+}
+
+// WriteStale keeps an id that is not UTF-8 as Write does, for a record,
+// for a nil one (the id alone) and for an integrated one, and writes an
+// integrated record whose text is not UTF-8 with its id alone.
+func TestWriteStaleKeepsTheBytesOfAnIDThatIsNotUTF8(t *testing.T) {
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	dl.WriteStale(upsert.Stale{Index: 1, ID: "caf\xe9", Record: &pinecone.Vector{Id: "caf\xe9", Values: floats(1)}}, "stale")
+	dl.WriteStale(upsert.Stale{Index: 2, ID: "caf\xe9"}, "stale")
+	dl.WriteStale(upsert.Stale{Index: 3, ID: "caf\xe9", Integrated: &pinecone.IntegratedRecord{"_id": "caf\xe9", "chunk_text": "hi"}}, "stale")
+	dl.WriteStale(upsert.Stale{Index: 4, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "caf\xe9"}}, "stale")
+	require.NoError(t, dl.Close())
+
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, `{"id_base64":"Y2Fm6Q==","class":"may-be-stale","error":"stale","may_have_landed":true,"index":1,"earlier":0,"record_error":"id is not valid UTF-8"}
+{"id_base64":"Y2Fm6Q==","class":"may-be-stale","error":"stale","may_have_landed":true,"index":2,"earlier":0}
+{"integrated_record":{},"id_base64":"Y2Fm6Q==","class":"may-be-stale","error":"stale","may_have_landed":true,"index":3,"earlier":0,"record_error":"field \"_id\" is not valid UTF-8"}
+{"integrated_record":{"_id":"r1"},"class":"may-be-stale","error":"stale","may_have_landed":true,"index":4,"earlier":0,"record_error":"field \"chunk_text\" is not valid UTF-8"}
+`, string(data))
+	recs, _ := readLetters(t, path)
+	assert.Empty(t, recs, "no letter replays as a record of another id")
+}
+
+// landedSnoop is a checkpoint that, at each save, after it, records what a
+// process killed at that moment would leave: the dead letters on disk and
+// the ids the index holds.
+type landedSnoop struct {
+	upsert.FileCheckpoint
+	deadPath string
+	srv      *upserttest.Server
+	ns       string
+
+	mu    sync.Mutex
+	saves []landedState
+}
+
+type landedState struct {
+	n       int64
+	letters map[int]bool // the indexes of the records whose letters are on disk
+	landed  map[string]bool
+}
+
+func (c *landedSnoop) Save(ctx context.Context, n int64) error {
+	if err := c.FileCheckpoint.Save(ctx, n); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(c.deadPath)
+	if err != nil {
+		return err
+	}
+	s := landedState{n: n, letters: map[int]bool{}, landed: map[string]bool{}}
+	for l := range strings.Lines(string(data)) {
+		var letter struct{ Index *int }
+		if json.Unmarshal([]byte(l), &letter) == nil && letter.Index != nil {
+			s.letters[*letter.Index] = true
+		}
+	}
+	for id := range c.srv.Vectors(c.ns) {
+		s.landed[id] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.saves = append(c.saves, s)
+	return nil
+}
+
+// The README's resumable stream against the emulated index through the
+// real SDK, with records refused for good, server errors whose retries run
+// out, and the key revoked mid-run: at every save of the checkpoint (a
+// crash right after it, dl never closed), each record below it has landed
+// or has its letter on disk; the resumed run then leaves every record
+// landed or in the file.
+func TestACrashAfterAnySaveOfTheCheckpointLosesNoRecord(t *testing.T) {
+	const ns = "docs"
+	var revoked atomic.Bool
+	revoke := func(r upserttest.Request) upserttest.Fault {
+		if revoked.Load() || r.Seq > 12 {
+			revoked.Store(true)
+			return upserttest.Fault{Code: codes.PermissionDenied}
+		}
+		return upserttest.Fault{}
+	}
+	srv := upserttest.NewServer(upserttest.WithFaults(upserttest.Chain(
+		upserttest.RejectIDs("r7", "r33", "r61"), revoke, upserttest.ErrorRate(codes.Unavailable, 0.3, 7))))
+	t.Cleanup(srv.Close)
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: ns})
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+
+	dir := t.TempDir()
+	deadPath := filepath.Join(dir, "failed.ndjson")
+	cp := &landedSnoop{FileCheckpoint: upsert.FileCheckpoint(filepath.Join(dir, "ckpt")), deadPath: deadPath, srv: srv, ns: ns}
+	recs := vectors(80)
+	recs[20].Values = floats(0, 0) // refused before sending
+	run := func() error {
+		dl, err := ndjson.AppendDeadLetters(deadPath)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err = upsert.Stream(ctx, slices.Values(recs), upsert.WithIndex(idx), upsert.WithBatchSize(3), upsert.WithConcurrency(4),
+			upsert.WithMaxRetries(upsert.ClassServer, 1), upsert.WithBackoff(time.Millisecond, 2*time.Millisecond),
+			upsert.WithCheckpoint(dl.Checkpoint(cp)), upsert.WithObserver(upsert.Observer{Failure: dl.Write}))
+		// "killed": the checks read what the saves left; Close only frees the descriptor.
+		t.Cleanup(func() { dl.Close() })
+		return err
+	}
+	check := func() {
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
+		require.NotEmpty(t, cp.saves)
+		for _, s := range cp.saves {
+			for i := range int(s.n) {
+				assert.True(t, s.landed[recs[i].Id] || s.letters[i],
+					"saved at %d: record %d neither landed nor has a letter on disk", s.n, i)
+			}
+		}
+	}
+	require.ErrorIs(t, run(), upsert.ErrDenied)
+	check()
+
+	revoked.Store(false)
+	srv.SetFaults(upserttest.RejectIDs("r7", "r33", "r61"))
+	cp.saves = nil
+	require.ErrorIs(t, run(), upsert.ErrInvalid)
+	check()
+	last := cp.saves[len(cp.saves)-1]
+	assert.EqualValues(t, len(recs), last.n)
+}
+
+// Letters larger than the 256 KiB buffer, written from several goroutines
+// while Sync runs, each arrive whole and read back as their records.
+func TestLettersLargerThanTheBufferWrittenWhileSyncingArriveWhole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("encodes and decodes 5 MB of letters: over a second under -race")
+	}
+	path := tempPath(t)
+	dl, err := ndjson.CreateDeadLetters(path)
+	require.NoError(t, err)
+	big := strings.Repeat("é", 150<<10) // 300 KiB of text
+	const workers, each = 4, 4
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				v := &pinecone.Vector{Id: "big", Values: floats(float32(w*each + i)), Metadata: metadata(t, map[string]any{"text": big})}
+				dl.Write(rateLimited(w*each+i, v))
+				assert.NoError(t, dl.Sync())
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, dl.Close())
+	recs, bad := readLetters(t, path)
+	require.Empty(t, bad)
+	require.Len(t, recs, workers*each)
+	seen := map[float32]bool{}
+	for _, v := range recs {
+		assert.Equal(t, big, v.Metadata.Fields["text"].GetStringValue())
+		seen[(*v.Values)[0]] = true
+	}
+	assert.Len(t, seen, workers*each, "every letter, once")
 }

@@ -13,8 +13,13 @@
 //	{"id":"a","values":[0.1,0.2],"class":"rate-limited","error":"…","attempts":3,"may_have_landed":true,"index":17}
 //
 // plus, last, the record's "namespace" when it was routed to one other
-// than the default (see [DeadLetters.Write]). An input line that could not
-// be read as a record has a letter of its own,
+// than the default (see [DeadLetters.Write]). Text that a JSON string
+// cannot hold as it is (bytes that are not UTF-8) is never written
+// altered: a record whose metadata holds such text is written with its id
+// alone and "record_error", an id that is not UTF-8 as "id_base64" (its
+// exact bytes, in base64) in place of "id", which a Reader then reports as
+// missing ([ErrMissingID]), and a namespace as "namespace_base64". An
+// input line that could not be read as a record has a letter of its own,
 //
 //	{"line":778,"raw":"<the line>","error":"line 778: invalid JSON at byte 61"}
 //

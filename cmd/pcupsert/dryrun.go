@@ -32,9 +32,16 @@ type dryRunReport struct {
 	RecordsRead int `json:"records_read"`
 	BadLines    int `json:"bad_lines"`
 	Invalid     int `json:"invalid"`
-	Duplicates  int `json:"duplicates"`
-	// Records and Batches are what would be sent, by namespace: batches
-	// of BatchSize records at most (and 2 MB).
+	// Duplicates are the records that a later record of their id
+	// replaces while both wait in one batch, when batched as the dry run
+	// does, at BatchSize: a run whose batches fall otherwise (adaptive
+	// ones start at 100; a slow input sends partial ones) replaces those
+	// its own batches hold, fewer or, rarely, others.
+	Duplicates int `json:"duplicates"`
+	// Records are the most records a run would send, by namespace in
+	// Namespaces: every valid one, the Duplicates included, which a run
+	// whose batches hold them does not send. Batches are the fewest it
+	// would send them in: batches of BatchSize records at most (and 2 MB).
 	Records    int            `json:"records"`
 	Batches    int            `json:"batches"`
 	BatchSize  int            `json:"batch_size"`
@@ -47,7 +54,11 @@ type dryRunReport struct {
 // instead of sending them: nothing reaches an index, and none is opened.
 // Batches are counted at --batch-size, or at the largest size (1000) when
 // it is adaptive: a real run starts at 100 and grows while the index
-// keeps up, so it sends at least as many. With cp (nil without
+// keeps up, and sends partial batches when the input is slow, so it sends
+// at least as many. Records are counted before the batching replaces a
+// record by a later one of its id (a duplicate): every valid record, the
+// most a real run sends, since which records it replaces depends on where
+// its batches fall. With cp (nil without
 // --checkpoint), the library skips the records cp settled, as it does for
 // a resumed run, and in skips the bad lines that run would not report
 // again (the caller set in.skip and in.skipBadThrough); the error matches
@@ -67,7 +78,6 @@ func dryRun(ctx context.Context, o options, in *input, cp upsert.Checkpoint, onI
 		defer mu.Unlock()
 		rep.Batches++
 		rep.Records += len(batch)
-		rep.Namespaces[namespace] += len(batch)
 		return nil
 	}
 	opts := []upsert.Option{upsert.WithUpsertFunc(count), upsert.WithBatchSize(rep.BatchSize),
@@ -91,6 +101,10 @@ func dryRun(ctx context.Context, o options, in *input, cp upsert.Checkpoint, onI
 	rep.Skipped, rep.SkippedBadLines = res.Stats.Skipped, in.skippedBad
 	rep.RecordsRead, rep.BadLines = in.read, in.bad
 	rep.Invalid, rep.Duplicates = res.Stats.Failed, res.Duplicates
+	rep.Records += rep.Duplicates // a run whose batches do not hold them sends them
+	if rep.Records > 0 {
+		rep.Namespaces[namespace] = rep.Records
+	}
 	return rep, nil
 }
 
@@ -109,8 +123,12 @@ func (r dryRunReport) write(out io.Writer) error {
 	}
 	fmt.Fprintf(w, "bad lines      %d\n", r.BadLines)
 	fmt.Fprintf(w, "invalid        %d\n", r.Invalid)
-	fmt.Fprintf(w, "duplicates     %d\n", r.Duplicates)
-	fmt.Fprintf(w, "would send     %s in %s of up to %d\n", quantity(r.Records, "record"), quantity(r.Batches, "batch"), r.BatchSize)
+	fmt.Fprintf(w, "duplicates     %d in batches of up to %d (a run's depend on how its batches fall)\n", r.Duplicates, r.BatchSize)
+	fmt.Fprintf(w, "would send     %s", quantity(r.Records, "record"))
+	if r.Duplicates > 0 {
+		fmt.Fprintf(w, " at most (%d fewer if a run's batches hold the duplicates)", r.Duplicates)
+	}
+	fmt.Fprintf(w, " in %s%s of up to %d\n", atLeast(r.Batches), quantity(r.Batches, "batch"), r.BatchSize)
 	for _, ns := range slices.Sorted(maps.Keys(r.Namespaces)) {
 		fmt.Fprintf(w, "  namespace %q: %s\n", ns, quantity(r.Namespaces[ns], "record"))
 	}
@@ -119,3 +137,12 @@ func (r dryRunReport) write(out io.Writer) error {
 
 // writeJSON writes the dry run's findings as one JSON object.
 func (r dryRunReport) writeJSON(w io.Writer) error { return encodeJSON(w, r) }
+
+// atLeast is "at least " before a count of batches a run may exceed, ""
+// before 0, which an input with nothing to send keeps.
+func atLeast(batches int) string {
+	if batches == 0 {
+		return ""
+	}
+	return "at least "
+}

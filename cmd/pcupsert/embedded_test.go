@@ -123,3 +123,34 @@ func TestARecordRepeatedInALaterBatchIsNoMismatch(t *testing.T) {
 	assert.Equal(t, &embedded{Stored: 10, AsExpected: true}, s.Embedded)
 	assert.Equal(t, exitOK, res.status)
 }
+
+// Without --batch-size, the dry run batches at 1000, where a run's
+// adaptive batches start at 100: two records of one id 150 lines apart
+// share a batch of the dry run, where the later one replaces the earlier
+// one (a duplicate), but not the run's first two, and the run sends and
+// upserts both. The dry run once said it "would send" 299 records where
+// the run upserted 300. Which records a run replaces depends on where its
+// batches fall, so the dry run says the most it sends, every valid
+// record, and counts its duplicates in its own batches, saying so.
+func TestADryRunSaysAtMostTheRecordsARealRunSends(t *testing.T) {
+	in := strings.Replace(records(t, 300), `"id":"r150"`, `"id":"r0"`, 1)
+	dry := runCmd(t, nil, strings.NewReader(in), "--dry-run", "--json")
+	var rep dryRunReport
+	require.NoError(t, json.Unmarshal([]byte(dry.stdout), &rep), "stdout:\n%s\nstderr:\n%s", dry.stdout, dry.stderr)
+	real := runCmd(t, nil, strings.NewReader(in), "--json", "--progress", "off", "--dead-letter", deadLetterPath(t))
+	require.Equal(t, exitOK, real.status, "stderr:\n%s", real.stderr)
+	s := jsonReport(t, real)
+	require.Equal(t, 300, s.Upserted, "the real run sends both records of r0")
+	require.Zero(t, s.Duplicates)
+
+	assert.GreaterOrEqual(t, rep.Records, s.Upserted, "the dry run says it would send fewer records than a real run sends")
+	assert.Equal(t, 300, rep.Records, "every valid record")
+	assert.Equal(t, map[string]int{"__default__": 300}, rep.Namespaces)
+	assert.Equal(t, 1, rep.Duplicates, "r0's two records share a batch of 1000")
+	assert.Equal(t, 1, rep.Batches)
+
+	human := runCmd(t, nil, strings.NewReader(in), "--dry-run")
+	require.Equal(t, exitOK, human.status, "stderr:\n%s", human.stderr)
+	assert.Contains(t, human.stdout, "duplicates     1 in batches of up to 1000 (a run's depend on how its batches fall)\n")
+	assert.Contains(t, human.stdout, "would send     300 records at most (1 fewer if a run's batches hold the duplicates) in at least 1 batch of up to 1000\n")
+}

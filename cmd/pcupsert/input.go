@@ -707,7 +707,8 @@ const maxNoticesShown = 10
 // noticeReporter returns a function that tells about a bad line or an
 // invalid record on con, by its position and what is wrong, never its
 // content. After maxNoticesShown of them it says once that the others only
-// go to the dead-letter file.
+// go to the dead-letter file, at deadLetter. It is a run's: a dry run
+// writes no dead-letter file, and tells of every one (everyNotice).
 func noticeReporter(con io.Writer, deadLetter string) func(msg string) {
 	var mu sync.Mutex
 	shown := 0
@@ -721,5 +722,18 @@ func noticeReporter(con io.Writer, deadLetter string) func(msg string) {
 		case shown == maxNoticesShown+1:
 			fmt.Fprintf(con, "pcupsert: more bad lines and invalid records: see %s\n", deadLetter)
 		}
+	}
+}
+
+// everyNotice returns a function that tells about a bad line or an
+// invalid record on con, as noticeReporter does, but about every one: it
+// is a dry run's, which writes no dead-letter file, so that stderr is the
+// only place that names them, and finding them is what it is run for.
+func everyNotice(con io.Writer) func(msg string) {
+	var mu sync.Mutex
+	return func(msg string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(con, "pcupsert: %s\n", msg)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +30,8 @@ import (
 // the command itself, with these JSON-encoded arguments and an empty
 // stdin, and exit with its status: a test of a crash (a panic on one of
 // the command's goroutines, which would kill the whole test binary) runs
-// it so, with runChild.
+// it so, with runChild. The signals stop it as they stop pcupsert
+// (signalContext).
 const childArgs = "PCUPSERT_TEST_CHILD_ARGS"
 
 func TestMain(m *testing.M) {
@@ -39,7 +41,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(99)
 		}
-		os.Exit(run(context.Background(), args, strings.NewReader(""), os.Stdout, os.Stderr))
+		os.Exit(run(signalContext(), args, strings.NewReader(""), os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -227,6 +229,45 @@ func TestAKilledRunKeepsTheDeadLettersOfRecordsThatMayBeStale(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"x"}, stale, "the letter of the record that may be stale is in the dead-letter file after the kill and the resumed run")
+}
+
+// SIGHUP, which a closed terminal or ssh session sends, stops a run as
+// Ctrl-C and SIGTERM do: the run ends its requests, writes its dead
+// letters and its report, and exits 1. (Unhandled, SIGHUP killed it at
+// once, losing the letters still buffered and the last checkpoint save.)
+// The child holds a request in flight when the signal comes.
+func TestSIGHUPStopsARunWithItsReport(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGHUP to send")
+	}
+	if testing.Short() {
+		t.Skip("runs the command in a child process")
+	}
+	dir := t.TempDir()
+	in, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "failed.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 50)), 0o600))
+	srv, arrived, _ := heldServer(t)
+	child, out := startChild(t, "--host", srv.Host(), "--dead-letter", dl, "--progress", "off", "--batch-size", "50", in)
+	select {
+	case <-arrived:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the child sent nothing; output:\n%s", out.String())
+	}
+	require.NoError(t, child.Process.Signal(syscall.SIGHUP))
+	done := make(chan error, 1)
+	go func() { done <- child.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the child did not end after SIGHUP")
+	}
+
+	assert.Equal(t, exitFailed, exitStatus(t, err), "an exit, not a kill by the signal; output:\n%s", out.String())
+	assert.Contains(t, out.String(), "pcupsert: interrupted at line 50")
+	assert.Contains(t, out.String(), "ended early: interrupted")
+	ids, _ := letters(t, dl)
+	assert.Len(t, ids, 50, "every record has its dead letter")
 }
 
 // startChild starts the command in a child process (this test binary, see

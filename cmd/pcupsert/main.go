@@ -58,12 +58,25 @@ const (
 const defaultDeadLetter = "pcupsert-failed.ndjson"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	os.Exit(run(signalContext(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// stopSignals stop a run gracefully: it stops reading, ends its requests,
+// writes its dead letters, saves its checkpoint and reports. SIGHUP is
+// one: closing the terminal or the ssh session that started a long run
+// must not kill it before it saved what it did.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+
+// signalContext returns a context that ends at the first of stopSignals.
+// Their handling ends with it: a second one kills the process at once,
+// as their default action does.
+func signalContext() context.Context {
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	go func() {
 		<-ctx.Done()
 		stop() // a second Ctrl-C kills at once
 	}()
-	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	return ctx
 }
 
 // options are what the command line asks for.
@@ -112,7 +125,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("pcupsert", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // run prints errors and help itself
 	fs.Usage = func() {}
-	fs.StringVar(&o.host, "host", "", "the index `URL`, such as https://NAME-PROJECT.svc.REGION.pinecone.io\n(needs PINECONE_API_KEY; default: the embedded loopback index)")
+	fs.StringVar(&o.host, "host", "", "the index `URL`, such as https://NAME-PROJECT.svc.REGION.pinecone.io\n(needs PINECONE_API_KEY; https://, or http:// for a loopback host alone, such as Pinecone\nLocal: elsewhere the key would cross the network unencrypted; default: the embedded loopback index)")
 	fs.StringVar(&o.index, "index", "", "the index `NAME`, whose host is looked up with the API key\n(instead of --host)")
 	fs.StringVar(&o.namespace, "namespace", "", "the `NAMESPACE` to write into (default \"\": the SDK's default namespace, \"__default__\")")
 	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped\n(the file names the input by its first 64 KiB, a Parquet file by its footer and the start\nof each column too: another input is refused; PATH.lock is locked while the run lasts:\na second pcupsert on PATH is refused)")
@@ -128,8 +141,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.dimension, "dimension", 0, "the index's dimension `N`: the embedded index's, as a real index has one from its creation\n(default 0: that of the first valid record), and what --dry-run checks records against\n(default 0: not checked); replaying dead letters, give your index's")
 	fs.StringVar(&o.format, "format", "", "the input's `FORMAT`: ndjson, or parquet (Pinecone's import layout: columns id, values,\nsparse_values, metadata as a JSON object in a string or as a struct of its fields)\n(default: parquet for a .parquet file, else ndjson)")
 	fs.BoolVar(&o.json, "json", false, "write the final report on stdout as one JSON object (the same figures), for scripts")
-	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check the input, say what would be sent (records, batches, namespaces,\nbad lines and invalid records), and send nothing: no index is opened; with --checkpoint,\nwhat the run resumed from it would skip and send (the checkpoint is read, not written or locked)")
-	fs.Float64Var(&o.maxFailure, "max-failure-seconds", 0, "give up when records wait and requests have failed, none landing, for `N` seconds:\nwhat was not sent goes to the dead-letter file, read or not, and the exit status is 1\n(default 0: never)")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "read and check the input, say what would be sent (records, batches, namespaces,\nbad lines and invalid records, each named on stderr), and send nothing: no index is opened,\nbut the command line is checked as a run's; with --checkpoint, what the run resumed from it\nwould skip and send (the checkpoint is read, not written or locked). Records are the most a run\nsends (every valid one), batches the fewest (of --batch-size, or 1000); duplicates, records that\na later one of their id replaces in their batch, unsent, are counted in those batches: a run's\n(adaptive ones start at 100) may hold fewer")
+	fs.Float64Var(&o.maxFailure, "max-failure-seconds", 0, "give up when records wait and requests have failed, none landing, for `N` seconds:\nwhat was not sent goes to the dead-letter file, read or not (with --checkpoint, what was read\nand did not land is left to the next run, and the rest is not read), and the exit status is 1\n(default 0: never)")
 	return fs
 }
 
@@ -215,6 +228,10 @@ failure says nothing against them (the run was interrupted, the index was
 down or refused the key) are not dead letters: they are left to the next
 run with the same --checkpoint, which sends them again and appends to the
 dead-letter file. Without it, they are dead letters like the others.
+
+Ctrl-C, SIGTERM or SIGHUP (the terminal or ssh session closed) stops the
+run: it writes its dead letters, saves its checkpoint and reports ("ended
+early: interrupted"). A second one kills pcupsert at once, without them.
 
 Exit status: 0 when every record of the run landed (for --dry-run: when
 every line it checks, after those a --checkpoint settled, is a valid
@@ -347,6 +364,9 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 	if err := checkPaths(o); err != nil {
 		return 0, err
 	}
+	if err := checkTarget(o, e.key); err != nil { // a dry run's too: it refuses what a run refuses
+		return 0, err
+	}
 	inp, err := openInput(o, e.stdin, e.con)
 	if err != nil {
 		return 0, err
@@ -361,10 +381,10 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 	if formatOf(o) == formatParquet {
 		in.unit = "row"
 	}
-	notice := noticeReporter(e.con, o.deadLetter)
 	if o.dryRun {
-		return dryRunInput(ctx, o, e, in, inp, notice)
+		return dryRunInput(ctx, o, e, in, inp, everyNotice(e.con))
 	}
+	notice := noticeReporter(e.con, o.deadLetter)
 	if err := checkDeadLetterWritable(o.deadLetter); err != nil {
 		return 0, usagef("--dead-letter %s: cannot be written there: %v", o.deadLetter, err)
 	}

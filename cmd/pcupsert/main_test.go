@@ -300,6 +300,9 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	assert.Contains(t, res.stdout, "(default 30s)")
 	assert.Contains(t, res.stdout, "metadata as a JSON object in a string or as a struct of its fields",
 		"a struct metadata column is read too (TestAParquetMetadataStructIsTheRecordsMetadata)")
+	assert.Contains(t, res.stdout, "Ctrl-C, SIGTERM or SIGHUP", "the signals that stop a run with its report (TestSIGHUPStopsARunWithItsReport)")
+	assert.Contains(t, res.stdout, "(with --checkpoint, what was read\n    \tand did not land is left to the next run",
+		"--max-failure-seconds with --checkpoint leaves what was read to the next run")
 	assert.Empty(t, res.stderr)
 }
 
@@ -328,7 +331,7 @@ func TestOneOfAThingIsSingular(t *testing.T) {
 	input := `{"id":"a","values":[1,2,3]}` + "\n"
 	res := runCmd(t, nil, strings.NewReader(input), "--dry-run", "--progress", "off")
 	assert.Equal(t, exitOK, res.status, res.stderr)
-	assert.Contains(t, res.stdout, "would send     1 record in 1 batch of up to 1000\n")
+	assert.Contains(t, res.stdout, "would send     1 record in at least 1 batch of up to 1000\n")
 	assert.Contains(t, res.stdout, `namespace "__default__": 1 record`+"\n")
 
 	res = runCmd(t, nil, strings.NewReader(input), "--progress", "off", "--dead-letter", deadLetterPath(t))
@@ -388,6 +391,70 @@ func TestUsageErrorsExitWithStatus2(t *testing.T) {
 		res := runCmd(t, nil, strings.NewReader(""), "--host", "https://example.com/some/path")
 		assert.Equal(t, exitUsage, res.status)
 		assert.Contains(t, res.stderr, "want an index host")
+	})
+}
+
+// --timeout is valid as any positive duration, and --fault timeout=P
+// answers a tenth after it: past about 2,330,000h that sum overflowed
+// time.Duration, and upserttest.AmbiguousTimeouts panicked on the
+// negative delay, killing the command. The fault takes a --timeout up to
+// maxFaultTimeout, and a longer one is a usage error naming both flags
+// (one that passed it would wait for that answer for centuries); the
+// --timeout alone is still taken.
+func TestAHugeTimeoutWithATimeoutFaultDoesNotPanic(t *testing.T) {
+	var res result
+	require.NotPanics(t, func() {
+		res = runCmd(t, nil, strings.NewReader(records(t, 2)), "--timeout", "2500000h", "--fault", "timeout=0.1",
+			"--progress", "off", "--dead-letter", deadLetterPath(t))
+	})
+	assert.Equal(t, exitUsage, res.status, "stderr:\n%s", res.stderr)
+	assert.Contains(t, res.stderr, `--fault: "timeout=0.1": --timeout 2500000h0m0s is too long`)
+
+	res = runCmd(t, nil, strings.NewReader(records(t, 2)), "--timeout", "2500000h", "--progress", "off", "--dead-letter", deadLetterPath(t))
+	assert.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+	res = runCmd(t, nil, strings.NewReader(records(t, 2)), "--timeout", maxFaultTimeout.String(), "--fault", "timeout=0",
+		"--progress", "off", "--dead-letter", deadLetterPath(t))
+	assert.Equal(t, exitOK, res.status, "the longest --timeout the fault takes; stderr:\n%s", res.stderr)
+}
+
+// --dry-run checks the command line as well as the input, so that a
+// script can run it before the real load: a dry run that exits 0 for a
+// command line that the run refuses with exit status 2 says the load
+// would go when it would not. It makes the checks of the index that need
+// no network (checkTarget), with the run's message; --dimension with
+// --host stays allowed, since it is what the dry run checks records
+// against.
+func TestADryRunRefusesTheCommandLinesTheRealRunRefuses(t *testing.T) {
+	const key = "test-key-for-upserttest"
+	tests := []struct {
+		name string
+		key  string
+		args []string
+		want string
+	}{
+		{"a host without the API key", "", []string{"--host", "http://127.0.0.1:1"}, "need the API key"},
+		{"an index without the API key", "", []string{"--index", "my-index"}, "need the API key"},
+		{"fault injection with a real index", key, []string{"--host", "http://127.0.0.1:1", "--fault", "429=0.1"}, "embedded index only"},
+		{"a rate with a real index", key, []string{"--index", "my-index", "--rate", "10"}, "embedded index only"},
+		{"a host the SDK cannot dial", key, []string{"--host", "https://example.com/some/path"}, "want an index host"},
+		{"plain http to a host that is not loopback", key, []string{"--host", "http://192.0.2.1"}, "plain http is for a loopback host only"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("PINECONE_API_KEY", tt.key)
+			real := runCmd(t, nil, strings.NewReader(records(t, 2)), append(tt.args, "--progress", "off", "--dead-letter", deadLetterPath(t))...)
+			require.Equal(t, exitUsage, real.status, "the real run refuses it; stderr:\n%s", real.stderr)
+			dry := runCmd(t, nil, strings.NewReader(records(t, 2)), append(tt.args, "--dry-run")...)
+			assert.Equal(t, exitUsage, dry.status, "stdout:\n%s\nstderr:\n%s", dry.stdout, dry.stderr)
+			assert.Contains(t, dry.stderr, tt.want)
+			assert.Empty(t, dry.stdout, "no report")
+		})
+	}
+
+	t.Run("the dimension with a host", func(t *testing.T) {
+		t.Setenv("PINECONE_API_KEY", key)
+		dry := runCmd(t, nil, strings.NewReader(records(t, 2)), "--host", "http://127.0.0.1:1", "--dimension", "3", "--dry-run")
+		assert.Equal(t, exitOK, dry.status, "stderr:\n%s", dry.stderr)
 	})
 }
 

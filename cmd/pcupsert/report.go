@@ -568,7 +568,28 @@ func (s *summary) write(out io.Writer) error {
 	if s.InputError != "" {
 		fmt.Fprintf(w, "input: %s; the rest of it was not read\n", s.InputError)
 	}
+	s.writeEnd(w)
 	return w.err
+}
+
+// writeEnd says why the run ended before its input did, if it did, as
+// the JSON report's interrupted, gave_up and stopped do: "ended early:
+// gave up (...); then interrupted (...)" for a run interrupted while it
+// wrote the rest of its input to the dead-letter file after giving up.
+func (s *summary) writeEnd(w io.Writer) {
+	var why []string
+	if s.GaveUp {
+		why = append(why, "gave up (--max-failure-seconds: no record landed for that long)")
+	}
+	if s.Interrupted {
+		why = append(why, "interrupted (a signal: Ctrl-C, SIGTERM or SIGHUP)")
+	}
+	if s.Stopped {
+		why = append(why, "stopped (a failure no retry can fix, such as a denied key; the rest of the input was not read)")
+	}
+	if len(why) > 0 {
+		fmt.Fprintf(w, "ended early: %s\n", strings.Join(why, "; then "))
+	}
 }
 
 // write says where the dead letters are, this run's and those of the

@@ -144,6 +144,64 @@ func TestTheJSONReportHasTheFiguresOfTheHumanOne(t *testing.T) {
 	assert.Equal(t, s.ExitStatus, js.status, "the JSON's exit status is the process's")
 }
 
+// The JSON report says whether the run was interrupted, gave up
+// (--max-failure-seconds) or stopped (a failure no retry can fix), and so
+// does the human one, on its last line ("ended early: …"): the README
+// says the report tells which, and a reader of the human form must not
+// take a run cut short for one whose input ended.
+func TestTheHumanReportSaysHowTheRunEnded(t *testing.T) {
+	// Each setup returns the context, the arguments and the input of a
+	// run that ends so.
+	interrupted := func(t *testing.T) (context.Context, []string, io.Reader) {
+		ctx, args := interruptInFlight(t)
+		return ctx, args, strings.NewReader(records(t, 50))
+	}
+	failing := func(t *testing.T) (context.Context, []string, io.Reader) {
+		srv := upserttest.NewServer(upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
+			return upserttest.Fault{Code: codes.Unavailable}
+		}))
+		t.Cleanup(srv.Close)
+		return nil, append(remote(t, srv), "--max-failure-seconds", "0.05"), strings.NewReader(records(t, 50))
+	}
+	denied := func(t *testing.T) (context.Context, []string, io.Reader) {
+		srv := upserttest.NewServer(upserttest.WithAPIKey("another-key"))
+		t.Cleanup(srv.Close)
+		// One small request at a time: the denial of the first stops the
+		// run long before it could read the input to its end.
+		return nil, append(remote(t, srv), "--batch-size", "10", "--concurrency", "1"), strings.NewReader(records(t, 20000))
+	}
+	tests := []struct {
+		name  string
+		setup func(t *testing.T) (context.Context, []string, io.Reader)
+		flag  func(s summary) bool
+		want  string
+	}{
+		{"interrupted", interrupted, func(s summary) bool { return s.Interrupted }, "ended early: interrupted (a signal"},
+		{"gave up", failing, func(s summary) bool { return s.GaveUp }, "ended early: gave up (--max-failure-seconds"},
+		{"stopped", denied, func(s summary) bool { return s.Stopped }, "ended early: stopped (a failure no retry can fix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, args, in := tt.setup(t)
+			human := runCmd(t, ctx, in, append(args, "--progress", "off", "--dead-letter", deadLetterPath(t))...)
+			require.Equal(t, exitFailed, human.status, "stderr:\n%s", human.stderr)
+			assert.Contains(t, human.stdout, tt.want)
+			assert.Equal(t, 1, strings.Count(human.stdout, "ended early:"), "one reason:\n%s", human.stdout)
+
+			ctx, args, in = tt.setup(t)
+			js := runCmd(t, ctx, in, append(args, "--progress", "off", "--dead-letter", deadLetterPath(t), "--json")...)
+			require.Equal(t, exitFailed, js.status, "stderr:\n%s", js.stderr)
+			assert.True(t, tt.flag(jsonReport(t, js)), "the JSON report says it too")
+		})
+	}
+
+	t.Run("a run whose input ended", func(t *testing.T) {
+		res := runCmd(t, nil, strings.NewReader(records(t, 5)), "--progress", "off", "--dead-letter", deadLetterPath(t))
+		require.Equal(t, exitOK, res.status, "stderr:\n%s", res.stderr)
+		assert.NotContains(t, res.stdout, "ended early")
+	})
+}
+
 // A record the library refuses before sending is named on stderr by its
 // input line, as a line that is not JSON is: "pcupsert: line N (id …): why".
 func TestRecordsRefusedBeforeSendingAreNamedByTheirLineAsBadLinesAre(t *testing.T) {

@@ -163,6 +163,31 @@ func TestDryRunSendsNothing(t *testing.T) {
 	assert.NoFileExists(t, defaultDeadLetter)
 }
 
+// A run names the first maxNoticesShown bad lines and invalid records on
+// stderr, then sends the user to its dead-letter file, which holds them
+// all. A dry run writes no dead-letter file (or leaves an older run's,
+// which does not hold these lines): it names every one, since stderr is
+// the only place that does and finding them is what it is run for.
+func TestADryRunNamesEveryBadLineAndSendsTheUserToNoDeadLetterFile(t *testing.T) {
+	dl := deadLetterPath(t)
+	in := records(t, 3) + strings.Repeat("not json\n", 12)
+	res := runCmd(t, nil, strings.NewReader(in), "--dry-run", "--dead-letter", dl)
+	require.Equal(t, exitFailed, res.status, "stderr:\n%s", res.stderr)
+	assert.NoFileExists(t, dl, "a dry run writes no letter")
+	assert.NotContains(t, res.stderr, "see "+dl, "the dry run points to a dead-letter file it never wrote")
+	for line := 4; line <= 15; line++ {
+		assert.Contains(t, res.stderr, fmt.Sprintf("line %d: invalid JSON", line))
+	}
+
+	run := runCmd(t, nil, strings.NewReader(in), "--progress", "off", "--dead-letter", dl)
+	require.Equal(t, exitFailed, run.status, "stderr:\n%s", run.stderr)
+	assert.Contains(t, run.stderr, "line 13: invalid JSON", "the tenth")
+	assert.NotContains(t, run.stderr, "line 14: invalid JSON")
+	assert.Contains(t, run.stderr, "more bad lines and invalid records: see "+dl)
+	_, bad := letters(t, dl)
+	assert.Len(t, bad, 12, "the dead-letter file holds them all")
+}
+
 func TestAParquetFileRoundTrips(t *testing.T) {
 	md := `{"genre":"drama","year":1999}`
 	rows := []parquetRow{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -30,21 +31,20 @@ const describeTimeout = 30 * time.Second
 
 // openTarget connects to the index the options name, or starts the
 // embedded one when no API key or no index is given, and says so on con.
+// It makes the checks of checkTarget first, and checks the host that
+// --index looks up as checkHost does --host's.
 func openTarget(ctx context.Context, o options, key string, con io.Writer) (*target, error) {
-	remote := o.host != "" || o.index != ""
-	switch {
-	case remote && key == "":
-		return nil, usagef("--host and --index need the API key in PINECONE_API_KEY")
-	case !remote:
+	if err := checkTarget(o, key); err != nil {
+		return nil, err
+	}
+	if o.host == "" && o.index == "" {
 		return openEmbedded(o, con)
-	case o.fault != "" || o.rate != 0 || o.dimension != 0:
-		return nil, usagef("--fault, --rate and --dimension apply to the embedded index only, not with --host or --index")
 	}
 	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: key, SourceTag: "pcupsert"})
 	if err != nil {
 		return nil, err
 	}
-	host := o.host
+	host, named := o.host, "--host"
 	if o.index != "" {
 		dctx, cancel := context.WithTimeout(ctx, describeTimeout)
 		desc, err := pc.DescribeIndex(dctx, o.index)
@@ -52,9 +52,9 @@ func openTarget(ctx context.Context, o options, key string, con io.Writer) (*tar
 		if err != nil {
 			return nil, fmt.Errorf("looking up index %q: %w", o.index, err)
 		}
-		host = desc.Host
+		host, named = desc.Host, fmt.Sprintf("--index %q: its host", o.index)
 	}
-	host, err = checkHost(host)
+	host, err = checkHost(host, named)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +64,31 @@ func openTarget(ctx context.Context, o options, key string, con io.Writer) (*tar
 	}
 	fmt.Fprintf(con, "pcupsert: writing to %s, namespace %q\n", host, idx.Namespace())
 	return &target{idx: idx, host: host}, nil
+}
+
+// checkTarget makes the checks of the index the options name that need
+// no network, and returns a *usageError for a command line openTarget
+// would refuse: --host or --index without the API key, --fault, --rate or
+// --dimension (the embedded index's) with either, or a --host that
+// checkHost refuses. A dry run, which opens no index, makes them too, so
+// that it refuses what a run refuses, but takes --dimension with a host:
+// it is what the dry run checks records against. The host that --index
+// names is known only once looked up, by openTarget.
+func checkTarget(o options, key string) error {
+	switch {
+	case o.host == "" && o.index == "":
+		return nil
+	case key == "":
+		return usagef("--host and --index need the API key in PINECONE_API_KEY")
+	case o.dryRun && (o.fault != "" || o.rate != 0):
+		return usagef("--fault and --rate apply to the embedded index only, not with --host or --index")
+	case !o.dryRun && (o.fault != "" || o.rate != 0 || o.dimension != 0):
+		return usagef("--fault, --rate and --dimension apply to the embedded index only, not with --host or --index")
+	case o.host != "":
+		_, err := checkHost(o.host, "--host")
+		return err
+	}
+	return nil
 }
 
 // openEmbedded starts the embedded loopback index with the options' faults
@@ -99,15 +124,19 @@ func (t *target) Close() {
 	}
 }
 
-// checkHost returns host in the form the SDK takes, or an error if the SDK
-// could not dial it: pinecone.Client.Index ends the program (log.Fatalf)
-// when its gRPC client cannot be created.
-func checkHost(host string) (string, error) {
+// checkHost returns host in the form the SDK takes, or a *usageError
+// naming it by named (--host, or the --index it was looked up for) if the
+// SDK could not dial it: pinecone.Client.Index ends the program
+// (log.Fatalf) when its gRPC client cannot be created. Plain http is
+// refused but for a loopback host (isLoopback): the SDK dials it without
+// TLS, and the API key it sends with every request would cross the
+// network unencrypted.
+func checkHost(host, named string) (string, error) {
 	shown := fmt.Sprintf("%q", host)
 	if strings.ContainsAny(host, "@?#") {
 		shown = "with credentials, a query or a fragment" // not echoed: it may hold a password or a key
 	}
-	bad := fmt.Errorf("--host %s: want an index host such as https://NAME-PROJECT.svc.REGION.pinecone.io", shown)
+	bad := usagef("%s %s: want an index host such as https://NAME-PROJECT.svc.REGION.pinecone.io", named, shown)
 	s := host
 	if !strings.Contains(s, "://") {
 		s = "https://" + s
@@ -115,16 +144,39 @@ func checkHost(host string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") ||
 		strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.User != nil {
-		return "", &usageError{bad.Error()}
+		return "", bad
+	}
+	if u.Scheme == "http" && !isLoopback(u.Hostname()) {
+		return "", usagef("%s %s: plain http is for a loopback host only (localhost, 127.0.0.1, [::1]), "+
+			"as the embedded index or Pinecone Local: elsewhere the API key would cross the network unencrypted; use https://", named, shown)
 	}
 	// The same dial target and options as the SDK: this must succeed.
 	cc, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return "", &usageError{bad.Error()}
+		return "", bad
 	}
 	cc.Close()
 	return u.Scheme + "://" + u.Host, nil
 }
+
+// isLoopback reports whether host, a URL's host name (without its port or
+// brackets), is on the loopback interface: localhost (in any case, with
+// or without its final dot) or a loopback IP address (127.0.0.0/8, ::1,
+// either mapped, with a zone or not). No name is looked up: another name
+// that resolves to loopback, or could be made to, is not taken for one.
+func isLoopback(host string) bool {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	addr, err := netip.ParseAddr(host)
+	return err == nil && addr.IsLoopback()
+}
+
+// maxFaultTimeout is the longest --timeout that --fault timeout=P takes:
+// it answers a tenth after the timeout, and past about 2,330,000h that sum
+// overflows time.Duration (upserttest.AmbiguousTimeouts panics on the
+// negative delay). A round bound well below, 114 years.
+const maxFaultTimeout = 1_000_000 * time.Hour
 
 // faultHelp describes --fault.
 const faultHelp = `  429=P      answer 429 (RESOURCE_EXHAUSTED) to a share P (0 to 1) of requests
@@ -170,6 +222,10 @@ func parseFaults(spec string, timeout time.Duration) (upserttest.FaultFunc, erro
 		seed := int64(i + 1) // a different draw per item, the same every run
 		switch kind {
 		case "timeout":
+			if timeout > maxFaultTimeout {
+				return nil, fmt.Errorf("%q: --timeout %v is too long: this fault answers a tenth after it, and takes a --timeout of %v at most",
+					item, timeout, maxFaultTimeout)
+			}
 			fs = append(fs, upserttest.AmbiguousTimeouts(p, timeout+timeout/10, seed))
 		case "reset":
 			fs = append(fs, upserttest.ConnectionResets(p, seed))

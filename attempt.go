@@ -53,10 +53,7 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 			// waiting for it goes out after the answer.
 			r.halt(e)
 		}
-		if answer.Class == ClassDenied || answer.Class == ClassQuotaExceeded {
-			// Not for a request the refusal cut off (answerOf).
-			r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, answer)
-		}
+		r.logStopping(worker, rt, p, e, answer)
 	}
 	r.pool.lastLanded.Store(e == nil)
 	heard := answer
@@ -69,6 +66,22 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 	ev.Latency, ev.Err = latency, answer
 	r.cfg.observers.requestDone(ev)
 	return e
+}
+
+// logStopping logs the line of a request whose records fail with e, a
+// refusal that stops the run (afterFailure logs none for those): its own
+// refusal, or its own answer after another's refusal stopped the run; a
+// request the refusal cut off (answerOf: canceled) logs none.
+func (r *run) logStopping(worker int, rt *route, p *part, e, answer *Error) {
+	switch {
+	case answer.Class == ClassDenied || answer.Class == ClassQuotaExceeded:
+		r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, answer)
+	case e.Class != ClassDenied && e.Class != ClassQuotaExceeded, answer.Class == ClassCanceled:
+	case isPanic(answer):
+		r.log(slog.LevelError, "send function panicked; batch failed", worker, rt, p, answer)
+	default:
+		r.log(slog.LevelError, "batch failed; the run had stopped", worker, rt, p, answer)
+	}
 }
 
 // admit waits for p's turn (see line), for its pass of the per-minute

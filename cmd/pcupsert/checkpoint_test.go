@@ -1102,7 +1102,7 @@ func TestReplayingTheLettersOfAResumedLoadDoesNotUndoALaterRecord(t *testing.T) 
 
 	res = runCmd(t, nil, nil, append(args, "--json", in)...)
 	require.Contains(t, res.stderr, "skipped the first 2 records", res.stderr)
-	assert.Contains(t, res.stderr, "may-be-stale letters of an earlier run in "+dl+" name the ids of records that landed: the letters of 1 record follow them")
+	assert.Contains(t, res.stderr, "letters of an earlier run in "+dl+", of records that may have landed or were sent again, name the ids of records that landed: the letters of 1 record follow them")
 	s := jsonReport(t, res)
 	assert.Equal(t, 1, s.MayBeStale)
 	assert.Equal(t, exitFailed, s.ExitStatus, "a record may be stale")

@@ -488,6 +488,12 @@ type input struct {
 	pos         int   // the line or row of the last entry read
 	err         error // a read error that stopped the input
 	stopped     bool  // the run stopped taking records before the end of the input
+	// halted is closed (halt) when the run stops for a refusal no retry
+	// can fix: next then returns at once, though the input is idle (a
+	// pipe whose producer waits), rather than wait for a record the run
+	// would refuse. Nil: never.
+	halted   chan struct{}
+	haltOnce sync.Once
 	ended       bool  // the input was read to its end
 	positionsMu sync.Mutex
 	positions   []position // where the record numbering jumps
@@ -625,8 +631,14 @@ func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 	}
 }
 
+// halt stops the reading of records: the run stopped for a refusal no
+// retry can fix (a key the index refuses, a spent quota). Safe for
+// concurrent use; in.halted must have been made.
+func (in *input) halt() { in.haltOnce.Do(func() { close(in.halted) }) }
+
 // next returns the next record, dealing with bad entries on the way; false
-// at the end of the input, on a read error, or when ctx ends first.
+// at the end of the input, on a read error, when ctx ends first, or once
+// the run halted.
 func (in *input) next(ctx context.Context) (*pinecone.Vector, bool) {
 	in.startReading()
 	for !in.ended && in.err == nil && ctx.Err() == nil {
@@ -634,6 +646,9 @@ func (in *input) next(ctx context.Context) (*pinecone.Vector, bool) {
 		select {
 		case e = <-in.items:
 		case <-ctx.Done():
+			return nil, false
+		case <-in.halted:
+			in.stopped = true
 			return nil, false
 		}
 		if e.err == nil || e.err == io.EOF { // a read error may come from a panic, with no position

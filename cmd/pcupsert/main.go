@@ -430,6 +430,12 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	}
 	opts := append(runOptions(o, e, in), targetOptions(tgt, durable, dead, causes)...)
 	opts = append(opts, upsert.WithObserver(upsert.Observer{Stale: func(st upsert.Stale) { dead.Stale(st, staleMessage(in, st)) }}))
+	in.halted = make(chan struct{})
+	opts = append(opts, upsert.WithObserver(upsert.Observer{RequestDone: func(ev upsert.RequestEvent) {
+		if ev.Err != nil && (ev.Err.Class == upsert.ClassDenied || ev.Err.Class == upsert.ClassQuotaExceeded) {
+			in.halt() // the run stopped: the next record need not be waited for
+		}
+	}}))
 	if dead.exposed != nil {
 		opts = append(opts, upsert.WithAcks(dead.exposed.ack))
 	}
@@ -507,22 +513,23 @@ func staleMessage(in *input, st upsert.Stale) string {
 
 // writeStale says on con that records may be stale, whose dead letters
 // were written as the library reported them, and that exposed records of
-// the ids of earlier may-be-stale letters landed and have letters too.
+// the ids an earlier run's letters expose (exposedIDs) landed and have
+// letters too.
 func writeStale(con io.Writer, res upsert.Result, exposed int, path string) {
 	if n := res.Stats.MayBeStale; n > 0 {
 		fmt.Fprintf(con, "pcupsert: %s that landed may be stale: a request carrying an earlier record of their id ended without an answer, "+
 			"and the index may still apply it; replay %s once the index is quiet to upsert them again\n", plural(n, "%d record%s"), path)
 	}
 	if exposed > 0 {
-		fmt.Fprintf(con, "pcupsert: may-be-stale letters of an earlier run in %s name the ids of records that landed: the letters of %s "+
+		fmt.Fprintf(con, "pcupsert: letters of an earlier run in %s, of records that may have landed or were sent again, name the ids of records that landed: the letters of %s "+
 			"follow them, so that replaying %s once the index is quiet ends on the last record of each id\n", path, quantity(exposed, "record"), path)
 	}
 }
 
 // newDeadLetters returns the dead letters of the run, and has bad lines of
 // in written to them; each bad line and invalid record is also a notice.
-// Its error is that of reading the may-be-stale letters of the file that
-// a run with a checkpoint appends to (exposeEarlierLetters).
+// Its error is that of reading the letters of the file that a run with a
+// checkpoint appends to (exposeEarlierLetters).
 func newDeadLetters(o options, e *env, in *input, notice func(string)) (*deadLetters, error) {
 	dead := &deadLetters{path: o.deadLetter, mask: e.mask, resumable: o.checkpoint != ""}
 	if err := exposeEarlierLetters(o, e, in, dead); err != nil {

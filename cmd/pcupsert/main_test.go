@@ -731,6 +731,31 @@ func TestAnInterruptEndsTheRunWhileTheInputIsIdle(t *testing.T) {
 	}
 }
 
+// A run that a refusal no retry can fix stops (a key the index refuses)
+// ends though the input is idle: it waited, once, for the next line of a
+// pipe whose producer waits, or its end, for a record it would refuse.
+func TestARunStoppedByARefusalEndsWhileTheInputIsIdle(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithAPIKey("another-key"))
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	args := append(remote(t, srv), "--progress", "off", "--dead-letter", deadLetterPath(t))
+	done := make(chan result, 1)
+	go func() { done <- runCmd(t, nil, pr, args...) }()
+
+	_, err := io.WriteString(pw, records(t, 10)) // then the producer waits
+	require.NoError(t, err)
+	select {
+	case res := <-done:
+		assert.Equal(t, exitFailed, res.status, res.stderr)
+		assert.Contains(t, res.stdout, "ended early: stopped")
+	case <-time.After(5 * time.Second):
+		pw.Close() // let the run end, for the test's sake
+		<-done
+		t.Fatal("the run stopped by a 401 waited for input that may never come")
+	}
+}
+
 // What the reading goroutine read ahead of the run when the run ends is
 // not the run's: not counted, not reported, not handed on, as if it had
 // not been read (a resumed run reads it again).

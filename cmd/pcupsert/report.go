@@ -41,8 +41,8 @@ type deadLetters struct {
 	// its place in the input.
 	invalid func(f upsert.Failure, rule error) string
 	// exposed, when not nil, holds the letters of the records of the ids
-	// of the file's may-be-stale letters until their acks, to write them
-	// in input order (see exposure).
+	// the file's letters expose (exposedIDs) until their acks, to write
+	// them in input order (see exposure).
 	exposed *exposure
 
 	// wmu is held shared while a letter is written, and exclusively

@@ -482,19 +482,19 @@ type input struct {
 	ids      map[string]struct{}
 	repeated int
 
-	read        int   // records read
-	bad         int   // bad entries reported
-	skippedBad  int   // bad entries in the part skipped
-	pos         int   // the line or row of the last entry read
-	err         error // a read error that stopped the input
-	stopped     bool  // the run stopped taking records before the end of the input
+	read       int   // records read
+	bad        int   // bad entries reported
+	skippedBad int   // bad entries in the part skipped
+	pos        int   // the line or row of the last entry read
+	err        error // a read error that stopped the input
+	stopped    bool  // the run stopped taking records before the end of the input
 	// halted is closed (halt) when the run stops for a refusal no retry
 	// can fix: next then returns at once, though the input is idle (a
 	// pipe whose producer waits), rather than wait for a record the run
 	// would refuse. Nil: never.
-	halted   chan struct{}
-	haltOnce sync.Once
-	ended       bool  // the input was read to its end
+	halted      chan struct{}
+	haltOnce    sync.Once
+	ended       bool // the input was read to its end
 	positionsMu sync.Mutex
 	positions   []position // where the record numbering jumps
 

@@ -420,6 +420,15 @@ func TestRunsSharingLanesAcrossProcessesLeaveNoMembershipBehind(t *testing.T) {
 					it, k, o.res.Upserted, o.res.Stats.Failed, o.res.Duplicates, got, o.taken, o.err)
 			}
 		}
+		upserted, taken := 0, 0
+		for _, o := range outs {
+			upserted, taken = upserted+o.res.Upserted, taken+o.taken
+		}
+		// Every id is a run's own: what landed is stored, and no more
+		// than was taken (a record canceled in flight may have landed).
+		if stored := len(fi.Stored()); stored < upserted || stored > taken {
+			t.Errorf("iteration %d: %d records stored, %d upserted, %d taken", it, stored, upserted, taken)
+		}
 		joined, live := store.counts()
 		if live != 0 {
 			t.Errorf("iteration %d: %d memberships live after every run ended (%d joined)", it, live, joined)

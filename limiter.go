@@ -64,8 +64,10 @@ import (
 // told apart by namespace alone). A lane (an index's namespace) that has
 // sent nothing for ten minutes is forgotten once the Limiter holds many,
 // and beyond about a thousand lanes the least recently used ones with
-// nothing in flight are, so that a run or a service writing to ever new
-// namespaces holds a few MB at most. The zero value is ready to use.
+// nothing in flight and no route of a run going on are (a Stream or Writer
+// keeps about a thousand routes), so that a run or a service writing to
+// ever new namespaces holds about two thousand lanes at most, some MB.
+// The zero value is ready to use.
 type Limiter struct {
 	mu      sync.Mutex
 	lanes   map[laneID]*lane

@@ -151,11 +151,15 @@ func (in *intake) skipEnd(ctx context.Context, left int) func(error) error {
 
 // canceledEnd returns the end (see run.finish) of a stream that stopped
 // pulling because its context ended: canceled, joined to the run's own
-// error, if any.
+// error unless that says so already (records that failed canceled, a
+// *RunError, which callers may assert).
 func canceledEnd(canceled *Error) func(error) error {
 	return func(err error) error {
-		if err == nil {
+		switch {
+		case err == nil:
 			return canceled
+		case errors.Is(err, ErrCanceled):
+			return err
 		}
 		return errors.Join(err, canceled)
 	}

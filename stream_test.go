@@ -558,4 +558,26 @@ func TestAStreamWhoseInputStopsForTheCancelSaysCanceled(t *testing.T) {
 			assert.Equal(t, tt.cancelAt, res.Upserted, "every record pulled landed")
 		})
 	}
+	t.Run("records pulled that did not land: their *RunError alone", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		fi := newFakeIndex(nil)
+		seq := func(yield func(*pinecone.Vector) bool) {
+			for i, v := range vectors(100, 2) {
+				if i == 35 { // 30 landed, 5 wait in a partial batch
+					require.Eventually(t, func() bool { return len(fi.Stored()) == 30 }, 5*time.Second, time.Millisecond)
+					cancel()
+				}
+				if ctx.Err() != nil || !yield(v) {
+					return
+				}
+			}
+		}
+		res, err := Stream(ctx, seq, testOpts(fi, WithBatchSize(10), WithMaxDelay(time.Hour))...)
+		require.ErrorIs(t, err, ErrCanceled)
+		assert.Len(t, res.Failed, 5)
+		re, ok := err.(*RunError)
+		require.True(t, ok, "the error is a %T, not the *RunError of the 5 records that did not land: %v", err, err)
+		assert.Equal(t, 5, re.Failed)
+	})
 }

@@ -636,6 +636,16 @@ func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 // concurrent use; in.halted must have been made.
 func (in *input) halt() { in.haltOnce.Do(func() { close(in.halted) }) }
 
+// wasHalted reports whether the run halted the input (halt).
+func (in *input) wasHalted() bool {
+	select {
+	case <-in.halted:
+		return true
+	default:
+		return false // a nil halted too
+	}
+}
+
 // next returns the next record, dealing with bad entries on the way; false
 // at the end of the input, on a read error, when ctx ends first, or once
 // the run halted.

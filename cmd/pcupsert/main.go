@@ -61,17 +61,25 @@ func main() {
 	os.Exit(run(signalContext(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-// stopSignals stop a run gracefully: it stops reading, ends its requests,
-// writes its dead letters, saves its checkpoint and reports. SIGHUP is
-// one: closing the terminal or the ssh session that started a long run
-// must not kill it before it saved what it did.
-var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+// stopSignals are the signals that stop a run gracefully: it stops
+// reading, ends its requests, writes its dead letters, saves its
+// checkpoint and reports. SIGHUP is one, unless the process started with
+// it ignored (nohup): closing the terminal or the ssh session that started
+// a long run must not kill it before it saved what it did, and a run
+// started to outlive it goes on.
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	if !signal.Ignored(syscall.SIGHUP) { // Notify would undo nohup
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	return sigs
+}
 
 // signalContext returns a context that ends at the first of stopSignals.
 // Their handling ends with it: a second one kills the process at once,
 // as their default action does.
 func signalContext() context.Context {
-	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals()...)
 	go func() {
 		<-ctx.Done()
 		stop() // a second Ctrl-C kills at once
@@ -381,13 +389,13 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 	if formatOf(o) == formatParquet {
 		in.unit = "row"
 	}
+	if err := checkDeadLetterWritable(o.deadLetter); err != nil { // a dry run's too
+		return 0, usagef("--dead-letter %s: cannot be written there: %v", o.deadLetter, err)
+	}
 	if o.dryRun {
 		return dryRunInput(ctx, o, e, in, inp, everyNotice(e.con))
 	}
 	notice := noticeReporter(e.con, o.deadLetter)
-	if err := checkDeadLetterWritable(o.deadLetter); err != nil {
-		return 0, usagef("--dead-letter %s: cannot be written there: %v", o.deadLetter, err)
-	}
 	deadLock, err := lockDeadLetter(o.deadLetter, e.con)
 	if err != nil {
 		return 0, err
@@ -455,7 +463,9 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 		durable.finish()
 	}
 	s := summarize(o, tgt, name, in, res, start)
-	s.GaveUp = ctx.Err() == nil && runCtx.Err() != nil
+	// A run stopped by a refusal is not given up on, though the watchdog
+	// fired while it ended: the refusal said why it ended.
+	s.GaveUp = ctx.Err() == nil && runCtx.Err() != nil && !in.wasHalted()
 	s.Interrupted = ctx.Err() != nil
 	s.Stopped = in.stopped && !s.GaveUp && !s.Interrupted
 	tellHowItEnded(e.con, o, name, in, res, s)

@@ -10,11 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -780,33 +778,6 @@ func TestWhatWasReadAheadOfAnInterruptedRunIsNotTheRuns(t *testing.T) {
 	assert.False(t, in.ended)
 }
 
-// A run that reads a file (here a named pipe, whose reads block) leaves
-// no goroutine reading it when it ends, interrupted while the input is
-// idle: the file is closed, which ends the read, and the run waits for it.
-func TestAnInterruptedRunLeavesNoGoroutineReadingItsFile(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "in.fifo")
-	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
-	w := make(chan *os.File, 1)
-	go func() {
-		f, err := os.OpenFile(fifo, os.O_WRONLY, 0) // blocks until the run opens it
-		if err == nil {
-			_, _ = f.WriteString(records(t, 3))
-		}
-		w <- f
-	}()
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
-	res := runCmd(t, ctx, nil, "--progress", "off", "--dead-letter", deadLetterPath(t), fifo)
-	buf := make([]byte, 1<<20)
-	stacks := string(buf[:runtime.Stack(buf, true)])
-	assert.NotContains(t, stacks, "main.readSource", "the reading goroutine ended with the run")
-	assert.Equal(t, exitFailed, res.status)
-	assert.Contains(t, res.stderr, "interrupted at line 3 of "+fifo)
-	if f := <-w; f != nil {
-		f.Close()
-	}
-}
-
 // A run whose records all settled (they failed for good in an outage, say)
 // and whose input then paused is not waiting on anything. When the input
 // resumes, the records just read have not waited at all: the watchdog must
@@ -867,4 +838,22 @@ func TestGzipOnStdinIsAUsageErrorInADryRunToo(t *testing.T) {
 	require.Equal(t, exitUsage, res.status, "a gzip file: stderr:\n%s", res.stderr)
 	res = runCmd(t, nil, strings.NewReader(gz), "--dry-run", "--progress", "off")
 	require.Equal(t, exitUsage, res.status, "gzip on stdin, as a file is: stderr:\n%s", res.stderr)
+}
+
+// A dry run refuses the command lines a run refuses: a --dead-letter or
+// --checkpoint that cannot be written needs no network to check. It once
+// exited 0 on a --dead-letter in a missing directory.
+func TestADryRunRefusesAPathTheRunCannotWrite(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-dir")
+	for name, args := range map[string][]string{
+		"dead letter": {"--dead-letter", filepath.Join(missing, "failed.ndjson")},
+		"checkpoint":  {"--checkpoint", filepath.Join(missing, "ckpt"), "--dead-letter", deadLetterPath(t)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			real := runCmd(t, nil, strings.NewReader(records(t, 2)), append(args, "--progress", "off")...)
+			require.Equal(t, exitUsage, real.status, "the run refuses it; stderr:\n%s", real.stderr)
+			dry := runCmd(t, nil, strings.NewReader(records(t, 2)), append(args, "--dry-run")...)
+			assert.Equal(t, exitUsage, dry.status, "the dry run takes what the run refuses\nstdout:\n%s\nstderr:\n%s", dry.stdout, dry.stderr)
+		})
+	}
 }

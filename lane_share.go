@@ -41,10 +41,11 @@ type laneShare struct {
 
 // joinShare makes ln a member of lane through s, once however many runs
 // share ln, and returns the function that ends this run's use of it (the
-// last one out leaves the lane). Join makes one round trip, bounded by the
+// last one out leaves the lane, keeping its shared state when keep is set:
+// see share.Member.Leave); it may be called more than once. Join makes one round trip, bounded by the
 // store's timeout; it never fails (a store that does not answer leaves the
 // lane alone until it does).
-func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, stats *shareCounters) (leave func()) {
+func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, stats *shareCounters) (leave func(keep bool)) {
 	ln.shareSync.joinMu.Lock()
 	defer ln.shareSync.joinMu.Unlock()
 	ln.mu.Lock()
@@ -65,11 +66,13 @@ func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, s
 	sh.users++
 	ln.mu.Unlock()
 	ln.flushShare()
-	return sync.OnceFunc(ln.leaveShare)
+	var once sync.Once
+	return func(keep bool) { once.Do(func() { ln.leaveShare(keep) }) }
 }
 
-// leaveShare ends one run's use of the membership; the last one leaves.
-func (ln *lane) leaveShare() {
+// leaveShare ends one run's use of the membership; the last one leaves,
+// keeping the lane's shared state if keep is set.
+func (ln *lane) leaveShare(keep bool) {
 	ln.shareSync.joinMu.Lock()
 	defer ln.shareSync.joinMu.Unlock()
 	ln.mu.Lock()
@@ -84,7 +87,7 @@ func (ln *lane) leaveShare() {
 	ln.mu.Unlock()
 	close(stop)
 	<-done
-	_ = m.Leave(context.Background()) // bounded by the store's timeout; else the heartbeat expires
+	_ = m.Leave(context.Background(), keep) // bounded by the store's timeout; else the heartbeat expires
 }
 
 // watchShare applies the member's view each time it changes, and reports

@@ -94,7 +94,12 @@ func (f *fakeMember) Breaker(_ context.Context, open bool) (share.View, error) {
 	return f.view, nil
 }
 
-func (f *fakeMember) Leave(context.Context) error { f.mu.Lock(); f.left++; f.mu.Unlock(); return nil }
+func (f *fakeMember) Leave(context.Context, bool) error {
+	f.mu.Lock()
+	f.left++
+	f.mu.Unlock()
+	return nil
+}
 
 func (f *fakeMember) proposals() []share.Cut { f.mu.Lock(); defer f.mu.Unlock(); return f.cuts }
 
@@ -665,9 +670,9 @@ func TestSharedLaneCountsANewMembershipsEpochsAfresh(t *testing.T) {
 	ln := newLane(realClock{}, MaxBatchSize, &defaultTuning)
 	stats := new(shareCounters)
 	leave := ln.joinShare(ctx, fakeStore{newFakeMember(capped(now, 3, 1e6, 1e6, 1))}, share.Lane{Host: "h"}, stats)
-	leave()
+	leave(false)
 	leave = ln.joinShare(ctx, fakeStore{newFakeMember(capped(now, 1, 100, 100, 1))}, share.Lane{Host: "h"}, stats)
-	defer leave()
+	defer leave(false)
 	records, _, _ := limits(ln)
 	assert.InDelta(t, 100, records, 1, "the new session's first cut adopted")
 	ln.mu.Lock()
@@ -687,12 +692,12 @@ func TestJoinShareOncePerLaneAndLeaveAtTheEnd(t *testing.T) {
 		defer ln.mu.Unlock()
 		return ln.share.epoch == 2
 	}, time.Second, time.Millisecond, "the watcher adopts a change")
-	leaveA()
-	leaveA()
+	leaveA(false)
+	leaveA(false)
 	m.mu.Lock()
 	assert.Zero(t, m.left, "another run still shares the lane")
 	m.mu.Unlock()
-	leaveB()
+	leaveB(false)
 	m.mu.Lock()
 	assert.Equal(t, 1, m.left)
 	m.mu.Unlock()
@@ -712,11 +717,11 @@ type countedMember struct {
 	ns string
 }
 
-func (m *countedMember) Leave(ctx context.Context) error {
+func (m *countedMember) Leave(ctx context.Context, keep bool) error {
 	m.s.mu.Lock()
 	delete(m.s.live, m)
 	m.s.mu.Unlock()
-	return m.fakeMember.Leave(ctx)
+	return m.fakeMember.Leave(ctx, keep)
 }
 
 func (s *countingStore) Join(_ context.Context, l share.Lane) share.Member {
@@ -898,7 +903,7 @@ func TestSharedLaneQuietWriterGivesItsPartBack(t *testing.T) {
 	ln := newLane(clk, MaxBatchSize, &tun)
 	ln.setLimits(ServerlessLimits)
 	leave := ln.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: "h"}, new(shareCounters))
-	defer leave()
+	defer leave(false)
 	for range 3 {
 		p, err := ln.acquire(context.Background(), req(100))
 		require.NoError(t, err)

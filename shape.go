@@ -145,11 +145,17 @@ func newIndexShape(ctx context.Context, cfg *config) (_ *indexShape, answered bo
 	defer cancel()
 	info, err := cfg.describe(ctx)
 	if err != nil {
-		cfg.logger.LogAttrs(ctx, slog.LevelWarn, "cannot ask the index its dimension; it is taken from the first record the index accepts",
+		from := "it is taken from the first record the index accepts"
+		if cfg.dimension != 0 {
+			from = "WithDimension's is used"
+		}
+		cfg.logger.LogAttrs(ctx, slog.LevelWarn, "cannot ask the index its dimension; "+from,
 			slog.String("error", err.Error()))
 		return s, false
 	}
-	if info.dimension != 0 {
+	// The index's answer wins over WithDimension, a sparse index's (no
+	// dimension) too.
+	if info.dimension != 0 || info.vectorType == vectorTypeSparse {
 		s.dimension.Store(int32(info.dimension))
 	}
 	s.vectorType = info.vectorType

@@ -1,0 +1,149 @@
+package upsert
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/upsertlib/upsert/upserttest"
+	"google.golang.org/grpc"
+)
+
+func shapeIndex(t *testing.T, srv *upserttest.Server, ns string) *pinecone.IndexConnection {
+	t.Helper()
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test-key"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: ns})
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+	return idx
+}
+
+// Through WithIndex the index's own answer takes precedence over
+// WithDimension: a sparse index answers no dimension, and its sparse
+// records land. They once failed before sending ("the index has dimension
+// 3 and needs dense values").
+func TestASparseIndexsAnswerTakesPrecedenceOverWithDimension(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithVectorType(upserttest.VectorTypeSparse))
+	defer srv.Close()
+	idx := shapeIndex(t, srv, "ns")
+	recs := []*pinecone.Vector{
+		{Id: "s1", SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 5}, Values: []float32{0.5, 0.25}}},
+		{Id: "s2", SparseValues: &pinecone.SparseValues{Indices: []uint32{2}, Values: []float32{1}}},
+	}
+	res, err := All(context.Background(), recs, WithIndex(idx), WithDimension(3), withClock(newFakeClock()), withRand(maxRand))
+	require.NoError(t, err, "the sparse index takes sparse records: its answer says it has no dimension")
+	assert.Equal(t, 2, res.Upserted)
+	assert.Equal(t, 2, srv.Count("ns"))
+}
+
+// A sparse index (upserttest WithVectorType, through the SDK): the
+// describe answer refuses dense and hybrid records before sending; the
+// sparse ones land in one request.
+func TestASparseIndexRefusesDenseRecordsBeforeSending(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithVectorType(upserttest.VectorTypeSparse))
+	defer srv.Close()
+	idx := shapeIndex(t, srv, "ns")
+	recs := []*pinecone.Vector{
+		{Id: "s1", SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 5}, Values: []float32{0.5, 0.25}}},
+		{Id: "d", Values: &[]float32{1, 2}},
+		{Id: "h", Values: &[]float32{1, 2}, SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{1}}},
+		{Id: "s2", SparseValues: &pinecone.SparseValues{Indices: []uint32{9, 2}, Values: []float32{1, 3}}},
+	}
+	res, err := All(context.Background(), recs, WithIndex(idx), withClock(newFakeClock()), withRand(maxRand))
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Len(t, res.Failed, 2)
+	for _, f := range res.Failed {
+		assert.Zero(t, f.Attempts)
+		assert.Contains(t, f.Err.Error(), "sparse")
+	}
+	assert.Equal(t, 2, srv.Count("ns"))
+	assert.Equal(t, 1, srv.Stats().Requests, "one request: the dense and hybrid records were refused before sending")
+}
+
+// A 512-byte id and 40960 bytes of metadata (as compact JSON) pass both the library and upserttest.
+func TestRecordsExactlyAtPineconesLimitsLand(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithDimension(2))
+	defer srv.Close()
+	idx := shapeIndex(t, srv, "ns")
+	md := metadataOfJSONSize(t, MaxMetadataBytes, 3)
+	recs := []*pinecone.Vector{
+		{Id: strings.Repeat("a", 512), Values: &[]float32{1, 2}},
+		{Id: "m", Values: &[]float32{1, 2}, Metadata: md},
+	}
+	res, err := All(context.Background(), recs, WithIndex(idx), withClock(newFakeClock()), withRand(maxRand))
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.Upserted)
+}
+
+// A request of exactly MaxRequestBytes goes as one request and is accepted
+// by upserttest's 2,000,000-byte limit; one byte more makes two requests.
+func TestARequestExactlyAtTheByteLimitGoesWhole(t *testing.T) {
+	const dim = 19000
+	build := func(extra int) []*pinecone.Vector {
+		vals := make([]float32, dim)
+		for i := range vals {
+			vals[i] = 1
+		}
+		recs := make([]*pinecone.Vector, 26)
+		for i := range recs {
+			recs[i] = &pinecone.Vector{Id: string(rune('a' + i)), Values: &vals}
+		}
+		// pad the last record's metadata until the request is exactly
+		// 2,000,000+extra bytes.
+		recs[25] = withMetadata(&pinecone.Vector{Id: "z", Values: &vals}, map[string]any{"p": ""})
+		base := encodedRequestSize(t, recs, "ns")
+		start := max(0, MaxRequestBytes+extra-base-8)
+		for k := start; k < start+16; k++ {
+			recs[25] = withMetadata(&pinecone.Vector{Id: "z", Values: &vals}, map[string]any{"p": strings.Repeat("x", k)})
+			if n := encodedRequestSize(t, recs, "ns"); n == MaxRequestBytes+extra {
+				return recs
+			}
+		}
+		return nil
+	}
+	for _, extra := range []int{0, 1} {
+		recs := build(extra)
+		if recs == nil {
+			t.Skipf("no padding gives %d bytes", MaxRequestBytes+extra)
+		}
+		srv := upserttest.NewServer(upserttest.WithDimension(dim))
+		idx := shapeIndex(t, srv, "ns")
+		res, err := All(context.Background(), recs, WithIndex(idx), WithBatchSize(26), withClock(newFakeClock()), withRand(maxRand))
+		require.NoError(t, err)
+		assert.Equal(t, 26, res.Upserted)
+		assert.Equal(t, 1+extra, srv.Stats().Requests, "extra %d", extra)
+		srv.Close()
+	}
+}
+
+// A DescribeIndexStats that hangs is given up after the request timeout
+// (at most 5 s): the run goes on and learns the dimension from the first
+// accepted record.
+func TestASlowDescribeDoesNotHoldTheRun(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithDimension(4))
+	defer srv.Close()
+	hang := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/DescribeIndexStats") {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"}, grpc.WithChainUnaryInterceptor(hang))
+	require.NoError(t, err)
+	defer idx.Close()
+	start := time.Now()
+	recs := append(vectors(10, 4), &pinecone.Vector{Id: "short", Values: &[]float32{1, 2, 3}})
+	res, err := All(context.Background(), recs, WithIndex(idx), WithRequestTimeout(50*time.Millisecond), WithBatchSize(5), WithConcurrency(1), withClock(newFakeClock()), withRand(maxRand))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Less(t, time.Since(start), 2*time.Second)
+	assert.Equal(t, 10, res.Upserted)
+	require.Len(t, res.Failed, 1)
+}

@@ -41,11 +41,10 @@ type laneShare struct {
 
 // joinShare makes ln a member of lane through s, once however many runs
 // share ln, and returns the function that ends this run's use of it (the
-// last one out leaves the lane, keeping its shared state when keep is set:
-// see share.Member.Leave); it may be called more than once. Join makes one round trip, bounded by the
+// last one out leaves the lane). Join makes one round trip, bounded by the
 // store's timeout; it never fails (a store that does not answer leaves the
 // lane alone until it does).
-func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, stats *shareCounters) (leave func(keep bool)) {
+func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, stats *shareCounters) (leave func()) {
 	ln.shareSync.joinMu.Lock()
 	defer ln.shareSync.joinMu.Unlock()
 	ln.mu.Lock()
@@ -60,19 +59,56 @@ func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, s
 		// between calls), and its epochs started over.
 		sh.epoch, sh.cutAlone = 0, false
 		sh.stop, sh.done = make(chan struct{}), make(chan struct{})
-		ln.applyView(m.View())
+		v := m.View()
+		ln.applyView(v)
+		ln.proposeHeld(v)
 		go ln.watchShare(m, sh.stop, sh.done)
 	}
 	sh.users++
 	ln.mu.Unlock()
 	ln.flushShare()
-	var once sync.Once
-	return func(keep bool) { once.Do(func() { ln.leaveShare(keep) }) }
+	return sync.OnceFunc(ln.leaveShare)
 }
 
-// leaveShare ends one run's use of the membership; the last one leaves,
-// keeping the lane's shared state if keep is set.
-func (ln *lane) leaveShare(keep bool) {
+// proposeHeld proposes, to a lane whose shared state holds no cut (its
+// keys were dropped when its last writer left: a route of this process
+// that stepped out, a Limiter kept between calls), the cut and the
+// Retry-After this lane still enforces, and its breaker's outage, so that
+// the writers that join share them rather than start at the full rate;
+// ln.mu is held, v being the new membership's first view.
+func (ln *lane) proposeHeld(v share.View) {
+	if !v.Shared {
+		return
+	}
+	now := ln.clock.Now()
+	if dim := ln.heldCut(); v.Epoch == 0 && dim >= 0 {
+		rate, level, recovery := ln.dims[dim].ctl.anchors(ln.share.frac)
+		c := share.Cut{Sent: now, Unit: share.Unit(dim), Rate: rate, Level: level, Recovery: recovery}
+		if pause := ln.pausedUntil.Sub(now); pause > 0 && !v.PausedUntil.After(now) {
+			c.RetryAfter = pause
+		}
+		ln.queueCut(c)
+	}
+	if ln.breaker.open && v.OpenSince.IsZero() {
+		ln.queueBreaker(true)
+	}
+}
+
+// heldCut is the rate the lane cut last, of those a 429 capped, or -1;
+// ln.mu is held.
+func (ln *lane) heldCut() int {
+	dim := -1
+	for i := range ln.dims {
+		c := &ln.dims[i].ctl
+		if c.capped() && c.measured() && (dim < 0 || c.cutAt.After(ln.dims[dim].ctl.cutAt)) {
+			dim = i
+		}
+	}
+	return dim
+}
+
+// leaveShare ends one run's use of the membership; the last one leaves.
+func (ln *lane) leaveShare() {
 	ln.shareSync.joinMu.Lock()
 	defer ln.shareSync.joinMu.Unlock()
 	ln.mu.Lock()
@@ -87,7 +123,7 @@ func (ln *lane) leaveShare(keep bool) {
 	ln.mu.Unlock()
 	close(stop)
 	<-done
-	_ = m.Leave(context.Background(), keep) // bounded by the store's timeout; else the heartbeat expires
+	_ = m.Leave(context.Background()) // bounded by the store's timeout; else the heartbeat expires
 }
 
 // watchShare applies the member's view each time it changes, and reports

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -94,12 +95,7 @@ func (f *fakeMember) Breaker(_ context.Context, open bool) (share.View, error) {
 	return f.view, nil
 }
 
-func (f *fakeMember) Leave(context.Context, bool) error {
-	f.mu.Lock()
-	f.left++
-	f.mu.Unlock()
-	return nil
-}
+func (f *fakeMember) Leave(context.Context) error { f.mu.Lock(); f.left++; f.mu.Unlock(); return nil }
 
 func (f *fakeMember) proposals() []share.Cut { f.mu.Lock(); defer f.mu.Unlock(); return f.cuts }
 
@@ -670,9 +666,9 @@ func TestSharedLaneCountsANewMembershipsEpochsAfresh(t *testing.T) {
 	ln := newLane(realClock{}, MaxBatchSize, &defaultTuning)
 	stats := new(shareCounters)
 	leave := ln.joinShare(ctx, fakeStore{newFakeMember(capped(now, 3, 1e6, 1e6, 1))}, share.Lane{Host: "h"}, stats)
-	leave(false)
+	leave()
 	leave = ln.joinShare(ctx, fakeStore{newFakeMember(capped(now, 1, 100, 100, 1))}, share.Lane{Host: "h"}, stats)
-	defer leave(false)
+	defer leave()
 	records, _, _ := limits(ln)
 	assert.InDelta(t, 100, records, 1, "the new session's first cut adopted")
 	ln.mu.Lock()
@@ -692,12 +688,12 @@ func TestJoinShareOncePerLaneAndLeaveAtTheEnd(t *testing.T) {
 		defer ln.mu.Unlock()
 		return ln.share.epoch == 2
 	}, time.Second, time.Millisecond, "the watcher adopts a change")
-	leaveA(false)
-	leaveA(false)
+	leaveA()
+	leaveA()
 	m.mu.Lock()
 	assert.Zero(t, m.left, "another run still shares the lane")
 	m.mu.Unlock()
-	leaveB(false)
+	leaveB()
 	m.mu.Lock()
 	assert.Equal(t, 1, m.left)
 	m.mu.Unlock()
@@ -717,11 +713,11 @@ type countedMember struct {
 	ns string
 }
 
-func (m *countedMember) Leave(ctx context.Context, keep bool) error {
+func (m *countedMember) Leave(ctx context.Context) error {
 	m.s.mu.Lock()
 	delete(m.s.live, m)
 	m.s.mu.Unlock()
-	return m.fakeMember.Leave(ctx, keep)
+	return m.fakeMember.Leave(ctx)
 }
 
 func (s *countingStore) Join(_ context.Context, l share.Lane) share.Member {
@@ -903,7 +899,7 @@ func TestSharedLaneQuietWriterGivesItsPartBack(t *testing.T) {
 	ln := newLane(clk, MaxBatchSize, &tun)
 	ln.setLimits(ServerlessLimits)
 	leave := ln.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: "h"}, new(shareCounters))
-	defer leave(false)
+	defer leave()
 	for range 3 {
 		p, err := ln.acquire(context.Background(), req(100))
 		require.NoError(t, err)
@@ -1033,4 +1029,53 @@ func TestManyWritersHoldNoMoreThanTheLane(t *testing.T) {
 	assert.InDelta(t, 1.0/writers, frac, 1e-9, "a writer's fraction of the lane")
 	assert.LessOrEqual(t, frac*writers, 1.0+1e-9, "the writers' parts add up to no more than the lane")
 	assert.InDelta(t, 100.0, records, 1e-6, "its record rate: a thousandth of the lane's 100,000/s")
+}
+
+// A new membership of a lane whose shared state holds no cut (its last
+// writer left: a route that stepped out, a Limiter kept between calls)
+// proposes the cut, the Retry-After and the outage this lane still
+// enforces; one of a lane that learned nothing, or whose shared state has
+// a cut, proposes none.
+func TestANewMembershipProposesWhatTheLaneStillHolds(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		held      bool // the lane enforces a cut at 1000/s, paused for 3 s, its breaker open
+		epoch     uint64
+		wantCut   bool
+		wantPause time.Duration
+		wantOpen  bool
+	}{
+		{"a lane that forgot what this one holds", true, 0, true, 3 * time.Second, true},
+		{"a lane that has a cut of its own", true, 2, false, 0, true},
+		{"nothing held", false, 0, false, 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			ln := newLane(clk, MaxBatchSize, &defaultTuning)
+			if tt.held {
+				measuredLane(ln, clk, 1000)
+				ln.mu.Lock()
+				ln.pausedUntil = clk.Now().Add(3 * time.Second)
+				ln.breaker.open = true
+				ln.mu.Unlock()
+			}
+			v := capped(clk.Now(), tt.epoch, math.Inf(1), 0, 1)
+			if tt.epoch > 0 {
+				v = capped(clk.Now(), tt.epoch, 2000, 2000, 1)
+			}
+			m := newFakeMember(v)
+			leave := ln.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: "h"}, new(shareCounters))
+			defer leave()
+			cuts := m.proposals()
+			if !tt.wantCut {
+				assert.Empty(t, cuts)
+			} else if assert.Len(t, cuts, 1) {
+				assert.InDelta(t, 1000, cuts[0].Level, 1, "the level this lane measured")
+				assert.Equal(t, tt.wantPause, cuts[0].RetryAfter)
+			}
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			assert.Equal(t, tt.wantOpen, slices.Contains(m.breakers, true), "the outage proposed")
+		})
+	}
 }

@@ -55,8 +55,8 @@ type runShares struct {
 
 // membership is a run's membership of one lane.
 type membership struct {
-	leave   func(keep bool) // lane.joinShare's: it may be called more than once
-	dropped bool            // its route was dropped: to be left, unless a route takes it back first
+	leave   func() // lane.joinShare's: it may be called more than once
+	dropped bool   // its route was dropped: to be left, unless a route takes it back first
 }
 
 // start notes the run's index host and the Limiter's counts at its start.
@@ -139,9 +139,7 @@ func (r *run) leaveDropped(lanes []*lane) {
 }
 
 // leaveIfDropped ends the membership of ln if it is still held and its
-// route dropped, keeping the lane's shared state: were the run the last
-// writer, a route made again for ln would join a lane that forgot the cut,
-// pause and outage ln still holds, and so would other processes' writers.
+// route dropped.
 func (s *runShares) leaveIfDropped(ln *lane) {
 	s.mu.Lock()
 	m, ok := s.held[ln]
@@ -151,7 +149,7 @@ func (s *runShares) leaveIfDropped(ln *lane) {
 	}
 	delete(s.held, ln)
 	s.mu.Unlock()
-	m.leave(true) // the run goes on: the lane's shared state must outlive the step out
+	m.leave()
 }
 
 // leaveShares ends the run's memberships still held, and waits for those
@@ -168,7 +166,7 @@ func (r *run) leaveShares() {
 		<-left
 	}
 	for _, m := range held {
-		m.leave(false)
+		m.leave()
 	}
 }
 

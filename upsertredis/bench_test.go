@@ -48,7 +48,7 @@ func benchLane(b *testing.B) (*member, *roundTrips) {
 	var m *member
 	for range 16 {
 		m = s.Join(context.Background(), lane).(*member)
-		b.Cleanup(func() { _ = m.Leave(context.Background(), false) })
+		b.Cleanup(func() { _ = m.Leave(context.Background()) })
 	}
 	return m, count
 }

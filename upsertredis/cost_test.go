@@ -64,7 +64,7 @@ func TestTheRedisCostOfALane(t *testing.T) {
 			assert.LessOrEqual(t, perLane, 1.2*float64(time.Second/DefaultInterval), "one exchange per interval per lane, no more")
 
 			for _, m := range ms {
-				require.NoError(t, m.Leave(context.Background(), false))
+				require.NoError(t, m.Leave(context.Background()))
 			}
 			require.Eventually(t, func() bool { _, sub := clients(t, admin); return sub == 0 }, 5*time.Second, time.Millisecond,
 				"the last lane left closes the subscription")

@@ -51,8 +51,8 @@ func TestRedisCluster(t *testing.T) {
 	_, err = b.Breaker(ctx, true)
 	require.NoError(t, err)
 	assert.Equal(t, 2, exchange(t, b).Writers)
-	require.NoError(t, b.Leave(ctx, false))
-	require.NoError(t, a.Leave(ctx, false))
+	require.NoError(t, b.Leave(ctx))
+	require.NoError(t, a.Leave(ctx))
 	assert.Zero(t, s.Stats().Failures)
 
 	state, writers := laneKeys("x", "host", "ns")

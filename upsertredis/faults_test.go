@@ -198,7 +198,7 @@ func TestHungRedisBoundsJoinAndLeave(t *testing.T) {
 	assert.Less(t, joined, time.Second, "Join is bounded by the store's timeout (50 ms)")
 	time.Sleep(50 * time.Millisecond)
 	start = time.Now()
-	_ = m.Leave(context.Background(), false)
+	_ = m.Leave(context.Background())
 	assert.Less(t, time.Since(start), time.Second, "Leave is bounded by the store's timeout (50 ms)")
 }
 
@@ -261,7 +261,7 @@ func TestAWriterAloneTriesRedisAgainWithinASecondWhateverItsInterval(t *testing.
 	proxy, rdb := proxied(t, 0)
 	s := New(rdb, WithPrefix(t.Name()+":"), WithInterval(300*time.Millisecond), WithTimeout(50*time.Millisecond))
 	a := s.Join(context.Background(), lane).(*member)
-	t.Cleanup(func() { _ = a.Leave(context.Background(), false) })
+	t.Cleanup(func() { _ = a.Leave(context.Background()) })
 	require.True(t, a.View().Shared)
 
 	proxy.Hold() // one exchange times out
@@ -294,7 +294,7 @@ func TestAWriterBackFromAPartitionDoesNotOverwriteANewerLane(t *testing.T) {
 	// a is cut off from Redis (no exchange) past its heartbeat; b, the
 	// last writer Redis sees, finishes and drops the lane.
 	require.Eventually(t, func() bool { return exchange(t, b).Writers == 1 }, 5*time.Second, time.Millisecond)
-	require.NoError(t, b.Leave(ctx, false))
+	require.NoError(t, b.Leave(ctx))
 	require.Empty(t, keys(t, rdb, t.Name()))
 
 	// A new writer starts the lane afresh and cuts it for the index as it is now.

@@ -66,7 +66,7 @@ var lane = share.Lane{Host: "http://127.0.0.1:5081", Namespace: "docs"}
 // join joins lane through s; the member leaves at the end of t.
 func join(t *testing.T, s *Store) *member {
 	m := s.Join(context.Background(), lane).(*member)
-	t.Cleanup(func() { _ = m.Leave(context.Background(), false) })
+	t.Cleanup(func() { _ = m.Leave(context.Background()) })
 	return m
 }
 

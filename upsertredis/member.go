@@ -136,20 +136,20 @@ func (m *member) Breaker(ctx context.Context, open bool) (share.View, error) {
 // alone while Redis is not presumed down (an exchange was answered since,
 // or the Store never presumes: see presumes) leaves as any other: one
 // round trip.
-func (m *member) Leave(ctx context.Context, keep bool) error {
+func (m *member) Leave(ctx context.Context) error {
 	var err error
 	m.leave.Do(func() {
 		close(m.stop)
 		if m.store.down() != nil {
 			go func() {
 				<-m.done
-				_ = m.leaveLane(context.Background(), keep)
+				_ = m.leaveLane(context.Background())
 			}()
 			err = fmt.Errorf("%w: Redis failed moments ago; the writer leaves the lane in the background", share.ErrUnavailable)
 			return
 		}
 		<-m.done
-		err = m.leaveLane(ctx, keep)
+		err = m.leaveLane(ctx)
 	})
 	return err
 }
@@ -157,9 +157,9 @@ func (m *member) Leave(ctx context.Context, keep bool) error {
 // leaveLane runs leaveScript within the store's timeout, and counts its
 // round trip as an exchange or a failure, which tells the Store whether
 // Redis is up (see Store.heard), unless ctx ended first.
-func (m *member) leaveLane(ctx context.Context, keep bool) error {
+func (m *member) leaveLane(ctx context.Context) error {
 	_, err := m.store.call(ctx, func(ctx context.Context) ([]string, error) {
-		return nil, leaveScript.Run(ctx, m.store.rdb, m.keys, m.id, keepArg(keep)).Err()
+		return nil, leaveScript.Run(ctx, m.store.rdb, m.keys, m.id).Err()
 	})
 	if !m.store.heard(ctx, err) {
 		return err
@@ -479,11 +479,3 @@ func parseDemands(s []string) []float64 {
 func formatFloat(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 
 var _ share.Member = (*member)(nil)
-
-// keepArg is leaveScript's keep argument.
-func keepArg(keep bool) string {
-	if keep {
-		return "1"
-	}
-	return "0"
-}

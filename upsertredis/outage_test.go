@@ -189,7 +189,7 @@ func TestALeaveWhileRedisIsPresumedDownStillTakesTheWriterOffTheLane(t *testing.
 	require.False(t, a.View().Shared)
 	proxy.Release()
 	start := time.Now()
-	err := a.Leave(context.Background(), false)
+	err := a.Leave(context.Background())
 	assert.Less(t, time.Since(start), 25*time.Millisecond, "Leave waited for Redis")
 	assert.ErrorIs(t, err, share.ErrUnavailable)
 	assert.Eventually(t, func() bool { return exchange(t, b).Writers == 1 }, 2*time.Second, 5*time.Millisecond,

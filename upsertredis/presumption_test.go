@@ -22,7 +22,7 @@ func laneN(i int) share.Lane { return share.Lane{Host: lane.Host, Namespace: fmt
 // the lane's channel) to end: a Leave while Redis is presumed down
 // returns first.
 func leaveAndWait(m *member) {
-	_ = m.Leave(context.Background(), false)
+	_ = m.Leave(context.Background())
 	<-m.done
 }
 
@@ -42,12 +42,12 @@ func TestALeaveRedisAnsweredEndsThePresumptionThatItIsDown(t *testing.T) {
 	require.Error(t, a.sync(context.Background())) // the Store now presumes Redis down
 	failed := time.Now()
 	proxy.Release()
-	require.ErrorIs(t, a.Leave(context.Background(), false), share.ErrUnavailable)
+	require.ErrorIs(t, a.Leave(context.Background()), share.ErrUnavailable)
 	require.Eventually(t, func() bool { return exchange(t, b).Writers == 1 }, time.Second, 5*time.Millisecond,
 		"a's leave, in the background, was answered")
 
 	m := s.Join(context.Background(), laneN(1)).(*member)
-	t.Cleanup(func() { _ = m.Leave(context.Background(), false) })
+	t.Cleanup(func() { _ = m.Leave(context.Background()) })
 	require.Less(t, time.Since(failed), 800*time.Millisecond, "the test ran too slowly to tell")
 	assert.True(t, m.View().Shared, "Redis answered the Store's leave moments ago, and the next Join went alone without trying it")
 }
@@ -63,12 +63,12 @@ func TestAnErrorRedisAnswersForOneLaneDoesNotSendTheStoresOtherJoinsAlone(t *tes
 	state, _ := laneKeys(s.opts.prefix, broken.Host, broken.Namespace)
 	require.NoError(t, rdb.Set(context.Background(), state, "not a hash", time.Minute).Err())
 	x := s.Join(context.Background(), broken).(*member)
-	t.Cleanup(func() { _ = x.Leave(context.Background(), false) })
+	t.Cleanup(func() { _ = x.Leave(context.Background()) })
 	require.False(t, x.View().Shared, "the broken lane's exchange failed")
 	require.Equal(t, int64(1), s.Stats().Failures, "an error reply is a failure")
 
 	m := s.Join(context.Background(), laneN(1)).(*member)
-	t.Cleanup(func() { _ = m.Leave(context.Background(), false) })
+	t.Cleanup(func() { _ = m.Leave(context.Background()) })
 	assert.True(t, m.View().Shared, "Redis answered the broken lane's exchange (with an error), yet the Store presumed it down and the next Join went alone")
 }
 
@@ -127,7 +127,7 @@ func TestACallerGivingUpIsNoRedisFailure(t *testing.T) {
 	cancel()
 	_, _, err := a.Cut(canceled, share.Cut{Sent: time.Now(), Rate: 800, Level: 1000})
 	require.ErrorIs(t, err, share.ErrUnavailable)
-	require.Error(t, a.Leave(canceled, false))
+	require.Error(t, a.Leave(canceled))
 	time.Sleep(50 * time.Millisecond) // a log line would come from a goroutine
 	st := s.Stats()
 	assert.True(t, a.View().Shared, "the writer went alone because its caller gave up")
@@ -153,7 +153,7 @@ func TestLeavesThatFailInTheBackgroundCountAsFailures(t *testing.T) {
 	}
 	before := s.Stats()
 	for _, m := range ms {
-		require.ErrorIs(t, m.Leave(context.Background(), false), share.ErrUnavailable)
+		require.ErrorIs(t, m.Leave(context.Background()), share.ErrUnavailable)
 	}
 	time.Sleep(500 * time.Millisecond) // each leave fails within the 100 ms timeout
 	after := s.Stats()
@@ -168,7 +168,7 @@ func TestALeaveRedisAnsweredCountsAsAnExchange(t *testing.T) {
 	a := s.Join(context.Background(), lane).(*member)
 	require.True(t, a.View().Shared)
 	before := s.Stats()
-	require.NoError(t, a.Leave(context.Background(), false))
+	require.NoError(t, a.Leave(context.Background()))
 	after := s.Stats()
 	assert.Equal(t, before.Exchanges+1, after.Exchanges)
 	assert.Equal(t, before.Failures, after.Failures)

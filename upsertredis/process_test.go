@@ -66,7 +66,7 @@ func TestAKilledWriterProcessUnderARun(t *testing.T) {
 	watch := newStore(t, client(t, nil), WithHeartbeat(50*time.Millisecond))
 	// The lane's host is the connection's target: the host without its scheme.
 	m := watch.Join(context.Background(), share.Lane{Host: strings.TrimPrefix(idx.Host(), "http://"), Namespace: e2eNamespace}).(*member)
-	t.Cleanup(func() { _ = m.Leave(context.Background(), false) })
+	t.Cleanup(func() { _ = m.Leave(context.Background()) })
 	m.Demand(0)
 	ws := runWriters(t, idx, func() *Store {
 		return New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(5*time.Millisecond), WithHeartbeat(50*time.Millisecond))

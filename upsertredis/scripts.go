@@ -199,10 +199,9 @@ end
 return reply({})
 `)
 
-// leaveScript removes a writer (KEYS: state, writers; ARGV: id, keep),
-// and the lane's keys when no live writer is left, unless keep is "1"
-// (they then expire as they would). It replies with the number of live
-// writers left.
+// leaveScript removes a writer (KEYS: state, writers; ARGV: id), and the
+// lane's keys when no live writer is left. It replies with the number of
+// live writers left.
 var leaveScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -214,6 +213,6 @@ for i = 1, #w, 2 do
   local expiry = string.match(w[i + 1], '^(%d+) ')
   if tonumber(expiry) < now then redis.call('HDEL', KEYS[2], w[i]) else live = live + 1 end
 end
-if live == 0 and ARGV[2] ~= '1' then redis.call('DEL', KEYS[1], KEYS[2]) end
+if live == 0 then redis.call('DEL', KEYS[1], KEYS[2]) end
 return live
 `)

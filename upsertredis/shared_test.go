@@ -196,7 +196,7 @@ func TestAWriterJoiningAnOldSharedOutageFailsNoRecordUnsent(t *testing.T) {
 	s := newStore(t, rdb)
 	ctx := context.Background()
 	idle := s.Join(ctx, share.Lane{Host: strings.TrimPrefix(idx.Host(), "http://"), Namespace: e2eNamespace}).(*member)
-	t.Cleanup(func() { _ = idle.Leave(ctx, false) })
+	t.Cleanup(func() { _ = idle.Leave(ctx) })
 	idle.Demand(0)
 	_, err := idle.Breaker(ctx, true) // the writer that saw the outage (it died since)
 	require.NoError(t, err)

@@ -78,12 +78,12 @@ func rejoinAfterTheLastLeft(t *testing.T, cut share.Cut, adopted func(upsert.Lim
 	require.True(t, applied)
 	require.Eventually(t, func() bool { return adopted(a.lim.State("x")) }, 2*time.Second, time.Millisecond,
 		"a adopts b's cut")
-	require.NoError(t, b.Leave(ctx, false))
+	require.NoError(t, b.Leave(ctx))
 
 	a.add(t, "o9999", 9999) // the routes' sweep drops x's, idle, with the others
 	require.Eventually(t, func() bool { return admin.HLen(ctx, writers).Val() == 0 }, 5*time.Second, time.Millisecond,
 		"a's membership of x left, the last one")
-	require.EqualValues(t, 1, admin.Exists(ctx, state).Val(), "the lane's state outlives a step out of a run that goes on")
+	require.Zero(t, admin.Exists(ctx, state).Val(), "the last writer out drops the lane's state")
 	require.True(t, adopted(a.lim.State("x")), "a's Limiter still holds what x's lane learned: %+v", a.lim.State("x"))
 
 	a.add(t, "x", 5000) // a rejoins x
@@ -97,10 +97,10 @@ func rejoinAfterTheLastLeft(t *testing.T, cut share.Cut, adopted func(upsert.Lim
 const minRoutesInCore = 1024
 
 // A Writer over many namespaces steps out of a namespace's shared lane
-// with its idle route, and may be the last writer out. The lane's state
-// (here a cut) outlives the step out: a process that joins next takes its
-// part of the cut the Writer still enforces, rather than +Inf. Once, the
-// last leave dropped the lane's keys, and the Writer's rejoin brought
+// with its idle route, and may be the last writer out, which drops the
+// lane's state. When it writes the namespace again, its new membership
+// proposes the cut its lane still enforces: a process that joins next
+// takes its part of it, rather than +Inf. Once, the rejoin brought
 // nothing back.
 func TestARejoinAfterTheLastStepOutKeepsTheLanesCutShared(t *testing.T) {
 	a, c := rejoinAfterTheLastLeft(t, share.Cut{Rate: 200, Level: 200, Recovery: time.Hour},

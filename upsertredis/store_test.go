@@ -58,8 +58,8 @@ func TestWritersSplitTheRate(t *testing.T) {
 	assert.InDelta(t, 900, exchange(t, b).Allocation(1000), 1e-9, "b takes what a does not ask for")
 	assert.InDelta(t, 100, exchange(t, a).Allocation(1000), 1e-9)
 
-	require.NoError(t, b.Leave(context.Background(), false))
-	require.NoError(t, b.Leave(context.Background(), false), "Leave is idempotent")
+	require.NoError(t, b.Leave(context.Background()))
+	require.NoError(t, b.Leave(context.Background()), "Leave is idempotent")
 	assert.Equal(t, 1, exchange(t, a).Writers, "a writer that leaves is gone at once")
 	assert.Equal(t, 1000.0, a.View().Allocation(1000))
 }
@@ -176,12 +176,12 @@ func TestACutPokesOnlyItsLaneThroughTheStoresOneSubscription(t *testing.T) {
 	other := share.Lane{Host: lane.Host, Namespace: "other"}
 	joinLane := func(l share.Lane) *member {
 		m := s.Join(context.Background(), l).(*member)
-		t.Cleanup(func() { _ = m.Leave(context.Background(), false) })
+		t.Cleanup(func() { _ = m.Leave(context.Background()) })
 		return m
 	}
 	gone := joinLane(share.Lane{Host: lane.Host, Namespace: "gone"})
 	a, b, c := join(t, s), join(t, s), joinLane(other)
-	require.NoError(t, gone.Leave(context.Background(), false))
+	require.NoError(t, gone.Leave(context.Background()))
 	subscribed(t, rdb, a, 1)
 	subscribed(t, rdb, c, 1)
 	require.Eventually(t, func() bool {
@@ -288,9 +288,9 @@ func TestEveryKeyExpires(t *testing.T) {
 		assert.LessOrEqual(t, ttl, 30*time.Second, k)
 	}
 
-	require.NoError(t, a.Leave(context.Background(), false))
+	require.NoError(t, a.Leave(context.Background()))
 	assert.Len(t, keys(t, rdb, t.Name()), 2, "a lane with writers left keeps its state")
-	require.NoError(t, b.Leave(context.Background(), false))
+	require.NoError(t, b.Leave(context.Background()))
 	assert.Empty(t, keys(t, rdb, t.Name()), "the last writer out drops the lane's state")
 }
 
@@ -306,7 +306,7 @@ func TestADeadWritersHeartbeatExpires(t *testing.T) {
 	n, err := rdb.HLen(context.Background(), writers).Result()
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n, "the dead writer's entry is purged")
-	require.NoError(t, a.Leave(context.Background(), false))
+	require.NoError(t, a.Leave(context.Background()))
 	assert.Zero(t, rdb.Exists(context.Background(), state, writers).Val(), "the last live writer out drops the lane, dead ones aside")
 }
 

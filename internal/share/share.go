@@ -81,12 +81,8 @@ type Member interface {
 	Breaker(ctx context.Context, open bool) (View, error)
 	// Leave ends the membership; when the last writer of a lane leaves,
 	// the lane's shared state is dropped, so that a writer that starts
-	// alone later starts with nothing learned, unless keep is set: the
-	// writer steps out while its run goes on (its route went idle), and
-	// the state is left to expire as the store's state does, so that the
-	// lane's cut, pause and outage outlive the step out. Leave is
-	// idempotent.
-	Leave(ctx context.Context, keep bool) error
+	// alone later starts with nothing learned. Leave is idempotent.
+	Leave(ctx context.Context) error
 }
 
 // ErrUnavailable is matched by the errors of a Member whose store did not

@@ -130,3 +130,64 @@ func TestARejoinAfterTheLastStepOutKeepsTheLanesRetryAfterShared(t *testing.T) {
 	_, err = a.w.Close(ctx)
 	require.NoError(t, err)
 }
+
+// stepOutSetup is the start of rejoinAfterTheLastLeft (stepout_test.go): a
+// Writer a over minRoutesInCore namespaces, x among them, and a bare
+// member b of x (another process) whose cut a adopts. It returns a, b,
+// the lane's keys and the index's host.
+func stepOutSetup(t *testing.T) (a *nsWriter, b *member, state, writers, host string, idx *upserttest.Server) {
+	idx = upserttest.NewServer()
+	t.Cleanup(idx.Close)
+	ctx := context.Background()
+	host = strings.TrimPrefix(idx.Host(), "http://")
+	state, writers = laneKeys(t.Name()+":", host, "x")
+
+	a = newNSWriter(t, idx.Host())
+	for i := range minRoutesInCore - 1 {
+		a.add(t, fmt.Sprintf("o%04d", i), i+1)
+	}
+	a.add(t, "x", 0)
+	require.NoError(t, a.w.Flush(ctx))
+
+	sb := New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(time.Second), WithTimeout(time.Second))
+	b = sb.Join(ctx, share.Lane{Host: host, Namespace: "x"}).(*member)
+	t.Cleanup(func() { _ = b.Leave(ctx) })
+	_, applied, err := b.Cut(ctx, share.Cut{Seen: b.View().Epoch, Sent: time.Now(), Rate: 200, Level: 200, Recovery: time.Hour})
+	require.NoError(t, err)
+	require.True(t, applied)
+	require.Eventually(t, func() bool { return !math.IsInf(a.lim.State("x").Rate, 1) }, 2*time.Second, time.Millisecond,
+		"a adopts b's cut")
+	return a, b, state, writers, host, idx
+}
+
+// The other order of TestARejoinAfterTheLastStepOutKeepsTheLanesCutShared:
+// a's Writer steps out of x while b still writes it, then b's run ends,
+// the last writer, which drops the lane's state. a rejoins x, its lane
+// still enforcing the cut, and proposes it: c, which joins next, takes its
+// part of it.
+func TestAStepOutThenAnotherWritersEndKeepsTheLanesCutShared(t *testing.T) {
+	ctx := context.Background()
+	a, b, state, writers, _, idx := stepOutSetup(t)
+	admin := client(t, nil)
+
+	a.add(t, "o9999", 9999) // the sweep drops x's idle route: a steps out, b still a live writer
+	require.Eventually(t, func() bool {
+		ids, err := admin.HKeys(ctx, writers).Result()
+		return err == nil && len(ids) == 1 && ids[0] == b.id
+	}, 5*time.Second, time.Millisecond, "a's membership of x left; b is the lane's only writer")
+	require.True(t, !math.IsInf(a.lim.State("x").Rate, 1), "a's Limiter still holds the lane's cut")
+
+	require.NoError(t, b.Leave(ctx)) // b's run ends: it is the last live writer
+	assert.Zero(t, admin.Exists(ctx, state).Val(), "the last writer out drops the lane's state")
+
+	a.add(t, "x", 5000) // a rejoins x
+	c := newNSWriter(t, idx.Host())
+	c.add(t, "x", 6000) // c joins x
+	t.Logf("a: %+v, c: %+v", a.lim.State("x"), c.lim.State("x"))
+	assert.False(t, math.IsInf(c.lim.State("x").Rate, 1),
+		"c joined x while a enforces the lane's cut (%+v), and took no part of it: %+v", a.lim.State("x"), c.lim.State("x"))
+	_, err := c.w.Close(ctx)
+	require.NoError(t, err)
+	_, err = a.w.Close(ctx)
+	require.NoError(t, err)
+}

@@ -438,17 +438,19 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	}
 	opts := append(runOptions(o, e, in), targetOptions(tgt, durable, dead, causes)...)
 	opts = append(opts, upsert.WithObserver(upsert.Observer{Stale: func(st upsert.Stale) { dead.Stale(st, staleMessage(in, st)) }}))
-	in.halted = make(chan struct{})
-	opts = append(opts, upsert.WithObserver(upsert.Observer{RequestDone: func(ev upsert.RequestEvent) {
-		if ev.Err != nil && (ev.Err.Class == upsert.ClassDenied || ev.Err.Class == upsert.ClassQuotaExceeded) {
-			in.halt() // the run stopped: the next record need not be waited for
-		}
-	}}))
 	if dead.exposed != nil {
 		opts = append(opts, upsert.WithAcks(dead.exposed.ack))
 	}
 	runCtx, opts, stop := watchFailures(ctx, o, in, opts)
 	defer stop()
+	in.halted = make(chan struct{})
+	opts = append(opts, upsert.WithObserver(upsert.Observer{RequestDone: func(ev upsert.RequestEvent) {
+		// The run stopped: the next record need not be waited for; unless
+		// the watchdog gave up first, whose drain reads the rest.
+		if ev.Err != nil && (ev.Err.Class == upsert.ClassDenied || ev.Err.Class == upsert.ClassQuotaExceeded) && runCtx.Err() == nil {
+			in.halt()
+		}
+	}}))
 	if tgt.srv != nil {
 		in.ids = make(map[string]struct{}) // for the check of what it holds
 	}

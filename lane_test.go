@@ -1496,7 +1496,7 @@ func (c *giveUpClock) Sleep(ctx context.Context, d time.Duration) error {
 	if c.giveUp == nil {
 		return c.fakeClock.Sleep(ctx, d)
 	}
-	c.fakeClock.Advance(d)
+	c.Advance(d)
 	c.giveUp()
 	return ctx.Err()
 }

@@ -205,7 +205,7 @@ func (b *breaker) answeredSince(t time.Time) bool { return b.lastAnswered.After(
 // for the next probe, which decides again.
 func (b *breaker) gaveUp(now time.Time) *Error {
 	switch {
-	case !b.open, b.rechecking, !b.probing && now.Sub(b.lastFailure) > 2*probeMax:
+	case !b.current(now):
 		return nil
 	case !b.everAnswered() && !b.timedOut && b.failures > 0:
 		// failures > 0: this writer's own requests failed; an outage
@@ -216,6 +216,13 @@ func (b *breaker) gaveUp(now time.Time) *Error {
 	default:
 		return nil
 	}
+}
+
+// current reports whether the breaker is open on a verdict that failures
+// still bear out: not rechecking after the lane sat idle, nor idle for two
+// probe periods since the last failure (see gaveUp).
+func (b *breaker) current(now time.Time) bool {
+	return b.open && !b.rechecking && (b.probing || now.Sub(b.lastFailure) <= 2*probeMax)
 }
 
 // abandon releases the probe slot of a probe that ended without an answer

@@ -70,14 +70,16 @@ func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, s
 	return sync.OnceFunc(ln.leaveShare)
 }
 
-// proposeHeld proposes, to a lane whose shared state holds no cut (its
-// keys were dropped when its last writer left: a route of this process
-// that stepped out, a Limiter kept between calls), the cut and the
-// Retry-After this lane still enforces, and its breaker's outage, so that
-// the writers that join share them rather than start at the full rate;
-// ln.mu is held, v being the new membership's first view.
+// proposeHeld proposes, to a lane whose shared state holds no cut and no
+// other writer (its keys were dropped when its last writer left: a route
+// of this process that stepped out, a Limiter kept between calls), the cut
+// and the Retry-After this lane still enforces, and its breaker's outage
+// if failures still bear it out, so that the writers that join share them
+// rather than start at the full rate; ln.mu is held, v being the new
+// membership's first view. A lane that other writers send through without
+// a cut is no lane that forgot: their answers are newer than this lane's.
 func (ln *lane) proposeHeld(v share.View) {
-	if !v.Shared {
+	if !v.Shared || v.Writers > 1 {
 		return
 	}
 	now := ln.clock.Now()
@@ -89,7 +91,7 @@ func (ln *lane) proposeHeld(v share.View) {
 		}
 		ln.queueCut(c)
 	}
-	if ln.breaker.open && v.OpenSince.IsZero() {
+	if ln.breaker.current(now) && v.OpenSince.IsZero() {
 		ln.queueBreaker(true)
 	}
 }

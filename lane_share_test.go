@@ -1056,7 +1056,7 @@ func TestANewMembershipProposesWhatTheLaneStillHolds(t *testing.T) {
 				measuredLane(ln, clk, 1000)
 				ln.mu.Lock()
 				ln.pausedUntil = clk.Now().Add(3 * time.Second)
-				ln.breaker.open = true
+				ln.breaker.open, ln.breaker.lastFailure = true, clk.Now() // a current verdict
 				ln.mu.Unlock()
 			}
 			v := capped(clk.Now(), tt.epoch, math.Inf(1), 0, 1)
@@ -1066,6 +1066,12 @@ func TestANewMembershipProposesWhatTheLaneStillHolds(t *testing.T) {
 			m := newFakeMember(v)
 			leave := ln.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: "h"}, new(shareCounters))
 			defer leave()
+			// The watcher may make the round trips joinShare queued.
+			require.Eventually(t, func() bool {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				return (!tt.wantCut || len(m.cuts) > 0) && (!tt.wantOpen || slices.Contains(m.breakers, true))
+			}, time.Second, time.Millisecond)
 			cuts := m.proposals()
 			if !tt.wantCut {
 				assert.Empty(t, cuts)
@@ -1078,4 +1084,128 @@ func TestANewMembershipProposesWhatTheLaneStillHolds(t *testing.T) {
 			assert.Equal(t, tt.wantOpen, slices.Contains(m.breakers, true), "the outage proposed")
 		})
 	}
+}
+
+// liveLaneNoCut is the first view of a lane that another process's writer
+// is writing, with no 429 so far (Epoch 0): the index accepted 5000
+// records/s from it over the last 10 s.
+func liveLaneNoCut(now time.Time) share.View {
+	v := capped(now, 0, math.Inf(1), 0, 2)
+	v.Accepted, v.AcceptedSince, v.Answered = 50_000, now.Add(-10*time.Second), true
+	v.Recent, v.RecentSpan = 5_000, time.Second
+	return v
+}
+
+// storingMember makes m answer a proposal as a store does: applied at
+// Epoch+1, and seen by every writer of the lane (its view changes).
+func storingMember(m *fakeMember) {
+	m.cut = func(c share.Cut) (share.View, bool, error) {
+		m.mu.Lock()
+		v := m.view
+		m.mu.Unlock()
+		v.Epoch++
+		v.Unit, v.Rate, v.Level, v.Recovery, v.CutAt = c.Unit, c.Rate, c.Level, c.Recovery, time.Now()
+		v.Accepted, v.AcceptedSince = 0, time.Now()
+		m.set(v)
+		return v, true, nil
+	}
+}
+
+// A lane that another process writes through without a 429 (Epoch 0, two
+// writers) forgot nothing: a Limiter kept between calls that joins it
+// proposes no cut it learnt hours ago. Once, the other writer, taking
+// 5000 records/s unrefused, fell to 500/s, its half of that old cut.
+func TestANewMembershipOfALiveLaneWithoutACutProposesNoOldCut(t *testing.T) {
+	clk := newFakeClock()
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	measuredLane(ln, clk, 1000) // the Limiter's lane, from a call that ended
+	clk.Advance(2 * time.Hour)  // kept between calls
+
+	m := newFakeMember(liveLaneNoCut(clk.Now()))
+	storingMember(m)
+	// The other process's writer, a member of the same lane.
+	mB := newFakeMember(liveLaneNoCut(clk.Now()))
+	lnB, clkB, _ := sharedLane(t, mB)
+	clkB.Advance(2 * time.Hour)
+	before, _, _ := limits(lnB)
+
+	leave := ln.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: "h"}, new(shareCounters))
+	defer leave()
+
+	apply(lnB, mB, m.View()) // what the other writer sees next
+	after, _, _ := limits(lnB)
+	assert.Empty(t, m.cutsProposed(), "no 429 episode: nothing to propose to a live lane")
+	assert.GreaterOrEqual(t, after, before, "the other writer's record rate: %.0f/s before the join, %.0f/s after", before, after)
+}
+
+// A breaker's verdict that no failure bore out for two probe periods is
+// stale (gaveUp): a new membership proposes no outage on it, which would
+// open every other writer's breaker; the lane's next probe decides.
+func TestANewMembershipDoesNotProposeAStaleOutage(t *testing.T) {
+	for _, writers := range []int{1, 2} {
+		clk := newFakeClock()
+		ln := newLane(clk, MaxBatchSize, &defaultTuning)
+		ln.mu.Lock()
+		ln.breaker.answered = true // the index had answered before it went down
+		ln.mu.Unlock()
+		openBreaker(t, ln) // the call ended with the index down
+		clk.Advance(time.Hour)
+		ln.mu.Lock()
+		stale := ln.breaker.gaveUp(clk.Now()) == nil && ln.breaker.open
+		ln.mu.Unlock()
+		require.True(t, stale, "the lane's own verdict is stale: it waits for the next probe")
+
+		v := capped(clk.Now(), 0, math.Inf(1), 0, writers)
+		v.Answered = true
+		m := newFakeMember(v)
+		leave := ln.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: "h"}, new(shareCounters))
+		m.mu.Lock()
+		opened := slices.Contains(m.breakers, true)
+		m.mu.Unlock()
+		leave()
+		if !assert.False(t, opened, "writers %d: an outage last seen an hour ago proposed as a fresh one", writers) {
+			// What the other writer does with the lane's answer.
+			mB := newFakeMember(v)
+			lnB, clkB, _ := sharedLane(t, mB)
+			clkB.Advance(time.Hour)
+			w := v
+			w.OpenSince = clkB.Now()
+			apply(lnB, mB, w)
+			lnB.mu.Lock()
+			ok, _, wait := lnB.breaker.admit(clkB.Now())
+			lnB.mu.Unlock()
+			t.Logf("writers %d: the other writer's next request admitted: %v (waits %v for a probe)", writers, ok, wait)
+		}
+	}
+}
+
+// A proposal at Epoch 0 that another writer's cut overtakes (the watcher
+// applied Epoch 1 while the proposal was out; the store answers with that
+// cut, not applied): the newer cut is kept.
+func TestAHeldProposalOvertakenByAnotherCutKeepsTheNewer(t *testing.T) {
+	clk := newFakeClock()
+	ln := newLane(clk, MaxBatchSize, &defaultTuning)
+	measuredLane(ln, clk, 1000)
+	m := newFakeMember(capped(clk.Now(), 0, math.Inf(1), 0, 1))
+	other := capped(clk.Now(), 1, 3000, 3000, 1)
+	m.cut = func(share.Cut) (share.View, bool, error) {
+		m.set(other)
+		ln.mu.Lock()
+		ln.applyView(other) // as the watcher does, before the store's answer
+		ln.mu.Unlock()
+		return other, false, nil
+	}
+	leave := ln.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: "h"}, new(shareCounters))
+	defer leave()
+	require.Eventually(t, func() bool {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return len(m.proposals()) == 1 && !ln.share.flushing && len(ln.share.pending) == 0
+	}, time.Second, time.Millisecond)
+	records, _, _ := limits(ln)
+	ln.mu.Lock()
+	epoch := ln.share.epoch
+	ln.mu.Unlock()
+	assert.Equal(t, uint64(1), epoch)
+	assert.InDelta(t, 3000, records, 30, "the other writer's cut, not this lane's held one")
 }

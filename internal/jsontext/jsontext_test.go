@@ -1,0 +1,44 @@
+package jsontext
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// rawJSON writes its bytes as they are, as a caller's MarshalJSON may.
+type rawJSON []byte
+
+func (r rawJSON) MarshalJSON() ([]byte, error) { return r, nil }
+
+func TestCheckNamesTheTextJSONWouldAlter(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		v    any
+		want string // "" for no error
+	}{
+		{"valid text", map[string]any{"a": "café", "b": []any{"x"}}, ""},
+		{"the value's own \\ufffd", map[string]any{"a": "\ufffd"}, ""},
+		{"a string that is not UTF-8", map[string]any{"a": "caf\xe9"}, `field "a" is not valid UTF-8`},
+		{"a key that is not UTF-8", map[string]any{"k\xff": 1}, "field key \"k\\xff\" is not valid UTF-8"},
+		{"deep in a list", map[string]any{"m": map[string]any{"tags": []any{"ok", "b\xc3"}}}, `field "m""tags"[1] is not valid UTF-8`},
+		{"a struct's field", map[string]any{"s": struct{ Name string }{"\xff"}}, `field "s""Name" is not valid UTF-8`},
+		{"a MarshalJSON's output", map[string]any{"r": rawJSON("\"\xff\"")}, `field "r" is not valid UTF-8`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			encoded, err := json.Marshal(tt.v)
+			if err != nil { // encoding/json refuses the MarshalJSON case: check the raw bytes
+				encoded = []byte(`{"r":"` + "\xff" + `"}`)
+			}
+			got := Check(tt.v, encoded)
+			if tt.want == "" {
+				require.NoError(t, got)
+				return
+			}
+			require.Error(t, got)
+			assert.Equal(t, tt.want, got.Error())
+		})
+	}
+}

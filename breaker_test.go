@@ -121,14 +121,17 @@ func TestBreakerCountsAnAnswerToAnotherLaneOfItsHost(t *testing.T) {
 // what the host's lanes knew together: the run's lanes hear the answer
 // themselves.
 func TestADescribedIndexIsWaitedOutAfterTheLimiterForgotItsIdleLanes(t *testing.T) {
-	clk := newFakeClock()
+	// Virtual time that moves only when nothing else happens: a fakeClock
+	// adds up the backoffs of concurrent requests, and once that passed
+	// outagePatience the blip was given up on, now and then.
+	clk := newEventClock()
 	l := &Limiter{clock: clk}
 	old := l.holdLane(laneID{key: "old"}, MaxBatchSize) // an earlier call's namespace, let go
 	old.holdRoute(-1)
 	for i := 0; len(l.lanes) < max(minLanes, l.sweepAt); i++ { // enough lanes that the next sweeps
 		l.holdLane(laneID{host: "other", key: fmt.Sprint(i)}, MaxBatchSize).holdRoute(-1)
 	}
-	clk.Advance(laneIdle + time.Minute) // every lane idle
+	advanceEventClock(clk, laneIdle+time.Minute) // every lane idle
 
 	var requests atomic.Int64
 	send := func(context.Context, string, []*pinecone.Vector) error {

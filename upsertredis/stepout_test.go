@@ -56,28 +56,9 @@ func (w *nsWriter) add(t *testing.T, ns string, i int) {
 // the lane, its Limiter still holding what the lane learned. A third
 // process, c, then starts writing x. It returns a and c, c having joined.
 func rejoinAfterTheLastLeft(t *testing.T, cut share.Cut, adopted func(upsert.LimiterState) bool) (a, c *nsWriter) {
-	idx := upserttest.NewServer()
-	t.Cleanup(idx.Close)
 	ctx := context.Background()
-	host := strings.TrimPrefix(idx.Host(), "http://")
 	admin := client(t, nil)
-	state, writers := laneKeys(t.Name()+":", host, "x")
-
-	a = newNSWriter(t, idx.Host())
-	for i := range minRoutesInCore - 1 {
-		a.add(t, fmt.Sprintf("o%04d", i), i+1)
-	}
-	a.add(t, "x", 0)
-	require.NoError(t, a.w.Flush(ctx))
-
-	sb := New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(time.Second), WithTimeout(time.Second))
-	b := sb.Join(ctx, share.Lane{Host: host, Namespace: "x"}).(*member)
-	cut.Sent = time.Now()
-	_, applied, err := b.Cut(ctx, cut)
-	require.NoError(t, err)
-	require.True(t, applied)
-	require.Eventually(t, func() bool { return adopted(a.lim.State("x")) }, 2*time.Second, time.Millisecond,
-		"a adopts b's cut")
+	a, b, state, writers, idx := stepOutSetup(t, cut, adopted)
 	require.NoError(t, b.Leave(ctx))
 
 	a.add(t, "o9999", 9999) // the routes' sweep drops x's, idle, with the others
@@ -103,8 +84,7 @@ const minRoutesInCore = 1024
 // takes its part of it, rather than +Inf. Once, the rejoin brought
 // nothing back.
 func TestARejoinAfterTheLastStepOutKeepsTheLanesCutShared(t *testing.T) {
-	a, c := rejoinAfterTheLastLeft(t, share.Cut{Rate: 200, Level: 200, Recovery: time.Hour},
-		func(s upsert.LimiterState) bool { return !math.IsInf(s.Rate, 1) })
+	a, c := rejoinAfterTheLastLeft(t, share.Cut{Rate: 200, Level: 200, Recovery: time.Hour}, capped)
 	ctx := context.Background()
 	t.Logf("a: %+v, c: %+v", a.lim.State("x"), c.lim.State("x"))
 	assert.False(t, math.IsInf(c.lim.State("x").Rate, 1),
@@ -131,15 +111,15 @@ func TestARejoinAfterTheLastStepOutKeepsTheLanesRetryAfterShared(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// stepOutSetup is the start of rejoinAfterTheLastLeft (stepout_test.go): a
-// Writer a over minRoutesInCore namespaces, x among them, and a bare
-// member b of x (another process) whose cut a adopts. It returns a, b,
-// the lane's keys and the index's host.
-func stepOutSetup(t *testing.T) (a *nsWriter, b *member, state, writers, host string, idx *upserttest.Server) {
+// stepOutSetup starts the scenes of this file: a Writer a over
+// minRoutesInCore namespaces, x among them, and a bare member b of x
+// (another process) whose cut a adopts (adopted says when). It returns a,
+// b, the lane's keys and the index.
+func stepOutSetup(t *testing.T, cut share.Cut, adopted func(upsert.LimiterState) bool) (a *nsWriter, b *member, state, writers string, idx *upserttest.Server) {
 	idx = upserttest.NewServer()
 	t.Cleanup(idx.Close)
 	ctx := context.Background()
-	host = strings.TrimPrefix(idx.Host(), "http://")
+	host := strings.TrimPrefix(idx.Host(), "http://")
 	state, writers = laneKeys(t.Name()+":", host, "x")
 
 	a = newNSWriter(t, idx.Host())
@@ -152,13 +132,17 @@ func stepOutSetup(t *testing.T) (a *nsWriter, b *member, state, writers, host st
 	sb := New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(time.Second), WithTimeout(time.Second))
 	b = sb.Join(ctx, share.Lane{Host: host, Namespace: "x"}).(*member)
 	t.Cleanup(func() { _ = b.Leave(ctx) })
-	_, applied, err := b.Cut(ctx, share.Cut{Seen: b.View().Epoch, Sent: time.Now(), Rate: 200, Level: 200, Recovery: time.Hour})
+	cut.Seen, cut.Sent = b.View().Epoch, time.Now()
+	_, applied, err := b.Cut(ctx, cut)
 	require.NoError(t, err)
 	require.True(t, applied)
-	require.Eventually(t, func() bool { return !math.IsInf(a.lim.State("x").Rate, 1) }, 2*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return adopted(a.lim.State("x")) }, 2*time.Second, time.Millisecond,
 		"a adopts b's cut")
-	return a, b, state, writers, host, idx
+	return a, b, state, writers, idx
 }
+
+// capped reports whether a Limiter's state holds a cut.
+func capped(s upsert.LimiterState) bool { return !math.IsInf(s.Rate, 1) }
 
 // The other order of TestARejoinAfterTheLastStepOutKeepsTheLanesCutShared:
 // a's Writer steps out of x while b still writes it, then b's run ends,
@@ -167,7 +151,7 @@ func stepOutSetup(t *testing.T) (a *nsWriter, b *member, state, writers, host st
 // part of it.
 func TestAStepOutThenAnotherWritersEndKeepsTheLanesCutShared(t *testing.T) {
 	ctx := context.Background()
-	a, b, state, writers, _, idx := stepOutSetup(t)
+	a, b, state, writers, idx := stepOutSetup(t, share.Cut{Rate: 200, Level: 200, Recovery: time.Hour}, capped)
 	admin := client(t, nil)
 
 	a.add(t, "o9999", 9999) // the sweep drops x's idle route: a steps out, b still a live writer

@@ -42,9 +42,8 @@ import (
 // watches ctx stops for it), the input may not be whole: the call's error
 // matches [ErrCanceled], though every record pulled landed; when that is
 // while the checkpoint's records are skipped, the checkpoint is left as
-// it was. A panic in seq or
-// in the namespace function reaches the caller once Stream has stopped
-// everything it started.
+// it was. A panic in seq or in the namespace function reaches the caller
+// once Stream has stopped everything it started.
 func Stream(ctx context.Context, seq iter.Seq[*pinecone.Vector], opts ...Option) (Result, error) {
 	return streamOf(ctx, seq, vectorKind, func(v *pinecone.Vector) item { return item{vec: cloneVector(v)} }, opts)
 }
@@ -89,7 +88,7 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	for v := range seq {
 		if skip > 0 {
 			skip--
-			if skip > 0 && ctxEnded(ctx) { // as push does after the skip: a skip of millions stops at a cancel too
+			if skip > 0 && ctx.Err() != nil { // as push does after the skip: a skip of millions stops at a cancel too
 				pulledAll = false
 				break
 			}
@@ -104,7 +103,7 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	}
 	stop()
 	end := in.skipEnd(ctx, skip)
-	if end == nil && pulledAll && ctxEnded(ctx) {
+	if end == nil && pulledAll && ctx.Err() != nil {
 		end = canceledEnd(&Error{Class: ClassCanceled, Err: fmt.Errorf("the input ended after the context did, and may not be whole: %w", context.Cause(ctx))})
 	}
 	if cfg.checkpoint != nil {
@@ -113,17 +112,6 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	res, err := in.close(end)
 	ended = true
 	return res, err
-}
-
-// ctxEnded reports whether ctx has ended. A non-blocking receive, a few
-// nanoseconds, is cheap enough to make for every record skipped.
-func ctxEnded(ctx context.Context) bool {
-	select {
-	case <-ctx.Done():
-		return true
-	default:
-		return false
-	}
 }
 
 // skipEnd returns the end (see run.finish) of a resumed stream that

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -205,45 +204,22 @@ func exposedIDs(path string, from int64) (ids map[string]int, late bool, err err
 	}
 	defer f.Close()
 	ids = make(map[string]int)
-	err = eachLine(f, ndjson.MaxLineBytes, func(line []byte) {
-		l, ok := recordLetter(line)
+	r := ndjson.NewReader(f) // a replay reads the file so: the same lines, the same limit
+	for {
+		_, err := r.Next()
+		var bad *ndjson.LineError
+		switch {
+		case errors.Is(err, io.EOF):
+			return ids, late, nil
+		case err != nil && !errors.As(err, &bad):
+			return ids, late, err
+		}
+		l, ok := recordLetter(r.Raw()) // whatever the Reader made of the record
 		if !ok || !l.mayHaveLanded() && int64(l.Index) < from {
-			return
+			continue
 		}
 		late = late || l.mayHaveLanded()
 		ids[l.ID] = max(ids[l.ID], l.Index)
-	})
-	return ids, late, err
-}
-
-// eachLine calls f with each line of r of at most limit bytes (its line
-// ending included), passing over longer ones without holding them. The
-// slice is valid only during the call.
-func eachLine(r io.Reader, limit int, f func(line []byte)) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var line []byte
-	tooLong := false
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(line)+len(chunk) > limit {
-			tooLong = true
-		}
-		if !tooLong {
-			line = append(line, chunk...)
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue // the rest of the line
-		}
-		if !tooLong && len(line) > 0 {
-			f(line)
-		}
-		line, tooLong = line[:0], false
-		switch {
-		case errors.Is(err, io.EOF):
-			return nil
-		case err != nil:
-			return err
-		}
 	}
 }
 

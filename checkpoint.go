@@ -42,8 +42,11 @@ import (
 // [ErrBadOption] and the cause. A save that fails later is logged
 // ([WithLogger]) and tried again at the next save, a second on; the run
 // goes on. When the last save, at the end of the run, fails, the call's
-// error matches [ErrCheckpointNotSaved]. A panic of Load or Save is
-// recovered and counts as its error, wrapping a [*PanicError].
+// error matches [ErrCheckpointNotSaved]. Each save's context ends after
+// 30 seconds (the final save's lives on after the call's context ends,
+// for those 30 seconds): a Save that honours it cannot hold the run's
+// return for longer. A panic of Load or Save is recovered and counts as
+// its error, wrapping a [*PanicError].
 type Checkpoint interface {
 	// Load returns how many records at the start of the input an earlier
 	// run settled, or 0 when there was none. An error, or a negative
@@ -192,10 +195,7 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 	}
 	in.r.stats.skipped.Store(n)
 	in.saved.Store(n)
-	every := in.r.cfg.saveEvery
-	if every <= 0 {
-		every = checkpointEvery
-	}
+	every := in.saveEvery()
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
@@ -259,9 +259,24 @@ func (in *intake) withFinalSave(end func(error) error) func(error) error {
 	}
 }
 
-// save saves n to the caller's checkpoint.
+// saveTimeoutEvery bounds a save at this many save intervals (30 s by
+// default): a store that stopped answering must not hold the run's return.
+const saveTimeoutEvery = 30
+
+// save saves n to the caller's checkpoint, with ctx ended after
+// saveTimeoutEvery save intervals.
 func (in *intake) save(ctx context.Context, n int64) error {
+	ctx, cancel := context.WithTimeout(ctx, saveTimeoutEvery*in.saveEvery())
+	defer cancel()
 	return checkpointCall(func() error { return in.r.cfg.checkpoint.Save(ctx, n) })
+}
+
+// saveEvery returns the interval between a stream's checkpoint saves.
+func (in *intake) saveEvery() time.Duration {
+	if every := in.r.cfg.saveEvery; every > 0 {
+		return every
+	}
+	return checkpointEvery
 }
 
 // checkpointCall calls f, a method of the caller's Checkpoint, and turns

@@ -552,3 +552,43 @@ func TestACheckpointThatCannotBeSavedFailsTheRunAtTheStart(t *testing.T) {
 	assert.ErrorIs(t, err, fs.ErrNotExist, "the cause is kept")
 	assert.Empty(t, fi.Calls(), "nothing sent")
 }
+
+// stalledCheckpoint stores the first save, then never answers a save
+// until its context ends: a store that stopped answering mid-run.
+type stalledCheckpoint struct{ saves atomic.Int32 }
+
+func (c *stalledCheckpoint) Load(context.Context) (int64, error) { return 0, nil }
+
+func (c *stalledCheckpoint) Save(ctx context.Context, _ int64) error {
+	if c.saves.Add(1) == 1 {
+		return nil
+	}
+	<-ctx.Done()
+	return context.Cause(ctx)
+}
+
+// A save is bounded (thirty save intervals): a checkpoint store that
+// stopped answering does not hold the run's return for ever, even with
+// the caller's context alive; the run says the checkpoint was not saved.
+func TestACheckpointStoreThatStopsAnsweringDoesNotHoldTheRunsReturn(t *testing.T) {
+	recs := vectors(10, 2)
+	cp := &stalledCheckpoint{}
+	type result struct {
+		res Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := Stream(context.Background(), slices.Values(recs), WithUpsertFunc(newFakeIndex(nil).Upsert),
+			WithCheckpoint(cp), withClock(newFakeClock()), withSaveEvery(time.Millisecond))
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		assert.Equal(t, 10, r.res.Upserted)
+		require.ErrorIs(t, r.err, ErrCheckpointNotSaved)
+		assert.ErrorIs(t, r.err, context.DeadlineExceeded)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run waited for a save that never returned")
+	}
+}

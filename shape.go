@@ -79,25 +79,37 @@ type indexInfo struct {
 // requests, not worth holding a run up for longer.
 const describeTimeout = 5 * time.Second
 
+// describedFor is how long an answer of DescribeIndexStats is kept: an
+// index's shape is fixed at its creation, but an index deleted and
+// created again under its name (a re-index to another model) keeps its
+// host, and a connection kept meanwhile must not refuse its records.
+const describedFor = time.Minute
+
 // described keeps what each connection's index said, so that repeated
-// calls through one connection ask once: an index's dimension and type
-// are fixed when it is created. An entry goes when its connection is
-// garbage-collected.
+// calls through one connection ask once a minute (describedFor). An entry
+// goes when its connection is garbage-collected.
 var described struct {
 	mu    sync.Mutex
-	infos map[weak.Pointer[pinecone.IndexConnection]]indexInfo
+	infos map[weak.Pointer[pinecone.IndexConnection]]describedInfo
+}
+
+// describedInfo is an answer kept, and when it was given.
+type describedInfo struct {
+	indexInfo
+	at time.Time
 }
 
 // describeIndex returns what idx's index says of its records, asking it
-// only the first time.
-func describeIndex(ctx context.Context, idx *pinecone.IndexConnection) (indexInfo, error) {
+// only when it has not answered within describedFor of now.
+func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.Time) (indexInfo, error) {
 	key := weak.Make(idx)
 	described.mu.Lock()
-	info, ok := described.infos[key]
+	kept, ok := described.infos[key]
 	described.mu.Unlock()
-	if ok {
-		return info, nil
+	if ok && now.Sub(kept.at) < describedFor && !now.Before(kept.at) {
+		return kept.indexInfo, nil
 	}
+	var info indexInfo
 	st, err := idx.DescribeIndexStats(ctx)
 	if err != nil {
 		return indexInfo{}, err
@@ -116,12 +128,12 @@ func describeIndex(ctx context.Context, idx *pinecone.IndexConnection) (indexInf
 	described.mu.Lock()
 	defer described.mu.Unlock()
 	if described.infos == nil {
-		described.infos = make(map[weak.Pointer[pinecone.IndexConnection]]indexInfo)
+		described.infos = make(map[weak.Pointer[pinecone.IndexConnection]]describedInfo)
 	}
 	if _, ok := described.infos[key]; !ok {
 		runtime.AddCleanup(idx, forgetDescribed, key)
 	}
-	described.infos[key] = info
+	described.infos[key] = describedInfo{info, now}
 	return info, nil
 }
 
@@ -143,7 +155,7 @@ func newIndexShape(ctx context.Context, cfg *config) (_ *indexShape, answered bo
 	}
 	ctx, cancel := context.WithTimeout(ctx, min(describeTimeout, cfg.requestTimeout))
 	defer cancel()
-	info, err := cfg.describe(ctx)
+	info, err := cfg.describe(ctx, cfg.clock.Now())
 	if err != nil {
 		from := "it is taken from the first record the index accepts"
 		if cfg.dimension != 0 {

@@ -147,3 +147,34 @@ func TestASlowDescribeDoesNotHoldTheRun(t *testing.T) {
 	assert.Equal(t, 10, res.Upserted)
 	require.Len(t, res.Failed, 1)
 }
+
+// The index's answer is kept a minute, not for the connection's life: an
+// index deleted and created again under its host with another dimension
+// (a re-index to another model) takes its records once the minute has
+// passed, where every record failed as of the wrong dimension for as long
+// as the process kept the connection. Within the minute the answer kept
+// is used: calls through one connection do not ask each time.
+func TestAnIndexCreatedAgainWithAnotherDimensionIsAskedAgainAfterAMinute(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	idx := shapeIndex(t, srv, "ns")
+	clk := newFakeClock()
+	run := func(recs []*pinecone.Vector) (Result, error) {
+		return All(context.Background(), recs, WithIndex(idx), withClock(clk), withRand(maxRand))
+	}
+	_, err := run(vectors(5, 4))
+	require.NoError(t, err)
+	_, err = run(vectors(5, 4)) // the server now says dimension 4
+	require.NoError(t, err)
+
+	srv.Reset() // the index deleted and created again, empty: any dimension
+	res, err := run(vectors(5, 8))
+	require.ErrorIs(t, err, ErrInvalid, "within the minute the answer kept holds")
+	assert.Zero(t, res.Upserted)
+
+	clk.Advance(describedFor)
+	res, err = run(vectors(5, 8))
+	require.NoError(t, err)
+	assert.Equal(t, 5, res.Upserted)
+	assert.Equal(t, 5, srv.Count("ns"))
+}

@@ -56,8 +56,8 @@ type Option func(*config)
 // as there are options), read-only once the run is set up.
 type config struct {
 	index          *pinecone.IndexConnection
-	describe       func(ctx context.Context) (indexInfo, error) // nil: the index cannot be asked
-	dimension      int                                          // from WithDimension; 0: unknown
+	describe       func(ctx context.Context, now time.Time) (indexInfo, error) // nil: the index cannot be asked
+	dimension      int                                                         // from WithDimension; 0: unknown
 	send           UpsertFunc
 	sendRecords    RecordsFunc
 	sources        int // how many of WithIndex, WithUpsertFunc and WithRecordsFunc were given
@@ -181,10 +181,11 @@ func (c *config) bad(format string, args ...any) {
 // type (DescribeIndexStats, at most 5 s), so that a record of another
 // dimension, with dense values for a sparse index or with sparse values
 // only for a dense one, fails alone before anything is sent. The answer is
-// kept for the life of idx (a process-wide cache that forgets idx when it
-// is garbage-collected): calls through one connection ask once. When the
-// index cannot be asked, the dimension is that of the first dense record
-// the index accepts.
+// kept for a minute (a process-wide cache that forgets idx when it is
+// garbage-collected): calls through one connection ask once a minute at
+// most, and an index deleted and created again with another dimension is
+// seen within a minute. When the index cannot be asked, the dimension is
+// that of the first dense record the index accepts.
 func WithIndex(idx *pinecone.IndexConnection) Option {
 	return func(c *config) {
 		c.sources++
@@ -204,7 +205,7 @@ func WithIndex(idx *pinecone.IndexConnection) Option {
 			// Shares the gRPC connection.
 			return idx.WithNamespace(namespace)
 		}
-		c.describe = func(ctx context.Context) (indexInfo, error) { return describeIndex(ctx, idx) }
+		c.describe = func(ctx context.Context, now time.Time) (indexInfo, error) { return describeIndex(ctx, idx, now) }
 		host := indexTarget(idx) // as the caller wrote it, for errors
 		c.send = func(ctx context.Context, namespace string, batch []*pinecone.Vector) error {
 			n, err := conn(namespace).UpsertVectors(ctx, batch)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
@@ -192,7 +193,7 @@ func seq(n int) []uint32 {
 // dimension and type, as DescribeIndexStats does through WithIndex.
 func withIndexInfo(info indexInfo, err error) Option {
 	return func(c *config) {
-		c.describe = func(context.Context) (indexInfo, error) { return info, err }
+		c.describe = func(context.Context, time.Time) (indexInfo, error) { return info, err }
 	}
 }
 

@@ -184,14 +184,16 @@ func (r *run) readAnswer(err error) *Error {
 // fail with). That is e, unless e is the error that stopped the run while
 // the request was in flight: another request's answer (a 401, a spent
 // quota), which the index did not give this one. A request the stop cut
-// off (its error a cancellation) then counts as canceled, as one cut off
-// by the caller's context does; one the index answered anyway counts as
-// that answer.
+// off (its error a cancellation, or the stop itself, which net/http
+// returns as a canceled request's error) then counts as canceled, as one
+// cut off by the caller's context does; one the index answered anyway
+// counts as that answer.
 func (r *run) answerOf(err error, e *Error) *Error {
-	if e.Class == ClassCanceled || e != asError(context.Cause(r.runCtx)) {
+	stop := asError(context.Cause(r.runCtx))
+	if e.Class == ClassCanceled || e != stop {
 		return e // its own answer, or a cancel: counted as its records fail
 	}
-	if Classify(err) == ClassCanceled { // the library's rule: a caller's classifier cannot say "cut off"
+	if Classify(err) == ClassCanceled || asError(err) == stop { // the library's rule: a caller's classifier cannot say "cut off"
 		return &Error{Class: ClassCanceled, Err: fmt.Errorf("%w: %w", errCutOff, err)}
 	}
 	return r.readAnswer(err)

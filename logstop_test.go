@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/upsertlib/upsert/upserttest"
+	"google.golang.org/grpc/codes"
 )
 
 // lineCounts counts log lines by level and message.
@@ -97,6 +102,83 @@ func TestARequestAnsweredAfterAnotherStoppedTheRunStillLogsALine(t *testing.T) {
 			if got := h.requestLines(); got != 2 {
 				t.Errorf("%d per-request log lines for 2 failed requests, want 2 (one per failed request): %q", got, h.lines)
 			}
+		})
+	}
+}
+
+func cutOffServer(t *testing.T) *upserttest.Server {
+	t.Helper()
+	second := make(chan struct{})
+	var once sync.Once
+	faults := func(r upserttest.Request) upserttest.Fault {
+		if r.Seq == 1 {
+			select {
+			case <-second:
+			case <-time.After(5 * time.Second):
+				t.Error("the second request never came")
+			}
+			return upserttest.Fault{Code: codes.Unauthenticated}
+		}
+		once.Do(func() { close(second) })
+		return upserttest.Fault{Delay: 10 * time.Second} // cut short by Close
+	}
+	srv := upserttest.NewServer(upserttest.WithFaults(faults))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// A request cut off by another request's 401 counts as canceled over REST
+// as over gRPC: in Stats, in RequestDone (so upsertprom and upsertotel),
+// and it logs no refusal of its own. Since Go 1.23 net/http returns
+// context.Cause(ctx) as a canceled request's error, here the very *Error
+// of the other request's 401, which was read as a second 401 (and logged
+// a second "index refused the caller" line).
+func TestARequestCutOffByAStopCountsAsCanceledOverRESTToo(t *testing.T) {
+	for _, api := range []string{"gRPC", "REST"} {
+		t.Run(api, func(t *testing.T) {
+			srv := cutOffServer(t)
+			pc, err := NewClient(pinecone.NewClientParams{ApiKey: "test-key", RestClient: srv.Client()})
+			require.NoError(t, err)
+			idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+			require.NoError(t, err)
+			defer idx.Close()
+
+			var mu sync.Mutex
+			var answers []string
+			obs := Observer{RequestDone: func(e RequestEvent) {
+				mu.Lock()
+				defer mu.Unlock()
+				if e.Err != nil {
+					answers = append(answers, e.Err.Class.String()+"/"+e.Err.Code())
+				}
+			}}
+			h := &lineCounts{byMsg: map[string]int{}}
+			opts := []Option{WithIndex(idx), WithBatchSize(1), WithConcurrency(2), WithObserver(obs),
+				WithLogger(slog.New(h)), WithRequestTimeout(30 * time.Second)}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var res Result
+			if api == "REST" {
+				res, err = Records(ctx, slices.Values(textRecords(2)), opts...)
+			} else {
+				res, err = All(ctx, vectors(2, 2), opts...)
+			}
+			require.ErrorIs(t, err, ClassDenied.Err())
+			require.Equal(t, 2, res.Stats.Requests, "both requests were sent")
+
+			slices.Sort(answers)
+			code401 := "Unauthenticated"
+			if api == "REST" {
+				code401 = "401"
+			}
+			assert.Equal(t, []string{"canceled/canceled", "denied/" + code401}, answers,
+				"RequestDone: the 401, and the request it cut off as canceled")
+			assert.Equal(t, map[Class]int{ClassDenied: 1, ClassCanceled: 1}, res.Stats.ErrorsByClass)
+			assert.Equal(t, map[string]int{code401: 1, "canceled": 1}, res.Stats.ErrorsByCode)
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			assert.Equal(t, 1, h.byMsg["ERROR index refused the caller; stopping"],
+				"one refusal logged, not one per request it cut off: %q", h.lines)
 		})
 	}
 }

@@ -367,9 +367,10 @@ func (a *acker) err(runErr error) error {
 
 // waitAckRoom waits, before the producer takes a record, until the window
 // has room: it sends every batch held (the oldest unacked record may wait
-// in one), then waits for acks to be delivered, or ctx or the run to end.
+// in one), then waits for acks to be delivered, or ctx or the run to end,
+// or Close to be called (ErrClosed).
 func (in *intake) waitAckRoom(ctx context.Context) error {
-	if err := in.flushAll(ctx); err != nil {
+	if err := in.flushAll(ctx, in.closing); err != nil {
 		return err
 	}
 	a := in.acks

@@ -251,18 +251,20 @@ func holdsBefore(items []item, pos int) bool {
 
 // flushAll dispatches every route's batches, however few records they
 // hold, holding the producers' turn while it waits for room. It returns
-// ctx's error when ctx ends first; when the run has stopped, the batches
-// fail instead.
-func (in *intake) flushAll(ctx context.Context) error {
-	return in.waitRoom(ctx, func() error { return in.flushBefore(math.MaxInt) })
+// ctx's error when ctx ends first, and ErrClosed when closing (nil: never)
+// closes first; when the run has stopped, the batches fail instead.
+func (in *intake) flushAll(ctx context.Context, closing <-chan struct{}) error {
+	return in.waitRoom(ctx, closing, func() error { return in.flushBefore(math.MaxInt) })
 }
 
 // waitRoom calls try, which dispatches what can go now, until it returns
 // something other than errNoRoom, waiting between calls for a batch to
-// finish, for the run to stop (the next call fails what is left) or for
-// ctx to end (its error). The producers' turn, if held, stays held: it is
-// for the run's single producers (All) and a Writer's end.
-func (in *intake) waitRoom(ctx context.Context, try func() error) error {
+// finish, for the run to stop (the next call fails what is left), for ctx
+// to end (its error) or for closing (nil: never) to close (ErrClosed). The
+// producers' turn, if held, stays held: it is for the run's single
+// producers (All), a Writer's Add waiting for the window of acks, and a
+// Writer's end.
+func (in *intake) waitRoom(ctx context.Context, closing <-chan struct{}, try func() error) error {
 	r := in.r
 	for {
 		finished, err := r.tryOrWatch(try, nil)
@@ -276,6 +278,8 @@ func (in *intake) waitRoom(ctx context.Context, try func() error) error {
 			if r.runCtx.Err() == nil { // ctx may be the run's: then the next try fails what is left
 				return ctx.Err()
 			}
+		case <-closing:
+			return ErrClosed
 		}
 	}
 }
@@ -383,7 +387,7 @@ func (in *intake) abandon(ctx context.Context) {
 	if in.lock(ctx) != nil {
 		return
 	}
-	_ = in.flushAll(in.r.runCtx)
+	_ = in.flushAll(in.r.runCtx, nil)
 	in.r.routes.release() // under the producers' turn, as routes are made
 	in.unlock()
 	in.r.pool.wg.Wait()

@@ -280,16 +280,16 @@ func (in *intake) takeRepeated(held map[string]item, rt *route, it item, flag ui
 func (in *intake) sendTaken(rt *route, it item) {
 	ctx := in.r.runCtx
 	if in.makeRoom(it.size) == errNoRoom {
-		_ = in.waitRoom(ctx, func() error { return in.makeRoom(it.size) })
+		_ = in.waitRoom(ctx, nil, func() error { return in.makeRoom(it.size) })
 	}
 	// All has no flusher: a ready batch goes before the next one fills
 	// (makeRoom may have left one).
 	ready := func() error { return in.dispatchReady(rt) }
 	if len(rt.ready.items) > 0 {
-		_ = in.waitRoom(ctx, ready)
+		_ = in.waitRoom(ctx, nil, ready)
 	}
 	if in.enqueue(rt, it) {
-		_ = in.waitRoom(ctx, ready)
+		_ = in.waitRoom(ctx, nil, ready)
 	}
 }
 
@@ -728,7 +728,7 @@ func (in *intake) close(end func(error) error) (Result, error) {
 	defer in.unlock()
 	// Waits for room; what cannot be dispatched because the run stopped
 	// fails.
-	_ = in.flushAll(in.r.runCtx)
+	_ = in.flushAll(in.r.runCtx, nil)
 	in.r.producerDone()
 	if in.acks == nil {
 		return in.r.finish(end)

@@ -1279,3 +1279,54 @@ func TestANilRecordUnderNamespaceOfFailsInTheEmptyNamespace(t *testing.T) {
 	require.Len(t, res.Failed, 1)
 	assert.Equal(t, "", res.Failed[0].Namespace, "All alike")
 }
+
+// Close releases an Add held back by a full window of acks also while
+// that Add waits, before the window, for a namespace without room ("Add
+// and Flush return ErrClosed from the moment it is called"). Here "hot"
+// hangs with a ready batch stalled and the window is full: the Add sends
+// what is held first (waitAckRoom's flushAll), holding the producers'
+// turn, and that wait watched neither Close nor anything but its own
+// context and the run's: a producer loop with a context without end stayed
+// blocked until the index answered "hot".
+func TestCloseReleasesAnAddWaitingForANamespaceWithoutRoomBeforeTheWindowOfAcks(t *testing.T) {
+	w, release, _ := hotColdWriter(t, WithBatchSize(1), WithMaxDelay(time.Hour),
+		WithAcks(func([]Ack) {}), WithAckWindow(16))
+	defer release()
+	stallHot(t, w)            // hot: every batch slot busy, the last batch ready and stalled
+	for cold := 0; ; cold++ { // cold until the window is full (hot-0's ack holds every later one)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := w.Add(ctx, hotCold("cold", cold))
+		cancel()
+		if err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			break
+		}
+		require.Less(t, cold, 100, "the window never filled")
+	}
+	returned := make(chan error, 1)
+	addCtx := &doneCountingCtx{Context: context.Background()}
+	go func() { returned <- w.Add(addCtx, hotCold("cold", 1000)) }()
+	// The Add's second look at its context's Done is its wait for room in
+	// waitAckRoom's flushAll (the first is its turn's), where it holds the
+	// producers' turn.
+	require.Eventually(t, func() bool { return addCtx.dones.Load() >= 2 && w.in.busy() }, generous, time.Millisecond,
+		"the Add waits for the window")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	_, err := w.Close(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "hot still holds its records")
+	select {
+	case err := <-returned:
+		require.ErrorIs(t, err, ErrClosed)
+	case <-time.After(time.Second):
+		t.Fatal("an Add waiting for the window of acks, behind a namespace without room, is still blocked after Close")
+	}
+}
+
+// doneCountingCtx counts the calls of Done.
+type doneCountingCtx struct {
+	context.Context
+	dones atomic.Int64
+}
+
+func (c *doneCountingCtx) Done() <-chan struct{} { c.dones.Add(1); return c.Context.Done() }

@@ -35,7 +35,7 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 	}
 	r.minute.sending(pass)
 	ctx, cancel := context.WithTimeout(ev.Context, r.cfg.requestTimeout)
-	err := recovered(func() error { return r.kind.send(ctx, r.cfg, rt.namespace, p.items) })
+	err := readable(recovered(func() error { return r.kind.send(ctx, r.cfg, rt.namespace, p.items) }))
 	cancel()
 	latency := r.cfg.clock.Now().Sub(perm.start)
 	answer := e // what the index said of this request: the lane, the stats and RequestDone hear it
@@ -151,6 +151,32 @@ func recovered(f func() error) (err error) {
 		}
 	}()
 	return f()
+}
+
+// readable returns err, the send function's, or the panic of its Error
+// method as the request's failure (see unreadable).
+func readable(err error) error {
+	if pe := unreadable(err, "Error method of the send function's error"); pe != nil {
+		return &Error{Class: ClassServer, Err: pe}
+	}
+	return err
+}
+
+// unreadable returns the panic of err's Error method (a typed nil of the
+// caller's own error type) as a *PanicError of fn, or nil: the library
+// reads the text of the caller's errors on its own goroutines, where the
+// panic would kill the process.
+func unreadable(err error, fn string) (pe *PanicError) {
+	if err == nil {
+		return nil
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			pe = &PanicError{Value: v, Stack: debug.Stack(), fn: fn}
+		}
+	}()
+	_ = err.Error()
+	return nil
 }
 
 // classified classifies err, knowing what the classifier cannot: whether the

@@ -280,15 +280,20 @@ func (in *intake) saveEvery() time.Duration {
 }
 
 // checkpointCall calls f, a method of the caller's Checkpoint, and turns
-// a panic into an error wrapping a *PanicError: the periodic saves run on
-// a goroutine of the library's, where a panic would kill the process.
+// a panic into an error wrapping a *PanicError, as one of its error's
+// Error method: the periodic saves run on a goroutine of the library's,
+// where a panic would kill the process.
 func checkpointCall(f func() error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack(), fn: "checkpoint"}
 		}
 	}()
-	return f()
+	err = f()
+	if pe := unreadable(err, "Error method of the checkpoint's error"); pe != nil {
+		return pe
+	}
+	return err
 }
 
 // watermark tracks which input positions have settled, out of order, and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"iter"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -591,4 +592,33 @@ func TestACheckpointStoreThatStopsAnsweringDoesNotHoldTheRunsReturn(t *testing.T
 	case <-time.After(10 * time.Second):
 		t.Fatal("the run waited for a save that never returned")
 	}
+}
+
+// nilErrorCheckpoint stores the first save, then returns a typed nil of
+// an error type whose Error method dereferences it.
+type nilErrorCheckpoint struct{ saves atomic.Int32 }
+
+func (c *nilErrorCheckpoint) Load(context.Context) (int64, error) { return 0, nil }
+
+func (c *nilErrorCheckpoint) Save(context.Context, int64) error {
+	if c.saves.Add(1) == 1 {
+		return nil
+	}
+	var e *derefError
+	return e
+}
+
+// A save that returns a typed nil of the caller's own error type is a
+// failed save, not a crash (the panic of its Error method): the library
+// logs a periodic save's error from a goroutine of its own, where the
+// panic killed the process.
+func TestACheckpointErrorWhoseErrorMethodPanicsIsAFailedSave(t *testing.T) {
+	res, err := Stream(context.Background(), slices.Values(vectors(10, 2)), WithUpsertFunc(newFakeIndex(nil).Upsert), WithBatchSize(10),
+		WithCheckpoint(&nilErrorCheckpoint{}), withClock(newFakeClock()), withSaveEvery(time.Millisecond),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	assert.Equal(t, 10, res.Upserted)
+	require.ErrorIs(t, err, ErrCheckpointNotSaved)
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe)
+	assert.Contains(t, pe.Error(), "the Error method of the checkpoint's error panicked")
 }

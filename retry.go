@@ -187,7 +187,7 @@ func clientMarshalFailed(st *status.Status) bool {
 // httpStatus returns the HTTP status carried by err, or 0.
 func httpStatus(err error) int {
 	var pe *pinecone.PineconeError
-	if errors.As(err, &pe) && pe.Code >= 100 {
+	if errors.As(err, &pe) && pe != nil && pe.Code >= 100 {
 		return pe.Code
 	}
 	if ue := asError(err); ue != nil {

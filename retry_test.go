@@ -255,7 +255,32 @@ func TestATypedNilErrorIsAFailureNotACrash(t *testing.T) {
 		require.Len(t, res.Failed, 3)
 		assert.Contains(t, res.Failed[0].Err.Error(), "nil *upsert.Error")
 	})
+	// The library reads an error's text (neverSent, the logs): an Error
+	// method that dereferences a nil receiver panicked on a worker and
+	// killed the process.
+	t.Run("an UpsertFunc returning a typed nil of its own error type fails its records", func(t *testing.T) {
+		send := func(context.Context, string, []*pinecone.Vector) error {
+			var e *derefError
+			return e
+		}
+		res, err := All(context.Background(), vectors(3, 2), WithUpsertFunc(send), withClock(newFakeClock()), withRand(maxRand))
+		require.ErrorIs(t, err, ErrServer)
+		require.Len(t, res.Failed, 3)
+		var pe *PanicError
+		require.ErrorAs(t, res.Failed[0].Err, &pe)
+		assert.Contains(t, pe.Error(), "the Error method of the send function's error panicked")
+	})
+	t.Run("Classify of a nil *pinecone.PineconeError", func(t *testing.T) {
+		var pe *pinecone.PineconeError
+		assert.Equal(t, ClassServer, Classify(fmt.Errorf("wrapped: %w", error(pe))))
+	})
 }
+
+// derefError is an error type whose Error method dereferences its
+// receiver, as most do.
+type derefError struct{ cause error }
+
+func (e *derefError) Error() string { return "transport: " + e.cause.Error() }
 
 // The index's wait counts up to maxServerWait, whichever way it comes: a
 // gRPC pushback of 1000 hours, an HTTP Retry-After of 25 hours and an

@@ -19,6 +19,7 @@ type Bucket struct {
 	burst  float64
 	tokens float64 // may be negative: a debt
 	last   time.Time
+	begun  bool // last holds a time given (the zero time.Time is one a virtual clock may start at)
 }
 
 // New returns a full bucket of burst tokens refilling at rate tokens per
@@ -29,10 +30,11 @@ func New(rate float64, burst int) *Bucket {
 
 // refill adds the tokens earned since the last call, up to the burst.
 func (b *Bucket) refill(now time.Time) {
-	if !b.last.IsZero() && now.After(b.last) {
+	switch {
+	case !b.begun:
+		b.last, b.begun = now, true
+	case now.After(b.last):
 		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
-	}
-	if now.After(b.last) {
 		b.last = now
 	}
 }

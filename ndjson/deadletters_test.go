@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -148,6 +149,12 @@ func TestCreateDeadLettersMakesAnOwnerOnlyFile(t *testing.T) {
 	})
 }
 
+// hexKey is a string type with a MarshalText of its own, which
+// encoding/json does not call for a map key.
+type hexKey string
+
+func (k hexKey) MarshalText() ([]byte, error) { return []byte(hex.EncodeToString([]byte(k))), nil }
+
 func TestDeadLettersWrite(t *testing.T) {
 	rec := &pinecone.Vector{Id: "a", Values: floats(0.1, 0.2), Metadata: metadata(t, map[string]any{"genre": "x"})}
 	tests := []struct {
@@ -248,6 +255,12 @@ func TestDeadLettersWrite(t *testing.T) {
 					Tags []string `json:"tags"`
 				}{[]string{"ok", "caf\xe9"}}}, Class: upsert.ClassInvalid},
 			`{"integrated_record":{"_id":"r1"},"class":"invalid","error":"invalid","attempts":0,"may_have_landed":false,"index":3,"record_error":"field \"meta\"\"tags\"[1] is not valid UTF-8"}`,
+		},
+		{
+			"an integrated record's map key is checked as JSON writes it: a string key as it is, not by its MarshalText",
+			upsert.Failure{Index: 3, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "hello",
+				"f": map[hexKey]string{"caf\xe9": "x"}}, Class: upsert.ClassInvalid},
+			`{"integrated_record":{"_id":"r1"},"class":"invalid","error":"invalid","attempts":0,"may_have_landed":false,"index":3,"record_error":"field \"f\"key \"caf\\xe9\" is not valid UTF-8"}`,
 		},
 		{
 			"an integrated record's json.RawMessage that is not UTF-8 is not written",

@@ -41,6 +41,9 @@ func Check(v any, encoded []byte) error {
 		return nil
 	}
 	if path, bad := NotUTF8(v); bad {
+		if deep, ok := strings.CutSuffix(path, tooDeep); ok {
+			return fmt.Errorf("field %s nests too deep for its text to be checked", deep)
+		}
 		return fmt.Errorf("field %s is not valid UTF-8", path)
 	}
 	if !utf8.Valid(encoded) {
@@ -51,7 +54,9 @@ func Check(v any, encoded []byte) error {
 
 // NotUTF8 finds, in v, a key or text that is not valid UTF-8, which JSON
 // would send altered or invalid, and returns its path, such as
-// "meta""tags"[2] (see notUTF8Value).
+// "meta""tags"[2] (see notUTF8Value). A value nested deeper than the walk
+// looks (maxWalk) cannot be told sound, and counts as bad: its path ends
+// in "[…]".
 func NotUTF8(v any) (path string, bad bool) { return notUTF8Value(reflect.ValueOf(v), 0) }
 
 // maxWalk is how deep notUTF8Value looks: a value JSON encodes may still
@@ -59,13 +64,19 @@ func NotUTF8(v any) (path string, bad bool) { return notUTF8Value(reflect.ValueO
 // fields JSON shadows), and metadata is shallow.
 const maxWalk = 64
 
+// tooDeep ends the path of a value deeper than maxWalk.
+const tooDeep = "[…]"
+
 // notUTF8Value is NotUTF8 for a value of any type, walked as encoding/json
 // walks it, depth levels down: the output of its own MarshalJSON or
 // MarshalText, else its strings, the elements of its slices, arrays and
 // maps, the keys of its maps and its exported fields.
 func notUTF8Value(v reflect.Value, depth int) (path string, bad bool) {
-	if depth > maxWalk || !v.IsValid() || (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) && v.IsNil() {
+	if !v.IsValid() || (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) && v.IsNil() {
 		return "", false
+	}
+	if depth > maxWalk {
+		return tooDeep, true
 	}
 	depth++
 	if b, ok := ownEncoding(v); ok {
@@ -117,7 +128,7 @@ func notUTF8Map(v reflect.Value, depth int) (path string, bad bool) {
 	keys := v.MapKeys()
 	slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(fmt.Sprint(a), fmt.Sprint(b)) })
 	for _, k := range keys {
-		if _, bad := notUTF8Value(k, depth); bad {
+		if keyNotUTF8(k) {
 			return fmt.Sprintf("key %q", fmt.Sprint(k)), true
 		}
 		if p, bad := notUTF8Value(v.MapIndex(k), depth); bad {
@@ -125,6 +136,23 @@ func notUTF8Map(v reflect.Value, depth int) (path string, bad bool) {
 		}
 	}
 	return "", false
+}
+
+// keyNotUTF8 reports whether encoding/json writes map key k altered: the
+// key itself when its kind is string, else its MarshalText, if any
+// (encoding/json's resolveKeyName; integers are digits).
+func keyNotUTF8(k reflect.Value) bool {
+	if k.Kind() == reflect.String {
+		return !utf8.ValidString(k.String())
+	}
+	if !k.CanInterface() || k.Kind() == reflect.Pointer && k.IsNil() {
+		return false
+	}
+	if m, ok := k.Interface().(encoding.TextMarshaler); ok {
+		b, _ := m.MarshalText()
+		return !utf8.Valid(b)
+	}
+	return false
 }
 
 // notUTF8Struct walks the fields encoding/json encodes: exported or

@@ -15,8 +15,8 @@ import (
 const (
 	subBits    = 5
 	subBuckets = 1 << subBits
-	// Durations are recorded in microseconds; 40 powers of two reach
-	// beyond 12 days.
+	// Durations are recorded in microseconds; 40 groups of a power of two
+	// each, above the first 32 µs, reach beyond 200 days.
 	powers     = 40
 	numBuckets = powers * subBuckets
 )
@@ -60,18 +60,24 @@ func (h *Histogram) Mean() time.Duration {
 // Max returns the largest duration recorded.
 func (h *Histogram) Max() time.Duration { return time.Duration(h.max.Load()) * time.Microsecond }
 
-// Quantile returns the duration below which a share q (0 to 1) of the
-// samples fall, as the upper edge of its bucket, capped at Max; 0 when
-// empty.
+// Quantile returns the duration below which a share q (0 to 1: below, the
+// smallest; above, or NaN, the largest) of the samples fall, as the upper
+// edge of its bucket, capped at Max (the last bucket's, beyond 200 days,
+// is Max); 0 when empty.
 func (h *Histogram) Quantile(q float64) time.Duration {
 	n := h.total.Load()
 	if n == 0 {
 		return 0
 	}
-	rank := int64(math.Ceil(q * float64(n)))
-	rank = min(max(rank, 1), n)
+	rank := int64(1)
+	switch {
+	case q >= 1 || math.IsNaN(q):
+		rank = n
+	case q > 0:
+		rank = min(max(int64(math.Ceil(q*float64(n))), 1), n)
+	}
 	var seen int64
-	for i := range h.counts {
+	for i := range numBuckets - 1 {
 		seen += h.counts[i].Load()
 		if seen >= rank {
 			return min(time.Duration(upperEdge(i))*time.Microsecond, h.Max())

@@ -1,6 +1,7 @@
 package histogram
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -59,4 +60,30 @@ func TestConcurrentRecordsAreAllCounted(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, int64(8000), h.Count())
 	assert.Equal(t, 999*time.Microsecond, h.Max())
+}
+
+// A share outside 0 to 1 is the nearest end (NaN the largest), and a
+// duration beyond the last bucket's edge (200 days) is answered as
+// itself, not as that edge.
+func TestQuantilesAtTheEnds(t *testing.T) {
+	var h Histogram
+	h.Record(time.Millisecond)
+	h.Record(time.Second)
+	year := 365 * 24 * time.Hour
+	h.Record(year)
+	for _, tt := range []struct {
+		q    float64
+		want time.Duration
+	}{
+		{-1, time.Millisecond},
+		{0, time.Millisecond},
+		{1, year},
+		{2, year},
+		{math.Inf(1), year},
+		{math.Inf(-1), time.Millisecond},
+		{math.NaN(), year},
+	} {
+		got := h.Quantile(tt.q)
+		assert.InEpsilon(t, float64(tt.want), float64(got), 1.0/32, "q %v", tt.q)
+	}
 }

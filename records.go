@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/upsertlib/upsert/internal/jsontext"
@@ -275,11 +276,16 @@ func httpError(code int, retryAfter time.Duration, body []byte) *Error {
 	return e
 }
 
-// snippet returns the start of an error body, on one line.
+// snippet returns the start of an error body, on one line, cut at a
+// character's start (the error's text goes to logs and dead letters).
 func snippet(b []byte) string {
 	s := strings.Join(strings.Fields(string(b)), " ")
 	if len(s) > 300 {
-		s = s[:300] + "…"
+		cut := 300
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
 	}
 	return s
 }

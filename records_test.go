@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
@@ -815,4 +816,18 @@ func TestADotNamespaceFailsItsRecordsBeforeSending(t *testing.T) {
 			assert.Equal(t, 299, srv.RecordCount("docs"), "every record of namespace docs lands")
 		})
 	}
+}
+
+// An error body cut for the error's text is cut at a character's start:
+// the text goes to logs and dead letters, which would alter a split
+// character.
+func TestAnErrorBodyIsCutAtACharactersStart(t *testing.T) {
+	for pad := range 4 {
+		body := strings.Repeat("a", 299-pad) + strings.Repeat("é", 10)
+		got := snippet([]byte(body))
+		assert.True(t, utf8.ValidString(got), "pad %d: %q", pad, got)
+		assert.True(t, strings.HasSuffix(got, "…"))
+		assert.LessOrEqual(t, len(got), 300+len("…"))
+	}
+	assert.Equal(t, "a b", snippet([]byte("a\n  b")), "on one line")
 }

@@ -79,6 +79,9 @@ type Limiter struct {
 	// shareStats count its lanes' fallbacks and rejoins, when shared
 	// across processes (sharing.go).
 	shareStats shareCounters
+	// minutes paces the integrated records of each index host under its
+	// per-minute limits (minutegate.go); a host's gate is kept.
+	minutes map[string]*minuteGate
 }
 
 // laneID names a lane of a Limiter: the index host it writes to
@@ -88,6 +91,24 @@ type Limiter struct {
 type laneID struct {
 	host string
 	key  string
+}
+
+// minuteGateOf returns the per-minute gate of the integrated records
+// written to host, made with clock c the first time: Pinecone's per-minute
+// limits are the project's, so every call and namespace writing through l
+// into one index meets them together.
+func (l *Limiter) minuteGateOf(host string, c clock) *minuteGate {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.minutes == nil {
+		l.minutes = make(map[string]*minuteGate)
+	}
+	g := l.minutes[host]
+	if g == nil {
+		g = newMinuteGate(c)
+		l.minutes[host] = g
+	}
+	return g
 }
 
 // hostSeen is what a Limiter's lanes of one index host know together:

@@ -92,7 +92,7 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *ru
 		// on. Each route's lane hears it (route).
 		r.shape, r.described = newIndexShape(ctx, cfg)
 	} else {
-		r.minute = newMinuteGate(cfg.clock)
+		r.minute = cfg.limiter.minuteGateOf(r.laneHost(), cfg.clock)
 	}
 	started := false
 	defer func() {

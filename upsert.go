@@ -419,8 +419,10 @@ func WithClassifier(f func(error) Class) Option {
 }
 
 // WithLimiter makes the call use l, so that what l learned about the
-// index (rate, concurrency, batch size, whether it is down) carries over
-// from call to call, as a long-running service wants. One Limiter may
+// index (rate, concurrency, batch size, whether it is down, and the
+// per-minute limits of integrated records, which hold for all of the
+// index's namespaces) carries over from call to call, as a long-running
+// service wants. One Limiter may
 // serve calls into several indexes: it keeps what it learns of each index
 // host (through [WithIndex]) and namespace apart.
 //

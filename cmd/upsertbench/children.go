@@ -154,8 +154,8 @@ type writerOutcome struct {
 }
 
 // writeChild is a writer process: it prepares its records, prints "ready",
-// waits for "go <start, Unix ns>", writes from start + -start-after, and
-// prints its writerOutcome.
+// waits for "go <start, Unix ns>", writes from start + -start-after until
+// it is done or start + -deadline, and prints its writerOutcome.
 func writeChild(args []string) error {
 	f, err := parseWriterFlags(args)
 	if err != nil {
@@ -173,9 +173,11 @@ func writeChild(args []string) error {
 	if err != nil {
 		return err
 	}
-	time.Sleep(time.Until(start.Add(f.startAfter)))
+	// The run ends at the deadline even if it starts after it, so that
+	// the parent has every outcome by then (see readOutcomes).
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(f.deadline))
 	defer cancel()
+	sleepUntil(ctx, start.Add(f.startAfter))
 	runCtx := ctx
 	if f.stopAfter > 0 {
 		var stop context.CancelFunc
@@ -197,6 +199,16 @@ func writeChild(args []string) error {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(&out)
+}
+
+// sleepUntil returns at the time t, or sooner if ctx is done.
+func sleepUntil(ctx context.Context, t time.Time) {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	}
 }
 
 // writerFlags are the flags of a writer process, which runProcs gives.

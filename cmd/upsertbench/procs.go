@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -152,7 +153,7 @@ func checkScenarios(list string, redis bool) error {
 		return nil
 	}
 	runs := false
-	for name := range strings.SplitSeq(list, ",") {
+	for _, name := range scenarioNames(list) {
 		i := slices.IndexFunc(scenarios(), func(sc scenario) bool { return sc.name == name })
 		switch {
 		case name == "":
@@ -173,7 +174,17 @@ func checkScenarios(list string, redis bool) error {
 // picked reports whether list (comma-separated, "" for all) names the
 // scenario name.
 func picked(list, name string) bool {
-	return list == "" || slices.Contains(strings.Split(list, ","), name)
+	return list == "" || slices.Contains(scenarioNames(list), name)
+}
+
+// scenarioNames splits list (of -scenarios) at its commas, each name
+// trimmed of spaces, as -profiles is: "together, staggered" names two.
+func scenarioNames(list string) []string {
+	out := strings.Split(list, ",")
+	for i, n := range out {
+		out[i] = strings.TrimSpace(n)
+	}
+	return out
 }
 
 // writeProcRow writes r as a row of the process benchmark's table.
@@ -184,10 +195,7 @@ func writeProcRow(w io.Writer, r procResult) {
 	} else if r.takeUp < 0 {
 		takeUp = "never"
 	}
-	lost := fmt.Sprint(r.lost)
-	if r.stopped {
-		lost = "stopped"
-	}
+	lost := lostCell(r.lost, r.stopped, true) // every writer runs upsert, which reports
 	spread := "∞"
 	if !math.IsInf(r.spread, 1) {
 		spread = fmt.Sprintf("%.2f", r.spread)
@@ -248,7 +256,7 @@ func runProcs(ctx context.Context, p profile, sc scenario, n int, cfg config, rs
 	if sc.killRedis && rsrv != nil {
 		defer killRedisAt(rsrv, start.Add(ideal/2))()
 	}
-	outs, err := readOutcomes(writers)
+	outs, err := readOutcomes(writers, start.Add(cfg.deadline+childGrace))
 	if err != nil {
 		return procResult{}, err
 	}
@@ -334,10 +342,16 @@ func awaitReady(writers []*child) error {
 }
 
 // readOutcomes reads each writer's writerOutcome, in the order of writers.
-func readOutcomes(writers []*child) ([]writerOutcome, error) {
+// A writer's run ends at the deadline (writeChild), so by is the deadline
+// and a grace: a writer that has not printed its outcome by then is hung,
+// and is killed and reported by the error.
+func readOutcomes(writers []*child, by time.Time) ([]writerOutcome, error) {
 	outs := make([]writerOutcome, len(writers))
 	for i, wr := range writers {
-		line, err := wr.readLine()
+		line, err := wr.readLineBy(by)
+		if errors.Is(err, errNoLine) {
+			return nil, fmt.Errorf("writer %d: no outcome %v after the deadline: killed", i+1, childGrace)
+		}
 		if err == nil {
 			err = json.Unmarshal([]byte(line), &outs[i])
 		}
@@ -495,12 +509,40 @@ func (c *child) readLine() (string, error) {
 	return strings.TrimSuffix(line, "\n"), err
 }
 
+// childGrace is how long a child has to answer once it should be done: a
+// writer to print its outcome after the deadline, any child to end after
+// its stdin closes. One that takes longer is taken for hung and killed.
+const childGrace = 3 * time.Second
+
+// errNoLine is readLineBy's error for a child that printed no line in
+// time.
+var errNoLine = errors.New("no line in time: the child was killed")
+
+// readLineBy is readLine, but if the child has printed no full line by
+// the time by, it kills the child and returns errNoLine. A line read is
+// returned even if the kill raced with it.
+func (c *child) readLineBy(by time.Time) (string, error) {
+	kill := time.AfterFunc(time.Until(by), c.kill)
+	line, err := c.readLine()
+	if !kill.Stop() && err != nil {
+		return "", errNoLine
+	}
+	return line, err
+}
+
+// kill ends the child at once, whatever it is doing; its stdout then ends
+// too.
+func (c *child) kill() { _ = c.cmd.Process.Kill() }
+
 // stop closes the child's stdin, which ends it, waits for it, and returns
-// the CPU time it used. It may be called more than once.
+// the CPU time it used. A child still running childGrace later is killed.
+// It may be called more than once.
 func (c *child) stop() time.Duration {
 	if c.cmd.ProcessState == nil {
 		c.stdin.Close()
+		kill := time.AfterFunc(childGrace, c.kill)
 		_ = c.cmd.Wait()
+		kill.Stop()
 	}
 	return c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime()
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +16,24 @@ import (
 
 	"github.com/upsertlib/upsert/internal/redistest"
 )
+
+// hangWriterEnv, set in the environment of a process benchmark run by
+// TestAHungWriterIsKilledAndReported, makes each writer process (this test
+// binary run again as "-child-write") hang after the go: it prints
+// "ready", reads the go, and then neither answers nor ends, not even when
+// its stdin closes, as a writer stuck in its run (a deadlock, a call that
+// ignores its context) would.
+const hangWriterEnv = "UPSERTBENCH_TEST_HANG_WRITER"
+
+func init() {
+	if os.Getenv(hangWriterEnv) == "" || len(os.Args) < 2 || os.Args[1] != childPrefix+"write" {
+		return
+	}
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString('\n') // the go
+	time.Sleep(time.Hour)                             // hung (a sleep, so the runtime sees no deadlock)
+	os.Exit(1)
+}
 
 // TestMain lets the process benchmark run this test binary as its index
 // and writer processes.
@@ -171,4 +192,102 @@ func TestProcsWithTheFamilyIsAUsageError(t *testing.T) {
 		}
 		assert.ErrorContains(t, err, "-procs", "%q", args)
 	}
+}
+
+// A writer process that neither prints its outcome nor ends does not hang
+// the process benchmark: once the run's deadline and childGrace have
+// passed, the writer is killed and runProcs returns an error that names
+// it. Here the deadline is 1 s, and the parent is given 5 s more.
+func TestAHungWriterIsKilledAndReported(t *testing.T) {
+	t.Setenv(hangWriterEnv, "1")
+	// Under -race a child sleeps 1 s as it exits (the race detector's
+	// atexit_sleep_ms), which is no part of what is measured here.
+	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	cfg, err := parseFlags([]string{"-procs", "1", "-scale", "0.001", "-deadline", "1s"})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type outcome struct {
+		r   procResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := runProcs(ctx, procsProfile(), scenarios()[0], 1, cfg, nil, nil)
+		done <- outcome{r, err}
+	}()
+	limit := cfg.deadline + 5*time.Second
+	select {
+	case o := <-done:
+		assert.ErrorContains(t, o.err, "writer 1: no outcome", "a writer that never reported its outcome is reported, not taken as a result")
+	case <-time.After(limit):
+		t.Errorf("runProcs still waiting for a hung writer %v after the start of a run with a deadline of %v", limit, cfg.deadline)
+		cancel() // exec.CommandContext kills the children: let runProcs return
+		<-done
+	}
+}
+
+// -scenarios takes names with spaces around them, as -profiles does, and
+// runs each scenario it names once.
+func TestScenarioNamesAreTrimmed(t *testing.T) {
+	cfg, err := parseFlags([]string{"-procs", "2", "-scenarios", "together, staggered "})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		picked bool
+	}{
+		{name: "together", picked: true},
+		{name: "staggered", picked: true},
+		{name: "one-stops"},
+	} {
+		assert.Equal(t, tc.picked, picked(cfg.scenarios, tc.name), tc.name)
+	}
+}
+
+// stop ends a child that does not end when its stdin closes (here a hung
+// writer): it kills it childGrace later, rather than wait forever.
+func TestStopKillsAChildThatDoesNotEnd(t *testing.T) {
+	t.Setenv(hangWriterEnv, "1")
+	t.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	c, err := startChild(context.Background(), "write")
+	require.NoError(t, err)
+	line, err := c.readLine()
+	require.NoError(t, err)
+	require.Equal(t, "ready", line)
+	fmt.Fprintf(c.stdin, "go %d\n", time.Now().UnixNano())
+	stopped := make(chan struct{})
+	go func() {
+		c.stop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+		assert.False(t, c.cmd.ProcessState.Exited(), "killed, not ended")
+	case <-time.After(childGrace + 2*time.Second):
+		t.Errorf("stop still waiting for a hung child %v after closing its stdin", childGrace+2*time.Second)
+		c.kill()
+		<-stopped
+	}
+}
+
+// A writer whose start (-start-after) falls after the deadline does not
+// wait for it: its run ends at the deadline as every writer's does, so
+// that readOutcomes may take a writer silent past the deadline and
+// childGrace for hung.
+func TestAWriterThatStartsAfterTheDeadlineReportsAtTheDeadline(t *testing.T) {
+	srv, host, err := startIndexChild(context.Background())
+	require.NoError(t, err)
+	defer srv.stop()
+	plan := writerPlan{host: host, dir: t.TempDir(), n: 1, per: 10, deadline: 200 * time.Millisecond,
+		sc: scenario{startAt: func(int, int, time.Duration) time.Duration { return time.Hour }, stopAt: never}}
+	writers, err := plan.start(context.Background())
+	require.NoError(t, err)
+	defer stopChildren(writers)
+	require.NoError(t, awaitReady(writers))
+	start := time.Now()
+	fmt.Fprintf(writers[0].stdin, "go %d\n", start.UnixNano())
+	outs, err := readOutcomes(writers, start.Add(plan.deadline+childGrace))
+	require.NoError(t, err, "the writer waited for its start, past the deadline")
+	assert.True(t, outs[0].Deadline, "stopped at the deadline")
+	assert.Equal(t, plan.per, outs[0].Reported, "every record reported failed, none sent")
 }

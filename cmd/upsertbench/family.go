@@ -248,7 +248,8 @@ func writeFamilyIndexes(w io.Writer, done []*familyIndex) {
 const maxSeeds = 1_000_000
 
 // parseSeeds reads a list of seeds such as "1-10,15,20-22", of at most
-// maxSeeds seeds; a range may end at the largest uint64.
+// maxSeeds seeds, none named twice; a range may end at the largest
+// uint64.
 func parseSeeds(list string) ([]uint64, error) {
 	var out []uint64
 	for part := range strings.SplitSeq(list, ",") {
@@ -280,7 +281,22 @@ func parseSeeds(list string) ([]uint64, error) {
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no seeds in %q", list)
 	}
+	if s, ok := repeatedSeed(out); ok {
+		return nil, fmt.Errorf("%q names seed %d more than once: each index runs once", list, s)
+	}
 	return out, nil
+}
+
+// repeatedSeed returns the least seed that seeds holds more than once, if
+// any.
+func repeatedSeed(seeds []uint64) (uint64, bool) {
+	sorted := slices.Sorted(slices.Values(seeds))
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return sorted[i], true
+		}
+	}
+	return 0, false
 }
 
 // formatSeeds writes seeds as parseSeeds reads them, runs as ranges.

@@ -301,3 +301,36 @@ func TestStoppedRunIsMeasuredToTheStop(t *testing.T) {
 	assert.Zero(t, r.lost, "the write landed, after the stop")
 	assert.Zero(t, r.efficiency)
 }
+
+// -max-ideal shortens the runs to an ideal of at most that long (at least
+// 2 s, as Index.Shortened takes it): given as 0 or less it is refused, not
+// taken as no limit at all, which would leave runs of minutes unshortened.
+func TestMaxIdealMustBePositive(t *testing.T) {
+	for _, bad := range []string{"-5s", "0s"} {
+		cfg, err := parseFlags([]string{"-seed", "1", "-max-ideal", bad})
+		if assert.ErrorContains(t, err, "-max-ideal "+bad+": need a positive duration", "-max-ideal %s is accepted", bad) {
+			continue
+		}
+		fi := newFamilyIndex(1, 1, 1, cfg.maxIdeal)
+		assert.LessOrEqual(t, fi.ideal, 2*time.Second, "-max-ideal %s given, and the run is not shortened (ideal %v)", bad, fi.ideal)
+	}
+	cfg, err := parseFlags([]string{"-seed", "1"})
+	require.NoError(t, err)
+	assert.Zero(t, cfg.maxIdeal, "not given: no limit")
+}
+
+// -seeds naming a seed twice, alone or in overlapping ranges, is refused
+// with the seed named: the index would run twice and count twice in the
+// summary.
+func TestASeedNamedTwiceIsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		list, seed string
+	}{
+		{list: "1,1", seed: "seed 1 "},
+		{list: "1-10,5-15", seed: "seed 5 "},
+		{list: "3,1-5", seed: "seed 3 "},
+	} {
+		_, err := parseFlags([]string{"-seeds", tc.list})
+		assert.ErrorContains(t, err, tc.seed+"more than once", tc.list)
+	}
+}

@@ -104,3 +104,18 @@ func TestBenchPlotWritesOneStepPerIndex(t *testing.T) {
 	assert.Contains(t, doc.Texts, "served upsert")
 	assert.Contains(t, doc.Texts, "n 3, median 0.950, p10 0.500")
 }
+
+// -plot draws files and runs nothing: the flags that select runs
+// (-profiles, -strategies) or shape them (-scale, -deadline) are refused
+// with it rather than ignored.
+func TestPlotRefusesTheFlagsOfARun(t *testing.T) {
+	for _, args := range [][]string{
+		{"-plot", "runs.jsonl", "-profiles", "fast"},
+		{"-plot", "runs.jsonl", "-strategies", "upsert"},
+		{"-plot", "runs.jsonl", "-scale", "0.1"},
+		{"-plot", "runs.jsonl", "-deadline", "5s"},
+	} {
+		_, err := parseFlags(args)
+		assert.ErrorContains(t, err, args[2]+" applies only to a benchmark that runs", "%q: -plot runs nothing, the flag of a run would be ignored", args)
+	}
+}

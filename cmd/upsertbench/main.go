@@ -34,7 +34,9 @@
 //
 // -plot draws -family-out files (or any JSON lines with seed, strategy and
 // efficiency) as SVG to standard output: the cumulative distribution of the
-// efficiency, one curve per file and strategy, a seed's runs averaged.
+// efficiency, one curve per file and strategy, a seed's runs averaged. It
+// runs nothing, and refuses the flags of a run (-profiles, -strategies,
+// -scale, -deadline).
 //
 // The default profiles are the ones of the issue the benchmark answers, and
 // a few more; others (extraProfiles) run only when named with -profiles.
@@ -145,8 +147,8 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if !(*scale > 0) {
-		return config{}, fmt.Errorf("-scale must be positive, not %v", *scale)
+	if !(*scale > 0) || math.IsInf(*scale, 0) {
+		return config{}, fmt.Errorf("-scale %v: need a positive finite factor", *scale)
 	}
 	if *deadline <= 0 {
 		return config{}, fmt.Errorf("-deadline must be positive, not %v", *deadline)
@@ -187,6 +189,9 @@ func parseFlags(args []string) (config, error) {
 		if !(cfg.rateScale > 0) || math.IsInf(cfg.rateScale, 0) {
 			return config{}, fmt.Errorf("-rate-scale %v: need a positive finite factor", cfg.rateScale)
 		}
+		if isSet(fs, "max-ideal") && cfg.maxIdeal <= 0 {
+			return config{}, fmt.Errorf("-max-ideal %v: need a positive duration (a run is shortened to an ideal of at least 2s)", cfg.maxIdeal)
+		}
 	}
 	return cfg, runsSomething(cfg, *strategyNames, *profileNames)
 }
@@ -210,9 +215,9 @@ func runsSomething(cfg config, strategyNames, profileNames string) error {
 // profiles, -procs, the family or -plot) and give only flags it uses: a
 // flag of another would be ignored, and something else run than asked.
 func checkModes(fs *flag.FlagSet, cfg config) error {
-	procs, family := cfg.procs != nil, cfg.family != nil
+	procs, family, plot := cfg.procs != nil, cfg.family != nil, isSet(fs, "plot")
 	switch {
-	case isSet(fs, "plot") && (procs || family):
+	case plot && (procs || family):
 		return errors.New("-plot draws files and runs nothing: give it alone")
 	case procs && family:
 		return errors.New("-procs runs the process benchmark, not the family: give -procs or one of -family, -seeds and -seed")
@@ -228,6 +233,7 @@ func checkModes(fs *flag.FlagSet, cfg config) error {
 		{procs, "the process benchmark (-procs)", []string{"scenarios", "redis"}},
 		{!procs && !family, "the profile benchmark (neither -procs nor the family)", []string{"profiles"}},
 		{!procs, "the profile and family benchmarks (not -procs)", []string{"strategies"}},
+		{!plot, "a benchmark that runs (-plot draws files and runs nothing)", []string{"profiles", "strategies", "scale", "deadline"}},
 	} {
 		for _, name := range m.flags {
 			if isSet(fs, name) && !m.on {
@@ -369,6 +375,8 @@ reach at small scales; without it, up to ~1.07 is possible at scale 1. In outage
 refills during each outage, so up to ~1.08 (16250/15000) is possible, and a run shorter than 3 s sees
 no outage at all. 429 share and requests are counted by the server; latencies on the client (gRPC
 interceptor, every attempt). Lost = neither stored nor reported failed; only upsert reports failures.
+A stopped run's lost is marked "(stopped)"; for the strategies that report nothing it is "stopped" alone
+(every record they did not send would count).
 
 Strategies: upsert = upsert.All with defaults (+ WithRequestTimeout where the profile has a client timeout);
 article = batches of 100, pool of 4 workers (−1 per 429, min 1), timeout 30 s, 8 retries on 429, 4 on
@@ -410,10 +418,7 @@ func writeTableHead(w io.Writer) {
 
 // writeRow writes one row of the results table.
 func writeRow(w io.Writer, r result) {
-	lost := fmt.Sprint(r.lost)
-	if r.stopped {
-		lost = "stopped"
-	}
+	lost := lostCell(r.lost, r.stopped, r.reports)
 	reported := "–"
 	if r.reports {
 		reported = fmt.Sprint(r.reported)
@@ -422,6 +427,21 @@ func writeRow(w io.Writer, r result) {
 		r.profile, r.strategy, 100*r.efficiency, 100*r.rateLimitedShare(), r.requests,
 		formatDuration(r.calls.p50), formatDuration(r.calls.p99), lost,
 		formatDuration(r.elapsed), r.landed, r.records, reported)
+}
+
+// lostCell is the "lost" cell of a run of a strategy that reports its
+// failures or not: the count, marked " (stopped)" for a stopped run. A
+// strategy that reports nothing counts as lost every record not stored,
+// which in a stopped run are mostly records it never sent: its cell is
+// "stopped" alone.
+func lostCell(lost int, stopped, reports bool) string {
+	switch {
+	case stopped && !reports:
+		return "stopped"
+	case stopped:
+		return fmt.Sprintf("%d (stopped)", lost)
+	}
+	return fmt.Sprint(lost)
 }
 
 // writeClients writes the per-client figures of the runs with several

@@ -205,3 +205,46 @@ func TestDeadlineWithTheFamilyIsAUsageError(t *testing.T) {
 	require.NoError(t, err, "the process benchmark has a deadline")
 	assert.Equal(t, 5*time.Second, cfg.deadline)
 }
+
+// -scale is a positive finite factor, as -rate-scale is and as
+// upserttest.Index.Scaled requires: +Inf is a usage error, not a panic of
+// the family's first index (or, with the profiles, runs of one record).
+func TestScaleMustBeAFiniteFactor(t *testing.T) {
+	for _, args := range [][]string{{"-seed", "1", "-scale", "+Inf"}, {"-scale", "+Inf"}, {"-scale", "-Inf"}, {"-scale", "NaN"}, {"-scale", "0"}} {
+		cfg, err := parseFlags(args)
+		if !assert.ErrorContains(t, err, "need a positive finite factor", "%q is accepted", args) && cfg.family != nil {
+			assert.NotPanics(t, func() { newFamilyIndex(cfg.family[0], cfg.scale, cfg.rateScale, cfg.maxIdeal) },
+				"%q: the family's first index panics instead of a usage error", args)
+		}
+	}
+}
+
+// The lost cell of a stopped run still counts the records lost, marked
+// "(stopped)", for the strategies that report their failures (the
+// library's check that it loses nothing); for those that report nothing,
+// whose every record not sent counts as lost, it is "stopped" alone. The
+// process benchmark's writers all run the library.
+func TestAStoppedRowStillShowsTheRecordsLost(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		r        result
+		wantLost string
+	}{
+		{name: "reports, stopped", r: result{strategy: "upsert", reports: true, lost: 3, stopped: true}, wantLost: "3 (stopped)"},
+		{name: "reports, done", r: result{strategy: "upsert", reports: true, lost: 0}, wantLost: "0"},
+		{name: "reports nothing, stopped", r: result{strategy: "naive", lost: 40, stopped: true}, wantLost: "stopped"},
+		{name: "reports nothing, done", r: result{strategy: "naive", lost: 2}, wantLost: "2"},
+	} {
+		r := tc.r
+		r.profile, r.records, r.landed, r.reported, r.elapsed = "tight", 100, 60, 37, time.Second
+		var out bytes.Buffer
+		writeRow(&out, r)
+		cells := strings.Split(strings.Trim(strings.TrimSpace(out.String()), "|"), "|")
+		require.Len(t, cells, 11, "%s: row %q", tc.name, out.String())
+		assert.Equal(t, tc.wantLost, strings.TrimSpace(cells[7]), "%s: the lost cell", tc.name)
+	}
+
+	var row bytes.Buffer
+	writeProcRow(&row, procResult{writers: 2, scenario: "together", strategy: "separate", lost: 3, stopped: true, elapsed: time.Second, spread: 1})
+	assert.Contains(t, row.String(), "| 3 (stopped) |", "the process benchmark's row")
+}

@@ -6,7 +6,9 @@
 // and writes slower than the request timeout, then reads back what the
 // server stored and compares it with what was sent. With PINECONE_API_KEY
 // and PINECONE_HOST set, it writes to that real index instead (into the
-// namespace "upsert-backfill-example", or PINECONE_NAMESPACE).
+// namespace "upsert-backfill-example", or PINECONE_NAMESPACE); a host
+// given as plain http:// must be a loopback one (such as Pinecone Local),
+// for elsewhere the API key would cross the network unencrypted.
 //
 //	go run ./examples/backfill
 package main
@@ -17,6 +19,8 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -103,6 +107,8 @@ func connect() (idx *pinecone.IndexConnection, verify func([]*pinecone.Vector, u
 		fmt.Printf("no PINECONE_API_KEY/PINECONE_HOST: writing to an embedded loopback index at %s\n", host)
 		fmt.Println("  (it accepts 10,000 vectors/s and answers 429 beyond, answers 2% of requests 503,")
 		fmt.Println("   and 1% of its writes land after the client's 2 s timeout)")
+	} else if err := checkPlaintext(host); err != nil {
+		return nil, nil, nil, err
 	}
 	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: key})
 	if err != nil {
@@ -122,6 +128,24 @@ func connect() (idx *pinecone.IndexConnection, verify func([]*pinecone.Vector, u
 		verify = func(sent []*pinecone.Vector, res upsert.Result) error { return check(srv, namespace, sent, res) }
 	}
 	return idx, verify, cleanup, nil
+}
+
+// checkPlaintext refuses a host the SDK would dial without TLS (http://)
+// unless it is on the loopback interface (localhost or a loopback IP, as
+// Pinecone Local is): elsewhere the API key, sent with every request,
+// would cross the network unencrypted. No name is looked up.
+func checkPlaintext(host string) error {
+	u, err := url.Parse(host)
+	if err != nil || u.Scheme != "http" {
+		return nil // the SDK dials it with TLS
+	}
+	name := u.Hostname()
+	ip, _ := netip.ParseAddr(name)
+	if strings.EqualFold(strings.TrimSuffix(name, "."), "localhost") || ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("PINECONE_HOST: plain http:// is for a loopback host only (localhost, 127.0.0.1, [::1]), not %q: "+
+		"the API key would cross the network unencrypted; use https://", name)
 }
 
 // check compares what the embedded server stored with what was sent.

@@ -831,3 +831,27 @@ func TestAnErrorBodyIsCutAtACharactersStart(t *testing.T) {
 	}
 	assert.Equal(t, "a b", snippet([]byte("a\n  b")), "on one line")
 }
+
+// Records through a connection named "" (idx.WithNamespace(""), the name
+// go-pinecone v6 uses) land in the default namespace: the REST path had
+// an empty segment, which the index answers 404 (vectors over gRPC
+// landed).
+func TestRecordsThroughAConnectionNamedEmptyLandInTheDefaultNamespace(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithFieldMap("chunk_text"))
+	defer srv.Close()
+	idx := recordsConn(t, srv, srv.Client(), true).WithNamespace("")
+	for _, ns := range []string{"", "__default__", "docs"} {
+		t.Run(fmt.Sprintf("routed to %q", ns), func(t *testing.T) {
+			srv.Reset()
+			res, err := Records(context.Background(), slices.Values(textRecordsOf(5)), WithIndex(idx),
+				WithNamespaceOf(func(*pinecone.IntegratedRecord) string { return ns }), withClock(newFakeClock()), withRand(maxRand))
+			require.NoError(t, err)
+			assert.Equal(t, 5, res.Upserted)
+			want := ns
+			if ns == "" {
+				want = "__default__"
+			}
+			assert.Equal(t, 5, srv.RecordCount(want))
+		})
+	}
+}

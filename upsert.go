@@ -194,13 +194,19 @@ func WithIndex(idx *pinecone.IndexConnection) Option {
 			return
 		}
 		c.index, c.namespace = idx, idx.Namespace()
+		// The default namespace by its name, as v5's Index names it, also
+		// for a connection named "" (idx.WithNamespace("")): its REST path
+		// would have an empty segment.
+		defaultConn := idx
+		if idx.Namespace() != defaultNamespace {
+			defaultConn = idx.WithNamespace(defaultNamespace) // shares the gRPC connection
+		}
 		conn := func(namespace string) *pinecone.IndexConnection {
-			if sameNamespace(namespace, idx.Namespace()) {
+			switch {
+			case namespaceKey(namespace) == "":
+				return defaultConn
+			case sameNamespace(namespace, idx.Namespace()):
 				return idx
-			}
-			if namespace == "" {
-				// v5's REST path would have an empty segment.
-				namespace = defaultNamespace
 			}
 			// Shares the gRPC connection.
 			return idx.WithNamespace(namespace)

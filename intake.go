@@ -693,7 +693,7 @@ func (in *intake) settleExposed(items []item, landed bool) []Stale {
 		}
 		delete(in.exposed, it.seq)
 		if landed {
-			stale = append(stale, Stale{Index: it.seq, ID: it.id, Record: it.vec, Integrated: it.rec, Earlier: pos})
+			stale = append(stale, Stale{Index: it.seq, ID: it.id, Namespace: it.ns, Record: it.vec, Integrated: it.rec, Earlier: pos})
 		}
 	}
 	return stale

@@ -31,6 +31,10 @@ type Stale struct {
 	Index int
 	// ID is the record's id.
 	ID string
+	// Namespace is the record's namespace, as routed (see
+	// [WithNamespaceOf]), "" for the default one ("__default__"): where
+	// to upsert it again.
+	Namespace string
 	// Record is the record as taken (a copy), to upsert again; Integrated
 	// for [Records].
 	Record     *pinecone.Vector

@@ -86,6 +86,14 @@ func TestALaterVersionThatMayBeOverwrittenIsReported(t *testing.T) {
 		require.Len(t, res.MayBeStale, 1)
 		assert.Equal(t, 3, res.MayBeStale[0].Index)
 	})
+	t.Run("with the record's namespace, to upsert it again where it belongs", func(t *testing.T) {
+		idx := &lateIndex{stored: map[string]float32{}, id: "x"}
+		res, err := Stream(context.Background(), slices.Values(recs), WithUpsertFunc(idx.Upsert), WithBatchSize(1), WithConcurrency(1),
+			WithNamespaceOf(func(v *pinecone.Vector) string { return "tenant-" + v.Id }), withClock(newFakeClock()), withRand(maxRand))
+		require.NoError(t, err)
+		require.Len(t, res.MayBeStale, 1)
+		assert.Equal(t, "tenant-x", res.MayBeStale[0].Namespace)
+	})
 	t.Run("nothing is reported without an earlier ambiguous request", func(t *testing.T) {
 		fi := newFakeIndex(nil)
 		res, err := Stream(context.Background(), slices.Values(recs), WithUpsertFunc(fi.Upsert), WithBatchSize(1))

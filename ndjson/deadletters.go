@@ -392,6 +392,7 @@ type staleFields struct {
 	Index         int    `json:"index"`
 	Earlier       int    `json:"earlier"`
 	RecordError   string `json:"record_error,omitempty"`
+	namespaceOut
 }
 
 // WriteStale writes the dead letter of s, a record that landed while a
@@ -402,8 +403,9 @@ type staleFields struct {
 // record's fields, then "class":"may-be-stale" ([StaleClass]), "error"
 // (msg, or a sentence saying the above when msg is ""),
 // "may_have_landed":true (it landed), "index" (s.Index) and "earlier"
-// (s.Earlier, the earlier record's position); it has no "attempts". An
-// integrated record is written under "integrated_record", as by Write.
+// (s.Earlier, the earlier record's position), and "namespace" as by Write
+// (s.Namespace); it has no "attempts". An integrated record is written
+// under "integrated_record", as by Write.
 // A record that JSON cannot hold as it is is written with its id alone
 // and "record_error", and an id that is not valid UTF-8 as "id_base64",
 // as by Write. Errors are handled as by Write.
@@ -412,7 +414,7 @@ func (d *DeadLetters) WriteStale(s upsert.Stale, msg string) {
 		msg = fmt.Sprintf("landed while a request carrying record %d, of the same id, had ended without an answer: "+
 			"the index may still apply it and keep that earlier record; upsert this one again once the index is quiet", s.Earlier)
 	}
-	f := staleFields{Class: StaleClass, Error: msg, MayHaveLanded: true, Index: s.Index, Earlier: s.Earlier}
+	f := staleFields{Class: StaleClass, Error: msg, MayHaveLanded: true, Index: s.Index, Earlier: s.Earlier, namespaceOut: letterNamespace(s.Namespace)}
 	var line []byte
 	var err error
 	if s.Record == nil && s.Integrated != nil {

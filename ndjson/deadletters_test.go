@@ -421,16 +421,22 @@ func TestDeadLettersWriteStale(t *testing.T) {
 	dl.WriteStale(upsert.Stale{Index: 3, ID: "x", Record: rec, Earlier: 0}, "line 4 (id \"x\"): may be stale")
 	dl.WriteStale(upsert.Stale{Index: 5, ID: "nan", Record: &pinecone.Vector{Id: "nan", Values: floats(float32(math.NaN()))}, Earlier: 1}, "")
 	dl.WriteStale(upsert.Stale{Index: 7, ID: "r1", Integrated: &pinecone.IntegratedRecord{"_id": "r1", "chunk_text": "hi"}, Earlier: 2}, "stale")
-	assert.Equal(t, 3, dl.Count())
+	dl.WriteStale(upsert.Stale{Index: 9, ID: "x", Namespace: "tenant-7", Record: rec, Earlier: 8}, "stale")
+	dl.WriteStale(upsert.Stale{Index: 11, ID: "x", Namespace: "__default__", Record: rec, Earlier: 10}, "stale")
+	assert.Equal(t, 5, dl.Count())
 	require.NoError(t, dl.Close())
 
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	got := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-	require.Len(t, got, 3)
+	require.Len(t, got, 5)
 	assert.Equal(t, `{"id":"x","values":[3,1],"metadata":{"v":"new"},"class":"may-be-stale","error":"line 4 (id \"x\"): may be stale","may_have_landed":true,"index":3,"earlier":0}`, got[0])
 	assert.Equal(t, `{"id":"nan","class":"may-be-stale","error":"landed while a request carrying record 1, of the same id, had ended without an answer: the index may still apply it and keep that earlier record; upsert this one again once the index is quiet","may_have_landed":true,"index":5,"earlier":1,"record_error":"json: unsupported value: NaN"}`, got[1])
 	assert.Equal(t, `{"integrated_record":{"_id":"r1","chunk_text":"hi"},"class":"may-be-stale","error":"stale","may_have_landed":true,"index":7,"earlier":2}`, got[2])
+	// The namespace comes last, as in a failure's letter, so that a replay
+	// of a run over several namespaces upserts it where it belongs.
+	assert.Equal(t, `{"id":"x","values":[3,1],"metadata":{"v":"new"},"class":"may-be-stale","error":"stale","may_have_landed":true,"index":9,"earlier":8,"namespace":"tenant-7"}`, got[3])
+	assert.Equal(t, `{"id":"x","values":[3,1],"metadata":{"v":"new"},"class":"may-be-stale","error":"stale","may_have_landed":true,"index":11,"earlier":10}`, got[4], "the default namespace is left out")
 	assert.Equal(t, ndjson.StaleClass, lines(t, path)[0]["class"])
 
 	// Replayed, the file upserts the record again.

@@ -1229,10 +1229,10 @@ func TestARunWhoseCheckpointSettledNothingKeepsTheMayBeStaleLettersOfTheRunBefor
 // asked for is owed (durableCheckpoint.finish saves it).
 func TestACheckpointWaitsForTheLettersHeldForAcks(t *testing.T) {
 	var written []exposedLetter
-	x := newExposure(map[string]int{"x": 1}, 2, func(l exposedLetter) { written = append(written, l) },
+	x := newExposure(map[string]int{"x": 1}, 2, "tenant", func(l exposedLetter) { written = append(written, l) },
 		func(st upsert.Stale) string { return "exposed" })
 	require.NotNil(t, x)
-	assert.Nil(t, newExposure(nil, 2, nil, nil), "no letters: nothing exposed")
+	assert.Nil(t, newExposure(nil, 2, "", nil, nil), "no letters: nothing exposed")
 	rec := func(id string) *pinecone.Vector { return &pinecone.Vector{Id: id, Values: &[]float32{1}} }
 	x.take(2, rec("x"))
 	x.take(3, rec("y"))
@@ -1243,7 +1243,7 @@ func TestACheckpointWaitsForTheLettersHeldForAcks(t *testing.T) {
 	assert.Equal(t, int64(2), x.savable(5), "nothing acknowledged yet")
 	x.ack([]upsert.Ack{{Position: 2, ID: "x"}, {Position: 3, ID: "y"}})
 	require.Len(t, written, 1, "x's record landed: its letter")
-	assert.Equal(t, upsert.Stale{Index: 2, ID: "x", Record: rec("x"), Earlier: 1}, written[0].stale)
+	assert.Equal(t, upsert.Stale{Index: 2, ID: "x", Namespace: "tenant", Record: rec("x"), Earlier: 1}, written[0].stale, "with the run's namespace")
 	assert.Equal(t, "exposed", written[0].msg)
 	assert.Equal(t, int64(4), x.savable(5))
 	assert.Equal(t, int64(4), x.owed())

@@ -45,8 +45,9 @@ import (
 type exposure struct {
 	// ids maps each id to the position ("index") of the record its last
 	// such letter holds, the earlier record of a letter of a later one.
-	ids   map[string]int
-	write func(exposedLetter) // writes a letter to the dead-letter file
+	ids       map[string]int
+	namespace string              // the run's, which its letters name
+	write     func(exposedLetter) // writes a letter to the dead-letter file
 	// message returns the error of the letter of a landed record that
 	// the library did not report stale.
 	message func(upsert.Stale) string
@@ -75,11 +76,11 @@ type exposedLetter struct {
 // newExposure returns the exposure of the ids of ids for a run that
 // resumes from position from, whose letters write writes, message giving
 // the error of those of landed records; nil when ids is empty.
-func newExposure(ids map[string]int, from int64, write func(exposedLetter), message func(upsert.Stale) string) *exposure {
+func newExposure(ids map[string]int, from int64, namespace string, write func(exposedLetter), message func(upsert.Stale) string) *exposure {
 	if len(ids) == 0 {
 		return nil
 	}
-	x := &exposure{ids: ids, write: write, message: message,
+	x := &exposure{ids: ids, namespace: namespace, write: write, message: message,
 		kept: make(map[int]*pinecone.Vector), held: make(map[int]exposedLetter)}
 	x.acked.Store(from)
 	x.wanted.Store(from)
@@ -135,7 +136,7 @@ func (x *exposure) ack(acks []upsert.Ack) {
 		}
 		x.mu.Unlock()
 		if landed {
-			st := upsert.Stale{Index: a.Position, ID: a.ID, Record: v, Earlier: x.ids[a.ID]}
+			st := upsert.Stale{Index: a.Position, ID: a.ID, Namespace: x.namespace, Record: v, Earlier: x.ids[a.ID]}
 			l, held = exposedLetter{stale: st, msg: x.message(st)}, true
 		}
 		if held {

@@ -592,7 +592,7 @@ func exposeEarlierLetters(o options, e *env, in *input, dead *deadLetters) error
 		return nil
 	}
 	dead.append, dead.earlier = true, countLines(o.deadLetter)
-	dead.exposed = newExposure(ids, int64(in.skip), dead.writeExposed, func(st upsert.Stale) string {
+	dead.exposed = newExposure(ids, int64(in.skip), o.namespace, dead.writeExposed, func(st upsert.Stale) string {
 		return exposedMessage(in, st, o.deadLetter)
 	})
 	if dead.exposed != nil {

@@ -100,7 +100,9 @@ type describedInfo struct {
 }
 
 // describeIndex returns what idx's index says of its records, asking it
-// only when it has not answered within describedFor of now.
+// only when it has not answered within describedFor of now. When asking
+// again fails (an outage), the answer kept is returned: the index did
+// answer, and a later call asks again.
 func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.Time) (indexInfo, error) {
 	key := weak.Make(idx)
 	described.mu.Lock()
@@ -112,6 +114,9 @@ func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.
 	var info indexInfo
 	st, err := idx.DescribeIndexStats(ctx)
 	if err != nil {
+		if ok {
+			return kept.indexInfo, nil
+		}
 		return indexInfo{}, err
 	}
 	if st.Dimension != nil {

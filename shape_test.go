@@ -2,7 +2,9 @@ package upsert
 
 import (
 	"context"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/upsertlib/upsert/upserttest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func shapeIndex(t *testing.T, srv *upserttest.Server, ns string) *pinecone.IndexConnection {
@@ -177,4 +181,66 @@ func TestAnIndexCreatedAgainWithAnotherDimensionIsAskedAgainAfterAMinute(t *test
 	require.NoError(t, err)
 	assert.Equal(t, 5, res.Upserted)
 	assert.Equal(t, 5, srv.Count("ns"))
+}
+
+// briefOutageIndex is a connection to srv whose DescribeIndexStats, while
+// down is set, answers UNAVAILABLE, and whose upserts do too, as many as
+// failUpserts says: a short outage of an index that answered before.
+func briefOutageIndex(t *testing.T, srv *upserttest.Server, down *atomic.Bool, failUpserts *atomic.Int32) *pinecone.IndexConnection {
+	t.Helper()
+	ic := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if down.Load() {
+			if strings.HasSuffix(method, "/DescribeIndexStats") {
+				return status.Error(codes.Unavailable, "upstream connect error")
+			}
+			if strings.HasSuffix(method, "/Upsert") && failUpserts.Add(-1) >= 0 {
+				return status.Error(codes.Unavailable, "upstream connect error")
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"}, grpc.WithChainUnaryInterceptor(ic))
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+	return idx
+}
+
+// briefOutageRun answers a call through a connection whose index
+// answered DescribeIndexStats, then, later by after, is in a short outage
+// (its DescribeIndexStats and its next 8 upserts answer UNAVAILABLE).
+func briefOutageRun(t *testing.T, after time.Duration) (Result, error) {
+	srv := upserttest.NewServer(upserttest.WithDimension(4))
+	t.Cleanup(srv.Close)
+	var down atomic.Bool
+	var fail atomic.Int32
+	idx := briefOutageIndex(t, srv, &down, &fail)
+	clk := newFakeClock()
+	_, err := All(context.Background(), vectors(2, 4), WithIndex(idx), withClock(clk), withRand(maxRand))
+	require.NoError(t, err)
+	clk.Advance(after)
+	down.Store(true)
+	fail.Store(8)
+	return All(context.Background(), vectors(5, 4), WithIndex(idx), WithBatchSize(5), WithConcurrency(1),
+		withClock(clk), withRand(maxRand), WithLogger(slog.New(slog.DiscardHandler)))
+}
+
+// A call made more than a minute after the connection's index last
+// answered, while the index is briefly down (its DescribeIndexStats fails
+// too), still knows the index answered: the outage is waited out, as
+// within the minute, where its breaker took the host for a wrong one and
+// gave up at once ("the circuit breaker has given up on the index").
+func TestAnOutageAMinuteAfterTheIndexAnsweredIsWaitedOut(t *testing.T) {
+	res, err := briefOutageRun(t, 2*describedFor)
+	assert.NoError(t, err, "the index answered this connection before: an outage to wait out, not a wrong host")
+	assert.Equal(t, 5, res.Upserted)
+}
+
+// Within the minute the kept answer says the host is right, and the same
+// outage is waited out.
+func TestAnOutageWithinTheMinuteAfterTheIndexAnsweredIsWaitedOut(t *testing.T) {
+	res, err := briefOutageRun(t, 0)
+	assert.NoError(t, err)
+	assert.Equal(t, 5, res.Upserted)
 }

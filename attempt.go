@@ -153,20 +153,24 @@ func recovered(f func() error) (err error) {
 	return f()
 }
 
-// readable returns err, the send function's, or the panic of its Error
-// method as the request's failure (see unreadable).
+// readable returns err, the send function's, or the panic of a method
+// of its chain as the request's failure (see unreadable): the library
+// classifies it (Classify's walk calls Unwrap and GRPCStatus) and reads
+// its text.
 func readable(err error) error {
-	if pe := unreadable(err, "Error method of the send function's error"); pe != nil {
+	walk := func() { _, _ = Classify(err), neverSent(err) }
+	if pe := unreadable(err, "send function's error (a method of its chain)", walk); pe != nil {
 		return &Error{Class: ClassServer, Err: pe}
 	}
 	return err
 }
 
-// unreadable returns the panic of err's Error method (a typed nil of the
-// caller's own error type) as a *PanicError of fn, or nil: the library
-// reads the text of the caller's errors on its own goroutines, where the
-// panic would kill the process.
-func unreadable(err error, fn string) (pe *PanicError) {
+// unreadable returns the panic of err's Error method, or of walk (nil:
+// none), which calls what the library will call on err, as a *PanicError
+// of fn, or nil: a typed nil of the caller's own error type panics there,
+// and the library reads the caller's errors on its own goroutines, where
+// the panic would kill the process.
+func unreadable(err error, fn string, walk func()) (pe *PanicError) {
 	if err == nil {
 		return nil
 	}
@@ -176,6 +180,9 @@ func unreadable(err error, fn string) (pe *PanicError) {
 		}
 	}()
 	_ = err.Error()
+	if walk != nil {
+		walk()
+	}
 	return nil
 }
 
@@ -215,11 +222,11 @@ func (r *run) readAnswer(err error) *Error {
 // cut off by the caller's context does; one the index answered anyway
 // counts as that answer.
 func (r *run) answerOf(err error, e *Error) *Error {
-	stop := asError(context.Cause(r.runCtx))
-	if e.Class == ClassCanceled || e != stop {
+	if e.Class == ClassCanceled || e != asError(context.Cause(r.runCtx)) {
 		return e // its own answer, or a cancel: counted as its records fail
 	}
-	if Classify(err) == ClassCanceled || asError(err) == stop { // the library's rule: a caller's classifier cannot say "cut off"
+	var stop *stopCause
+	if Classify(err) == ClassCanceled || errors.As(err, &stop) { // the library's rule: a caller's classifier cannot say "cut off"
 		return &Error{Class: ClassCanceled, Err: fmt.Errorf("%w: %w", errCutOff, err)}
 	}
 	return r.readAnswer(err)

@@ -55,13 +55,26 @@ type run struct {
 
 // runContexts are a run's contexts, and what its observers were told of it.
 type runContexts struct {
-	ctx    context.Context // the caller's
-	obsCtx context.Context // the caller's, as the observers' StartRun returned it
-	runCtx context.Context // obsCtx's, ending with ctx or when the index denies the caller
-	halt   context.CancelCauseFunc
-	op     string // the RunEvent's Operation
-	traced bool   // an observer starts something per request
+	ctx    context.Context         // the caller's
+	obsCtx context.Context         // the caller's, as the observers' StartRun returned it
+	runCtx context.Context         // obsCtx's, ending with ctx or when the index denies the caller
+	cancel context.CancelCauseFunc // runCtx's; see halt
+	op     string                  // the RunEvent's Operation
+	traced bool                    // an observer starts something per request
 }
+
+// halt stops the run for e: runCtx ends with e's stopCause.
+func (c *runContexts) halt(e *Error) { c.cancel(&stopCause{e}) }
+
+// stopCause is the cause of runCtx when the run stopped for an error of
+// its own: a wrapper that only the run makes, so that a request whose
+// error carries it (net/http returns a canceled request's context cause)
+// is known to be cut off by the stop, whatever *Error a caller's send
+// function returns for its own answers.
+type stopCause struct{ err *Error }
+
+func (s *stopCause) Error() string { return s.err.Error() }
+func (s *stopCause) Unwrap() error { return s.err }
 
 // newRun starts a run; op names the call ("All", "Stream", "Records" or
 // "Writer") for the observers.
@@ -102,7 +115,7 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *ru
 	}()
 	r.obsCtx = cfg.observers.startRun(ctx, r.runEvent(Stats{}, nil))
 	started = true
-	r.runCtx, r.halt = context.WithCancelCause(r.obsCtx)
+	r.runCtx, r.cancel = context.WithCancelCause(r.obsCtx)
 	r.progress.last.Store(r.start.UnixNano())
 	r.pool.start(cfg.concurrency)
 	return r
@@ -139,7 +152,7 @@ func (r *run) stoppedBy() *Error {
 // that RunDone carries what the call returns.
 func (r *run) finish(end func(error) error) (Result, error) {
 	r.pool.wg.Wait()
-	r.halt(errRunFinished)
+	r.cancel(errRunFinished)
 	if r.cfg.progress != nil {
 		r.progress.mu.Lock()
 		r.emitProgress(0, true)
@@ -187,7 +200,7 @@ func (r *run) namespaceAttr() slog.Attr {
 
 // abandon ends a run that stopped before taking any record in, with err.
 func (r *run) abandon(err error) {
-	r.halt(errRunFinished)
+	r.cancel(errRunFinished)
 	r.leaveShares()
 	r.routes.release()
 	r.releaseLimiter()

@@ -44,8 +44,8 @@ import (
 // goes on. When the last save, at the end of the run, fails, the call's
 // error matches [ErrCheckpointNotSaved]. Each save's context ends after
 // 30 seconds (the final save's lives on after the call's context ends,
-// for those 30 seconds): a Save that honours it cannot hold the run's
-// return for longer. A panic of Load or Save is recovered and counts as
+// for those 30 seconds): a Save that honours it holds the run's return
+// for a minute at most (a periodic save under way, then the final one). A panic of Load or Save is recovered and counts as
 // its error, wrapping a [*PanicError].
 type Checkpoint interface {
 	// Load returns how many records at the start of the input an earlier
@@ -290,7 +290,7 @@ func checkpointCall(f func() error) (err error) {
 		}
 	}()
 	err = f()
-	if pe := unreadable(err, "Error method of the checkpoint's error"); pe != nil {
+	if pe := unreadable(err, "Error method of the checkpoint's error", nil); pe != nil {
 		return pe
 	}
 	return err

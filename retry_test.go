@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -268,13 +269,38 @@ func TestATypedNilErrorIsAFailureNotACrash(t *testing.T) {
 		require.Len(t, res.Failed, 3)
 		var pe *PanicError
 		require.ErrorAs(t, res.Failed[0].Err, &pe)
-		assert.Contains(t, pe.Error(), "the Error method of the send function's error panicked")
+		assert.Contains(t, pe.Error(), "the send function's error (a method of its chain) panicked")
+	})
+	t.Run("an UpsertFunc returning a typed nil whose Unwrap panics fails its records", func(t *testing.T) {
+		send := func(context.Context, string, []*pinecone.Vector) error {
+			var e *unwrapDerefError
+			return e
+		}
+		res, err := All(context.Background(), vectors(3, 2), WithUpsertFunc(send), withClock(newFakeClock()), withRand(maxRand),
+			WithLogger(slog.New(slog.DiscardHandler)))
+		require.ErrorIs(t, err, ErrServer)
+		require.Len(t, res.Failed, 3)
+		var pe *PanicError
+		require.ErrorAs(t, res.Failed[0].Err, &pe)
 	})
 	t.Run("Classify of a nil *pinecone.PineconeError", func(t *testing.T) {
 		var pe *pinecone.PineconeError
 		assert.Equal(t, ClassServer, Classify(fmt.Errorf("wrapped: %w", error(pe))))
 	})
 }
+
+// unwrapDerefError is an error type whose Error method is nil-safe and
+// whose Unwrap dereferences its receiver.
+type unwrapDerefError struct{ cause error }
+
+func (e *unwrapDerefError) Error() string {
+	if e == nil {
+		return "transport failed"
+	}
+	return "transport: " + e.cause.Error()
+}
+
+func (e *unwrapDerefError) Unwrap() error { return e.cause }
 
 // derefError is an error type whose Error method dereferences its
 // receiver, as most do.

@@ -147,7 +147,8 @@ type Progress struct {
 	// Rate is the recent pace in records settled (upserted, failed or
 	// duplicates) per second; for the final call, over the whole run.
 	Rate float64
-	// ETA estimates the time left at the recent rate; 0 when unknown.
+	// ETA estimates the time left at the recent rate; 0 when unknown, and
+	// at most 1<<62 ns (146 years) when the rate is too low to tell.
 	ETA time.Duration
 	// Final is true for the last call, made when the run is over.
 	Final bool

@@ -59,10 +59,17 @@ func (r *run) emitProgress(since time.Duration, final bool) {
 		p.Rate = float64(done) / s.Elapsed.Seconds()
 	}
 	if r.total >= 0 && p.Rate > 0 && !final {
-		p.ETA = time.Duration(float64(r.total-done) / p.Rate * float64(time.Second))
+		p.ETA = maxETA
+		if eta := float64(r.total-done) / p.Rate * float64(time.Second); eta < float64(maxETA) {
+			p.ETA = time.Duration(eta)
+		}
 	}
 	r.callProgress(p)
 }
+
+// maxETA is the largest Progress.ETA: a rate so low that the time left
+// overflows a Duration.
+const maxETA = time.Duration(1 << 62)
 
 // callProgress calls the caller's progress function with p, recovering a
 // panic as the function of WithAcks is: the function is not called again,

@@ -62,3 +62,26 @@ func TestProgressCountsTheRequestThatTriggeredIt(t *testing.T) {
 	assert.Equal(t, 2, got[0].Done, "the batch had landed when its request's completion triggered the report")
 	assert.Positive(t, got[0].Rate)
 }
+
+// A rate too low for the time left to fit a Duration gives the largest
+// ETA, not an overflow: a negative ETA said the run was past its end.
+func TestProgressETAOfATinyRateIsTheLargest(t *testing.T) {
+	clk := newFakeClock()
+	var got []Progress
+	cfg := &config{clock: clk, limiter: &Limiter{clock: clk}, progressEvery: time.Second,
+		progress: func(p Progress) { got = append(got, p) }}
+	r := &run{cfg: cfg, kind: vectorKind, start: clk.Now(), total: 1 << 40}
+	r.progress.last.Store(r.start.UnixNano())
+	r.stats.upserted.Add(1)
+	clk.Advance(1000 * time.Hour)
+	r.maybeProgress()
+	require.Len(t, got, 1)
+	assert.Equal(t, maxETA, got[0].ETA)
+
+	r.stats.upserted.Add(1 << 20)
+	clk.Advance(time.Hour)
+	r.maybeProgress()
+	require.Len(t, got, 2)
+	assert.Less(t, got[1].ETA, maxETA, "a rate that tells")
+	assert.Positive(t, got[1].ETA)
+}

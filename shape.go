@@ -101,8 +101,10 @@ type describedInfo struct {
 
 // describeIndex returns what idx's index says of its records, asking it
 // only when it has not answered within describedFor of now. When asking
-// again fails (an outage), the answer kept is returned: the index did
-// answer, and a later call asks again.
+// again fails (an outage), it returns no error but nothing known: the
+// index answered this connection (a short outage is waited out, see
+// newIndexShape), and its shape may have changed since (the dimension is
+// learned as when the index cannot be asked); a later call asks again.
 func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.Time) (indexInfo, error) {
 	key := weak.Make(idx)
 	described.mu.Lock()
@@ -115,7 +117,7 @@ func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.
 	st, err := idx.DescribeIndexStats(ctx)
 	if err != nil {
 		if ok {
-			return kept.indexInfo, nil
+			return indexInfo{}, nil
 		}
 		return indexInfo{}, err
 	}

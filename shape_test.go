@@ -244,3 +244,52 @@ func TestAnOutageWithinTheMinuteAfterTheIndexAnsweredIsWaitedOut(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Equal(t, 5, res.Upserted)
 }
+
+// describeDownIndex is a connection to srv whose DescribeIndexStats
+// answers UNAVAILABLE while down is set; its upserts are untouched.
+func describeDownIndex(t *testing.T, srv *upserttest.Server, down *atomic.Bool) *pinecone.IndexConnection {
+	t.Helper()
+	ic := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if down.Load() && strings.HasSuffix(method, "/DescribeIndexStats") {
+			return status.Error(codes.Unavailable, "upstream connect error")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"}, grpc.WithChainUnaryInterceptor(ic))
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+	return idx
+}
+
+// A describe that fails after the kept answer expired keeps no dimension:
+// the index may have been deleted and created again with another (a
+// re-index), and its records would fail before sending for as long as
+// describe failed. The dimension is learned as when the index cannot be
+// asked, while the outage is still waited out (the index answered this
+// connection).
+func TestAFailedDescribeAfterTheMinuteKeepsNoExpiredDimension(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	var down atomic.Bool
+	idx := describeDownIndex(t, srv, &down)
+	clk := newFakeClock()
+	run := func(recs []*pinecone.Vector) (Result, error) {
+		return All(context.Background(), recs, WithIndex(idx), withClock(clk), withRand(maxRand),
+			WithLogger(slog.New(slog.DiscardHandler)))
+	}
+	_, err := run(vectors(5, 4))
+	require.NoError(t, err)
+	_, err = run(vectors(5, 4)) // the index says dimension 4: kept
+	require.NoError(t, err)
+
+	srv.Reset() // the index deleted and created again, empty: any dimension
+	clk.Advance(10 * describedFor)
+	down.Store(true) // …and it cannot be asked
+
+	res, err := run(vectors(5, 8))
+	assert.NoError(t, err, "ten minutes later, the answer of the index deleted since must not refuse the new index's records")
+	assert.Equal(t, 5, res.Upserted)
+	assert.Equal(t, 5, srv.Count("ns"))
+}

@@ -35,16 +35,14 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 	}
 	r.minute.sending(pass)
 	ctx, cancel := context.WithTimeout(ev.Context, r.cfg.requestTimeout)
-	err := readable(recovered(func() error { return r.kind.send(ctx, r.cfg, rt.namespace, p.items) }))
+	err := recovered(func() error { return r.kind.send(ctx, r.cfg, rt.namespace, p.items) })
 	cancel()
 	latency := r.cfg.clock.Now().Sub(perm.start)
 	answer := e // what the index said of this request: the lane, the stats and RequestDone hear it
 	if err != nil {
-		e = r.classified(err)
-		answer = r.answerOf(err, e)
-		if r.mayHaveLanded(err, e) {
-			p.ambiguous = true
-		}
+		var ambiguous bool
+		e, answer, ambiguous = r.readFailure(err)
+		p.ambiguous = p.ambiguous || ambiguous
 		if (e.Class == ClassServer || e.Class == ClassTimeout) && !isPanic(e) {
 			rt.lastFailure.Store(e)
 		}
@@ -153,24 +151,30 @@ func recovered(f func() error) (err error) {
 	return f()
 }
 
-// readable returns err, the send function's, or the panic of a method
-// of its chain as the request's failure (see unreadable): the library
-// classifies it (Classify's walk calls Unwrap and GRPCStatus) and reads
-// its text.
-func readable(err error) error {
-	walk := func() { _, _ = Classify(err), neverSent(err) }
-	if pe := unreadable(err, "send function's error (a method of its chain)", walk); pe != nil {
-		return &Error{Class: ClassServer, Err: pe}
-	}
-	return err
+// readFailure reads err, a failed request's: what its records fail with
+// (see classified), what the request counts as (answerOf) and whether it
+// may have landed. A method of err's chain that panics (a typed nil of the
+// caller's own error type: its Error, Unwrap, GRPCStatus…) fails the
+// request with a *PanicError instead, as a panicking send does: the
+// library reads err on a worker goroutine, where the panic would kill the
+// process. A panic of the caller's classifier is its own (readAnswer).
+func (r *run) readFailure(err error) (e, answer *Error, mayHaveLanded bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			e = &Error{Class: ClassServer, Err: &PanicError{Value: v, Stack: debug.Stack(), fn: "send function's error (a method of its chain)"}}
+			answer, mayHaveLanded = e, true
+		}
+	}()
+	_ = err.Error() // e wraps err: its text is logged and returned later
+	e = r.classified(err)
+	return e, r.answerOf(err, e), r.mayHaveLanded(err, e)
 }
 
-// unreadable returns the panic of err's Error method, or of walk (nil:
-// none), which calls what the library will call on err, as a *PanicError
-// of fn, or nil: a typed nil of the caller's own error type panics there,
-// and the library reads the caller's errors on its own goroutines, where
-// the panic would kill the process.
-func unreadable(err error, fn string, walk func()) (pe *PanicError) {
+// unreadable returns the panic of err's Error method (a typed nil of the
+// caller's own error type) as a *PanicError of fn, or nil: the library
+// reads the text of the caller's errors on its own goroutines, where the
+// panic would kill the process.
+func unreadable(err error, fn string) (pe *PanicError) {
 	if err == nil {
 		return nil
 	}
@@ -180,9 +184,6 @@ func unreadable(err error, fn string, walk func()) (pe *PanicError) {
 		}
 	}()
 	_ = err.Error()
-	if walk != nil {
-		walk()
-	}
 	return nil
 }
 

@@ -290,7 +290,7 @@ func checkpointCall(f func() error) (err error) {
 		}
 	}()
 	err = f()
-	if pe := unreadable(err, "Error method of the checkpoint's error", nil); pe != nil {
+	if pe := unreadable(err, "Error method of the checkpoint's error"); pe != nil {
 		return pe
 	}
 	return err

@@ -690,3 +690,45 @@ func TestARecordHeaderErrorAfterTheRequestWasReadMayHaveLanded(t *testing.T) {
 		assert.NotContains(t, f.Err.Error(), "nothing was sent", "the request was sent")
 	}
 }
+
+// timeoutDerefError is a transport's error type that implements net.Error
+// with pointer receivers: its Error method is nil-safe, its Timeout and
+// Temporary dereference the receiver.
+type timeoutDerefError struct{ timeout bool }
+
+func (e *timeoutDerefError) Error() string {
+	if e == nil {
+		return "transport failed"
+	}
+	return "transport: failed"
+}
+func (e *timeoutDerefError) Timeout() bool   { return e.timeout }
+func (e *timeoutDerefError) Temporary() bool { return e.timeout }
+
+// WithClassifier replaces Classify: an error the library's Classify would
+// panic on (a typed nil whose Timeout dereferences it) and the caller's
+// classifier reads is the caller's class, not a *PanicError: the library
+// walked every send error with its own Classify first.
+func TestTheCallersClassifierDecidesOnAnErrorTheLibrarysClassifyCannotRead(t *testing.T) {
+	send := func(context.Context, string, []*pinecone.Vector) error {
+		var e *timeoutDerefError
+		return e
+	}
+	classify := func(err error) Class {
+		var te *timeoutDerefError
+		if errors.As(err, &te) {
+			return ClassInvalid // this transport's errors: the records are refused
+		}
+		return Classify(err)
+	}
+	res, err := All(context.Background(), vectors(3, 2), WithUpsertFunc(send), WithClassifier(classify),
+		withClock(newFakeClock()), withRand(maxRand), WithLogger(slog.New(slog.DiscardHandler)))
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrInvalid, "the caller's classifier says invalid")
+	require.Len(t, res.Failed, 3)
+	f := res.Failed[0]
+	assert.Equal(t, ClassInvalid, f.Class)
+	assert.False(t, f.MayHaveLanded)
+	var pe *PanicError
+	assert.False(t, errors.As(f.Err, &pe), "no panic: the library's Classify is not the run's classifier: %v", f.Err)
+}

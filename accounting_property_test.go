@@ -465,7 +465,7 @@ func TestAccountingProperty(t *testing.T) {
 	// against the server suffice here, unless -rapid.checks says more.
 	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "1000" && os.Getenv("RAPID_CHECKS") == "" {
 		_ = flag.Set("rapid.checks", "250")
-		defer flag.Set("rapid.checks", "1000")
+		defer func() { _ = flag.Set("rapid.checks", "1000") }()
 	}
 	defer func() { t.Logf("explored: %v", acctExplored); clear(acctExplored) }()
 	rapid.Check(t, func(t *rapid.T) {
@@ -991,7 +991,7 @@ func (r *acctRun) check(srv *upserttest.Server) []string {
 	} else {
 		var re *upsert.RunError
 		if st.Failed == 0 {
-			if !(r.canceled.Load() && errors.Is(err, upsert.ErrCanceled)) {
+			if !r.canceled.Load() || !errors.Is(err, upsert.ErrCanceled) {
 				bad("error %v with no record failed", err)
 			}
 		} else if !errors.As(err, &re) {

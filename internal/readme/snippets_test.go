@@ -32,6 +32,7 @@ func readmeSnippets(ctx context.Context, apiKey, host string, vectors []*pinecon
 			log.Printf("%s: %v (class %v, %d attempts, may have landed: %v)", f.ID, f.Err, f.Class, f.Attempts, f.MayHaveLanded)
 		}
 		if errors.Is(err, upsert.ErrRateLimited) { /* ... */
+			log.Print("rate-limited")
 		}
 	}
 
@@ -57,7 +58,7 @@ func readmeSnippets(ctx context.Context, apiKey, host string, vectors []*pinecon
 		}
 		// commit the offsets and the dead letters, in one step
 	}))
-	w.AddTagged(ctx, vector, msg) // the tag comes back in the record's Ack
+	_ = w.AddTagged(ctx, vector, msg) // the tag comes back in the record's Ack
 
 	// upsertredis.
 	_, _ = upsert.All(ctx, vectors, upsert.WithIndex(idx), upsertredis.Shared(rdb))
@@ -65,6 +66,9 @@ func readmeSnippets(ctx context.Context, apiKey, host string, vectors []*pinecon
 
 	// OpenTelemetry.
 	tel, err := upsertotel.New() // global providers by default
+	if err != nil {
+		return
+	}
 	res, err = upsert.All(ctx, vectors, upsert.WithIndex(idx), upsert.WithObserver(tel.Observer()))
 	_, _ = res, err
 }

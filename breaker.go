@@ -36,6 +36,18 @@ type breaker struct {
 	// two probe periods, with no failure since: it, not the old verdict,
 	// decides whether the index is still down.
 	rechecking bool
+	// hostOpen is how many breakers of the index host are open, this one
+	// counted (the lane tells it before a probe is scheduled, see
+	// lane.heardOpen; 0 for a lane without a host): the host's namespaces
+	// share one breaker's pace of probes, each probing that many times
+	// less often (schedule).
+	hostOpen int
+	// probeGap is the wait last scheduled between probes: the verdict's
+	// staleness is measured in it (staleAfter).
+	probeGap time.Duration
+	// heardBack is the latest backAt of the host this breaker heard of
+	// (hostBack): each recovery makes it probe at once only once.
+	heardBack time.Time
 	// shared is what the writers of the lane in other processes know of
 	// the outage, when the lane is shared (see heard).
 	shared struct {
@@ -50,10 +62,21 @@ const (
 	// probeEvery is the wait between probes for the first
 	// probeFastFor of an outage, so that the end of a short outage is
 	// noticed within a tenth of a second; after that the wait doubles up
-	// to probeMax, so that a dead index gets a trickle of requests.
+	// to probeMax, so that a dead index gets a trickle of requests. The
+	// pace is per index host: the namespaces of an index whose breakers
+	// are open share it, each probing as many times less often as there
+	// are (schedule), and all of them probe at once when one is answered
+	// (hostBack), so that an index written through many namespaces gets
+	// about one namespace's probes, and notices its end as soon.
 	probeEvery   = 100 * time.Millisecond
 	probeFastFor = 5 * time.Second
 	probeMax     = 5 * time.Second
+	// probeSpreadMax caps a namespace's wait between probes stretched by
+	// the host's open breakers, so that each still tests the index itself
+	// twice within outagePatience however many are open (beyond six, the
+	// host gets more than one breaker's pace: one probe per namespace
+	// every 30 s).
+	probeSpreadMax = outagePatience / 2
 	// outagePatience is how long requests wait out an outage: the
 	// breaker open after the index had answered. Until then a server
 	// error spends no retry of its batch: it tells about the outage,
@@ -92,7 +115,7 @@ func (b *breaker) admit(now time.Time) (ok, probe bool, wait time.Duration) {
 	default:
 		b.probing = true
 		b.probes++
-		b.rechecking = now.Sub(b.lastFailure) > 2*probeMax
+		b.rechecking = now.Sub(b.lastFailure) > b.staleAfter()
 		return true, true, 0
 	}
 }
@@ -136,12 +159,12 @@ func (b *breaker) failure(now, sent time.Time, probe, timeout bool) (rescheduled
 	b.timedOut, b.lastFailure, b.rechecking = timeout, now, false
 	if probe {
 		b.probing = false
-		b.nextProbe = now.Add(b.probeWait(now))
+		b.schedule(now, b.probeWait(now))
 		return true
 	}
 	if !b.open && b.failures >= breakerThreshold {
 		b.open, b.openedAt = true, now
-		b.nextProbe = now.Add(probeEvery)
+		b.schedule(now, probeEvery)
 	}
 	return false
 }
@@ -185,9 +208,41 @@ func (b *breaker) heard(now, openSince time.Time, answered bool) (opened bool) {
 		return false
 	}
 	b.open, b.openedAt = true, openSince
-	b.nextProbe = now.Add(probeEvery)
+	b.schedule(now, probeEvery)
 	return true
 }
+
+// hostBack takes backAt, when the latest request was sent that another
+// namespace of the index host got an answer to (closing its breaker):
+// a breaker that opened before then, with no probe in flight, probes at
+// once rather than after its share of the host's pace (schedule), once
+// per such answer. It reports whether the probe may go now.
+func (b *breaker) hostBack(backAt, now time.Time) (probeNow bool) {
+	if !backAt.After(b.heardBack) {
+		return false
+	}
+	b.heardBack = backAt
+	if !b.open || b.probing || !b.openedAt.Before(backAt) || !now.Before(b.nextProbe) {
+		return false
+	}
+	b.nextProbe = now
+	return true
+}
+
+// schedule sets the next probe wait after now, times the host's open
+// breakers (hostOpen), so that they probe together at about one
+// breaker's pace, up to probeSpreadMax.
+func (b *breaker) schedule(now time.Time, wait time.Duration) {
+	if b.hostOpen > 1 {
+		wait = min(wait*time.Duration(b.hostOpen), max(wait, probeSpreadMax))
+	}
+	b.probeGap = wait
+	b.nextProbe = now.Add(wait)
+}
+
+// staleAfter is how long a verdict lasts that no failure bears out: two
+// probe periods, the longer of probeMax and the wait last scheduled.
+func (b *breaker) staleAfter() time.Duration { return 2 * max(probeMax, b.probeGap) }
 
 // answeredSince reports whether the index answered a request this writer
 // sent after t: an outage that began at t is over for it.
@@ -222,7 +277,7 @@ func (b *breaker) gaveUp(now time.Time) *Error {
 // still bear out: not rechecking after the lane sat idle, nor idle for two
 // probe periods since the last failure (see gaveUp).
 func (b *breaker) current(now time.Time) bool {
-	return b.open && !b.rechecking && (b.probing || now.Sub(b.lastFailure) <= 2*probeMax)
+	return b.open && !b.rechecking && (b.probing || now.Sub(b.lastFailure) <= b.staleAfter())
 }
 
 // abandon releases the probe slot of a probe that ended without an answer

@@ -166,3 +166,260 @@ func outageIndex(clk *eventClock) (send func(context.Context, string, []*pinecon
 	}
 	return send, outage
 }
+
+// probeHost is the index host of the lanes of the probe-pace tests.
+const probeHost = "idx.svc.pinecone.io"
+
+// downLanes returns n lanes of one index host of a Limiter on a fake
+// clock, each answered once and then failed until its breaker opened.
+func downLanes(t *testing.T, n int) (*Limiter, *fakeClock, []*lane) {
+	t.Helper()
+	ctx := context.Background()
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	lanes := make([]*lane, n)
+	for i := range lanes {
+		ln := lim.holdLane(laneID{host: probeHost, key: fmt.Sprint("ns", i)}, MaxBatchSize)
+		t.Cleanup(func() { ln.holdRoute(-1) })
+		p, err := ln.acquire(ctx, req(1))
+		require.NoError(t, err)
+		ln.release(p, nil)
+		lanes[i] = ln
+	}
+	for _, ln := range lanes {
+		for !ln.state().Paused {
+			p, err := ln.acquire(ctx, req(1))
+			require.NoError(t, err)
+			ln.release(p, errServer)
+		}
+	}
+	return lim, clk, lanes
+}
+
+// An index that is down, written through 16 namespaces, gets about one
+// breaker's probes, not 16 times as many: the namespaces of an index host
+// share one breaker's pace (here at most twice one breaker's rate over
+// the first second of the outage).
+func TestProbesOfAnIndexDownInManyNamespacesShareOneBreakersPace(t *testing.T) {
+	ctx := context.Background()
+	_, clk, lanes := downLanes(t, 16)
+	start := clk.Now()
+	probes := 0
+	for clk.Now().Sub(start) < time.Second {
+		for _, ln := range lanes {
+			p, err := ln.acquire(ctx, req(1))
+			require.NoError(t, err)
+			if p.probe != 0 && p.start.Sub(start) <= time.Second {
+				probes++
+			}
+			ln.release(p, errServer)
+		}
+	}
+	t.Logf("%d probes", probes)
+	assert.LessOrEqual(t, probes, 2*int(time.Second/probeEvery), "probes in a second of 16 namespaces down")
+}
+
+// When the index answers one namespace's probe after an outage, every
+// namespace of the index probes at once: all of them notice the end of
+// the outage within a round trip, not after their share of the host's
+// pace (up to probeSpreadMax).
+func TestEveryNamespaceProbesAtOnceWhenTheIndexAnswersOne(t *testing.T) {
+	ctx := context.Background()
+	_, clk, lanes := downLanes(t, 16)
+	clk.Advance(2 * probeFastFor) // past the fast probes, which would line the namespaces' probes up
+	for i, ln := range lanes {    // each probing at its own times, as breakers opened at different times do
+		ln.mu.Lock()
+		ln.breaker.nextProbe = clk.Now().Add(time.Duration(i) * 2 * time.Second)
+		ln.mu.Unlock()
+	}
+	upAt := clk.Now().Add(20 * time.Second)
+	closedAt := make([]time.Time, len(lanes))
+	var first time.Time
+	next := func(ln *lane) time.Time {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.breaker.nextProbe
+	}
+	for step := 0; slices.ContainsFunc(closedAt, time.Time.IsZero); step++ {
+		require.Less(t, step, 10000)
+		// The namespace whose probe is due first sends it, as the
+		// requests waiting in every namespace at once would.
+		i := -1
+		for j, ln := range lanes {
+			if closedAt[j].IsZero() && (i < 0 || next(ln).Before(next(lanes[i]))) {
+				i = j
+			}
+		}
+		p, err := lanes[i].acquire(ctx, req(1))
+		require.NoError(t, err)
+		var e *Error
+		if p.start.Before(upAt) {
+			e = errServer
+		}
+		lanes[i].release(p, e)
+		if !lanes[i].state().Paused {
+			closedAt[i] = clk.Now()
+			if first.IsZero() {
+				first = closedAt[i]
+			}
+		}
+	}
+	t.Logf("first closed %v after the index answered again", first.Sub(upAt))
+	for i, at := range closedAt {
+		assert.LessOrEqual(t, at.Sub(first), 2*probeEvery, "namespace %d closed its breaker %v after the first", i, at.Sub(first))
+	}
+}
+
+// A waiting request of a namespace of the host wakes when another
+// namespace's breaker closes, and goes as the probe at once.
+func TestAWaitingNamespaceWakesWhenTheIndexAnswersAnother(t *testing.T) {
+	ctx := context.Background()
+	clk := newGateClock()
+	lim := &Limiter{clock: clk}
+	var lanes [2]*lane
+	for i := range lanes {
+		lanes[i] = lim.holdLane(laneID{host: probeHost, key: fmt.Sprint("ns", i)}, MaxBatchSize)
+		defer lanes[i].holdRoute(-1)
+		lanes[i].mu.Lock()
+		lanes[i].breaker.answered = true
+		lanes[i].mu.Unlock()
+		for range breakerThreshold {
+			p, err := lanes[i].acquire(ctx, req(1))
+			require.NoError(t, err)
+			lanes[i].release(p, errServer)
+		}
+		require.True(t, lanes[i].state().Paused)
+	}
+	got := make(chan permit, 1)
+	go func() {
+		p, err := lanes[1].acquire(ctx, req(1)) // sleeps until woken: the clock stands still
+		assert.NoError(t, err)
+		got <- p
+	}()
+	for clk.Sleepers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Advance(time.Millisecond) // the probe goes after the breakers opened
+	lanes[0].mu.Lock()
+	lanes[0].breaker.nextProbe = clk.Now()
+	lanes[0].mu.Unlock()
+	p, err := lanes[0].acquire(ctx, req(1))
+	require.NoError(t, err)
+	require.NotZero(t, p.probe)
+	lanes[0].release(p, nil)
+	select {
+	case p := <-got:
+		assert.NotZero(t, p.probe, "it goes as the probe")
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiting namespace was not woken")
+	}
+}
+
+// The host counts its open breakers without leaking one: a breaker that
+// closes, and a lane forgotten with its breaker open, no longer slow the
+// others' probes.
+func TestTheHostsCountOfOpenBreakersDoesNotLeak(t *testing.T) {
+	ctx := context.Background()
+	lim, clk, lanes := downLanes(t, 3)
+	h := lim.hosts[probeHost]
+	open := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.open)
+	}
+	require.Equal(t, 3, open())
+
+	ln := lanes[0]
+	ln.mu.Lock()
+	ln.breaker.nextProbe = clk.Now()
+	ln.mu.Unlock()
+	p, err := ln.acquire(ctx, req(1))
+	require.NoError(t, err)
+	ln.release(p, nil)
+	require.False(t, ln.state().Paused)
+	assert.Equal(t, 2, open(), "a breaker that closed")
+
+	lanes[2].holdRoute(-1) // its run ended with the breaker open (and downLanes' Cleanup lets go of a lane forgotten)
+	clk.Advance(laneIdle)  // the others are held
+	lim.mu.Lock()
+	lim.sweep(clk.Now())
+	lim.mu.Unlock()
+	lim.mu.Lock()
+	_, kept := lim.lanes[laneID{host: probeHost, key: "ns2"}]
+	lim.mu.Unlock()
+	require.False(t, kept, "the idle lane is forgotten")
+	assert.Equal(t, 1, open(), "a lane forgotten with its breaker open")
+
+	lanes[1].mu.Lock()
+	lanes[1].heardOpen()
+	assert.Equal(t, 1, lanes[1].breaker.hostOpen, "the one open breaker left probes at its own pace")
+	lanes[1].mu.Unlock()
+}
+
+// A breaker probes as many times less often as its host has breakers
+// open, up to probeSpreadMax; its verdict stays current between the
+// probes (gaveUp does not change).
+func TestBreakerSpreadsItsProbesByTheHostsOpenBreakers(t *testing.T) {
+	start := time.Unix(1000, 0)
+	for _, c := range []struct {
+		hostOpen int
+		after    time.Duration // since the breaker opened, when the probe fails
+		want     time.Duration
+	}{
+		{0, 0, probeEvery}, // no host
+		{1, 0, probeEvery},
+		{16, 0, 16 * probeEvery},
+		{16, time.Second, 16 * probeEvery},
+		{1, time.Hour, probeMax},
+		{4, time.Hour, 4 * probeMax},
+		{16, time.Hour, probeSpreadMax},
+		{1000, time.Second, probeSpreadMax},
+	} {
+		b := breaker{answered: true, hostOpen: c.hostOpen}
+		now := start
+		for range breakerThreshold {
+			b.failure(now, now, false, false)
+		}
+		require.True(t, b.open)
+		if c.after == 0 {
+			assert.Equal(t, c.want, b.nextProbe.Sub(now), "opening, %d open", c.hostOpen)
+			continue
+		}
+		now = start.Add(c.after)
+		b.nextProbe = now // the probe goes
+		ok, probe, _ := b.admit(now)
+		require.True(t, ok && probe)
+		b.failure(now, now, true, false)
+		assert.Equal(t, c.want, b.nextProbe.Sub(now), "%v into the outage, %d open", c.after, c.hostOpen)
+		before := b.nextProbe.Add(-time.Millisecond)
+		assert.True(t, b.current(before), "the verdict is current until the next probe")
+		if c.after >= outagePatience {
+			assert.Equal(t, errOutageTooLong, b.gaveUp(before))
+		}
+	}
+}
+
+// A breaker hears of the index's answer to another namespace once: it
+// probes at once when it opened before that request was sent and has no
+// probe out, and not again for the same answer.
+func TestBreakerProbesAtOnceWhenTheHostIsBack(t *testing.T) {
+	start := time.Unix(1000, 0)
+	open := func() breaker {
+		b := breaker{answered: true, hostOpen: 16}
+		for range breakerThreshold {
+			b.failure(start, start, false, false)
+		}
+		return b
+	}
+	now := start.Add(time.Second / 2)
+	b := open()
+	assert.False(t, b.hostBack(start.Add(-time.Second), now), "an answer to a request sent before it opened")
+	assert.True(t, b.hostBack(start.Add(time.Second/4), now))
+	ok, probe, _ := b.admit(now)
+	assert.True(t, ok && probe)
+	b.failure(now, now, true, false)
+	assert.False(t, b.hostBack(start.Add(time.Second/4), now), "the same answer again")
+	b = open()
+	b.admit(b.nextProbe)
+	assert.False(t, b.hostBack(start.Add(time.Second/4), now), "a probe is out already")
+}

@@ -565,6 +565,10 @@ func (ln *lane) waitBreaker(ctx context.Context) (probe uint64, err error) {
 		ln.mu.Lock()
 		now := ln.clock.Now()
 		ln.heardHost()
+		var back <-chan struct{} // another namespace of the host got an answer
+		if ln.breaker.open {
+			back = ln.hearBack(now)
+		}
 		ok, isProbe, wait := ln.breaker.admit(now)
 		if isProbe {
 			probe = ln.breaker.probes
@@ -581,7 +585,7 @@ func (ln *lane) waitBreaker(ctx context.Context) (probe uint64, err error) {
 		if down != nil {
 			return 0, down
 		}
-		if err := sleepOrWake(ctx, ln.clock, wait, wake); err != nil && !errors.Is(err, errWoken) {
+		if err := sleepOrWakeEither(ctx, ln.clock, wait, wake, back); err != nil && !errors.Is(err, errWoken) {
 			return 0, err
 		}
 	}

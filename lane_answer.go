@@ -331,11 +331,13 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		ln.closeBreaker(now, p.start)
 	case ClassTimeout, ClassServer:
 		wasOpen := ln.breaker.open
+		ln.heardOpen()
 		if ln.breaker.failure(now, p.start, ln.isProbe(p.probe), class == ClassTimeout) {
 			ln.signals.breaker.fire()
 		}
 		if !wasOpen && ln.breaker.open {
 			ln.queueBreaker(true)
+			ln.tellHost()
 		}
 		if class == ClassServer {
 			ln.heardHost()
@@ -366,6 +368,9 @@ func (ln *lane) closeBreaker(now, sent time.Time) {
 	}
 	ln.signals.breaker.fire()
 	ln.queueBreaker(false)
+	if ln.host != nil {
+		ln.host.closed(ln, sent) // the host's other namespaces probe at once
+	}
 }
 
 // indexAnswered tells the lane that its index answered the run's
@@ -389,4 +394,40 @@ func (ln *lane) heardHost() {
 	if ln.host != nil && ln.host.answered.Load() {
 		ln.breaker.hostAnswered = true
 	}
+}
+
+// heardOpen tells the breaker how many breakers of its host are open,
+// its own counted, before it may schedule a probe (breaker.schedule);
+// ln.mu is held.
+func (ln *lane) heardOpen() {
+	if h := ln.host; h != nil {
+		h.mu.Lock()
+		ln.breaker.hostOpen = h.openBesides(ln) + 1
+		h.mu.Unlock()
+	}
+}
+
+// tellHost tells the lane's host that its breaker opened (closeBreaker
+// tells it closed); ln.mu is held.
+func (ln *lane) tellHost() {
+	if h := ln.host; h != nil {
+		h.mu.Lock()
+		h.setOpen(ln, ln.breaker.open)
+		h.mu.Unlock()
+	}
+}
+
+// hearBack tells the open breaker when the index last answered another
+// namespace of its host (breaker.hostBack), and returns the channel that
+// the next such answer closes, nil for a lane without a host; ln.mu is
+// held.
+func (ln *lane) hearBack(now time.Time) <-chan struct{} {
+	h := ln.host
+	if h == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ln.breaker.hostBack(h.backAt, now)
+	return h.back()
 }

@@ -199,8 +199,12 @@ func (ln *lane) applyView(v share.View) {
 		openSince = time.Time{}
 		ln.queueBreaker(false)
 	}
+	if !openSince.IsZero() && !ln.breaker.open {
+		ln.heardOpen() // it may open: its first probe takes its share of the host's pace
+	}
 	if ln.breaker.heard(now, openSince, v.Answered) {
 		ln.signals.breaker.fire()
+		ln.tellHost()
 	}
 }
 

@@ -47,7 +47,9 @@ import (
 //     [MaxRequestBytes].
 //
 // It also holds a circuit breaker (after 5 server failures in a row, every
-// request waits while single probes test the index, every 100 ms at first;
+// request waits while single probes test the index, every 100 ms at first,
+// a pace the namespaces of an index share: with N of them down, each
+// probes every N×100 ms, and all of them at once when one is answered;
 // for the first minute, failures while it is open spend no retries, nor
 // does a failure that follows another in a run of failures; after
 // it, or at once if the index never answered, requests other than the
@@ -118,6 +120,68 @@ type hostSeen struct {
 	// it is neither a wrong host nor a dead index (lane.heardHost).
 	answered atomic.Bool
 	lanes    int // lanes of the host the Limiter holds; guarded by Limiter.mu
+
+	// mu guards what the host's breakers tell each other. It is taken
+	// with a lane's mutex held, or the Limiter's, never the other way
+	// round.
+	mu sync.Mutex
+	// open holds the lanes of the host whose breaker is open (set by
+	// lane.tellHost, cleared by closeBreaker and Limiter.forget): their
+	// probes share one breaker's pace (breaker.hostOpen).
+	open map[*lane]struct{}
+	// backAt is when the latest request was sent that the index answered
+	// with a breaker of the host open, closing it; backCh is closed and
+	// replaced when it moves, to wake the requests waiting on the other
+	// lanes' breakers (breaker.hostBack).
+	backAt time.Time
+	backCh chan struct{}
+}
+
+// openBesides returns how many lanes of the host other than ln have
+// their breaker open; h.mu is held.
+func (h *hostSeen) openBesides(ln *lane) int {
+	n := len(h.open)
+	if _, ok := h.open[ln]; ok {
+		n--
+	}
+	return n
+}
+
+// setOpen records whether ln's breaker is open; h.mu is held.
+func (h *hostSeen) setOpen(ln *lane, open bool) {
+	switch {
+	case !open:
+		delete(h.open, ln)
+	case h.open == nil:
+		h.open = map[*lane]struct{}{ln: {}}
+	default:
+		h.open[ln] = struct{}{}
+	}
+}
+
+// back returns the channel that the next answer closing a breaker of the
+// host closes; h.mu is held.
+func (h *hostSeen) back() <-chan struct{} {
+	if h.backCh == nil {
+		h.backCh = make(chan struct{})
+	}
+	return h.backCh
+}
+
+// closed takes ln's breaker closed by an answer to a request sent at
+// sent, and wakes the requests waiting on the host's other breakers, which
+// probe at once (breaker.hostBack).
+func (h *hostSeen) closed(ln *lane, sent time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.setOpen(ln, false)
+	if sent.After(h.backAt) {
+		h.backAt = sent
+	}
+	if h.backCh != nil {
+		close(h.backCh)
+		h.backCh = nil
+	}
 }
 
 // NewLimiter returns a Limiter with nothing learned yet. It is the same as
@@ -253,6 +317,11 @@ func (l *Limiter) hostLocked(host string) *hostSeen {
 // with the last of them, as a lane forgets what it learned with itself;
 // l.mu is held.
 func (l *Limiter) forget(id laneID) {
+	if ln := l.lanes[id]; ln != nil && ln.host != nil {
+		ln.host.mu.Lock()
+		ln.host.setOpen(ln, false) // its breaker no longer slows the host's others
+		ln.host.mu.Unlock()
+	}
 	if h := l.hosts[id.host]; h != nil {
 		if h.lanes--; h.lanes <= 0 {
 			delete(l.hosts, id.host)
@@ -357,6 +426,12 @@ var errStaleBatch = errors.New("batch larger than the lane now allows")
 // sleepOrWake sleeps d on c, returning early with errWoken when wake is
 // closed, or with ctx's error when ctx ends.
 func sleepOrWake(ctx context.Context, c clock, d time.Duration, wake <-chan struct{}) error {
+	return sleepOrWakeEither(ctx, c, d, wake, nil)
+}
+
+// sleepOrWakeEither is sleepOrWake woken by either channel (a nil one
+// never wakes it).
+func sleepOrWakeEither(ctx context.Context, c clock, d time.Duration, wake, also <-chan struct{}) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := make(chan struct{})
@@ -364,6 +439,8 @@ func sleepOrWake(ctx context.Context, c clock, d time.Duration, wake <-chan stru
 	go func() {
 		select {
 		case <-wake:
+			cancel()
+		case <-also:
 			cancel()
 		case <-stop:
 		}

@@ -42,9 +42,6 @@ type breaker struct {
 	// share one breaker's pace of probes, each probing that many times
 	// less often (schedule).
 	hostOpen int
-	// probeGap is the wait last scheduled between probes: the verdict's
-	// staleness is measured in it (staleAfter).
-	probeGap time.Duration
 	// heardBack is the latest backAt of the host this breaker heard of
 	// (hostBack): each recovery makes it probe at once only once.
 	heardBack time.Time
@@ -115,7 +112,7 @@ func (b *breaker) admit(now time.Time) (ok, probe bool, wait time.Duration) {
 	default:
 		b.probing = true
 		b.probes++
-		b.rechecking = now.Sub(b.lastFailure) > b.staleAfter()
+		b.rechecking = now.Sub(b.lastFailure) > 2*probeMax
 		return true, true, 0
 	}
 }
@@ -231,18 +228,15 @@ func (b *breaker) hostBack(backAt, now time.Time) (probeNow bool) {
 
 // schedule sets the next probe wait after now, times the host's open
 // breakers (hostOpen), so that they probe together at about one
-// breaker's pace, up to probeSpreadMax.
+// breaker's pace, up to probeSpreadMax. It stretches the pace, not a
+// verdict's life: that still goes stale 2×probeMax after the last
+// failure (current), as the index may have answered another namespace.
 func (b *breaker) schedule(now time.Time, wait time.Duration) {
 	if b.hostOpen > 1 {
 		wait = min(wait*time.Duration(b.hostOpen), max(wait, probeSpreadMax))
 	}
-	b.probeGap = wait
 	b.nextProbe = now.Add(wait)
 }
-
-// staleAfter is how long a verdict lasts that no failure bears out: two
-// probe periods, the longer of probeMax and the wait last scheduled.
-func (b *breaker) staleAfter() time.Duration { return 2 * max(probeMax, b.probeGap) }
 
 // answeredSince reports whether the index answered a request this writer
 // sent after t: an outage that began at t is over for it.
@@ -277,7 +271,7 @@ func (b *breaker) gaveUp(now time.Time) *Error {
 // still bear out: not rechecking after the lane sat idle, nor idle for two
 // probe periods since the last failure (see gaveUp).
 func (b *breaker) current(now time.Time) bool {
-	return b.open && !b.rechecking && (b.probing || now.Sub(b.lastFailure) <= b.staleAfter())
+	return b.open && !b.rechecking && (b.probing || now.Sub(b.lastFailure) <= 2*probeMax)
 }
 
 // abandon releases the probe slot of a probe that ended without an answer

@@ -357,8 +357,8 @@ func TestTheHostsCountOfOpenBreakersDoesNotLeak(t *testing.T) {
 }
 
 // A breaker probes as many times less often as its host has breakers
-// open, up to probeSpreadMax; its verdict stays current between the
-// probes (gaveUp does not change).
+// open, up to probeSpreadMax; its verdict does not last longer for it
+// (current, gaveUp).
 func TestBreakerSpreadsItsProbesByTheHostsOpenBreakers(t *testing.T) {
 	start := time.Unix(1000, 0)
 	for _, c := range []struct {
@@ -391,10 +391,14 @@ func TestBreakerSpreadsItsProbesByTheHostsOpenBreakers(t *testing.T) {
 		require.True(t, ok && probe)
 		b.failure(now, now, true, false)
 		assert.Equal(t, c.want, b.nextProbe.Sub(now), "%v into the outage, %d open", c.after, c.hostOpen)
-		before := b.nextProbe.Add(-time.Millisecond)
-		assert.True(t, b.current(before), "the verdict is current until the next probe")
+		// The pace is stretched, not the verdict's life: it is current for
+		// two probe periods after the failure, then stale (the index may
+		// have answered another namespace: requests wait for the probe).
+		assert.True(t, b.current(now.Add(2*probeMax)))
+		assert.False(t, b.current(now.Add(2*probeMax+time.Millisecond)))
 		if c.after >= outagePatience {
-			assert.Equal(t, errOutageTooLong, b.gaveUp(before))
+			assert.Equal(t, errOutageTooLong, b.gaveUp(now.Add(2*probeMax)))
+			assert.Nil(t, b.gaveUp(now.Add(2*probeMax+time.Millisecond)))
 		}
 	}
 }
@@ -422,4 +426,149 @@ func TestBreakerProbesAtOnceWhenTheHostIsBack(t *testing.T) {
 	b = open()
 	b.admit(b.nextProbe)
 	assert.False(t, b.hostBack(start.Add(time.Second/4), now), "a probe is out already")
+}
+
+// nextProbeOf returns when ln's breaker probes next.
+func nextProbeOf(ln *lane) time.Time {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.breaker.nextProbe
+}
+
+// breakerOpen reports whether ln's breaker is open.
+func breakerOpen(ln *lane) bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.breaker.open
+}
+
+// probeWith sends the probe of ln, due first among lanes, at its time, and
+// answers it with e; it returns the probe's permit.
+func probeWith(t *testing.T, clk *fakeClock, ln *lane, e *Error) permit {
+	t.Helper()
+	if d := nextProbeOf(ln).Sub(clk.Now()); d > 0 {
+		clk.Advance(d)
+	}
+	p, err := ln.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	require.NotZero(t, p.probe)
+	ln.release(p, e)
+	return p
+}
+
+// The breakers of namespaces not written since an outage ended stay open
+// (nothing probes them), but they no longer count toward their host's
+// pace once the index answered after their last failure: a later outage
+// of the one namespace still written is probed at one breaker's pace.
+// They slowed its first probe to 1.6 s, and later ones up to 30 s.
+func TestBreakersOfAnOutageThatEndedDoNotSlowALaterOne(t *testing.T) {
+	ctx := context.Background()
+	_, clk, lanes := downLanes(t, 16)
+	// The index is back: ns0's probe is answered; ns1..ns15 got no more
+	// records (their part of the run was over, or failed), so nothing
+	// probes them.
+	probeWith(t, clk, lanes[0], nil)
+	require.False(t, breakerOpen(lanes[0]))
+
+	clk.Advance(time.Hour) // an hour later, a short outage; only ns0 is written
+	for !breakerOpen(lanes[0]) {
+		p, err := lanes[0].acquire(ctx, req(1))
+		require.NoError(t, err)
+		lanes[0].release(p, errServer)
+	}
+	openedAt := clk.Now()
+	p, err := lanes[0].acquire(ctx, req(1)) // the fake clock sleeps until the probe may go
+	require.NoError(t, err)
+	require.NotZero(t, p.probe)
+	lanes[0].release(p, nil)
+	assert.LessOrEqual(t, p.start.Sub(openedAt), probeEvery,
+		"the only namespace written during the outage probes at one breaker's pace, not slowed by breakers of an outage that ended an hour ago")
+}
+
+// A namespace idle 30 s after a long outage, which the index has since
+// ended for another namespace, waits for the probe that rechecks the
+// index: the host's stretched pace does not stretch a verdict's life
+// (two probe periods), which failed its requests unsent.
+func TestAnIdleNamespaceWaitsForItsRecheckAfterTheIndexAnsweredAnother(t *testing.T) {
+	_, clk, lanes := downLanes(t, 16)
+	start := clk.Now()
+	// The outage lasts over a minute: each namespace's probes fail in turn.
+	for clk.Now().Sub(start) < outagePatience+10*time.Second {
+		i := 0
+		for j, ln := range lanes {
+			if nextProbeOf(ln).Before(nextProbeOf(lanes[i])) {
+				i = j
+			}
+		}
+		probeWith(t, clk, lanes[i], errServer)
+	}
+	idle := lanes[5]
+	idle.mu.Lock()
+	lastFailure := idle.breaker.lastFailure
+	idle.mu.Unlock()
+
+	// The index is back: ns0's probe is answered.
+	clk.Advance(time.Second)
+	back := probeWith(t, clk, lanes[0], nil)
+	require.False(t, breakerOpen(lanes[0]))
+
+	// ns5 sat idle; 30 s after its last failure, two batches come.
+	if d := lastFailure.Add(30 * time.Second).Sub(clk.Now()); d > 0 {
+		clk.Advance(d)
+	}
+	require.Greater(t, clk.Now().Sub(lastFailure), 2*probeMax, "idle for longer than the verdict lasted before 05b4bc0")
+	require.Less(t, clk.Now().Sub(lastFailure), outagePatience)
+	t.Logf("ns5 idle %v since its last failure, ns0 answered %v ago", clk.Now().Sub(lastFailure), clk.Now().Sub(back.start))
+	p, err := idle.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	require.NotZero(t, p.probe, "the first batch probes at once (hostBack)")
+	assert.False(t, idle.gaveUp(), "the second batch waits for the recheck, not fail unsent with errOutageTooLong")
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = idle.acquire(cctx, req(1))
+	assert.NotErrorIs(t, err, errOutageTooLong, "a batch arriving while the recheck is out")
+	idle.release(p, nil)
+}
+
+// Breakers that other processes' writers opened (applyView), on lanes
+// this process shares but does not write, leave their host's count when
+// those writers see the outage end: this process's one namespace written
+// then probes a later outage at one breaker's pace.
+func TestBreakersOtherWritersSawCloseDoNotSlowALaterOutage(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	written := lim.holdLane(laneID{host: probeHost, key: "ns0"}, MaxBatchSize)
+	defer written.holdRoute(-1)
+	p, err := written.acquire(ctx, req(1))
+	require.NoError(t, err)
+	written.release(p, nil)
+	for i := 1; i < 16; i++ {
+		ln := lim.holdLane(laneID{host: probeHost, key: "ns" + string(rune('a'+i))}, MaxBatchSize)
+		defer ln.holdRoute(-1)
+		m := newFakeMember(liveLaneNoCut(clk.Now()))
+		ln.mu.Lock()
+		ln.share.m, ln.share.stats, ln.share.shared, ln.share.users = m, new(shareCounters), true, 1
+		ln.applyView(m.View())
+		ln.mu.Unlock()
+		v := m.View()
+		v.OpenSince = clk.Now() // another process's writer met an outage
+		apply(ln, m, v)
+		require.True(t, breakerOpen(ln))
+		v.OpenSince = time.Time{} // and saw it end
+		apply(ln, m, v)
+	}
+	clk.Advance(time.Hour)
+	for !breakerOpen(written) {
+		p, err := written.acquire(ctx, req(1))
+		require.NoError(t, err)
+		written.release(p, errServer)
+	}
+	openedAt := clk.Now()
+	p, err = written.acquire(ctx, req(1))
+	require.NoError(t, err)
+	require.NotZero(t, p.probe)
+	written.release(p, nil)
+	assert.LessOrEqual(t, p.start.Sub(openedAt), probeEvery,
+		"the only namespace down probes at one breaker's pace")
 }

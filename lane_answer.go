@@ -337,8 +337,8 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		}
 		if !wasOpen && ln.breaker.open {
 			ln.queueBreaker(true)
-			ln.tellHost()
 		}
+		ln.tellHost()
 		if class == ClassServer {
 			ln.heardHost()
 			return failureNote{young: ln.breaker.young(now), followsFailure: ln.breaker.followsFailure(now)}
@@ -407,12 +407,13 @@ func (ln *lane) heardOpen() {
 	}
 }
 
-// tellHost tells the lane's host that its breaker opened (closeBreaker
-// tells it closed); ln.mu is held.
+// tellHost tells the lane's host whether its breaker is open, at a
+// failure or when another writer opened it (closeBreaker tells it
+// closed); ln.mu is held.
 func (ln *lane) tellHost() {
 	if h := ln.host; h != nil {
 		h.mu.Lock()
-		h.setOpen(ln, ln.breaker.open)
+		h.setOpen(ln, ln.breaker.open, ln.clock.Now())
 		h.mu.Unlock()
 	}
 }

@@ -206,6 +206,13 @@ func (ln *lane) applyView(v share.View) {
 		ln.signals.breaker.fire()
 		ln.tellHost()
 	}
+	if openSince.IsZero() && ln.breaker.open && ln.host != nil {
+		// The lane's writers saw the outage end: its breaker no longer
+		// slows the host's others, unless it fails again (tellHost).
+		ln.host.mu.Lock()
+		ln.host.setOpen(ln, false, time.Time{})
+		ln.host.mu.Unlock()
+	}
 }
 
 // goAlone makes the lane a writer without sharing, climbing from its part

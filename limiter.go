@@ -125,10 +125,13 @@ type hostSeen struct {
 	// with a lane's mutex held, or the Limiter's, never the other way
 	// round.
 	mu sync.Mutex
-	// open holds the lanes of the host whose breaker is open (set by
-	// lane.tellHost, cleared by closeBreaker and Limiter.forget): their
-	// probes share one breaker's pace (breaker.hostOpen).
-	open map[*lane]struct{}
+	// open holds the lanes of the host whose breaker is open, with the
+	// time of their last failure (set by lane.tellHost at each failure,
+	// cleared by closed and Limiter.forget): their probes share one
+	// breaker's pace (breaker.hostOpen). A lane that has not failed since
+	// the index last answered (backAt) is no longer counted: nothing may
+	// probe it again, and its outage may be over.
+	open map[*lane]time.Time
 	// backAt is when the latest request was sent that the index answered
 	// with a breaker of the host open, closing it; backCh is closed and
 	// replaced when it moves, to wake the requests waiting on the other
@@ -147,15 +150,16 @@ func (h *hostSeen) openBesides(ln *lane) int {
 	return n
 }
 
-// setOpen records whether ln's breaker is open; h.mu is held.
-func (h *hostSeen) setOpen(ln *lane, open bool) {
+// setOpen records whether ln's breaker is open, and when it last failed;
+// h.mu is held.
+func (h *hostSeen) setOpen(ln *lane, open bool, failed time.Time) {
 	switch {
 	case !open:
 		delete(h.open, ln)
 	case h.open == nil:
-		h.open = map[*lane]struct{}{ln: {}}
+		h.open = map[*lane]time.Time{ln: failed}
 	default:
-		h.open[ln] = struct{}{}
+		h.open[ln] = failed
 	}
 }
 
@@ -174,9 +178,14 @@ func (h *hostSeen) back() <-chan struct{} {
 func (h *hostSeen) closed(ln *lane, sent time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.setOpen(ln, false)
+	h.setOpen(ln, false, time.Time{})
 	if sent.After(h.backAt) {
 		h.backAt = sent
+	}
+	for other, failed := range h.open {
+		if failed.Before(h.backAt) {
+			delete(h.open, other) // its next request probes at once (breaker.hostBack)
+		}
 	}
 	if h.backCh != nil {
 		close(h.backCh)
@@ -319,7 +328,7 @@ func (l *Limiter) hostLocked(host string) *hostSeen {
 func (l *Limiter) forget(id laneID) {
 	if ln := l.lanes[id]; ln != nil && ln.host != nil {
 		ln.host.mu.Lock()
-		ln.host.setOpen(ln, false) // its breaker no longer slows the host's others
+		ln.host.setOpen(ln, false, time.Time{}) // its breaker no longer slows the host's others
 		ln.host.mu.Unlock()
 	}
 	if h := l.hosts[id.host]; h != nil {

@@ -57,10 +57,11 @@ func (h *lineCounts) requestLines() int {
 }
 
 // WithLogger logs one line per failed request. A request in flight when
-// another's 401 stopped the run, which the index then answered with a 503
-// (or whose send function panicked), fails with the stop's error but logs
-// its own answer: once it logged nothing, neither a refusal of its own nor
-// the line of its failure.
+// another's 401 stopped the run, which the index then answered with a 503,
+// or a 401 of its own (or whose send function panicked), fails with the
+// stop's error but logs and counts its own answer: once it logged nothing,
+// neither a refusal of its own nor the line of its failure, and a 401 of
+// its own given as the stop's *Error value counted as canceled.
 func TestARequestAnsweredAfterAnotherStoppedTheRunStillLogsALine(t *testing.T) {
 	unauthorized := &Error{Class: ClassDenied, StatusCode: 401, Err: errors.New("Unauthorized")}
 	for _, tt := range []struct {
@@ -71,6 +72,9 @@ func TestARequestAnsweredAfterAnotherStoppedTheRunStillLogsALine(t *testing.T) {
 			return &Error{Class: ClassServer, StatusCode: 503, Err: errors.New("Service Unavailable")}
 		}},
 		{"a panicking send function", func() error { panic("send function bug") }},
+		// The same *Error value as the stop's (a send function's sentinel
+		// for every 401): its own answer, not the stop's cutting it off.
+		{"its own 401, the stop's *Error value", func() error { return fmt.Errorf("upsert ns: %w", unauthorized) }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			secondSent := make(chan struct{})
@@ -182,37 +186,4 @@ func TestARequestCutOffByAStopCountsAsCanceledOverRESTToo(t *testing.T) {
 				"one refusal logged, not one per request it cut off: %q", h.lines)
 		})
 	}
-}
-
-// A request that the index answered 401 after another's 401 stopped the
-// run counts as that answer, also when the send function returns one
-// *Error value for every 401 (a sentinel): telling a request cut off by
-// the stop by the *Error it carries took it for cut off, and counted it
-// as canceled, without its refusal logged.
-func TestARequestGivenItsOwn401AfterTheStopCountsAsA401(t *testing.T) {
-	unauthorized := &Error{Class: ClassDenied, StatusCode: 401, Err: errors.New("Unauthorized")}
-	secondSent := make(chan struct{})
-	var calls atomic.Int64
-	send := func(ctx context.Context, _ string, _ []*pinecone.Vector) error {
-		if calls.Add(1) == 1 {
-			select {
-			case <-secondSent:
-			case <-time.After(5 * time.Second):
-				t.Error("the second request never went out")
-			}
-			return unauthorized
-		}
-		close(secondSent)
-		<-ctx.Done()                                     // in flight until the run stops…
-		return fmt.Errorf("upsert ns: %w", unauthorized) // …then the index answers it: 401 too
-	}
-	h := &lineCounts{byMsg: map[string]int{}}
-	res, err := All(context.Background(), vectors(2, 2), WithUpsertFunc(send),
-		WithBatchSize(1), WithConcurrency(2), WithLogger(slog.New(h)))
-	require.ErrorIs(t, err, ClassDenied.Err())
-	require.Equal(t, 2, res.Stats.Requests)
-	assert.Equal(t, map[Class]int{ClassDenied: 2}, res.Stats.ErrorsByClass, "both requests were answered 401 by the index")
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	assert.Equal(t, 2, h.byMsg["ERROR index refused the caller; stopping"], "each request's own refusal is logged: %q", h.lines)
 }

@@ -248,19 +248,7 @@ func TestAnOutageWithinTheMinuteAfterTheIndexAnsweredIsWaitedOut(t *testing.T) {
 // describeDownIndex is a connection to srv whose DescribeIndexStats
 // answers UNAVAILABLE while down is set; its upserts are untouched.
 func describeDownIndex(t *testing.T, srv *upserttest.Server, down *atomic.Bool) *pinecone.IndexConnection {
-	t.Helper()
-	ic := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if down.Load() && strings.HasSuffix(method, "/DescribeIndexStats") {
-			return status.Error(codes.Unavailable, "upstream connect error")
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
-	require.NoError(t, err)
-	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"}, grpc.WithChainUnaryInterceptor(ic))
-	require.NoError(t, err)
-	t.Cleanup(func() { idx.Close() })
-	return idx
+	return briefOutageIndex(t, srv, down, new(atomic.Int32))
 }
 
 // A describe that fails after the kept answer expired keeps no dimension:

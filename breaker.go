@@ -32,9 +32,10 @@ type breaker struct {
 	nextProbe    time.Time
 	probing      bool   // a probe request is in flight
 	probes       uint64 // probes admitted: the one in flight is number probes
-	// rechecking: the probe in flight went out after the lane sat idle for
-	// two probe periods, with no failure since: it, not the old verdict,
-	// decides whether the index is still down.
+	// rechecking: the probe in flight went out once the verdict was no
+	// longer borne out (borneOut: the lane sat idle, or the index answered
+	// another namespace since): it, not the old verdict, decides whether
+	// the index is still down.
 	rechecking bool
 	// hostOpen is how many breakers of the index host are open, this one
 	// counted (the lane tells it before a probe is scheduled, see
@@ -112,7 +113,7 @@ func (b *breaker) admit(now time.Time) (ok, probe bool, wait time.Duration) {
 	default:
 		b.probing = true
 		b.probes++
-		b.rechecking = now.Sub(b.lastFailure) > 2*probeMax
+		b.rechecking = !b.borneOut(now)
 		return true, true, 0
 	}
 }
@@ -228,9 +229,9 @@ func (b *breaker) hostBack(backAt, now time.Time) (probeNow bool) {
 
 // schedule sets the next probe wait after now, times the host's open
 // breakers (hostOpen), so that they probe together at about one
-// breaker's pace, up to probeSpreadMax. It stretches the pace, not a
-// verdict's life: that still goes stale 2×probeMax after the last
-// failure (current), as the index may have answered another namespace.
+// breaker's pace, up to probeSpreadMax. A verdict lasts until the next
+// probe is due and probeMax more (borneOut), unless the index answers
+// another namespace of the host meanwhile.
 func (b *breaker) schedule(now time.Time, wait time.Duration) {
 	if b.hostOpen > 1 {
 		wait = min(wait*time.Duration(b.hostOpen), max(wait, probeSpreadMax))
@@ -249,9 +250,10 @@ func (b *breaker) answeredSince(t time.Time) bool { return b.lastAnswered.After(
 // index that answers small ones in time time out from the first, and
 // their halves get through; a host that drops every packet (all
 // timeouts) is given up on after outagePatience, as an outage is. A
-// verdict that no failure has borne out for two probe periods is stale
-// (the lane sat idle, as a Limiter does between calls): requests wait
-// for the next probe, which decides again.
+// verdict that no failure bears out is stale (borneOut: the lane sat
+// idle, as a Limiter does between calls, or the index answered another
+// namespace of its host since): requests wait for the next probe, which
+// decides again.
 func (b *breaker) gaveUp(now time.Time) *Error {
 	switch {
 	case !b.current(now):
@@ -268,10 +270,23 @@ func (b *breaker) gaveUp(now time.Time) *Error {
 }
 
 // current reports whether the breaker is open on a verdict that failures
-// still bear out: not rechecking after the lane sat idle, nor idle for two
-// probe periods since the last failure (see gaveUp).
+// still bear out: not rechecking after the lane sat idle, and borne out
+// now (see gaveUp).
 func (b *breaker) current(now time.Time) bool {
-	return b.open && !b.rechecking && (b.probing || now.Sub(b.lastFailure) <= 2*probeMax)
+	return b.open && !b.rechecking && (b.probing || b.borneOut(now))
+}
+
+// borneOut reports whether the last failure still bears the verdict out
+// at now: the index has answered no other namespace of the host since
+// (hostBack), and now is within probeMax of the next probe's time, or of
+// two probe periods (2×probeMax), whichever is later: a lane idle longer
+// no longer knows.
+func (b *breaker) borneOut(now time.Time) bool {
+	if b.heardBack.After(b.lastFailure) {
+		return false
+	}
+	lasts := max(2*probeMax, b.nextProbe.Sub(b.lastFailure)+probeMax)
+	return now.Sub(b.lastFailure) <= lasts
 }
 
 // abandon releases the probe slot of a probe that ended without an answer

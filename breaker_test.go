@@ -357,8 +357,8 @@ func TestTheHostsCountOfOpenBreakersDoesNotLeak(t *testing.T) {
 }
 
 // A breaker probes as many times less often as its host has breakers
-// open, up to probeSpreadMax; its verdict does not last longer for it
-// (current, gaveUp).
+// open, up to probeSpreadMax; its verdict lasts until its next probe is
+// overdue by probeMax, or the index answers another namespace.
 func TestBreakerSpreadsItsProbesByTheHostsOpenBreakers(t *testing.T) {
 	start := time.Unix(1000, 0)
 	for _, c := range []struct {
@@ -391,15 +391,19 @@ func TestBreakerSpreadsItsProbesByTheHostsOpenBreakers(t *testing.T) {
 		require.True(t, ok && probe)
 		b.failure(now, now, true, false)
 		assert.Equal(t, c.want, b.nextProbe.Sub(now), "%v into the outage, %d open", c.after, c.hostOpen)
-		// The pace is stretched, not the verdict's life: it is current for
-		// two probe periods after the failure, then stale (the index may
-		// have answered another namespace: requests wait for the probe).
-		assert.True(t, b.current(now.Add(2*probeMax)))
-		assert.False(t, b.current(now.Add(2*probeMax+time.Millisecond)))
+		// The verdict lasts until the next probe and probeMax more (two
+		// probe periods at least), then is stale: the lane sat idle.
+		lasts := now.Add(max(2*probeMax, c.want+probeMax))
+		assert.True(t, b.current(lasts))
+		assert.False(t, b.current(lasts.Add(time.Millisecond)))
 		if c.after >= outagePatience {
-			assert.Equal(t, errOutageTooLong, b.gaveUp(now.Add(2*probeMax)))
-			assert.Nil(t, b.gaveUp(now.Add(2*probeMax+time.Millisecond)))
+			assert.Equal(t, errOutageTooLong, b.gaveUp(lasts))
+			assert.Nil(t, b.gaveUp(lasts.Add(time.Millisecond)))
 		}
+		// It is stale at once when the index answered another namespace
+		// of its host after the failure: requests wait for the probe.
+		b.hostBack(now.Add(time.Millisecond), now.Add(time.Second))
+		assert.False(t, b.current(now.Add(time.Second)))
 	}
 }
 
@@ -571,4 +575,123 @@ func TestBreakersOtherWritersSawCloseDoNotSlowALaterOutage(t *testing.T) {
 	written.release(p, nil)
 	assert.LessOrEqual(t, p.start.Sub(openedAt), probeEvery,
 		"the only namespace down probes at one breaker's pace")
+}
+
+// The breakers an earlier run left open count toward the host's pace only
+// while they keep failing: when the index comes back through a namespace
+// whose breaker never opened (nothing closes), a later short outage of
+// another namespace is still probed at one breaker's pace (it waited 1.7
+// s for its first probe, later ones up to 30 s).
+func TestBreakersOfAnOutageThatEndedUnseenDoNotSlowALaterOne(t *testing.T) {
+	ctx := context.Background()
+	lim, clk, _ := downLanes(t, 16) // ns0..ns15 down; their run gives up and ends
+	// The index is back; a later run writes a new namespace only.
+	fresh := lim.holdLane(laneID{host: probeHost, key: "ns-new"}, MaxBatchSize)
+	t.Cleanup(func() { fresh.holdRoute(-1) })
+	clk.Advance(time.Minute)
+	for i := 0; i < 10; i++ {
+		p, err := fresh.acquire(ctx, req(1))
+		require.NoError(t, err)
+		fresh.release(p, nil) // the index answers
+	}
+	clk.Advance(time.Hour) // an hour later, a short outage of the one namespace written
+	for !breakerOpen(fresh) {
+		p, err := fresh.acquire(ctx, req(1))
+		require.NoError(t, err)
+		fresh.release(p, errServer)
+	}
+	openedAt := clk.Now()
+	p, err := fresh.acquire(ctx, req(1)) // the fake clock sleeps until the probe may go
+	require.NoError(t, err)
+	require.NotZero(t, p.probe)
+	fresh.release(p, nil)
+	assert.LessOrEqual(t, p.start.Sub(openedAt), probeEvery,
+		"the only namespace down probes at one breaker's pace, not slowed by breakers of an outage that ended an hour ago")
+}
+
+// After the first minute of an outage, a namespace written all along whose
+// probes come 30 s apart (the host's pace shared by 16) keeps its verdict
+// between them, and its batches fail unsent: the verdict went stale 10 s
+// after each failure, and they waited for the next probe.
+func TestANamespaceWrittenThroughALongOutageFailsUnsentBetweenItsSharedProbes(t *testing.T) {
+	_, clk, lanes := downLanes(t, 16)
+	start := clk.Now()
+	// The outage lasts; every namespace is written: each probe fails on
+	// time, the earliest due first.
+	for clk.Now().Sub(start) < outagePatience+30*time.Second {
+		i := 0
+		for j, ln := range lanes {
+			if nextProbeOf(ln).Before(nextProbeOf(lanes[i])) {
+				i = j
+			}
+		}
+		probeWith(t, clk, lanes[i], errServer)
+	}
+	// The namespace whose probe just failed: its next is 30 s away.
+	ln := lanes[0]
+	for _, l := range lanes {
+		l.mu.Lock()
+		lf := l.breaker.lastFailure
+		l.mu.Unlock()
+		if lf.Equal(clk.Now()) {
+			ln = l
+		}
+	}
+	gap := nextProbeOf(ln).Sub(clk.Now())
+	t.Logf("next probe of the namespace in %v", gap)
+	require.Greater(t, gap, 2*probeMax+time.Second)
+	require.True(t, ln.gaveUp(), "just after its probe failed, the verdict holds")
+	clk.Advance(2*probeMax + time.Second) // a batch of the same namespace, still before its next probe
+	assert.True(t, ln.gaveUp(),
+		"over a minute into the outage, a namespace whose probes keep failing at the host's shared pace fails its batches unsent; they wait for the next probe instead")
+}
+
+// Lanes of one host failing, probing, closing and being forgotten
+// concurrently: no race, no deadlock (lock order Limiter.mu → lane.mu →
+// hostSeen.mu), and the host's set holds only open lanes at the end.
+func TestTheHostsOpenSetUnderConcurrency(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	done := make(chan struct{})
+	for g := 0; g < 8; g++ {
+		go func(g int) {
+			defer func() { done <- struct{}{} }()
+			ln := lim.holdLane(laneID{host: probeHost, key: string(rune('a' + g%4))}, MaxBatchSize)
+			defer ln.holdRoute(-1)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			for i := 0; i < 300; i++ {
+				p, err := ln.acquire(ctx, req(1))
+				if err != nil {
+					continue
+				}
+				var e *Error
+				if (i/20+g)%3 != 0 {
+					e = errServer
+				}
+				ln.release(p, e)
+				if i%50 == 0 {
+					lim.State("a")
+				}
+			}
+		}(g)
+	}
+	for g := 0; g < 8; g++ {
+		<-done
+	}
+	lim.mu.Lock()
+	h := lim.hosts[probeHost]
+	lim.mu.Unlock()
+	h.mu.Lock()
+	var counted []*lane
+	for ln := range h.open {
+		counted = append(counted, ln)
+	}
+	h.mu.Unlock()
+	for _, ln := range counted { // lane.mu before hostSeen.mu: never both here
+		ln.mu.Lock()
+		open := ln.breaker.open
+		ln.mu.Unlock()
+		assert.True(t, open, "only open breakers are counted")
+	}
 }

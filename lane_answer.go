@@ -402,7 +402,7 @@ func (ln *lane) heardHost() {
 func (ln *lane) heardOpen() {
 	if h := ln.host; h != nil {
 		h.mu.Lock()
-		ln.breaker.hostOpen = h.openBesides(ln) + 1
+		ln.breaker.hostOpen = h.openBesides(ln, ln.clock.Now()) + 1
 		h.mu.Unlock()
 	}
 }

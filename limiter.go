@@ -127,10 +127,12 @@ type hostSeen struct {
 	mu sync.Mutex
 	// open holds the lanes of the host whose breaker is open, with the
 	// time of their last failure (set by lane.tellHost at each failure,
-	// cleared by closed and Limiter.forget): their probes share one
-	// breaker's pace (breaker.hostOpen). A lane that has not failed since
-	// the index last answered (backAt) is no longer counted: nothing may
-	// probe it again, and its outage may be over.
+	// cleared by closed, Limiter.forget and a shared lane's view of the
+	// outage's end): their probes share one breaker's pace
+	// (breaker.hostOpen). A lane that has not failed since the index last
+	// answered (backAt), or for longer than its probes are apart
+	// (openBesides), is no longer counted: nothing may probe it again,
+	// and its outage may be over.
 	open map[*lane]time.Time
 	// backAt is when the latest request was sent that the index answered
 	// with a breaker of the host open, closing it; backCh is closed and
@@ -141,8 +143,15 @@ type hostSeen struct {
 }
 
 // openBesides returns how many lanes of the host other than ln have
-// their breaker open; h.mu is held.
-func (h *hostSeen) openBesides(ln *lane) int {
+// their breaker open and failed within a probe's widest spread of now (an
+// open breaker that probes fails that often; one whose lane is no longer
+// written may be open for good), forgetting the others; h.mu is held.
+func (h *hostSeen) openBesides(ln *lane, now time.Time) int {
+	for other, failed := range h.open {
+		if now.Sub(failed) > probeSpreadMax+probeMax {
+			delete(h.open, other)
+		}
+	}
 	n := len(h.open)
 	if _, ok := h.open[ln]; ok {
 		n--

@@ -46,6 +46,13 @@ type breaker struct {
 	// heardBack is the latest backAt of the host this breaker heard of
 	// (hostBack): each recovery makes it probe at once only once.
 	heardBack time.Time
+	// hostBackAt is the latest backAt of the host this breaker knows of
+	// (hostBack, hearHostBack): a failure before it no longer bears the
+	// verdict out (borneOut).
+	hostBackAt time.Time
+	// scheduledAt is when the next probe was scheduled (schedule): the
+	// wait counts toward the verdict's life only when a failure set it.
+	scheduledAt time.Time
 	// shared is what the writers of the lane in other processes know of
 	// the outage, when the lane is shared (see heard).
 	shared struct {
@@ -216,6 +223,7 @@ func (b *breaker) heard(now, openSince time.Time, answered bool) (opened bool) {
 // once rather than after its share of the host's pace (schedule), once
 // per such answer. It reports whether the probe may go now.
 func (b *breaker) hostBack(backAt, now time.Time) (probeNow bool) {
+	b.hearHostBack(backAt)
 	if !backAt.After(b.heardBack) {
 		return false
 	}
@@ -227,6 +235,14 @@ func (b *breaker) hostBack(backAt, now time.Time) (probeNow bool) {
 	return true
 }
 
+// hearHostBack takes backAt, as hostBack does, for the verdict only: it
+// schedules no probe.
+func (b *breaker) hearHostBack(backAt time.Time) {
+	if backAt.After(b.hostBackAt) {
+		b.hostBackAt = backAt
+	}
+}
+
 // schedule sets the next probe wait after now, times the host's open
 // breakers (hostOpen), so that they probe together at about one
 // breaker's pace, up to probeSpreadMax. A verdict lasts until the next
@@ -236,7 +252,7 @@ func (b *breaker) schedule(now time.Time, wait time.Duration) {
 	if b.hostOpen > 1 {
 		wait = min(wait*time.Duration(b.hostOpen), max(wait, probeSpreadMax))
 	}
-	b.nextProbe = now.Add(wait)
+	b.nextProbe, b.scheduledAt = now.Add(wait), now
 }
 
 // answeredSince reports whether the index answered a request this writer
@@ -278,14 +294,17 @@ func (b *breaker) current(now time.Time) bool {
 
 // borneOut reports whether the last failure still bears the verdict out
 // at now: the index has answered no other namespace of the host since
-// (hostBack), and now is within probeMax of the next probe's time, or of
-// two probe periods (2×probeMax), whichever is later: a lane idle longer
-// no longer knows.
+// (hostBackAt), and now is within two probe periods (2×probeMax) of it,
+// or within probeMax of the probe it scheduled, whichever is later: a
+// lane idle longer no longer knows.
 func (b *breaker) borneOut(now time.Time) bool {
-	if b.heardBack.After(b.lastFailure) {
+	if b.lastFailure.IsZero() || b.hostBackAt.After(b.lastFailure) {
 		return false
 	}
-	lasts := max(2*probeMax, b.nextProbe.Sub(b.lastFailure)+probeMax)
+	lasts := 2 * probeMax
+	if b.scheduledAt.Equal(b.lastFailure) { // the failure scheduled the probe, not another writer's outage (heard)
+		lasts = max(lasts, b.nextProbe.Sub(b.lastFailure)+probeMax)
+	}
 	return now.Sub(b.lastFailure) <= lasts
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/upsertlib/upsert/internal/share"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -694,4 +696,61 @@ func TestTheHostsOpenSetUnderConcurrency(t *testing.T) {
 		ln.mu.Unlock()
 		assert.True(t, open, "only open breakers are counted")
 	}
+}
+
+// A writer whose breaker another writer's outage opened (heard), its own
+// last failure minutes old, has no failure that bears the verdict out:
+// its requests wait for its own probe, a recheck, as before the host's
+// pace; the probe heard scheduled stretched an old failure's life, and
+// they failed unsent at once.
+func TestAnOutageHeardFromOtherWritersIsNotBorneOutByAnOldFailure(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	// One server error, then answers: an old blip, the breaker never opened.
+	p, err := ln.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	ln.release(p, &Error{Class: ClassServer})
+	clk.Advance(time.Millisecond)
+	p, err = ln.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	ln.release(p, nil)
+
+	clk.Advance(5 * time.Minute)
+	// Another writer's breaker opened a minute ago; this writer hears it.
+	v := m.View()
+	v.OpenSince, v.Answered = clk.Now().Add(-outagePatience), true
+	apply(ln, m, v)
+
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	require.True(t, ln.breaker.open)
+	assert.False(t, ln.breaker.current(clk.Now()), "a failure five minutes old bears out no verdict (old rule: stale after 2×probeMax)")
+	assert.Nil(t, ln.breaker.gaveUp(clk.Now()), "requests wait for this writer's probe, which decides")
+	_, _, _ = ln.breaker.admit(clk.Now().Add(probeEvery))
+	assert.True(t, ln.breaker.rechecking, "the probe rechecks: nothing of this writer bore the verdict out")
+}
+
+// A lane whose index answered another namespace of its host after the
+// lane's last failure does not propose its outage to a new membership:
+// the verdict is no longer borne out, though the lane had not waited
+// since to hear of the answer.
+func TestANewMembershipDoesNotProposeAnOutageTheHostSawEnd(t *testing.T) {
+	_, clk, lanes := downLanes(t, 2)
+	a, b := lanes[0], lanes[1]
+	a.mu.Lock()
+	lastFailure := a.breaker.lastFailure
+	a.mu.Unlock()
+	p := probeWith(t, clk, b, nil) // the index answers the other namespace
+	require.True(t, p.start.After(lastFailure))
+	require.True(t, breakerOpen(a), "nothing probed a: its breaker is still open")
+
+	v := capped(clk.Now(), 0, math.Inf(1), 0, 1)
+	v.Answered = true
+	m := newFakeMember(v)
+	leave := a.joinShare(context.Background(), fakeStore{m}, share.Lane{Host: probeHost}, new(shareCounters))
+	m.mu.Lock()
+	opened := slices.Contains(m.breakers, true)
+	m.mu.Unlock()
+	leave()
+	assert.False(t, opened, "the index answered another namespace after the lane's last failure: no outage to propose")
 }

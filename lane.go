@@ -597,6 +597,7 @@ func (ln *lane) gaveUp() bool {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	ln.heardHost()
+	ln.hearHostBack()
 	return ln.breaker.gaveUp(ln.clock.Now()) != nil
 }
 

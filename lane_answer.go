@@ -418,6 +418,17 @@ func (ln *lane) tellHost() {
 	}
 }
 
+// hearHostBack tells the breaker when the index last answered another
+// namespace of its host, for its verdict alone (breaker.hearHostBack);
+// ln.mu is held.
+func (ln *lane) hearHostBack() {
+	if h := ln.host; h != nil {
+		h.mu.Lock()
+		ln.breaker.hearHostBack(h.backAt)
+		h.mu.Unlock()
+	}
+}
+
 // hearBack tells the open breaker when the index last answered another
 // namespace of its host (breaker.hostBack), and returns the channel that
 // the next such answer closes, nil for a lane without a host; ln.mu is

@@ -91,6 +91,7 @@ func (ln *lane) proposeHeld(v share.View) {
 		}
 		ln.queueCut(c)
 	}
+	ln.hearHostBack()
 	if ln.breaker.current(now) && v.OpenSince.IsZero() {
 		ln.queueBreaker(true)
 	}

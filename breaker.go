@@ -50,9 +50,10 @@ type breaker struct {
 	// (hostBack, hearHostBack): a failure before it no longer bears the
 	// verdict out (borneOut).
 	hostBackAt time.Time
-	// scheduledAt is when the next probe was scheduled (schedule): the
-	// wait counts toward the verdict's life only when a failure set it.
-	scheduledAt time.Time
+	// failureScheduled: a failure of this writer scheduled the next probe,
+	// not another writer's outage (heard): only then does the wait count
+	// toward the verdict's life (borneOut).
+	failureScheduled bool
 	// shared is what the writers of the lane in other processes know of
 	// the outage, when the lane is shared (see heard).
 	shared struct {
@@ -165,11 +166,13 @@ func (b *breaker) failure(now, sent time.Time, probe, timeout bool) (rescheduled
 	if probe {
 		b.probing = false
 		b.schedule(now, b.probeWait(now))
+		b.failureScheduled = true
 		return true
 	}
 	if !b.open && b.failures >= breakerThreshold {
 		b.open, b.openedAt = true, now
 		b.schedule(now, probeEvery)
+		b.failureScheduled = true
 	}
 	return false
 }
@@ -214,6 +217,7 @@ func (b *breaker) heard(now, openSince time.Time, answered bool) (opened bool) {
 	}
 	b.open, b.openedAt = true, openSince
 	b.schedule(now, probeEvery)
+	b.failureScheduled = false
 	return true
 }
 
@@ -252,7 +256,7 @@ func (b *breaker) schedule(now time.Time, wait time.Duration) {
 	if b.hostOpen > 1 {
 		wait = min(wait*time.Duration(b.hostOpen), max(wait, probeSpreadMax))
 	}
-	b.nextProbe, b.scheduledAt = now.Add(wait), now
+	b.nextProbe = now.Add(wait)
 }
 
 // answeredSince reports whether the index answered a request this writer
@@ -295,14 +299,14 @@ func (b *breaker) current(now time.Time) bool {
 // borneOut reports whether the last failure still bears the verdict out
 // at now: the index has answered no other namespace of the host since
 // (hostBackAt), and now is within two probe periods (2×probeMax) of it,
-// or within probeMax of the probe it scheduled, whichever is later: a
-// lane idle longer no longer knows.
+// or within probeMax of the next probe when a failure of this writer
+// scheduled it, whichever is later: a lane idle longer no longer knows.
 func (b *breaker) borneOut(now time.Time) bool {
 	if b.lastFailure.IsZero() || b.hostBackAt.After(b.lastFailure) {
 		return false
 	}
 	lasts := 2 * probeMax
-	if b.scheduledAt.Equal(b.lastFailure) { // the failure scheduled the probe, not another writer's outage (heard)
+	if b.failureScheduled {
 		lasts = max(lasts, b.nextProbe.Sub(b.lastFailure)+probeMax)
 	}
 	return now.Sub(b.lastFailure) <= lasts

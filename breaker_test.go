@@ -754,3 +754,96 @@ func TestANewMembershipDoesNotProposeAnOutageTheHostSawEnd(t *testing.T) {
 	leave()
 	assert.False(t, opened, "the index answered another namespace after the lane's last failure: no outage to propose")
 }
+
+// A failure that comes after the probe failed (a request admitted before
+// the breaker opened, timing out late) does not shorten the verdict: it
+// lasts until the next probe, 30 s away when 16 namespaces share the
+// host's pace, and batches keep failing unsent meanwhile; it went stale
+// 10 s after the late failure.
+func TestALateFailureDoesNotShortenAVerdictBetweenSharedProbes(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	lanes := make([]*lane, 16)
+	late := make([]permit, len(lanes)) // admitted before the outage, answered late
+	for i := range lanes {
+		ln := lim.holdLane(laneID{host: probeHost, key: fmt.Sprint("ns", i)}, MaxBatchSize)
+		t.Cleanup(func() { ln.holdRoute(-1) })
+		p, err := ln.acquire(ctx, req(1))
+		require.NoError(t, err)
+		ln.release(p, nil)
+		late[i], err = ln.acquire(ctx, req(1))
+		require.NoError(t, err)
+		lanes[i] = ln
+	}
+	for _, ln := range lanes {
+		for !ln.state().Paused {
+			p, err := ln.acquire(ctx, req(1))
+			require.NoError(t, err)
+			ln.release(p, errServer)
+		}
+	}
+	start := clk.Now()
+	for clk.Now().Sub(start) < outagePatience+30*time.Second {
+		i := 0
+		for j, ln := range lanes {
+			if nextProbeOf(ln).Before(nextProbeOf(lanes[i])) {
+				i = j
+			}
+		}
+		probeWith(t, clk, lanes[i], errServer)
+	}
+	k := 0
+	for i, l := range lanes {
+		l.mu.Lock()
+		lf := l.breaker.lastFailure
+		l.mu.Unlock()
+		if lf.Equal(clk.Now()) {
+			k = i
+		}
+	}
+	ln := lanes[k]
+	next := nextProbeOf(ln)
+	require.Greater(t, next.Sub(clk.Now()), 2*probeMax+5*time.Second)
+	require.True(t, ln.gaveUp(), "just after its probe failed, the verdict holds")
+
+	clk.Advance(time.Second)
+	ln.release(late[k], &Error{Class: ClassTimeout}) // the index is still down
+	require.True(t, ln.gaveUp())
+
+	clk.Advance(2*probeMax + time.Second) // still well before the next probe
+	require.True(t, clk.Now().Before(next))
+	assert.True(t, ln.gaveUp(),
+		"a failure after the probe bears the outage out more, not less: batches fail unsent until the next probe is overdue")
+}
+
+// lane.gaveUp (hearHostBack: lane.mu → hostSeen.mu) racing answers that
+// close other lanes' breakers (hostSeen.closed) and failures: no race, no
+// deadlock.
+func TestGaveUpRacesTheHostsAnswers(t *testing.T) {
+	_, _, lanes := downLanes(t, 4)
+	done := make(chan struct{})
+	for g, ln := range lanes {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := 0; i < 200; i++ {
+				if g%2 == 0 {
+					_ = ln.gaveUp()
+					continue
+				}
+				p, err := ln.acquire(context.Background(), req(1))
+				if err != nil {
+					continue
+				}
+				if i%3 == 0 {
+					ln.release(p, nil)
+				} else {
+					ln.release(p, errServer)
+				}
+			}
+		}()
+	}
+	for range lanes {
+		<-done
+	}
+}

@@ -290,10 +290,11 @@ func (b *breaker) gaveUp(now time.Time) *Error {
 }
 
 // current reports whether the breaker is open on a verdict that failures
-// still bear out: not rechecking after the lane sat idle, and borne out
-// now (see gaveUp).
+// still bear out: not rechecking after the lane sat idle, the index having
+// answered no other namespace of its host since the last failure (also
+// while a probe is out), and borne out now (see gaveUp).
 func (b *breaker) current(now time.Time) bool {
-	return b.open && !b.rechecking && (b.probing || b.borneOut(now))
+	return b.open && !b.rechecking && !b.hostBackAt.After(b.lastFailure) && (b.probing || b.borneOut(now))
 }
 
 // borneOut reports whether the last failure still bears the verdict out

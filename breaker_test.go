@@ -847,3 +847,41 @@ func TestGaveUpRacesTheHostsAnswers(t *testing.T) {
 		<-done
 	}
 }
+
+// A namespace whose probe is out when the index answers another namespace
+// of its host fails no request unsent meanwhile: the host's answer ends
+// its verdict, probe or not (gaveUp), where its batches failed with
+// errOutageTooLong until the probe came back.
+func TestAnOutageTheHostSawEndIsNotBorneOutWhileAProbeIsOut(t *testing.T) {
+	_, clk, lanes := downLanes(t, 16)
+	start := clk.Now()
+	for clk.Now().Sub(start) < outagePatience+10*time.Second {
+		i := 0
+		for j, ln := range lanes {
+			if nextProbeOf(ln).Before(nextProbeOf(lanes[i])) {
+				i = j
+			}
+		}
+		probeWith(t, clk, lanes[i], errServer)
+	}
+	ns5 := lanes[5]
+	// ns5's probe goes out, still during the outage, and hangs.
+	if d := nextProbeOf(ns5).Sub(clk.Now()); d > 0 {
+		clk.Advance(d)
+	}
+	p5, err := ns5.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	require.NotZero(t, p5.probe)
+	defer ns5.release(p5, nil)
+
+	// The index is back: ns0's probe, sent after ns5's last failure, is answered.
+	clk.Advance(time.Second)
+	probeWith(t, clk, lanes[0], nil)
+	require.False(t, breakerOpen(lanes[0]))
+
+	assert.False(t, ns5.gaveUp(), "the index answered another namespace since ns5's last failure: its verdict is not borne out")
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = ns5.acquire(cctx, req(1))
+	assert.NotErrorIs(t, err, errOutageTooLong, "a batch of ns5 while its probe is out fails unsent although the index answers")
+}

@@ -316,8 +316,11 @@ func TestAllRetriesOnlyWhatFailed(t *testing.T) {
 	t.Run("a batch refused more often than its retries lands while others land between its refusals", func(t *testing.T) {
 		// A 429 asks for a slower pace, not for this batch to fail: the
 		// index refuses the first batch up to six times, each time after
-		// it took eight others since the last refusal (else it takes it):
-		// with four in flight, some of them were answered since.
+		// it took eight others since the run heard the last refusal
+		// (RequestDone; else it takes it): with four in flight, some of
+		// them were answered in between. (Counted from the refusal itself,
+		// the others could all be answered before the run read it, and
+		// none after: a flake under load.)
 		var mu sync.Mutex
 		refused, taken := 0, 8
 		fi := newFakeIndex(func(_ int, ids []string) error {
@@ -327,12 +330,19 @@ func TestAllRetriesOnlyWhatFailed(t *testing.T) {
 			case ids[0] != "v0":
 				taken++
 			case taken >= 8 && refused < 6:
-				refused, taken = refused+1, 0
+				refused++
 				return status.Error(codes.ResourceExhausted, "slow down")
 			}
 			return nil
 		})
-		res, err := All(context.Background(), vectors(2000, 2), testOpts(fi, WithBatchSize(10), WithConcurrency(4), WithMaxRetries(ClassRateLimited, 1))...)
+		heard := WithObserver(Observer{RequestDone: func(e RequestEvent) {
+			if e.Err != nil && e.Err.Class == ClassRateLimited {
+				mu.Lock()
+				taken = 0
+				mu.Unlock()
+			}
+		}})
+		res, err := All(context.Background(), vectors(2000, 2), testOpts(fi, WithBatchSize(10), WithConcurrency(4), WithMaxRetries(ClassRateLimited, 1), heard)...)
 		require.NoError(t, err, "only its first refusal spent a retry")
 		assert.Equal(t, 2000, res.Upserted)
 	})

@@ -482,18 +482,27 @@ func TestAnIndexDownMarkOfAFailureWithoutACause(t *testing.T) {
 	send := func(context.Context, string, []*pinecone.Vector) error {
 		return &Error{Class: ClassServer, StatusCode: 503} // a wrong host behind a proxy
 	}
-	res, err := Stream(context.Background(), slices.Values(vectors(200, 2)), WithUpsertFunc(send), WithBatchSize(10),
-		WithConcurrency(1), withClock(newFakeClock()), withRand(maxRand))
-	require.ErrorIs(t, err, ErrServer)
+	// Whether a batch spends its last retry before the breaker gives up,
+	// rather than fail unsent after, depends on the scheduling of the
+	// run's goroutines (in about one run in ten it does not): runs are
+	// made until one does.
 	marked := 0
-	for _, f := range res.Failed {
-		if errors.Is(f.Err, errIndexDown) {
-			marked++
-			assert.EqualError(t, f.Err, "server (HTTP 503): the circuit breaker has given up on the index")
+	for range 50 {
+		res, err := Stream(context.Background(), slices.Values(vectors(200, 2)), WithUpsertFunc(send), WithBatchSize(10),
+			WithConcurrency(1), withClock(newFakeClock()), withRand(maxRand))
+		require.ErrorIs(t, err, ErrServer)
+		assert.NotContains(t, err.Error(), "%!w")
+		for _, f := range res.Failed {
+			if errors.Is(f.Err, errIndexDown) {
+				marked++
+				assert.EqualError(t, f.Err, "server (HTTP 503): the circuit breaker has given up on the index")
+			}
+		}
+		if marked > 0 {
+			break
 		}
 	}
 	assert.Positive(t, marked, "a batch spent its retries before the breaker gave up")
-	assert.NotContains(t, err.Error(), "%!w")
 }
 
 // A record that failed because the caller's code panicked (here the

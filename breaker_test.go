@@ -448,6 +448,22 @@ func breakerOpen(ln *lane) bool {
 	return ln.breaker.open
 }
 
+// failProbesUntil fails the probes of lanes, the one due first each time,
+// at their times, until the clock reaches until: an outage every
+// namespace is written through.
+func failProbesUntil(t *testing.T, clk *fakeClock, lanes []*lane, until time.Time) {
+	t.Helper()
+	for clk.Now().Before(until) {
+		first := lanes[0]
+		for _, ln := range lanes {
+			if nextProbeOf(ln).Before(nextProbeOf(first)) {
+				first = ln
+			}
+		}
+		probeWith(t, clk, first, errServer)
+	}
+}
+
 // probeWith sends the probe of ln, due first among lanes, at its time, and
 // answers it with e; it returns the probe's permit.
 func probeWith(t *testing.T, clk *fakeClock, ln *lane, e *Error) permit {
@@ -499,15 +515,7 @@ func TestAnIdleNamespaceWaitsForItsRecheckAfterTheIndexAnsweredAnother(t *testin
 	_, clk, lanes := downLanes(t, 16)
 	start := clk.Now()
 	// The outage lasts over a minute: each namespace's probes fail in turn.
-	for clk.Now().Sub(start) < outagePatience+10*time.Second {
-		i := 0
-		for j, ln := range lanes {
-			if nextProbeOf(ln).Before(nextProbeOf(lanes[i])) {
-				i = j
-			}
-		}
-		probeWith(t, clk, lanes[i], errServer)
-	}
+	failProbesUntil(t, clk, lanes, start.Add(outagePatience+10*time.Second))
 	idle := lanes[5]
 	idle.mu.Lock()
 	lastFailure := idle.breaker.lastFailure
@@ -620,15 +628,7 @@ func TestANamespaceWrittenThroughALongOutageFailsUnsentBetweenItsSharedProbes(t 
 	start := clk.Now()
 	// The outage lasts; every namespace is written: each probe fails on
 	// time, the earliest due first.
-	for clk.Now().Sub(start) < outagePatience+30*time.Second {
-		i := 0
-		for j, ln := range lanes {
-			if nextProbeOf(ln).Before(nextProbeOf(lanes[i])) {
-				i = j
-			}
-		}
-		probeWith(t, clk, lanes[i], errServer)
-	}
+	failProbesUntil(t, clk, lanes, start.Add(outagePatience+30*time.Second))
 	// The namespace whose probe just failed: its next is 30 s away.
 	ln := lanes[0]
 	for _, l := range lanes {
@@ -784,15 +784,7 @@ func TestALateFailureDoesNotShortenAVerdictBetweenSharedProbes(t *testing.T) {
 		}
 	}
 	start := clk.Now()
-	for clk.Now().Sub(start) < outagePatience+30*time.Second {
-		i := 0
-		for j, ln := range lanes {
-			if nextProbeOf(ln).Before(nextProbeOf(lanes[i])) {
-				i = j
-			}
-		}
-		probeWith(t, clk, lanes[i], errServer)
-	}
+	failProbesUntil(t, clk, lanes, start.Add(outagePatience+30*time.Second))
 	k := 0
 	for i, l := range lanes {
 		l.mu.Lock()
@@ -855,15 +847,7 @@ func TestGaveUpRacesTheHostsAnswers(t *testing.T) {
 func TestAnOutageTheHostSawEndIsNotBorneOutWhileAProbeIsOut(t *testing.T) {
 	_, clk, lanes := downLanes(t, 16)
 	start := clk.Now()
-	for clk.Now().Sub(start) < outagePatience+10*time.Second {
-		i := 0
-		for j, ln := range lanes {
-			if nextProbeOf(ln).Before(nextProbeOf(lanes[i])) {
-				i = j
-			}
-		}
-		probeWith(t, clk, lanes[i], errServer)
-	}
+	failProbesUntil(t, clk, lanes, start.Add(outagePatience+10*time.Second))
 	ns5 := lanes[5]
 	// ns5's probe goes out, still during the outage, and hangs.
 	if d := nextProbeOf(ns5).Sub(clk.Now()); d > 0 {

@@ -49,7 +49,11 @@ import (
 type UpsertFunc func(ctx context.Context, namespace string, batch []*pinecone.Vector) error
 
 // Option configures a run: [All], [Stream], [Records] or a [Writer]
-// ([NewWriter]).
+// ([NewWriter]). Options apply in the order given, and one given twice
+// keeps its last value, except that [WithObserver] adds each observer,
+// [WithMaxRetries] sets one class per call, and two of [WithIndex],
+// [WithUpsertFunc] and [WithRecordsFunc] are an error ([ErrBadOption]).
+// A nil Option is ignored.
 type Option func(*config)
 
 // config is what the options set: one field per option (more than twenty,
@@ -186,11 +190,19 @@ func (c *config) bad(format string, args ...any) {
 // most, and an index deleted and created again with another dimension is
 // seen within a minute. When the index cannot be asked, the dimension is
 // that of the first dense record the index accepts.
+//
+// A nil idx, or one not made by [pinecone.Client.Index] (a zero value),
+// fails the call with [ErrBadOption].
 func WithIndex(idx *pinecone.IndexConnection) Option {
 	return func(c *config) {
 		c.sources++
 		if idx == nil {
 			c.bad("WithIndex: nil *pinecone.IndexConnection")
+			return
+		}
+		if indexTarget(idx) == "" {
+			// A zero IndexConnection has no client: the SDK would panic on it.
+			c.bad("WithIndex: a *pinecone.IndexConnection with no host; make it with pinecone.Client.Index")
 			return
 		}
 		c.index, c.namespace = idx, idx.Namespace()
@@ -277,7 +289,8 @@ func WithNamespaceOf[T *pinecone.Vector | *pinecone.IntegratedRecord](f func(T) 
 // [WithIndex] the index's own answer (DescribeIndexStats) takes precedence.
 // Without either, the dimension is that of the first dense record the
 // index accepts, and records sent before then are checked by the index.
-// Outside 1 to [MaxDimension], the call fails with [ErrBadOption].
+// [Records] ignores it: integrated records carry text that the index
+// embeds. Outside 1 to [MaxDimension], the call fails with [ErrBadOption].
 func WithDimension(d int) Option {
 	return func(c *config) {
 		if d < 1 || d > MaxDimension {

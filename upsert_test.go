@@ -101,6 +101,7 @@ func TestAllRejectsBadOptionsBeforeSending(t *testing.T) {
 	}{
 		{"no index is an error", nil, "no index"},
 		{"a nil index is an error", []Option{WithIndex(nil)}, "nil *pinecone.IndexConnection"},
+		{"a zero index connection is an error", []Option{WithIndex(&pinecone.IndexConnection{})}, "with no host"},
 		{"two sources are an error", []Option{send, WithUpsertFunc(fi.Upsert)}, "pass one"},
 		{"a batch size of zero is an error", []Option{send, WithBatchSize(0)}, "WithBatchSize(0)"},
 		{"a batch size over 1000 is an error", []Option{send, WithBatchSize(1001)}, "WithBatchSize(1001)"},
@@ -126,6 +127,22 @@ func TestAllRejectsBadOptionsBeforeSending(t *testing.T) {
 		})
 	}
 	assert.Empty(t, fi.Calls(), "nothing was sent")
+}
+
+func TestOptionsApplyInOrderAndTheLastValueWins(t *testing.T) {
+	fi := newFakeIndex(nil)
+	var first, second atomic.Int64
+	res, err := All(context.Background(), vectors(40, 2), WithUpsertFunc(fi.Upsert), nil,
+		WithBatchSize(20), WithBatchSize(5),
+		WithObserver(Observer{RunDone: func(RunEvent) { first.Add(1) }}),
+		WithObserver(Observer{RunDone: func(RunEvent) { second.Add(1) }}))
+	require.NoError(t, err)
+	assert.Equal(t, 40, res.Upserted)
+	for _, c := range fi.Calls() {
+		assert.LessOrEqual(t, len(c), 5, "the second WithBatchSize wins")
+	}
+	assert.Equal(t, int64(1), first.Load(), "each observer is added")
+	assert.Equal(t, int64(1), second.Load(), "each observer is added")
 }
 
 func TestAllCutsBatchesByCountAndBytes(t *testing.T) {

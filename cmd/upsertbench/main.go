@@ -62,6 +62,11 @@ import (
 	"time"
 )
 
+// maxScale bounds -scale: a thousand times the family's largest run is a
+// billion records, past what one machine holds, and far below where the
+// record counts would overflow an int.
+const maxScale = 1000
+
 // The deadline of a run at scale 1, and the least one at smaller scales.
 const (
 	defaultDeadline = 60 * time.Second
@@ -128,7 +133,7 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("upsertbench", flag.ContinueOnError)
 	profileNames := fs.String("profiles", names(profiles(), profile.key), "comma-separated `profiles` to run;\nalso, only when named: "+names(extraProfiles(), profile.key))
 	strategyNames := fs.String("strategies", names(strategies(), strategy.key), "comma-separated `strategies` to run")
-	scale := fs.Float64("scale", 1.0, "multiplies the record counts, for quick runs")
+	scale := fs.Float64("scale", 1.0, "multiplies the record counts, for quick runs (at most 1000)")
 	deadline := fs.Duration("deadline", defaultDeadline, "stop a run that has not finished after this long;\nunless given, scaled with -scale (at least "+minDeadline.String()+");\nnot with the family benchmark, which stops a run at max("+fmt.Sprint(stopFactor)+" × ideal, ideal + "+stopAfter.String()+")")
 	verbose := fs.Bool("v", false, "report progress to stderr")
 	procs := fs.String("procs", "", "comma-separated `numbers` of writers to run as separate processes\n(the process benchmark, instead of -profiles and -strategies)")
@@ -147,8 +152,8 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if !(*scale > 0) || math.IsInf(*scale, 0) {
-		return config{}, fmt.Errorf("-scale %v: need a positive finite factor", *scale)
+	if !(*scale > 0) || *scale > maxScale {
+		return config{}, fmt.Errorf("-scale %v: need a positive finite factor, at most %v", *scale, maxScale)
 	}
 	if *deadline <= 0 {
 		return config{}, fmt.Errorf("-deadline must be positive, not %v", *deadline)

@@ -277,7 +277,7 @@ func startIndexChild(ctx context.Context) (srv *child, host string, err error) {
 	if srv, err = startChild(ctx, "serve"); err != nil {
 		return nil, "", err
 	}
-	if host, err = srv.readLine(); err != nil {
+	if host, err = srv.readLineBy(time.Now().Add(childStartWithin)); err != nil {
 		srv.stop()
 		return nil, "", fmt.Errorf("index process: %w", err)
 	}
@@ -333,8 +333,9 @@ func stopChildren(children []*child) {
 // awaitReady waits for each writer's "ready", printed once its records are
 // made and its index connection open.
 func awaitReady(writers []*child) error {
+	by := time.Now().Add(childStartWithin)
 	for i, wr := range writers {
-		if line, err := wr.readLine(); err != nil || line != "ready" {
+		if line, err := wr.readLineBy(by); err != nil || line != "ready" {
 			return fmt.Errorf("writer %d: %q, %v", i+1, line, err)
 		}
 	}
@@ -514,6 +515,11 @@ func (c *child) readLine() (string, error) {
 // its stdin closes. One that takes longer is taken for hung and killed.
 const childGrace = 3 * time.Second
 
+// childStartWithin bounds the waits for a child's first line (the index's
+// host, a writer's "ready") and for the index's report: each is a few
+// milliseconds to seconds of work, so a child silent for a minute is hung.
+const childStartWithin = time.Minute
+
 // errNoLine is readLineBy's error for a child that printed no line in
 // time.
 var errNoLine = errors.New("no line in time: the child was killed")
@@ -550,7 +556,7 @@ func (c *child) stop() time.Duration {
 // report asks the index process what it holds of the n writers' ranges.
 func (c *child) report(per, n int, dir string) (indexReport, error) {
 	fmt.Fprintf(c.stdin, "report %d %d %s\n", per, n, dir)
-	line, err := c.readLine()
+	line, err := c.readLineBy(time.Now().Add(childStartWithin))
 	if err != nil {
 		return indexReport{}, err
 	}

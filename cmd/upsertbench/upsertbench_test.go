@@ -208,9 +208,10 @@ func TestDeadlineWithTheFamilyIsAUsageError(t *testing.T) {
 
 // -scale is a positive finite factor, as -rate-scale is and as
 // upserttest.Index.Scaled requires: +Inf is a usage error, not a panic of
-// the family's first index (or, with the profiles, runs of one record).
+// the family's first index (or, with the profiles, runs of one record),
+// and so is a factor whose record counts would overflow.
 func TestScaleMustBeAFiniteFactor(t *testing.T) {
-	for _, args := range [][]string{{"-seed", "1", "-scale", "+Inf"}, {"-scale", "+Inf"}, {"-scale", "-Inf"}, {"-scale", "NaN"}, {"-scale", "0"}} {
+	for _, args := range [][]string{{"-seed", "1", "-scale", "+Inf"}, {"-scale", "+Inf"}, {"-scale", "-Inf"}, {"-scale", "NaN"}, {"-scale", "0"}, {"-scale", "1e300"}} {
 		cfg, err := parseFlags(args)
 		if !assert.ErrorContains(t, err, "need a positive finite factor", "%q is accepted", args) && cfg.family != nil {
 			assert.NotPanics(t, func() { newFamilyIndex(cfg.family[0], cfg.scale, cfg.rateScale, cfg.maxIdeal) },

@@ -1,0 +1,5 @@
+//go:build race
+
+package readme_test
+
+const raceEnabled = true

@@ -15,7 +15,7 @@ const DefaultMaxNamespaces = 100
 
 // OtherNamespace is the db.namespace of the metrics of the namespaces seen
 // after the Telemetry named its most ([WithMaxNamespaces]): the same value
-// as upsertprom's.
+// as upsertprom's. A namespace of that name shares their series.
 const OtherNamespace = "_other"
 
 // namespaceLabels gives the db.namespace of a Pinecone namespace on

@@ -138,7 +138,8 @@ const (
 	KindBackoff = "backoff"
 	KindSplit   = "split"
 	// OtherNamespace is the namespace label of the namespaces seen after
-	// the Collector labelled its most ([WithMaxNamespaces]).
+	// the Collector labelled its most ([WithMaxNamespaces]). A namespace
+	// of that name shares its series with them.
 	OtherNamespace = "_other"
 	// DefaultPineconeNamespace is the namespace label of Pinecone's default
 	// namespace, Pinecone's own name for it, whether a run names it "" or

@@ -298,12 +298,14 @@ func (b *breaker) current(now time.Time) bool {
 }
 
 // borneOut reports whether the last failure still bears the verdict out
-// at now: the index has answered no other namespace of the host since
-// (hostBackAt), and now is within two probe periods (2×probeMax) of it,
-// or within probeMax of the next probe when a failure of this writer
-// scheduled it, whichever is later: a lane idle longer no longer knows.
+// at now: the index has answered no request sent since, in this namespace
+// (lastAnswered: a breaker opened by another writer's outage) or another
+// of the host (hostBackAt), and now is within two probe periods
+// (2×probeMax) of it, or within probeMax of the next probe when a failure
+// of this writer scheduled it, whichever is later: a lane idle longer no
+// longer knows.
 func (b *breaker) borneOut(now time.Time) bool {
-	if b.lastFailure.IsZero() || b.hostBackAt.After(b.lastFailure) {
+	if b.lastFailure.IsZero() || b.hostBackAt.After(b.lastFailure) || b.lastAnswered.After(b.lastFailure) {
 		return false
 	}
 	lasts := 2 * probeMax

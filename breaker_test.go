@@ -869,3 +869,135 @@ func TestAnOutageTheHostSawEndIsNotBorneOutWhileAProbeIsOut(t *testing.T) {
 	_, err = ns5.acquire(cctx, req(1))
 	assert.NotErrorIs(t, err, errOutageTooLong, "a batch of ns5 while its probe is out fails unsent although the index answers")
 }
+
+// shareDownLane makes ln (a lane a Limiter holds) a member through m, as
+// joinShare does, without the watcher: the test applies views with apply.
+func shareDownLane(ln *lane, m *fakeMember) {
+	ln.mu.Lock()
+	ln.share.m, ln.share.stats, ln.share.shared, ln.share.users = m, new(shareCounters), true, 1
+	ln.applyView(m.View())
+	ln.mu.Unlock()
+	ln.flushShare()
+}
+
+// Once the lane's other writers (other processes, through the
+// Store) saw the outage end, this writer's batches of that very namespace
+// do not fail unsent with errOutageTooLong: they wait for the probe, which
+// goes at once, as when the index answered another namespace of the host
+// in this process (breaker.hostBack / borneOut: "A verdict that no failure
+// bears out is stale (... or the index answered another namespace of its
+// host since): requests wait for the next probe, which decides again").
+// The Store's contract (scripts.go, breakerScript): "The outage starts
+// with the first writer whose breaker opens, and ends for all with the
+// first that closes (the index answered it)". applyView takes the shared
+// close only off the host's pace count; the lane's verdict stayed current
+// until its own next probe (30 s away with 16 namespaces of the host down,
+// 5 s with one), and every batch meanwhile failed unsent although the index
+// answered this namespace to another process.
+func TestALaneWhoseOtherWritersSawTheOutageEndProbesAtOnceAndFailsNothingUnsent(t *testing.T) {
+	_, clk, lanes := downLanes(t, 16)
+	ln := lanes[3]
+	m := newFakeMember(liveLaneNoCut(clk.Now()))
+	// The store heard of this writer's outage (Breaker(true)).
+	v := m.View()
+	v.OpenSince, v.Answered = clk.Now(), true
+	m.set(v)
+	shareDownLane(ln, m)
+	start := clk.Now()
+	// Over a minute of outage, every namespace's probes failing.
+	failProbesUntil(t, clk, lanes, start.Add(outagePatience+20*time.Second))
+	// The probe of ln just failed, or did a moment ago.
+	probeWith(t, clk, ln, errServer)
+	require.True(t, ln.gaveUp(), "during the outage, after its minute, batches fail unsent")
+	nextProbe := nextProbeOf(ln)
+	t.Logf("ln's next probe in %v", nextProbe.Sub(clk.Now()))
+
+	// The index is back: another process's writer of this namespace got
+	// an answer, and the store cleared the outage (open_since 0).
+	clk.Advance(time.Second)
+	v = m.View()
+	v.OpenSince = time.Time{}
+	apply(ln, m, v)
+
+	assert.False(t, ln.gaveUp(),
+		"the lane's writers saw the outage end: its batches must not fail unsent with errOutageTooLong")
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := ln.acquire(cctx, req(1))
+	assert.NotErrorIs(t, err, errOutageTooLong, "a batch after the shared outage ended failed unsent")
+	assert.LessOrEqual(t, nextProbeOf(ln).Sub(clk.Now()), probeEvery,
+		"the lane probes at once once its other writers heard the index back (it waited %v)", nextProbe.Sub(clk.Now()))
+}
+
+// A new membership whose first view holds an outage that began
+// before this writer's latest answer (another process's writer opened its
+// breaker minutes ago and none closed it since: that writer is cut off
+// from the index, or the lane's other writers all left) does not fail this
+// writer's batches unsent. applyView says so for a rejoin ("This writer
+// saw the outage end while the store was out of reach ...: it says so now
+// rather than reopen for an outage that its own answers show is over"),
+// and the core's rule is that a writer "that never got an answer itself
+// must not call a live index dead" / "must not fail records it never sent
+// on another's word" (docs/redis-sharing.md, departure 6). But joinShare
+// sets shared before applyView, so a new membership is never "rejoined":
+// the breaker opened on the old outage (openedAt = OpenSince, two minutes
+// ago), and a server error of this writer a few seconds old, followed by
+// answers, "bore it out" (borneOut: within 2×probeMax): every batch but
+// the probe failed with errOutageTooLong although the index answered this
+// writer after the outage began, and after that failure. The writer now
+// tells the store the outage is over.
+func TestANewMembershipDoesNotReopenAnOutageItsOwnAnswersShowIsOver(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	ln := lim.holdLane(laneID{host: probeHost, key: "ns"}, MaxBatchSize)
+	defer ln.holdRoute(-1)
+	send := func(e *Error) {
+		t.Helper()
+		clk.Advance(time.Millisecond)
+		p, err := ln.acquire(ctx, req(1))
+		require.NoError(t, err)
+		ln.release(p, e)
+	}
+	send(nil)
+	send(errServer) // a blip
+	send(nil)       // the index answers this writer again
+	send(nil)
+	clk.Advance(3 * time.Second)
+
+	// Another process's writer opened its breaker two minutes ago, and
+	// none closed it since (that writer cannot reach the index).
+	v := liveLaneNoCut(clk.Now())
+	v.OpenSince, v.Answered = clk.Now().Add(-2*outagePatience), true
+	m := newFakeMember(v)
+	leave := ln.joinShare(ctx, fakeStore{m}, share.Lane{Host: probeHost, Namespace: "ns"}, new(shareCounters))
+	defer leave()
+
+	assert.False(t, ln.gaveUp(),
+		"this writer's own answers came after the shared outage began: its batches must not fail unsent")
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := ln.acquire(cctx, req(1))
+	assert.NotErrorIs(t, err, errOutageTooLong, "a batch failed unsent on another writer's outage")
+	assert.False(t, breakerOpen(ln), "the writer's own answers show the outage over: it does not reopen")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	assert.Contains(t, m.breakers, false, "the writer tells the store the outage is over")
+}
+
+// A failure that the index answered a later request of the writer past
+// bears out no verdict: a breaker opened by another writer's outage (heard)
+// waits for its probe rather than fail requests unsent, however old the
+// outage (openSince may come from another machine's clock, which the
+// writer's own answers cannot be compared with).
+func TestAFailureTheIndexAnsweredPastBearsOutNoVerdict(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var b breaker
+	require.False(t, b.failure(t0, t0, false, false))
+	b.success(t0.Add(time.Second)) // a request sent after the failure, answered
+	now := t0.Add(3 * time.Second)
+	require.True(t, b.heard(now, now.Add(-2*outagePatience), true), "another writer's outage opens it")
+	assert.False(t, b.borneOut(now))
+	assert.False(t, b.current(now))
+	assert.Nil(t, b.gaveUp(now), "requests wait for the probe")
+}

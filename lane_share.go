@@ -192,13 +192,16 @@ func (ln *lane) applyView(v share.View) {
 		ln.pausedUntil = v.PausedUntil
 		ln.signals.rates.fire()
 	}
-	openSince := v.OpenSince
-	if rejoined && !openSince.IsZero() && !ln.breaker.open && ln.breaker.answeredSince(openSince) {
-		// This writer saw the outage end while the store was out of
-		// reach, and could not say so: it says so now rather than
-		// reopen for an outage that its own answers show is over.
+	openSince, heardOpen := v.OpenSince, ln.breaker.shared.openSince
+	if !openSince.IsZero() && !ln.breaker.open && ln.breaker.answeredSince(openSince) {
+		// This writer's own answers show the outage over (it saw it end
+		// while the store was out of reach, or the writer that opened it
+		// cannot reach the index): it says so rather than reopen.
 		openSince = time.Time{}
 		ln.queueBreaker(false)
+	}
+	if openSince.IsZero() && !heardOpen.IsZero() && ln.breaker.open {
+		ln.sharedBack(now)
 	}
 	if !openSince.IsZero() && !ln.breaker.open {
 		ln.heardOpen() // it may open: its first probe takes its share of the host's pace
@@ -213,6 +216,19 @@ func (ln *lane) applyView(v share.View) {
 		ln.host.mu.Lock()
 		ln.host.setOpen(ln, false, time.Time{})
 		ln.host.mu.Unlock()
+	}
+}
+
+// sharedBack takes the end of the lane's outage that another writer saw
+// (the index answered it), as an answer to another namespace of the host
+// is taken: the verdict is stale, and the host's open breakers, this one
+// too, probe at once; ln.mu is held.
+func (ln *lane) sharedBack(now time.Time) {
+	if ln.host != nil {
+		ln.host.closed(ln, now)
+	}
+	if ln.breaker.hostBack(now, now) {
+		ln.signals.breaker.fire()
 	}
 }
 

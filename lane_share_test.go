@@ -571,11 +571,19 @@ func TestSharedLaneBreaker(t *testing.T) {
 	assert.Equal(t, []bool{true, false}, m.breakers, "the lane hears of the outage and of its end")
 	m.mu.Unlock()
 
-	// An outage another writer's breaker opened a minute ago: this lane
-	// pauses, and gives up with the lane's patience, not a fresh one.
+	// An outage another writer's breaker opened a minute ago, after this
+	// writer's last answer: this lane pauses, and once its own probe fails
+	// too, gives up with the lane's patience, not a fresh one.
+	clk.Advance(2 * outagePatience)
 	v := m.View()
 	v.OpenSince, v.Answered = clk.Now().Add(-outagePatience), true
 	apply(ln, m, v)
+	require.True(t, breakerOpen(ln))
+	clk.Advance(probeEvery)
+	p, err = ln.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	require.NotZero(t, p.probe)
+	ln.release(p, &Error{Class: ClassServer})
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	assert.True(t, ln.breaker.open)

@@ -104,7 +104,8 @@ type describedInfo struct {
 // again fails (an outage), it returns no error but nothing known: the
 // index answered this connection (a short outage is waited out, see
 // newIndexShape), and its shape may have changed since (the dimension is
-// learned as when the index cannot be asked); a later call asks again.
+// learned as when the index cannot be asked); that is kept a minute too,
+// so that an outage makes each call wait for no failing question.
 func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.Time) (indexInfo, error) {
 	key := weak.Make(idx)
 	described.mu.Lock()
@@ -117,6 +118,7 @@ func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.
 	st, err := idx.DescribeIndexStats(ctx)
 	if err != nil {
 		if ok {
+			keepDescribed(idx, key, indexInfo{}, now)
 			return indexInfo{}, nil
 		}
 		return indexInfo{}, err
@@ -132,6 +134,12 @@ func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.
 		// record) may say more later: nothing is kept.
 		return info, nil
 	}
+	keepDescribed(idx, key, info, now)
+	return info, nil
+}
+
+// keepDescribed keeps info as what idx's index said at now.
+func keepDescribed(idx *pinecone.IndexConnection, key weak.Pointer[pinecone.IndexConnection], info indexInfo, now time.Time) {
 	described.mu.Lock()
 	defer described.mu.Unlock()
 	if described.infos == nil {
@@ -141,7 +149,6 @@ func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.
 		runtime.AddCleanup(idx, forgetDescribed, key)
 	}
 	described.infos[key] = describedInfo{info, now}
-	return info, nil
 }
 
 func forgetDescribed(key weak.Pointer[pinecone.IndexConnection]) {

@@ -281,3 +281,51 @@ func TestAFailedDescribeAfterTheMinuteKeepsNoExpiredDimension(t *testing.T) {
 	assert.Equal(t, 5, res.Upserted)
 	assert.Equal(t, 5, srv.Count("ns"))
 }
+
+// README, "Through WithIndex, a run asks the index its dimension
+// and vector type first (DescribeIndexStats, once a minute per connection
+// at most ..."): calls through one connection ask DescribeIndexStats at
+// most once a minute. Once the kept answer expired, a describe that fails
+// keeps nothing (describeIndex returns before storing, the old entry's
+// time unchanged), so every later call through the connection asked again,
+// each waiting for the failure (up to describeTimeout, 5 s, when describe
+// hangs, as on a large index or a partitioned network), for as long as
+// describe failed: ten calls within a second asked ten times.
+func TestDescribeIsAskedAtMostOnceAMinuteAlsoWhenItFails(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	var down atomic.Bool
+	var asked atomic.Int32
+	ic := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/DescribeIndexStats") {
+			asked.Add(1)
+			if down.Load() {
+				return status.Error(codes.Unavailable, "upstream connect error")
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"}, grpc.WithChainUnaryInterceptor(ic))
+	require.NoError(t, err)
+	defer idx.Close()
+	clk := newFakeClock()
+	run := func() {
+		t.Helper()
+		_, err := All(context.Background(), vectors(2, 4), WithIndex(idx), withClock(clk), withRand(maxRand),
+			WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+	}
+	run()
+	run() // the server now says dimension 4: kept
+	clk.Advance(2 * describedFor)
+	down.Store(true)
+	before := asked.Load()
+	for range 10 {
+		run()
+		clk.Advance(100 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, asked.Load()-before, int32(1),
+		"DescribeIndexStats asked by 10 calls within a second through one connection (README: once a minute per connection at most)")
+}

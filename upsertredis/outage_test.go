@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	"github.com/upsertlib/upsert"
 	"github.com/upsertlib/upsert/internal/redistest"
@@ -273,3 +275,56 @@ type errorReply string
 
 func (e errorReply) Error() string { return string(e) }
 func (errorReply) RedisError()     {}
+
+// As TestAWriterJoiningAnOldSharedOutageFailsNoRecordUnsent says, "an outage verdict that none of its own failures bore out lately
+// fails nothing: its requests wait for the probe, and the index answers".
+// Here the joining writer is a service's Limiter kept between calls
+// (WithLimiter) whose last call met one server error a moment ago, which
+// the index's answers followed (the blip is over: the index answered this
+// writer after it, and long after the lane's outage began). Its next call
+// joins the lane, whose state still holds another writer's outage of two
+// minutes ago: the breaker opens on it (a new membership is no "rejoin",
+// so applyView's check that this writer's own answers show the outage is
+// over is skipped), the blip "bears it out" (borneOut: within 2×probeMax),
+// and every batch but the probe failed unsent with "every request has
+// failed ... for over a minute", although the index answered every request.
+func TestAKeptLimiterJoiningAnOldSharedOutageAfterABlipFailsNoRecordUnsent(t *testing.T) {
+	rdb := client(t, nil)
+	idx := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		if r.Seq == 2 {
+			return upserttest.Fault{Code: codes.Unavailable} // a blip: the retry lands
+		}
+		return upserttest.Fault{}
+	}))
+	t.Cleanup(idx.Close)
+	conn := indexConn(t, idx.Host())
+	s := newStore(t, rdb)
+	ctx := context.Background()
+	lim := upsert.NewLimiter() // a service's, kept between calls
+	idle := s.Join(ctx, share.Lane{Host: strings.TrimPrefix(idx.Host(), "http://"), Namespace: e2eNamespace}).(*member)
+	t.Cleanup(func() { _ = idle.Leave(ctx) })
+	idle.Demand(0)
+
+	res, err := upsert.All(ctx, vectors(0, 15), upsert.WithIndex(conn), upsert.WithLimiter(lim), s.Option(),
+		upsert.WithBatchSize(5), upsert.WithConcurrency(1))
+	require.NoError(t, err)
+	require.Equal(t, 15, res.Upserted)
+	require.Equal(t, 1, res.Stats.Retries, "one server error, retried and landed")
+
+	// The other writer's outage, two minutes old (it cannot reach the
+	// index, or died since), as Redis holds it.
+	_, err = idle.Breaker(ctx, true)
+	require.NoError(t, err)
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.HSet(ctx, idle.keys[0], "open_since", now.Add(-2*time.Minute).UnixMilli(), "answered", 1).Err())
+
+	res, err = upsert.All(ctx, vectors(100, 50), upsert.WithIndex(conn), upsert.WithLimiter(lim), s.Option())
+	assert.NoError(t, err)
+	if len(res.Failed) > 0 {
+		t.Errorf("%d of 50 records failed unsent on another writer's outage, the index answering this writer; first: %v",
+			len(res.Failed), res.Failed[0].Err)
+	}
+	assert.Equal(t, 50, res.Upserted)
+	assert.Equal(t, 65, idx.Count(e2eNamespace))
+}

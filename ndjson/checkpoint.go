@@ -30,7 +30,11 @@ import (
 // their letters would send them twice, and could overwrite a newer record
 // of their id. They get no letter and Count does not count them; the
 // run's Result still reports them. WriteStale and WriteBad are
-// unaffected.
+// unaffected: a resumed run reads its input from the start again (Stream
+// skips the records the checkpoint settled), so a program that writes its
+// bad lines with WriteBad writes those before the checkpoint a second time
+// unless it keeps how far it wrote them (cmd/pcupsert keeps that line in
+// its checkpoint).
 //
 // So the returned checkpoint must be the one given to the run whose
 // failures d receives: a run with another checkpoint or none would resend

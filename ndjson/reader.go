@@ -99,7 +99,11 @@ func (e *LineError) Error() string {
 	}
 	id := e.ID
 	if len(id) > maxIDInError {
-		id = id[:maxIDInError] + "…"
+		cut := maxIDInError
+		for cut > 0 && !utf8.RuneStart(id[cut]) {
+			cut-- // not within a character
+		}
+		id = id[:cut] + "…"
 	}
 	return fmt.Sprintf("line %d (id %q): %v", e.Line, id, e.Err)
 }
@@ -164,12 +168,16 @@ func (r *Reader) Raw() []byte { return r.raw }
 // readLine reads the next line, without its line ending, into r.raw.
 func (r *Reader) readLine() ([]byte, error) {
 	r.raw, r.buf = nil, r.buf[:0]
-	n := 0 // bytes of the line read so far, line ending included
+	n := 0                   // bytes of the line read so far, line ending included
+	most := MaxLineBytes + 2 // room for "\r\n"
+	if r.line == 0 {
+		most += len(utf8BOM) // not part of the line (Raw)
+	}
 	for {
 		chunk, err := r.br.ReadSlice('\n')
 		n += len(chunk)
 		switch {
-		case n > MaxLineBytes+2: // room for "\r\n"
+		case n > most:
 			r.raw, r.buf = nil, nil // skip the rest of the line
 		case len(r.buf) == 0 && err != bufio.ErrBufferFull:
 			r.raw = chunk // the whole line is in br's buffer: no copy
@@ -192,7 +200,7 @@ func (r *Reader) readLine() ([]byte, error) {
 		if r.line == 1 {
 			r.raw = bytes.TrimPrefix(r.raw, utf8BOM)
 		}
-		if n > MaxLineBytes+2 || len(r.raw) > MaxLineBytes {
+		if n > most || len(r.raw) > MaxLineBytes {
 			r.raw = nil
 			return nil, &LineError{Line: r.line, Err: ErrLineTooLong}
 		}

@@ -258,6 +258,7 @@ func TestLineErrorMessage(t *testing.T) {
 		{"names the line", &ndjson.LineError{Line: 3, Err: ndjson.ErrMissingID}, "line 3: missing or empty id"},
 		{"names the id when there is one", &ndjson.LineError{Line: 9, ID: "doc-1", Err: ndjson.ErrWrongType}, `line 9 (id "doc-1"): wrong type`},
 		{"shortens a long id", &ndjson.LineError{Line: 1, ID: strings.Repeat("x", 500), Err: ndjson.ErrSyntax}, `line 1 (id "` + strings.Repeat("x", 80) + `…"): invalid JSON`},
+		{"shortens a long id between characters", &ndjson.LineError{Line: 1, ID: "x" + strings.Repeat("é", 100), Err: ndjson.ErrSyntax}, `line 1 (id "x` + strings.Repeat("é", 39) + `…"): invalid JSON`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -357,10 +358,12 @@ func TestReaderLongLines(t *testing.T) {
 		}
 		head, tail := `{"id":"big","metadata":{"s":"`, `"}}`
 		fill := ndjson.MaxLineBytes - len(head) - len(tail)
-		in := io.MultiReader(strings.NewReader(head), repeat("x", fill), strings.NewReader(tail+"\r\n"))
-		v, err := ndjson.NewReader(in).Next()
-		require.NoError(t, err)
-		assert.Len(t, v.Metadata.Fields["s"].GetStringValue(), fill)
+		for _, bom := range []string{"", "\xEF\xBB\xBF"} { // a BOM is not part of the line
+			in := io.MultiReader(strings.NewReader(bom+head), repeat("x", fill), strings.NewReader(tail+"\r\n"))
+			v, err := ndjson.NewReader(in).Next()
+			require.NoError(t, err, "BOM %q", bom)
+			assert.Len(t, v.Metadata.Fields["s"].GetStringValue(), fill)
+		}
 	})
 
 	t.Run("a longer line is an error and the reader goes on", func(t *testing.T) {

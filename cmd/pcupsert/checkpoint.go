@@ -46,17 +46,30 @@ import (
 // checkpoint of an earlier pcupsert, without "parquet", is taken on its
 // first bytes alone, with a warning (checkTail).
 //
-// The third line, left out when 0, is the line (or row) of the input up
+// The third line names where the records were settled, the index's host
+// (canonicalHost) and the namespace (namespaceName), both quoted as Go
+// strings (a namespace may hold spaces):
+//
+//	target "name-project.svc.region.pinecone.io" "__default__"
+//
+// A run that writes elsewhere refuses a checkpoint that skips records, as
+// it refuses one of another input: the records it skips never landed
+// where it writes (checkSettledTarget). The embedded index, a new one at
+// each run, is "embedded loopback index", which no host is.
+//
+// The last line, left out when 0, is the line (or row) of the input up
 // to which every bad line is in the dead-letter file: a resumed run does
 // not report those again, wherever they are (after the last record of a
-// finished load, too). A checkpoint of one line, as
-// pcupsert wrote before it kept the second, is taken as it is, with a
-// warning; one of two lines, as pcupsert wrote before it kept the third,
-// is taken as it is too: the bad lines after its last settled record are
-// reported once more, and the run saves the third line even if it settles
-// no record (durableCheckpoint.finish). The file is replaced atomically (a
-// temporary file, then a rename), so that a crash leaves the old
-// checkpoint or the new one.
+// finished load, too). A checkpoint of one line, as pcupsert wrote before
+// it kept the second, is taken as it is, with a warning; one without the
+// target line, as pcupsert wrote before it kept it, with a warning too
+// (checkSettledTarget); one without the reported line is taken as it is:
+// the bad lines after its last settled record are reported once more,
+// and the run saves that line even if it settles no record
+// (durableCheckpoint.finish). The lines after the second are told apart
+// by their first word. The file is replaced atomically (a temporary file,
+// then a rename), so that a crash leaves the old checkpoint or the new
+// one.
 //
 // A run holds an exclusive lock on PATH.lock (see lockFile) from before it
 // reads the checkpoint to its end: a second pcupsert on the same
@@ -139,16 +152,103 @@ func parseSum(s string, sum *[sha256.Size]byte) bool {
 	return true
 }
 
+// checkpointTarget is where a checkpoint's records were settled, or where
+// a run writes: the index's host, as canonicalHost spells it
+// (embeddedHost for the embedded index; "" for a dry run's --index,
+// whose host is not looked up), and the namespace, as namespaceName
+// spells it.
+type checkpointTarget struct{ host, namespace string }
+
+// embeddedHost is the host of the embedded index in a checkpoint: it has
+// spaces, which no host has, and is not the loopback address of the
+// run's index, which the next run's does not share.
+const embeddedHost = "embedded loopback index"
+
+// targetPrefix starts the target line of a checkpoint.
+const targetPrefix = "target "
+
+func (t checkpointTarget) String() string {
+	return targetPrefix + strconv.Quote(t.host) + " " + strconv.Quote(t.namespace)
+}
+
+// parseTarget reads the target line of a checkpoint.
+func parseTarget(line string) (checkpointTarget, bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), targetPrefix)
+	host, rest, ok2 := cutQuoted(rest)
+	rest, ok3 := strings.CutPrefix(rest, " ")
+	ns, rest, ok4 := cutQuoted(rest)
+	if !ok || !ok2 || !ok3 || !ok4 || rest != "" || host == "" {
+		return checkpointTarget{}, false
+	}
+	return checkpointTarget{host: host, namespace: namespaceName(ns)}, true
+}
+
+// cutQuoted cuts the Go string quoted at the start of s off it.
+func cutQuoted(s string) (unquoted, rest string, ok bool) {
+	q, err := strconv.QuotedPrefix(s)
+	if err != nil {
+		return "", s, false
+	}
+	unquoted, err = strconv.Unquote(q)
+	return unquoted, s[len(q):], err == nil
+}
+
+// holds reports whether records settled at t landed where a run writing
+// to run writes: the same namespace, and the same host unless run's is
+// not known (a dry run's --index).
+func (t checkpointTarget) holds(run checkpointTarget) bool {
+	return t.namespace == run.namespace && (run.host == "" || t.host == run.host)
+}
+
+// describe names t for a message.
+func (t checkpointTarget) describe() string {
+	switch t.host {
+	case "":
+		return fmt.Sprintf("namespace %q", t.namespace)
+	case embeddedHost:
+		return fmt.Sprintf("namespace %q of the embedded loopback index", t.namespace)
+	}
+	return fmt.Sprintf("namespace %q of the index at %s", t.namespace, t.host)
+}
+
+// canonicalHost spells an index's host as the library does (its
+// canonicalHost): one index has one spelling, whichever way --host or
+// --index gave it. The scheme is left out too: checkHost adds https://
+// to a host given without one.
+func canonicalHost(host string) string {
+	if _, rest, ok := strings.Cut(host, "://"); ok {
+		host = rest
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "/"))
+	return strings.TrimSuffix(host, ":443")
+}
+
+// defaultNamespace is Pinecone's other name of the default namespace "",
+// which go-pinecone v5 sends for it: the two are one namespace.
+const defaultNamespace = "__default__"
+
+// namespaceName spells namespace ns one way: the default namespace,
+// "" or "__default__", as "__default__", the name the report gives it.
+func namespaceName(ns string) string {
+	if ns == "" {
+		return defaultNamespace
+	}
+	return ns
+}
+
 // savedCheckpoint is what a checkpoint file holds.
 type savedCheckpoint struct {
 	settled int64    // records settled at the start of the input
 	id      *inputID // nil for a checkpoint of an earlier pcupsert
+	// target is where the records were settled; nil for a checkpoint of
+	// an earlier pcupsert.
+	target *checkpointTarget
 	// reported is the line or row up to which the input's bad lines are
 	// reported; 0 when the checkpoint does not say.
 	reported int
 }
 
-// reportedPrefix starts the third line of a checkpoint.
+// reportedPrefix starts the last line of a checkpoint.
 const reportedPrefix = "reported-through "
 
 // readCheckpoint reads the checkpoint file at path. A missing file is a
@@ -162,9 +262,10 @@ func readCheckpoint(path string) (savedCheckpoint, error) {
 	if err != nil {
 		return c, fmt.Errorf("reading the checkpoint: %w", err)
 	}
-	bad := fmt.Errorf("checkpoint %s: not a pcupsert checkpoint (a record count, the input's identity, and how far its bad lines are reported): %q", path, b)
+	bad := fmt.Errorf("checkpoint %s: not a pcupsert checkpoint (a record count, the input's identity, "+
+		"where it was settled, and how far its bad lines are reported): %q", path, b)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 3 {
+	if len(lines) > 4 {
 		return c, bad
 	}
 	if c.settled, err = strconv.ParseInt(strings.TrimSpace(lines[0]), 10, 64); err != nil || c.settled < 0 {
@@ -178,24 +279,48 @@ func readCheckpoint(path string) (savedCheckpoint, error) {
 		return savedCheckpoint{}, bad
 	}
 	c.id = &id
-	if len(lines) == 3 {
-		n, found := strings.CutPrefix(strings.TrimSpace(lines[2]), reportedPrefix)
-		if c.reported, err = strconv.Atoi(n); !found || err != nil || c.reported < 0 {
+	for _, line := range lines[2:] {
+		if !c.readLine(line) {
 			return savedCheckpoint{}, bad
 		}
 	}
 	return c, nil
 }
 
+// readLine reads a line of a checkpoint after the second: the target or
+// the reported line, each once at most.
+func (c *savedCheckpoint) readLine(line string) bool {
+	if strings.HasPrefix(line, targetPrefix) {
+		t, ok := parseTarget(line)
+		if !ok || c.target != nil {
+			return false
+		}
+		c.target = &t
+		return true
+	}
+	n, found := strings.CutPrefix(strings.TrimSpace(line), reportedPrefix)
+	r, err := strconv.Atoi(n)
+	if !found || err != nil || r < 0 || c.reported != 0 {
+		return false
+	}
+	c.reported = r
+	return true
+}
+
 // checkpointFile is the --checkpoint file, an upsert.Checkpoint: Load
 // returns what openCheckpoint read, and Save writes the identity of the
-// run's input with the count, and how far its bad lines are reported.
+// run's input with the count, where the run writes, and how far its bad
+// lines are reported.
 type checkpointFile struct {
 	path           string
 	loaded         int64
-	loadedReported int      // the loaded checkpoint's reported line
-	loadedID       *inputID // the loaded identity, once checked against the input; nil if not
-	head           *inputHead
+	loadedReported int               // the loaded checkpoint's reported line
+	loadedID       *inputID          // the loaded identity, once checked against the input; nil if not
+	loadedTarget   *checkpointTarget // the loaded target, which checkTarget checks; nil if none
+	// target is where the run writes, once checkTarget has checked it; nil
+	// before, and the saves write no target line.
+	target *checkpointTarget
+	head   *inputHead
 	// reported returns the line or row up to which the run has handled
 	// the input's bad lines (reported them, or skipped them as reported
 	// by an earlier run); nil: none.
@@ -233,7 +358,8 @@ var errBeingRead = fmt.Errorf("%w reading it", errLocked)
 // openCheckpoint opens the checkpoint at path for a run of the input
 // named name, whose start is head: it locks it (a second pcupsert on it
 // is refused), checks that the file can be written, reads it, and refuses
-// a checkpoint that would skip records of another input. Its errors are
+// a checkpoint that would skip records of another input; checkTarget
+// checks it against the index, once opened. Its errors are
 // *usageErrors but for a checkpoint that cannot be read. Checking reads
 // the start of the input, which for stdin may wait until it comes: ctx
 // ends the wait. The caller closes the checkpoint, which lets go of the
@@ -262,8 +388,8 @@ func openCheckpoint(ctx context.Context, path, name string, head *inputHead, con
 	if err := checkInput(ctx, path, name, head, saved, con); err != nil {
 		return nil, err
 	}
-	c := &checkpointFile{path: path, loaded: saved.settled, loadedReported: saved.reported, head: head, lock: lock,
-		saved: saved.settled, savedReported: saved.reported}
+	c := &checkpointFile{path: path, loaded: saved.settled, loadedReported: saved.reported, loadedTarget: saved.target,
+		head: head, lock: lock, saved: saved.settled, savedReported: saved.reported}
 	if saved.settled > 0 || saved.reported > 0 {
 		c.loadedID = saved.id // checked against the input
 	}
@@ -271,12 +397,13 @@ func openCheckpoint(ctx context.Context, path, name string, head *inputHead, con
 }
 
 // readCheckpointOnly reads the checkpoint at path for a dry run of the
-// input named name, whose start is head, and checks it against the input
-// as openCheckpoint does (the same *usageErrors), but takes no lock and
+// input named name, whose start is head, writing to tgt, and checks it
+// against the input and tgt as openCheckpoint and checkTarget do (the
+// same *usageErrors), but takes no lock and
 // writes nothing: a run on the checkpoint may be under way, and the dry
 // run neither waits for it nor stands in its way. A missing file is a
 // fresh start, as for a run.
-func readCheckpointOnly(ctx context.Context, path, name string, head *inputHead, con io.Writer) (savedCheckpoint, error) {
+func readCheckpointOnly(ctx context.Context, path, name string, head *inputHead, tgt checkpointTarget, con io.Writer) (savedCheckpoint, error) {
 	if err := checkSavable(path); err != nil { // as a run would refuse it, writing nothing to find out
 		return savedCheckpoint{}, usagef("--checkpoint %s: cannot be saved there: %v", path, err)
 	}
@@ -287,7 +414,44 @@ func readCheckpointOnly(ctx context.Context, path, name string, head *inputHead,
 	if err := checkInput(ctx, path, name, head, saved, con); err != nil {
 		return savedCheckpoint{}, err
 	}
+	if err := checkSettledTarget(path, name, saved, tgt, con); err != nil {
+		return savedCheckpoint{}, err
+	}
 	return saved, nil
+}
+
+// checkTarget checks the checkpoint against tgt, where the run writes
+// (checkSettledTarget), before anything is sent, and has the saves name
+// tgt. It is apart from openCheckpoint because the host of --index is
+// known only once looked up.
+func (c *checkpointFile) checkTarget(tgt checkpointTarget, name string, con io.Writer) error {
+	saved := savedCheckpoint{settled: c.loaded, reported: c.loadedReported, target: c.loadedTarget}
+	if err := checkSettledTarget(c.path, name, saved, tgt, con); err != nil {
+		return err
+	}
+	c.target = &tgt
+	return nil
+}
+
+// checkSettledTarget returns a *usageError if the checkpoint saved at
+// path, of the input named name, skips records (or bad lines) settled
+// elsewhere than tgt: they never landed where the run writes. A
+// checkpoint of an earlier pcupsert, which does not name its target, is
+// taken with a warning on con, as one that does not name its input is
+// (checkInput).
+func checkSettledTarget(path, name string, saved savedCheckpoint, tgt checkpointTarget, con io.Writer) error {
+	switch {
+	case saved.settled == 0 && saved.reported == 0: // nothing to skip, wherever it goes
+	case saved.target == nil:
+		fmt.Fprintf(con, "pcupsert: the checkpoint %s does not say which index and namespace it was saved for (an earlier pcupsert wrote it): "+
+			"skipping %s of %s as it says; if they were settled elsewhere than %s, stop and remove it to load %s from its start\n",
+			path, skippedBy(saved), name, tgt.describe(), name)
+	case !saved.target.holds(tgt):
+		return usagef("the checkpoint %s was saved for another target: %s, and this run writes to %s; "+
+			"resuming would skip %s of %s, which were never sent there: remove %s to load %s from its start, "+
+			"or give the target it was saved for", path, saved.target.describe(), tgt.describe(), skippedBy(saved), name, path, name)
+	}
+	return nil
 }
 
 // frozenCheckpoint is the upsert.Checkpoint of a dry run: Load returns the
@@ -356,13 +520,19 @@ func checkTail(path, name string, tail inputTail, saved savedCheckpoint, con io.
 // another input than the one named name, whose identity differs as why
 // says.
 func anotherInput(path, name, why string, saved savedCheckpoint) error {
+	return usagef("the checkpoint %s was saved for another input: %s %s, "+
+		"and resuming would skip %s of it, which were never sent or reported; remove %s to load %s from its start, "+
+		"or give the checkpoint of %s", path, name, why, skippedBy(saved), path, name, name)
+}
+
+// skippedBy says what a run resumed from saved skips: "3 records", and
+// "and the bad lines up to line (or row) N" when it says.
+func skippedBy(saved savedCheckpoint) string {
 	skipped := quantity(int(saved.settled), "record")
 	if saved.reported > 0 {
 		skipped += fmt.Sprintf(" and the bad lines up to line (or row) %d", saved.reported)
 	}
-	return usagef("the checkpoint %s was saved for another input: %s %s, "+
-		"and resuming would skip %s of it, which were never sent or reported; remove %s to load %s from its start, "+
-		"or give the checkpoint of %s", path, name, why, skipped, path, name, name)
+	return skipped
 }
 
 // notTheInput is the *usageError of a checkpoint at path that does not
@@ -461,9 +631,9 @@ func (c *checkpointFile) reportedNow() int {
 	return max(c.loadedReported, c.reported())
 }
 
-// Save writes n, the identity of the input and the line up to which its
-// bad lines are reported, durably. The caller must have made the letters
-// of those bad lines durable first (see durableCheckpoint).
+// Save writes n, the identity of the input, the target and the line up
+// to which its bad lines are reported, durably. The caller must have made
+// the letters of those bad lines durable first (see durableCheckpoint).
 func (c *checkpointFile) Save(_ context.Context, n int64) error {
 	return c.save(n, c.reportedNow())
 }
@@ -489,6 +659,9 @@ func (c *checkpointFile) save(n int64, reported int) error {
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%d\n%v\n", n, id)
+	if c.target != nil {
+		fmt.Fprintf(&b, "%v\n", *c.target)
+	}
 	if reported > 0 {
 		fmt.Fprintf(&b, "%s%d\n", reportedPrefix, reported)
 	}

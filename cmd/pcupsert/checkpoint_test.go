@@ -29,8 +29,9 @@ import (
 	"github.com/upsertlib/upsert/upserttest"
 )
 
-// A checkpoint holds the count of records settled and the identity of the
-// input: the SHA-256 of its first bytes, and how many.
+// A checkpoint holds the count of records settled, the identity of the
+// input (the SHA-256 of its first bytes, and how many), and where the
+// records were settled: the index's host and the namespace.
 func TestACheckpointNamesItsInput(t *testing.T) {
 	dir := t.TempDir()
 	ckpt, in := filepath.Join(dir, "ckpt"), filepath.Join(dir, "in.ndjson")
@@ -40,8 +41,8 @@ func TestACheckpointNamesItsInput(t *testing.T) {
 	require.Equal(t, exitOK, res.status, res.stderr)
 	got, err := os.ReadFile(ckpt)
 	require.NoError(t, err)
-	assert.Equal(t, fmt.Sprintf("3\n%v\n", idOf([]byte(input))), string(got))
-	assert.Regexp(t, `^3\ninput 102 [0-9a-f]{64}\n$`, string(got), "the whole input, of 102 bytes")
+	assert.Equal(t, fmt.Sprintf("3\n%v\n", idOf([]byte(input)))+embeddedTarget, string(got))
+	assert.Regexp(t, `^3\ninput 102 [0-9a-f]{64}\ntarget "embedded loopback index" "__default__"\n$`, string(got), "the whole input, of 102 bytes")
 }
 
 // A checkpoint saved for one input, given with another (a script that
@@ -129,7 +130,7 @@ func TestACheckpointWithoutItsInputIsTakenWithAWarning(t *testing.T) {
 	assert.Contains(t, res.stderr, "pcupsert: the checkpoint "+ckpt+" does not say which input it was saved for (an earlier pcupsert wrote it): "+
 		"skipping the first 3 records of "+in+" as it says; if it belongs to another input, stop and remove it")
 	assert.Equal(t, "2", reportValue(t, res.stdout, "upserted"))
-	assert.Regexp(t, `^5\ninput \d+ [0-9a-f]{64}\n$`, readString(t, ckpt))
+	assert.Regexp(t, `^5\ninput \d+ [0-9a-f]{64}\ntarget "embedded loopback index" "__default__"\n$`, readString(t, ckpt))
 
 	for _, bad := range []string{"x\n", "3\ninput 12\n", "3\nsomething else\n"} {
 		require.NoError(t, os.WriteFile(ckpt, []byte(bad), 0o600))
@@ -333,9 +334,20 @@ func TestALegacyCheckpointIsNotTurnedIntoOneThatMatchesEveryInput(t *testing.T) 
 }
 
 // checkpointFor returns the content of a checkpoint of n records for input,
-// as pcupsert writes it for an input without bad lines.
+// as pcupsert wrote it for an input without bad lines before it kept the
+// target line (embeddedTarget, or targetLine, follows it now).
 func checkpointFor(n int, input string) string {
 	return fmt.Sprintf("%d\n%v\n", n, idOf([]byte(input[:min(len(input), headBytes)])))
+}
+
+// embeddedTarget is the target line of a checkpoint of the embedded
+// index's default namespace.
+const embeddedTarget = `target "embedded loopback index" "__default__"` + "\n"
+
+// targetLine returns the target line of a checkpoint of namespace ns of
+// srv, as --host srv.Host() names it.
+func targetLine(srv *upserttest.Server, ns string) string {
+	return checkpointTarget{host: canonicalHost(srv.Host()), namespace: namespaceName(ns)}.String() + "\n"
 }
 
 // A Ctrl-C (or SIGTERM) while a resumed run still reads through the part
@@ -473,7 +485,8 @@ func TestARerunOfAFinishedLoadDoesNotReportItsTrailingBadLineAgain(t *testing.T)
 	res := runCmd(t, nil, nil, args...)
 	require.Equal(t, exitFailed, res.status, res.stderr)
 	require.Equal(t, 1, jsonReport(t, res).BadLines)
-	require.Regexp(t, `^5\ninput \d+ [0-9a-f]{64}\nreported-through 6\n$`, readString(t, ckpt), "the checkpoint covers every record, and the bad line")
+	require.Regexp(t, `^5\ninput \d+ [0-9a-f]{64}\ntarget "127\.0\.0\.1:\d+" "__default__"\nreported-through 6\n$`, readString(t, ckpt),
+		"the checkpoint covers every record, and the bad line")
 
 	for rerun := range 2 {
 		res = runCmd(t, nil, nil, args...)
@@ -503,7 +516,7 @@ func TestACheckpointOfAnEarlierPcupsertReportsTheTrailingBadLineOnceMore(t *test
 	res := runCmd(t, nil, nil, args...)
 	require.Equal(t, exitFailed, res.status, res.stderr)
 	require.Equal(t, 1, jsonReport(t, res).BadLines, "it cannot know")
-	require.Equal(t, checkpointFor(5, input)+"reported-through 6\n", readString(t, ckpt))
+	require.Equal(t, checkpointFor(5, input)+embeddedTarget+"reported-through 6\n", readString(t, ckpt))
 
 	res = runCmd(t, nil, nil, args...)
 	require.Equal(t, exitOK, res.status, res.stderr)
@@ -644,7 +657,7 @@ func TestADryRunWithACheckpointSaysWhatTheResumedRunWouldSend(t *testing.T) {
 	info, err := os.Stat(ckpt)
 	require.NoError(t, err)
 
-	dry := runCmd(t, nil, nil, "--dry-run", "--json", "--checkpoint", ckpt, in)
+	dry := runCmd(t, nil, nil, append(remote(t, srv), "--dry-run", "--json", "--checkpoint", ckpt, in)...)
 	require.Equal(t, exitOK, dry.status, "stderr:\n%s", dry.stderr)
 	var rep dryRunReport
 	require.NoError(t, json.Unmarshal([]byte(dry.stdout), &rep), "stdout:\n%s", dry.stdout)
@@ -653,7 +666,7 @@ func TestADryRunWithACheckpointSaysWhatTheResumedRunWouldSend(t *testing.T) {
 		BatchSize: 1000, Namespaces: map[string]int{}, ExitStatus: exitOK,
 	}, rep)
 
-	human := runCmd(t, nil, nil, "--dry-run", "--checkpoint", ckpt, in)
+	human := runCmd(t, nil, nil, append(remote(t, srv), "--dry-run", "--checkpoint", ckpt, in)...)
 	require.Equal(t, exitOK, human.status, "stderr:\n%s", human.stderr)
 	assert.Contains(t, human.stdout, "skipped        100 records, settled by an earlier run (--checkpoint "+ckpt)
 	assert.Contains(t, human.stdout, "would send     0 records in 0 batches")
@@ -751,7 +764,7 @@ func TestABadLineReportedByARunThatSettledNothingIsNotReportedAgain(t *testing.T
 	res := runCmd(t, nil, nil, args...)
 	require.Equal(t, exitFailed, res.status, res.stderr)
 	require.Contains(t, res.stderr, "line 1: invalid JSON")
-	require.Regexp(t, `^0\ninput \d+ [0-9a-f]{64}\nreported-through 1\n$`, readString(t, ckpt))
+	require.Regexp(t, `^0\ninput \d+ [0-9a-f]{64}\ntarget "127\.0\.0\.1:\d+" "__default__"\nreported-through 1\n$`, readString(t, ckpt))
 
 	srv.SetFaults(nil)
 	res = runCmd(t, nil, nil, args...)
@@ -930,7 +943,7 @@ func TestAParquetExportRegeneratedWithNewValuesIsNotTakenForTheOld(t *testing.T)
 	saved := readString(t, ckpt)
 	settled, _ := strconv.Atoi(strings.SplitN(saved, "\n", 2)[0])
 	require.Positive(t, settled, "run 1 settled records before the denial: %q", saved)
-	assert.Regexp(t, `^\d+\ninput 65536 [0-9a-f]{64} parquet \d+ [0-9a-f]{64}\n$`, saved, "the file's size and the hash of its footer and columns' starts")
+	assert.Regexp(t, `^\d+\ninput 65536 [0-9a-f]{64} parquet \d+ [0-9a-f]{64}\ntarget `, saved, "the file's size and the hash of its footer and columns' starts")
 
 	regenerated := writeParquet(t, exportRows(n, 2))
 	a, err := os.ReadFile(old)
@@ -982,7 +995,7 @@ func TestAParquetCheckpointOfAnEarlierPcupsertIsTakenWithAWarning(t *testing.T) 
 	assert.Contains(t, res.stderr, "pcupsert: the checkpoint "+ckpt+" names "+in+" by its first 64 KiB only (an earlier pcupsert wrote it)")
 	assert.Contains(t, res.stderr, "skipped the first 4 records")
 	assert.Equal(t, "5996", reportValue(t, res.stdout, "upserted"))
-	assert.Regexp(t, `^6000\ninput 65536 [0-9a-f]{64} parquet \d+ [0-9a-f]{64}\n$`, readString(t, ckpt))
+	assert.Regexp(t, `^6000\ninput 65536 [0-9a-f]{64} parquet \d+ [0-9a-f]{64}\ntarget `, readString(t, ckpt))
 
 	// A file shorter than 64 KiB was named whole: no warning.
 	small := writeParquet(t, exportRows(10, 1))
@@ -992,7 +1005,7 @@ func TestAParquetCheckpointOfAnEarlierPcupsertIsTakenWithAWarning(t *testing.T) 
 	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(4, string(b))), 0o600))
 	res = runCmd(t, nil, nil, "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, small)
 	assert.Equal(t, exitOK, res.status, res.stderr)
-	assert.NotContains(t, res.stderr, "earlier pcupsert")
+	assert.NotContains(t, res.stderr, "by its first 64 KiB only")
 	assert.Equal(t, "6", reportValue(t, res.stdout, "upserted"))
 
 	nd := filepath.Join(dir, "in.ndjson")
@@ -1001,9 +1014,9 @@ func TestAParquetCheckpointOfAnEarlierPcupsertIsTakenWithAWarning(t *testing.T) 
 	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(3, input)), 0o600))
 	res = runCmd(t, nil, nil, "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, nd)
 	assert.Equal(t, exitOK, res.status, res.stderr)
-	assert.NotContains(t, res.stderr, "earlier pcupsert")
+	assert.NotContains(t, res.stderr, "by its first 64 KiB only")
 	assert.Equal(t, "2", reportValue(t, res.stdout, "upserted"))
-	assert.Equal(t, checkpointFor(5, input), readString(t, ckpt), "the line of an NDJSON input is as it was")
+	assert.Equal(t, checkpointFor(5, input)+embeddedTarget, readString(t, ckpt), "the line of an NDJSON input is as it was")
 }
 
 // The identity line reads back as it was written, with or without the
@@ -1211,7 +1224,8 @@ func TestARunWhoseCheckpointSettledNothingKeepsTheMayBeStaleLettersOfTheRunBefor
 
 	res = runCmd(t, nil, nil, args...)
 	assert.Contains(t, res.stderr, dl+" holds letters of an earlier run whose records may have landed, and the checkpoint "+ckpt+" settled nothing: appending to it")
-	assert.Contains(t, res.stdout, "earlier dead letters: 1 in "+dl)
+	assert.Contains(t, res.stdout, "earlier dead letters: 1 in "+dl+", written by earlier runs, kept and appended to (--checkpoint)\n",
+		"this run resumes none of them")
 	firsts, stale := lettersOf(t, dl, "x")
 	assert.Equal(t, []float32{2, 1, 2}, firsts, "run 1's letter is kept, and run 2's follow it")
 	assert.Equal(t, []bool{true, true, true}, stale)
@@ -1229,7 +1243,7 @@ func TestARunWhoseCheckpointSettledNothingKeepsTheMayBeStaleLettersOfTheRunBefor
 // asked for is owed (durableCheckpoint.finish saves it).
 func TestACheckpointWaitsForTheLettersHeldForAcks(t *testing.T) {
 	var written []exposedLetter
-	x := newExposure(map[string]int{"x": 1}, 2, "tenant", func(l exposedLetter) { written = append(written, l) },
+	x := newExposure(map[letterKey]int{{namespace: "tenant", id: "x"}: 1}, 2, "tenant", func(l exposedLetter) { written = append(written, l) },
 		func(st upsert.Stale) string { return "exposed" })
 	require.NotNil(t, x)
 	assert.Nil(t, newExposure(nil, 2, "", nil, nil), "no letters: nothing exposed")
@@ -1349,17 +1363,221 @@ func TestTheIDsAResumedRunExposesAreReadFromTheFile(t *testing.T) {
 {"id":"g","values":[1],"class":"invalid","error":"bad","index":9}
 {"id":"z","values":[1],"class":"may-be-st`
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
-	ids, late, err := exposedIDs(path, 8)
+	keys := func(m map[string]int) map[letterKey]int {
+		out := make(map[letterKey]int)
+		for id, i := range m {
+			out[letterKey{namespace: "__default__", id: id}] = i
+		}
+		return out
+	}
+	e, err := exposedIDs(path, 8, "")
 	require.NoError(t, err)
-	assert.True(t, late)
-	assert.Equal(t, map[string]int{"x": 5, "y": 7, "t": 3, "g": 9}, ids, "f failed for good before the checkpoint, and did not land")
-	ids, late, err = exposedIDs(path, 0)
+	assert.True(t, e.late)
+	assert.Equal(t, keys(map[string]int{"x": 5, "y": 7, "t": 3, "g": 9}), e.ids, "f failed for good before the checkpoint, and did not land")
+	assert.Empty(t, e.others)
+	e, err = exposedIDs(path, 0, "__default__")
 	require.NoError(t, err)
-	assert.True(t, late)
-	assert.Equal(t, map[string]int{"x": 5, "y": 7, "t": 3, "g": 9, "f": 2}, ids, "a run that settled nothing sends every record again")
+	assert.True(t, e.late)
+	assert.Equal(t, keys(map[string]int{"x": 5, "y": 7, "t": 3, "g": 9, "f": 2}), e.ids, "a run that settled nothing sends every record again")
 
-	ids, late, err = exposedIDs(filepath.Join(t.TempDir(), "none"), 0)
+	e, err = exposedIDs(filepath.Join(t.TempDir(), "none"), 0, "")
 	assert.NoError(t, err)
-	assert.False(t, late)
-	assert.Empty(t, ids)
+	assert.False(t, e.late)
+	assert.Empty(t, e.ids)
+}
+
+// A checkpoint names where its records were settled, and a run that
+// writes elsewhere (the same input into another --namespace, a script
+// that loads one file into each tenant with one --checkpoint) is refused
+// before anything is sent, with exit status 2, as the checkpoint of
+// another input is: resuming would skip every record the checkpoint
+// settled, and none of them is in that namespace. (pcupsert once skipped
+// them, sent nothing and exited 0.) The message names both targets and
+// says what to do; the original target still resumes, and with the
+// checkpoint removed the other namespace gets every record.
+func TestACheckpointOfAnotherNamespaceIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := records(t, 5)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl)
+	res := runCmd(t, nil, nil, append(args, "--namespace", "a", in)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	require.Equal(t, 5, srv.Count("a"))
+	saved := readString(t, ckpt)
+	require.Equal(t, checkpointFor(5, input)+targetLine(srv, "a"), saved)
+
+	requests := srv.Stats().Requests
+	res = runCmd(t, nil, nil, append(args, "--namespace", "b", in)...)
+	assert.Equal(t, exitUsage, res.status, res.stderr)
+	host := canonicalHost(srv.Host())
+	assert.Contains(t, res.stderr, "pcupsert: the checkpoint "+ckpt+" was saved for another target: "+
+		`namespace "a" of the index at `+host+`, and this run writes to namespace "b" of the index at `+host+"; "+
+		"resuming would skip 5 records of "+in+", which were never sent there: remove "+ckpt+" to load "+in+" from its start, "+
+		"or give the target it was saved for\n")
+	assert.Equal(t, requests, srv.Stats().Requests, "nothing was sent")
+	assert.Zero(t, srv.Count("b"))
+	assert.Equal(t, saved, readString(t, ckpt), "the checkpoint is left as it was")
+
+	res = runCmd(t, nil, nil, append(args, "--namespace", "a", in)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "skipped the first 5 records", "the original target resumes")
+
+	require.NoError(t, os.Remove(ckpt))
+	res = runCmd(t, nil, nil, append(args, "--namespace", "b", in)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	assert.Equal(t, 5, srv.Count("b"))
+}
+
+// A checkpoint settled in another index (another --host, or the --index
+// of another host) is refused as one of another namespace is. One index
+// is one host however --host spells it: a run given its host with a
+// trailing "/" resumes; the library's spelling (lower case, no ":443") is
+// what the checkpoint keeps.
+func TestACheckpointOfAnotherHostIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 5)), 0o600))
+	one, other := upserttest.NewServer(), upserttest.NewServer()
+	defer one.Close()
+	defer other.Close()
+	args := []string{"--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, in}
+	res := runCmd(t, nil, nil, append(remote(t, one), args...)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+
+	res = runCmd(t, nil, nil, append(remote(t, other), args...)...)
+	assert.Equal(t, exitUsage, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "pcupsert: the checkpoint "+ckpt+" was saved for another target: "+
+		`namespace "__default__" of the index at `+canonicalHost(one.Host())+
+		`, and this run writes to namespace "__default__" of the index at `+canonicalHost(other.Host())+"; ")
+	assert.Zero(t, other.Stats().Requests, "nothing was sent")
+
+	res = runCmd(t, nil, nil, append([]string{"--host", one.Host() + "/"}, args...)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "skipped the first 5 records")
+
+	assert.Equal(t, "name-project.svc.region.pinecone.io", canonicalHost("https://Name-Project.svc.REGION.pinecone.io:443/"))
+	assert.Equal(t, "127.0.0.1:5081", canonicalHost("http://127.0.0.1:5081"))
+}
+
+// A checkpoint that pcupsert wrote before it kept the target line (the
+// count, the identity, and how far bad lines are reported) is taken as it
+// is, with one warning line that says what to do if it was settled
+// elsewhere; the run's saves then name the target.
+func TestACheckpointWithoutItsTargetStillResumesWithAWarning(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := records(t, 5) + "not json\n"
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(3, input)+"reported-through 2\n"), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--namespace", "t", "--checkpoint", ckpt, "--dead-letter", dl, in)
+	res := runCmd(t, nil, nil, args...)
+	assert.Equal(t, exitFailed, res.status, "line 6 is bad; stderr:\n%s", res.stderr)
+	warning := "pcupsert: the checkpoint " + ckpt + " does not say which index and namespace it was saved for (an earlier pcupsert wrote it): " +
+		"skipping 3 records and the bad lines up to line (or row) 2 of " + in + ` as it says; if they were settled elsewhere than namespace "t" of the index at ` +
+		canonicalHost(srv.Host()) + ", stop and remove it to load " + in + " from its start\n"
+	assert.Contains(t, res.stderr, warning)
+	assert.Equal(t, 1, strings.Count(res.stderr, "does not say"), "one warning")
+	assert.Contains(t, res.stderr, "skipped the first 3 records")
+	assert.Equal(t, 2, srv.Count("t"))
+	assert.Equal(t, checkpointFor(5, input)+targetLine(srv, "t")+"reported-through 6\n", readString(t, ckpt))
+
+	res = runCmd(t, nil, nil, args...)
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.NotContains(t, res.stderr, "does not say", "the checkpoint names its target now")
+}
+
+// The default namespace has two names, "" and "__default__" (the SDK
+// sends the second for the first): a checkpoint settled under one resumes
+// under the other, in a run and in a dry run, whichever name the
+// checkpoint holds.
+func TestTheDefaultNamespaceIsOneNamespaceForTheCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := records(t, 5)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl)
+	res := runCmd(t, nil, nil, append(args, "--namespace", "__default__", in)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	for _, saved := range []string{"__default__", ""} {
+		hand := checkpointTarget{host: canonicalHost(srv.Host()), namespace: saved}.String() + "\n"
+		require.NoError(t, os.WriteFile(ckpt, []byte(checkpointFor(5, input)+hand), 0o600))
+		for _, ns := range []string{"", "__default__"} {
+			res = runCmd(t, nil, nil, append(args, "--namespace", ns, in)...)
+			assert.Equal(t, exitOK, res.status, "saved %q, run %q: %s", saved, ns, res.stderr)
+			assert.Contains(t, res.stderr, "skipped the first 5 records")
+			res = runCmd(t, nil, nil, append(args, "--dry-run", "--namespace", ns, in)...)
+			assert.Equal(t, exitOK, res.status, "saved %q, dry run %q: %s", saved, ns, res.stderr)
+		}
+	}
+	assert.Equal(t, 5, srv.Count("__default__"))
+}
+
+// A dry run with --checkpoint checks the checkpoint's target as a run
+// does: one of another namespace is refused (exit status 2), with the
+// run's message. Without the index's host, which --index looks up and a
+// dry run does not, it checks the namespace alone.
+func TestADryRunRefusesACheckpointOfAnotherNamespace(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 5)), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--namespace", "a", "--checkpoint", ckpt, "--dead-letter", dl, in)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	saved := readString(t, ckpt)
+
+	host := canonicalHost(srv.Host())
+	for _, c := range []struct {
+		target []string
+		want   string
+	}{
+		{[]string{"--host", srv.Host()}, `namespace "a" of the index at ` + host + `, and this run writes to namespace "b" of the index at ` + host + "; "},
+		{[]string{"--index", "docs"}, `namespace "a" of the index at ` + host + `, and this run writes to namespace "b"; `},
+	} {
+		res = runCmd(t, nil, nil, append(c.target, "--dry-run", "--namespace", "b", "--checkpoint", ckpt, in)...)
+		assert.Equal(t, exitUsage, res.status, "%v: %s", c.target, res.stderr)
+		assert.Contains(t, res.stderr, "pcupsert: the checkpoint "+ckpt+" was saved for another target: "+c.want)
+		assert.Empty(t, res.stdout)
+
+		res = runCmd(t, nil, nil, append(c.target, "--dry-run", "--namespace", "a", "--checkpoint", ckpt, in)...)
+		assert.Equal(t, exitOK, res.status, "%v: %s", c.target, res.stderr)
+		assert.Contains(t, res.stdout, "skipped        5 records, settled by an earlier run")
+	}
+	assert.Equal(t, saved, readString(t, ckpt))
+}
+
+// The target line reads back as it was written, whatever the namespace
+// holds (spaces, quotes); a line that is not one is no checkpoint.
+func TestACheckpointTargetReadsBackAsItWasWritten(t *testing.T) {
+	for _, tgt := range []checkpointTarget{
+		{host: "name.svc.pinecone.io", namespace: "__default__"},
+		{host: embeddedHost, namespace: `a "b" c\n`},
+	} {
+		got, ok := parseTarget(tgt.String())
+		assert.True(t, ok, tgt.String())
+		assert.Equal(t, tgt, got)
+	}
+	got, ok := parseTarget(`target "h" ""`)
+	assert.True(t, ok)
+	assert.Equal(t, checkpointTarget{host: "h", namespace: "__default__"}, got, `"" is the default namespace`)
+	for _, bad := range []string{`target "h"`, `target h "a"`, `target "" "a"`, `target "h" "a" x`, `target "h""a"`} {
+		_, ok := parseTarget(bad)
+		assert.False(t, ok, bad)
+	}
+	path := filepath.Join(t.TempDir(), "ckpt")
+	for _, bad := range []string{
+		"3\ninput 3 " + strings.Repeat("ab", 32) + "\ntarget \"h\" \"a\"\ntarget \"h\" \"a\"\n",
+		"3\ninput 3 " + strings.Repeat("ab", 32) + "\ntarget \"h\"\n",
+	} {
+		require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
+		_, err := readCheckpoint(path)
+		assert.ErrorContains(t, err, "not a pcupsert checkpoint", bad)
+	}
 }

@@ -68,10 +68,7 @@ func dryRun(ctx context.Context, o options, in *input, cp upsert.Checkpoint, onI
 	if rep.BatchSize == 0 {
 		rep.BatchSize = upsert.MaxBatchSize
 	}
-	namespace := o.namespace
-	if namespace == "" {
-		namespace = "__default__" // what the SDK sends for it
-	}
+	namespace := namespaceName(o.namespace) // what the SDK sends for ""
 	var mu sync.Mutex
 	count := func(_ context.Context, _ string, batch []*pinecone.Vector) error {
 		mu.Lock()

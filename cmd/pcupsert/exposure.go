@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,9 +44,10 @@ import (
 // (exposedIDs), and the letters of the run's records of those ids, held
 // until their ack. It is safe for concurrent use.
 type exposure struct {
-	// ids maps each id to the position ("index") of the record its last
-	// such letter holds, the earlier record of a letter of a later one.
-	ids       map[string]int
+	// ids maps each id, in the run's namespace, to the position ("index")
+	// of the record its last such letter holds, the earlier record of a
+	// letter of a later one.
+	ids       map[letterKey]int
 	namespace string              // the run's, which its letters name
 	write     func(exposedLetter) // writes a letter to the dead-letter file
 	// message returns the error of the letter of a landed record that
@@ -74,9 +76,10 @@ type exposedLetter struct {
 }
 
 // newExposure returns the exposure of the ids of ids for a run that
-// resumes from position from, whose letters write writes, message giving
-// the error of those of landed records; nil when ids is empty.
-func newExposure(ids map[string]int, from int64, namespace string, write func(exposedLetter), message func(upsert.Stale) string) *exposure {
+// resumes from position from, writing to namespace, whose letters write
+// writes, message giving the error of those of landed records; nil when
+// ids is empty.
+func newExposure(ids map[letterKey]int, from int64, namespace string, write func(exposedLetter), message func(upsert.Stale) string) *exposure {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -92,8 +95,13 @@ func (x *exposure) holds(id string) bool {
 	if x == nil {
 		return false
 	}
-	_, ok := x.ids[id]
+	_, ok := x.ids[x.key(id)]
 	return ok
+}
+
+// key is the key of id in the run's namespace.
+func (x *exposure) key(id string) letterKey {
+	return letterKey{namespace: namespaceName(x.namespace), id: id}
 }
 
 // take keeps v, the record at position index, taken by the run, if its id
@@ -136,7 +144,7 @@ func (x *exposure) ack(acks []upsert.Ack) {
 		}
 		x.mu.Unlock()
 		if landed {
-			st := upsert.Stale{Index: a.Position, ID: a.ID, Namespace: x.namespace, Record: v, Earlier: x.ids[a.ID]}
+			st := upsert.Stale{Index: a.Position, ID: a.ID, Namespace: x.namespace, Record: v, Earlier: x.ids[x.key(a.ID)]}
 			l, held = exposedLetter{stale: st, msg: x.message(st)}, true
 		}
 		if held {
@@ -184,43 +192,72 @@ func (x *exposure) landedLetters() int {
 	return x.lettered
 }
 
-// exposedIDs returns the ids a run resuming from position from exposes:
-// those of the dead-letter file's letters whose record may have landed
+// letterKey is an id in a namespace, as namespaceName spells it: the
+// letters of one id in two namespaces are of two records.
+type letterKey struct{ namespace, id string }
+
+// earlierLetters is what exposedIDs reads of a dead-letter file.
+type earlierLetters struct {
+	ids map[letterKey]int // the ids the run exposes, in its namespace
+	// late reports a letter, of whatever namespace, whose record may
+	// have landed: replacing the file would lose it.
+	late bool
+	// others are the namespaces other than the run's that record letters
+	// name: a replay sends every letter to its one --namespace.
+	others map[string]bool
+}
+
+// exposedIDs returns the ids a run writing to namespace and resuming
+// from position from exposes: those of the dead-letter file's letters of
+// that namespace (a letter without one is of the default namespace)
+// whose record may have landed
 // (a may-be-stale letter, or a failure whose request went unanswered),
 // which a late write or a replay may apply after the run's records of the
 // id, and those of the letters of records at or past from, which the run
 // sends again; each with the position ("index") of the record its last
-// such letter holds. late reports a letter whose record may have landed.
+// such letter holds. A letter of another namespace exposes nothing (an
+// unanswered request to it cannot touch the run's records); it is in
+// others.
 // None when path is not a regular file (a device, a pipe, or no file).
 // The file is read a line at a time, and only the ids kept. A line that
 // is no record's letter (the letter of a bad line, a line a killed run
 // cut short, one longer than a replay reads) is passed over.
-func exposedIDs(path string, from int64) (ids map[string]int, late bool, err error) {
+func exposedIDs(path string, from int64, namespace string) (earlierLetters, error) {
+	e := earlierLetters{ids: make(map[letterKey]int), others: make(map[string]bool)}
 	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
-		return nil, false, nil
+		return e, nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, false, err
+		return e, err
 	}
 	defer f.Close()
-	ids = make(map[string]int)
+	namespace = namespaceName(namespace)
 	r := ndjson.NewReader(f) // a replay reads the file so: the same lines, the same limit
 	for {
 		_, err := r.Next()
 		var bad *ndjson.LineError
 		switch {
 		case errors.Is(err, io.EOF):
-			return ids, late, nil
+			return e, nil
 		case err != nil && !errors.As(err, &bad):
-			return ids, late, err
+			return e, err
 		}
 		l, ok := recordLetter(r.Raw()) // whatever the Reader made of the record
-		if !ok || !l.mayHaveLanded() && int64(l.Index) < from {
+		if !ok {
 			continue
 		}
-		late = late || l.mayHaveLanded()
-		ids[l.ID] = max(ids[l.ID], l.Index)
+		e.late = e.late || l.mayHaveLanded()
+		ns := l.namespace()
+		if ns != namespace {
+			e.others[ns] = true
+			continue
+		}
+		if !l.mayHaveLanded() && int64(l.Index) < from {
+			continue
+		}
+		k := letterKey{namespace: ns, id: l.ID}
+		e.ids[k] = max(e.ids[k], l.Index)
 	}
 }
 
@@ -231,6 +268,18 @@ type letterFields struct {
 	Class         string `json:"class"`
 	Index         int    `json:"index"`
 	MayHaveLanded bool   `json:"may_have_landed"`
+	// Namespace is left out for the default namespace; NamespaceBase64
+	// holds one that is not UTF-8 (ndjson.DeadLetters.Write).
+	Namespace       string `json:"namespace"`
+	NamespaceBase64 string `json:"namespace_base64"`
+}
+
+// namespace returns the letter's namespace, as namespaceName spells it.
+func (l letterFields) namespace() string {
+	if b, err := base64.StdEncoding.DecodeString(l.NamespaceBase64); err == nil && len(b) > 0 {
+		return string(b)
+	}
+	return namespaceName(l.Namespace)
 }
 
 // mayHaveLanded reports whether the letter's record may have landed.
@@ -250,9 +299,10 @@ func recordLetter(line []byte) (l letterFields, ok bool) {
 
 // exposedMessage is the error of the may-be-stale letter of st, a record
 // that landed after an earlier run left a letter of its id in the
-// dead-letter file at path (see exposedIDs).
+// dead-letter file at path (see exposedIDs), which the run appends to,
+// whether it resumes that run or its checkpoint settled nothing.
 func exposedMessage(in *input, st upsert.Stale, path string) string {
-	return fmt.Sprintf("%s: landed after an earlier run, which this one resumes, left a letter of its id in %s: "+
+	return fmt.Sprintf("%s: landed after an earlier run left a letter of its id in %s, which this one appends to: "+
 		"replaying that letter (or that run's request without an answer, landing late) upserts an earlier record of the id again, "+
 		"and this one's letter, after it, upserts this one last; replay the file once the index is quiet", in.where(st.Index, st.ID), path)
 }

@@ -240,3 +240,129 @@ func TestAResumedRunLettersALaterRecordOfAnIDWhoseTimedOutLetterItKeeps(t *testi
 	require.True(t, ok)
 	assert.Equal(t, float32(2), (*v.Values)[0], "the replay ends on f's last record, not run 1's letter of its first")
 }
+
+// A run that would append to a dead-letter file holding letters of
+// another namespace is refused before anything is sent, with exit status
+// 2: a replay sends every letter to the one --namespace it is given, so a
+// file of two namespaces writes one tenant's records into the other's.
+// Run 1 loads namespace "a" and leaves a may-be-stale letter of x; run 2,
+// another load into namespace "b" with the same --dead-letter and its own
+// new checkpoint, would append to it (its checkpoint settled nothing, and
+// the file holds a letter whose record may have landed). (pcupsert once
+// appended, lettered b's x as may be stale because of a's letter, and the
+// replay of the file into "a" ended a's x on b's record and wrote b's
+// "rej" into "a".) The file is left as it was, its replay into "a" ends
+// on a's last record of x, and run 2 with another --dead-letter lands.
+func TestAnEarlierDeadLetterFileOfAnotherNamespaceIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	inA, inB, dl := filepath.Join(dir, "a.ndjson"), filepath.Join(dir, "b.ndjson"), filepath.Join(dir, "dl.ndjson")
+	require.NoError(t, os.WriteFile(inA, []byte(`{"id":"x","values":[1,1,1]}
+{"id":"y","values":[1,1,1]}
+{"id":"z","values":[1,1,1]}
+{"id":"x","values":[2,1,1]}
+`), 0o600))
+	require.NoError(t, os.WriteFile(inB, []byte(`{"id":"x","values":[9,1,1]}
+{"id":"rej","values":[9,1,1]}
+`), 0o600))
+	// The first request carrying x ends without an answer (x's second
+	// record may be stale); the first carrying rej is refused.
+	var xOnce sync.Once
+	var rejRefused atomic.Bool
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		var f upserttest.Fault
+		if slices.Contains(r.IDs, "x") {
+			xOnce.Do(func() { f = upserttest.Fault{Code: codes.DeadlineExceeded} })
+		}
+		if slices.Contains(r.IDs, "rej") && rejRefused.CompareAndSwap(false, true) {
+			f = upserttest.Fault{Code: codes.InvalidArgument}
+		}
+		return f
+	}))
+	defer srv.Close()
+	common := append(remote(t, srv), "--progress", "off", "--batch-size", "1", "--concurrency", "1")
+
+	res := runCmd(t, nil, nil, append(common, "--namespace", "a", "--checkpoint", filepath.Join(dir, "ck-a"), "--dead-letter", dl, inA)...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	require.Contains(t, res.stderr, "1 record that landed may be stale", res.stderr)
+	before := readString(t, dl)
+
+	requests := srv.Stats().Requests
+	runB := append(common, "--namespace", "b", "--checkpoint", filepath.Join(dir, "ck-b"))
+	res = runCmd(t, nil, nil, append(runB, "--dead-letter", dl, inB)...)
+	assert.Equal(t, exitUsage, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "pcupsert: --dead-letter "+dl+` holds letters of namespace "a", and this run writes to namespace "b": `+
+		"appending its letters would mix namespaces in one file, and a replay sends every letter to the one --namespace it is given; "+
+		"give another --dead-letter, or replay "+dl+" (with the --namespace of its letters) and remove it first\n")
+	assert.Equal(t, requests, srv.Stats().Requests, "nothing was sent")
+	assert.Zero(t, srv.Count("b"))
+	assert.Equal(t, before, readString(t, dl), "the file is left as it was")
+
+	// The index is quiet: replay the file, with run 1's namespace.
+	res = runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--namespace", "a", "--dead-letter", filepath.Join(dir, "dl2.ndjson"), dl)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	v, ok := srv.Vector("a", "x")
+	require.True(t, ok)
+	assert.Equal(t, []float32{2, 1, 1}, *v.Values, "a's x ends on a's last record")
+	_, ok = srv.Vector("a", "rej")
+	assert.False(t, ok)
+
+	res = runCmd(t, nil, nil, append(runB, "--dead-letter", filepath.Join(dir, "dl-b.ndjson"), inB)...)
+	assert.Equal(t, exitFailed, res.status, "rej is refused; stderr:\n%s", res.stderr)
+	assert.NotContains(t, res.stderr, "may be stale", "b's x is exposed by no letter of b")
+	v, ok = srv.Vector("b", "x")
+	require.True(t, ok)
+	assert.Equal(t, []float32{9, 1, 1}, *v.Values)
+}
+
+// The letters of a dead-letter file expose ids in their own namespace
+// alone (a letter without "namespace" is of the default one): an
+// unanswered request to another namespace cannot touch the run's
+// records. The others are named, for the refusal; a letter whose record
+// may have landed counts whatever its namespace, since replacing the file
+// would lose it.
+func TestLettersOfAnotherNamespaceExposeNoIDs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dl.ndjson")
+	content := `{"id":"x","values":[1],"class":"may-be-stale","error":"e","may_have_landed":true,"index":1,"earlier":0,"namespace":"a"}
+{"id":"x","values":[1],"class":"server","error":"e","index":4,"namespace":"b"}
+{"id":"y","values":[1],"class":"timeout","error":"e","may_have_landed":true,"index":2}
+{"id":"z","values":[1],"class":"server","error":"e","index":5,"namespace":"a"}
+{"line":3,"raw":"not json","error":"line 3: invalid JSON at byte 2"}
+`
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	e, err := exposedIDs(path, 0, "a")
+	require.NoError(t, err)
+	assert.Equal(t, map[letterKey]int{{"a", "x"}: 1, {"a", "z"}: 5}, e.ids)
+	assert.Equal(t, map[string]bool{"b": true, "__default__": true}, e.others, "a bad line's letter names none")
+	assert.True(t, e.late)
+
+	e, err = exposedIDs(path, 0, "b")
+	require.NoError(t, err)
+	assert.Equal(t, map[letterKey]int{{"b", "x"}: 4}, e.ids)
+	assert.True(t, e.late, "a's x and the default namespace's y may have landed")
+
+	x := newExposure(map[letterKey]int{{"a", "x"}: 1}, 0, "b", nil, nil)
+	assert.False(t, x.holds("x"), "x is exposed in a, not in b")
+}
+
+// The default namespace has two names, "" and "__default__": a run with
+// either appends to a file whose letters name the default namespace
+// (left out, or named "__default__" by another program) without refusal,
+// and their ids expose its records.
+func TestTheDefaultNamespaceIsOneNamespaceForTheDeadLetterFile(t *testing.T) {
+	dir := t.TempDir()
+	in, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "dl.ndjson")
+	require.NoError(t, os.WriteFile(in, []byte(`{"id":"x","values":[3,1,1]}`+"\n"), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	for i, letter := range []string{staleLetterLine("x", 2, 0), strings.Replace(staleLetterLine("x", 2, 0), `}`, `,"namespace":"__default__"}`, 1)} {
+		for _, ns := range []string{"", "__default__"} {
+			require.NoError(t, os.WriteFile(dl, []byte(letter), 0o600))
+			res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--namespace", ns,
+				"--checkpoint", filepath.Join(dir, fmt.Sprintf("ck%d%s", i, ns)), "--dead-letter", dl, in)...)
+			assert.Equal(t, exitFailed, res.status, "x is lettered as may be stale; letter %d, run %q: %s", i, ns, res.stderr)
+			assert.Contains(t, res.stderr, "appending to it rather than replacing it")
+			firsts, _ := lettersOf(t, dl, "x")
+			assert.Equal(t, []float32{2, 3}, firsts, "letter %d, run %q", i, ns)
+		}
+	}
+}

@@ -21,8 +21,9 @@
 // not be read to its end (the dead-letter file holds what to replay), and 2
 // for usage errors, an input file that does not exist or is gzip-compressed,
 // a --checkpoint or --dead-letter that another pcupsert holds, an input
-// that another pcupsert writes its dead letters to, or a --checkpoint that
-// belongs to another input, included.
+// that another pcupsert writes its dead letters to, a --checkpoint that
+// belongs to another input or was settled in another namespace or index,
+// or a --dead-letter of another namespace's letters to append to, included.
 // For scripts, --json writes the final report as one JSON object,
 // --max-failure-seconds gives up on an index that accepts nothing, and
 // --dry-run checks the input without sending anything.
@@ -136,7 +137,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.host, "host", "", "the index `URL`, such as https://NAME-PROJECT.svc.REGION.pinecone.io\n(needs PINECONE_API_KEY; https://, or http:// for a loopback host alone, such as Pinecone\nLocal: elsewhere the key would cross the network unencrypted; default: the embedded loopback index)")
 	fs.StringVar(&o.index, "index", "", "the index `NAME`, whose host is looked up with the API key\n(instead of --host)")
 	fs.StringVar(&o.namespace, "namespace", "", "the `NAMESPACE` to write into (default \"\": the SDK's default namespace, \"__default__\")")
-	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped\n(the file names the input by its first 64 KiB, a Parquet file by its footer and the start\nof each column too: another input is refused; PATH.lock is locked while the run lasts:\na second pcupsert on PATH is refused)")
+	fs.StringVar(&o.checkpoint, "checkpoint", "", "keep how far the input has landed in the file at `PATH`, and skip that much of it\nwhen run again with the same input: an interrupted load resumes where it stopped\n(the file names the input by its first 64 KiB, a Parquet file by its footer and the start\nof each column too, and the index and namespace: another input or target is refused;\nPATH.lock is locked while the run lasts: a second pcupsert on PATH is refused)")
 	fs.StringVar(&o.deadLetter, "dead-letter", defaultDeadLetter, "the dead-letter file at `PATH`: records that failed and lines that could not\nbe read, for replay as input; written (mode 0600) only if something fails (the file\nitself is locked while the run lasts: a second pcupsert writing to PATH, or reading it\nas its input, is refused, as is a run reading a file another one writes letters to)")
 	fs.IntVar(&o.batchSize, "batch-size", 0, fmt.Sprintf("`N` records per request, 1 to %d (default 0: adaptive, from 100 up)", upsert.MaxBatchSize))
 	fs.IntVar(&o.concurrency, "concurrency", 0, "`N` requests in flight at most, 1 to 256 (default 0: adaptive, from 4 up)")
@@ -248,9 +249,10 @@ next run, may be stale, a line was bad or the input could not be read to its
 end, 2 for usage errors (an input file that does not exist or is
 gzip-compressed, a --checkpoint or --dead-letter in use by another
 pcupsert, an input another pcupsert writes its dead letters to, a
---checkpoint saved for another input included). A run resumed
-with --checkpoint reports the dead letters of the runs it resumes ("earlier
-dead letters"), and its status is that of its own records.
+--checkpoint saved for another input or in another namespace or index, a
+--dead-letter holding another namespace's letters to append to included).
+A run resumed with --checkpoint reports the dead letters of the runs it
+resumes ("earlier dead letters"), and its status is that of its own records.
 
 Flags:
 `)
@@ -416,6 +418,11 @@ func upsertInput(ctx context.Context, o options, e *env, start time.Time) (int, 
 		return 0, err
 	}
 	defer tgt.Close()
+	if ckpt != nil {
+		if err := ckpt.checkTarget(tgt.settledAt(), inp.name, e.con); err != nil {
+			return 0, err
+		}
+	}
 	if tgt.srv != nil && ckpt != nil {
 		fmt.Fprintf(e.con, "pcupsert: warning: --checkpoint with the embedded loopback index, which is gone when pcupsert exits: "+
 			"a run resumed from %s skips records that its new embedded index never got (--checkpoint is for --host or --index)\n", o.checkpoint)
@@ -572,33 +579,55 @@ func newDeadLetters(o options, e *env, in *input, notice func(string)) (*deadLet
 // while the first record of the input waited, left to resume, and
 // replacing the file would lose them, though the earlier run's request
 // without an answer may still be applied after this run's records of
-// those ids. Its error is that of reading the file, before anything is
-// sent.
+// those ids. A file whose letters name another namespace is not appended
+// to (mixedNamespaces). Its error is that of reading the file, or that
+// refusal, before anything is sent.
 func exposeEarlierLetters(o options, e *env, in *input, dead *deadLetters) error {
 	if o.checkpoint == "" {
 		return nil
 	}
 	resumes := in.skip > 0 || in.skipBadThrough > 0
-	ids, late, err := exposedIDs(o.deadLetter, int64(in.skip))
+	earlier, err := exposedIDs(o.deadLetter, int64(in.skip), o.namespace)
 	if err != nil {
 		return fmt.Errorf("reading the letters of the dead-letter file %s: %w", o.deadLetter, err)
 	}
-	if late && !resumes {
-		resumes = true
+	if !resumes && !earlier.late {
+		return nil
+	}
+	if err := mixedNamespaces(o, earlier.others); err != nil {
+		return err
+	}
+	if !resumes {
 		fmt.Fprintf(e.con, "pcupsert: %s holds letters of an earlier run whose records may have landed, and the checkpoint %s settled nothing: "+
 			"appending to it rather than replacing it, so that replaying it still upserts those records again\n", o.deadLetter, o.checkpoint)
 	}
-	if !resumes {
-		return nil
-	}
 	dead.append, dead.earlier = true, countLines(o.deadLetter)
-	dead.exposed = newExposure(ids, int64(in.skip), o.namespace, dead.writeExposed, func(st upsert.Stale) string {
+	dead.exposed = newExposure(earlier.ids, int64(in.skip), o.namespace, dead.writeExposed, func(st upsert.Stale) string {
 		return exposedMessage(in, st, o.deadLetter)
 	})
 	if dead.exposed != nil {
 		in.take = dead.exposed.take
 	}
 	return nil
+}
+
+// mixedNamespaces returns the *usageError of a run that would append its
+// letters to the dead-letter file when others, the namespaces its letters
+// name, are not the run's: a replay sends every letter to the one
+// --namespace it is given, and would write the records of one namespace
+// into the other.
+func mixedNamespaces(o options, others map[string]bool) error {
+	if len(others) == 0 {
+		return nil
+	}
+	var names []string
+	for _, ns := range slices.Sorted(maps.Keys(others)) {
+		names = append(names, fmt.Sprintf("%q", ns))
+	}
+	return usagef("--dead-letter %s holds letters of namespace %s, and this run writes to namespace %q: "+
+		"appending its letters would mix namespaces in one file, and a replay sends every letter to the one --namespace it is given; "+
+		"give another --dead-letter, or replay %s (with the --namespace of its letters) and remove it first",
+		o.deadLetter, strings.Join(names, ", "), namespaceName(o.namespace), o.deadLetter)
 }
 
 // targetOptions are the options that send the run to tgt and record its
@@ -757,7 +786,8 @@ func finishSummary(s *summary, in *input, dead *deadLetters, causes *causes, tgt
 
 // dryRunInput is upsertInput for --dry-run: nothing is opened but the
 // input, and nothing is written but the report. With --checkpoint, the
-// checkpoint is read, and checked against the input, as a run resumed
+// checkpoint is read, and checked against the input and the target (but
+// the host of --index, not looked up), as a run resumed
 // from it would, but neither locked nor written (readCheckpointOnly): the
 // dry run checks and counts what that run would, the input after what the
 // checkpoint settled.
@@ -765,7 +795,7 @@ func dryRunInput(ctx context.Context, o options, e *env, in *input, inp *openedI
 	name := inp.name
 	var cp upsert.Checkpoint
 	if o.checkpoint != "" {
-		saved, err := readCheckpointOnly(ctx, o.checkpoint, name, inp.head, e.con)
+		saved, err := readCheckpointOnly(ctx, o.checkpoint, name, inp.head, plannedTarget(o), e.con)
 		if err != nil {
 			return 0, err
 		}

@@ -26,10 +26,11 @@ import (
 // Result.Failed keeps only the first ones. It is safe for concurrent use.
 type deadLetters struct {
 	path   string
-	append bool                // keep what the file holds: the run resumes another
+	append bool                // keep what the file holds: earlier runs' letters
 	mask   func(string) string // masks the API key in error messages
-	// earlier is how many letters the file held when a resumed run
-	// (append) started: those of the runs it resumes.
+	// earlier is how many letters the file held when a run that appends
+	// to it started: those of the runs it resumes, or of earlier runs
+	// whose records may have landed (exposeEarlierLetters).
 	earlier int
 	// resumable: with a checkpoint, failures that say nothing against
 	// their record (upsert.Failure.Resend: the run stopped, the index was
@@ -456,9 +457,10 @@ type deadLetterSummary struct {
 	Path string `json:"path"`
 	// Count is how many letters the run wrote.
 	Count int `json:"count"`
-	// Earlier is how many letters the file held before a run resumed
-	// with --checkpoint appended to it: those of the runs it resumes,
-	// whose failures their reports (and exit statuses) told of.
+	// Earlier is how many letters the file held before a run with
+	// --checkpoint appended to it: those of earlier runs (the runs it
+	// resumes, or ones whose records may have landed, when it resumed
+	// nothing), whose failures their reports (and exit statuses) told of.
 	Earlier int    `json:"earlier"`
 	Error   string `json:"error,omitempty"`
 }
@@ -593,7 +595,7 @@ func (s *summary) writeEnd(w io.Writer) {
 }
 
 // write says where the dead letters are, this run's and those of the
-// runs it resumes, if there are any.
+// earlier runs it appended to, if there are any.
 func (d deadLetterSummary) write(w io.Writer) {
 	switch {
 	case d.Error != "":
@@ -602,7 +604,7 @@ func (d deadLetterSummary) write(w io.Writer) {
 		fmt.Fprintf(w, "dead letters: %d in %s\n", d.Count, d.Path)
 	}
 	if d.Earlier > 0 {
-		fmt.Fprintf(w, "earlier dead letters: %d in %s, written by the runs this one resumes (--checkpoint)\n", d.Earlier, d.Path)
+		fmt.Fprintf(w, "earlier dead letters: %d in %s, written by earlier runs, kept and appended to (--checkpoint)\n", d.Earlier, d.Path)
 	}
 }
 

@@ -463,7 +463,7 @@ func TestAResumedRunTellsOfTheDeadLettersOfTheEarlierRun(t *testing.T) {
 	ids, _ := letters(t, dl)
 	require.Equal(t, []string{"r3"}, ids, "r3 never landed: its letter is in the file")
 	require.Equal(t, "0", reportValue(t, res.stdout, "failed"))
-	require.Contains(t, res.stdout, "earlier dead letters: 1 in "+dl+", written by the runs this one resumes (--checkpoint)\n")
+	require.Contains(t, res.stdout, "earlier dead letters: 1 in "+dl+", written by earlier runs, kept and appended to (--checkpoint)\n")
 	require.NotContains(t, res.stdout, "\ndead letters:", "none of this run's")
 
 	res = runCmd(t, nil, nil, append([]string{"--json"}, args...)...) // the finished load, run again

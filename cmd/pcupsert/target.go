@@ -26,6 +26,31 @@ type target struct {
 	srv  *upserttest.Server // the embedded index, or nil for a real one
 }
 
+// settledAt returns where the run writes, as a checkpoint names it.
+func (t *target) settledAt() checkpointTarget {
+	host := embeddedHost
+	if t.srv == nil {
+		host = canonicalHost(t.host)
+	}
+	return checkpointTarget{host: host, namespace: namespaceName(t.idx.Namespace())}
+}
+
+// plannedTarget returns where a run of the options would write, for a
+// dry run, which opens no index: the host of --host (checked by
+// checkTarget), none for --index (known only once looked up), or the
+// embedded index.
+func plannedTarget(o options) checkpointTarget {
+	t := checkpointTarget{host: embeddedHost, namespace: namespaceName(o.namespace)}
+	switch {
+	case o.index != "":
+		t.host = ""
+	case o.host != "":
+		host, _ := checkHost(o.host, "--host")
+		t.host = canonicalHost(host)
+	}
+	return t
+}
+
 // describeTimeout bounds the lookup of an index's host by name.
 const describeTimeout = 30 * time.Second
 

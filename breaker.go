@@ -145,6 +145,10 @@ func (b *breaker) success(sent time.Time) (closed bool) {
 		return false
 	}
 	b.open, b.probing = false, false
+	// The close ends the lane's shared outage too (the lane proposes it,
+	// and the store ends it at the first close): a view read before that
+	// lands is no close of another writer, and a new outage starts anew.
+	b.shared.openSince = time.Time{}
 	return true
 }
 

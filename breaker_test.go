@@ -1001,3 +1001,76 @@ func TestAFailureTheIndexAnsweredPastBearsOutNoVerdict(t *testing.T) {
 	assert.False(t, b.current(now))
 	assert.Nil(t, b.gaveUp(now), "requests wait for the probe")
 }
+
+// A Limiter kept between calls (WithLimiter) whose last call ended during
+// an outage: the lane's last view held the outage (its own Breaker(true)
+// landed, open_since set), and when its last writer left, the store dropped
+// the lane's keys (leaveScript: "the lane's keys when no live writer is
+// left"). The next call's new membership finds a fresh state: OpenSince
+// zero. Nobody answered anything: that zero is "the keys are gone", not
+// "another writer saw the outage end".
+//
+// proposeHeld's contract: a new membership of a lane whose state was
+// dropped proposes "its breaker's outage if failures still bear it out, so
+// that the writers that join share them". And hostSeen.closed is for "ln's
+// breaker closed by an answer to a request sent at sent" (every other
+// namespace of the host then probes at once and its verdict goes stale).
+//
+// applyView's sharedBack took the 0 of the fresh keys (the last view heard
+// held an outage) as the index answering: the lane's own verdict went
+// stale, so proposeHeld no longer proposed the outage, and every namespace
+// of the host had its verdict made stale and probed at once.
+func TestANewMembershipAfterTheKeysWereDroppedIsNoAnswerOfTheIndex(t *testing.T) {
+	ctx := context.Background()
+	_, clk, lanes := downLanes(t, 2)
+	a, b := lanes[0], lanes[1]
+	start := clk.Now()
+	failProbesUntil(t, clk, lanes, start.Add(outagePatience+10*time.Second))
+	require.True(t, a.gaveUp(), "a minute into the outage, a's verdict holds")
+	require.True(t, b.gaveUp(), "a minute into the outage, b's verdict holds")
+
+	// The call that ended: a was a member, and the store held its outage.
+	v1 := capped(clk.Now(), 0, math.Inf(1), 0, 1)
+	v1.OpenSince, v1.Answered = start, true
+	m1 := newFakeMember(v1)
+	leave := a.joinShare(ctx, fakeStore{m1}, share.Lane{Host: probeHost, Namespace: "ns0"}, new(shareCounters))
+	leave() // the last writer: the store drops the lane's keys
+
+	// The next call, a moment later: a fresh state, or one where another
+	// writer once saw an outage end (when, the view does not say).
+	clk.Advance(10 * time.Millisecond)
+	for _, answered := range []bool{true, false} {
+		fresh := capped(clk.Now(), 0, math.Inf(1), 0, 1)
+		fresh.Answered = answered
+		m2 := newFakeMember(fresh)
+		leave = a.joinShare(ctx, fakeStore{m2}, share.Lane{Host: probeHost, Namespace: "ns0"}, new(shareCounters))
+
+		m2.mu.Lock()
+		proposed := slices.Contains(m2.breakers, true)
+		m2.mu.Unlock()
+		assert.True(t, proposed, "answered %v: the outage a's failures still bear out is proposed to the lane's state (proposeHeld)", answered)
+		assert.True(t, a.gaveUp(), "answered %v: nothing answered: a's verdict, borne out moments ago, still holds", answered)
+		assert.True(t, b.gaveUp(), "answered %v: another namespace's verdict is made stale by a new membership's view", answered)
+		leave()
+	}
+}
+
+// Keys the store dropped while this writer was a member (its heartbeat
+// expired: the process stalled) and made again by its next exchange hold
+// no outage and no answer: that is no other writer seeing the outage end,
+// which a close always says (answered), and the verdict of this writer's
+// own failures stands.
+func TestAStateMadeAgainIsNoCloseOfTheOutage(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	openBreaker(t, ln)
+	v := m.View()
+	v.OpenSince, v.Answered = clk.Now(), true
+	apply(ln, m, v)
+	clk.Advance(probeEvery / 2)
+	v.OpenSince, v.Answered = time.Time{}, false
+	apply(ln, m, v)
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	assert.True(t, ln.breaker.current(clk.Now()), "the writer's own failures still bear its verdict out")
+}

@@ -58,6 +58,9 @@ func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, s
 		// keys may have been dropped since an earlier one (a Limiter kept
 		// between calls), and its epochs started over.
 		sh.epoch, sh.cutAlone = 0, false
+		// Nor did it hear any outage yet: an earlier membership's, whose
+		// keys were dropped since, has not ended (applyView's sharedBack).
+		ln.breaker.shared.openSince, ln.breaker.shared.answered = time.Time{}, false
 		sh.stop, sh.done = make(chan struct{}), make(chan struct{})
 		v := m.View()
 		ln.applyView(v)
@@ -200,8 +203,8 @@ func (ln *lane) applyView(v share.View) {
 		openSince = time.Time{}
 		ln.queueBreaker(false)
 	}
-	if openSince.IsZero() && !heardOpen.IsZero() && ln.breaker.open {
-		ln.sharedBack(now)
+	if openSince.IsZero() && !heardOpen.IsZero() && v.Answered && ln.breaker.open {
+		ln.sharedBack(now) // a close says answered; keys dropped and made again do not
 	}
 	if !openSince.IsZero() && !ln.breaker.open {
 		ln.heardOpen() // it may open: its first probe takes its share of the host's pace

@@ -1217,3 +1217,33 @@ func TestAHeldProposalOvertakenByAnotherCutKeepsTheNewer(t *testing.T) {
 	assert.Equal(t, uint64(1), epoch)
 	assert.InDelta(t, 3000, records, 30, "the other writer's cut, not this lane's held one")
 }
+
+// A writer that closed its breaker ended the lane's shared outage (the
+// store ends it at the first close): its next outage starts anew, though
+// no view has told it yet. The outage it closed, two minutes old, made the
+// next one's requests fail unsent at its first failures.
+func TestAWritersNextOutageDoesNotStartWithTheSharedOneItClosed(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	openBreaker(t, ln)
+	v := m.View()
+	v.OpenSince, v.Answered = clk.Now(), true
+	m.set(v) // the store holds the outage; the lane heard it
+	ln.mu.Lock()
+	ln.applyView(v)
+	ln.mu.Unlock()
+
+	clk.Advance(2 * outagePatience)
+	p, err := ln.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	require.NotZero(t, p.probe)
+	ln.release(p, nil) // the index answers: the breaker closes
+	require.False(t, breakerOpen(ln))
+
+	clk.Advance(time.Second)
+	openBreaker(t, ln) // a new outage, before any view
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	require.True(t, ln.breaker.open)
+	assert.Nil(t, ln.breaker.gaveUp(clk.Now()), "a second old outage is waited out")
+}

@@ -117,8 +117,10 @@ func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.
 	var info indexInfo
 	st, err := idx.DescribeIndexStats(ctx)
 	if err != nil {
+		if ok && ctx.Err() == nil { // the index failed, not the caller
+			keepFailedDescribe(key, kept.at, now)
+		}
 		if ok {
-			keepDescribed(idx, key, indexInfo{}, now)
 			return indexInfo{}, nil
 		}
 		return indexInfo{}, err
@@ -136,6 +138,17 @@ func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.
 	}
 	keepDescribed(idx, key, info, now)
 	return info, nil
+}
+
+// keepFailedDescribe keeps, as what the index said at now, nothing known,
+// in place of the entry given at seen, unless another call kept a newer
+// one meanwhile.
+func keepFailedDescribe(key weak.Pointer[pinecone.IndexConnection], seen, now time.Time) {
+	described.mu.Lock()
+	defer described.mu.Unlock()
+	if e, ok := described.infos[key]; ok && e.at.Equal(seen) {
+		described.infos[key] = describedInfo{at: now}
+	}
 }
 
 // keepDescribed keeps info as what idx's index said at now.

@@ -329,3 +329,53 @@ func TestDescribeIsAskedAtMostOnceAMinuteAlsoWhenItFails(t *testing.T) {
 	assert.LessOrEqual(t, asked.Load()-before, int32(1),
 		"DescribeIndexStats asked by 10 calls within a second through one connection (README: once a minute per connection at most)")
 }
+
+// describeIndex's contract: a failed re-ask is kept a minute as "nothing
+// known" because it is an outage ("When asking again fails (an outage) ...
+// that is kept a minute too, so that an outage makes each call wait for no
+// failing question"), and the README promises the index's dimension and
+// vector type are checked (asked "once a minute per connection at most").
+// A run whose own context was already canceled (a service's request
+// abandoned by its client) is no outage of the index: yet its describe
+// fails with context.Canceled and that failure replaced
+// the expired real answer for a minute. Every other run through the
+// connection in that minute, with a live context and an index that
+// answers, knows nothing of the index: here a sparse index's dense and
+// hybrid records are sent (and refused by the index) instead of being
+// refused before sending, as TestASparseIndexRefusesDenseRecordsBeforeSending
+// shows they are.
+func TestACanceledCallersDescribeIsNoOutageKeptAMinute(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithVectorType(upserttest.VectorTypeSparse))
+	defer srv.Close()
+	idx := shapeIndex(t, srv, "ns")
+	clk := newFakeClock()
+	sparse := func(id string) *pinecone.Vector {
+		return &pinecone.Vector{Id: id, SparseValues: &pinecone.SparseValues{Indices: []uint32{1, 5}, Values: []float32{0.5, 0.25}}}
+	}
+	run := func(ctx context.Context, recs []*pinecone.Vector) (Result, error) {
+		return All(ctx, recs, WithIndex(idx), withClock(clk), withRand(maxRand), WithLogger(slog.New(slog.DiscardHandler)))
+	}
+	_, err := run(context.Background(), []*pinecone.Vector{sparse("s0")})
+	require.NoError(t, err) // the index said it is sparse: kept a minute
+	clk.Advance(2 * describedFor)
+
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _ = run(canceled, []*pinecone.Vector{sparse("s1")}) // the caller gave up before the run began
+
+	clk.Advance(time.Second)
+	before := srv.Stats().Requests
+	recs := []*pinecone.Vector{
+		sparse("s2"),
+		{Id: "d", Values: &[]float32{1, 2}},
+		{Id: "h", Values: &[]float32{1, 2}, SparseValues: &pinecone.SparseValues{Indices: []uint32{1}, Values: []float32{1}}},
+		sparse("s3"),
+	}
+	res, err := run(context.Background(), recs)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.Len(t, res.Failed, 2)
+	for _, f := range res.Failed {
+		assert.Zero(t, f.Attempts, "record %s sent to a sparse index that answers: its shape was forgotten for a canceled caller", f.ID)
+	}
+	assert.Equal(t, 1, srv.Stats().Requests-before, "one request: the dense and hybrid records refused before sending")
+}

@@ -116,3 +116,75 @@ func TestAnAllZeroDenseVectorIsRefusedNamingItLikePinecone(t *testing.T) {
 		status.Convert(err).Message())
 	assert.Zero(t, srv.Count(ns), "the whole request is refused")
 }
+
+// A metadata key that starts with "$" is refused, over both transports.
+// The SDK's source states the rule (go-pinecone v5.4.1,
+// pinecone/models.go, NewMetadata): "Keys must be strings and must not
+// start with a $", next to the rules upserttest already enforces ("Nested
+// JSON objects are not supported", "Null values are not supported"). Bad
+// input is answered INVALID_ARGUMENT over gRPC (reference.md: "INVALID_ARGUMENT
+// for bad input") and 400 over REST, and nothing of the request is
+// written, as for the other metadata rules. upserttest checked the
+// values' types and the size, never the keys, so it stored such a vector
+// or record.
+func TestAMetadataKeyStartingWithDollarIsRefusedOverBothTransports(t *testing.T) {
+	t.Run("gRPC UpsertVectors", func(t *testing.T) {
+		srv := start(t)
+		v := dense("a", 1, 2)
+		v.Metadata = meta(t, map[string]any{"$genre": "drama"})
+		_, err := connect(t, srv).UpsertVectors(bg(t), []*pinecone.Vector{dense("ok", 1, 2), v})
+		assert.Equal(t, codes.InvalidArgument, code(err), "a metadata key starting with $ is refused: %v", err)
+		assert.Zero(t, srv.Count(ns), "nothing of the request is written")
+	})
+	t.Run("REST UpsertRecords", func(t *testing.T) {
+		srv := start(t)
+		idx, _ := connectREST(t, srv, "test", ns)
+		err := idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{
+			record("ok", "chunk_text", "t"),
+			record("r", "chunk_text", "t", "$genre", "drama"),
+		})
+		require.Error(t, err, "a record field (metadata) starting with $ is refused")
+		code, _ := restStatus(t, err)
+		assert.Equal(t, http.StatusBadRequest, code)
+		assert.Zero(t, srv.RecordCount(ns), "nothing of the request is written")
+	})
+}
+
+// An index's dimension is "fixed at index creation" (reference.md, Real
+// Pinecone: "Dense dimension ≤ 20,000 and fixed at index creation"), so a
+// vector of 20,001 values written into an index of dimension 4 is a
+// dimension mismatch, which Pinecone answers "INVALID_ARGUMENT \"Vector
+// dimension N does not match the dimension of the index M\"" (reference.md,
+// Answers). upserttest checked its own maximum first ("Vector dimension
+// 20001 exceeds the maximum dimension of 20000") even when the index's
+// dimension was known, a text no Pinecone index with a dimension answers.
+func TestAVectorOver20000ValuesIntoAnIndexOfKnownDimensionIsADimensionMismatch(t *testing.T) {
+	srv := start(t, upserttest.WithDimension(4))
+	_, err := connect(t, srv).UpsertVectors(bg(t), []*pinecone.Vector{denseN("big", upserttest.MaxDimension+1)})
+	require.Equal(t, codes.InvalidArgument, code(err))
+	assert.Equal(t, fmt.Sprintf("Vector dimension %d does not match the dimension of the index 4", upserttest.MaxDimension+1),
+		status.Convert(err).Message())
+	assert.Zero(t, srv.Count(ns))
+}
+
+// Namespace names with characters that the REST path must escape
+// ("/", "?", "#", " ", "%") are one namespace over gRPC and REST, and
+// DescribeIndexStats names it as sent (reference.md: a namespace is up to
+// 512 ASCII characters, no NUL).
+func TestNamespacesWithPathCharactersAreOneNamespaceOverBothTransports(t *testing.T) {
+	for _, name := range []string{"a/b", "a?b", "a#b", "a b", "a%2Fb"} {
+		t.Run(fmt.Sprintf("%q", name), func(t *testing.T) {
+			srv := start(t)
+			_, err := connectAs(t, srv, "test", name).UpsertVectors(bg(t), []*pinecone.Vector{dense("v", 1)})
+			require.NoError(t, err)
+			idx, _ := connectREST(t, srv, "test", name)
+			require.NoError(t, idx.UpsertRecords(bg(t), []*pinecone.IntegratedRecord{record("r", "chunk_text", "t")}))
+			assert.Equal(t, 1, srv.Count(name))
+			assert.Equal(t, 1, srv.RecordCount(name))
+			st, err := idx.DescribeIndexStats(bg(t))
+			require.NoError(t, err)
+			require.Contains(t, st.Namespaces, name)
+			assert.EqualValues(t, 2, st.Namespaces[name].VectorCount)
+		})
+	}
+}

@@ -42,8 +42,10 @@ const (
 // must have dense values, sparse values or both; its dense values must not
 // be all zero; its sparse indices and values must have the same length,
 // and its sparse indices must not repeat; all its values must be finite
-// (no NaN or ±Inf); and its metadata values must be strings, finite
-// numbers, booleans or lists of strings (no nested objects, no nulls). And a vector must fit the index (see indexShape):
+// (no NaN or ±Inf); its metadata keys must not start with "$" (the SDK's
+// NewMetadata says so; the message is upserttest's own), and its metadata
+// values must be strings, finite numbers, booleans or lists of strings (no
+// nested objects, no nulls). And a vector must fit the index (see indexShape):
 // only sparse values in a sparse index, dense values of the index's
 // dimension in a dense one.
 
@@ -118,8 +120,8 @@ func validateVector(v *pinecone.Vector, shape indexShape) error {
 			return invalid("Sparse vector has %d non-zero values, which exceeds the limit of %d", sparse, MaxSparseValues)
 		}
 	}
-	if dense == 0 && shape.dim > 0 {
-		return dimensionError(0, shape.dim)
+	if shape.dim > 0 && dense != shape.dim {
+		return dimensionError(dense, shape.dim) // an index with a dimension names it, however large
 	}
 	if dense == 0 && sparse == 0 {
 		return invalid("Vector must have dense values, sparse values, or both")
@@ -211,6 +213,9 @@ func validateMetadata(md *structpb.Struct) error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
+		if strings.HasPrefix(k, "$") {
+			return invalid("Metadata key '%s' must not start with '$'", k)
+		}
 		if !validMetadataValue(md.Fields[k]) {
 			// Pinecone's words; "got 'null'" is the form seen answered.
 			return invalid("Metadata value must be a string, number, boolean or list of strings, got '%s' for field '%s'", metadataKindName(md.Fields[k]), k)

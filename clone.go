@@ -169,15 +169,16 @@ func cloneOther(v any) any {
 }
 
 // stringOf returns the text v holds when JSON encodes v as that text: v is
-// of a string kind, or a non-nil pointer to one, and neither type has a
-// MarshalJSON or MarshalText of its own.
+// of a string kind, or a non-nil pointer to one, neither type has a
+// MarshalJSON or MarshalText of its own, and it is not a json.Number
+// (encoded as the number it holds).
 func stringOf(v any) (string, bool) {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() == reflect.Pointer && !rv.IsNil() && !encodesItself(v) {
 		rv = rv.Elem()
 		v = rv.Interface()
 	}
-	if rv.Kind() != reflect.String || encodesItself(v) {
+	if rv.Kind() != reflect.String || encodesItself(v) || rv.Type() == reflect.TypeFor[json.Number]() {
 		return "", false
 	}
 	return rv.String(), true

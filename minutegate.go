@@ -68,6 +68,9 @@ type minuteObservation struct {
 	request int
 	// held: the gate held a request back since the limit last changed.
 	held bool
+	// admittedUnder is the limit the refused request was let in under
+	// (0: none known then).
+	admittedUnder int
 }
 
 // nextMinuteLimit returns what the gate knows of one per-minute dimension
@@ -86,6 +89,8 @@ func nextMinuteLimit(m minuteLimit, o minuteObservation) minuteLimit {
 	heldFor := o.now.Sub(m.since)
 	near := m.ceiling > 0 && m.ceiling-m.limit <= max(1, int(float64(m.limit)*minuteSearchStep))
 	switch {
+	case o.refused && o.admittedUnder > m.limit:
+		return m // let in under a limit lowered since: that cut answered it
 	case o.refused && m.proven > 0 && m.limit > m.proven:
 		return minuteLimit{limit: m.proven, proven: m.proven, ceiling: m.limit, since: o.now}
 	case o.refused:
@@ -125,6 +130,7 @@ type minutePass struct {
 	sentAt  time.Time // zero until sent
 	size    minuteUse // zero once refused or withdrawn
 	counted bool      // in the window's sums: not yet a minute old, nor refused
+	under   minuteUse // the limits it was admitted under
 }
 
 // minuteGate is the mechanism: a sliding window over the requests admitted
@@ -170,7 +176,7 @@ func (g *minuteGate) wait(ctx context.Context, tokens int) (*minutePass, error) 
 		g.advance(now)
 		d := g.delay(now, size)
 		if d <= 0 {
-			p := &minutePass{at: now, size: size, counted: true}
+			p := &minutePass{at: now, size: size, counted: true, under: minuteUse{g.tokens.limit, g.requests.limit}}
 			g.window = append(g.window, p)
 			g.used.tokens += size.tokens
 			g.used.requests++
@@ -202,12 +208,12 @@ func (g *minuteGate) done(p *minutePass, e *Error) {
 	now := g.clock.Now()
 	switch e.Limit {
 	case LimitEmbedTokens:
-		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{now: now, refused: true, inWindow: taken.tokens, request: size.tokens})
+		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{now: now, refused: true, inWindow: taken.tokens, request: size.tokens, admittedUnder: p.under.tokens})
 	case LimitInferenceRequests:
 		if e.Err != nil && perSecond(e.Err.Error()) {
 			break // the lane's request rate answers it, not a minute's count
 		}
-		g.requests = nextMinuteLimit(g.requests, minuteObservation{now: now, refused: true, inWindow: taken.requests, request: 1})
+		g.requests = nextMinuteLimit(g.requests, minuteObservation{now: now, refused: true, inWindow: taken.requests, request: 1, admittedUnder: p.under.requests})
 	}
 }
 

@@ -57,6 +57,8 @@ func TestNextMinuteLimit(t *testing.T) {
 		{"no limit does not grow into one", minuteLimit{}, heldFor(time.Hour), minuteLimit{}},
 		{"a refused probe near the ceiling falls back to the proven limit", searching(9900, 9000, 3600), refused(7000, 500), refusedAt(under(9000, 9000, 9900))},
 		{"a refusal at the proven limit lowers it, proven no more", under(9000, 9000, 9900), refused(7000, 500), refusedAt(searching(7000, 0, 1750))},
+		{"a refusal of a request let in under the refused probe changes nothing: its fallback answered it", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 7000, request: 500, admittedUnder: 9900}, under(9000, 9000, 9900)},
+		{"a refusal of a request let in under the limit kept lowers it", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 7000, request: 500, admittedUnder: 9000}, refusedAt(searching(7000, 0, 1750))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -467,4 +469,65 @@ func TestAPerSecondInferenceRefusalSetsNoPerMinuteLimit(t *testing.T) {
 	t.Logf("virtual time: after a QPS 429 %v, after a per-second inference 429 %v; retries %d", qps, perSecond, res.Stats.Retries)
 	assert.Less(t, perSecond, 30*time.Second,
 		"a per-second limit must not hold the run for the minute window (a QPS 429 costs %v)", qps)
+}
+
+// The minute gate's contract (nextMinuteLimit's doc): "A refusal of a
+// probe (the limit above the proven one) falls back to the proven limit,
+// under a ceiling of the refused one"; README: "once a probe is refused it
+// bisects up to it, then probes a tenth higher every three minutes, so a
+// long run keeps near the limit with a handful of 429s".
+//
+// A probe admits several requests; the gate admits the next one before the
+// previous is answered (its wait comes before the lane's, even at
+// WithConcurrency(1)). When two requests admitted under the probe are
+// refused, the first refusal falls back to the proven limit under the
+// ceiling, but the second was read as a refusal at the proven limit: the
+// limit dropped to what the window held, below the proven one, and the
+// ceiling was forgotten. The search then started again from below, its
+// steps growing fourfold, overshot to the same probe, and the cycle
+// repeated every two minutes for the whole run: against upserttest at
+// 100k tokens a minute, 10,000 records of ~400 tokens (ideal ~40 min) took
+// 51-54 virtual minutes with 37-53 refused requests of ~157, two every
+// two minutes, at concurrency 1 as at the default.
+//
+// The refusal of a request the gate admitted under the refused
+// probe says nothing of the proven limit (the proven limit would not have
+// admitted it: the window held 77k, and it carried 38k more): the limit
+// stays the proven one and the ceiling is kept.
+func TestMinuteGateKeepsTheCeilingWhenASecondRequestOfTheRefusedProbeIsRefused(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	g := newMinuteGate(clk)
+	// What the gate holds after a minute held at a proven 95,980 tokens:
+	// the search's next step, a probe at 172,764 (as logged in the run
+	// above).
+	const proven, probe = 95_980, 172_764
+	g.tokens = minuteLimit{limit: probe, proven: proven, step: 4 * 76_984, since: clk.Now()}
+	tokensRefused := &Error{Class: ClassRateLimited, Limit: LimitEmbedTokens}
+
+	// Two requests of ~38k tokens land; a third goes out, and a fourth is
+	// admitted under the probe while the third is in flight.
+	for range 2 {
+		p, err := g.wait(ctx, 38_500)
+		require.NoError(t, err)
+		g.sending(p)
+		g.done(p, nil)
+	}
+	third, err := g.wait(ctx, 38_500)
+	require.NoError(t, err)
+	g.sending(third)
+	fourth, err := g.wait(ctx, 38_500)
+	require.NoError(t, err)
+	require.Empty(t, clk.Sleeps(), "the probe admits all four at once")
+
+	g.done(third, tokensRefused)
+	require.Equal(t, proven, g.tokens.limit, "the refused probe falls back to the proven limit")
+	require.Equal(t, probe, g.tokens.ceiling, "under a ceiling of the refused probe")
+
+	// The fourth goes out after the third's refusal, and is refused too:
+	// it was admitted under the probe.
+	g.sending(fourth)
+	g.done(fourth, tokensRefused)
+	assert.Equal(t, probe, g.tokens.ceiling, "the refused probe is still the ceiling, which the next minutes bisect up to")
+	assert.Equal(t, proven, g.tokens.limit, "a request admitted under the probe, refused, does not lower the proven limit")
 }

@@ -121,6 +121,8 @@ func recordID(raw any) (string, error) {
 		return "", fmt.Errorf("id is a nil %T; it must be a string", raw)
 	case encodesItself(raw):
 		return "", fmt.Errorf("id is a %T, which encodes itself as JSON; it must be a string", raw)
+	case rv.Kind() == reflect.String || rv.Kind() == reflect.Pointer && rv.Elem().Kind() == reflect.String:
+		return "", fmt.Errorf("id is a %T, which JSON sends as a number; it must be a string", raw)
 	}
 	return "", fmt.Errorf("id is a %T; it must be a string", raw)
 }

@@ -855,3 +855,41 @@ func TestRecordsThroughAConnectionNamedEmptyLandInTheDefaultNamespace(t *testing
 		})
 	}
 }
+
+// Records' doc: "Each record needs an "_id" or "id" field holding a string
+// (of any string type, or a non-nil pointer to one) ... a record that
+// breaks one fails alone before anything is sent". json.Number is a Go
+// string type, but encoding/json sends it as a JSON number (`"_id":12`),
+// which Pinecone refuses ("Record ID must be a string"). A decoder with
+// UseNumber() produces exactly that for an input whose id is a number.
+// checkRecord (recordID → stringOf) accepted it as the id "12", so the
+// record was sent and its whole request refused with a 400, bisected
+// down to it. It fails alone, as invalid, before anything is sent, and
+// the index sees no 400.
+func TestRecordsRefuseAJSONNumberIDBeforeSending(t *testing.T) {
+	// (A *json.Number is copied as the string "12", which is sent as one;
+	// a json.Number is kept, and sent as a number.)
+	for _, tt := range []struct {
+		name string
+		id   any
+	}{
+		{"a json.Number", json.Number("12")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := upserttest.NewServer()
+			defer srv.Close()
+			recs := textRecordsOf(10)
+			recs[4] = &pinecone.IntegratedRecord{"_id": tt.id, "chunk_text": "some text"}
+			res, err := Records(context.Background(), slices.Values(recs),
+				WithIndex(recordsConn(t, srv, srv.Client(), true)), withClock(newFakeClock()), withRand(maxRand))
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.Equal(t, 9, res.Upserted)
+			require.Len(t, res.Failed, 1)
+			assert.Equal(t, 4, res.Failed[0].Index)
+			assert.Zero(t, res.Failed[0].Attempts, "refused before sending, as a record whose id is not a string")
+			assert.Contains(t, res.Failed[0].Err.Error(), "record 4")
+			assert.Zero(t, srv.Stats().HTTPCodes[http.StatusBadRequest], "no request was refused by the index (the others' batch was refused and bisected)")
+			assert.Equal(t, 9, srv.RecordCount("docs"))
+		})
+	}
+}

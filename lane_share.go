@@ -95,7 +95,14 @@ func (ln *lane) proposeHeld(v share.View) {
 		ln.queueCut(c)
 	}
 	ln.hearHostBack()
-	if ln.breaker.current(now) && v.OpenSince.IsZero() {
+	ln.proposeOutage(v, now)
+}
+
+// proposeOutage proposes the outage that failures still bear out to a
+// lane state that holds none: the store never heard of it (its keys were
+// dropped, or it was out of reach when the breaker opened); ln.mu is held.
+func (ln *lane) proposeOutage(v share.View, now time.Time) {
+	if v.OpenSince.IsZero() && ln.breaker.current(now) {
 		ln.queueBreaker(true)
 	}
 }
@@ -205,6 +212,9 @@ func (ln *lane) applyView(v share.View) {
 	}
 	if openSince.IsZero() && !heardOpen.IsZero() && v.Answered && ln.breaker.open {
 		ln.sharedBack(now) // a close says answered; keys dropped and made again do not
+	}
+	if rejoined {
+		ln.proposeOutage(v, now) // one that opened while the store was out of reach
 	}
 	if !openSince.IsZero() && !ln.breaker.open {
 		ln.heardOpen() // it may open: its first probe takes its share of the host's pace

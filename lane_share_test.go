@@ -1247,3 +1247,23 @@ func TestAWritersNextOutageDoesNotStartWithTheSharedOneItClosed(t *testing.T) {
 	require.True(t, ln.breaker.open)
 	assert.Nil(t, ln.breaker.gaveUp(clk.Now()), "a second old outage is waited out")
 }
+
+// A breaker that opened while the store was out of reach (its report
+// dropped: the lane went on alone) is proposed at the rejoin, so that the
+// lane's other writers share the outage and its patience; only a close it
+// missed was reported.
+func TestSharedLaneReportsAtItsRejoinTheOpenItMissed(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, _, _ := sharedLane(t, m)
+	fallBack(ln, m)
+	openBreaker(t, ln)
+	m.mu.Lock()
+	require.Empty(t, m.breakers, "alone, the lane reports nothing")
+	m.mu.Unlock()
+	back := m.View()
+	back.Shared = true
+	apply(ln, m, back)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	assert.Equal(t, []bool{true}, m.breakers, "the open it missed, reported at the rejoin")
+}

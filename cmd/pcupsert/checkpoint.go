@@ -63,7 +63,9 @@ import (
 // finished load, too). A checkpoint of one line, as pcupsert wrote before
 // it kept the second, is taken as it is, with a warning; one without the
 // target line, as pcupsert wrote before it kept it, with a warning too
-// (checkSettledTarget); one without the reported line is taken as it is:
+// (checkSettledTarget), and the run saves that line even if it settles no
+// record, once the identity it saves is of the input it read
+// (checkpointFile.targetOwed); one without the reported line is taken as it is:
 // the bad lines after its last settled record are reported once more,
 // and the run saves that line even if it settles no record
 // (durableCheckpoint.finish). The lines after the second are told apart
@@ -330,6 +332,10 @@ type checkpointFile struct {
 	mu            sync.Mutex
 	saved         int64 // what the file holds: the count
 	savedReported int   // and the reported line
+	// savedTarget: the file names the target (or settles nothing, and
+	// need not): false for a checkpoint of an earlier pcupsert until a
+	// save names it (see targetOwed).
+	savedTarget bool
 }
 
 // fileLock is a lock held on a file (see lockFile, lockForWriting and
@@ -389,7 +395,8 @@ func openCheckpoint(ctx context.Context, path, name string, head *inputHead, con
 		return nil, err
 	}
 	c := &checkpointFile{path: path, loaded: saved.settled, loadedReported: saved.reported, loadedTarget: saved.target,
-		head: head, lock: lock, saved: saved.settled, savedReported: saved.reported}
+		head: head, lock: lock, saved: saved.settled, savedReported: saved.reported,
+		savedTarget: saved.target != nil || (saved.settled == 0 && saved.reported == 0)}
 	if saved.settled > 0 || saved.reported > 0 {
 		c.loadedID = saved.id // checked against the input
 	}
@@ -635,20 +642,39 @@ func (c *checkpointFile) reportedNow() int {
 // to which its bad lines are reported, durably. The caller must have made
 // the letters of those bad lines durable first (see durableCheckpoint).
 func (c *checkpointFile) Save(_ context.Context, n int64) error {
-	return c.save(n, c.reportedNow())
+	return c.save(n, c.reportedNow(), false)
 }
 
-// save writes n and reported, unless the file holds them already. Its
-// errors name the step and the cause, not the temporary file, so that the
-// same cause is the same error.
-func (c *checkpointFile) save(n int64, reported int) error {
+// targetOwed reports whether the file, a checkpoint of an earlier
+// pcupsert that settled records or bad lines, does not name the target yet
+// though the run checked it (checkTarget), and the identity a save would
+// write is of the input the run checked: the identity loaded, checked
+// against the input, or, for a checkpoint without one, the input's head,
+// read whole (64 KiB, or all of an input that ended: ended). A run that
+// settles nothing new (a finished load run again) saves nothing else, and
+// would leave it unnamed for good: every run after would skip the
+// records wherever it writes, with a warning (durableCheckpoint.finish).
+func (c *checkpointFile) targetOwed(ended bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n == c.saved && reported <= c.savedReported {
+	if c.savedTarget || c.target == nil {
+		return false
+	}
+	return c.loadedID != nil || ended || c.head.tail != (inputTail{}) || len(c.head.bytes()) >= headBytes
+}
+
+// save writes n and reported, unless the file holds them already and
+// force is false. Its errors name the step and the cause, not the
+// temporary file, so that the same cause is the same error.
+func (c *checkpointFile) save(n int64, reported int, force bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n == c.saved && reported <= c.savedReported && !force {
 		// The file holds it already. The library saves the loaded position
 		// before any input is read, when the identity of the input read so
 		// far would be that of nothing, which matches every input; the file
-		// was checked writable when it was opened.
+		// was checked writable when it was opened. A target line owed is
+		// written once the input was read (targetOwed).
 		return nil
 	}
 	id := idOfHead(c.head)
@@ -669,6 +695,7 @@ func (c *checkpointFile) save(n int64, reported int) error {
 		return err
 	}
 	c.saved, c.savedReported = n, reported
+	c.savedTarget = c.savedTarget || c.target != nil
 	return nil
 }
 

@@ -389,7 +389,9 @@ func TestAnInterruptWhileSkippingIsNotACheckpointPastTheEnd(t *testing.T) {
 	require.Equal(t, s.RecordsRead, s.Skipped)
 	require.Zero(t, s.Upserted)
 	require.Equal(t, exitFailed, s.ExitStatus)
-	require.Equal(t, saved, readString(t, ckpt), "the checkpoint is kept")
+	// An earlier pcupsert's (no target line): it now names the target the
+	// run checked, its count and identity kept.
+	require.Equal(t, saved+targetLine(srv, ""), readString(t, ckpt), "the checkpoint is kept")
 }
 
 // stallingReader reads r, then calls stalled and blocks until after is
@@ -1579,5 +1581,95 @@ func TestACheckpointTargetReadsBackAsItWasWritten(t *testing.T) {
 		require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
 		_, err := readCheckpoint(path)
 		assert.ErrorContains(t, err, "not a pcupsert checkpoint", bad)
+	}
+}
+
+// A checkpoint of an earlier pcupsert, without the target line, of a
+// finished load gets the target line at its next run, which settles
+// nothing new (the library saves only when the count moves): the count,
+// the identity and the reported line are kept. Its reruns then do not
+// warn, and a run into another namespace is refused. (It once stayed
+// without its target for good: every rerun warned, and the checkpoint
+// given to a run into another namespace skipped every record, sent
+// nothing and exited 0.)
+func TestALegacyCheckpointOfAFinishedLoadGetsItsTargetOnTheNextRun(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := records(t, 3) + "not json\n"
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	legacy := checkpointFor(3, input) + "reported-through 4\n" // an earlier pcupsert's, load finished
+	require.NoError(t, os.WriteFile(ckpt, []byte(legacy), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl)
+
+	res := runCmd(t, nil, nil, append(args, "--namespace", "a", in)...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	require.Contains(t, res.stderr, "does not say which index and namespace it was saved for")
+	assert.Equal(t, checkpointFor(3, input)+targetLine(srv, "a")+"reported-through 4\n", readString(t, ckpt), "the run names its target in the checkpoint")
+
+	res = runCmd(t, nil, nil, append(args, "--namespace", "a", in)...)
+	assert.Equal(t, exitOK, res.status, res.stderr)
+	assert.NotContains(t, res.stderr, "does not say which index", "the warning comes once, not on every rerun")
+
+	res = runCmd(t, nil, nil, append(args, "--namespace", "b", in)...)
+	assert.Equal(t, exitUsage, res.status, "namespace b never got the 3 records it skips; stderr:\n%s", res.stderr)
+	assert.Contains(t, res.stderr, "pcupsert: the checkpoint "+ckpt+" was saved for another target: ")
+	assert.Zero(t, srv.Count("b"))
+}
+
+// A count-only checkpoint (an earlier pcupsert's: no identity, no target)
+// owes its target line, but the save that writes it names the input too:
+// a run interrupted before the input came (stdin idle) does not write it,
+// which would give the checkpoint the identity of nothing read, matching
+// every input. A run that reads the input to its end writes both, and a
+// run on another input is then refused.
+func TestALegacyCheckpointGetsItsTargetOnlyWithTheIdentityOfTheInputRead(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, dl := filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	require.NoError(t, os.WriteFile(ckpt, []byte("3\n"), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	after := make(chan struct{})
+	defer close(after)
+	res := runCmd(t, ctx, &stallingReader{r: strings.NewReader(""), stalled: cancel, after: after}, args...)
+	require.Equal(t, exitFailed, res.status, res.stderr)
+	require.Contains(t, res.stderr, "interrupted at line 0 of stdin, while skipping")
+	assert.Equal(t, "3\n", readString(t, ckpt), "nothing read: no identity, and no target line")
+
+	input := records(t, 3)
+	res = runCmd(t, nil, strings.NewReader(input), args...)
+	require.Equal(t, exitOK, res.status, res.stderr)
+	assert.Equal(t, checkpointFor(3, input)+targetLine(srv, ""), readString(t, ckpt))
+
+	res = runCmd(t, nil, strings.NewReader(records(t, 5)[len(input):]+input), args...)
+	assert.Equal(t, exitUsage, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "was saved for another input")
+}
+
+// A host spelled several ways is one host (the scheme, case, ":443" and
+// a trailing "/" do not count), and a namespace of quotes, newlines or
+// bytes that are not UTF-8 reads back from the checkpoint as written.
+func TestAHostIsOneWhateverItsSpellingAndANamespaceReadsBackWhateverItHolds(t *testing.T) {
+	for _, h := range []string{"https://Idx-P.svc.R.pinecone.io:443/", "idx-p.svc.r.pinecone.io", "HTTPS://idx-p.svc.r.pinecone.io"} {
+		got, err := checkHost(h, "--host")
+		require.NoError(t, err, h)
+		assert.Equal(t, "idx-p.svc.r.pinecone.io", canonicalHost(got), h)
+	}
+	for _, ns := range []string{"a\"b", "x\ny", "\xff\xfe", " sp "} {
+		tgt := checkpointTarget{host: "h", namespace: ns}
+		got, ok := parseTarget(tgt.String())
+		require.True(t, ok, ns)
+		assert.Equal(t, tgt, got)
+		path := filepath.Join(t.TempDir(), "ckpt")
+		require.NoError(t, os.WriteFile(path, []byte("3\ninput 3 "+strings.Repeat("ab", 32)+"\n"+tgt.String()+"\nreported-through 4\n"), 0o600))
+		c, err := readCheckpoint(path)
+		require.NoError(t, err)
+		assert.Equal(t, &tgt, c.target)
+		assert.Equal(t, 4, c.reported)
 	}
 }

@@ -366,3 +366,157 @@ func TestTheDefaultNamespaceIsOneNamespaceForTheDeadLetterFile(t *testing.T) {
 		}
 	}
 }
+
+// refusedLetterLine is the letter of record id, refused for good by the
+// index (no may_have_landed), in namespace ns, as ndjson.DeadLetters.Write
+// spells it.
+func refusedLetterLine(id, ns string) string {
+	return `{"id":"` + id + `","values":[1,1,1],"class":"invalid","error":"refused","attempts":1,"may_have_landed":false,"index":0,"namespace":"` + ns + `"}` + "\n"
+}
+
+// mixedNamespacesMessage is the start of the refusal of a run of
+// namespace b that would append to the dead-letter file dl of a's
+// letters.
+func mixedNamespacesMessage(dl string) string {
+	return "pcupsert: --dead-letter " + dl + ` holds letters of namespace "a", and this run writes to namespace "b": `
+}
+
+// A dry run refuses the command line a run refuses (exit status 2, the
+// run's message): a run resumed from a checkpoint, with records past it to
+// send, whose --dead-letter holds another namespace's letters. The dead
+// letters are read, the file and the checkpoint left as they were, and the
+// report (which said the run "would send" them) is not written. (The dry
+// run once did not read the dead-letter file, reported the records it
+// would send and exited 0, and the run then exited 2.)
+func TestADryRunRefusesTheDeadLetterFileOfAnotherNamespaceAsTheRunDoes(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := records(t, 3)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	// Run 1 of namespace b settled one record; tenant a's run left a letter
+	// in the shared dead-letter file.
+	saved := checkpointFor(1, input) + targetLine(srv, "b")
+	require.NoError(t, os.WriteFile(ckpt, []byte(saved), 0o600))
+	require.NoError(t, os.WriteFile(dl, []byte(refusedLetterLine("q", "a")), 0o600))
+	args := append(remote(t, srv), "--progress", "off", "--namespace", "b", "--checkpoint", ckpt, "--dead-letter", dl, in)
+
+	for _, dry := range []bool{true, false} {
+		cmd := args
+		if dry {
+			cmd = append([]string{"--dry-run"}, args...)
+		}
+		res := runCmd(t, nil, nil, cmd...)
+		assert.Equal(t, exitUsage, res.status, "dry run %v; stdout:\n%s\nstderr:\n%s", dry, res.stdout, res.stderr)
+		assert.Contains(t, res.stderr, mixedNamespacesMessage(dl), "dry run %v", dry)
+		assert.Empty(t, res.stdout, "dry run %v: no report", dry)
+		assert.Zero(t, srv.Count("b"), "dry run %v: nothing was sent", dry)
+		assert.Equal(t, saved, readString(t, ckpt), "dry run %v", dry)
+		assert.Equal(t, refusedLetterLine("q", "a"), readString(t, dl), "dry run %v", dry)
+	}
+}
+
+// Two tenants' loads share the default dead-letter file (two loads in one
+// directory): tenant a left a letter in it; tenant b's load, started
+// fresh, lands everything and writes no letter. Its reruns (a retry
+// wrapper, a cron job), which have nothing to send and nothing to append,
+// are not refused for a's letter, and neither are their dry runs: the
+// refusal is for a run that would send a record or write a letter into
+// the file. (Every rerun once exited 2, the run "resuming" from a
+// checkpoint and the file naming a: a finished load failed forever.) The
+// file is left as it was.
+func TestAFinishedLoadRunAgainIsNotRefusedForLettersItWillNeverAppendTo(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "b.ndjson"), filepath.Join(dir, "ck-b"), filepath.Join(dir, "pcupsert-failed.ndjson")
+	input := records(t, 3) + "not json\n"
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--namespace", "b", "--checkpoint", ckpt, "--dead-letter", dl, in)
+
+	res := runCmd(t, nil, nil, args...)
+	require.Equal(t, exitFailed, res.status, "b's first run lands everything, line 4 is bad; stderr:\n%s", res.stderr)
+	require.Equal(t, 3, srv.Count("b"))
+	require.Equal(t, checkpointFor(3, input)+targetLine(srv, "b")+"reported-through 4\n", readString(t, ckpt))
+	// Tenant a's run, with the same --dead-letter, replaced b's letter
+	// with its own.
+	require.NoError(t, os.WriteFile(dl, []byte(refusedLetterLine("q", "a")), 0o600))
+
+	requests := srv.Stats().Requests
+	for rerun := range 2 {
+		res = runCmd(t, nil, nil, append([]string{"--dry-run"}, args...)...)
+		assert.Equal(t, exitOK, res.status, "the dry run of rerun %d; stderr:\n%s", rerun, res.stderr)
+		assert.Contains(t, res.stdout, "would send     0 records")
+		res = runCmd(t, nil, nil, args...)
+		assert.Equal(t, exitOK, res.status, "rerun %d of b's finished load (nothing to send, nothing to append); stderr:\n%s", rerun, res.stderr)
+		assert.Contains(t, res.stderr, "skipped the first 3 records")
+	}
+	assert.Equal(t, requests, srv.Stats().Requests)
+	assert.Equal(t, refusedLetterLine("q", "a"), readString(t, dl), "the file is left as it was")
+	assert.Equal(t, checkpointFor(3, input)+targetLine(srv, "b")+"reported-through 4\n", readString(t, ckpt))
+}
+
+// A rerun of a finished load whose input grew since, by a record or by a
+// bad line past the line its checkpoint reported through, would send that
+// record or write that line's letter: with a dead-letter file of another
+// namespace's letters it is refused (exit status 2, the message of a
+// refusal at its start), as is its dry run, before anything is sent or
+// written: the index gets no request, the file and the checkpoint are left
+// as they were. Once the file is replayed and removed, the run lands the
+// record, or letters the line.
+func TestARunThatWouldSendOrLetterPastItsCheckpointIsRefusedTheFileOfAnotherNamespace(t *testing.T) {
+	for _, grown := range []string{`{"id":"r3","values":[3,0.5,0.25]}` + "\n", "not json\n"} {
+		t.Run(strings.TrimSpace(grown), func(t *testing.T) {
+			dir := t.TempDir()
+			in, ckpt, dl := filepath.Join(dir, "b.ndjson"), filepath.Join(dir, "ck-b"), filepath.Join(dir, "dl.ndjson")
+			input := records(t, 3)
+			srv := upserttest.NewServer()
+			defer srv.Close()
+			// b's load of its 3 records landed; then the input grew, and a's
+			// run left a letter in the file.
+			saved := checkpointFor(3, input) + targetLine(srv, "b")
+			require.NoError(t, os.WriteFile(in, []byte(input+grown), 0o600))
+			require.NoError(t, os.WriteFile(ckpt, []byte(saved), 0o600))
+			require.NoError(t, os.WriteFile(dl, []byte(refusedLetterLine("q", "a")), 0o600))
+			args := append(remote(t, srv), "--progress", "off", "--namespace", "b", "--checkpoint", ckpt, "--dead-letter", dl, in)
+
+			for _, dry := range []bool{true, false} {
+				cmd := args
+				if dry {
+					cmd = append([]string{"--dry-run"}, args...)
+				}
+				res := runCmd(t, nil, nil, cmd...)
+				assert.Equal(t, exitUsage, res.status, "dry run %v; stdout:\n%s\nstderr:\n%s", dry, res.stdout, res.stderr)
+				assert.Contains(t, res.stderr, mixedNamespacesMessage(dl), "dry run %v", dry)
+				assert.NotContains(t, res.stderr, "line 4:", "dry run %v: the bad line is not reported", dry)
+				assert.Empty(t, res.stdout, "dry run %v", dry)
+			}
+			assert.Zero(t, srv.Stats().Requests, "nothing was sent")
+			assert.Equal(t, saved, readString(t, ckpt))
+			assert.Equal(t, refusedLetterLine("q", "a"), readString(t, dl))
+
+			require.NoError(t, os.Remove(dl)) // replayed into a
+			res := runCmd(t, nil, nil, args...)
+			if strings.HasPrefix(grown, "{") {
+				assert.Equal(t, exitOK, res.status, res.stderr)
+				assert.Equal(t, 1, srv.Count("b"))
+			} else {
+				assert.Equal(t, exitFailed, res.status, res.stderr)
+				assert.Contains(t, readString(t, dl), `{"line":4,"raw":"not json"`)
+			}
+		})
+	}
+}
+
+// A file of bad-line letters only names no namespace (it is appended to
+// by a run of any); a namespace that is not UTF-8 is its base64 letters'.
+func TestLettersOfBadLinesNameNoNamespaceAndABase64OneIsTheRunsOwn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dl")
+	require.NoError(t, os.WriteFile(path, []byte(`{"line":3,"raw":"{\"id\":\"x\"}","error":"e"}`+"\n"+
+		`{"id":"x","values":[1],"class":"timeout","error":"e","may_have_landed":true,"index":2,"namespace_base64":"//4="}`+"\n"), 0o600))
+	e, err := exposedIDs(path, 0, "\xff\xfe")
+	require.NoError(t, err)
+	assert.Empty(t, e.others)
+	assert.Equal(t, map[letterKey]int{{"\xff\xfe", "x"}: 2}, e.ids)
+}

@@ -471,6 +471,13 @@ type input struct {
 	// bad lines among the skip records.
 	skipBadThrough int
 	onBad          func(*badEntry)
+	// refuse, when not nil, is the refusal of a run that would send a
+	// record or write a letter (mixedNamespaces): it stops the run, nothing
+	// sent or written, just before the first record past the skipped ones
+	// is handed on and before the first bad line is reported, and goes to
+	// refusal. A run that meets neither is not refused.
+	refuse  error
+	refusal error
 	// onRead is told of each record read, before it is handed on.
 	onRead func()
 	// take, when not nil, is told of each record handed to the run, with
@@ -599,7 +606,8 @@ type position struct{ index, pos int }
 
 // records returns the records of the input, in order. The sequence ends at
 // the end of the input, on a read error (then in.err holds it), when ctx
-// ends, or when its consumer stops (then in.stopped is set). It can be
+// ends, when its consumer stops (then in.stopped is set), or when the run
+// is refused before it would send or write (then in.refusal holds it). It can be
 // ranged over once, and drain reads what it left.
 func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 	return func(yield func(*pinecone.Vector) bool) {
@@ -609,6 +617,9 @@ func (in *input) records(ctx context.Context) iter.Seq[*pinecone.Vector] {
 				return
 			}
 			if in.read > in.skip { // the checkpoint's records are skipped, not sent
+				if !in.mayWrite() {
+					return
+				}
 				if in.onRead != nil {
 					in.onRead()
 				}
@@ -651,7 +662,7 @@ func (in *input) wasHalted() bool {
 // the run halted.
 func (in *input) next(ctx context.Context) (*pinecone.Vector, bool) {
 	in.startReading()
-	for !in.ended && in.err == nil && ctx.Err() == nil {
+	for !in.ended && in.err == nil && in.refusal == nil && ctx.Err() == nil {
 		var e entry
 		select {
 		case e = <-in.items:
@@ -669,6 +680,8 @@ func (in *input) next(ctx context.Context) (*pinecone.Vector, bool) {
 		case e.bad != nil:
 			if in.read < in.skip || e.pos <= in.skipBadThrough {
 				in.skippedBad++ // the earlier run reported it
+			} else if !in.mayWrite() {
+				return nil, false
 			} else {
 				in.bad++
 				in.onBad(e.bad)
@@ -688,6 +701,17 @@ func (in *input) next(ctx context.Context) (*pinecone.Vector, bool) {
 		}
 	}
 	return nil, false
+}
+
+// mayWrite reports whether the run may go on to send a record or write a
+// letter: false once refuse, the refusal of a run that would, is set, which
+// then goes to refusal.
+func (in *input) mayWrite() bool {
+	if in.refuse == nil {
+		return true
+	}
+	in.refusal = in.refuse
+	return false
 }
 
 // reportedThrough returns the line or row up to which every bad entry

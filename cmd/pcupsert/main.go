@@ -469,7 +469,7 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 		return 0, err
 	}
 	if durable != nil {
-		durable.finish()
+		durable.finish(in.ended)
 	}
 	s := summarize(o, tgt, name, in, res, start)
 	// A run stopped by a refusal is not given up on, though the watchdog
@@ -497,13 +497,16 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 
 // refused returns the error of a run that sent nothing because it could
 // not start (err is Stream's): an option the library refused, a gzip
-// input, or a checkpoint past the end of an input read to its end (the
-// input is not the one it was saved for); all are *usageErrors. It
-// returns nil for any other run, which is reported: one interrupted, or
-// whose input could not be read, while it skipped what its checkpoint
-// settled, included.
+// input, a checkpoint past the end of an input read to its end (the
+// input is not the one it was saved for), or a dead-letter file of
+// another namespace that it would have appended to (in.refusal); all are
+// *usageErrors. It returns nil for any other run, which is reported: one
+// interrupted, or whose input could not be read, while it skipped what
+// its checkpoint settled, included.
 func refused(err error, o options, name string, in *input, dead *deadLetters) error {
 	switch {
+	case in.refusal != nil:
+		err = in.refusal
 	case errors.Is(err, upsert.ErrBadOption):
 		err = &usageError{err.Error()}
 	case errors.Is(in.err, errGzipInput):
@@ -580,24 +583,14 @@ func newDeadLetters(o options, e *env, in *input, notice func(string)) (*deadLet
 // replacing the file would lose them, though the earlier run's request
 // without an answer may still be applied after this run's records of
 // those ids. A file whose letters name another namespace is not appended
-// to (mixedNamespaces). Its error is that of reading the file, or that
-// refusal, before anything is sent.
+// to (appendedLetters). Its error is that of reading the file.
 func exposeEarlierLetters(o options, e *env, in *input, dead *deadLetters) error {
-	if o.checkpoint == "" {
-		return nil
-	}
-	resumes := in.skip > 0 || in.skipBadThrough > 0
-	earlier, err := exposedIDs(o.deadLetter, int64(in.skip), o.namespace)
-	if err != nil {
-		return fmt.Errorf("reading the letters of the dead-letter file %s: %w", o.deadLetter, err)
-	}
-	if !resumes && !earlier.late {
-		return nil
-	}
-	if err := mixedNamespaces(o, earlier.others); err != nil {
+	earlier, appends, err := appendedLetters(o, in)
+	if err != nil || !appends {
 		return err
 	}
-	if !resumes {
+	resumes := in.skip > 0 || in.skipBadThrough > 0
+	if !resumes && in.refuse == nil {
 		fmt.Fprintf(e.con, "pcupsert: %s holds letters of an earlier run whose records may have landed, and the checkpoint %s settled nothing: "+
 			"appending to it rather than replacing it, so that replaying it still upserts those records again\n", o.deadLetter, o.checkpoint)
 	}
@@ -609,6 +602,30 @@ func exposeEarlierLetters(o options, e *env, in *input, dead *deadLetters) error
 		in.take = dead.exposed.take
 	}
 	return nil
+}
+
+// appendedLetters reads the letters of the dead-letter file that a run
+// with a checkpoint (or the dry run of one) appends to, and reports
+// whether it appends: when it resumes (its checkpoint skips records or bad
+// lines), or when the file holds letters of records that may have landed
+// (see exposeEarlierLetters). When their letters name another namespace
+// (mixedNamespaces), it sets in.refuse: the run is refused, nothing sent
+// or written, once it would send a record or write a letter (input.mayWrite),
+// and not when it does neither (a finished load run again, which appends
+// nothing). The file is only read.
+func appendedLetters(o options, in *input) (earlierLetters, bool, error) {
+	if o.checkpoint == "" {
+		return earlierLetters{}, false, nil
+	}
+	earlier, err := exposedIDs(o.deadLetter, int64(in.skip), o.namespace)
+	if err != nil {
+		return earlier, false, fmt.Errorf("reading the letters of the dead-letter file %s: %w", o.deadLetter, err)
+	}
+	if in.skip == 0 && in.skipBadThrough == 0 && !earlier.late {
+		return earlier, false, nil
+	}
+	in.refuse = mixedNamespaces(o, earlier.others)
+	return earlier, true, nil
 }
 
 // mixedNamespaces returns the *usageError of a run that would append its
@@ -790,7 +807,8 @@ func finishSummary(s *summary, in *input, dead *deadLetters, causes *causes, tgt
 // the host of --index, not looked up), as a run resumed
 // from it would, but neither locked nor written (readCheckpointOnly): the
 // dry run checks and counts what that run would, the input after what the
-// checkpoint settled.
+// checkpoint settled. The dead-letter file is read as that run reads it
+// (appendedLetters), and the dry run is refused where the run would be.
 func dryRunInput(ctx context.Context, o options, e *env, in *input, inp *openedInput, notice func(string)) (int, error) {
 	name := inp.name
 	var cp upsert.Checkpoint
@@ -801,6 +819,9 @@ func dryRunInput(ctx context.Context, o options, e *env, in *input, inp *openedI
 		}
 		in.skip, in.skipBadThrough = int(saved.settled), saved.reported
 		cp = frozenCheckpoint(saved.settled)
+		if _, _, err := appendedLetters(o, in); err != nil { // refused as the run would be (in.refuse)
+			return 0, err
+		}
 	}
 	in.onBad = func(b *badEntry) { notice(b.err.Error()) }
 	onInvalid := func(f upsert.Failure) {
@@ -812,6 +833,8 @@ func dryRunInput(ctx context.Context, o options, e *env, in *input, inp *openedI
 	}
 	rep, err := dryRun(ctx, o, in, cp, onInvalid)
 	switch {
+	case in.refusal != nil:
+		return 0, in.refusal
 	case errors.Is(err, errGzipInput):
 		return 0, usagef("%s: %v", name, err)
 	case errors.Is(err, upsert.ErrCheckpointPastEnd) && in.ended:

@@ -255,19 +255,20 @@ type durableCheckpoint struct {
 // Save saves n, or as far as the letters held for acks are written
 // (exposure.savable): durableCheckpoint.finish saves the rest.
 func (c durableCheckpoint) Save(_ context.Context, n int64) error {
-	return c.saveDurably(c.dead.exposed.savable(n))
+	return c.saveDurably(c.dead.exposed.savable(n), false)
 }
 
-// saveDurably saves n. The line up to which bad lines are reported is read
-// before the dead letters are made durable: the letters of those lines
-// were written before it moved, and are on disk with the checkpoint.
-func (c durableCheckpoint) saveDurably(n int64) error {
+// saveDurably saves n (force: even if the file holds it). The line up to
+// which bad lines are reported is read before the dead letters are made
+// durable: the letters of those lines were written before it moved, and
+// are on disk with the checkpoint.
+func (c durableCheckpoint) saveDurably(n int64, force bool) error {
 	reported := c.reportedNow()
 	err := c.dead.sync()
 	if err != nil {
 		err = fmt.Errorf("writing the dead-letter file %s before saving the checkpoint: %w", c.dead.path, rootCause(err))
 	} else {
-		err = c.save(n, reported)
+		err = c.save(n, reported, force)
 	}
 	if err != nil {
 		c.failed(err)
@@ -280,16 +281,20 @@ func (c durableCheckpoint) saveDurably(n int64) error {
 // settled records moves, which it does not in a run that had nothing left
 // to send (a rerun of a finished load, whose trailing bad line an earlier
 // pcupsert did not mark as reported), and such a line would be reported
-// again by every run after. It also saves the count that Save held back
-// for acks (exposure.savable), every record acknowledged now: the
-// library's last save may have been one of those.
-func (c durableCheckpoint) finish() {
+// again by every run after. So it does, the count unchanged, when the
+// checkpoint, an earlier pcupsert's, does not name the target the run
+// checked yet (targetOwed; ended: the input was read to its end). It also
+// saves the count that Save held back for acks (exposure.savable), every
+// record acknowledged now: the library's last save may have been one of
+// those. A refused run does not finish: it writes nothing.
+func (c durableCheckpoint) finish(ended bool) {
 	c.mu.Lock()
 	n, saved := c.saved, c.savedReported
 	c.mu.Unlock()
 	owed := c.dead.exposed.owed()
-	if owed > n || c.reportedNow() > saved {
-		_ = c.saveDurably(max(n, owed)) // a failure is told by c.failed
+	target := c.targetOwed(ended)
+	if owed > n || c.reportedNow() > saved || target {
+		_ = c.saveDurably(max(n, owed), target) // a failure is told by c.failed
 	}
 }
 

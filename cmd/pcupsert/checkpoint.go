@@ -657,8 +657,8 @@ func (c *checkpointFile) Save(_ context.Context, n int64) error {
 func (c *checkpointFile) targetOwed(ended bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.savedTarget || c.target == nil {
-		return false
+	if c.savedTarget || c.target == nil || c.target.host == embeddedHost {
+		return false // the records it skips are in no embedded index: not its target
 	}
 	return c.loadedID != nil || ended || c.head.tail != (inputTail{}) || len(c.head.bytes()) >= headBytes
 }

@@ -1673,3 +1673,155 @@ func TestAHostIsOneWhateverItsSpellingAndANamespaceReadsBackWhateverItHolds(t *t
 		assert.Equal(t, 4, c.reported)
 	}
 }
+
+// README, "Replays and resumed runs": "The checkpoint is pointless with
+// the embedded index, which is gone when pcupsert exits; pcupsert warns of
+// it, and a run to a real index refuses such a checkpoint", and checkpoint.go:
+// "The embedded index, a new one at each run, is "embedded loopback
+// index", which no host is." A checkpoint of an earlier pcupsert (no target
+// line) of a finished load into a real index, run once by mistake without
+// --host (a shell without the key: the embedded index, with a warning),
+// settles nothing: the records it skips were never in that new embedded
+// index, so the target it owes cannot be the embedded one. That run wrote
+// `target "embedded loopback index"` into the checkpoint, and the next,
+// correct run to the real index was then refused (exit 2): one slip cost
+// the whole load. The owed target is not paid with the embedded index;
+// the run to the real index resumes.
+func TestALegacyCheckpointRunOnceOnTheEmbeddedIndexIsNotStampedWithIt(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := records(t, 3)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	legacy := checkpointFor(3, input) // an earlier pcupsert's: identity, no target; the load finished
+	require.NoError(t, os.WriteFile(ckpt, []byte(legacy), 0o600))
+
+	res := runCmd(t, nil, nil, "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, in) // no --host: embedded
+	require.Contains(t, res.stderr, "embedded loopback index")
+	assert.NotContains(t, readString(t, ckpt), embeddedTarget, "the records it skips were never in the embedded index")
+
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	res = runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl, in)...)
+	assert.Equal(t, exitOK, res.status, "the run to the real index resumes its finished load; stderr:\n%s", res.stderr)
+	assert.NotContains(t, res.stderr, "was saved for another target")
+}
+
+// The dead-letter namespace refusal is lazy, and a checkpoint of an
+// earlier pcupsert (no target line) is stamped with the run's target at
+// the end of a run that is not refused. The two combined: a legacy
+// checkpoint of a finished load into namespace "a", whose dead-letter file
+// holds a's letters, rerun by mistake with --namespace b. The run skips
+// everything, is not refused (nothing to send or write), and writes
+// `target ... "b"` into the checkpoint, though the file it checked
+// (appendedLetters set in.refuse: mixedNamespaces) says the load was a's:
+// from then on a run into "a", the right one, was refused, and runs into
+// "b" skipped the 3 records b never got. A run whose dead-letter file
+// contradicts its namespace does not pay the owed target, leaving the
+// checkpoint as it was, so that the run into "a" resumes.
+func TestALegacyCheckpointIsNotStampedWithANamespaceItsDeadLettersContradict(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	input := records(t, 3)
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	legacy := checkpointFor(3, input)
+	require.NoError(t, os.WriteFile(ckpt, []byte(legacy), 0o600))
+	require.NoError(t, os.WriteFile(dl, []byte(refusedLetterLine("q", "a")), 0o600)) // a's load left a letter
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	args := append(remote(t, srv), "--progress", "off", "--checkpoint", ckpt, "--dead-letter", dl)
+
+	res := runCmd(t, nil, nil, append(args, "--namespace", "b", in)...)
+	t.Logf("the rerun into b: status %d\n%s", res.status, res.stderr)
+	assert.NotContains(t, readString(t, ckpt), targetLine(srv, "b"), "the dead-letter file says the load was a's")
+
+	res = runCmd(t, nil, nil, append(args, "--namespace", "a", in)...)
+	assert.Equal(t, exitOK, res.status, "the run into a resumes its finished load; stderr:\n%s", res.stderr)
+	assert.NotContains(t, res.stderr, "was saved for another target")
+}
+
+// A lazily refused run with --json and --progress lines:
+// exit 2, the refusal's message, no JSON report on stdout, nothing sent,
+// no letter, the checkpoint unchanged; on stdin too, and when the refusal
+// comes at a bad line.
+func TestALazilyRefusedRunWritesNothingAndReportsNoSuccess(t *testing.T) {
+	for _, grown := range []string{`{"id":"r3","values":[3,0.5,0.25]}` + "\n", "not json\n"} {
+		for _, stdin := range []bool{false, true} {
+			dir := t.TempDir()
+			in, ckpt, dl := filepath.Join(dir, "b.ndjson"), filepath.Join(dir, "ck-b"), filepath.Join(dir, "dl.ndjson")
+			input := records(t, 3)
+			srv := upserttest.NewServer()
+			saved := checkpointFor(3, input) + targetLine(srv, "b")
+			require.NoError(t, os.WriteFile(in, []byte(input+grown), 0o600))
+			require.NoError(t, os.WriteFile(ckpt, []byte(saved), 0o600))
+			require.NoError(t, os.WriteFile(dl, []byte(refusedLetterLine("q", "a")), 0o600))
+			args := append(remote(t, srv), "--json", "--progress", "lines", "--namespace", "b", "--checkpoint", ckpt, "--dead-letter", dl)
+			var res result
+			if stdin {
+				res = runCmd(t, nil, strings.NewReader(input+grown), args...)
+			} else {
+				res = runCmd(t, nil, nil, append(args, in)...)
+			}
+			assert.Equal(t, exitUsage, res.status, res.stderr)
+			assert.Contains(t, res.stderr, mixedNamespacesMessage(dl))
+			assert.Empty(t, res.stdout)
+			assert.Zero(t, srv.Stats().Requests)
+			assert.Equal(t, saved, readString(t, ckpt))
+			assert.Equal(t, refusedLetterLine("q", "a"), readString(t, dl))
+			srv.Close()
+		}
+	}
+}
+
+// A legacy checkpoint (no reported line) whose skipped part
+// holds bad lines: the lazily refused run leaves it as it was (the bad
+// lines it skipped move reportedNow, but no save is made).
+func TestARefusedRunLeavesALegacyCheckpointWithSkippedBadLines(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	rs := records(t, 4)
+	lines := strings.SplitAfter(rs, "\n")
+	input := lines[0] + "not json\n" + lines[1] + lines[2] + lines[3]
+	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	legacy := checkpointFor(3, input) + targetLine(srv, "b") // no reported line
+	require.NoError(t, os.WriteFile(ckpt, []byte(legacy), 0o600))
+	require.NoError(t, os.WriteFile(dl, []byte(refusedLetterLine("q", "a")), 0o600))
+	res := runCmd(t, nil, nil, append(remote(t, srv), "--progress", "off", "--namespace", "b", "--checkpoint", ckpt, "--dead-letter", dl, in)...)
+	assert.Equal(t, exitUsage, res.status, res.stderr)
+	assert.Equal(t, legacy, readString(t, ckpt))
+	assert.Equal(t, refusedLetterLine("q", "a"), readString(t, dl))
+	assert.Zero(t, srv.Stats().Requests)
+}
+
+// Parquet input, a bad row (no id) past the checkpoint's 3
+// rows, with a dead-letter file of another namespace's letters: the run
+// and its dry run are refused before reporting it; nothing sent or written.
+func TestAParquetBadRowPastTheCheckpointIsRefusedLazily(t *testing.T) {
+	dir := t.TempDir()
+	ckpt, dl := filepath.Join(dir, "ckpt"), filepath.Join(dir, "dl.ndjson")
+	rows := exportRows(4, 1)
+	rows[3].ID = ""
+	in := writeParquet(t, rows)
+	b, err := os.ReadFile(in)
+	require.NoError(t, err)
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	saved := checkpointFor(3, string(b)) + targetLine(srv, "b")
+	require.NoError(t, os.WriteFile(ckpt, []byte(saved), 0o600))
+	require.NoError(t, os.WriteFile(dl, []byte(refusedLetterLine("q", "a")), 0o600))
+	args := append(remote(t, srv), "--progress", "off", "--namespace", "b", "--checkpoint", ckpt, "--dead-letter", dl, in)
+	for _, dry := range []bool{true, false} {
+		cmd := args
+		if dry {
+			cmd = append([]string{"--dry-run"}, args...)
+		}
+		res := runCmd(t, nil, nil, cmd...)
+		assert.Equal(t, exitUsage, res.status, res.stderr)
+		assert.Contains(t, res.stderr, mixedNamespacesMessage(dl))
+		assert.NotContains(t, res.stderr, "row 4")
+	}
+	assert.Zero(t, srv.Stats().Requests)
+	assert.Equal(t, saved, readString(t, ckpt))
+	assert.Equal(t, refusedLetterLine("q", "a"), readString(t, dl))
+}

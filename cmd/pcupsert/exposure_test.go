@@ -292,7 +292,7 @@ func TestAnEarlierDeadLetterFileOfAnotherNamespaceIsRefused(t *testing.T) {
 	assert.Equal(t, exitUsage, res.status, res.stderr)
 	assert.Contains(t, res.stderr, "pcupsert: --dead-letter "+dl+` holds letters of namespace "a", and this run writes to namespace "b": `+
 		"appending its letters would mix namespaces in one file, and a replay sends every letter to the one --namespace it is given; "+
-		"give another --dead-letter, or replay "+dl+" (with the --namespace of its letters) and remove it first\n")
+		"nothing was sent; give another --dead-letter, or replay "+dl+" (with the --namespace of its letters) and remove it first\n")
 	assert.Equal(t, requests, srv.Stats().Requests, "nothing was sent")
 	assert.Zero(t, srv.Count("b"))
 	assert.Equal(t, before, readString(t, dl), "the file is left as it was")

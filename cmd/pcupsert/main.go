@@ -469,7 +469,7 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 		return 0, err
 	}
 	if durable != nil {
-		durable.finish(in.ended)
+		durable.finish(in.ended, in.refuse == nil) // dead letters of another namespace: not this run's target
 	}
 	s := summarize(o, tgt, name, in, res, start)
 	// A run stopped by a refusal is not given up on, though the watchdog
@@ -643,7 +643,7 @@ func mixedNamespaces(o options, others map[string]bool) error {
 	}
 	return usagef("--dead-letter %s holds letters of namespace %s, and this run writes to namespace %q: "+
 		"appending its letters would mix namespaces in one file, and a replay sends every letter to the one --namespace it is given; "+
-		"give another --dead-letter, or replay %s (with the --namespace of its letters) and remove it first",
+		"nothing was sent; give another --dead-letter, or replay %s (with the --namespace of its letters) and remove it first",
 		o.deadLetter, strings.Join(names, ", "), namespaceName(o.namespace), o.deadLetter)
 }
 

@@ -283,16 +283,18 @@ func (c durableCheckpoint) saveDurably(n int64, force bool) error {
 // pcupsert did not mark as reported), and such a line would be reported
 // again by every run after. So it does, the count unchanged, when the
 // checkpoint, an earlier pcupsert's, does not name the target the run
-// checked yet (targetOwed; ended: the input was read to its end). It also
+// checked yet (targetOwed; ended: the input was read to its end), unless
+// the run has evidence against that target (trusted false: the dead-letter
+// file's letters name another namespace). It also
 // saves the count that Save held back for acks (exposure.savable), every
 // record acknowledged now: the library's last save may have been one of
 // those. A refused run does not finish: it writes nothing.
-func (c durableCheckpoint) finish(ended bool) {
+func (c durableCheckpoint) finish(ended, trusted bool) {
 	c.mu.Lock()
 	n, saved := c.saved, c.savedReported
 	c.mu.Unlock()
 	owed := c.dead.exposed.owed()
-	target := c.targetOwed(ended)
+	target := trusted && c.targetOwed(ended)
 	if owed > n || c.reportedNow() > saved || target {
 		_ = c.saveDurably(max(n, owed), target) // a failure is told by c.failed
 	}

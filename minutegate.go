@@ -89,8 +89,8 @@ func nextMinuteLimit(m minuteLimit, o minuteObservation) minuteLimit {
 	heldFor := o.now.Sub(m.since)
 	near := m.ceiling > 0 && m.ceiling-m.limit <= max(1, int(float64(m.limit)*minuteSearchStep))
 	switch {
-	case o.refused && o.admittedUnder > m.limit:
-		return m // let in under a limit lowered since: that cut answered it
+	case o.refused && o.admittedUnder > m.limit && o.inWindow+o.request > m.limit:
+		return m // let in under a limit lowered since, which would have held it back
 	case o.refused && m.proven > 0 && m.limit > m.proven:
 		return minuteLimit{limit: m.proven, proven: m.proven, ceiling: m.limit, since: o.now}
 	case o.refused:

@@ -57,7 +57,8 @@ func TestNextMinuteLimit(t *testing.T) {
 		{"no limit does not grow into one", minuteLimit{}, heldFor(time.Hour), minuteLimit{}},
 		{"a refused probe near the ceiling falls back to the proven limit", searching(9900, 9000, 3600), refused(7000, 500), refusedAt(under(9000, 9000, 9900))},
 		{"a refusal at the proven limit lowers it, proven no more", under(9000, 9000, 9900), refused(7000, 500), refusedAt(searching(7000, 0, 1750))},
-		{"a refusal of a request let in under the refused probe changes nothing: its fallback answered it", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 7000, request: 500, admittedUnder: 9900}, under(9000, 9000, 9900)},
+		{"a refusal of a request let in under the refused probe, which the fallback would have held back, changes nothing", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 8800, request: 500, admittedUnder: 9900}, under(9000, 9000, 9900)},
+		{"a refusal of a request let in under the refused probe, which the fallback would have let in too, lowers it", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 7000, request: 500, admittedUnder: 9900}, refusedAt(searching(7000, 0, 1750))},
 		{"a refusal of a request let in under the limit kept lowers it", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 7000, request: 500, admittedUnder: 9000}, refusedAt(searching(7000, 0, 1750))},
 	}
 	for _, tt := range tests {
@@ -530,4 +531,46 @@ func TestMinuteGateKeepsTheCeilingWhenASecondRequestOfTheRefusedProbeIsRefused(t
 	g.done(fourth, tokensRefused)
 	assert.Equal(t, probe, g.tokens.ceiling, "the refused probe is still the ceiling, which the next minutes bisect up to")
 	assert.Equal(t, proven, g.tokens.limit, "a request admitted under the probe, refused, does not lower the proven limit")
+}
+
+// nextMinuteLimit ignores the refusal of a request let in under a limit
+// higher than the current one only when the current limit would have held
+// it back: otherwise the cut answered nothing, and the refusal proves the
+// current limit too high (it ignored every such refusal for a while).
+//
+// This happens whenever the proven limit is too high, which the gate's
+// own doc says a bucket that started full allows ("up to twice as much"),
+// and which a run against upserttest at 100k tokens a minute shows
+// (proven limits of 172,800 and 326,400 were logged), or when a neighbour
+// starts spending the project's minute. Below: a probe at 480,000 over a
+// proven 172,800; three requests of 38,400 go out while the index is
+// spent. The first refusal falls back to the proven limit (fine); the
+// second was refused with 38,400 of the run's tokens in the index's
+// minute: 76,800 fit under 172,800, so the proven limit would have let it
+// in too and it says the index takes less: the gate lowers the limit to
+// what the window held (38,400), rather than keep 172,800 and, a minute
+// later, bisect up to 326,400.
+func TestMinuteGateHeedsARefusalTheCutWouldHaveLetIn(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	g := newMinuteGate(clk)
+	const proven, probe, size = 172_800, 480_000, 38_400
+	g.tokens = minuteLimit{limit: probe, proven: proven, step: 4 * 76_800, since: clk.Now()}
+	refused := &Error{Class: ClassRateLimited, Limit: LimitEmbedTokens}
+
+	var passes []*minutePass
+	for range 3 {
+		p, err := g.wait(ctx, size)
+		require.NoError(t, err)
+		g.sending(p)
+		passes = append(passes, p)
+	}
+	require.Empty(t, clk.Sleeps(), "the probe admits all three at once")
+
+	g.done(passes[0], refused)
+	require.Equal(t, proven, g.tokens.limit, "the refused probe falls back to the proven limit")
+
+	g.done(passes[1], refused)
+	assert.Less(t, g.tokens.limit, proven,
+		"the index refused %d tokens while it held %d of the run's: the proven limit (%d) would have let that request in too, so the cut did not answer it", size, size, proven)
 }

@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -79,6 +80,10 @@ type indexInfo struct {
 // requests, not worth holding a run up for longer.
 const describeTimeout = 5 * time.Second
 
+// errDescribeTimedOut is the cause of a question cut off by its timeout:
+// the index did not answer in time, unlike a caller that went away.
+var errDescribeTimedOut = errors.New("DescribeIndexStats timed out")
+
 // describedFor is how long an answer of DescribeIndexStats is kept: an
 // index's shape is fixed at its creation, but an index deleted and
 // created again under its name (a re-index to another model) keeps its
@@ -117,7 +122,7 @@ func describeIndex(ctx context.Context, idx *pinecone.IndexConnection, now time.
 	var info indexInfo
 	st, err := idx.DescribeIndexStats(ctx)
 	if err != nil {
-		if ok && ctx.Err() == nil { // the index failed, not the caller
+		if ok && (ctx.Err() == nil || context.Cause(ctx) == errDescribeTimedOut) { // the index failed, not the caller
 			keepFailedDescribe(key, kept.at, now)
 		}
 		if ok {
@@ -180,7 +185,7 @@ func newIndexShape(ctx context.Context, cfg *config) (_ *indexShape, answered bo
 	if cfg.describe == nil {
 		return s, false
 	}
-	ctx, cancel := context.WithTimeout(ctx, min(describeTimeout, cfg.requestTimeout))
+	ctx, cancel := context.WithTimeoutCause(ctx, min(describeTimeout, cfg.requestTimeout), errDescribeTimedOut)
 	defer cancel()
 	info, err := cfg.describe(ctx, cfg.clock.Now())
 	if err != nil {

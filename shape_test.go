@@ -379,3 +379,60 @@ func TestACanceledCallersDescribeIsNoOutageKeptAMinute(t *testing.T) {
 	}
 	assert.Equal(t, 1, srv.Stats().Requests-before, "one request: the dense and hybrid records refused before sending")
 }
+
+// describeIndex's doc: "When asking again fails (an outage), it returns
+// no error but nothing known ... that is kept a minute too, so that an
+// outage makes each call wait for no failing question";
+// TestDescribeIsAskedAtMostOnceAMinuteAlsoWhenItFails names the case
+// that matters most: "each waiting for the failure (up to
+// describeTimeout, 5 s, when describe hangs, as on a large index or a
+// partitioned network)".
+//
+// A failed re-ask is kept only when the index failed, not the caller. The
+// context is newIndexShape's, bounded by the library's own
+// describeTimeout (or WithRequestTimeout): when the index hangs, the
+// failure is that deadline, which is the index's (its cause says so); read
+// as the caller's, nothing was kept, and every call through the connection
+// asked again and waited the full timeout, for as long as the index hung:
+// five calls within half a second asked five times.
+func TestAHangingDescribeIsKeptAMinuteAsAnOutage(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	var down atomic.Bool
+	var asked atomic.Int32
+	ic := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasSuffix(method, "/DescribeIndexStats") {
+			asked.Add(1)
+			if down.Load() { // the index hangs: the question runs out of time
+				<-ctx.Done()
+				return ctx.Err()
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"}, grpc.WithChainUnaryInterceptor(ic))
+	require.NoError(t, err)
+	defer idx.Close()
+	clk := newFakeClock()
+	run := func() {
+		t.Helper()
+		// A short request timeout bounds describe (min(describeTimeout,
+		// requestTimeout)) so that the test is fast.
+		_, err := All(context.Background(), vectors(2, 4), WithIndex(idx), withClock(clk), withRand(maxRand),
+			WithRequestTimeout(300*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+	}
+	run()
+	run() // the server now says dimension 4: kept
+	clk.Advance(2 * describedFor)
+	down.Store(true)
+	before := asked.Load()
+	for range 5 {
+		run()
+		clk.Advance(100 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, asked.Load()-before, int32(1),
+		"a describe that timed out (the index hangs) is an outage: kept a minute, not asked by every call, each waiting the timeout")
+}

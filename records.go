@@ -48,7 +48,8 @@ func WithRecordsFunc(f RecordsFunc) Option {
 // copied, down through its maps and lists, as it is pulled; a function of
 // [WithNamespaceOf] sees the caller's record itself, just before). Each
 // record needs an "_id" or "id" field holding a string (of any string
-// type, or a non-nil pointer to one), and a string field for the index to
+// type but json.Number, which JSON sends as a number, or a non-nil pointer
+// to one), and a string field for the index to
 // embed (the one its field_map names, which the library does not know: a
 // record with no string field fails). Its other fields are its metadata on
 // Pinecone, and follow metadata's rules: strings, numbers, booleans and

@@ -45,6 +45,11 @@ const (
 	minuteGrowAfter   = 3 * minuteWindow
 )
 
+// minuteRequestShare bounds a request's tokens at this share of a learned
+// tokens limit: the window admits whole requests, and requests of a third
+// of the limit left up to a third of each minute unused.
+const minuteRequestShare = 1.0 / 8
+
 // minuteLimit is what the gate knows of one per-minute dimension (tokens
 // or requests).
 type minuteLimit struct {
@@ -335,6 +340,34 @@ func (g *minuteGate) delay(now time.Time, size minuteUse) time.Duration {
 		}
 	}
 	return minuteWindow
+}
+
+// fits returns how many of items, from the first, a request may carry
+// under the tokens limit found (minuteRequestShare of the ceiling a refused
+// probe set, one record at least); all of them while the limit is not
+// bounded yet (a limit learned from a spent minute is searched up from with
+// requests of any size), or for a nil gate.
+func (g *minuteGate) fits(items []item) int {
+	if g == nil {
+		return len(items)
+	}
+	g.mu.Lock()
+	m := g.tokens
+	g.mu.Unlock()
+	if m.proven == 0 && m.ceiling == 0 {
+		return len(items)
+	}
+	most := max(1, int(float64(m.limit)*minuteRequestShare))
+	n, tokens := 1, estimateTokens(items[:1])
+	for n < len(items) {
+		t := estimateTokens(items[n : n+1])
+		if tokens+t > most {
+			break
+		}
+		tokens += t
+		n++
+	}
+	return n
 }
 
 // estimateTokens estimates the embedding tokens of integrated records: a

@@ -574,3 +574,70 @@ func TestMinuteGateHeedsARefusalTheCutWouldHaveLetIn(t *testing.T) {
 	assert.Less(t, g.tokens.limit, proven,
 		"the index refused %d tokens while it held %d of the run's: the proven limit (%d) would have let that request in too, so the cut did not answer it", size, size, proven)
 }
+
+// Records' README promise (and the doc of the constants in
+// minutegate.go): "once a probe is refused it bisects up to it, then
+// probes a tenth higher every three minutes, so a long run keeps near the
+// limit with a handful of 429s". With requests of 96 records of ~400
+// tokens at 100k tokens a minute, 5,000 records took 25-27 virtual minutes
+// against an ideal of 19 (13-21 requests refused of ~70).
+//
+// The cause: requests of 96 records carry
+// 38,400 tokens; the gate is a sliding window of a minute, so at its
+// steady limit (105,600) it lets in 2 requests in any minute: 76,800
+// tokens, 77% of the limit, while the index's bucket (refilled
+// continuously) takes a request every 23 s. The probe at 116,160 lets 3
+// in and is refused every three minutes, and the proven limit,
+// "held" a minute on a bucket's slack, climbs to 1.5-3x the limit at
+// times, then collapses to 76,800 with a burst of 429s. Requests of at
+// most an eighth of the limit found (minuteRequestShare) fill the window
+// to seven eighths at least: 21 minutes, 23-26 refused of ~205.
+func TestRecordsKeepNearATokensPerMinuteLimitWithLargeRequests(t *testing.T) {
+	const (
+		tokensPerMinute = 100_000
+		n               = 5000
+		tokensEach      = 400 // 1,600 bytes of text: a usual chunk
+	)
+	clk, srv, idx := tokenLimitedIndex(t, tokensPerMinute)
+	recs := make([]*pinecone.IntegratedRecord, n)
+	for i := range recs {
+		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("r", i), "chunk_text": fmt.Sprintf("%06d", i) + strings.Repeat("x", 4*tokensEach-6)}
+	}
+	start := clk.Now()
+	res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx), withClock(clk), withRand(maxRand))
+	elapsed := clk.Now().Sub(start)
+	require.NoError(t, err)
+	require.Equal(t, n, res.Upserted)
+	ideal := time.Duration(float64(n*tokensEach-tokensPerMinute) / tokensPerMinute * float64(time.Minute))
+	t.Logf("virtual time %v (ideal %v), %d requests refused of %d", elapsed, ideal, srv.Stats().RateLimited, res.Stats.Requests)
+	// The bound of TestRecordsFinishAtATokensPerMinuteLimit.
+	assert.Less(t, elapsed, ideal+minuteWindow+ideal/10, "the run keeps near the limit")
+}
+
+func TestMinuteGateFits(t *testing.T) {
+	items := make([]item, 10)
+	for i := range items {
+		rec := pinecone.IntegratedRecord{"_id": fmt.Sprint(i), "chunk_text": strings.Repeat("x", 400)} // 100 tokens
+		items[i] = item{rec: &rec}
+	}
+	tests := []struct {
+		name   string
+		tokens minuteLimit
+		want   int
+	}{
+		{"no limit known: all", minuteLimit{}, 10},
+		{"a limit learned from a refusal, searched up from: all", minuteLimit{limit: 800, step: 200}, 10},
+		{"a proven limit: an eighth of it", minuteLimit{limit: 4000, proven: 4000}, 5},
+		{"under a ceiling: an eighth of the limit", minuteLimit{limit: 2400, proven: 2400, ceiling: 3000}, 3},
+		{"one record at least", minuteLimit{limit: 80, proven: 80}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newMinuteGate(newFakeClock())
+			g.tokens = tt.tokens
+			assert.Equal(t, tt.want, g.fits(items))
+		})
+	}
+	var none *minuteGate
+	assert.Equal(t, 10, none.fits(items), "a nil gate fits all")
+}

@@ -69,13 +69,14 @@ func (r *run) process(worker int, rt *route, b batch) {
 }
 
 // recutToLane cuts p to the most records the lane lets a request carry
-// now, returning the pieces in the order they go on the stack (last piece
-// first), or nil when p fits or the caller pinned the batch size.
+// now, and the per-minute gate (minuteGate.fits), returning the pieces in
+// the order they go on the stack (last piece first), or nil when p fits or
+// the caller pinned the batch size.
 func (r *run) recutToLane(rt *route, p *part) []*part {
-	if r.cfg.batchSize != 0 {
+	if r.cfg.batchSize != 0 || len(p.items) == 0 {
 		return nil
 	}
-	limit := rt.lane.sendLimit()
+	limit := min(rt.lane.sendLimit(), r.minute.fits(p.items))
 	if len(p.items) <= limit {
 		return nil
 	}

@@ -343,10 +343,10 @@ func (g *minuteGate) delay(now time.Time, size minuteUse) time.Duration {
 }
 
 // fits returns how many of items, from the first, a request may carry
-// under the tokens limit found (minuteRequestShare of the ceiling a refused
-// probe set, one record at least); all of them while the limit is not
-// bounded yet (a limit learned from a spent minute is searched up from with
-// requests of any size), or for a nil gate.
+// under the tokens limit learned: minuteRequestShare of one found (proven,
+// or under a refused probe's ceiling), the whole of one learned from a
+// refusal and searched up from, one record at least; all of them when no
+// limit is known, or for a nil gate.
 func (g *minuteGate) fits(items []item) int {
 	if g == nil {
 		return len(items)
@@ -354,10 +354,13 @@ func (g *minuteGate) fits(items []item) int {
 	g.mu.Lock()
 	m := g.tokens
 	g.mu.Unlock()
-	if m.proven == 0 && m.ceiling == 0 {
+	if m.limit == 0 {
 		return len(items)
 	}
-	most := max(1, int(float64(m.limit)*minuteRequestShare))
+	most := m.limit // one that waits for a whole minute's tokens waits for ever
+	if m.proven > 0 || m.ceiling > 0 {
+		most = max(1, int(float64(m.limit)*minuteRequestShare))
+	}
 	n, tokens := 1, estimateTokens(items[:1])
 	for n < len(items) {
 		t := estimateTokens(items[n : n+1])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -599,10 +600,7 @@ func TestRecordsKeepNearATokensPerMinuteLimitWithLargeRequests(t *testing.T) {
 		tokensEach      = 400 // 1,600 bytes of text: a usual chunk
 	)
 	clk, srv, idx := tokenLimitedIndex(t, tokensPerMinute)
-	recs := make([]*pinecone.IntegratedRecord, n)
-	for i := range recs {
-		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("r", i), "chunk_text": fmt.Sprintf("%06d", i) + strings.Repeat("x", 4*tokensEach-6)}
-	}
+	recs := recordsOfTokens(n, func(int) int { return tokensEach })
 	start := clk.Now()
 	res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx), withClock(clk), withRand(maxRand))
 	elapsed := clk.Now().Sub(start)
@@ -610,8 +608,8 @@ func TestRecordsKeepNearATokensPerMinuteLimitWithLargeRequests(t *testing.T) {
 	require.Equal(t, n, res.Upserted)
 	ideal := time.Duration(float64(n*tokensEach-tokensPerMinute) / tokensPerMinute * float64(time.Minute))
 	t.Logf("virtual time %v (ideal %v), %d requests refused of %d", elapsed, ideal, srv.Stats().RateLimited, res.Stats.Requests)
-	// The bound of TestRecordsFinishAtATokensPerMinuteLimit.
-	assert.Less(t, elapsed, ideal+minuteWindow+ideal/10, "the run keeps near the limit")
+	// 21-23 minutes over ten runs, with -race and without; 25-27 before.
+	assert.Less(t, elapsed, ideal+minuteWindow+ideal/5, "the run keeps near the limit")
 }
 
 func TestMinuteGateFits(t *testing.T) {
@@ -626,7 +624,8 @@ func TestMinuteGateFits(t *testing.T) {
 		want   int
 	}{
 		{"no limit known: all", minuteLimit{}, 10},
-		{"a limit learned from a refusal, searched up from: all", minuteLimit{limit: 800, step: 200}, 10},
+		{"a limit learned from a refusal, searched up from: as much as the limit", minuteLimit{limit: 800, step: 200}, 8},
+		{"a limit learned from a refusal, above what the records carry: all", minuteLimit{limit: 5000, step: 1250}, 10},
 		{"a proven limit: an eighth of it", minuteLimit{limit: 4000, proven: 4000}, 5},
 		{"under a ceiling: an eighth of the limit", minuteLimit{limit: 2400, proven: 2400, ceiling: 3000}, 3},
 		{"one record at least", minuteLimit{limit: 80, proven: 80}, 1},
@@ -640,4 +639,72 @@ func TestMinuteGateFits(t *testing.T) {
 	}
 	var none *minuteGate
 	assert.Equal(t, 10, none.fits(items), "a nil gate fits all")
+}
+
+// recordsOfTokens are n integrated records, record i of tokens(i) tokens
+// (4 bytes of text each, as estimateTokens counts them).
+func recordsOfTokens(n int, tokens func(i int) int) []*pinecone.IntegratedRecord {
+	recs := make([]*pinecone.IntegratedRecord, n)
+	for i := range recs {
+		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprint("r", i), "chunk_text": fmt.Sprintf("%06d", i) + strings.Repeat("x", 4*tokens(i)-6)}
+	}
+	return recs
+}
+
+// README: "once the limit is found, a request carries at most an eighth of
+// it, so that whole requests fill each minute". minuteGate.fits returns how
+// many of a batch's records, from the first, a request may carry; cutting
+// the whole batch evenly into pieces of that many records cut a batch whose
+// first two records are long (a document's full chunks) and whose other 94
+// are short into 96 one-record requests (126-217 requests, 96-193 of one
+// record), though by tokens it fits in two or three. The records that fit
+// go first, and the rest is cut again when its turn comes.
+func TestMinuteCapCutsABatchByItsTokensNotByItsFirstRecords(t *testing.T) {
+	const tokensPerMinute = 20_000
+	clk, _, idx := tokenLimitedIndex(t, tokensPerMinute)
+	recs := recordsOfTokens(1920, func(i int) int {
+		if i%96 < 2 {
+			return 1500
+		}
+		return 20
+	})
+	var mu sync.Mutex
+	requests, ones := 0, 0
+	obs := Observer{RequestDone: func(e RequestEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		requests++
+		if e.Records == 1 {
+			ones++
+		}
+	}}
+	start := clk.Now()
+	res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx), withClock(clk), withRand(maxRand),
+		WithObserver(obs), WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	require.Equal(t, len(recs), res.Upserted)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("virtual %v, %d requests, %d of one record", clk.Now().Sub(start), requests, ones)
+	batches := len(recs) / 96
+	assert.LessOrEqual(t, ones, 2*batches,
+		"a batch of 2 long and 94 short records is cut by tokens (about 3 requests), not into 96 one-record requests because its first two records fill the cap")
+}
+
+// A batch of 96 records of 2,000 tokens carries more than a minute of an
+// index of 20,000 tokens a minute: the gate, which takes any request into
+// an empty window, let such a request wait for ever for a whole minute's
+// tokens, and its records spent their retries on 429s (96 of 200 failed on
+// a spent minute). A request carries at most the limit learned, even one
+// learned from a refusal and not yet proven.
+func TestARequestCarriesNoMoreThanAMinuteOfTheLimitLearned(t *testing.T) {
+	const tokensPerMinute = 20_000
+	clk, _, idx := tokenLimitedIndex(t, tokensPerMinute)
+	// An earlier run spent the minute.
+	require.NoError(t, idx.UpsertRecords(context.Background(), recordsOfTokens(4, func(int) int { return tokensPerMinute / 4 })))
+	recs := recordsOfTokens(200, func(int) int { return 2000 })
+	res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx), withClock(clk), withRand(maxRand),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	assert.Equal(t, len(recs), res.Upserted)
 }

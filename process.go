@@ -76,11 +76,17 @@ func (r *run) recutToLane(rt *route, p *part) []*part {
 	if r.cfg.batchSize != 0 || len(p.items) == 0 {
 		return nil
 	}
-	limit := min(rt.lane.sendLimit(), r.minute.fits(p.items))
-	if len(p.items) <= limit {
+	var pieces [][]item
+	switch limit, fit := rt.lane.sendLimit(), r.minute.fits(p.items); {
+	case fit < min(limit, len(p.items)):
+		// By tokens, not by count: the records that fit go first, and the
+		// rest is cut again when its turn comes.
+		pieces = [][]item{p.items[:fit:fit], p.items[fit:]}
+	case len(p.items) > limit:
+		pieces = recut(p.items, limit)
+	default:
 		return nil
 	}
-	pieces := recut(p.items, limit)
 	parts := make([]*part, 0, len(pieces))
 	for i := len(pieces) - 1; i >= 0; i-- {
 		parts = append(parts, p.child(pieces[i]))

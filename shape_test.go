@@ -282,52 +282,63 @@ func TestAFailedDescribeAfterTheMinuteKeepsNoExpiredDimension(t *testing.T) {
 	assert.Equal(t, 5, srv.Count("ns"))
 }
 
-// README, "Through WithIndex, a run asks the index its dimension
-// and vector type first (DescribeIndexStats, once a minute per connection
-// at most ..."): calls through one connection ask DescribeIndexStats at
-// most once a minute. Once the kept answer expired, a describe that fails
-// keeps nothing (describeIndex returns before storing, the old entry's
-// time unchanged), so every later call through the connection asked again,
-// each waiting for the failure (up to describeTimeout, 5 s, when describe
-// hangs, as on a large index or a partitioned network), for as long as
-// describe failed: ten calls within a second asked ten times.
+// README, "Through WithIndex, a run asks the index its dimension and
+// vector type first (DescribeIndexStats, once a minute per connection at
+// most ..."): once the kept answer expired, a describe that fails is kept a
+// minute as nothing known (an outage), so that each call does not ask
+// again and wait for the failure (up to describeTimeout, 5 s, when it
+// hangs). A failure kept nothing at first: ten calls within a second asked
+// ten times. Then only one the caller's context outlived was kept, which a
+// question cut off by the library's own timeout is not (its cause says it
+// is the index's): five calls of a hanging index asked five times.
 func TestDescribeIsAskedAtMostOnceAMinuteAlsoWhenItFails(t *testing.T) {
-	srv := upserttest.NewServer()
-	defer srv.Close()
-	var down atomic.Bool
-	var asked atomic.Int32
-	ic := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if strings.HasSuffix(method, "/DescribeIndexStats") {
-			asked.Add(1)
-			if down.Load() {
-				return status.Error(codes.Unavailable, "upstream connect error")
+	for _, tt := range []struct {
+		name string
+		fail func(ctx context.Context) error
+	}{
+		{"it fails at once", func(context.Context) error { return status.Error(codes.Unavailable, "upstream connect error") }},
+		{"it hangs until its timeout", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := upserttest.NewServer()
+			defer srv.Close()
+			var down atomic.Bool
+			var asked atomic.Int32
+			ic := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if strings.HasSuffix(method, "/DescribeIndexStats") {
+					asked.Add(1)
+					if down.Load() {
+						return tt.fail(ctx)
+					}
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
 			}
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
+			pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
+			require.NoError(t, err)
+			idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"}, grpc.WithChainUnaryInterceptor(ic))
+			require.NoError(t, err)
+			defer idx.Close()
+			clk := newFakeClock()
+			run := func() {
+				t.Helper()
+				// A short request timeout bounds describe (min(describeTimeout,
+				// requestTimeout)), so that a hanging one is quick.
+				_, err := All(context.Background(), vectors(2, 4), WithIndex(idx), withClock(clk), withRand(maxRand),
+					WithRequestTimeout(300*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+				require.NoError(t, err)
+			}
+			run()
+			run() // the server now says dimension 4: kept
+			clk.Advance(2 * describedFor)
+			down.Store(true)
+			before := asked.Load()
+			for range 5 {
+				run()
+				clk.Advance(100 * time.Millisecond)
+			}
+			assert.LessOrEqual(t, asked.Load()-before, int32(1), "five calls within half a second through one connection asked again")
+		})
 	}
-	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
-	require.NoError(t, err)
-	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"}, grpc.WithChainUnaryInterceptor(ic))
-	require.NoError(t, err)
-	defer idx.Close()
-	clk := newFakeClock()
-	run := func() {
-		t.Helper()
-		_, err := All(context.Background(), vectors(2, 4), WithIndex(idx), withClock(clk), withRand(maxRand),
-			WithLogger(slog.New(slog.DiscardHandler)))
-		require.NoError(t, err)
-	}
-	run()
-	run() // the server now says dimension 4: kept
-	clk.Advance(2 * describedFor)
-	down.Store(true)
-	before := asked.Load()
-	for range 10 {
-		run()
-		clk.Advance(100 * time.Millisecond)
-	}
-	assert.LessOrEqual(t, asked.Load()-before, int32(1),
-		"DescribeIndexStats asked by 10 calls within a second through one connection (README: once a minute per connection at most)")
 }
 
 // describeIndex's contract: a failed re-ask is kept a minute as "nothing
@@ -378,61 +389,4 @@ func TestACanceledCallersDescribeIsNoOutageKeptAMinute(t *testing.T) {
 		assert.Zero(t, f.Attempts, "record %s sent to a sparse index that answers: its shape was forgotten for a canceled caller", f.ID)
 	}
 	assert.Equal(t, 1, srv.Stats().Requests-before, "one request: the dense and hybrid records refused before sending")
-}
-
-// describeIndex's doc: "When asking again fails (an outage), it returns
-// no error but nothing known ... that is kept a minute too, so that an
-// outage makes each call wait for no failing question";
-// TestDescribeIsAskedAtMostOnceAMinuteAlsoWhenItFails names the case
-// that matters most: "each waiting for the failure (up to
-// describeTimeout, 5 s, when describe hangs, as on a large index or a
-// partitioned network)".
-//
-// A failed re-ask is kept only when the index failed, not the caller. The
-// context is newIndexShape's, bounded by the library's own
-// describeTimeout (or WithRequestTimeout): when the index hangs, the
-// failure is that deadline, which is the index's (its cause says so); read
-// as the caller's, nothing was kept, and every call through the connection
-// asked again and waited the full timeout, for as long as the index hung:
-// five calls within half a second asked five times.
-func TestAHangingDescribeIsKeptAMinuteAsAnOutage(t *testing.T) {
-	srv := upserttest.NewServer()
-	defer srv.Close()
-	var down atomic.Bool
-	var asked atomic.Int32
-	ic := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if strings.HasSuffix(method, "/DescribeIndexStats") {
-			asked.Add(1)
-			if down.Load() { // the index hangs: the question runs out of time
-				<-ctx.Done()
-				return ctx.Err()
-			}
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "k"})
-	require.NoError(t, err)
-	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"}, grpc.WithChainUnaryInterceptor(ic))
-	require.NoError(t, err)
-	defer idx.Close()
-	clk := newFakeClock()
-	run := func() {
-		t.Helper()
-		// A short request timeout bounds describe (min(describeTimeout,
-		// requestTimeout)) so that the test is fast.
-		_, err := All(context.Background(), vectors(2, 4), WithIndex(idx), withClock(clk), withRand(maxRand),
-			WithRequestTimeout(300*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
-		require.NoError(t, err)
-	}
-	run()
-	run() // the server now says dimension 4: kept
-	clk.Advance(2 * describedFor)
-	down.Store(true)
-	before := asked.Load()
-	for range 5 {
-		run()
-		clk.Advance(100 * time.Millisecond)
-	}
-	assert.LessOrEqual(t, asked.Load()-before, int32(1),
-		"a describe that timed out (the index hangs) is an outage: kept a minute, not asked by every call, each waiting the timeout")
 }

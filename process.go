@@ -77,14 +77,15 @@ func (r *run) recutToLane(rt *route, p *part) []*part {
 		return nil
 	}
 	var pieces [][]item
-	trial := false // the piece sent first goes as the size trial p was
 	switch limit, fit := rt.lane.sendLimit(), r.minute.fits(p.items); {
 	case fit < min(limit, len(p.items)):
 		// By tokens, not by count: the records that fit go first, and the
-		// rest is cut again when its turn comes. A size trial cut so goes
-		// out smaller, which ends it (batchControl.answer); sendLimit
-		// ends one the lane cuts.
-		pieces, trial = [][]item{p.items[:fit:fit], p.items[fit:]}, p.sizeProbe
+		// rest is cut again when its turn comes. A size trial cut so is
+		// over (sendLimit ends one the lane cuts).
+		pieces = [][]item{p.items[:fit:fit], p.items[fit:]}
+		if p.sizeProbe {
+			rt.lane.endTrial(len(p.items))
+		}
 	case len(p.items) > limit:
 		pieces = recut(p.items, limit)
 	default:
@@ -94,8 +95,7 @@ func (r *run) recutToLane(rt *route, p *part) []*part {
 	for i := len(pieces) - 1; i >= 0; i-- {
 		parts = append(parts, p.child(pieces[i]))
 	}
-	first := parts[len(parts)-1]
-	first.resend, first.sizeProbe = p.resend, trial // the piece sent first resends the batch
+	parts[len(parts)-1].resend = p.resend // the piece sent first resends the batch
 	return parts
 }
 

@@ -279,14 +279,15 @@ func (ln *lane) sendLimit() int {
 	return ln.batch.sendLimit(now, ln.sizeCaps(), ln.tuning)
 }
 
-// endTrial ends the batch size's trial of n records, cut before it was
-// sent (the per-minute gate's cap): it says nothing of the size tried, as
-// a trial batch that goes out smaller does not (batchControl.answer), and
-// the concurrency takes its turn.
-func (ln *lane) endTrial(n int) {
+// endTrialOver ends the batch size's trial if it is of more than n
+// records, which a request may not carry now (the per-minute gate's cap
+// cut a batch to n): it cannot go out at its size, as a trial batch that
+// goes out smaller says nothing of it (batchControl.answer), and the
+// concurrency takes its turn.
+func (ln *lane) endTrialOver(n int) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	if ln.batch.trial.size == n {
+	if ln.batch.trial.size > n {
 		ln.batch.capTrial()
 		ln.sizeTurn = false
 	}

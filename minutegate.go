@@ -349,8 +349,11 @@ func (g *minuteGate) delay(now time.Time, size minuteUse) time.Duration {
 // requests that carry them under it, as even as their records allow (the
 // first carries a k-th of their tokens, one record at least; the rest is
 // cut again), not as full as possible with a small one left over. All of
-// them when no limit is known, or for a nil gate.
-func (g *minuteGate) fits(items []item) int {
+// them when no limit is known, or for a nil gate. Items that a refusal
+// naming the tokens limit answered, and that carry the limit learned or
+// more, go in two: the limit may have been learned from them alone (a
+// window that held less), and they may be over it alone.
+func (g *minuteGate) fits(items []item, refused bool) int {
 	if g == nil {
 		return len(items)
 	}
@@ -365,6 +368,9 @@ func (g *minuteGate) fits(items []item) int {
 		most = max(1, int(float64(m.limit)*minuteRequestShare))
 	}
 	total := estimateTokens(items)
+	if refused && total >= m.limit {
+		most = min(most, max(1, total/2))
+	}
 	if total <= most {
 		return len(items)
 	}

@@ -619,27 +619,30 @@ func TestMinuteGateFits(t *testing.T) {
 		items[i] = item{rec: &rec}
 	}
 	tests := []struct {
-		name   string
-		tokens minuteLimit
-		want   int
+		name    string
+		tokens  minuteLimit
+		refused bool
+		want    int
 	}{
-		{"no limit known: all", minuteLimit{}, 10},
-		{"a limit learned from a refusal, searched up from: under the limit, in even requests", minuteLimit{limit: 800, step: 200}, 5},
-		{"a limit learned from a refusal, above what the records carry: all", minuteLimit{limit: 5000, step: 1250}, 10},
-		{"a proven limit: an eighth of it", minuteLimit{limit: 4000, proven: 4000}, 5},
-		{"under a ceiling: an eighth of the limit, in even requests", minuteLimit{limit: 2400, proven: 2400, ceiling: 3000}, 2},
-		{"a proven limit, just over what the records carry: two even requests, no small one left over", minuteLimit{limit: 7200, proven: 7200}, 5},
-		{"one record at least", minuteLimit{limit: 80, proven: 80}, 1},
+		{"no limit known: all", minuteLimit{}, false, 10},
+		{"a limit learned from a refusal, searched up from: under the limit, in even requests", minuteLimit{limit: 800, step: 200}, false, 5},
+		{"a limit learned from a refusal, above what the records carry: all", minuteLimit{limit: 5000, step: 1250}, false, 10},
+		{"a proven limit: an eighth of it", minuteLimit{limit: 4000, proven: 4000}, false, 5},
+		{"under a ceiling: an eighth of the limit, in even requests", minuteLimit{limit: 2400, proven: 2400, ceiling: 3000}, false, 2},
+		{"a proven limit, just over what the records carry: two even requests, no small one left over", minuteLimit{limit: 7200, proven: 7200}, false, 5},
+		{"one record at least", minuteLimit{limit: 80, proven: 80}, false, 1},
+		{"refused, learned from their own tokens: in two", minuteLimit{limit: 1000, step: 250}, true, 5},
+		{"refused, under a limit learned above them: all", minuteLimit{limit: 5000, step: 1250}, true, 10},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newMinuteGate(newFakeClock())
 			g.tokens = tt.tokens
-			assert.Equal(t, tt.want, g.fits(items))
+			assert.Equal(t, tt.want, g.fits(items, tt.refused))
 		})
 	}
 	var none *minuteGate
-	assert.Equal(t, 10, none.fits(items), "a nil gate fits all")
+	assert.Equal(t, 10, none.fits(items, true), "a nil gate fits all")
 }
 
 // recordsOfTokens are n integrated records, record i of tokens(i) tokens
@@ -828,4 +831,83 @@ func TestAResentBatchCutByTheCapCountsOneRetry(t *testing.T) {
 	assert.Equal(t, 1, res.Stats.Retries)
 	assert.Equal(t, 1, retries)
 	assert.Equal(t, []int{0, 1}, res.Stats.RetriesPerBatch)
+}
+
+// neighbouredMinute emulates a project's embedding tokens per minute as
+// a sliding window of a minute (the model minutegate.go's doc reasons
+// with: "a window of a minute refuses when that much was taken") that a
+// neighbour on the same project (another index, another process) spends
+// steadily: a request is refused whole when the neighbour's use, what the
+// run landed in the last minute and the request exceed the limit.
+type neighbouredMinute struct {
+	mu        sync.Mutex
+	clk       clock
+	limit     int
+	neighbour int
+	taken     []reviewTaken
+	log       []string
+	landed    map[string]int
+}
+
+type reviewTaken struct {
+	at     time.Time
+	tokens int
+}
+
+func (m *neighbouredMinute) send(_ context.Context, _ string, recs []*pinecone.IntegratedRecord) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.clk.Now()
+	for len(m.taken) > 0 && now.Sub(m.taken[0].at) >= time.Minute {
+		m.taken = m.taken[1:]
+	}
+	used := m.neighbour
+	for _, x := range m.taken {
+		used += x.tokens
+	}
+	items := make([]item, len(recs))
+	for i, r := range recs {
+		items[i] = item{rec: r}
+	}
+	tokens := estimateTokens(items)
+	if used+tokens > m.limit {
+		m.log = append(m.log, fmt.Sprintf("%s %d records %d tokens: 429", now.Format("15:04:05.000"), len(recs), tokens))
+		return status.Error(codes.ResourceExhausted, fmt.Sprintf("Request failed. You've reached the max embedding tokens per minute (%d) model 'llama-text-embed-v2' and input type 'passage' for the current project. To increase this limit, upgrade your plan.", m.limit))
+	}
+	m.taken = append(m.taken, reviewTaken{now, tokens})
+	m.log = append(m.log, fmt.Sprintf("%s %d records %d tokens: ok", now.Format("15:04:05.000"), len(recs), tokens))
+	for _, r := range recs {
+		m.landed[(*r)["_id"].(string)]++
+	}
+	return nil
+}
+
+// README: "after the first 429 that names such a limit, records are paced
+// under what the index took in that minute ... A request carries at most
+// the limit learned"; minuteGate.fits: "Items over it go in the fewest
+// requests that carry them under it". A project on Pinecone's Starter
+// plan embeds 250,000 tokens a minute; a neighbour on the project spends
+// 220,000 of them steadily, so a minute leaves 30,000 for this run. A full
+// records batch of 96 chunks of 500 tokens (2 kB of text) carries 48,000:
+// refused while nothing of the run's is in the window, which the gate
+// learns as a limit of the refused request's own size (nextMinuteLimit:
+// "at least one request's worth"), and fits did not cut a batch under its
+// own size: the batch went out whole on all 9 of its requests, and its 96
+// records failed as rate-limited. A batch refused on the tokens limit that
+// carries the limit learned or more is resent in two (fits), until its
+// pieces land.
+func TestARequestRefusedAloneIsResentSmaller(t *testing.T) {
+	clk := newFakeClock()
+	idx := &neighbouredMinute{clk: clk, limit: 250_000, neighbour: 220_000, landed: map[string]int{}}
+	recs := recordsOfTokens(200, func(int) int { return 500 })
+	res, err := Records(context.Background(), slices.Values(recs), WithRecordsFunc(idx.send), withClock(clk), withRand(maxRand),
+		WithLogger(slog.New(slog.DiscardHandler)), WithConcurrency(1))
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	for _, l := range idx.log[:min(len(idx.log), 16)] {
+		t.Log(l)
+	}
+	require.NoError(t, err, "every record fits in a request of 30,000 tokens, which the index takes every minute")
+	assert.Equal(t, len(recs), res.Upserted)
+	assert.Len(t, idx.landed, len(recs))
 }

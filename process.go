@@ -9,13 +9,14 @@ import (
 
 // part is a batch or a piece of one, with what its records went through.
 type part struct {
-	items     []item
-	retries   [numClasses]int // retries spent, per class, by this part and its ancestors
-	attempts  int             // requests that carried these records
-	ambiguous bool            // some request ended without a clear answer
-	sizeProbe bool            // the batch probes a larger size (until first sent)
-	free      bool            // its last failure spends no retry (see failureNote)
-	failures  batchFailures   // what tells whether the next failure does
+	items      []item
+	retries    [numClasses]int // retries spent, per class, by this part and its ancestors
+	attempts   int             // requests that carried these records
+	ambiguous  bool            // some request ended without a clear answer
+	sizeProbe  bool            // the batch probes a larger size (until first sent)
+	overMinute bool            // its last request was refused on a per-minute tokens limit
+	free       bool            // its last failure spends no retry (see failureNote)
+	failures   batchFailures   // what tells whether the next failure does
 	// resend is the retry this part's next request makes, counted and
 	// told once the lane admits it (see resending).
 	resend *RetryEvent
@@ -24,7 +25,7 @@ type part struct {
 // child is a piece of p, items, with what p went through; it probes no size.
 func (p *part) child(items []item) *part {
 	c := *p
-	c.items, c.sizeProbe, c.resend = items, false, nil
+	c.items, c.sizeProbe, c.resend, c.overMinute = items, false, nil, false
 	return &c
 }
 
@@ -63,6 +64,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 			continue
 		}
 		r.maybeProgress()
+		p.overMinute = e.Class == ClassRateLimited && e.Limit == LimitEmbedTokens
 		stack = append(stack, r.afterFailure(worker, rt, p, e)...)
 	}
 	r.stats.batchDone(retries)
@@ -77,15 +79,13 @@ func (r *run) recutToLane(rt *route, p *part) []*part {
 		return nil
 	}
 	var pieces [][]item
-	switch limit, fit := rt.lane.sendLimit(), r.minute.fits(p.items); {
+	switch limit, fit := rt.lane.sendLimit(), r.minute.fits(p.items, p.overMinute); {
 	case fit < min(limit, len(p.items)):
 		// By tokens, not by count: the records that fit go first, and the
-		// rest is cut again when its turn comes. A size trial cut so is
-		// over (sendLimit ends one the lane cuts).
+		// rest is cut again when its turn comes. A size trial above the
+		// cut is over (sendLimit ends one the lane cuts).
 		pieces = [][]item{p.items[:fit:fit], p.items[fit:]}
-		if p.sizeProbe {
-			rt.lane.endTrial(len(p.items))
-		}
+		rt.lane.endTrialOver(fit)
 	case len(p.items) > limit:
 		pieces = recut(p.items, limit)
 	default:

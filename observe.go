@@ -127,7 +127,7 @@ type RetryEvent struct {
 	Attempt int
 	// Split is true when the batch is split in halves that are sent one
 	// after the other (timeouts, too large, invalid), false when it is
-	// resent whole after Wait.
+	// resent after Wait (whole, or cut to what a request may carry then).
 	Split bool
 	// Wait is the backoff before the resend; 0 for a split.
 	Wait time.Duration

@@ -27,8 +27,10 @@ type Stats struct {
 
 	// Requests is how many upsert requests were sent, retries included.
 	Requests int
-	// Retries is how many times a failed batch was resent whole after a
-	// backoff; RetriesByClass splits it by the class of the failure.
+	// Retries is how many times a failed batch was resent after a backoff
+	// (whole, or cut to what the lane or the per-minute limits let a
+	// request carry, counted once); RetriesByClass splits it by the class
+	// of the failure.
 	Retries        int
 	RetriesByClass map[Class]int
 	// Splits is how many failed batches were split in halves (timeouts,

@@ -478,13 +478,24 @@ func probeWith(t *testing.T, clk *fakeClock, ln *lane, e *Error) permit {
 	return p
 }
 
+// firstProbeWait sends the open breaker's first probe through ln, answered,
+// and returns how long it waited: the fake clock sleeps until it may go.
+func firstProbeWait(t *testing.T, clk *fakeClock, ln *lane) time.Duration {
+	t.Helper()
+	openedAt := clk.Now()
+	p, err := ln.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	require.NotZero(t, p.probe)
+	ln.release(p, nil)
+	return p.start.Sub(openedAt)
+}
+
 // The breakers of namespaces not written since an outage ended stay open
 // (nothing probes them), but they no longer count toward their host's
 // pace once the index answered after their last failure: a later outage
 // of the one namespace still written is probed at one breaker's pace.
 // They slowed its first probe to 1.6 s, and later ones up to 30 s.
 func TestBreakersOfAnOutageThatEndedDoNotSlowALaterOne(t *testing.T) {
-	ctx := context.Background()
 	_, clk, lanes := downLanes(t, 16)
 	// The index is back: ns0's probe is answered; ns1..ns15 got no more
 	// records (their part of the run was over, or failed), so nothing
@@ -493,17 +504,8 @@ func TestBreakersOfAnOutageThatEndedDoNotSlowALaterOne(t *testing.T) {
 	require.False(t, breakerOpen(lanes[0]))
 
 	clk.Advance(time.Hour) // an hour later, a short outage; only ns0 is written
-	for !breakerOpen(lanes[0]) {
-		p, err := lanes[0].acquire(ctx, req(1))
-		require.NoError(t, err)
-		lanes[0].release(p, errServer)
-	}
-	openedAt := clk.Now()
-	p, err := lanes[0].acquire(ctx, req(1)) // the fake clock sleeps until the probe may go
-	require.NoError(t, err)
-	require.NotZero(t, p.probe)
-	lanes[0].release(p, nil)
-	assert.LessOrEqual(t, p.start.Sub(openedAt), probeEvery,
+	openBreaker(t, lanes[0])
+	assert.LessOrEqual(t, firstProbeWait(t, clk, lanes[0]), probeEvery,
 		"the only namespace written during the outage probes at one breaker's pace, not slowed by breakers of an outage that ended an hour ago")
 }
 
@@ -561,10 +563,7 @@ func TestBreakersOtherWritersSawCloseDoNotSlowALaterOutage(t *testing.T) {
 		ln := lim.holdLane(laneID{host: probeHost, key: "ns" + string(rune('a'+i))}, MaxBatchSize)
 		defer ln.holdRoute(-1)
 		m := newFakeMember(liveLaneNoCut(clk.Now()))
-		ln.mu.Lock()
-		ln.share.m, ln.share.stats, ln.share.shared, ln.share.users = m, new(shareCounters), true, 1
-		ln.applyView(m.View())
-		ln.mu.Unlock()
+		shareDownLane(ln, m)
 		v := m.View()
 		v.OpenSince = clk.Now() // another process's writer met an outage
 		apply(ln, m, v)
@@ -573,17 +572,8 @@ func TestBreakersOtherWritersSawCloseDoNotSlowALaterOutage(t *testing.T) {
 		apply(ln, m, v)
 	}
 	clk.Advance(time.Hour)
-	for !breakerOpen(written) {
-		p, err := written.acquire(ctx, req(1))
-		require.NoError(t, err)
-		written.release(p, errServer)
-	}
-	openedAt := clk.Now()
-	p, err = written.acquire(ctx, req(1))
-	require.NoError(t, err)
-	require.NotZero(t, p.probe)
-	written.release(p, nil)
-	assert.LessOrEqual(t, p.start.Sub(openedAt), probeEvery,
+	openBreaker(t, written)
+	assert.LessOrEqual(t, firstProbeWait(t, clk, written), probeEvery,
 		"the only namespace down probes at one breaker's pace")
 }
 
@@ -605,17 +595,8 @@ func TestBreakersOfAnOutageThatEndedUnseenDoNotSlowALaterOne(t *testing.T) {
 		fresh.release(p, nil) // the index answers
 	}
 	clk.Advance(time.Hour) // an hour later, a short outage of the one namespace written
-	for !breakerOpen(fresh) {
-		p, err := fresh.acquire(ctx, req(1))
-		require.NoError(t, err)
-		fresh.release(p, errServer)
-	}
-	openedAt := clk.Now()
-	p, err := fresh.acquire(ctx, req(1)) // the fake clock sleeps until the probe may go
-	require.NoError(t, err)
-	require.NotZero(t, p.probe)
-	fresh.release(p, nil)
-	assert.LessOrEqual(t, p.start.Sub(openedAt), probeEvery,
+	openBreaker(t, fresh)
+	assert.LessOrEqual(t, firstProbeWait(t, clk, fresh), probeEvery,
 		"the only namespace down probes at one breaker's pace, not slowed by breakers of an outage that ended an hour ago")
 }
 

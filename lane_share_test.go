@@ -1228,10 +1228,7 @@ func TestAWritersNextOutageDoesNotStartWithTheSharedOneItClosed(t *testing.T) {
 	openBreaker(t, ln)
 	v := m.View()
 	v.OpenSince, v.Answered = clk.Now(), true
-	m.set(v) // the store holds the outage; the lane heard it
-	ln.mu.Lock()
-	ln.applyView(v)
-	ln.mu.Unlock()
+	apply(ln, m, v) // the store holds the outage; the lane heard it
 
 	clk.Advance(2 * outagePatience)
 	p, err := ln.acquire(context.Background(), req(1))

@@ -296,57 +296,13 @@ func decode(line []byte) (*pinecone.Vector, string, error) {
 	if i := skipSpace(line, 0); i < len(line) && line[i] != '{' {
 		return nil, "", notAnObject(line)
 	}
-	var raw [numFields][]byte // each record field's value as the line spells it
-	dup := -1                 // the first record field given twice
-	if !scanObject(line, func(key, value []byte) bool {
-		f, ok := fieldOf(key)
-		switch {
-		case !ok:
-			return false
-		case f < 0:
-			return json.Valid(value)
-		case raw[f] != nil:
-			if dup < 0 {
-				dup = f
-			}
-			return json.Valid(value)
-		}
-		raw[f] = value
-		return true
-	}) {
+	raw, dup, ok := splitFields(line)
+	if !ok {
 		return nil, "", syntaxError(line)
 	}
-
-	var rec struct { // one allocation for all
-		id                 *string
-		values             *[]float32
-		sparse, sparseREST *sparseJSON
-		metadata           map[string]any
-	}
-	var typeErr error
-	syntax := false
-	for f, dst := range [numFields]any{&rec.id, &rec.values, &rec.sparse, &rec.sparseREST, &rec.metadata} {
-		if raw[f] == nil {
-			continue
-		}
-		if f == fieldID && isPlainString(raw[f]) {
-			s := string(raw[f][1 : len(raw[f])-1])
-			rec.id = &s
-			continue
-		}
-		err := json.Unmarshal(raw[f], dst)
-		var typ *json.UnmarshalTypeError
-		switch {
-		case err == nil:
-		case errors.As(err, &typ):
-			if typeErr == nil {
-				typeErr = describeJSONError(err, fieldNames[f])
-			}
-		default:
-			syntax = true
-		}
-	}
-	if syntax {
+	rec := new(recordJSON) // one allocation for all the fields
+	typeErr, ok := rec.decodeFields(&raw)
+	if !ok {
 		return nil, "", syntaxError(line)
 	}
 	idStr := ""
@@ -369,37 +325,106 @@ func decode(line []byte) (*pinecone.Vector, string, error) {
 	if idStr == "" {
 		return nil, "", ErrMissingID
 	}
-	if rec.values != nil {
-		// A null among the numbers decodes as 0, without an error: look for
-		// one. Having decoded, the array holds only numbers and nulls, and
-		// only a null has an "n".
-		if i := bytes.IndexByte(raw[fieldValues], 'n'); i >= 0 {
-			return nil, idStr, fmt.Errorf("%w: field \"values\": null at index %d, want float32", ErrWrongType, bytes.Count(raw[fieldValues][:i], []byte(",")))
+	if err := rec.findNulls(&raw); err != nil {
+		return nil, idStr, err
+	}
+	v, err := rec.vector(idStr)
+	return v, idStr, err
+}
+
+// splitFields returns each record field's value as line spells it, and the
+// first record field given twice (-1 if none); ok is false when line is not
+// a valid JSON object.
+func splitFields(line []byte) (raw [numFields][]byte, dup int, ok bool) {
+	dup = -1
+	ok = scanObject(line, func(key, value []byte) bool {
+		f, ok := fieldOf(key)
+		switch {
+		case !ok:
+			return false
+		case f < 0:
+			return json.Valid(value)
+		case raw[f] != nil:
+			if dup < 0 {
+				dup = f
+			}
+			return json.Valid(value)
+		}
+		raw[f] = value
+		return true
+	})
+	return raw, dup, ok
+}
+
+// recordJSON is a record's fields as decoded from a line.
+type recordJSON struct {
+	id                 *string
+	values             *[]float32
+	sparse, sparseREST *sparseJSON
+	metadata           map[string]any
+}
+
+// decodeFields decodes the fields of raw into rec. It returns the first
+// field's wrong type, if any; ok is false when a field is not valid JSON.
+func (rec *recordJSON) decodeFields(raw *[numFields][]byte) (typeErr error, ok bool) {
+	ok = true
+	for f, dst := range [numFields]any{&rec.id, &rec.values, &rec.sparse, &rec.sparseREST, &rec.metadata} {
+		if raw[f] == nil {
+			continue
+		}
+		if f == fieldID && isPlainString(raw[f]) {
+			s := string(raw[f][1 : len(raw[f])-1])
+			rec.id = &s
+			continue
+		}
+		err := json.Unmarshal(raw[f], dst)
+		var typ *json.UnmarshalTypeError
+		switch {
+		case err == nil:
+		case errors.As(err, &typ):
+			if typeErr == nil {
+				typeErr = describeJSONError(err, fieldNames[f])
+			}
+		default:
+			ok = false
 		}
 	}
+	return typeErr, ok
+}
+
+// findNulls reports a null among the numbers of rec, decoded from raw:
+// encoding/json decodes it as 0, without an error.
+func (rec *recordJSON) findNulls(raw *[numFields][]byte) error {
+	// Having decoded, values hold only numbers and nulls, and only a null
+	// has an "n".
+	if i := bytes.IndexByte(raw[fieldValues], 'n'); rec.values != nil && i >= 0 {
+		return fmt.Errorf("%w: field \"values\": null at index %d, want float32", ErrWrongType, bytes.Count(raw[fieldValues][:i], []byte(",")))
+	}
 	if err := findNull(raw[fieldSparse], "sparse_values"); err != nil {
-		return nil, idStr, err
+		return err
 	}
-	if err := findNull(raw[fieldSparseREST], "sparseValues"); err != nil {
-		return nil, idStr, err
-	}
+	return findNull(raw[fieldSparseREST], "sparseValues")
+}
+
+// vector returns the record rec holds, with id.
+func (rec *recordJSON) vector(id string) (*pinecone.Vector, error) {
 	sparse := rec.sparse
 	if rec.sparseREST != nil {
 		if sparse != nil {
-			return nil, idStr, fmt.Errorf(`%w: fields "sparse_values" and "sparseValues" both given; want one`, ErrWrongType)
+			return nil, fmt.Errorf(`%w: fields "sparse_values" and "sparseValues" both given; want one`, ErrWrongType)
 		}
 		sparse = rec.sparseREST
 	}
-	v := &pinecone.Vector{Id: idStr, Values: rec.values}
+	v := &pinecone.Vector{Id: id, Values: rec.values}
 	if sparse != nil {
 		v.SparseValues = &pinecone.SparseValues{Indices: sparse.Indices, Values: sparse.Values}
 	}
 	m, err := metadataStruct(rec.metadata)
 	if err != nil {
-		return nil, idStr, err
+		return nil, err
 	}
 	v.Metadata = m
-	return v, idStr, nil
+	return v, nil
 }
 
 // notAnObject returns the error for a line that does not start with "{".

@@ -188,13 +188,13 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("%w: the checkpoint cannot be saved: %w", ErrBadOption, err)
 	}
 	in.next = int(n)
-	in.loaded = n
-	in.marks = &watermark{base: int(n)}
+	in.ckpt.loaded = n
+	in.ckpt.marks = &watermark{base: int(n)}
 	if in.acks != nil {
 		in.acks.start(int(n))
 	}
 	in.r.stats.skipped.Store(n)
-	in.saved.Store(n)
+	in.ckpt.saved.Store(n)
 	every := in.saveEvery()
 	done := make(chan struct{})
 	stopped := make(chan struct{})
@@ -208,16 +208,16 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 				return
 			case <-t.C:
 			}
-			if w := int64(in.marks.value()); w > in.saved.Load() {
+			if w := int64(in.ckpt.marks.value()); w > in.ckpt.saved.Load() {
 				if err := in.save(in.r.ctx, w); err != nil {
 					in.logWarn("saving the checkpoint", err)
 					continue
 				}
-				in.saved.Store(w)
+				in.ckpt.saved.Store(w)
 			}
 		}
 	}()
-	in.stopSaver = func() {
+	in.ckpt.stopSaver = func() {
 		close(done)
 		<-stopped
 	}
@@ -227,20 +227,20 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 // saveCheckpoint stops the periodic saves and saves the final watermark,
 // once: it returns the save's error, wrapped in ErrCheckpointNotSaved.
 func (in *intake) saveCheckpoint() error {
-	if in.stopSaver == nil {
+	if in.ckpt.stopSaver == nil {
 		return nil
 	}
-	in.stopSaver()
-	in.stopSaver = nil
-	w := int64(in.marks.value())
-	if w == in.saved.Load() {
+	in.ckpt.stopSaver()
+	in.ckpt.stopSaver = nil
+	w := int64(in.ckpt.marks.value())
+	if w == in.ckpt.saved.Load() {
 		return nil // saved already, or nothing settled for good since the start
 	}
 	// The caller's context may have ended: the final save must happen
 	// anyway, or the run's progress is lost.
 	if err := in.save(context.WithoutCancel(in.r.ctx), w); err != nil {
 		in.logWarn("saving the checkpoint", err)
-		return fmt.Errorf("%w at %d (it holds %d): %w", ErrCheckpointNotSaved, w, in.saved.Load(), err)
+		return fmt.Errorf("%w at %d (it holds %d): %w", ErrCheckpointNotSaved, w, in.ckpt.saved.Load(), err)
 	}
 	return nil
 }

@@ -41,11 +41,17 @@ type intake struct {
 
 	unsettled atomic.Int64 // records a stream or writer took in and that have not settled
 	settled   *watermark   // input positions settled, for Writer.Flush; nil for All and Stream
-	marks     *watermark   // input positions settled for good, when a checkpoint is kept
+	ckpt      checkpointKept
+	acks      *acker // delivers the acks of WithAcks; nil without it
+}
+
+// checkpointKept is what an intake keeps of its checkpoint (checkpoint.go);
+// its marks are nil when no checkpoint is kept.
+type checkpointKept struct {
+	marks     *watermark   // input positions settled for good
 	loaded    int64        // the position the checkpoint held at the start
 	saved     atomic.Int64 // the position the checkpoint holds, as last saved
-	stopSaver func()       // stops the periodic checkpoint saves
-	acks      *acker       // delivers the acks of WithAcks; nil without it
+	stopSaver func()       // stops the periodic saves
 }
 
 // intakeMode says what an intake keeps for its caller.
@@ -702,8 +708,8 @@ func (in *intake) settleExposed(items []item, landed bool) []Stale {
 // positionsSettled marks the input positions of items as settled: for
 // Flush, and, when final, for the checkpoint.
 func (in *intake) positionsSettled(items []item, final bool) {
-	if in.marks != nil && final {
-		in.marks.done(items)
+	if in.ckpt.marks != nil && final {
+		in.ckpt.marks.done(items)
 	}
 	if in.settled != nil {
 		in.settled.done(items)

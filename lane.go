@@ -30,22 +30,19 @@ type lane struct {
 	// together; nil for a lane no Limiter holds.
 	host *hostSeen
 
-	mu          sync.Mutex
-	dims        [dimCount]dimension
-	conc        concControl
-	batch       batchControl
-	breaker     breaker
-	budget      retryBudget
-	slots       laneSlots
-	issued      uint64
-	cuts        uint64    // rate cuts so far: tokens reserved before one are stale
-	pausedUntil time.Time // the index's Retry-After
-	seen        laneSeen
-	lastUse     time.Time
-	routes      int // routes of calls going on that send through the lane: a sweep keeps it
-	limitsSet   bool
-	sizeTurn    bool // the batch size's turn to be tried; else the concurrency's
-	signals     laneSignals
+	mu        sync.Mutex
+	dims      [dimCount]dimension
+	conc      concControl
+	batch     batchControl
+	breaker   breaker
+	budget    retryBudget
+	slots     laneSlots
+	use       laneUse
+	pushback  lanePushback
+	seen      laneSeen
+	limitsSet bool
+	sizeTurn  bool // the batch size's turn to be tried; else the concurrency's
+	signals   laneSignals
 	// share is the lane's membership of the lane shared across
 	// processes, if a run shares it (guarded by mu); shareSync is what
 	// works outside mu.
@@ -59,6 +56,21 @@ type lane struct {
 type laneShareSync struct {
 	joinMu  sync.Mutex  // serialises joining and leaving
 	pending atomic.Bool // share.pending is not empty
+}
+
+// laneUse is how the lane is used: what the controllers number their
+// samples by, and what a sweep of idle lanes reads.
+type laneUse struct {
+	issued uint64    // requests admitted so far
+	last   time.Time // when the latest was admitted, or the lane made
+	routes int       // routes of calls going on that send through the lane: a sweep keeps it
+}
+
+// lanePushback is what the index pushed back with: either makes the tokens
+// a request reserved before it stale.
+type lanePushback struct {
+	cuts  uint64    // rate cuts so far
+	until time.Time // the index's Retry-After
 }
 
 // laneSlots are the lane's own concurrency slots.
@@ -130,13 +142,13 @@ func (s *signal) fire() {
 func newLane(c clock, maxBatch int, t *tuning) *lane {
 	now := c.Now()
 	ln := &lane{
-		clock:   c,
-		tuning:  t,
-		conc:    newConcControl(t),
-		batch:   newBatchControl(maxBatch, t),
-		budget:  newRetryBudget(now),
-		lastUse: now,
-		slots:   laneSlots{idleSince: now},
+		clock:  c,
+		tuning: t,
+		conc:   newConcControl(t),
+		batch:  newBatchControl(maxBatch, t),
+		budget: newRetryBudget(now),
+		use:    laneUse{last: now},
+		slots:  laneSlots{idleSince: now},
 	}
 	floors := [dimCount]float64{t.minRecords, t.minRequests, t.minBytes}
 	for i := range ln.dims {
@@ -262,7 +274,7 @@ func (ln *lane) nextBatch() (size int, trial bool) {
 // ln.mu is held.
 func (ln *lane) resetConc() {
 	before := ln.conc.limit
-	ln.conc.reset(ln.issued)
+	ln.conc.reset(ln.use.issued)
 	if ln.conc.limit > before {
 		ln.signals.slots.fire()
 	}
@@ -398,7 +410,7 @@ func (ln *lane) state() LimiterState {
 		Concurrency: ln.conc.limit,
 		BatchSize:   size,
 		InFlight:    ln.slots.inFlight,
-		Paused:      ln.breaker.open || now.Before(ln.pausedUntil),
+		Paused:      ln.breaker.open || now.Before(ln.pushback.until),
 	}
 }
 
@@ -476,7 +488,7 @@ func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint
 			return permit{}, err
 		}
 		ln.mu.Lock()
-		if ln.cuts != cuts || ln.paused(ln.clock.Now()) {
+		if ln.pushback.cuts != cuts || ln.paused(ln.clock.Now()) {
 			// Tokens granted at a rate since cut, or a Retry-After
 			// answered while it waited for the slot.
 			ln.mu.Unlock()
@@ -507,15 +519,15 @@ func (ln *lane) headOf(q request) *line {
 func (ln *lane) holdRoute(delta int) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	ln.routes += delta
+	ln.use.routes += delta
 }
 
 // issue counts an admitted request; ln.mu is held.
 func (ln *lane) issue(q request, probe uint64, waitedSlot bool) permit {
 	now := ln.clock.Now()
 	ln.slots.inFlight++
-	ln.issued++
-	ln.lastUse = now
+	ln.use.issued++
+	ln.use.last = now
 	amounts := q.amounts()
 	for i := range ln.dims {
 		ln.dims[i].ctl.send(now, amounts[i])
@@ -530,7 +542,7 @@ func (ln *lane) issue(q request, probe uint64, waitedSlot bool) permit {
 		}
 		ln.seen.recordBytes += (x - ln.seen.recordBytes) / 16
 	}
-	return permit{request: q, seq: ln.issued, start: now, probe: probe, waitedSlot: waitedSlot, epoch: ln.share.epoch}
+	return permit{request: q, seq: ln.use.issued, start: now, probe: probe, waitedSlot: waitedSlot, epoch: ln.share.epoch}
 }
 
 // reachedHead ends the lane's rest, if it rests, when a request reaches
@@ -660,8 +672,8 @@ func (ln *lane) waitRate(ctx context.Context, q request, recut bool) (cuts uint6
 			ln.mu.Unlock()
 			return 0, errStaleBatch
 		}
-		d = max(d, ln.pausedUntil.Sub(now))
-		cuts = ln.cuts
+		d = max(d, ln.pushback.until.Sub(now))
+		cuts = ln.pushback.cuts
 		wake := ln.signals.rates.wait()
 		ln.mu.Unlock()
 		if d <= 0 {
@@ -706,14 +718,14 @@ func (ln *lane) reserve(now time.Time, q request) (res [dimCount]*rate.Reservati
 
 // paused reports whether the lane waits out a Retry-After at now; ln.mu
 // is held.
-func (ln *lane) paused(now time.Time) bool { return now.Before(ln.pausedUntil) }
+func (ln *lane) paused(now time.Time) bool { return now.Before(ln.pushback.until) }
 
 // waitPause waits until the lane's pause for a Retry-After is over, or
 // ctx ends.
 func (ln *lane) waitPause(ctx context.Context) error {
 	for {
 		ln.mu.Lock()
-		d := ln.pausedUntil.Sub(ln.clock.Now())
+		d := ln.pushback.until.Sub(ln.clock.Now())
 		ln.mu.Unlock()
 		if d <= 0 {
 			return nil

@@ -131,8 +131,8 @@ func (ln *lane) answerPause(now time.Time, e *Error) {
 	if e == nil || e.RetryAfter <= 0 {
 		return
 	}
-	if until := now.Add(e.RetryAfter); until.After(ln.pausedUntil) {
-		ln.pausedUntil = until
+	if until := now.Add(e.RetryAfter); until.After(ln.pushback.until) {
+		ln.pushback.until = until
 	}
 }
 
@@ -157,14 +157,14 @@ func (ln *lane) answerRates(p permit, now time.Time, window time.Duration, e *Er
 			continue
 		}
 		s := rateSample{
-			now: now, amount: amounts[i], seq: p.seq, issued: ln.issued, refused: i == refused,
+			now: now, amount: amounts[i], seq: p.seq, issued: ln.use.issued, refused: i == refused,
 			bound: now.Sub(d.waited) < ln.tuning.boundFor, window: window,
 			doubling: 4 * time.Duration(ln.seen.roundTrip), least: ln.leastAmount(i),
 		}
 		searched := d.ctl.search.on()
 		switch reason := d.ctl.answer(s, ln.tuning, ln.floorOf(i)); reason {
 		case rateFirstCut, rateCut, rateHalved, rateAtPrior:
-			ln.cuts++
+			ln.pushback.cuts++
 			ln.signals.rates.fire()
 			d.apply(now, ln.tuning)
 			if reason == rateFirstCut {
@@ -236,7 +236,7 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 	}, ln.tuning)
 	if verdict == batchAdopted && ln.batch.size > before && p.slots == nil {
 		sizeLog := ln.batch.base.mean()
-		ln.conc.follow(math.Exp(sizeLog-baseMean), sizeLog, ln.issued, ln.tuning)
+		ln.conc.follow(math.Exp(sizeLog-baseMean), sizeLog, ln.use.issued, ln.tuning)
 		ln.signals.slots.fire()
 	}
 	if ln.batch.size != before {
@@ -268,7 +268,7 @@ func (ln *lane) raiseConcFloor(p permit) {
 	if b.tooSlow(queued, b.base.n, batchSample{timeout: p.timeout, spread: spread}, t) {
 		return
 	}
-	ln.conc.raiseFloor(t.minConcurrency, ln.issued)
+	ln.conc.raiseFloor(t.minConcurrency, ln.use.issued)
 	ln.batch.forget()
 	ln.signals.slots.fire()
 }
@@ -290,7 +290,7 @@ func (ln *lane) answerConc(p permit, now time.Time, window, latency time.Duratio
 	before, trying := ln.conc.limit, ln.conc.trial.level > 0
 	may := ln.mayTryConc()
 	ln.conc.answer(concSample{
-		seq: p.seq, issued: ln.issued, latency: latency, class: class, full: full, sizeShed: sizeShed, loaded: !ln.seen.fastSent.After(p.start),
+		seq: p.seq, issued: ln.use.issued, latency: latency, class: class, full: full, sizeShed: sizeShed, loaded: !ln.seen.fastSent.After(p.start),
 		slotBound: p.waitedSlot || ln.slots.waited, rateBound: rateBound,
 		mayTry: may, spread: ln.spread(), timeout: p.timeout,
 	}, ln.tuning)

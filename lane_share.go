@@ -89,7 +89,7 @@ func (ln *lane) proposeHeld(v share.View) {
 	if dim := ln.heldCut(); v.Epoch == 0 && dim >= 0 {
 		rate, level, recovery := ln.dims[dim].ctl.anchors(ln.share.frac)
 		c := share.Cut{Sent: now, Unit: share.Unit(dim), Rate: rate, Level: level, Recovery: recovery}
-		if pause := ln.pausedUntil.Sub(now); pause > 0 && !v.PausedUntil.After(now) {
+		if pause := ln.pushback.until.Sub(now); pause > 0 && !v.PausedUntil.After(now) {
 			c.RetryAfter = pause
 		}
 		ln.queueCut(c)
@@ -198,10 +198,16 @@ func (ln *lane) applyView(v share.View) {
 	if rejoined {
 		sh.cutAlone = false
 	}
-	if v.PausedUntil.After(ln.pausedUntil) {
-		ln.pausedUntil = v.PausedUntil
+	if v.PausedUntil.After(ln.pushback.until) {
+		ln.pushback.until = v.PausedUntil
 		ln.signals.rates.fire()
 	}
+	ln.applyOutage(v, now, rejoined)
+}
+
+// applyOutage applies what a view says of an outage of the index: the
+// breaker shared by the lane's writers (docs/redis-sharing.md).
+func (ln *lane) applyOutage(v share.View, now time.Time, rejoined bool) {
 	openSince, heardOpen := v.OpenSince, ln.breaker.shared.openSince
 	if !openSince.IsZero() && !ln.breaker.open && ln.breaker.answeredSince(openSince) {
 		// This writer's own answers show the outage over (it saw it end
@@ -286,10 +292,10 @@ func (ln *lane) adoptCut(v share.View, now time.Time) {
 		return // a unit of a later version: nothing to adopt it into
 	}
 	d := &ln.dims[v.Unit]
-	d.ctl.adopt(now, v, ln.share.frac, ln.issued, ln.tuning)
+	d.ctl.adopt(now, v, ln.share.frac, ln.use.issued, ln.tuning)
 	d.apply(now, ln.tuning)
 	ln.share.epoch = v.Epoch
-	ln.cuts++
+	ln.pushback.cuts++
 	ln.signals.rates.fire()
 }
 

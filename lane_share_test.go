@@ -1063,7 +1063,7 @@ func TestANewMembershipProposesWhatTheLaneStillHolds(t *testing.T) {
 			if tt.held {
 				measuredLane(ln, clk, 1000)
 				ln.mu.Lock()
-				ln.pausedUntil = clk.Now().Add(3 * time.Second)
+				ln.pushback.until = clk.Now().Add(3 * time.Second)
 				ln.breaker.open, ln.breaker.lastFailure = true, clk.Now() // a current verdict
 				ln.mu.Unlock()
 			}

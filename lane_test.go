@@ -45,8 +45,8 @@ func measuredLane(ln *lane, clk *fakeClock, level float64) {
 func (ln *lane) cutTo(now time.Time, r float64) {
 	c := &ln.dims[dimRecords].ctl
 	c.level, c.limit, c.depth = r, r, 0
-	c.cutAt, c.followed, c.origin, c.cutSeq = now, now, now, ln.issued
-	ln.cuts++
+	c.cutAt, c.followed, c.origin, c.cutSeq = now, now, now, ln.use.issued
+	ln.pushback.cuts++
 	ln.signals.rates.fire()
 	ln.dims[dimRecords].apply(now, ln.tuning)
 }

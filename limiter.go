@@ -273,7 +273,7 @@ func (l *Limiter) latest(key string) *lane {
 			continue
 		}
 		ln.mu.Lock()
-		used := ln.lastUse
+		used := ln.use.last
 		ln.mu.Unlock()
 		if found == nil || used.After(last) {
 			found, last = ln, used
@@ -364,8 +364,8 @@ func (l *Limiter) sweep(now time.Time) {
 		// it would join the lane a second time from this process.
 		// So is one a call's route holds: the call would go on with a
 		// lane that another call no longer shares.
-		quiet := ln.slots.inFlight == 0 && ln.head.empty() && ln.ownHead.empty() && ln.share.users == 0 && ln.routes == 0
-		last := ln.lastUse
+		quiet := ln.slots.inFlight == 0 && ln.head.empty() && ln.ownHead.empty() && ln.share.users == 0 && ln.use.routes == 0
+		last := ln.use.last
 		ln.mu.Unlock()
 		switch {
 		case quiet && now.Sub(last) >= laneIdle:

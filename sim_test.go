@@ -267,9 +267,9 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		b.head = ln.head.take() // as a request waits there, for restIfIdle
 		ln.endRest(now)
 	}
-	if now.Before(ln.pausedUntil) {
+	if now.Before(ln.pushback.until) {
 		ln.breaker.abandon(probe)
-		return ln.pausedUntil.Sub(now), false
+		return ln.pushback.until.Sub(now), false
 	}
 	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial, timeout: s.cfg.timeout}
 	res, d := ln.reserve(now, q)
@@ -627,7 +627,7 @@ func (s *sim) trace() {
 	simTrace("%6.2fs landed %7d conc %2d inflight %2d size %4d trial %4d/%d ceil %4d | rec %8.0f req %6.1f bytes %9.0f | paused %v open %v",
 		s.clk.now.Sub(s.start).Seconds(), s.res.landed, ln.conc.limit, ln.slots.inFlight, ln.batch.size, ln.batch.trial.size, ln.batch.trial.n,
 		ln.batch.ceil, ln.dims[dimRecords].ctl.limit, ln.dims[dimRequests].ctl.limit, ln.dims[dimBytes].ctl.limit,
-		s.clk.now.Before(ln.pausedUntil), ln.breaker.open)
+		s.clk.now.Before(ln.pushback.until), ln.breaker.open)
 	if s.pending > 0 || s.active > 0 {
 		s.at(s.clk.now.Add(simTraceEvery), s.trace)
 	}

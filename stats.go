@@ -91,9 +91,7 @@ type counters struct {
 	requests, retries, splits             atomic.Int64
 	sentRecords                           atomic.Int64
 	minBatch, maxBatch                    atomic.Int64
-	retriesByClass                        [numClasses]atomic.Int64
-	errorsByClass                         [numClasses]atomic.Int64
-	failedByClass                         [numClasses]atomic.Int64
+	byClass                               [numClasses]classCounts
 	latency                               histogram.Histogram
 
 	mu              sync.Mutex
@@ -101,6 +99,11 @@ type counters struct {
 	retriesPerBatch []int
 	samples         []Failure
 	firstFailure    [numClasses]error // of each class, for the run's error
+}
+
+// classCounts are a run's counts of one class of error.
+type classCounts struct {
+	retries, errors, failed atomic.Int64
 }
 
 // request counts one request of n records and its outcome.
@@ -123,7 +126,7 @@ func (c *counters) request(n int, latency time.Duration, e *Error) {
 	if e == nil {
 		return
 	}
-	c.errorsByClass[e.Class].Add(1)
+	c.byClass[e.Class].errors.Add(1)
 	c.mu.Lock()
 	if c.errorsByCode == nil {
 		c.errorsByCode = make(map[string]int)
@@ -134,7 +137,7 @@ func (c *counters) request(n int, latency time.Duration, e *Error) {
 
 func (c *counters) retry(class Class) {
 	c.retries.Add(1)
-	c.retriesByClass[class].Add(1)
+	c.byClass[class].retries.Add(1)
 }
 
 func (c *counters) batchDone(retries int) {
@@ -154,7 +157,7 @@ func (c *counters) fail(fs []Failure) {
 		c.samples = append(c.samples, fs[:min(n, len(fs))]...)
 	}
 	for _, f := range fs {
-		c.failedByClass[f.Class].Add(1)
+		c.byClass[f.Class].failed.Add(1)
 		if c.firstFailure[f.Class] == nil {
 			c.firstFailure[f.Class] = f.Err
 		}
@@ -164,7 +167,7 @@ func (c *counters) fail(fs []Failure) {
 // failMore counts n more failures of e's class beyond those given to fail.
 func (c *counters) failMore(e *Error, n int) {
 	c.failed.Add(int64(n))
-	c.failedByClass[e.Class].Add(int64(n))
+	c.byClass[e.Class].failed.Add(int64(n))
 }
 
 // runError is the error of a run of total records, from every failure
@@ -174,8 +177,8 @@ func (c *counters) runError(total int) *RunError {
 	e := &RunError{Failed: int(c.failed.Load()), Total: total, ByClass: make(map[Class]int)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for class := range c.failedByClass {
-		if n := c.failedByClass[class].Load(); n > 0 {
+	for class := range c.byClass {
+		if n := c.byClass[class].failed.Load(); n > 0 {
 			e.ByClass[Class(class)] = int(n)
 		}
 		if err := c.firstFailure[class]; err != nil {
@@ -212,10 +215,10 @@ func (c *counters) snapshot() Stats {
 		s.BatchSizes.Mean = float64(c.sentRecords.Load()) / float64(s.Requests)
 	}
 	for _, cl := range Classes() {
-		if n := c.retriesByClass[cl].Load(); n > 0 {
+		if n := c.byClass[cl].retries.Load(); n > 0 {
 			s.RetriesByClass[cl] = int(n)
 		}
-		if n := c.errorsByClass[cl].Load(); n > 0 {
+		if n := c.byClass[cl].errors.Load(); n > 0 {
 			s.ErrorsByClass[cl] = int(n)
 		}
 	}

@@ -126,14 +126,14 @@ func (in *intake) skipEnd(ctx context.Context, left int) func(error) error {
 		return nil
 	}
 	in.r.stats.skipped.Add(-int64(left))
-	skipped := int(in.loaded) - left
+	skipped := int(in.ckpt.loaded) - left
 	if ctx.Err() != nil {
 		return canceledEnd(&Error{Class: ClassCanceled, Err: fmt.Errorf("stopped while skipping the %d records the checkpoint settled, %d skipped: %w",
-			in.loaded, skipped, context.Cause(ctx))})
+			in.ckpt.loaded, skipped, context.Cause(ctx))})
 	}
 	return func(error) error {
 		return fmt.Errorf("%w: it says %d records settled, and the input has %d records: the input changed, or the checkpoint belongs to another",
-			ErrCheckpointPastEnd, in.loaded, skipped)
+			ErrCheckpointPastEnd, in.ckpt.loaded, skipped)
 	}
 }
 

@@ -436,8 +436,8 @@ func TestRunsSharingLanesAcrossProcessesLeaveNoMembershipBehind(t *testing.T) {
 		lim.mu.Lock()
 		for id, ln := range lim.lanes {
 			ln.mu.Lock()
-			if ln.share.users != 0 || ln.share.m != nil || ln.routes != 0 {
-				t.Errorf("iteration %d: lane %q shared by %d runs (member %v), held by %d routes after the runs", it, id.key, ln.share.users, ln.share.m != nil, ln.routes)
+			if ln.share.users != 0 || ln.share.m != nil || ln.use.routes != 0 {
+				t.Errorf("iteration %d: lane %q shared by %d runs (member %v), held by %d routes after the runs", it, id.key, ln.share.users, ln.share.m != nil, ln.use.routes)
 			}
 			ln.mu.Unlock()
 		}

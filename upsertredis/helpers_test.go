@@ -89,9 +89,9 @@ func exchange(t *testing.T, m *member) share.View {
 
 // crash stops m's exchanges without leaving, as a process that dies.
 func crash(m *member) {
-	m.leave.Do(func() {
-		close(m.stop)
-		<-m.done
+	m.life.leave.Do(func() {
+		close(m.life.stop)
+		<-m.life.done
 	})
 }
 

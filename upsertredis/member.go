@@ -42,14 +42,20 @@ type member struct {
 	// demands are compared with it, so that a slow drift fires too.
 	signalled share.View
 
-	leave      sync.Once
-	stop, done chan struct{}
+	life memberLife
 	// poke is poked at each cut announced on the lane's channel of cuts:
 	// a writer's applied cut makes the others exchange at once rather
 	// than at their next interval, since until they do they send at the
 	// rate the index just refused.
 	poke chan struct{}
 	hub  *cutsHub // the subscription that pokes it
+}
+
+// memberLife ends a member's exchanges with Redis (member.run): once, by
+// closing stop; done is closed when the loop has returned.
+type memberLife struct {
+	leave      sync.Once
+	stop, done chan struct{}
 }
 
 // channel is the lane's channel of cuts, under the lane's hash tag.
@@ -138,17 +144,17 @@ func (m *member) Breaker(ctx context.Context, open bool) (share.View, error) {
 // round trip.
 func (m *member) Leave(ctx context.Context) error {
 	var err error
-	m.leave.Do(func() {
-		close(m.stop)
+	m.life.leave.Do(func() {
+		close(m.life.stop)
 		if m.store.down() != nil {
 			go func() {
-				<-m.done
+				<-m.life.done
 				_ = m.leaveLane(context.Background())
 			}()
 			err = fmt.Errorf("%w: Redis failed moments ago; the writer leaves the lane in the background", share.ErrUnavailable)
 			return
 		}
-		<-m.done
+		<-m.life.done
 		err = m.leaveLane(ctx)
 	})
 	return err
@@ -176,7 +182,7 @@ func (m *member) leaveLane(ctx context.Context) error {
 // is alone, retry fires when to try Redis again, and ticks and pokes wait
 // for it; a member that starts alone (see Store.Join) passes its first.
 func (m *member) loop(retry <-chan time.Time) {
-	defer close(m.done)
+	defer close(m.life.done)
 	defer m.hub.forget(m.channel(), m.poke)
 	tick := time.NewTicker(m.store.opts.interval)
 	defer tick.Stop()
@@ -187,7 +193,7 @@ func (m *member) loop(retry <-chan time.Time) {
 	}
 	for {
 		select {
-		case <-m.stop:
+		case <-m.life.stop:
 			return
 		case <-m.poke:
 			if retry == nil {

@@ -23,7 +23,7 @@ func laneN(i int) share.Lane { return share.Lane{Host: lane.Host, Namespace: fmt
 // returns first.
 func leaveAndWait(m *member) {
 	_ = m.Leave(context.Background())
-	<-m.done
+	<-m.life.done
 }
 
 // TestALeaveRedisAnsweredEndsThePresumptionThatItIsDown: a leave's round

@@ -153,8 +153,7 @@ func (s *Store) Join(ctx context.Context, lane share.Lane) share.Member {
 		id:      writerID(),
 		keys:    []string{state, writers},
 		seed:    newSeed(),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		life:    memberLife{stop: make(chan struct{}), done: make(chan struct{})},
 		changed: make(chan struct{}),
 		poke:    make(chan struct{}, 1),
 	}

@@ -35,13 +35,9 @@ type Server struct {
 	addr  string
 	start time.Time
 
-	tlsConfig *tls.Config
-	cert      *x509.Certificate
-	client    *http.Client
+	tls serverTLS
 
-	genMu  sync.Mutex // serializes Close and Restart
-	gen    *generation
-	closed bool
+	life serverLife
 
 	mu       sync.Mutex
 	store    map[string]map[string]*pinecone.Vector // namespace -> id -> vector
@@ -59,6 +55,14 @@ type Server struct {
 	idle     chan struct{}  // closed while no request is open (WaitIdle)
 
 	limits indexLimits
+}
+
+// serverLife is a Server's generation of listeners and handlers, which
+// Restart replaces and Close ends; mu serializes the two.
+type serverLife struct {
+	mu     sync.Mutex
+	gen    *generation
+	closed bool
 }
 
 // Stats counts what a [Server] has seen since it started, or since its last
@@ -173,25 +177,22 @@ func NewServer(opts ...Option) *Server {
 	if err != nil {
 		panic(fmt.Sprintf("upserttest: failed to listen on a port: %v", err))
 	}
-	tlsConfig, cert, client := newTLS()
 	s := &Server{
-		cfg:       cfg,
-		mux:       newMuxListener(ln),
-		addr:      ln.Addr().String(),
-		start:     cfg.now(),
-		tlsConfig: tlsConfig,
-		cert:      cert,
-		client:    client,
-		store:     make(map[string]map[string]*pinecone.Vector),
-		records:   make(map[string]map[string]map[string]any),
-		shape:     cfg.initialShape(),
-		stats:     Stats{Codes: make(map[codes.Code]int)},
-		idle:      closedChan(),
-		caps:      make(map[string]*nsCapacity),
-		faults:    cfg.faults,
+		cfg:     cfg,
+		mux:     newMuxListener(ln),
+		addr:    ln.Addr().String(),
+		start:   cfg.now(),
+		tls:     newTLS(),
+		store:   make(map[string]map[string]*pinecone.Vector),
+		records: make(map[string]map[string]map[string]any),
+		shape:   cfg.initialShape(),
+		stats:   Stats{Codes: make(map[codes.Code]int)},
+		idle:    closedChan(),
+		caps:    make(map[string]*nsCapacity),
+		faults:  cfg.faults,
 	}
 	s.limits.reset(&s.cfg)
-	s.gen = s.startGeneration()
+	s.life.gen = s.startGeneration()
 	return s
 }
 
@@ -213,7 +214,7 @@ func (s *Server) Addr() string { return s.addr }
 // Certificate returns the self-signed certificate of the server's HTTPS
 // endpoint, valid for 127.0.0.1, ::1 and localhost for a day. It must not be
 // modified.
-func (s *Server) Certificate() *x509.Certificate { return s.cert }
+func (s *Server) Certificate() *x509.Certificate { return s.tls.cert }
 
 // Client returns an HTTP client that trusts the server's certificate, and
 // no other, for pinecone.NewClientParams.RestClient, like
@@ -224,7 +225,7 @@ func (s *Server) Certificate() *x509.Certificate { return s.cert }
 // It speaks HTTP/1.1. Every call returns the same client; Close closes its
 // idle connections. Its Transport is an *http.Transport, which a test may
 // wrap in a RoundTripper of its own.
-func (s *Server) Client() *http.Client { return s.client }
+func (s *Server) Client() *http.Client { return s.tls.client }
 
 // Close shuts the server down: it stops accepting connections, closes every
 // open connection, gRPC and HTTPS, abandons the requests in progress (those
@@ -234,15 +235,15 @@ func (s *Server) Client() *http.Client { return s.client }
 // Close may be called more than once and concurrently; later calls return at
 // once, or once the first has finished.
 func (s *Server) Close() {
-	s.genMu.Lock()
-	defer s.genMu.Unlock()
-	if s.closed {
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	if s.life.closed {
 		return
 	}
-	s.closed = true
-	s.gen.shutdown()
+	s.life.closed = true
+	s.life.gen.shutdown()
 	s.mux.Close()
-	s.client.CloseIdleConnections()
+	s.tls.client.CloseIdleConnections()
 }
 
 // Restart simulates a restart of the service: it drops every connection
@@ -260,13 +261,13 @@ func (s *Server) Close() {
 // connection that was closed, and fail once (Go's http.Transport does not
 // retry a POST). Restart on a closed Server does nothing.
 func (s *Server) Restart() {
-	s.genMu.Lock()
-	defer s.genMu.Unlock()
-	if s.closed {
+	s.life.mu.Lock()
+	defer s.life.mu.Unlock()
+	if s.life.closed {
 		return
 	}
-	s.gen.shutdown()
-	s.gen = s.startGeneration()
+	s.life.gen.shutdown()
+	s.life.gen = s.startGeneration()
 }
 
 func (s *Server) startGeneration() *generation {
@@ -287,7 +288,7 @@ func (s *Server) startGeneration() *generation {
 		ErrorLog:          httpErrorLog,
 	}
 	grpcLis := s.mux.grpcListener()
-	tlsLis := tls.NewListener(s.mux.tlsListener(), s.tlsConfig)
+	tlsLis := tls.NewListener(s.mux.tlsListener(), s.tls.config)
 	go func() {
 		defer close(g.served)
 		_ = g.grpc.Serve(grpcLis) // returns when shutdown stops it

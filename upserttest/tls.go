@@ -16,9 +16,17 @@ import (
 // hour before NewServer (to tolerate clock skew) to a day after it.
 const certValidity = 24 * time.Hour
 
+// serverTLS is a Server's TLS configuration, its certificate, and a client
+// that trusts it.
+type serverTLS struct {
+	config *tls.Config
+	cert   *x509.Certificate
+	client *http.Client
+}
+
 // newTLS builds the server's TLS configuration and the client that trusts
 // it. The server offers HTTP/1.1 only.
-func newTLS() (*tls.Config, *x509.Certificate, *http.Client) {
+func newTLS() serverTLS {
 	cert, err := selfsigned.Certificate("upserttest", certValidity)
 	if err != nil {
 		panic(fmt.Sprintf("upserttest: failed to generate a certificate: %v", err))
@@ -33,7 +41,7 @@ func newTLS() (*tls.Config, *x509.Certificate, *http.Client) {
 	client := &http.Client{Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool},
 	}}
-	return cfg, cert.Leaf, client
+	return serverTLS{config: cfg, cert: cert.Leaf, client: client}
 }
 
 // httpErrorLog is the ErrorLog of the HTTPS servers: it drops the TLS

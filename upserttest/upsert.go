@@ -144,8 +144,24 @@ func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 	if err := s.admit(admission{namespace: key, now: r.Time, items: n, bytes: r.Bytes, tokens: c.tokens}); err != nil {
 		return err
 	}
-	caps := s.capacity(key)
+	if err := g.writeInSlot(ctx, c, key, fault.written(n)); err != nil {
+		return err
+	}
+	if err := g.wait(fault.Delay); err != nil {
+		return err
+	}
+	if fault.Code != codes.OK || fault.Reset {
+		return s.faultAnswer(fault)
+	}
+	return nil
+}
 
+// writeInSlot writes the first written records of c, an upsert admitted to
+// namespace key, once one of the namespace's write slots is free and after
+// the index's write latency, and releases the admission.
+func (g *generation) writeInSlot(ctx context.Context, c upsertCall, key string, written int) error {
+	s, r := g.s, c.req
+	caps := s.capacity(key)
 	if err := caps.slots.acquire(ctx, g.stop, s.queuedDelta); err != nil {
 		s.releaseNamespace(key)
 		if err == errStopped {
@@ -159,9 +175,9 @@ func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 		return s.faultAnswer(Fault{Code: codes.Unavailable})
 	}
 	s.inFlightDelta(+1)
-	err := g.sleep(s.cfg.writeLatency(n, r.Bytes, r.Seq))
+	err := g.sleep(s.cfg.writeLatency(len(r.IDs), r.Bytes, r.Seq))
 	if err == nil {
-		err = c.write(fault.written(n))
+		err = c.write(written)
 		if err == nil && ctx.Err() != nil {
 			s.lateWrite()
 		}
@@ -169,17 +185,7 @@ func (g *generation) processUpsert(ctx context.Context, c upsertCall) error {
 	s.releaseNamespace(key)
 	s.inFlightDelta(-1)
 	caps.slots.release()
-	if err != nil {
-		return err
-	}
-
-	if err := g.wait(fault.Delay); err != nil {
-		return err
-	}
-	if fault.Code != codes.OK || fault.Reset {
-		return s.faultAnswer(fault)
-	}
-	return nil
+	return err
 }
 
 func ids(vectors []*pinecone.Vector) []string {

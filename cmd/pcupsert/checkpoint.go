@@ -197,16 +197,17 @@ func cutQuoted(s string) (unquoted, rest string, ok bool) {
 
 // holds reports whether records settled at t landed where a run writing
 // to run writes: the same namespace, and the same host unless run's is
-// not known (a dry run's --index).
+// not known (a dry run's --index), which is never the embedded index.
 func (t checkpointTarget) holds(run checkpointTarget) bool {
-	return t.namespace == run.namespace && (run.host == "" || t.host == run.host)
+	sameHost := t.host == run.host || (run.host == "" && t.host != embeddedHost)
+	return t.namespace == run.namespace && sameHost
 }
 
 // describe names t for a message.
 func (t checkpointTarget) describe() string {
 	switch t.host {
 	case "":
-		return fmt.Sprintf("namespace %q", t.namespace)
+		return fmt.Sprintf("namespace %q of the index --index names", t.namespace)
 	case embeddedHost:
 		return fmt.Sprintf("namespace %q of the embedded loopback index", t.namespace)
 	}
@@ -216,13 +217,17 @@ func (t checkpointTarget) describe() string {
 // canonicalHost spells an index's host as the library does (its
 // canonicalHost): one index has one spelling, whichever way --host or
 // --index gave it. The scheme is left out too: checkHost adds https://
-// to a host given without one.
+// to a host given without one, and its default port is left out with it.
 func canonicalHost(host string) string {
-	if _, rest, ok := strings.Cut(host, "://"); ok {
+	defaultPort := ":443"
+	if scheme, rest, ok := strings.Cut(host, "://"); ok {
 		host = rest
+		if strings.EqualFold(scheme, "http") {
+			defaultPort = ":80"
+		}
 	}
 	host = strings.ToLower(strings.TrimSuffix(host, "/"))
-	return strings.TrimSuffix(host, ":443")
+	return strings.TrimSuffix(host, defaultPort)
 }
 
 // defaultNamespace is Pinecone's other name of the default namespace "",

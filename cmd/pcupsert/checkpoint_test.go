@@ -1462,6 +1462,8 @@ func TestACheckpointOfAnotherHostIsRefused(t *testing.T) {
 
 	assert.Equal(t, "name-project.svc.region.pinecone.io", canonicalHost("https://Name-Project.svc.REGION.pinecone.io:443/"))
 	assert.Equal(t, "127.0.0.1:5081", canonicalHost("http://127.0.0.1:5081"))
+	assert.Equal(t, canonicalHost("http://localhost"), canonicalHost("HTTP://localhost:80/"), "the default port of plaintext")
+	assert.Equal(t, "localhost:443", canonicalHost("http://localhost:443"), "not plaintext's default port")
 }
 
 // A checkpoint that pcupsert wrote before it kept the target line (the
@@ -1541,7 +1543,7 @@ func TestADryRunRefusesACheckpointOfAnotherNamespace(t *testing.T) {
 		want   string
 	}{
 		{[]string{"--host", srv.Host()}, `namespace "a" of the index at ` + host + `, and this run writes to namespace "b" of the index at ` + host + "; "},
-		{[]string{"--index", "docs"}, `namespace "a" of the index at ` + host + `, and this run writes to namespace "b"; `},
+		{[]string{"--index", "docs"}, `namespace "a" of the index at ` + host + `, and this run writes to namespace "b" of the index --index names; `},
 	} {
 		res = runCmd(t, nil, nil, append(c.target, "--dry-run", "--namespace", "b", "--checkpoint", ckpt, in)...)
 		assert.Equal(t, exitUsage, res.status, "%v: %s", c.target, res.stderr)
@@ -1553,6 +1555,23 @@ func TestADryRunRefusesACheckpointOfAnotherNamespace(t *testing.T) {
 		assert.Contains(t, res.stdout, "skipped        5 records, settled by an earlier run")
 	}
 	assert.Equal(t, saved, readString(t, ckpt))
+}
+
+// An index named by --index is never the embedded one: a dry run refuses
+// a checkpoint of the embedded index, as the run, once it has looked the
+// host up, does.
+func TestADryRunWithIndexRefusesACheckpointOfTheEmbeddedIndex(t *testing.T) {
+	dir := t.TempDir()
+	in, ckpt := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "ckpt")
+	require.NoError(t, os.WriteFile(in, []byte(records(t, 5)), 0o600))
+	res := runCmd(t, nil, nil, "--progress", "off", "--namespace", "a", "--checkpoint", ckpt, in)
+	require.Equal(t, exitOK, res.status, res.stderr)
+
+	t.Setenv("PINECONE_API_KEY", "test-key-for-upserttest")
+	res = runCmd(t, nil, nil, "--index", "docs", "--dry-run", "--namespace", "a", "--checkpoint", ckpt, in)
+	assert.Equal(t, exitUsage, res.status, res.stderr)
+	assert.Contains(t, res.stderr, "pcupsert: the checkpoint "+ckpt+` was saved for another target: namespace "a" of the embedded loopback index, `+
+		`and this run writes to namespace "a" of the index --index names; `)
 }
 
 // The target line reads back as it was written, whatever the namespace

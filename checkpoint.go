@@ -39,14 +39,16 @@ import (
 // checkpoint past its end is an error ([ErrCheckpointPastEnd]). The run
 // saves the position it loaded before sending anything: a checkpoint that
 // cannot be saved fails the run at once, with an error matching
-// [ErrBadOption] and the cause. A save that fails later is logged
-// ([WithLogger]) and tried again at the next save, a second on; the run
-// goes on. When the last save, at the end of the run, fails, the call's
-// error matches [ErrCheckpointNotSaved]. Each save's context ends after
-// 30 seconds (the final save's lives on after the call's context ends,
-// for those 30 seconds): a Save that honours it holds the run's return
-// for a minute at most (a periodic save under way, then the final one). A panic of Load or Save is recovered and counts as
-// its error, wrapping a [*PanicError].
+// [ErrBadOption] and the cause, or [ErrCanceled] when the call's context
+// ended before Load or that save returned. A save that fails later is
+// logged ([WithLogger]) and tried again at the next save, a second on;
+// the run goes on. When the last save, at the end of the run, fails, the
+// call's error matches [ErrCheckpointNotSaved]. Each save's context ends
+// after 30 seconds (the final save's lives on after the call's context
+// ends, for those 30 seconds): a Save that honours it holds the start of
+// the run 30 seconds at most, and its return a minute at most (a periodic
+// save under way, then the final one). A panic of Load or Save is
+// recovered and counts as its error, wrapping a [*PanicError].
 type Checkpoint interface {
 	// Load returns how many records at the start of the input an earlier
 	// run settled, or 0 when there was none. An error, or a negative
@@ -152,8 +154,8 @@ func createTemp(dir, prefix string, perm fs.FileMode) (*os.File, error) {
 // WithCheckpoint keeps a stream's progress in cp: [Stream] and [Records]
 // skip the records that cp says an earlier run settled, save the loaded
 // position before sending anything (a checkpoint that cannot be saved
-// fails the run with [ErrBadOption]), then their own watermark every
-// second and at the end. See [Checkpoint]. [All] and
+// fails the run with [ErrBadOption], unless ctx ended first), then their
+// own watermark every second and at the end. See [Checkpoint]. [All] and
 // [NewWriter] reject it with [ErrBadOption]: their input cannot be
 // replayed in order.
 func WithCheckpoint(cp Checkpoint) Option {
@@ -176,7 +178,7 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 	var n int64
 	err := checkpointCall(func() (err error) { n, err = in.r.cfg.checkpoint.Load(ctx); return err })
 	if err != nil {
-		return 0, fmt.Errorf("upsert: loading the checkpoint: %w", err)
+		return 0, fmt.Errorf("upsert: loading the checkpoint: %w", canceledBy(ctx, err))
 	}
 	if n < 0 {
 		return 0, fmt.Errorf("upsert: loading the checkpoint: it holds %d, not a count of records", n)
@@ -185,6 +187,9 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 	// saved (a missing directory, no permission) would leave a long run
 	// that cannot resume, found out only from its log.
 	if err := in.save(ctx, n); err != nil {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("upsert: saving the checkpoint before sending: %w", canceledBy(ctx, err))
+		}
 		return 0, fmt.Errorf("%w: the checkpoint cannot be saved: %w", ErrBadOption, err)
 	}
 	in.next = int(n)
@@ -222,6 +227,16 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 		<-stopped
 	}
 	return int(n), nil
+}
+
+// canceledBy returns err, an error of the checkpoint's, as a canceled
+// run's when ctx has ended: the store may have failed only because the
+// caller stopped the run, which is no fault of the checkpoint.
+func canceledBy(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	return &Error{Class: ClassCanceled, Err: err}
 }
 
 // saveCheckpoint stops the periodic saves and saves the final watermark,

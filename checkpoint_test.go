@@ -631,3 +631,54 @@ func TestACheckpointErrorWhoseErrorMethodPanicsIsAFailedSave(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	assert.Contains(t, pe.Error(), "the Error method of the checkpoint's error panicked")
 }
+
+// ctxCheckpoint holds a position as a store over the network does: a call
+// whose context has ended fails with the context's error. Its Load calls
+// cancelOnLoad, if set, as it returns.
+type ctxCheckpoint struct {
+	held         int64
+	cancelOnLoad context.CancelFunc
+}
+
+func (c *ctxCheckpoint) Load(ctx context.Context) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if c.cancelOnLoad != nil {
+		c.cancelOnLoad()
+	}
+	return c.held, nil
+}
+
+func (c *ctxCheckpoint) Save(ctx context.Context, n int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.held = n
+	return nil
+}
+
+// A run whose context ends before its checkpoint is loaded, or before the
+// loaded position is saved, is a canceled run: the store failed for the
+// caller's cancel, and nothing is wrong with the checkpoint (ErrBadOption
+// reads as a misconfiguration, and pcupsert makes it a usage error).
+func TestACheckpointFailingForAnEndedContextIsACanceledRun(t *testing.T) {
+	for _, endsBefore := range []string{"Load", "the first save"} {
+		t.Run(endsBefore, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			cp := &ctxCheckpoint{held: 5}
+			if endsBefore == "Load" {
+				cancel()
+			} else {
+				cp.cancelOnLoad = cancel
+			}
+			fi := newFakeIndex(nil)
+			_, err := Stream(ctx, slices.Values(vectors(10, 2)), WithUpsertFunc(fi.Upsert), WithCheckpoint(cp), withClock(newFakeClock()))
+			assert.Empty(t, fi.Calls(), "nothing is sent")
+			assert.ErrorIs(t, err, ErrCanceled)
+			assert.NotErrorIs(t, err, ErrBadOption)
+			assert.Equal(t, int64(5), cp.held)
+		})
+	}
+}

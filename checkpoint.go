@@ -213,6 +213,9 @@ func (in *intake) resume(ctx context.Context) (int, error) {
 				return
 			case <-t.C:
 			}
+			if in.r.ctx.Err() != nil {
+				continue // the final save, which outlives the run's context, saves it
+			}
 			if w := int64(in.ckpt.marks.value()); w > in.ckpt.saved.Load() {
 				if err := in.save(in.r.ctx, w); err != nil {
 					in.logWarn("saving the checkpoint", err)

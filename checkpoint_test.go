@@ -682,3 +682,52 @@ func TestACheckpointFailingForAnEndedContextIsACanceledRun(t *testing.T) {
 		})
 	}
 }
+
+// busyAliveCheckpoint is a store that takes the first save and then none
+// while the run's context lives; it counts the saves asked for with an
+// ended context.
+type busyAliveCheckpoint struct {
+	saves, ended atomic.Int32
+}
+
+func (c *busyAliveCheckpoint) Load(context.Context) (int64, error) { return 0, nil }
+
+func (c *busyAliveCheckpoint) Save(ctx context.Context, _ int64) error {
+	if c.saves.Add(1) == 1 {
+		return nil
+	}
+	if ctx.Err() != nil {
+		c.ended.Add(1)
+		return ctx.Err()
+	}
+	return errors.New("store busy")
+}
+
+// Once the call's context has ended, the periodic saves stop (each would
+// fail at once and log a warning every interval until the run returns);
+// the final save, which outlives the context, saves the position.
+func TestNoPeriodicSaveIsTriedOnceTheContextEnded(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cp := &busyAliveCheckpoint{}
+	second, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		_, err := Stream(ctx, slices.Values(vectors(2, 2)), WithUpsertFunc(func(context.Context, string, []*pinecone.Vector) error {
+			if calls.Add(1) == 1 {
+				return nil
+			}
+			cancel()
+			close(second)
+			<-release
+			return context.Canceled
+		}), WithBatchSize(1), WithConcurrency(1), WithCheckpoint(cp), withSaveEvery(time.Millisecond))
+		done <- err
+	}()
+	<-second
+	time.Sleep(10 * time.Millisecond) // ten intervals of saves
+	close(release)
+	assert.ErrorIs(t, <-done, ErrCanceled)
+	assert.LessOrEqual(t, cp.ended.Load(), int32(1), "at most a save under way as the context ended")
+}

@@ -1,6 +1,7 @@
 package upsert
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -730,4 +731,21 @@ func TestNoPeriodicSaveIsTriedOnceTheContextEnded(t *testing.T) {
 	close(release)
 	assert.ErrorIs(t, <-done, ErrCanceled)
 	assert.LessOrEqual(t, cp.ended.Load(), int32(1), "at most a save under way as the context ended")
+}
+
+// A Stream whose checkpoint cannot be loaded ends as every run does: the
+// progress function's Final report ("once more with Final set when the run
+// is over") and the logger's summary line, before RunDone.
+func TestARunEndedByItsCheckpointGivesItsFinalProgressAndSummary(t *testing.T) {
+	var logs bytes.Buffer
+	var got []Progress
+	_, err := Stream(context.Background(), slices.Values(vectors(10, 2)), testOpts(newFakeIndex(nil),
+		WithCheckpoint(brokenCheckpoint{}),
+		WithProgress(0, func(p Progress) { got = append(got, p) }),
+		WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))...)
+	require.Error(t, err)
+	require.Len(t, got, 1)
+	assert.True(t, got[0].Final)
+	assert.Zero(t, got[0].Done)
+	assert.Contains(t, logs.String(), `"msg":"upsert finished"`)
 }

@@ -152,30 +152,10 @@ func (r *run) stoppedBy() *Error {
 // that RunDone carries what the call returns.
 func (r *run) finish(end func(error) error) (Result, error) {
 	r.pool.wg.Wait()
-	r.cancel(errRunFinished)
-	if r.cfg.progress != nil {
-		r.progress.mu.Lock()
-		r.emitProgress(0, true)
-		r.progress.mu.Unlock()
-	}
-	r.leaveShares()
-	s := r.snapshot() // before the lanes are let go: a sweep may then forget them
-	r.routes.release()
-	r.releaseLimiter()
+	s := r.end()
 	res := Result{Upserted: s.Upserted, Failed: r.results.failed, Duplicates: s.Duplicates, MayBeStale: r.sortedStale(), Stats: s}
 	slices.SortFunc(res.Failed, func(a, b Failure) int { return a.Index - b.Index })
 	res.Failed = r.results.untaken.appendTo(res.Failed) // all after the others
-	r.cfg.logger.LogAttrs(r.ctx, slog.LevelInfo, "upsert finished",
-		r.namespaceAttr(),
-		slog.Int("records", s.Records),
-		slog.Int("upserted", s.Upserted),
-		slog.Int("failed", s.Failed),
-		slog.Int("duplicates", s.Duplicates),
-		slog.Int("requests", s.Requests),
-		slog.Int("retries", s.Retries),
-		slog.Int("splits", s.Splits),
-		slog.Duration("p99_latency", s.Latency.P99),
-		slog.Duration("elapsed", s.Elapsed))
 	var err error
 	if s.Failed > 0 {
 		err = r.stats.runError(s.Records)
@@ -198,13 +178,40 @@ func (r *run) namespaceAttr() slog.Attr {
 	return slog.String("namespace", namespaceKey(r.cfg.namespace))
 }
 
-// abandon ends a run that stopped before taking any record in, with err.
-func (r *run) abandon(err error) {
+// abandon ends a run that stopped before taking any record in, with err,
+// and returns the call's error: err, with a panic of the progress function.
+func (r *run) abandon(err error) error {
+	s := r.end()
+	err = withPanic(err, r.progress.panicked.Load())
+	r.cfg.observers.runDone(r.runEvent(s, err))
+	return err
+}
+
+// end ends the run once nothing is in flight: its last progress report,
+// the lanes let go, and its summary line. It returns the run's Stats.
+func (r *run) end() Stats {
 	r.cancel(errRunFinished)
+	if r.cfg.progress != nil {
+		r.progress.mu.Lock()
+		r.emitProgress(0, true)
+		r.progress.mu.Unlock()
+	}
 	r.leaveShares()
+	s := r.snapshot() // before the lanes are let go: a sweep may then forget them
 	r.routes.release()
 	r.releaseLimiter()
-	r.cfg.observers.runDone(r.runEvent(r.snapshot(), err))
+	r.cfg.logger.LogAttrs(r.ctx, slog.LevelInfo, "upsert finished",
+		r.namespaceAttr(),
+		slog.Int("records", s.Records),
+		slog.Int("upserted", s.Upserted),
+		slog.Int("failed", s.Failed),
+		slog.Int("duplicates", s.Duplicates),
+		slog.Int("requests", s.Requests),
+		slog.Int("retries", s.Retries),
+		slog.Int("splits", s.Splits),
+		slog.Duration("p99_latency", s.Latency.P99),
+		slog.Duration("elapsed", s.Elapsed))
+	return s
 }
 
 // withPanic returns the run's error err with p, the error wrapping a panic

@@ -72,8 +72,7 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	skip := 0
 	if cfg.checkpoint != nil {
 		if skip, err = in.resume(ctx); err != nil {
-			r.abandon(err)
-			return Result{}, err
+			return Result{}, r.abandon(err)
 		}
 		defer func() { _ = in.saveCheckpoint() }() // after a panic of the caller's code; the end below saves otherwise
 	}

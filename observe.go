@@ -101,7 +101,7 @@ type RequestEvent struct {
 	// Worker identifies the batch slot that sent the request, for logs.
 	Worker int
 	// Records and Bytes are the request's size (Bytes as encoded for
-	// gRPC).
+	// gRPC, or as JSON for [Records]).
 	Records, Bytes int
 	// Attempt is 1 for the first request carrying these records, 2 for
 	// the next, and so on; the halves of a split continue the count.
@@ -129,7 +129,8 @@ type RetryEvent struct {
 	// after the other (timeouts, too large, invalid), false when it is
 	// resent after Wait (whole, or cut to what a request may carry then).
 	Split bool
-	// Wait is the backoff before the resend; 0 for a split.
+	// Wait is the backoff planned before the resend (the end of the run
+	// may cut it short); 0 for a split.
 	Wait time.Duration
 	// Err is the failure that caused the retry.
 	Err *Error

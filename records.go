@@ -3,6 +3,7 @@ package upsert
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -271,12 +272,20 @@ func httpError(code int, retryAfter time.Duration, body []byte) *Error {
 		Class:      classOfHTTP(code, string(body)),
 		StatusCode: code,
 		RetryAfter: retryAfter,
-		Err:        fmt.Errorf("HTTP %d: %s", code, snippet(body)),
+		Err:        bodyError(body), // the code is the Error's: not said twice
 	}
 	if e.Class == ClassRateLimited {
 		e.Limit = limitNamed(string(body))
 	}
 	return e
+}
+
+// bodyError is the error an answer's body says, cut for a message.
+func bodyError(body []byte) error {
+	if s := snippet(body); s != "" {
+		return errors.New(s)
+	}
+	return errors.New("the answer has no body")
 }
 
 // snippet returns the start of an error body, on one line, cut at a

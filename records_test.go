@@ -228,6 +228,7 @@ func TestRecordsOverRESTReadTheStatusLimitAndRetryAfterOfA429(t *testing.T) {
 			assert.Equal(t, LimitRequests, errs[0].Limit)
 			assert.Equal(t, http.StatusTooManyRequests, errs[0].StatusCode)
 			if withTransport {
+				assert.Equal(t, 1, strings.Count(errs[0].Error(), "429"), "the code said once: %v", errs[0])
 				assert.Equal(t, 7*time.Second, errs[0].RetryAfter)
 				assert.GreaterOrEqual(t, clk.Now().Sub(start), 7*time.Second, "the Retry-After was waited out")
 			}

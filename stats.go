@@ -25,7 +25,8 @@ type Stats struct {
 	// their id may still be applied after them (see [Stale]).
 	MayBeStale int
 
-	// Requests is how many upsert requests were sent, retries included.
+	// Requests is how many upsert requests were made, retries included,
+	// those that could not reach the index too.
 	Requests int
 	// Retries is how many times a failed batch was resent after a backoff
 	// (whole, or cut to what the lane or the per-minute limits let a
@@ -44,7 +45,7 @@ type Stats struct {
 	// RetriesPerBatch[k] is how many batches needed k retries in all,
 	// their halves included: a batch is what the intake formed, however
 	// many requests its halves, and its pieces cut to the lane's size,
-	// took.
+	// took. A batch failed unsent because the run stopped is not counted.
 	RetriesPerBatch []int
 
 	// Latency describes the round trips of the requests.

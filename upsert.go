@@ -476,8 +476,9 @@ func WithLimiter(l *Limiter) Option {
 // namespace, batch size, worker, attempt, class, code and message, and
 // the record's id when the batch holds one record. A
 // record refused before it is sent, or failed unsent because the run
-// stopped, is counted in the summary, not logged one by one: the Failure
-// function of an [Observer] gets each. When the circuit breaker gives up
+// stopped, and a request cut off by the end of the call's context, are
+// counted in the summary, not logged one by one: the Failure function of
+// an [Observer] gets each record. When the circuit breaker gives up
 // on the index, one line says so per namespace and outage, for the first
 // batch it fails unsent. Vector values, metadata and the API
 // key are never logged. By default nothing is logged.

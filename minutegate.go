@@ -347,8 +347,9 @@ func (g *minuteGate) delay(now time.Time, size minuteUse) time.Duration {
 // (proven, or under a refused probe's ceiling), the whole of one learned
 // from a refusal and searched up from. Items over it go in the fewest
 // requests that carry them under it, as even as their records allow (the
-// first carries a k-th of their tokens, one record at least; the rest is
-// cut again), not as full as possible with a small one left over. All of
+// first carries a k-th of their tokens, one record at least, or more
+// where the rest would not fit in k-1; the rest is cut again), not as
+// full as possible with a small one left over. All of
 // them when no limit is known, or for a nil gate. Items that a refusal
 // naming the tokens limit answered, and that carry the limit learned or
 // more, go in two: the limit may have been learned from them alone (a
@@ -374,11 +375,13 @@ func (g *minuteGate) fits(items []item, refused bool) int {
 	if total <= most {
 		return len(items)
 	}
-	share := total / ((total + most - 1) / most) // at most most
+	pieces := (total + most - 1) / most
+	share := total / pieces          // at most most
+	least := total - (pieces-1)*most // or the rest fits in no fewer pieces
 	n, tokens := 1, estimateTokens(items[:1])
 	for n < len(items) {
 		t := estimateTokens(items[n : n+1])
-		if tokens+t > share {
+		if tokens+t > most || (tokens+t > share && tokens >= least) {
 			break
 		}
 		tokens += t

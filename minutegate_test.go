@@ -645,6 +645,42 @@ func TestMinuteGateFits(t *testing.T) {
 	assert.Equal(t, 10, none.fits(items, true), "a nil gate fits all")
 }
 
+// A batch over the cap goes in the fewest requests that carry it under
+// the cap, as even as its records allow: pieces of a k-th of its tokens
+// each, rounded down to whole records, took four requests for records of
+// 50, 50, 50, 50 and 1 tokens under a cap of 100, which fit in three.
+func TestMinuteGateCutsABatchInTheFewestRequests(t *testing.T) {
+	tests := []struct {
+		name   string
+		tokens []int
+		want   []int // records a request
+	}{
+		{"even records: even requests", []int{100, 100, 100, 100, 100, 100}, []int{1, 1, 1, 1, 1, 1}},
+		{"four halves and a little", []int{50, 50, 50, 50, 1}, []int{1, 2, 2}},
+		{"small records: even requests", []int{10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10}, []int{7, 8}},
+		{"a long record first", []int{90, 10, 10, 10, 10, 10}, []int{1, 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newMinuteGate(newFakeClock())
+			g.tokens = minuteLimit{limit: 800, proven: 800} // a cap of 100 a request
+			items := make([]item, len(tt.tokens))
+			for i, n := range tt.tokens {
+				rec := pinecone.IntegratedRecord{"_id": fmt.Sprint(i), "chunk_text": strings.Repeat("x", 4*n)}
+				items[i] = item{rec: &rec}
+			}
+			var got []int
+			for len(items) > 0 {
+				n := g.fits(items, false)
+				require.Positive(t, n)
+				got = append(got, n)
+				items = items[n:]
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
 // recordsOfTokens are n integrated records, record i of tokens(i) tokens
 // (4 bytes of text each, as estimateTokens counts them).
 func recordsOfTokens(n int, tokens func(i int) int) []*pinecone.IntegratedRecord {

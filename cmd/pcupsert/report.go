@@ -561,24 +561,30 @@ func (s *summary) write(out io.Writer) error {
 	row("throughput", "%s rec/s", si(s.RecordsPerSecond))
 	_ = tw.Flush() // its error is w's
 
-	if e := s.Embedded; e != nil {
-		switch {
-		case e.Stored == s.Upserted:
-			fmt.Fprintf(w, "embedded index: holds %s, as many as upserted\n", quantity(e.Stored, "record"))
-		case e.AsExpected && e.Stored > s.Upserted:
-			fmt.Fprintf(w, "embedded index: holds %s, %d more than upserted: failed records that may have landed did\n", quantity(e.Stored, "record"), e.Stored-s.Upserted)
-		case e.AsExpected:
-			fmt.Fprintf(w, "embedded index: holds %s, %d fewer than upserted: records of an id upserted again replaced the earlier ones\n", quantity(e.Stored, "record"), s.Upserted-e.Stored)
-		default:
-			fmt.Fprintf(w, "embedded index: holds %s but %d were upserted: MISMATCH\n", quantity(e.Stored, "record"), s.Upserted)
-		}
-	}
+	s.writeEmbedded(w)
 	s.DeadLetters.write(w)
 	if s.InputError != "" {
 		fmt.Fprintf(w, "input: %s; the rest of it was not read\n", s.InputError)
 	}
 	s.writeEnd(w)
 	return w.err
+}
+
+// writeEmbedded writes what the embedded index holds, if the run wrote to
+// it, against what was upserted.
+func (s *summary) writeEmbedded(w io.Writer) {
+	e := s.Embedded
+	switch {
+	case e == nil:
+	case e.Stored == s.Upserted:
+		fmt.Fprintf(w, "embedded index: holds %s, as many as upserted\n", quantity(e.Stored, "record"))
+	case e.AsExpected && e.Stored > s.Upserted:
+		fmt.Fprintf(w, "embedded index: holds %s, %d more than upserted: failed records that may have landed did\n", quantity(e.Stored, "record"), e.Stored-s.Upserted)
+	case e.AsExpected:
+		fmt.Fprintf(w, "embedded index: holds %s, %d fewer than upserted: records of an id upserted again replaced the earlier ones\n", quantity(e.Stored, "record"), s.Upserted-e.Stored)
+	default:
+		fmt.Fprintf(w, "embedded index: holds %s but %d were upserted: MISMATCH\n", quantity(e.Stored, "record"), s.Upserted)
+	}
 }
 
 // writeEnd says why the run ended before its input did, if it did, as

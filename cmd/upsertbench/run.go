@@ -99,16 +99,9 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 	// The server is made last, since Outage counts from its start.
 	srv := upserttest.NewServer(p.serverOptions()...)
 	defer srv.Close()
-	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "bench"})
-	if err != nil {
+	defer closeClients(clients)
+	if err := dialClients(srv, clients); err != nil {
 		return result{}, err
-	}
-	for _, c := range clients {
-		c.idx, err = pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: namespace}, c.calls.dialOption())
-		if err != nil {
-			return result{}, err
-		}
-		defer c.idx.Close()
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, deadline)
@@ -153,6 +146,30 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 		r.efficiency = efficiency(p, r.landed, r.elapsed)
 	}
 	return r, nil
+}
+
+// dialClients connects each client to srv.
+func dialClients(srv *upserttest.Server, clients []*client) error {
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "bench"})
+	if err != nil {
+		return err
+	}
+	for _, c := range clients {
+		c.idx, err = pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: namespace}, c.calls.dialOption())
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// closeClients closes the connections dialClients made.
+func closeClients(clients []*client) {
+	for _, c := range clients {
+		if c.idx != nil {
+			_ = c.idx.Close()
+		}
+	}
 }
 
 // storedRecords reports, for each record of each client, whether srv

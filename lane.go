@@ -230,7 +230,15 @@ type request struct {
 	sizeProbe bool          // a trial batch of batchControl
 	timeout   time.Duration // the run's request timeout
 	turn      *place        // the caller's place in its route's line, left once it queues here
+	// overLimit reports whether its records are over the per-minute
+	// limits learned now (they may have fallen while it waited); nil:
+	// never.
+	overLimit func() bool
 }
+
+// overLimitNow reports whether q's records are over the per-minute limits
+// learned now.
+func (q request) overLimitNow() bool { return q.overLimit != nil && q.overLimit() }
 
 // permit is one request's passage through the lane.
 type permit struct {
@@ -487,6 +495,12 @@ func (ln *lane) admitHead(ctx context.Context, q request, recut bool, probe uint
 		if err != nil {
 			return permit{}, err
 		}
+		if recut && q.overLimitNow() { // the per-minute limits fell while it waited for the slot
+			if q.slots == nil {
+				ln.giveSlot()
+			}
+			return permit{}, errStaleBatch
+		}
 		ln.mu.Lock()
 		if ln.pushback.cuts != cuts || ln.paused(ln.clock.Now()) {
 			// Tokens granted at a rate since cut, or a Retry-After
@@ -656,7 +670,7 @@ func (ln *lane) abandonProbe(probe uint64) {
 // returns errStaleBatch when the request is larger than one may carry now.
 func (ln *lane) waitRate(ctx context.Context, q request, recut bool) (cuts uint64, err error) {
 	for {
-		if recut && q.n > ln.sendLimit() {
+		if recut && (q.n > ln.sendLimit() || q.overLimitNow()) {
 			return 0, errStaleBatch
 		}
 		now := ln.clock.Now()

@@ -182,6 +182,39 @@ func TestLaneNeverSpendsTokensFromBeforeACut(t *testing.T) {
 	ln.release(p, nil)
 }
 
+// A batch that waited for a slot of the lane while the per-minute limits
+// fell under it goes back to be cut (errStaleBatch), not out at the size
+// cut under the limit before, and gives the slot back.
+func TestLaneRecutsABatchThePerMinuteLimitsFellUnderWhileItWaitedForASlot(t *testing.T) {
+	ctx := context.Background()
+	ln := newLane(newFakeClock(), MaxBatchSize, &defaultTuning)
+	ln.conc.set(1, 0)
+	held, err := ln.acquire(ctx, req(1))
+	require.NoError(t, err)
+	var over atomic.Bool
+	got := make(chan error)
+	go func() {
+		q := req(90)
+		q.overLimit = over.Load
+		p, err := ln.acquireOrRecut(ctx, q) // gets its tokens, then waits for the slot
+		if err == nil {
+			ln.release(p, nil)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool {
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		return ln.signals.slots.ch != nil
+	}, time.Second, time.Millisecond)
+	over.Store(true) // a refusal of the request in flight lowered the limit
+	ln.release(held, &Error{Class: ClassRateLimited, Limit: LimitEmbedTokens})
+	require.ErrorIs(t, <-got, errStaleBatch)
+	p, err := ln.acquire(ctx, req(1))
+	require.NoError(t, err, "the slot was given back")
+	ln.release(p, nil)
+}
+
 func TestLaneSpendsWhatItSavedAtTheFirstCut(t *testing.T) {
 	ctx := context.Background()
 	clk := newFakeClock()

@@ -390,6 +390,22 @@ func (g *minuteGate) fits(items []item, refused bool) int {
 	return n
 }
 
+// overLimit reports whether items, more than one record, carry more tokens
+// than the limit learned now: a limit that fell while they waited for
+// their turn (a refusal of the request ahead of them) would refuse them
+// too. False for a nil gate. The cap under a found limit (fits) is not
+// held against them: recutting for it cost more requests and refusals
+// than it saved (BENCHMARKS.md).
+func (g *minuteGate) overLimit(items []item) bool {
+	if g == nil || len(items) < 2 {
+		return false
+	}
+	g.mu.Lock()
+	limit := g.tokens.limit
+	g.mu.Unlock()
+	return limit > 0 && estimateTokens(items) > limit
+}
+
 // estimateTokens estimates the embedding tokens of integrated records: a
 // token per 4 bytes of their string fields other than the id, rounded up,
 // at least 1 a record. Which field the index embeds is not known here;

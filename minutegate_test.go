@@ -947,3 +947,72 @@ func TestARequestRefusedAloneIsResentSmaller(t *testing.T) {
 	assert.Equal(t, len(recs), res.Upserted)
 	assert.Len(t, idx.landed, len(recs))
 }
+
+// README (Records): "A request carries at most the limit learned". A batch
+// is cut to the gate's cap before it waits for its pass of the gate and
+// for the lane; a refusal that lowers the limit while it waits (for a slot
+// held by the very request the index refuses) sent it at the size cut
+// under the old limit: 9,600 tokens when the limit learned was 4,800, which
+// the index that had just refused 4,800 refused too. It goes back to be
+// cut, as a batch over the lane's own limit does.
+func TestARequestCutUnderALimitThatFellWhileItWaitedIsCutAgain(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	g := lim.minuteGateOf("", clk)
+	// A limit learned from an earlier refusal, searched up from.
+	g.tokens = minuteLimit{limit: 20_000, step: 5_000, since: clk.Now()}
+	var mu sync.Mutex
+	type sent struct{ tokens, limit int }
+	var calls []sent
+	setup := true
+	send := func(_ context.Context, _ string, b []*pinecone.IntegratedRecord) error {
+		items := make([]item, len(b))
+		for i, r := range b {
+			items[i] = item{rec: r}
+		}
+		g.mu.Lock()
+		limit := g.tokens.limit
+		g.mu.Unlock()
+		mu.Lock()
+		calls = append(calls, sent{estimateTokens(items), limit})
+		n := len(calls)
+		mu.Unlock()
+		if n > 1 {
+			return nil
+		}
+		// The first request is answered once the second batch holds its
+		// pass of the gate (it then waits for the one slot).
+		ok := false
+		for range 2000 {
+			g.mu.Lock()
+			ok = len(g.window) >= 2
+			g.mu.Unlock()
+			if ok {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		mu.Lock()
+		setup = ok
+		mu.Unlock()
+		return status.Error(codes.ResourceExhausted, "Request failed. You've reached the max embedding tokens per minute (250000) model 'llama-text-embed-v2' and input type 'passage' for the current project.")
+	}
+	// Two batches of 96: 4,800 tokens, then 9,600.
+	recs := recordsOfTokens(192, func(i int) int {
+		if i < 96 {
+			return 50
+		}
+		return 100
+	})
+	res, err := Records(context.Background(), slices.Values(recs), WithRecordsFunc(send), WithLimiter(lim),
+		withClock(clk), withRand(maxRand), WithConcurrency(1), WithLogger(slog.New(slog.DiscardHandler)))
+	require.NoError(t, err)
+	require.Equal(t, 192, res.Upserted)
+	mu.Lock()
+	defer mu.Unlock()
+	require.True(t, setup, "the second batch never held a pass while the first was in flight")
+	t.Logf("requests (tokens, limit learned when sent): %v", calls)
+	for i, c := range calls {
+		assert.LessOrEqual(t, c.tokens, c.limit, "request %d carries %d tokens; the limit learned when it was sent is %d", i+1, c.tokens, c.limit)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/upsertlib/upsert/internal/jsontext"
+	"github.com/upsertlib/upsert/internal/structkind"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -50,6 +51,12 @@ func cloneStruct(s *structpb.Struct) *structpb.Struct {
 }
 
 func cloneValue(v *structpb.Value) *structpb.Value {
+	if !structkind.Set(v) {
+		if v == nil {
+			return nil
+		}
+		return &structpb.Value{} // no kind, as protobuf encodes a typed nil one
+	}
 	switch x := v.GetKind().(type) {
 	case *structpb.Value_StringValue:
 		return structpb.NewStringValue(x.StringValue)
@@ -70,11 +77,6 @@ func cloneValue(v *structpb.Value) *structpb.Value {
 			}
 		}
 		return structpb.NewListValue(l)
-	case nil:
-		if v == nil {
-			return nil
-		}
-		return &structpb.Value{}
 	default:
 		return &structpb.Value{}
 	}

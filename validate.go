@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/upsertlib/upsert/internal/structkind"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -217,6 +218,9 @@ func metadataJSONSize(md *structpb.Struct) (int, error) {
 			return 0, fmt.Errorf("metadata key %q: key is not valid UTF-8", k)
 		}
 		size += n + len(":")
+		if !structkind.Set(v) {
+			return 0, fmt.Errorf("metadata field %q has no value", k)
+		}
 		switch x := v.GetKind().(type) {
 		case *structpb.Value_StringValue:
 			if n, ok = jsonStringSize(x.StringValue); !ok {
@@ -235,7 +239,7 @@ func metadataJSONSize(md *structpb.Struct) (int, error) {
 			size += len("[]") + max(len(vs)-1, 0)
 			for i, e := range vs {
 				s, isString := e.GetKind().(*structpb.Value_StringValue)
-				if !isString {
+				if !isString || s == nil {
 					return 0, fmt.Errorf("metadata field %q: list element %d is not a string; Pinecone accepts lists of strings only", k, i)
 				}
 				if n, ok = jsonStringSize(s.StringValue); !ok {

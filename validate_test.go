@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -327,4 +328,44 @@ func TestALongIDIsShortenedInErrors(t *testing.T) {
 	assert.Contains(t, msg, `"`+strings.Repeat("x", shownIDBytes)+`"… (600 bytes)`)
 	assert.Contains(t, msg, "id is 600 bytes; Pinecone allows at most 512")
 	assert.Less(t, len(err.Error()), 300, "the run's error quotes it short too")
+}
+
+// A metadata value whose kind is a typed nil (&structpb.Value{Kind:
+// (*structpb.Value_StringValue)(nil)}, as code that builds values by hand
+// may leave) holds no value, as protobuf encodes it: the record fails
+// alone, named with its rule, where reading the kind's field panicked the
+// call (validation in All, the copy in Stream and Writer.Add).
+func TestAMetadataValueOfATypedNilKindFailsItsRecordAlone(t *testing.T) {
+	for _, kind := range []struct {
+		name string
+		val  *structpb.Value
+	}{
+		{"string", &structpb.Value{Kind: (*structpb.Value_StringValue)(nil)}},
+		{"number", &structpb.Value{Kind: (*structpb.Value_NumberValue)(nil)}},
+		{"list", &structpb.Value{Kind: (*structpb.Value_ListValue)(nil)}},
+		{"list element", structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{{Kind: (*structpb.Value_StringValue)(nil)}}})},
+	} {
+		for _, call := range []string{"All", "Stream"} {
+			t.Run(call+" "+kind.name, func(t *testing.T) {
+				odd := withRawMetadata(&pinecone.Vector{Id: "odd", Values: &[]float32{1, 2}}, "k", kind.val)
+				recs := []*pinecone.Vector{{Id: "ok", Values: &[]float32{1, 2}}, odd}
+				fi := newFakeIndex(nil)
+				var res Result
+				var err error
+				require.NotPanics(t, func() {
+					if call == "All" {
+						res, err = All(context.Background(), recs, testOpts(fi)...)
+					} else {
+						res, err = Stream(context.Background(), slices.Values(recs), testOpts(fi)...)
+					}
+				})
+				require.ErrorIs(t, err, ErrInvalid)
+				assert.Contains(t, fi.Stored(), "ok")
+				assert.Equal(t, 1, res.Upserted)
+				require.Len(t, res.Failed, 1)
+				assert.Equal(t, "odd", res.Failed[0].ID)
+				assert.Contains(t, res.Failed[0].Err.Error(), `metadata field "k"`)
+			})
+		}
+	}
 }

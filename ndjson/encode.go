@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
+	"github.com/upsertlib/upsert/internal/structkind"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -74,6 +75,9 @@ func badField(s *structpb.Struct) (path, why string) {
 
 // badValue is badField for a value, its path relative to v.
 func badValue(v *structpb.Value) (path, why string) {
+	if v.GetKind() != nil && !structkind.Set(v) {
+		return "", "has no value (a kind set to a typed nil)" // AsMap would panic
+	}
 	switch x := v.GetKind().(type) {
 	case *structpb.Value_NumberValue:
 		if math.IsNaN(x.NumberValue) || math.IsInf(x.NumberValue, 0) {

@@ -128,6 +128,8 @@ func TestEncodeRefusesWhatJSONCannotHold(t *testing.T) {
 		{"a string that is not UTF-8 deep in metadata", &pinecone.Vector{Id: "d", Values: floats(1), Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
 			"a": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 				"tags": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStringValue("ok"), structpb.NewStringValue("caf\xe9")}})}})}}}},
+		{"a metadata value of a typed nil kind", &pinecone.Vector{Id: "n", Values: floats(1), Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+			"title": {Kind: (*structpb.Value_StringValue)(nil)}}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+" is an error and writes nothing", func(t *testing.T) {

@@ -114,14 +114,15 @@ func (r *run) admit(rt *route, p *part, first *place) (permit, *minutePass, int,
 		q.overLimit = func() bool { return r.minute.overLimit(p.items) }
 	}
 	perm, err := acquire(r.runCtx, q)
-	p.sizeProbe = false
 	if err != nil {
+		dropTrial(rt, p)
 		r.minute.withdraw(pass)
 		if errors.Is(err, errStaleBatch) && r.runCtx.Err() == nil {
 			return permit{}, nil, 0, errRecut
 		}
 		return permit{}, nil, 0, r.classified(err)
 	}
+	p.sizeProbe = false // sent: its answer is the trial's
 	if r.paceSend(len(p.items)) != nil || r.runCtx.Err() != nil {
 		// Admitted as the run stopped (a slot freed by the answer that
 		// stopped it): not sent.

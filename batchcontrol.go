@@ -142,6 +142,14 @@ func (c *batchControl) sent(now time.Time, n int) {
 	c.trial.out++
 }
 
+// unsent gives back a trial batch handed out by next and never sent, n
+// records of it formed (a stream's partial batch has fewer).
+func (c *batchControl) unsent(n int) {
+	if c.trial.size > 0 && n <= c.trial.size && c.trial.sent > 0 {
+		c.trial.sent--
+	}
+}
+
 // sendLimit returns the most records a batch formed earlier may carry now:
 // the size adopted, or the size tried, under maxSize. A batch formed at a
 // size since found too large is cut to the size adopted, not to just under

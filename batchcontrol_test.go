@@ -121,6 +121,26 @@ func TestBatchControl(t *testing.T) {
 		assert.Equal(t, 100, next)
 		assert.Equal(t, size, s.c.ceil)
 	})
+	t.Run("a trial batch given back unsent is handed out again", func(t *testing.T) {
+		s := newBatchScript()
+		size, trial := 0, false
+		for range 10 { // the start size's answers, up to the first trial batch
+			if size, trial = s.c.next(s.now, s.caps, true, 0.1, &s.tn); trial {
+				break
+			}
+			s.now = s.now.Add(10 * time.Millisecond)
+			s.c.answer(batchSample{now: s.now, records: size, latency: 10 * time.Millisecond, timeout: s.timeout, spread: 0.1}, &s.tn)
+		}
+		require.True(t, trial)
+		require.Equal(t, s.c.trialSamples(&s.tn), s.c.trial.sent, "slow start's one trial batch")
+		next, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+		require.False(t, trial, "handed out: the others wait for its answer")
+		require.Equal(t, 100, next)
+		s.c.unsent(1) // its call stopped with one record of it formed
+		again, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+		assert.True(t, trial)
+		assert.Equal(t, size, again)
+	})
 	t.Run("two timeouts of batches of the size kept make it too large", func(t *testing.T) {
 		s := newBatchScript()
 		s.c.slowStart = false

@@ -313,6 +313,17 @@ func (ln *lane) endTrialOver(n int) {
 	}
 }
 
+// trialUnsent gives back a batch of n records handed out as a trial of the
+// batch size and dropped unsent (its call stopped, or its admission
+// failed): the trial sends another, where it waited for ever for an
+// answer and the lane, running one experiment at a time, tried nothing
+// more.
+func (ln *lane) trialUnsent(n int) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	ln.batch.unsent(n)
+}
+
 // The lane runs one experiment at a time: the batch size's first trial
 // (ten times the size, one round trip), then the concurrency's slow
 // start, then each in turn, a controller taking the other's turn when that

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
@@ -56,4 +57,60 @@ func TestLimiterStateRateIsInfiniteUnderAKnownLimitAlone(t *testing.T) {
 	ln := newLane(newFakeClock(), MaxBatchSize, &defaultTuning)
 	ln.setLimits(IndexLimits{RequestsPerSecond: 100, BytesPerSecond: 50e6})
 	assert.True(t, math.IsInf(ln.state().Rate, 1), "State: %+v", ln.state())
+}
+
+// A Writer stopped (its context canceled) while the batch carrying its
+// lane's size trial waits unsent gives the trial back: it waited for ever
+// for an answer in the Limiter, and the calls sharing the lane (at once,
+// or later through WithLimiter) never tried a larger batch size again, nor
+// a higher concurrency (the lane runs one experiment at a time). Here the
+// next call's batches stayed at 100 records for its whole run.
+func TestACallStoppedWithItsSizeTrialUnsentLeavesTheLaneFreeToTryAgain(t *testing.T) {
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	fi := newFakeIndex(nil)
+	opts := func(more ...Option) []Option {
+		return append([]Option{WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand), WithLimiter(lim)}, more...)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := NewWriter(ctx, opts(WithMaxDelay(time.Hour))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs := vectors(101, 4)
+	for _, v := range vs[:100] { // one full batch of the start size, answered
+		if err := w.Add(context.Background(), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The next batch starts: it is handed the lane's size trial (ten times
+	// the size, slow start), and waits for more records.
+	if err := w.Add(context.Background(), vs[100]); err != nil {
+		t.Fatal(err)
+	}
+	if !w.in.r.routes.byKey[""].batcher.cur.probe {
+		t.Fatal("setup: the second batch is not the lane's size trial")
+	}
+	cancel() // the Writer stops: its trial batch fails unsent
+	_, _ = w.Close(context.Background())
+
+	// Another call on the Limiter: a backfill of 20 000 records on an
+	// index that answers at once.
+	res, err := All(context.Background(), vectors(20000, 4), opts()...)
+	if err != nil || res.Upserted != 20000 {
+		t.Fatalf("All: %d upserted, %v", res.Upserted, err)
+	}
+	if res.Stats.BatchSizes.Max <= 100 {
+		lim.mu.Lock()
+		ln := lim.lanes[laneID{key: vectorKind.laneKey("")}]
+		lim.mu.Unlock()
+		ln.mu.Lock()
+		trial := ln.batch.trial
+		ln.mu.Unlock()
+		t.Errorf("after a canceled call left its size trial unsent, the next call's batches never grew: largest %d records in %d requests (the lane's trial: size %d, handed out %d, out %d)",
+			res.Stats.BatchSizes.Max, res.Stats.Requests, trial.size, trial.sent, trial.out)
+	}
 }

@@ -40,6 +40,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 		p := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		if r.runCtx.Err() != nil {
+			dropTrial(rt, p)
 			r.failPart(p, r.stopError())
 			continue
 		}
@@ -68,6 +69,15 @@ func (r *run) process(worker int, rt *route, b batch) {
 		stack = append(stack, r.afterFailure(worker, rt, p, e)...)
 	}
 	r.stats.batchDone(retries)
+}
+
+// dropTrial tells p's lane that p, a trial batch of its size, leaves
+// unsent (lane.trialUnsent); nothing for any other part.
+func dropTrial(rt *route, p *part) {
+	if p.sizeProbe {
+		p.sizeProbe = false
+		rt.lane.trialUnsent(len(p.items))
+	}
 }
 
 // recutToLane cuts p to the most records the lane lets a request carry
@@ -105,6 +115,7 @@ func (r *run) recutToLane(rt *route, p *part) []*part {
 // refusal); batches failed unsent are counted, not logged, but for the
 // first the breaker fails in a namespace in each outage.
 func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) []*part {
+	dropTrial(rt, p) // failed before the lane admitted it
 	c := e.Class
 	switch {
 	case c == ClassDenied, c == ClassQuotaExceeded: // attempt logged the index's refusal

@@ -54,6 +54,9 @@ func (p *workerPool) start(concurrency int) {
 // stopped it fails b's records and returns the stop error.
 func (r *run) dispatch(rt *route, b batch) (kept bool, err error) {
 	if r.runCtx.Err() != nil {
+		if b.probe {
+			rt.lane.trialUnsent(len(b.items))
+		}
 		return false, r.failStopped(b.items)
 	}
 	if !r.canGo(rt) {

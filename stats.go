@@ -60,7 +60,9 @@ type Stats struct {
 	SharedFallbacks, SharedRejoins int
 
 	// Limiter is the controller's state for the run's namespace when the
-	// figures were taken.
+	// figures were taken; with WithNamespaceOf, for the connection's
+	// namespace, which the run may not write to (each namespace has its
+	// own state: [Limiter.State]).
 	Limiter LimiterState
 	// FailureSamples holds the first few failures, for a report.
 	FailureSamples []Failure

@@ -239,6 +239,9 @@ func canceledBy(ctx context.Context, err error) error {
 	if ctx.Err() == nil {
 		return err
 	}
+	if cause := context.Cause(ctx); !errors.Is(err, cause) {
+		err = fmt.Errorf("%w (%w)", err, cause)
+	}
 	return &Error{Class: ClassCanceled, Err: err}
 }
 

@@ -749,3 +749,31 @@ func TestARunEndedByItsCheckpointGivesItsFinalProgressAndSummary(t *testing.T) {
 	assert.Zero(t, got[0].Done)
 	assert.Contains(t, logs.String(), `"msg":"upsert finished"`)
 }
+
+// panickingLoadCheckpoint panics in Load.
+type panickingLoadCheckpoint struct{}
+
+func (panickingLoadCheckpoint) Load(context.Context) (int64, error) { panic("load exploded") }
+func (panickingLoadCheckpoint) Save(context.Context, int64) error   { return nil }
+
+// A run ended by its checkpoint's panic returns the progress function's
+// panic in its final report too: both are bugs of the caller's to hear of.
+func TestARunEndedByItsCheckpointsPanicReturnsTheProgressPanicToo(t *testing.T) {
+	_, err := Stream(context.Background(), slices.Values(vectors(3, 2)), testOpts(newFakeIndex(nil),
+		WithCheckpoint(panickingLoadCheckpoint{}),
+		WithProgress(0, func(Progress) { panic("progress exploded") }))...)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "load exploded")
+	assert.Contains(t, err.Error(), "progress exploded")
+}
+
+// A canceled run's error carries the cause of the context's end, also when
+// the checkpoint's own error does not.
+func TestACheckpointFailingForAnEndedContextCarriesItsCause(t *testing.T) {
+	cause := errors.New("shutting down")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	_, err := Stream(ctx, slices.Values(vectors(3, 2)), testOpts(newFakeIndex(nil), WithCheckpoint(brokenCheckpoint{}))...)
+	assert.ErrorIs(t, err, ErrCanceled)
+	assert.ErrorIs(t, err, cause)
+}

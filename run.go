@@ -182,7 +182,9 @@ func (r *run) namespaceAttr() slog.Attr {
 // and returns the call's error: err, with a panic of the progress function.
 func (r *run) abandon(err error) error {
 	s := r.end()
-	err = withPanic(err, r.progress.panicked.Load())
+	if p := r.progress.panicked.Load(); p != nil {
+		err = errors.Join(err, p) // err may carry a panic of its own: the checkpoint's
+	}
 	r.cfg.observers.runDone(r.runEvent(s, err))
 	return err
 }

@@ -368,23 +368,67 @@ func (g *minuteGate) fits(items []item, refused bool) int {
 	if m.proven > 0 || m.ceiling > 0 {
 		most = max(1, int(float64(m.limit)*minuteRequestShare))
 	}
-	total := estimateTokens(items)
+	tokens := make([]int, len(items))
+	total := 0
+	for i := range items {
+		tokens[i] = estimateTokens(items[i : i+1])
+		total += tokens[i]
+	}
 	if refused && total >= m.limit {
 		most = min(most, max(1, total/2))
 	}
 	if total <= most {
 		return len(items)
 	}
-	pieces := (total + most - 1) / most
-	share := total / pieces          // at most most
-	least := total - (pieces-1)*most // or the rest fits in no fewer pieces
-	n, tokens := 1, estimateTokens(items[:1])
-	for n < len(items) {
-		t := estimateTokens(items[n : n+1])
-		if tokens+t > most || (tokens+t > share && tokens >= least) {
+	return firstPiece(tokens, total, most)
+}
+
+// firstPiece returns how many of the records of tokens, total in all, the
+// first of the fewest requests of at most most tokens each carries: as
+// near a k-th of the total as the records allow, and enough that the rest
+// fits in k-1 requests. A record over most goes alone.
+func firstPiece(tokens []int, total, most int) int {
+	k := piecesFilled(tokens, most)
+	share := total / k
+	least := len(tokens) - suffixFilled(tokens, most, k-1)
+	n, sum := 1, tokens[0]
+	for n < len(tokens) {
+		t := tokens[n]
+		if sum+t > most || (sum+t > share && n >= least) {
 			break
 		}
-		tokens += t
+		sum += t
+		n++
+	}
+	return n
+}
+
+// piecesFilled returns how many requests of at most most tokens carry
+// tokens in order, each filled before the next: the fewest that do.
+func piecesFilled(tokens []int, most int) int {
+	k, sum := 0, 0
+	for i, t := range tokens {
+		if i == 0 || sum+t > most {
+			k, sum = k+1, 0
+		}
+		sum += t
+	}
+	return k
+}
+
+// suffixFilled returns how many records at the end of tokens pieces
+// requests of at most most tokens carry, filled from the last record back:
+// the most that any pieces requests do.
+func suffixFilled(tokens []int, most, pieces int) int {
+	n, sum, used := 0, 0, 0
+	for i := len(tokens) - 1; i >= 0; i-- {
+		if used == 0 || sum+tokens[i] > most {
+			if used == pieces {
+				break
+			}
+			used, sum = used+1, 0
+		}
+		sum += tokens[i]
 		n++
 	}
 	return n

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -659,6 +660,8 @@ func TestMinuteGateCutsABatchInTheFewestRequests(t *testing.T) {
 		{"four halves and a little", []int{50, 50, 50, 50, 1}, []int{1, 2, 2}},
 		{"small records: even requests", []int{10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10}, []int{7, 8}},
 		{"a long record first", []int{90, 10, 10, 10, 10, 10}, []int{1, 5}},
+		{"uneven records: the rest must fit by its records, not its total", []int{10, 70, 40, 90}, []int{2, 1, 1}},
+		{"a record over the cap goes alone", []int{30, 150, 30}, []int{1, 1, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -678,6 +681,36 @@ func TestMinuteGateCutsABatchInTheFewestRequests(t *testing.T) {
 			}
 			assert.Equal(t, tt.want, got)
 		})
+	}
+}
+
+// However uneven the records, the cut takes the fewest requests that carry
+// them under the cap: as many as filling each request in turn.
+func TestMinuteCapCutTakesTheFewestRequestsForAnyRecords(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		const most = 100
+		tokens := make([]int, 1+rng.IntN(12))
+		total := 0
+		for i := range tokens {
+			tokens[i] = 1 + rng.IntN(110)
+			total += tokens[i]
+		}
+		fewest := piecesFilled(tokens, most)
+		pieces, rest := 0, tokens
+		for len(rest) > 0 {
+			sum := 0
+			for _, t := range rest {
+				sum += t
+			}
+			n := len(rest)
+			if sum > most {
+				n = firstPiece(rest, sum, most)
+			}
+			require.Positive(t, n)
+			pieces, rest = pieces+1, rest[n:]
+		}
+		require.Equal(t, fewest, pieces, "records of %v tokens under a cap of %d", tokens, most)
 	}
 }
 

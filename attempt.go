@@ -13,6 +13,11 @@ import (
 // sent, and goes back to be cut.
 var errRecut = &Error{Class: ClassRateLimited, Err: errStaleBatch}
 
+// errProbeCut is what attempt returns for a batch that the lane did not
+// admit because the breaker's probe goes as one record (errProbeAlone):
+// it was not sent, and goes back with its first record cut off.
+var errProbeCut = &Error{Class: ClassTimeout, Err: errProbeAlone}
+
 // attempt sends p once: it waits for the lane to admit it (rate tokens,
 // then a slot), then sends with the per-request timeout. It returns nil when
 // the index confirmed every record. first is the batch's place in its
@@ -117,8 +122,12 @@ func (r *run) admit(rt *route, p *part, first *place) (permit, *minutePass, int,
 	if err != nil {
 		dropTrial(rt, p)
 		r.minute.withdraw(pass)
-		if errors.Is(err, errStaleBatch) && r.runCtx.Err() == nil {
+		switch {
+		case r.runCtx.Err() != nil:
+		case errors.Is(err, errStaleBatch):
 			return permit{}, nil, 0, errRecut
+		case errors.Is(err, errProbeAlone):
+			return permit{}, nil, 0, errProbeCut
 		}
 		return permit{}, nil, 0, r.classified(err)
 	}

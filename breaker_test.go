@@ -1055,3 +1055,94 @@ func TestAStateMadeAgainIsNoCloseOfTheOutage(t *testing.T) {
 	defer ln.mu.Unlock()
 	assert.True(t, ln.breaker.current(clk.Now()), "the writer's own failures still bear its verdict out")
 }
+
+// sizeCapIndex is an UpsertFunc, on an eventClock, for an index that takes
+// a batch of at most limit records in 20 ms (virtual) and lets every larger
+// one run until the request timeout (virtual) and time out, from its
+// request number slowFrom on (before it, it takes every size in 20 ms): a
+// batch too heavy for the index, while smaller ones are no trouble.
+type sizeCapIndex struct {
+	clk      *eventClock
+	limit    int
+	slowFrom int
+	timeout  time.Duration
+
+	mu       sync.Mutex
+	stored   map[string]bool
+	sizes    map[int]int // requests by records carried
+	timeouts int
+	calls    int
+}
+
+func (s *sizeCapIndex) upsert(ctx context.Context, _ string, batch []*pinecone.Vector) error {
+	s.mu.Lock()
+	call := s.calls
+	s.calls++
+	s.sizes[len(batch)]++
+	s.mu.Unlock()
+	// ctx's deadline runs in real time, not the clock's: wait on the clock
+	// alone (All waits for its requests anyway).
+	wait := context.WithoutCancel(ctx)
+	if len(batch) > s.limit && call >= s.slowFrom {
+		_ = s.clk.Sleep(wait, s.timeout)
+		s.mu.Lock()
+		s.timeouts++
+		s.mu.Unlock()
+		return context.DeadlineExceeded
+	}
+	_ = s.clk.Sleep(wait, 20*time.Millisecond)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, v := range batch {
+		s.stored[v.Id] = true
+	}
+	return nil
+}
+
+// runSizeCap writes n records with All, default options but the clock,
+// into a sizeCapIndex, and logs what happened.
+func runSizeCap(t *testing.T, n, limit, slowFrom int, timeout time.Duration, opts ...Option) (Result, error, *sizeCapIndex) {
+	t.Helper()
+	clk := newEventClock()
+	ix := &sizeCapIndex{clk: clk, limit: limit, slowFrom: slowFrom, timeout: timeout, stored: map[string]bool{}, sizes: map[int]int{}}
+	all := append([]Option{WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand)}, opts...)
+	res, err := All(context.Background(), vectors(n, 8), all...)
+	t.Logf("index takes <= %d records, request timeout %v: virtual %v, requests %d (timeouts %d), upserted %d, failed %d, splits %d, retries %d, errors %v, batch size at the end %d",
+		limit, timeout, clk.Now().Sub(clk.start), res.Stats.Requests, ix.timeouts, res.Upserted, len(res.Failed),
+		res.Stats.Splits, res.Stats.Retries, res.Stats.ErrorsByClass, res.Stats.Limiter.BatchSize)
+	t.Logf("requests by records carried: %v", ix.sizes)
+	if len(res.Failed) > 0 {
+		t.Logf("first failure: %v", res.Failed[0].Err)
+	}
+	return res, err, ix
+}
+
+// An index that takes batches of up to 20 records in 20 ms but lets every
+// larger batch run into the request timeout, written with All and the
+// default options (request timeout 30 s): every record lands. The fifth
+// timeout opens the breaker; its probes were whichever halves came first
+// (50 records, 30 s each), and a minute after it opened all 3000 records
+// failed "not sent: every request has failed ... for over a minute". After
+// a timeout the probe goes as one record, which the index answers in time.
+func TestBatchesTooLargeForTheIndexAreHalvedToWhatItTakesNotFailedByTheBreaker(t *testing.T) {
+	const n = 3000
+	res, err, ix := runSizeCap(t, n, 20, 0, DefaultRequestTimeout)
+	assert.NoError(t, err)
+	assert.Equal(t, n, res.Upserted, "the index takes every batch of up to 20 records; none need fail")
+	assert.Len(t, ix.stored, n)
+	assert.Empty(t, res.Failed)
+}
+
+// The same with WithRequestTimeout(2 * time.Second), on an index that
+// slows down during the run: it takes every size for 20 requests (the
+// batch size grows to 1000), then lets every batch of more than 20 records
+// time out. The breaker's probes were split pieces (500, 250, 125, ...),
+// and 9000 of the 20000 records failed unsent within its minute.
+func TestAnIndexThatSlowsDownMidRunGetsEveryRecordThroughTheBreaker(t *testing.T) {
+	const n = 20000
+	res, err, ix := runSizeCap(t, n, 20, 20, 2*time.Second, WithRequestTimeout(2*time.Second))
+	assert.NoError(t, err)
+	assert.Equal(t, n, res.Upserted, "the index takes every batch of up to 20 records; none need fail")
+	assert.Len(t, ix.stored, n)
+	assert.Empty(t, res.Failed)
+}

@@ -469,6 +469,10 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 	if err != nil {
 		return permit{}, err
 	}
+	if probe != 0 && recut && q.n > 1 && ln.probesAlone() {
+		ln.abandonProbe(probe)
+		return permit{}, errProbeAlone
+	}
 	own := ownSlot{slots: q.slots}
 	if err = own.take(ctx, ln); err == nil {
 		var p permit
@@ -640,6 +644,22 @@ func (ln *lane) waitBreaker(ctx context.Context) (probe uint64, err error) {
 			return 0, err
 		}
 	}
+}
+
+// errProbeAlone is what admit returns for a batch of several records that
+// was to be the breaker's probe after a timeout: the probe goes as one
+// record (probesAlone), and the batch goes back to be cut.
+var errProbeAlone = errors.New("the breaker's probe after a timeout goes as one record")
+
+// probesAlone reports whether the breaker's probe goes as one record: its
+// last failure was a timeout, which a batch too large for the index gets
+// as well as an index that is down, and one record tells them apart (an
+// index that answers it in time is up, and the breaker closes) where a
+// batch's halves, each a whole timeout, outlast the breaker's patience.
+func (ln *lane) probesAlone() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.breaker.timedOut
 }
 
 // gaveUp reports whether the breaker fails requests without sending them

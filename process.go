@@ -53,8 +53,12 @@ func (r *run) process(worker int, rt *route, b batch) {
 		if resending && p.resend == nil {
 			retries++
 		}
-		if e == errRecut {
+		switch e {
+		case errRecut:
 			stack = append(stack, p) // cut to the lane's limit above
+			continue
+		case errProbeCut:
+			stack = append(stack, cutPart(p, [][]item{p.items[:1:1], p.items[1:]})...)
 			continue
 		}
 		if e == nil {
@@ -101,11 +105,17 @@ func (r *run) recutToLane(rt *route, p *part) []*part {
 	default:
 		return nil
 	}
+	return cutPart(p, pieces)
+}
+
+// cutPart returns the parts of p's pieces, in the order they go on the
+// stack (last piece first); the piece sent first resends the batch.
+func cutPart(p *part, pieces [][]item) []*part {
 	parts := make([]*part, 0, len(pieces))
 	for i := len(pieces) - 1; i >= 0; i-- {
 		parts = append(parts, p.child(pieces[i]))
 	}
-	parts[len(parts)-1].resend = p.resend // the piece sent first resends the batch
+	parts[len(parts)-1].resend = p.resend
 	return parts
 }
 

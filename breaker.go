@@ -25,13 +25,17 @@ type breaker struct {
 	hostAnswered bool
 	// lastAnswered is when the latest request the index answered was sent.
 	lastAnswered time.Time
-	timedOut     bool      // the last failure was a timeout, which says less about the index
-	lastFailure  time.Time // when the last failure was counted
-	open         bool
-	openedAt     time.Time
-	nextProbe    time.Time
-	probing      bool   // a probe request is in flight
-	probes       uint64 // probes admitted: the one in flight is number probes
+	// timedOut is how many records the request whose timeout was the last
+	// failure carried (0: the last failure was no timeout): a timeout says
+	// less about the index than a server error, and one of a batch less
+	// than one of a single record (the batch may be too large for it).
+	timedOut    int
+	lastFailure time.Time // when the last failure was counted
+	open        bool
+	openedAt    time.Time
+	nextProbe   time.Time
+	probing     bool   // a probe request is in flight
+	probes      uint64 // probes admitted: the one in flight is number probes
 	// rechecking: the probe in flight went out once the verdict was no
 	// longer borne out (borneOut: the lane sat idle, or the index answered
 	// another namespace since): it, not the old verdict, decides whether
@@ -153,12 +157,13 @@ func (b *breaker) success(sent time.Time) (closed bool) {
 }
 
 // failure counts a server failure or a timeout of a request sent at sent;
-// probe tells whether it was the probe. It reports whether the next probe
+// probe tells whether it was the probe, timedOut how many records the
+// request carried when it timed out (0 for a server failure). It reports whether the next probe
 // is scheduled (waiters should look again). A failure of a request sent
 // before one the index answered says nothing of the index since (requests
 // hung in a blip that time out later): it is not counted, as success
 // ignores answers older than the failures.
-func (b *breaker) failure(now, sent time.Time, probe, timeout bool) (rescheduled bool) {
+func (b *breaker) failure(now, sent time.Time, probe bool, timedOut int) (rescheduled bool) {
 	if !probe && sent.Before(b.lastAnswered) {
 		return false
 	}
@@ -166,7 +171,7 @@ func (b *breaker) failure(now, sent time.Time, probe, timeout bool) (rescheduled
 		b.firstSent = sent
 	}
 	b.failures++
-	b.timedOut, b.lastFailure, b.rechecking = timeout, now, false
+	b.timedOut, b.lastFailure, b.rechecking = timedOut, now, false
 	if probe {
 		b.probing = false
 		b.schedule(now, b.probeWait(now))
@@ -273,7 +278,9 @@ func (b *breaker) answeredSince(t time.Time) bool { return b.lastAnswered.After(
 // once, unless its last failure was a timeout: requests too large for an
 // index that answers small ones in time time out from the first, and
 // their halves get through; a host that drops every packet (all
-// timeouts) is given up on after outagePatience, as an outage is. A
+// timeouts) is given up on after outagePatience, as an outage is, once a
+// request of one record timed out too (probesAlone): until then the
+// timeouts may be of batches too large for an index that is up. A
 // verdict that no failure bears out is stale (borneOut: the lane sat
 // idle, as a Limiter does between calls, or the index answered another
 // namespace of its host since): requests wait for the next probe, which
@@ -282,15 +289,21 @@ func (b *breaker) gaveUp(now time.Time) *Error {
 	switch {
 	case !b.current(now):
 		return nil
-	case !b.everAnswered() && !b.timedOut && b.failures > 0:
+	case !b.everAnswered() && b.timedOut == 0 && b.failures > 0:
 		// failures > 0: this writer's own requests failed; an outage
 		// heard of from other writers alone fails nothing at once.
 		return errNeverAnswered
-	case now.Sub(b.outageStart()) >= outagePatience:
+	case now.Sub(b.outageStart()) >= outagePatience && b.timedOut <= 1:
 		return errOutageTooLong
 	default:
 		return nil
 	}
+}
+
+// probesAlone reports whether the probe goes as one record: the outage
+// has outlasted outagePatience on timeouts (see gaveUp).
+func (b *breaker) probesAlone(now time.Time) bool {
+	return b.timedOut > 0 && now.Sub(b.outageStart()) >= outagePatience
 }
 
 // current reports whether the breaker is open on a verdict that failures

@@ -108,7 +108,7 @@ func TestBreakerCountsAnAnswerToAnotherLaneOfItsHost(t *testing.T) {
 		now := start
 		for range breakerThreshold {
 			now = now.Add(time.Millisecond)
-			b.failure(now, now, false, false)
+			b.failure(now, now, false, 0)
 		}
 		require.True(t, b.open)
 		assert.Equal(t, host, b.young(now), "young, with hostAnswered %v", host)
@@ -380,7 +380,7 @@ func TestBreakerSpreadsItsProbesByTheHostsOpenBreakers(t *testing.T) {
 		b := breaker{answered: true, hostOpen: c.hostOpen}
 		now := start
 		for range breakerThreshold {
-			b.failure(now, now, false, false)
+			b.failure(now, now, false, 0)
 		}
 		require.True(t, b.open)
 		if c.after == 0 {
@@ -391,7 +391,7 @@ func TestBreakerSpreadsItsProbesByTheHostsOpenBreakers(t *testing.T) {
 		b.nextProbe = now // the probe goes
 		ok, probe, _ := b.admit(now)
 		require.True(t, ok && probe)
-		b.failure(now, now, true, false)
+		b.failure(now, now, true, 0)
 		assert.Equal(t, c.want, b.nextProbe.Sub(now), "%v into the outage, %d open", c.after, c.hostOpen)
 		// The verdict lasts until the next probe and probeMax more (two
 		// probe periods at least), then is stale: the lane sat idle.
@@ -417,7 +417,7 @@ func TestBreakerProbesAtOnceWhenTheHostIsBack(t *testing.T) {
 	open := func() breaker {
 		b := breaker{answered: true, hostOpen: 16}
 		for range breakerThreshold {
-			b.failure(start, start, false, false)
+			b.failure(start, start, false, 0)
 		}
 		return b
 	}
@@ -427,7 +427,7 @@ func TestBreakerProbesAtOnceWhenTheHostIsBack(t *testing.T) {
 	assert.True(t, b.hostBack(start.Add(time.Second/4), now))
 	ok, probe, _ := b.admit(now)
 	assert.True(t, ok && probe)
-	b.failure(now, now, true, false)
+	b.failure(now, now, true, 0)
 	assert.False(t, b.hostBack(start.Add(time.Second/4), now), "the same answer again")
 	b = open()
 	b.admit(b.nextProbe)
@@ -974,7 +974,7 @@ func TestANewMembershipDoesNotReopenAnOutageItsOwnAnswersShowIsOver(t *testing.T
 func TestAFailureTheIndexAnsweredPastBearsOutNoVerdict(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var b breaker
-	require.False(t, b.failure(t0, t0, false, false))
+	require.False(t, b.failure(t0, t0, false, 0))
 	b.success(t0.Add(time.Second)) // a request sent after the failure, answered
 	now := t0.Add(3 * time.Second)
 	require.True(t, b.heard(now, now.Add(-2*outagePatience), true), "another writer's outage opens it")

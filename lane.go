@@ -652,14 +652,16 @@ func (ln *lane) waitBreaker(ctx context.Context) (probe uint64, err error) {
 var errProbeAlone = errors.New("the breaker's probe after a timeout goes as one record")
 
 // probesAlone reports whether the breaker's probe goes as one record: its
-// last failure was a timeout, which a batch too large for the index gets
-// as well as an index that is down, and one record tells them apart (an
-// index that answers it in time is up, and the breaker closes) where a
-// batch's halves, each a whole timeout, outlast the breaker's patience.
+// patience is spent and its last failure was a timeout, which a batch too
+// large for the index gets as well as an index that is down. One record
+// tells them apart (an index that answers it in time is up, and the
+// breaker closes) where a batch's halves, each a whole timeout, outlast
+// the patience; before it, the probe carries a batch, and its answer
+// records (breaker.gaveUp).
 func (ln *lane) probesAlone() bool {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	return ln.breaker.timedOut
+	return ln.breaker.probesAlone(ln.clock.Now())
 }
 
 // gaveUp reports whether the breaker fails requests without sending them

@@ -332,7 +332,11 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 	case ClassTimeout, ClassServer:
 		wasOpen := ln.breaker.open
 		ln.heardOpen()
-		if ln.breaker.failure(now, p.start, ln.isProbe(p.probe), class == ClassTimeout) {
+		timedOut := 0
+		if class == ClassTimeout {
+			timedOut = p.n
+		}
+		if ln.breaker.failure(now, p.start, ln.isProbe(p.probe), timedOut) {
 			ln.signals.breaker.fire()
 		}
 		if !wasOpen && ln.breaker.open {

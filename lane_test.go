@@ -757,7 +757,7 @@ func TestLaneBreaker(t *testing.T) {
 					if i == 2 {
 						b.success(sent.Add(tt.sentAfter))
 					}
-					b.failure(sent, sent, false, false)
+					b.failure(sent, sent, false, 0)
 				}
 				assert.Equal(t, tt.open, b.open)
 				if tt.open {
@@ -772,13 +772,13 @@ func TestLaneBreaker(t *testing.T) {
 		var b breaker
 		now := newFakeClock().Now()
 		for range breakerThreshold {
-			b.failure(now, now, false, false)
+			b.failure(now, now, false, 0)
 		}
 		require.True(t, b.open)
 		assert.False(t, b.young(now), "an index that never answered is dead or misconfigured")
 		b.success(now)
 		for range breakerThreshold {
-			b.failure(now, now, false, false)
+			b.failure(now, now, false, 0)
 		}
 		assert.True(t, b.young(now.Add(outagePatience-time.Second)))
 		assert.False(t, b.young(now.Add(outagePatience)))
@@ -788,18 +788,18 @@ func TestLaneBreaker(t *testing.T) {
 	t.Run("a run of failures is waited out before the breaker opens, once the index had answered, for a minute", func(t *testing.T) {
 		var b breaker
 		now := newFakeClock().Now()
-		b.failure(now, now, false, false)
-		b.failure(now, now, false, false)
+		b.failure(now, now, false, 0)
+		b.failure(now, now, false, 0)
 		assert.False(t, b.followsFailure(now), "an index that never answered")
 		b.success(now)
 		assert.False(t, b.followsFailure(now), "no run under way")
-		b.failure(now, now, false, false)
+		b.failure(now, now, false, 0)
 		assert.False(t, b.followsFailure(now), "the first failure of a run")
-		b.failure(now, now, false, false)
+		b.failure(now, now, false, 0)
 		assert.True(t, b.followsFailure(now), "a second failure without a success between")
 		assert.False(t, b.followsFailure(now.Add(outagePatience)), "a run older than outagePatience spends retries again")
 		b.success(now.Add(time.Millisecond))
-		b.failure(now, now.Add(time.Millisecond), false, false)
+		b.failure(now, now.Add(time.Millisecond), false, 0)
 		assert.False(t, b.followsFailure(now), "a success ends the run")
 	})
 	t.Run("it gives up on an index at once if it never answered, after a minute if it did", func(t *testing.T) {
@@ -807,38 +807,48 @@ func TestLaneBreaker(t *testing.T) {
 		now := newFakeClock().Now()
 		assert.Nil(t, b.gaveUp(now), "closed")
 		for range breakerThreshold {
-			b.failure(now, now, false, false)
+			b.failure(now, now, false, 0)
 		}
 		assert.Equal(t, errNeverAnswered, b.gaveUp(now))
 		b.success(now)
 		for range breakerThreshold {
-			b.failure(now, now, false, false)
+			b.failure(now, now, false, 0)
 		}
 		late := now.Add(outagePatience)
-		b.failure(late.Add(-probeMax), late.Add(-probeMax), true, false) // the probes keep failing
+		b.failure(late.Add(-probeMax), late.Add(-probeMax), true, 0) // the probes keep failing
 		assert.Nil(t, b.gaveUp(now.Add(outagePatience-time.Second)))
 		assert.Equal(t, errOutageTooLong, b.gaveUp(late))
 		var slow breaker
 		for range breakerThreshold {
-			slow.failure(now, now, false, true)
+			slow.failure(now, now, false, 1)
 		}
 		assert.Nil(t, slow.gaveUp(now), "not at once after timeouts: the index may answer smaller requests")
-		slow.failure(late.Add(-probeMax), late.Add(-probeMax), true, true)
+		slow.failure(late.Add(-probeMax), late.Add(-probeMax), true, 1)
 		assert.Equal(t, errOutageTooLong, slow.gaveUp(late), "but after a minute of them")
+		var large breaker
+		for range breakerThreshold {
+			large.failure(now, now, false, 100)
+		}
+		large.failure(late.Add(-probeMax), late.Add(-probeMax), true, 50)
+		assert.False(t, large.probesAlone(now), "a batch probes within the minute")
+		assert.True(t, large.probesAlone(late), "one record after it")
+		assert.Nil(t, large.gaveUp(late), "timeouts of batches after a minute: the probe of one record decides")
+		large.failure(late.Add(probeMax), late.Add(probeMax), true, 1)
+		assert.Equal(t, errOutageTooLong, large.gaveUp(late.Add(probeMax)), "it timed out too")
 	})
 	t.Run("a verdict no failure bore out for two probe periods waits for the next probe, which decides", func(t *testing.T) {
 		var b breaker
 		now := newFakeClock().Now()
 		b.success(now)
 		for range breakerThreshold {
-			b.failure(now, now, false, false)
+			b.failure(now, now, false, 0)
 		}
 		idle := now.Add(10 * time.Minute) // the lane sat idle: a Limiter between calls
 		assert.Nil(t, b.gaveUp(idle), "stale")
 		ok, probe, _ := b.admit(idle)
 		require.True(t, ok && probe)
 		assert.Nil(t, b.gaveUp(idle), "the probe out decides, not the old verdict")
-		b.failure(idle.Add(time.Second), idle, true, false)
+		b.failure(idle.Add(time.Second), idle, true, 0)
 		assert.Equal(t, errOutageTooLong, b.gaveUp(idle.Add(time.Second)), "the probe failed: still down")
 	})
 }
@@ -1120,7 +1130,7 @@ func TestBreakerIgnoresFailuresOfRequestsSentBeforeTheLastSuccess(t *testing.T) 
 	b.success(t0.Add(10 * time.Second)) // sent after the stragglers, answered
 	now := t0.Add(30 * time.Second)
 	for i := range breakerThreshold {
-		b.failure(now, t0.Add(time.Duration(i)*time.Second), false, true)
+		b.failure(now, t0.Add(time.Duration(i)*time.Second), false, 1)
 	}
 	assert.False(t, b.open, "the index answered a request sent after every one of these")
 	ok, _, _ := b.admit(now)

@@ -254,6 +254,18 @@ func (s *sim) wakeAt(t time.Time) {
 func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 	ln, now := s.ln, s.clk.now
 	ok, probe, wait := ln.breaker.admit(now)
+	if ok && probe && b.n > 1 && ln.breaker.probesAlone(now) {
+		// After a timeout the probe goes as one record (lane.probesAlone),
+		// the rest after it, as the pipeline cuts the part (errProbeCut).
+		ln.breaker.abandon(probe)
+		if b.trial {
+			ln.batch.unsent(b.n)
+		}
+		b.then = &simBatch{n: b.n - 1, retries: b.retries, failed: b.failed, then: b.then}
+		b.n, b.trial = 1, false
+		s.active++
+		ok, probe, wait = ln.breaker.admit(now)
+	}
 	if !ok {
 		b.head.leave() // a request waits for the breaker before it queues
 		b.head = nil

@@ -70,9 +70,11 @@ type batchSample struct {
 	timeout time.Duration // the run's request timeout
 	class   Class         // 0 for a success
 	trial   bool          // a batch handed out as a trial
-	spread  float64       // of the index's log latency, pooled
-	queued  bool          // for a timeout: the index queues, and concurrency can still shed
-	conc    int           // the lane's concurrency limit
+	// afterTimeout: a piece of a batch that timed out (part.afterTimeout)
+	afterTimeout bool
+	spread       float64 // of the index's log latency, pooled
+	queued       bool    // for a timeout: the index queues, and concurrency can still shed
+	conc         int     // the lane's concurrency limit
 }
 
 // batchReason says what the batch controller did.
@@ -321,7 +323,9 @@ func (c *batchControl) answer(s batchSample, t *tuning) batchReason {
 	case s.class == ClassTooLarge && s.records > 1:
 		c.setCeiling(s.records, s.now.Add(t.timeoutCeilingFor))
 		return batchTooLarge
-	case s.class == ClassTimeout && full && s.records > 1 && c.blames(s):
+	case s.class == ClassTimeout && (full || s.afterTimeout && s.records <= c.size) && s.records > 1 && c.blames(s):
+		// A piece of a batch that timed out, timing out in turn, is as
+		// much the size's: the size holds it.
 		if c.timeouts++; c.timeouts >= 2 {
 			c.timeouts = 0
 			c.setCeiling(c.size, s.now.Add(t.timeoutCeilingFor))

@@ -141,6 +141,20 @@ func TestBatchControl(t *testing.T) {
 		assert.True(t, trial)
 		assert.Equal(t, size, again)
 	})
+	t.Run("a piece of a batch that timed out, timing out in turn, counts against the size", func(t *testing.T) {
+		s := newBatchScript()
+		s.c.slowStart, s.c.lookedDown = false, true
+		s.run(4, perRequest(10*time.Millisecond, 0, 0, 1), nil)
+		require.Equal(t, 100, s.c.size)
+		timeout := batchSample{now: s.now, records: 100, latency: s.timeout, timeout: s.timeout, class: ClassTimeout, spread: 0.1}
+		require.Equal(t, batchTimedOut, s.c.answer(timeout, &s.tn))
+		half := timeout
+		half.records = 50
+		assert.Equal(t, batchHeld, s.c.answer(half, &s.tn), "a batch of 50 alone says nothing of 100")
+		half.afterTimeout = true
+		assert.Equal(t, batchTooLarge, s.c.answer(half, &s.tn), "the half of the one that timed out does")
+		assert.Equal(t, 50, s.c.size)
+	})
 	t.Run("two timeouts of batches of the size kept make it too large", func(t *testing.T) {
 		s := newBatchScript()
 		s.c.slowStart = false

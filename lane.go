@@ -228,8 +228,11 @@ type request struct {
 	n, bytes  int
 	slots     chan struct{} // the caller's fixed slots, or nil for the lane's
 	sizeProbe bool          // a trial batch of batchControl
-	timeout   time.Duration // the run's request timeout
-	turn      *place        // the caller's place in its route's line, left once it queues here
+	// afterTimeout: a piece of a batch whose request timed out
+	// (part.afterTimeout).
+	afterTimeout bool
+	timeout      time.Duration // the run's request timeout
+	turn         *place        // the caller's place in its route's line, left once it queues here
 	// overLimit reports whether its records are over the per-minute
 	// limits learned now (they may have fallen while it waited); nil:
 	// never.

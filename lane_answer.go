@@ -230,7 +230,7 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 	baseMean := ln.batch.base.mean()
 	guess := ln.batch.guess()
 	verdict := ln.batch.answer(batchSample{
-		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe,
+		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe, afterTimeout: p.afterTimeout,
 		spread: ln.spread(), queued: p.slots == nil && !ln.seen.fastSent.After(p.start),
 		conc: ln.conc.limit,
 	}, ln.tuning)

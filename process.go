@@ -15,8 +15,11 @@ type part struct {
 	ambiguous  bool            // some request ended without a clear answer
 	sizeProbe  bool            // the batch probes a larger size (until first sent)
 	overMinute bool            // its last request was refused on a per-minute tokens limit
-	free       bool            // its last failure spends no retry (see failureNote)
-	failures   batchFailures   // what tells whether the next failure does
+	// afterTimeout: a piece of a batch whose request timed out, so that
+	// its own timeout says the size is too large (batchControl.answer).
+	afterTimeout bool
+	free         bool          // its last failure spends no retry (see failureNote)
+	failures     batchFailures // what tells whether the next failure does
 	// resend is the retry this part's next request makes, counted and
 	// told once the lane admits it (see resending).
 	resend *RetryEvent
@@ -146,7 +149,9 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) []*part {
 		r.log(slog.LevelWarn, "splitting batch", worker, rt, p, e)
 		r.cfg.observers.retry(RetryEvent{Context: r.obsCtx, Namespace: namespaceKey(rt.namespace), Worker: worker, Records: len(p.items), Attempt: p.attempts, Split: true, Err: e})
 		a, b := split(p.items)
-		return []*part{p.child(b), p.child(a)}
+		first, second := p.child(a), p.child(b)
+		first.afterTimeout, second.afterTimeout = c == ClassTimeout, c == ClassTimeout
+		return []*part{second, first}
 	case p.retries[c] < r.cfg.retry.maxRetries[c] || p.free && r.cfg.retry.maxRetries[c] > 0:
 		if r.retryAfterBackoff(worker, rt, p, e) {
 			return []*part{p}

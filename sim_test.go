@@ -101,7 +101,9 @@ type simBatch struct {
 	retries [numClasses]int
 	failed  batchFailures
 	then    *simBatch // the other half of a split, sent after this one settles
-	head    *place    // its place at the lane's head, once it tried past the breaker
+	// afterTimeout: a piece of a batch that timed out (part.afterTimeout)
+	afterTimeout bool
+	head         *place // its place at the lane's head, once it tried past the breaker
 }
 
 // simStream picks other random streams for the client and the index
@@ -261,7 +263,7 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		if b.trial {
 			ln.batch.unsent(b.n)
 		}
-		b.then = &simBatch{n: b.n - 1, retries: b.retries, failed: b.failed, then: b.then}
+		b.then = &simBatch{n: b.n - 1, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: b.afterTimeout}
 		b.n, b.trial = 1, false
 		s.active++
 		ok, probe, wait = ln.breaker.admit(now)
@@ -283,7 +285,7 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		ln.breaker.abandon(probe)
 		return ln.pushback.until.Sub(now), false
 	}
-	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial, timeout: s.cfg.timeout}
+	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial, afterTimeout: b.afterTimeout, timeout: s.cfg.timeout}
 	res, d := ln.reserve(now, q)
 	if d > 0 || ln.slots.used >= ln.conc.limit {
 		for _, r := range res {
@@ -329,8 +331,8 @@ func (s *sim) answer(b *simBatch, p permit, e *Error) {
 	case e.Class == ClassTimeout && b.n > 1:
 		s.res.timeouts++
 		half := b.n / 2
-		first := &simBatch{n: half, retries: b.retries, failed: b.failed}
-		second := &simBatch{n: b.n - half, retries: b.retries, failed: b.failed, then: b.then}
+		first := &simBatch{n: half, retries: b.retries, failed: b.failed, afterTimeout: true}
+		second := &simBatch{n: b.n - half, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: true}
 		first.then = second
 		s.active++
 		s.enqueue(first)

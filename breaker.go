@@ -148,7 +148,7 @@ func (b *breaker) success(sent time.Time) (closed bool) {
 	if !b.open {
 		return false
 	}
-	b.open, b.probing = false, false
+	b.open, b.probing, b.timedOut = false, false, 0 // a later outage's probe is decided by its own failures
 	// The close ends the lane's shared outage too (the lane proposes it,
 	// and the store ends it at the first close): a view read before that
 	// lands is no close of another writer, and a new outage starts anew.

@@ -1146,3 +1146,89 @@ func TestAnIndexThatSlowsDownMidRunGetsEveryRecordThroughTheBreaker(t *testing.T
 	assert.Len(t, ix.stored, n)
 	assert.Empty(t, res.Failed)
 }
+
+// gatewayOutageIndex is an UpsertFunc, on an eventClock, for an index that
+// answers every request in 20 ms (virtual) and, from its request number
+// from on, answers HTTP 504 (a gateway timeout: ClassTimeout) for d of
+// virtual time: a short outage behind a load balancer, answered at once.
+type gatewayOutageIndex struct {
+	clk  *eventClock
+	from int
+	d    time.Duration
+
+	mu        sync.Mutex
+	calls     int
+	downUntil time.Time
+	stored    map[string]bool
+}
+
+func (g *gatewayOutageIndex) upsert(ctx context.Context, _ string, b []*pinecone.Vector) error {
+	g.mu.Lock()
+	g.calls++
+	if g.calls == g.from {
+		g.downUntil = g.clk.Now().Add(g.d)
+	}
+	down := g.clk.Now().Before(g.downUntil)
+	g.mu.Unlock()
+	_ = g.clk.Sleep(context.WithoutCancel(ctx), 20*time.Millisecond)
+	if down {
+		return &Error{Class: ClassTimeout, StatusCode: 504, Err: errors.New("504 gateway timeout")}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, v := range b {
+		g.stored[v.Id] = true
+	}
+	return nil
+}
+
+// forGood returns the failures that are not Resend: dead letters.
+func forGood(res Result) []Failure {
+	var out []Failure
+	for _, f := range res.Failed {
+		if !f.Resend {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// A 5-second outage answered with HTTP 504 (ClassTimeout, which counts
+// toward the circuit breaker) fails nothing: "failures while it is open
+// spend no retries for the first minute ... so short outages fail
+// nothing" (README). A probe of one record from the first timeout spent
+// that record's timeout retries, one per probe, and failed 3 of 3,000 for
+// good though the index was back a second later; the probe goes alone only
+// once the minute has passed.
+func TestAShortOutageOfGatewayTimeoutsFailsNoRecord(t *testing.T) {
+	clk := newEventClock()
+	ix := &gatewayOutageIndex{clk: clk, from: 10, d: 5 * time.Second, stored: map[string]bool{}}
+	res, err := All(context.Background(), vectors(3000, 8), WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand))
+	for _, f := range res.Failed {
+		t.Logf("failed %s after %d attempts (resend %v): %v", f.ID, f.Attempts, f.Resend, f.Err)
+	}
+	assert.NoError(t, err)
+	assert.Equal(t, 3000, res.Upserted, "a 5-second outage fails nothing")
+	assert.Empty(t, forGood(res), "no record of a short outage is a dead letter")
+}
+
+// An index host that black-holes every request (each runs into the
+// request timeout, here the default, then WithRequestTimeout(2s)) after
+// answering the first few: the breaker gives up after its minute, and every
+// record it fails is
+// the index's failure, not its own: Failure.Resend "reports a failure that
+// says nothing against the record: the run stopped, the index was down
+// ..." and a Checkpoint stops before it, so a resumed run sends it. A
+// probe of one record from the first timeout spent all its retries inside
+// the breaker's minute and failed for good with a bare timeout (1 to 3 of
+// 3,000).
+func TestABlackHoledHostFailsEveryRecordAsTheIndexsNotForGood(t *testing.T) {
+	for _, to := range []time.Duration{30 * time.Second, 2 * time.Second} {
+		res, _, ix := runSizeCap(t, 3000, 0, 10, to, WithRequestTimeout(to))
+		require.NotEmpty(t, res.Failed, "the host is black-holed: the breaker gives up")
+		assert.Equal(t, 3000, len(ix.stored)+len(res.Failed))
+		for _, f := range forGood(res) {
+			t.Errorf("request timeout %v: record %s failed for good after %d attempts while the index was down: %v", to, f.ID, f.Attempts, f.Err)
+		}
+	}
+}

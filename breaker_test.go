@@ -1101,7 +1101,7 @@ func (s *sizeCapIndex) upsert(ctx context.Context, _ string, batch []*pinecone.V
 
 // runSizeCap writes n records with All, default options but the clock,
 // into a sizeCapIndex, and logs what happened.
-func runSizeCap(t *testing.T, n, limit, slowFrom int, timeout time.Duration, opts ...Option) (Result, error, *sizeCapIndex) {
+func runSizeCap(t *testing.T, n, limit, slowFrom int, timeout time.Duration, opts ...Option) (Result, *sizeCapIndex, error) {
 	t.Helper()
 	clk := newEventClock()
 	ix := &sizeCapIndex{clk: clk, limit: limit, slowFrom: slowFrom, timeout: timeout, stored: map[string]bool{}, sizes: map[int]int{}}
@@ -1114,7 +1114,7 @@ func runSizeCap(t *testing.T, n, limit, slowFrom int, timeout time.Duration, opt
 	if len(res.Failed) > 0 {
 		t.Logf("first failure: %v", res.Failed[0].Err)
 	}
-	return res, err, ix
+	return res, ix, err
 }
 
 // An index that takes batches of up to 20 records in 20 ms but lets every
@@ -1126,7 +1126,7 @@ func runSizeCap(t *testing.T, n, limit, slowFrom int, timeout time.Duration, opt
 // a timeout the probe goes as one record, which the index answers in time.
 func TestBatchesTooLargeForTheIndexAreHalvedToWhatItTakesNotFailedByTheBreaker(t *testing.T) {
 	const n = 3000
-	res, err, ix := runSizeCap(t, n, 20, 0, DefaultRequestTimeout)
+	res, ix, err := runSizeCap(t, n, 20, 0, DefaultRequestTimeout)
 	assert.NoError(t, err)
 	assert.Equal(t, n, res.Upserted, "the index takes every batch of up to 20 records; none need fail")
 	assert.Len(t, ix.stored, n)
@@ -1140,7 +1140,7 @@ func TestBatchesTooLargeForTheIndexAreHalvedToWhatItTakesNotFailedByTheBreaker(t
 // and 9000 of the 20000 records failed unsent within its minute.
 func TestAnIndexThatSlowsDownMidRunGetsEveryRecordThroughTheBreaker(t *testing.T) {
 	const n = 20000
-	res, err, ix := runSizeCap(t, n, 20, 20, 2*time.Second, WithRequestTimeout(2*time.Second))
+	res, ix, err := runSizeCap(t, n, 20, 20, 2*time.Second, WithRequestTimeout(2*time.Second))
 	assert.NoError(t, err)
 	assert.Equal(t, n, res.Upserted, "the index takes every batch of up to 20 records; none need fail")
 	assert.Len(t, ix.stored, n)
@@ -1224,7 +1224,7 @@ func TestAShortOutageOfGatewayTimeoutsFailsNoRecord(t *testing.T) {
 // 3,000).
 func TestABlackHoledHostFailsEveryRecordAsTheIndexsNotForGood(t *testing.T) {
 	for _, to := range []time.Duration{30 * time.Second, 2 * time.Second} {
-		res, _, ix := runSizeCap(t, 3000, 0, 10, to, WithRequestTimeout(to))
+		res, ix, _ := runSizeCap(t, 3000, 0, 10, to, WithRequestTimeout(to))
 		require.NotEmpty(t, res.Failed, "the host is black-holed: the breaker gives up")
 		assert.Equal(t, 3000, len(ix.stored)+len(res.Failed))
 		for _, f := range forGood(res) {

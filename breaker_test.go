@@ -1232,3 +1232,15 @@ func TestABlackHoledHostFailsEveryRecordAsTheIndexsNotForGood(t *testing.T) {
 		}
 	}
 }
+
+// A pinned WithBatchSize is cut for the breaker's probe too: the breaker
+// gives up on timeouts only once a one-record request timed out, and a
+// batch of the pinned size as the probe kept it waiting while its halves,
+// each a probe of its own, came down to one record.
+func TestABlackHoledHostIsGivenUpOnWithAPinnedBatchSizeToo(t *testing.T) {
+	res, ix, _ := runSizeCap(t, 3000, 0, 10, 2*time.Second, WithRequestTimeout(2*time.Second), WithBatchSize(100))
+	require.NotEmpty(t, res.Failed, "the host is black-holed: the breaker gives up")
+	assert.Equal(t, 3000, len(ix.stored)+len(res.Failed))
+	assert.Empty(t, forGood(res))
+	assert.Less(t, ix.clk.Now().Sub(ix.clk.start), 3*time.Minute, "a minute's patience, then a probe of one record")
+}

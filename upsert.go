@@ -303,8 +303,10 @@ func WithDimension(d int) Option {
 
 // WithBatchSize fixes how many records go in one request, 1 to
 // [MaxBatchSize] for vectors and to [MaxRecordsBatchSize] for [Records]
-// (more is an error, [ErrBadOption]). Requests are also cut so that none exceeds
-// [MaxRequestBytes]. By default the batch size is adaptive: it starts at
+// (more is an error, [ErrBadOption]). Requests are also cut so that none
+// exceeds [MaxRequestBytes], and carry fewer as the halves of a request
+// that timed out, or as the circuit breaker's probe after a minute of
+// timeouts (one record). By default the batch size is adaptive: it starts at
 // 100 and grows while larger requests succeed, and shrinks below a size
 // that timed out.
 func WithBatchSize(n int) Option {

@@ -31,11 +31,15 @@ type breaker struct {
 	// than one of a single record (the batch may be too large for it).
 	timedOut    int
 	lastFailure time.Time // when the last failure was counted
-	open        bool
-	openedAt    time.Time
-	nextProbe   time.Time
-	probing     bool   // a probe request is in flight
-	probes      uint64 // probes admitted: the one in flight is number probes
+	// soleOrigin is the origin (request.origin) of every failure counted
+	// since the last answer, or -1 once two origins failed: the requests
+	// of one record that keeps failing, or an outage's.
+	soleOrigin int
+	open       bool
+	openedAt   time.Time
+	nextProbe  time.Time
+	probing    bool   // a probe request is in flight
+	probes     uint64 // probes admitted: the one in flight is number probes
 	// rechecking: the probe in flight went out once the verdict was no
 	// longer borne out (borneOut: the lane sat idle, or the index answered
 	// another namespace since): it, not the old verdict, decides whether
@@ -184,6 +188,16 @@ func (b *breaker) failure(now, sent time.Time, probe bool, timedOut int) (resche
 		b.failureScheduled = true
 	}
 	return false
+}
+
+// failedFrom takes the origin of the failure just counted; first tells
+// whether it is the first since the last answer.
+func (b *breaker) failedFrom(origin int, first bool) {
+	if first {
+		b.soleOrigin = origin
+	} else if b.soleOrigin != origin {
+		b.soleOrigin = -1
+	}
 }
 
 // young reports whether the breaker has been open for less than

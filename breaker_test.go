@@ -1213,21 +1213,23 @@ func TestAShortOutageOfGatewayTimeoutsFailsNoRecord(t *testing.T) {
 }
 
 // An index host that black-holes every request (each runs into the
-// default request timeout) after answering the first few: the breaker
+// request timeout) after answering the first few: the breaker
 // gives up after its minute, and every record it fails is the index's
 // failure, not its own: Failure.Resend "reports a failure that says
 // nothing against the record: the run stopped, the index was down ..."
 // and a Checkpoint stops before it, so a resumed run sends it. A probe of
 // one record from the first timeout spent all its retries inside the
-// breaker's minute and failed for good with a bare timeout. (With a
-// request timeout of a second or two, a record alone can still spend its
-// timeout retries inside the minute, as before the probe rule.)
+// breaker's minute and failed for good with a bare timeout; so did a
+// record alone with a request timeout of a second or two, whose timeouts
+// spent its retries while the breaker was young.
 func TestABlackHoledHostFailsEveryRecordAsTheIndexsNotForGood(t *testing.T) {
-	res, ix, _ := runSizeCap(t, 3000, 0, 10, DefaultRequestTimeout)
-	require.NotEmpty(t, res.Failed, "the host is black-holed: the breaker gives up")
-	assert.Equal(t, 3000, len(ix.stored)+len(res.Failed))
-	for _, f := range forGood(res) {
-		t.Errorf("record %s failed for good after %d attempts while the index was down: %v", f.ID, f.Attempts, f.Err)
+	for _, timeout := range []time.Duration{DefaultRequestTimeout, 2 * time.Second, time.Second} {
+		res, ix, _ := runSizeCap(t, 3000, 0, 10, timeout, WithRequestTimeout(timeout))
+		require.NotEmpty(t, res.Failed, "the host is black-holed: the breaker gives up")
+		assert.Equal(t, 3000, len(ix.stored)+len(res.Failed))
+		for _, f := range forGood(res) {
+			t.Errorf("request timeout %v: record %s failed for good after %d attempts while the index was down: %v", timeout, f.ID, f.Attempts, f.Err)
+		}
 	}
 }
 
@@ -1310,4 +1312,29 @@ func TestAShortOutageOfGatewayTimeoutsDoesNotRatchetTheBatchSizeToOne(t *testing
 	assert.NotZero(t, ix.requests)
 	assert.GreaterOrEqual(t, ix.records, 10*ix.requests, "a 3-s outage of gateway timeouts must not leave the run sending single records")
 	assert.Greater(t, minSize, 1, "the outage's probes halved the size down to one record")
+}
+
+// An outage of gateway timeouts shorter than the breaker's minute fails no
+// record for good, as one of server errors does ("short outages fail
+// nothing"): once a batch was halved to single records, each record's probe
+// spent one of its timeout retries, and 2 to 4 of 3,000 records failed for
+// good in a 50-s outage. A record whose requests alone keep timing out
+// still spends them (TestAllSplitsTimedOutBatches).
+func TestAnOutageOfGatewayTimeoutsUnderAMinuteFailsNoRecordForGood(t *testing.T) {
+	for _, pinned := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pinned %v", pinned), func(t *testing.T) {
+			clk := newEventClock()
+			ix := &gatewayOutageIndex{clk: clk, from: 10, d: 50 * time.Second, stored: map[string]bool{}}
+			opts := []Option{WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand)}
+			if pinned {
+				opts = append(opts, WithBatchSize(100))
+			}
+			res, err := All(context.Background(), vectors(3000, 8), opts...)
+			assert.NoError(t, err)
+			assert.Equal(t, 3000, res.Upserted)
+			for _, f := range forGood(res) {
+				t.Errorf("record %s failed for good after %d attempts: %v", f.ID, f.Attempts, f.Err)
+			}
+		})
+	}
 }

@@ -231,8 +231,11 @@ type request struct {
 	// afterTimeout: a piece of a batch whose request timed out
 	// (part.afterTimeout).
 	afterTimeout bool
-	timeout      time.Duration // the run's request timeout
-	turn         *place        // the caller's place in its route's line, left once it queues here
+	// origin is the input position of its first record: the breaker
+	// tells the failures of one record's requests from an outage's.
+	origin  int
+	timeout time.Duration // the run's request timeout
+	turn    *place        // the caller's place in its route's line, left once it queues here
 	// overLimit reports whether its records are over the per-minute
 	// limits learned now (they may have fallen while it waited); nil:
 	// never.

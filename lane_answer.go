@@ -337,8 +337,12 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		if class == ClassTimeout {
 			timedOut = p.n
 		}
+		before := ln.breaker.failures
 		if ln.breaker.failure(now, p.start, ln.isProbe(p.probe), timedOut) {
 			ln.signals.breaker.fire()
+		}
+		if ln.breaker.failures > before {
+			ln.breaker.failedFrom(p.origin, before == 0)
 		}
 		if !wasOpen && ln.breaker.open {
 			ln.queueBreaker(true)
@@ -348,6 +352,12 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 			ln.heardHost()
 			return failureNote{young: ln.breaker.young(now), followsFailure: ln.breaker.followsFailure(now)}
 		}
+		// A timeout while the breaker is young spends no retry either, in
+		// an outage: a record alone (the probe, or a batch's last half)
+		// ran out of them within the minute, failing for good what the
+		// outage failed. One record whose own requests alone keep timing
+		// out spends them, and fails as a timeout.
+		return failureNote{young: ln.breaker.young(now) && ln.breaker.soleOrigin < 0}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers
 	default:

@@ -103,6 +103,7 @@ type simBatch struct {
 	then    *simBatch // the other half of a split, sent after this one settles
 	// afterTimeout: a piece of a batch that timed out (part.afterTimeout)
 	afterTimeout bool
+	origin       int    // the input position of its first record (request.origin)
 	head         *place // its place at the lane's head, once it tried past the breaker
 }
 
@@ -193,9 +194,10 @@ func (s *sim) fill() {
 		s.oracle()
 		size, trial := s.ln.nextBatch()
 		n := min(size, s.pending, 2_000_000/s.cfg.recordBytes) // the batcher cuts by bytes too
+		origin := s.cfg.records - s.pending
 		s.pending -= n
 		s.active++
-		s.enqueue(&simBatch{n: n, trial: trial && n == size})
+		s.enqueue(&simBatch{n: n, trial: trial && n == size, origin: origin})
 	}
 	s.admit()
 }
@@ -231,7 +233,7 @@ func (s *sim) recut(b *simBatch, limit int) {
 	k := (b.n + limit - 1) / limit
 	pieces := make([]*simBatch, k)
 	for i := range k {
-		pieces[i] = &simBatch{n: (i+1)*b.n/k - i*b.n/k, retries: b.retries}
+		pieces[i] = &simBatch{n: (i+1)*b.n/k - i*b.n/k, retries: b.retries, origin: b.origin + i*b.n/k}
 	}
 	pieces[len(pieces)-1].then = b.then
 	s.active += len(pieces) - 1
@@ -263,7 +265,7 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		if b.trial {
 			ln.batch.unsent(b.n)
 		}
-		b.then = &simBatch{n: b.n - 1, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: b.afterTimeout}
+		b.then = &simBatch{n: b.n - 1, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: b.afterTimeout, origin: b.origin + 1}
 		b.n, b.trial = 1, false
 		s.active++
 		ok, probe, wait = ln.breaker.admit(now)
@@ -285,7 +287,7 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		ln.breaker.abandon(probe)
 		return ln.pushback.until.Sub(now), false
 	}
-	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial, afterTimeout: b.afterTimeout, timeout: s.cfg.timeout}
+	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial, afterTimeout: b.afterTimeout, origin: b.origin, timeout: s.cfg.timeout}
 	res, d := ln.reserve(now, q)
 	if d > 0 || ln.slots.used >= ln.conc.limit {
 		for _, r := range res {
@@ -331,8 +333,8 @@ func (s *sim) answer(b *simBatch, p permit, e *Error) {
 	case e.Class == ClassTimeout && b.n > 1:
 		s.res.timeouts++
 		half := b.n / 2
-		first := &simBatch{n: half, retries: b.retries, failed: b.failed, afterTimeout: true}
-		second := &simBatch{n: b.n - half, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: true}
+		first := &simBatch{n: half, retries: b.retries, failed: b.failed, afterTimeout: true, origin: b.origin}
+		second := &simBatch{n: b.n - half, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: true, origin: b.origin + half}
 		first.then = second
 		s.active++
 		s.enqueue(first)

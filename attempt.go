@@ -114,7 +114,7 @@ func (r *run) admit(rt *route, p *part, first *place) (permit, *minutePass, int,
 	if err != nil {
 		return permit{}, nil, 0, r.classified(err)
 	}
-	q := request{n: len(p.items), bytes: bytes, slots: r.pool.slots, sizeProbe: p.sizeProbe, afterTimeout: p.afterTimeout, origin: p.items[0].seq, timeout: r.cfg.requestTimeout, turn: first}
+	q := request{n: len(p.items), bytes: bytes, slots: r.pool.slots, sizeProbe: p.trial != 0, afterTimeout: p.afterTimeout, origin: p.items[0].seq, timeout: r.cfg.requestTimeout, turn: first}
 	if r.minute != nil {
 		q.overLimit = func() bool { return r.minute.overLimit(p.items) }
 	}
@@ -131,7 +131,7 @@ func (r *run) admit(rt *route, p *part, first *place) (permit, *minutePass, int,
 		}
 		return permit{}, nil, 0, r.classified(err)
 	}
-	p.sizeProbe = false // sent: its answer is the trial's
+	p.trial = 0 // sent: its answer is the trial's
 	if r.paceSend(len(p.items)) != nil || r.runCtx.Err() != nil {
 		// Admitted as the run stopped (a slot freed by the answer that
 		// stopped it): not sent.

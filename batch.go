@@ -99,20 +99,20 @@ func sparseSize(s *pinecone.SparseValues) int {
 // request size. The size of each batch is asked of next when the batch
 // starts, so that an adaptive batch size takes effect at the next batch.
 type batcher struct {
-	maxBytes int                           // for the records alone: MaxRequestBytes less the request's overhead
-	next     func() (size int, probe bool) // the size of the next batch, and whether it probes a larger size
+	maxBytes int                             // for the records alone: MaxRequestBytes less the request's overhead
+	next     func() (size int, trial uint64) // the size of the next batch, and the trial of a size it is a batch of (0: none)
 	cur      batch
 	gen      int // counts the batches started: tells a batch from the next one of its route
 	target   int
 	bytes    int
 }
 
-// batch is a batch of items; probe marks the probe of a larger batch size
-// (see lane.nextBatch).
+// batch is a batch of items; trial is the number of the trial of a batch
+// size it is a batch of, 0 for none (see lane.nextBatch).
 type batch struct {
 	items []item
 	bytes int // the records' encoded size
-	probe bool
+	trial uint64
 	turn  *place // its place in its route's line, once dispatched
 }
 
@@ -126,7 +126,7 @@ func (b *batcher) add(it item) (full batch, ok bool) {
 	}
 	if len(b.cur.items) == 0 {
 		b.gen++
-		b.target, b.cur.probe = b.next()
+		b.target, b.cur.trial = b.next()
 		b.cur.items = make([]item, 0, b.target)
 	}
 	b.cur.items = append(b.cur.items, it)

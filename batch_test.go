@@ -69,7 +69,7 @@ func TestBatcherCutsByCountAndBytes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := batcher{maxBytes: tt.maxBytes, next: func() (int, bool) { return tt.maxCount, false }}
+			b := batcher{maxBytes: tt.maxBytes, next: func() (int, uint64) { return tt.maxCount, 0 }}
 			var got [][]int
 			collect := func(full batch, ok bool) {
 				if !ok {

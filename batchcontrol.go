@@ -36,6 +36,7 @@ type batchControl struct {
 	lookedDown bool      // the size below the start was tried
 	halved     bool      // the size adopted is a halving no full batch of it has answered since
 	halves     halfStats // answers of batches of about half the size adopted
+	trials     uint64    // trials started: the one running is number trials
 }
 
 // halfStats summarises the answers of batches of about half a size.
@@ -117,6 +118,7 @@ func (c *batchControl) next(now time.Time, caps sizeCaps, mayTry bool, spread fl
 	if n := c.nextTrial(cap, t); n > 0 && mayTry {
 		c.lookedDown = c.lookedDown || n < c.size
 		c.trial = sizeStats{size: n, sent: 1, held: c.heldByRate(n, caps, t)}
+		c.trials++
 		return n, true
 	}
 	return min(c.size, cap), false
@@ -144,10 +146,11 @@ func (c *batchControl) sent(now time.Time, n int) {
 	c.trial.out++
 }
 
-// unsent gives back a trial batch handed out by next and never sent, n
-// records of it formed (a stream's partial batch has fewer).
-func (c *batchControl) unsent(n int) {
-	if c.trial.size > 0 && n <= c.trial.size && c.trial.sent > 0 {
+// unsent gives back a batch handed out by next as a trial and never sent:
+// trial is the number of the trial it was handed out for (c.trials then),
+// and only that trial takes it back.
+func (c *batchControl) unsent(trial uint64) {
+	if c.trial.size > 0 && trial == c.trials && c.trial.sent > 0 {
 		c.trial.sent--
 	}
 }
@@ -372,6 +375,7 @@ func (c *batchControl) answerHalf(s batchSample, t *tuning) batchReason {
 		return batchHeld
 	}
 	c.trial, c.halves = sizeStats{levelStats: h.levelStats, size: c.size / 2}, halfStats{}
+	c.trials++
 	return c.judgeSmaller(s, true, t)
 }
 

@@ -136,10 +136,18 @@ func TestBatchControl(t *testing.T) {
 		next, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
 		require.False(t, trial, "handed out: the others wait for its answer")
 		require.Equal(t, 100, next)
-		s.c.unsent(1) // its call stopped with one record of it formed
+		handedOutFor := s.c.trials
+		s.c.unsent(handedOutFor) // its call stopped
 		again, trial := s.c.next(s.now, s.caps, true, 0.1, &s.tn)
 		assert.True(t, trial)
 		assert.Equal(t, size, again)
+
+		s.c.capTrial() // the trial ends unjudged; the next one starts
+		_, trial = s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+		require.True(t, trial)
+		s.c.unsent(handedOutFor) // a batch of the trial before, dropped late
+		_, trial = s.c.next(s.now, s.caps, true, 0.1, &s.tn)
+		assert.False(t, trial, "only the trial that handed a batch out takes it back")
 	})
 	t.Run("a piece of a batch that timed out, timing out in turn, counts against the size", func(t *testing.T) {
 		s := newBatchScript()

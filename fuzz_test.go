@@ -491,23 +491,23 @@ func FuzzBatcher(f *testing.F) {
 
 		// next hands out the batch size of each batch: base, then base
 		// moved by each change in turn (a batch size is 1 to MaxBatchSize),
-		// with the top bit of a change marking a probe.
+		// with the top bit of a change marking a trial batch.
 		type target struct {
 			size  int
-			probe bool
+			trial uint64
 		}
 		var targets []target
-		next := func() (int, bool) {
+		next := func() (int, uint64) {
 			tg := target{size: base}
 			if len(changes) > 0 {
 				ch := changes[len(targets)%len(changes)]
 				tg = target{
 					size:  1 + (base-1+len(targets)*int(ch&0x7f))%MaxBatchSize,
-					probe: ch&0x80 != 0,
+					trial: uint64(ch >> 7),
 				}
 			}
 			targets = append(targets, tg)
-			return tg.size, tg.probe
+			return tg.size, tg.trial
 		}
 
 		b := batcher{maxBytes: limit, next: next}
@@ -541,8 +541,8 @@ func FuzzBatcher(f *testing.F) {
 				bytes += it.size
 			}
 			tg := targets[i]
-			if bt.probe != tg.probe {
-				t.Fatalf("batch %d: probe %v, next said %v", i, bt.probe, tg.probe)
+			if bt.trial != tg.trial {
+				t.Fatalf("batch %d: trial %v, next said %v", i, bt.trial, tg.trial)
 			}
 			n := len(bt.items)
 			if n > 1 && n > tg.size {

@@ -263,16 +263,19 @@ func (ln *lane) concurrency() int {
 	return ln.conc.limit
 }
 
-// nextBatch returns the size of the next batch, and whether it is a trial
-// of a larger size.
-func (ln *lane) nextBatch() (size int, trial bool) {
+// nextBatch returns the size of the next batch, and the number of the
+// trial of a size it is a batch of (0: none; see trialUnsent).
+func (ln *lane) nextBatch() (size int, trial uint64) {
 	now := ln.clock.Now()
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	caps := ln.sizeCaps()
 	may := ln.mayTrySize(now)
-	size, trial = ln.batch.next(now, caps, may, ln.spread(), ln.tuning)
-	if !trial && size != ln.seen.size {
+	size, isTrial := ln.batch.next(now, caps, may, ln.spread(), ln.tuning)
+	if isTrial {
+		trial = ln.batch.trials
+	}
+	if !isTrial && size != ln.seen.size {
 		ln.seen.size = size
 		if r := float64(size) / float64(ln.seen.epochSize); r > ln.tuning.sizeBand || r < 1/ln.tuning.sizeBand {
 			ln.seen.epochSize = size
@@ -319,15 +322,15 @@ func (ln *lane) endTrialOver(n int) {
 	}
 }
 
-// trialUnsent gives back a batch of n records handed out as a trial of the
-// batch size and dropped unsent (its call stopped, or its admission
-// failed): the trial sends another, where it waited for ever for an
-// answer and the lane, running one experiment at a time, tried nothing
-// more.
-func (ln *lane) trialUnsent(n int) {
+// trialUnsent gives back a batch handed out for trial number trial of the
+// batch size (nextBatch) and dropped unsent (its call stopped, or its
+// admission failed): the trial sends another, where it waited for ever
+// for an answer and the lane, running one experiment at a time, tried
+// nothing more. A later trial does not take it.
+func (ln *lane) trialUnsent(trial uint64) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	ln.batch.unsent(n)
+	ln.batch.unsent(trial)
 }
 
 // The lane runs one experiment at a time: the batch size's first trial

@@ -91,7 +91,7 @@ func TestACallStoppedWithItsSizeTrialUnsentLeavesTheLaneFreeToTryAgain(t *testin
 	if err := w.Add(context.Background(), vs[100]); err != nil {
 		t.Fatal(err)
 	}
-	if !w.in.r.routes.byKey[""].batcher.cur.probe {
+	if w.in.r.routes.byKey[""].batcher.cur.trial == 0 {
 		t.Fatal("setup: the second batch is not the lane's size trial")
 	}
 	cancel() // the Writer stops: its trial batch fails unsent

@@ -13,7 +13,7 @@ type part struct {
 	retries    [numClasses]int // retries spent, per class, by this part and its ancestors
 	attempts   int             // requests that carried these records
 	ambiguous  bool            // some request ended without a clear answer
-	sizeProbe  bool            // the batch probes a larger size (until first sent)
+	trial      uint64          // the trial of a batch size the batch is of, until first sent (lane.nextBatch)
 	overMinute bool            // its last request was refused on a per-minute tokens limit
 	// afterTimeout: a piece of a batch whose request timed out, so that
 	// its own timeout says the size is too large (batchControl.answer).
@@ -29,7 +29,7 @@ type part struct {
 // size, and is no half of a timeout unless the split says so.
 func (p *part) child(items []item) *part {
 	c := *p
-	c.items, c.sizeProbe, c.resend, c.overMinute, c.afterTimeout = items, false, nil, false, false
+	c.items, c.trial, c.resend, c.overMinute, c.afterTimeout = items, 0, nil, false, false
 	return &c
 }
 
@@ -38,7 +38,7 @@ func (p *part) child(items []item) *part {
 func (r *run) process(worker int, rt *route, b batch) {
 	defer r.finishBatch(worker, rt)
 	defer b.turn.leave() // when the run stopped before its first attempt
-	stack := []*part{{items: b.items, sizeProbe: b.probe}}
+	stack := []*part{{items: b.items, trial: b.trial}}
 	retries := 0
 	for len(stack) > 0 {
 		p := stack[len(stack)-1]
@@ -82,9 +82,9 @@ func (r *run) process(worker int, rt *route, b batch) {
 // dropTrial tells p's lane that p, a trial batch of its size, leaves
 // unsent (lane.trialUnsent); nothing for any other part.
 func dropTrial(rt *route, p *part) {
-	if p.sizeProbe {
-		p.sizeProbe = false
-		rt.lane.trialUnsent(len(p.items))
+	if p.trial != 0 {
+		rt.lane.trialUnsent(p.trial)
+		p.trial = 0
 	}
 }
 

@@ -71,7 +71,7 @@ func (r *run) route(namespace string) *route {
 		rt.lane.setLimits(r.cfg.indexLimits())
 		r.joinShare(rt.lane, id.key) // the run's host goes apart (share.Lane)
 		if r.cfg.batchSize > 0 {
-			rt.batcher.next = func() (int, bool) { return r.cfg.batchSize, false }
+			rt.batcher.next = func() (int, uint64) { return r.cfg.batchSize, 0 }
 		}
 		r.routes.byKey[key] = rt
 	}

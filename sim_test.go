@@ -97,7 +97,7 @@ func (c *simClock) Sleep(context.Context, time.Duration) error {
 // simBatch is a batch of the simulated pipeline.
 type simBatch struct {
 	n       int
-	trial   bool
+	trial   uint64 // the trial of a size it is a batch of (lane.nextBatch); 0: none
 	retries [numClasses]int
 	failed  batchFailures
 	then    *simBatch // the other half of a split, sent after this one settles
@@ -197,7 +197,10 @@ func (s *sim) fill() {
 		origin := s.cfg.records - s.pending
 		s.pending -= n
 		s.active++
-		s.enqueue(&simBatch{n: n, trial: trial && n == size, origin: origin})
+		if n != size {
+			trial = 0 // cut by bytes: no trial of the size
+		}
+		s.enqueue(&simBatch{n: n, trial: trial, origin: origin})
 	}
 	s.admit()
 }
@@ -262,11 +265,11 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		// After a timeout the probe goes as one record (lane.probesAlone),
 		// the rest after it, as the pipeline cuts the part (errProbeCut).
 		ln.breaker.abandon(probe)
-		if b.trial {
-			ln.batch.unsent(b.n)
+		if b.trial != 0 {
+			ln.batch.unsent(b.trial)
 		}
 		b.then = &simBatch{n: b.n - 1, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: b.afterTimeout, origin: b.origin + 1}
-		b.n, b.trial = 1, false
+		b.n, b.trial = 1, 0
 		s.active++
 		ok, probe, wait = ln.breaker.admit(now)
 	}
@@ -287,7 +290,7 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		ln.breaker.abandon(probe)
 		return ln.pushback.until.Sub(now), false
 	}
-	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial, afterTimeout: b.afterTimeout, origin: b.origin, timeout: s.cfg.timeout}
+	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial != 0, afterTimeout: b.afterTimeout, origin: b.origin, timeout: s.cfg.timeout}
 	res, d := ln.reserve(now, q)
 	if d > 0 || ln.slots.used >= ln.conc.limit {
 		for _, r := range res {

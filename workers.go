@@ -54,8 +54,8 @@ func (p *workerPool) start(concurrency int) {
 // stopped it fails b's records and returns the stop error.
 func (r *run) dispatch(rt *route, b batch) (kept bool, err error) {
 	if r.runCtx.Err() != nil {
-		if b.probe {
-			rt.lane.trialUnsent(len(b.items))
+		if b.trial != 0 {
+			rt.lane.trialUnsent(b.trial)
 		}
 		return false, r.failStopped(b.items)
 	}

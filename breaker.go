@@ -32,9 +32,9 @@ type breaker struct {
 	timedOut    int
 	lastFailure time.Time // when the last failure was counted
 	// soleOrigin is the origin (request.origin) of every failure counted
-	// since the last answer, or -1 once two origins failed: the requests
-	// of one record that keeps failing, or an outage's.
-	soleOrigin int
+	// since the last answer, or manyOrigins once two origins failed: the
+	// requests of one record that keeps failing, or an outage's.
+	soleOrigin origin
 	open       bool
 	openedAt   time.Time
 	nextProbe  time.Time
@@ -190,13 +190,24 @@ func (b *breaker) failure(now, sent time.Time, probe bool, timedOut int) (resche
 	return false
 }
 
+// origin is where a request's records start: the call that sent it (its
+// number on the Limiter, as calls sharing a lane each start at record 0)
+// and the input position of its first record.
+type origin struct {
+	call uint64
+	seq  int
+}
+
+// manyOrigins is breaker.soleOrigin once failures came from two origins.
+var manyOrigins = origin{seq: -1}
+
 // failedFrom takes the origin of the failure just counted; first tells
 // whether it is the first since the last answer.
-func (b *breaker) failedFrom(origin int, first bool) {
+func (b *breaker) failedFrom(o origin, first bool) {
 	if first {
-		b.soleOrigin = origin
-	} else if b.soleOrigin != origin {
-		b.soleOrigin = -1
+		b.soleOrigin = o
+	} else if b.soleOrigin != o {
+		b.soleOrigin = manyOrigins
 	}
 }
 

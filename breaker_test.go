@@ -1338,3 +1338,38 @@ func TestAnOutageOfGatewayTimeoutsUnderAMinuteFailsNoRecordForGood(t *testing.T)
 		})
 	}
 }
+
+// Calls sharing a Limiter each begin at their own record 0: an outage of
+// gateway timeouts under a minute, met by a service that writes a few
+// records a call from several goroutines, fails none of them for good.
+// Their first records' requests are not one record's that alone keeps
+// timing out (breaker.soleOrigin), though each is its call's position 0.
+func TestCallsSharingALimiterThroughAShortOutageOfTimeoutsFailNoRecordForGood(t *testing.T) {
+	clk := newEventClock()
+	ix := &gatewayOutageIndex{clk: clk, from: 10, d: 50 * time.Second, stored: map[string]bool{}}
+	lim := &Limiter{clock: clk}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var upserted int
+	var failed []Failure
+	for g := range 4 {
+		wg.Go(func() {
+			for c := range 6 {
+				vs := vectors(5, 8)
+				for i, v := range vs {
+					v.Id = fmt.Sprintf("g%d-c%d-%d", g, c, i)
+				}
+				res, _ := All(context.Background(), vs, WithUpsertFunc(ix.upsert), WithLimiter(lim), withClock(clk), withRand(maxRand))
+				mu.Lock()
+				upserted += res.Upserted
+				failed = append(failed, forGood(res)...)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, 4*6*5, upserted)
+	for _, f := range failed {
+		t.Errorf("record %s failed for good after %d attempts: %v", f.ID, f.Attempts, f.Err)
+	}
+}

@@ -357,7 +357,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		// ran out of them within the minute, failing for good what the
 		// outage failed. One record whose own requests alone keep timing
 		// out spends them, and fails as a timeout.
-		return failureNote{young: ln.breaker.young(now) && ln.breaker.soleOrigin < 0}
+		return failureNote{young: ln.breaker.young(now) && ln.breaker.soleOrigin == manyOrigins}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers
 	default:

@@ -84,6 +84,8 @@ type Limiter struct {
 	// minutes paces the integrated records of each index host under its
 	// per-minute limits (minutegate.go); a host's gate is kept.
 	minutes map[string]*minuteGate
+	// calls numbers the calls that write through it (run.call).
+	calls atomic.Uint64
 }
 
 // laneID names a lane of a Limiter: the index host it writes to

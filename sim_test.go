@@ -290,7 +290,7 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		ln.breaker.abandon(probe)
 		return ln.pushback.until.Sub(now), false
 	}
-	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial != 0, afterTimeout: b.afterTimeout, origin: b.origin, timeout: s.cfg.timeout}
+	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial != 0, afterTimeout: b.afterTimeout, origin: origin{seq: b.origin}, timeout: s.cfg.timeout}
 	res, d := ln.reserve(now, q)
 	if d > 0 || ln.slots.used >= ln.conc.limit {
 		for _, r := range res {

@@ -202,12 +202,15 @@ type origin struct {
 var manyOrigins = origin{seq: -1}
 
 // failedFrom takes the origin of the failure just counted; first tells
-// whether it is the first since the last answer.
-func (b *breaker) failedFrom(o origin, first bool) {
-	if first {
-		b.soleOrigin = o
-	} else if b.soleOrigin != o {
+// whether it is the first since the last answer, heard whether the
+// breaker was open before it: opened by the lane's other writers' failures
+// (heard), whose requests were not this record's.
+func (b *breaker) failedFrom(o origin, first, heard bool) {
+	switch {
+	case first && heard, !first && b.soleOrigin != o:
 		b.soleOrigin = manyOrigins
+	case first:
+		b.soleOrigin = o
 	}
 }
 

@@ -1373,3 +1373,80 @@ func TestCallsSharingALimiterThroughAShortOutageOfTimeoutsFailNoRecordForGood(t 
 		t.Errorf("record %s failed for good after %d attempts: %v", f.ID, f.Attempts, f.Err)
 	}
 }
+
+// A writer joins a lane whose shared outage another writer's breaker
+// opened a moment ago (View.OpenSince). Its breaker opens on it
+// (breaker.heard), and its one record goes as each probe: every timeout
+// it meets is that record's, but the outage is the other writers' too, so
+// they spend no retry while the breaker is young (breaker.failedFrom).
+// They spent them: the record failed for good as its own timeout within
+// 4 s, in an outage of 504s that ended 20 s later, and on a black-holed
+// host (where it fails, after the minute, as the index's).
+func TestAWritersRecordAloneIsNotFailedForGoodInAnOutageItJoined(t *testing.T) {
+	cases := []struct {
+		name string
+		run  func(clk *eventClock, opts ...Option) (Result, error)
+	}{
+		{"504s for 20 s", func(clk *eventClock, opts ...Option) (Result, error) {
+			ix := &gatewayOutageIndex{clk: clk, from: 1, d: 20 * time.Second, stored: map[string]bool{}}
+			return All(context.Background(), vectors(1, 8), append(opts, WithUpsertFunc(ix.upsert))...)
+		}},
+		{"black-holed host, 2-s timeout", func(clk *eventClock, opts ...Option) (Result, error) {
+			ix := &sizeCapIndex{clk: clk, limit: 0, slowFrom: 0, timeout: 2 * time.Second, stored: map[string]bool{}, sizes: map[int]int{}}
+			return All(context.Background(), vectors(1, 8), append(opts, WithUpsertFunc(ix.upsert), WithRequestTimeout(2*time.Second))...)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newEventClock()
+			v := liveLaneNoCut(clk.Now())
+			v.OpenSince = clk.Now() // another writer's breaker just opened: the lane's outage
+			m := newFakeMember(v)
+			res, _ := tc.run(clk, withClock(clk), withRand(maxRand),
+				func(c *config) { c.store, c.shareHost = fakeStore{m}, "h" })
+			for _, f := range forGood(res) {
+				t.Errorf("record %s failed for good after %d attempts, %v into the lane's outage: %v",
+					f.ID, f.Attempts, clk.Now().Sub(clk.start), f.Err)
+			}
+		})
+	}
+}
+
+// A writer's view of the lane's outage goes stale while the store is out
+// of reach: the outage it heard (open_since T0) ended for it while alone
+// (its probe was answered; it could not report the close), and a new
+// outage opened its own breaker 70 s later. The store comes back holding
+// T0. The writer's answer since shows that outage over, open breaker or
+// not (lane.applyOutage): its new outage is counted from its own opening,
+// not T0, where every record failed unsent a second into it.
+func TestAWritersNewOutageIsNotCountedFromAnEarlierSharedOneItSawEnd(t *testing.T) {
+	m := newFakeMember(liveLaneNoCut(newFakeClock().Now()))
+	ln, clk, _ := sharedLane(t, m)
+	openBreaker(t, ln) // outage 1, reported
+	outage := m.View()
+	outage.OpenSince, outage.Answered = clk.Now(), true
+	apply(ln, m, outage) // the store holds it; the lane heard it
+	fallBack(ln, m)      // Redis out of reach
+
+	clk.Advance(20 * time.Second)
+	probeWith(t, clk, ln, nil) // the index is back: the close is not reported
+	require.False(t, breakerOpen(ln))
+
+	clk.Advance(70 * time.Second)
+	openBreaker(t, ln) // outage 2, alone
+	require.True(t, breakerOpen(ln))
+	clk.Advance(time.Second)
+	apply(ln, m, outage) // Redis answers again, with outage 1's open_since
+
+	probeWith(t, clk, ln, errServer)
+	ln.mu.Lock()
+	start, gaveUp := ln.breaker.outageStart(), ln.breaker.gaveUp(clk.Now())
+	ln.mu.Unlock()
+	t.Logf("outage 2 counted from %v ago", clk.Now().Sub(start))
+	if gaveUp != nil {
+		t.Errorf("an outage %v old fails records unsent: %v", clk.Now().Sub(ln.openedAt()), gaveUp)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	assert.Equal(t, []bool{false, true}, m.breakers[len(m.breakers)-2:], "it ends the stale outage and proposes its own")
+}

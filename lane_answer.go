@@ -208,7 +208,8 @@ func (ln *lane) leastAmount(dim int) float64 {
 }
 
 // refusedDim is the dimension of the lane's rate that a 429 naming limit
-// refused, or -1 for the per-minute limits of integrated records.
+// refused, or -1 for the embedding tokens per minute, which only the
+// minute gate paces (inference requests are limited a second too).
 func refusedDim(limit Limit) int {
 	switch limit {
 	case LimitRequests, LimitInferenceRequests:
@@ -342,7 +343,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 			ln.signals.breaker.fire()
 		}
 		if ln.breaker.failures > before {
-			ln.breaker.failedFrom(p.origin, before == 0)
+			ln.breaker.failedFrom(p.origin, before == 0, wasOpen)
 		}
 		if !wasOpen && ln.breaker.open {
 			ln.queueBreaker(true)

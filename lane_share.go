@@ -209,14 +209,17 @@ func (ln *lane) applyView(v share.View) {
 // breaker shared by the lane's writers (docs/redis-sharing.md).
 func (ln *lane) applyOutage(v share.View, now time.Time, rejoined bool) {
 	openSince, heardOpen := v.OpenSince, ln.breaker.shared.openSince
-	if !openSince.IsZero() && !ln.breaker.open && ln.breaker.answeredSince(openSince) {
+	if !openSince.IsZero() && ln.breaker.answeredSince(openSince) {
 		// This writer's own answers show the outage over (it saw it end
 		// while the store was out of reach, or the writer that opened it
-		// cannot reach the index): it says so rather than reopen.
+		// cannot reach the index): it says so rather than reopen, and an
+		// open breaker is a later outage's, which it proposes.
 		openSince = time.Time{}
 		ln.queueBreaker(false)
-	}
-	if openSince.IsZero() && !heardOpen.IsZero() && v.Answered && ln.breaker.open {
+		if ln.breaker.open {
+			ln.queueBreaker(true)
+		}
+	} else if openSince.IsZero() && !heardOpen.IsZero() && v.Answered && ln.breaker.open {
 		ln.sharedBack(now) // a close says answered; keys dropped and made again do not
 	}
 	if rejoined {
@@ -229,7 +232,7 @@ func (ln *lane) applyOutage(v share.View, now time.Time, rejoined bool) {
 		ln.signals.breaker.fire()
 		ln.tellHost()
 	}
-	if openSince.IsZero() && ln.breaker.open && ln.host != nil {
+	if v.OpenSince.IsZero() && ln.breaker.open && ln.host != nil {
 		// The lane's writers saw the outage end: its breaker no longer
 		// slows the host's others, unless it fails again (tellHost).
 		ln.host.mu.Lock()

@@ -39,7 +39,7 @@ func (r *run) process(worker int, rt *route, b batch) {
 	defer r.finishBatch(worker, rt)
 	defer b.turn.leave() // when the run stopped before its first attempt
 	stack := []*part{{items: b.items, trial: b.trial}}
-	retries := 0
+	retries, sent := 0, false
 	for len(stack) > 0 {
 		p := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
@@ -52,11 +52,12 @@ func (r *run) process(worker int, rt *route, b batch) {
 			stack = append(stack, pieces...)
 			continue
 		}
-		resending := p.resend != nil
+		resending, attempts := p.resend != nil, p.attempts
 		e := r.attempt(worker, rt, p, b.turn)
 		if resending && p.resend == nil {
 			retries++
 		}
+		sent = sent || p.attempts > attempts
 		switch e {
 		case errRecut:
 			stack = append(stack, p) // cut to the lane's limit above
@@ -76,7 +77,9 @@ func (r *run) process(worker int, rt *route, b batch) {
 		p.overMinute = e.Class == ClassRateLimited && e.Limit == LimitEmbedTokens
 		stack = append(stack, r.afterFailure(worker, rt, p, e)...)
 	}
-	r.stats.batchDone(retries)
+	if sent { // a batch failed unsent is in no request's retries
+		r.stats.batchDone(retries)
+	}
 }
 
 // dropTrial tells p's lane that p, a trial batch of its size, leaves

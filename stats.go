@@ -45,7 +45,8 @@ type Stats struct {
 	// RetriesPerBatch[k] is how many batches needed k retries in all,
 	// their halves included: a batch is what the intake formed, however
 	// many requests its halves, and its pieces cut to the lane's size,
-	// took. A batch failed unsent because the run stopped is not counted.
+	// took. A batch none of whose requests was sent (the run stopped, or
+	// the circuit breaker failed it unsent) is not counted.
 	RetriesPerBatch []int
 
 	// Latency describes the round trips of the requests.

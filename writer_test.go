@@ -1330,3 +1330,52 @@ type doneCountingCtx struct {
 }
 
 func (c *doneCountingCtx) Done() <-chan struct{} { c.dones.Add(1); return c.Context.Done() }
+
+// Stats.RetriesPerBatch counts no batch none of whose requests was sent.
+// Three batches are handed to workers (WithConcurrency(1) lets conc+2 be
+// dispatched); only the first is sent before the Writer's context ends,
+// and the other two fail unsent, canceled: they were counted as batches
+// that needed no retry.
+func TestRetriesPerBatchLeavesOutTheBatchesARunStoppedBeforeSending(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	release := make(chan struct{})
+	fi := newFakeIndex(func(call int, ids []string) error {
+		if call == 0 {
+			<-release
+		}
+		return nil
+	})
+	w, err := NewWriter(ctx, testOpts(fi, WithBatchSize(10), WithConcurrency(1))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vectors(30, 4) {
+		if err := w.Add(context.Background(), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for w.in.r.pool.active.Load() < 3 || len(fi.Calls()) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("active %d, calls %d", w.in.r.pool.active.Load(), len(fi.Calls()))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	close(release)
+	res, _ := w.Close(context.Background())
+	s := res.Stats
+	sent := len(fi.Calls())
+	batches := 0
+	for _, n := range s.RetriesPerBatch {
+		batches += n
+	}
+	if s.Requests != sent || s.Retries != 0 || s.Splits != 0 {
+		t.Fatalf("unexpected run: requests %d (sent %d), retries %d, splits %d", s.Requests, sent, s.Retries, s.Splits)
+	}
+	if batches != sent {
+		t.Errorf("RetriesPerBatch %v counts %d batches; %d were sent, the other %d failed unsent because the run stopped (Failed %d)",
+			s.RetriesPerBatch, batches, sent, batches-sent, s.Failed)
+	}
+}

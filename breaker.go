@@ -202,12 +202,13 @@ type origin struct {
 var manyOrigins = origin{seq: -1}
 
 // failedFrom takes the origin of the failure just counted; first tells
-// whether it is the first since the last answer, heard whether the
-// breaker was open before it: opened by the lane's other writers' failures
-// (heard), whose requests were not this record's.
-func (b *breaker) failedFrom(o origin, first, heard bool) {
+// whether it is the first since the last answer, elsewhere whether
+// requests of no origin of this breaker's failed too since then (another
+// namespace's of the host, or the lane's other writers' that opened it):
+// an outage's.
+func (b *breaker) failedFrom(o origin, first, elsewhere bool) {
 	switch {
-	case first && heard, !first && b.soleOrigin != o:
+	case elsewhere, !first && b.soleOrigin != o:
 		b.soleOrigin = manyOrigins
 	case first:
 		b.soleOrigin = o

@@ -1450,3 +1450,23 @@ func TestAWritersNewOutageIsNotCountedFromAnEarlierSharedOneItSawEnd(t *testing.
 	defer m.mu.Unlock()
 	assert.Equal(t, []bool{false, true}, m.breakers[len(m.breakers)-2:], "it ends the stale outage and proposes its own")
 }
+
+// A black-holed host written in ten namespaces, each with one batch in
+// flight: every record it fails is the index's (Resend), none a dead
+// letter. Each namespace's batch came down to its first record alone
+// (goesBehind), or was one record, whose timeouts the breaker took for
+// that record's own until it heard the other namespaces fail too
+// (lane.failedElsewhere).
+func TestABlackHoledHostFailsNoRecordForGoodInNamespacesWithOneBatchInFlight(t *testing.T) {
+	for _, size := range []int{10, 1} {
+		t.Run(fmt.Sprintf("batches of %d", size), func(t *testing.T) {
+			byLastDigit := WithNamespaceOf(func(v *pinecone.Vector) string { return "ns" + v.Id[len(v.Id)-1:] })
+			res, ix, _ := runSizeCap(t, 60, 0, 3, 2*time.Second, WithRequestTimeout(2*time.Second),
+				WithBatchSize(size), WithConcurrency(3), byLastDigit)
+			assert.Equal(t, 60, len(ix.stored)+len(res.Failed))
+			for _, f := range forGood(res) {
+				t.Errorf("record %s failed for good after %d attempts while the index was down: %v", f.ID, f.Attempts, f.Err)
+			}
+		})
+	}
+}

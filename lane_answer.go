@@ -343,7 +343,8 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 			ln.signals.breaker.fire()
 		}
 		if ln.breaker.failures > before {
-			ln.breaker.failedFrom(p.origin, before == 0, wasOpen)
+			heard := before == 0 && wasOpen // opened by the lane's other writers
+			ln.breaker.failedFrom(p.origin, before == 0, heard || ln.failedElsewhere(now))
 		}
 		if !wasOpen && ln.breaker.open {
 			ln.queueBreaker(true)
@@ -421,6 +422,20 @@ func (ln *lane) heardOpen() {
 		ln.breaker.hostOpen = h.openBesides(ln, ln.clock.Now()) + 1
 		h.mu.Unlock()
 	}
+}
+
+// failedElsewhere tells the host of the lane's failure at now, and reports
+// whether another lane of the host failed since the first of the lane's
+// failures counted; ln.mu is held.
+func (ln *lane) failedElsewhere(now time.Time) bool {
+	h := ln.host
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	other := h.failedBesides(ln, now)
+	return !other.IsZero() && !other.Before(ln.breaker.firstSent)
 }
 
 // tellHost tells the lane's host whether its breaker is open, at a

@@ -34,7 +34,8 @@ func (p *part) child(items []item) *part {
 }
 
 // process sends one batch until each of its records has landed or failed.
-// Halves of a split are sent one after the other, first half first.
+// Halves of a split are sent one after the other, first half first (but
+// see goesBehind).
 func (r *run) process(worker int, rt *route, b batch) {
 	defer r.finishBatch(worker, rt)
 	defer b.turn.leave() // when the run stopped before its first attempt
@@ -75,11 +76,25 @@ func (r *run) process(worker int, rt *route, b batch) {
 		}
 		r.maybeProgress()
 		p.overMinute = e.Class == ClassRateLimited && e.Limit == LimitEmbedTokens
-		stack = append(stack, r.afterFailure(worker, rt, p, e)...)
+		next := r.afterFailure(worker, rt, p, e)
+		stack = append(stack, next...)
+		if goesBehind(p, e, next) && len(stack) > 1 {
+			last := len(stack) - 1
+			stack[last-1], stack[last] = stack[last], stack[last-1]
+		}
 	}
 	if sent { // a batch failed unsent is in no request's retries
 		r.stats.batchDone(retries)
 	}
+}
+
+// goesBehind reports whether p, resent as next, goes behind the next piece
+// of its batch: a record alone whose timeout spent a retry (the breaker
+// took the failures since the index last answered for its own, see
+// breaker.soleOrigin). The piece's answer tells them apart from an
+// outage's: the index takes it, or it fails from another record.
+func goesBehind(p *part, e *Error, next []*part) bool {
+	return e.Class == ClassTimeout && len(p.items) == 1 && !p.free && len(next) == 1 && next[0] == p
 }
 
 // dropTrial tells p's lane that p, a trial batch of its size, leaves

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/upsertlib/upsert/upserttest"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
 )
 
 // generous bounds a wait that must end long before it: a test that hits it
@@ -1378,4 +1379,50 @@ func TestRetriesPerBatchLeavesOutTheBatchesARunStoppedBeforeSending(t *testing.T
 		t.Errorf("RetriesPerBatch %v counts %d batches; %d were sent, the other %d failed unsent because the run stopped (Failed %d)",
 			s.RetriesPerBatch, batches, sent, batches-sent, s.Failed)
 	}
+}
+
+// A Writer whose one batch in flight meets a 50-s outage of gateway
+// timeouts (gRPC DEADLINE_EXCEEDED, answered at once) fails no record. The
+// batch's first half, first quarter ... down to its first record all
+// start at that record, so the breaker took the outage's failures for
+// that record's own (breaker.soleOrigin): it spent its four retries within
+// the minute and failed for good, a dead letter a checkpoint passes. Once
+// its timeout spends a retry, it goes behind the next piece of its batch
+// (goesBehind), whose failure shows the outage.
+func TestAShortOutageOfTimeoutsFailsNoRecordOfABatchAloneInFlight(t *testing.T) {
+	clk := newFakeClock()
+	var mu sync.Mutex
+	var downUntil time.Time
+	srv := upserttest.NewServer(upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.Seq == 2 { // the second request starts a 50-s outage
+			downUntil = clk.Now().Add(50 * time.Second)
+		}
+		if clk.Now().Before(downUntil) {
+			return upserttest.Fault{Code: codes.DeadlineExceeded}
+		}
+		return upserttest.Fault{}
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	w, err := NewWriter(ctx, WithIndex(indexConn(t, srv.Host(), "docs")), withClock(clk), withRand(maxRand), WithBatchSize(100))
+	require.NoError(t, err)
+	recs := vectors(200, 8)
+	for _, v := range recs[:100] {
+		require.NoError(t, w.Add(ctx, v))
+	}
+	require.NoError(t, w.Flush(ctx)) // the index answers
+	for _, v := range recs[100:] {
+		require.NoError(t, w.Add(ctx, v))
+	}
+	require.NoError(t, w.Flush(ctx)) // its one batch meets the outage
+	res, err := w.Close(ctx)
+	for _, f := range res.Failed {
+		t.Logf("record %s failed after %d attempts (resend %v): %v", f.ID, f.Attempts, f.Resend, f.Err)
+	}
+	assert.NoError(t, err)
+	assert.Equal(t, 200, res.Upserted, "a 50-s outage fails nothing")
+	assert.Equal(t, 200, srv.Count("docs"))
+	assert.Empty(t, forGood(res), "no record of a short outage is a dead letter")
 }

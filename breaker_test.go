@@ -1321,14 +1321,15 @@ func TestAShortOutageOfGatewayTimeoutsDoesNotRatchetTheBatchSizeToOne(t *testing
 // good in a 50-s outage. A record whose requests alone keep timing out
 // still spends them (TestAllSplitsTimedOutBatches).
 func TestAnOutageOfGatewayTimeoutsUnderAMinuteFailsNoRecordForGood(t *testing.T) {
-	for _, pinned := range []bool{false, true} {
-		t.Run(fmt.Sprintf("pinned %v", pinned), func(t *testing.T) {
+	for name, extra := range map[string][]Option{
+		"adaptive":            nil,
+		"pinned":              {WithBatchSize(100)},
+		"one batch in flight": {WithConcurrency(1)}, // the batch comes down to its first record alone
+	} {
+		t.Run(name, func(t *testing.T) {
 			clk := newEventClock()
 			ix := &gatewayOutageIndex{clk: clk, from: 10, d: 50 * time.Second, stored: map[string]bool{}}
-			opts := []Option{WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand)}
-			if pinned {
-				opts = append(opts, WithBatchSize(100))
-			}
+			opts := append([]Option{WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand)}, extra...)
 			res, err := All(context.Background(), vectors(3000, 8), opts...)
 			assert.NoError(t, err)
 			assert.Equal(t, 3000, res.Upserted)

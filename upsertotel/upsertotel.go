@@ -10,8 +10,11 @@
 // the global MeterProvider (otel.GetTracerProvider, otel.GetMeterProvider);
 // [WithTracerProvider] and [WithMeterProvider] choose others. One
 // Telemetry serves any number of runs, concurrent ones included, and
-// several may observe one run. Its observer receives failures: see
-// [Telemetry.Observer] for what that does to a Result.
+// several may observe one run: each starts its own spans and records the
+// run's metrics into its own MeterProvider, so that two on one
+// MeterProvider count such a run twice (see [Telemetry.Observer]). Its
+// observer receives failures: see [Telemetry.Observer] for what that does
+// to a Result.
 //
 // # Spans
 //
@@ -317,7 +320,12 @@ func New(opts ...Option) (*Telemetry, error) {
 // Observer returns the observer that feeds t, for [upsert.WithObserver].
 // The same observer may be given to any number of runs, and a run may be
 // given the observers of several Telemetry values (one per
-// TracerProvider, say): each starts and ends its own spans.
+// TracerProvider, say): each starts and ends its own spans, and each adds
+// the run to the instruments of its MeterProvider. Telemetry values that
+// share a MeterProvider (the global one, by default) and observe one run
+// count its records and requests once each: give all but one of them
+// WithMeterProvider(noop.NewMeterProvider()), from
+// go.opentelemetry.io/otel/metric/noop.
 //
 // The observer has a Failure function (for upsert.records.failed), so a
 // run of [upsert.Stream], [upsert.Records] or a [upsert.Writer] given it

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -345,6 +346,56 @@ func TestTwoTelemetriesOnOneRunEachEndTheirOwnSpans(t *testing.T) {
 		assert.Equal(t, 1, runs, "%s Telemetry: its run span ended once", name)
 		assert.Equal(t, res.Stats.Requests, requests, "%s Telemetry: each of its request spans ended once", name)
 		assert.Zero(t, limiterPoints(t, tel), "%s Telemetry: a run that ended is no longer observed", name)
+	}
+}
+
+// Two Telemetry values on one MeterProvider each add a run they both
+// observe to its instruments, so the run counts twice (each is told every
+// event); the one of them given a noop MeterProvider, as Observer says,
+// leaves the counts the run's own.
+func TestTwoTelemetriesOnOneMeterProviderCountARunOnceWhenOneHasNoMeters(t *testing.T) {
+	for name, tc := range map[string]struct {
+		noop  bool
+		times int
+	}{"both measure": {false, 2}, "one has a noop MeterProvider": {true, 1}} {
+		t.Run(name, func(t *testing.T) {
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+			first, err := upsertotel.New(upsertotel.WithMeterProvider(mp))
+			require.NoError(t, err)
+			var second *upsertotel.Telemetry
+			if tc.noop {
+				second, err = upsertotel.New(upsertotel.WithMeterProvider(noop.NewMeterProvider()))
+			} else {
+				second, err = upsertotel.New(upsertotel.WithMeterProvider(mp))
+			}
+			require.NoError(t, err)
+			res, err := upsert.All(context.Background(), records(10, 4), upsert.WithUpsertFunc(acceptAll), upsert.WithBatchSize(5),
+				upsert.WithObserver(first.Observer()), upsert.WithObserver(second.Observer()))
+			require.NoError(t, err)
+
+			var rm metricdata.ResourceMetrics
+			require.NoError(t, reader.Collect(context.Background(), &rm))
+			upserted, requests := 0, 0
+			for _, sm := range rm.ScopeMetrics {
+				for _, m := range sm.Metrics {
+					switch d := m.Data.(type) {
+					case metricdata.Sum[int64]:
+						if m.Name == "upsert.records.upserted" {
+							for _, p := range d.DataPoints {
+								upserted += int(p.Value)
+							}
+						}
+					case metricdata.Histogram[float64]:
+						for _, p := range d.DataPoints {
+							requests += int(p.Count)
+						}
+					}
+				}
+			}
+			assert.Equal(t, tc.times*res.Stats.Upserted, upserted, "upsert.records.upserted")
+			assert.Equal(t, tc.times*res.Stats.Requests, requests, "db.client.operation.duration's count")
+		})
 	}
 }
 

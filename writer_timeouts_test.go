@@ -34,8 +34,8 @@ func requireEveryRecordOnce(t *testing.T, n int, res Result, stored int) {
 }
 
 // writeThrough writes n records through a Writer with acks, flushing every
-// flushEvery, and returns the result, acks, and the index.
-func writeThrough(t *testing.T, ix *sizeCapIndex, n, flushEvery int, opts ...Option) (Result, error, *ackLog) {
+// flushEvery, and returns the result, the acks and Close's error.
+func writeThrough(t *testing.T, ix *sizeCapIndex, n, flushEvery int, opts ...Option) (Result, *ackLog, error) {
 	t.Helper()
 	log := &ackLog{}
 	ctx := context.Background()
@@ -61,7 +61,7 @@ func writeThrough(t *testing.T, ix *sizeCapIndex, n, flushEvery int, opts ...Opt
 	t.Logf("virtual %v, requests %d (timeouts %d), upserted %d, failed %d, splits %d, retries %d, errors %v, sizes %v",
 		ix.clk.Now().Sub(ix.clk.start), res.Stats.Requests, ix.timeouts, res.Upserted, len(res.Failed),
 		res.Stats.Splits, res.Stats.Retries, res.Stats.ErrorsByClass, ix.sizes)
-	return res, err, log
+	return res, log, err
 }
 
 // newSizeCapIndex is a sizeCapIndex on its own event clock.
@@ -86,7 +86,7 @@ func TestAWriterOnABlackHoledHostAcksEveryRecordOnceAndDeadLettersNone(t *testin
 		t.Run(c.name, func(t *testing.T) {
 			ix := newSizeCapIndex(0, 3, 2*time.Second)
 			const n = 2000
-			res, _, log := writeThrough(t, ix, n, c.flush, append([]Option{WithRequestTimeout(2 * time.Second)}, c.opts...)...)
+			res, log, _ := writeThrough(t, ix, n, c.flush, append([]Option{WithRequestTimeout(2 * time.Second)}, c.opts...)...)
 			log.requireClean(t)
 			requireEveryRecordOnce(t, n, res, len(ix.stored))
 			requireAcksMatch(t, log.all(), res, 0)
@@ -110,7 +110,7 @@ func TestAWritersFlushesWaitForEveryRecordOnAnIndexThatTimesOutLargeBatches(t *t
 		t.Run(c.name, func(t *testing.T) {
 			ix := newSizeCapIndex(20, 0, 5*time.Second)
 			const n = 2000
-			res, err, log := writeThrough(t, ix, n, 700, append([]Option{WithRequestTimeout(5 * time.Second)}, c.opts...)...)
+			res, log, err := writeThrough(t, ix, n, 700, append([]Option{WithRequestTimeout(5 * time.Second)}, c.opts...)...)
 			log.requireClean(t)
 			requireEveryRecordOnce(t, n, res, len(ix.stored))
 			requireAcksMatch(t, log.all(), res, 0)
@@ -236,7 +236,7 @@ func TestAWriterCanceledDuringTheBreakersOneRecordProbesAccountsForEveryRecord(t
 func TestAHostThatNeverAnsweredFailsEveryRecordForResend(t *testing.T) {
 	for _, to := range []time.Duration{2 * time.Second, 30 * time.Second} {
 		ix := newSizeCapIndex(0, 0, to)
-		res, _, log := writeThrough(t, ix, 500, 0, WithRequestTimeout(to))
+		res, log, _ := writeThrough(t, ix, 500, 0, WithRequestTimeout(to))
 		log.requireClean(t)
 		requireEveryRecordOnce(t, 500, res, len(ix.stored))
 		for _, f := range forGood(res) {

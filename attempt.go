@@ -114,7 +114,7 @@ func (r *run) admit(rt *route, p *part, first *place) (permit, *minutePass, int,
 	if err != nil {
 		return permit{}, nil, 0, r.classified(err)
 	}
-	q := request{n: len(p.items), bytes: bytes, slots: r.pool.slots, sizeProbe: p.trial != 0, afterTimeout: p.afterTimeout, origin: origin{r.call, p.items[0].seq}, timeout: r.cfg.requestTimeout, turn: first}
+	q := request{n: len(p.items), bytes: bytes, slots: r.pool.slots, sizeProbe: p.trial != 0, afterTimeout: p.afterTimeout, timeout: r.cfg.requestTimeout, turn: first}
 	if r.minute != nil {
 		q.overLimit = func() bool { return r.minute.overLimit(p.items) }
 	}

@@ -31,15 +31,11 @@ type breaker struct {
 	// than one of a single record (the batch may be too large for it).
 	timedOut    int
 	lastFailure time.Time // when the last failure was counted
-	// soleOrigin is the origin (request.origin) of every failure counted
-	// since the last answer, or manyOrigins once two origins failed: the
-	// requests of one record that keeps failing, or an outage's.
-	soleOrigin origin
-	open       bool
-	openedAt   time.Time
-	nextProbe  time.Time
-	probing    bool   // a probe request is in flight
-	probes     uint64 // probes admitted: the one in flight is number probes
+	open        bool
+	openedAt    time.Time
+	nextProbe   time.Time
+	probing     bool   // a probe request is in flight
+	probes      uint64 // probes admitted: the one in flight is number probes
 	// rechecking: the probe in flight went out once the verdict was no
 	// longer borne out (borneOut: the lane sat idle, or the index answered
 	// another namespace since): it, not the old verdict, decides whether
@@ -188,31 +184,6 @@ func (b *breaker) failure(now, sent time.Time, probe bool, timedOut int) (resche
 		b.failureScheduled = true
 	}
 	return false
-}
-
-// origin is where a request's records start: the call that sent it (its
-// number on the Limiter, as calls sharing a lane each start at record 0)
-// and the input position of its first record.
-type origin struct {
-	call uint64
-	seq  int
-}
-
-// manyOrigins is breaker.soleOrigin once failures came from two origins.
-var manyOrigins = origin{seq: -1}
-
-// failedFrom takes the origin of the failure just counted; first tells
-// whether it is the first since the last answer, elsewhere whether
-// requests of no origin of this breaker's failed too since then (another
-// namespace's of the host, or the lane's other writers' that opened it):
-// an outage's.
-func (b *breaker) failedFrom(o origin, first, elsewhere bool) {
-	switch {
-	case elsewhere, !first && b.soleOrigin != o:
-		b.soleOrigin = manyOrigins
-	case first:
-		b.soleOrigin = o
-	}
 }
 
 // young reports whether the breaker has been open for less than

@@ -1340,11 +1340,10 @@ func TestAnOutageOfGatewayTimeoutsUnderAMinuteFailsNoRecordForGood(t *testing.T)
 	}
 }
 
-// Calls sharing a Limiter each begin at their own record 0: an outage of
-// gateway timeouts under a minute, met by a service that writes a few
-// records a call from several goroutines, fails none of them for good.
-// Their first records' requests are not one record's that alone keeps
-// timing out (breaker.soleOrigin), though each is its call's position 0.
+// An outage of gateway timeouts under a minute, met by a service that
+// writes a few records a call from several goroutines sharing a Limiter,
+// fails none of them for good: each call begins at its own record 0, and
+// failures all starting at position 0 were taken for one record's own.
 func TestCallsSharingALimiterThroughAShortOutageOfTimeoutsFailNoRecordForGood(t *testing.T) {
 	clk := newEventClock()
 	ix := &gatewayOutageIndex{clk: clk, from: 10, d: 50 * time.Second, stored: map[string]bool{}}
@@ -1379,8 +1378,8 @@ func TestCallsSharingALimiterThroughAShortOutageOfTimeoutsFailNoRecordForGood(t 
 // opened a moment ago (View.OpenSince). Its breaker opens on it
 // (breaker.heard), and its one record goes as each probe: every timeout
 // it meets is that record's, but the outage is the other writers' too, so
-// they spend no retry while the breaker is young (breaker.failedFrom).
-// They spent them: the record failed for good as its own timeout within
+// they spend no retry while the breaker is young. They spent them (taken
+// for the record's own): the record failed for good as its own timeout within
 // 4 s, in an outage of 504s that ended 20 s later, and on a black-holed
 // host (where it fails, after the minute, as the index's).
 func TestAWritersRecordAloneIsNotFailedForGoodInAnOutageItJoined(t *testing.T) {
@@ -1454,10 +1453,8 @@ func TestAWritersNewOutageIsNotCountedFromAnEarlierSharedOneItSawEnd(t *testing.
 
 // A black-holed host written in ten namespaces, each with one batch in
 // flight: every record it fails is the index's (Resend), none a dead
-// letter. Each namespace's batch came down to its first record alone
-// (goesBehind), or was one record, whose timeouts the breaker took for
-// that record's own until it heard the other namespaces fail too
-// (lane.failedElsewhere).
+// letter. Each namespace's batch came down to its first record alone, or
+// was one record, whose timeouts the breaker took for that record's own.
 func TestABlackHoledHostFailsNoRecordForGoodInNamespacesWithOneBatchInFlight(t *testing.T) {
 	for _, size := range []int{10, 1} {
 		t.Run(fmt.Sprintf("batches of %d", size), func(t *testing.T) {
@@ -1468,6 +1465,126 @@ func TestABlackHoledHostFailsNoRecordForGoodInNamespacesWithOneBatchInFlight(t *
 			for _, f := range forGood(res) {
 				t.Errorf("record %s failed for good after %d attempts while the index was down: %v", f.ID, f.Attempts, f.Err)
 			}
+		})
+	}
+}
+
+// poisonIndex is an UpsertFunc, on an eventClock, for an index that
+// answers every request in 20 ms (virtual) but times out (HTTP 504, a
+// gateway timeout, answered at once) every request carrying a poison id:
+// a record the index cannot take, while it takes every other.
+type poisonIndex struct {
+	clk    *eventClock
+	poison map[string]bool // by namespace+"/"+id
+
+	mu     sync.Mutex
+	stored map[string]bool
+	calls  map[string]int // requests by namespace
+}
+
+func newPoisonIndex(clk *eventClock, poison ...string) *poisonIndex {
+	ix := &poisonIndex{clk: clk, poison: map[string]bool{}, stored: map[string]bool{}, calls: map[string]int{}}
+	for _, p := range poison {
+		ix.poison[p] = true
+	}
+	return ix
+}
+
+func (ix *poisonIndex) upsert(ctx context.Context, ns string, b []*pinecone.Vector) error {
+	ix.mu.Lock()
+	ix.calls[ns]++
+	ix.mu.Unlock()
+	_ = ix.clk.Sleep(context.WithoutCancel(ctx), 20*time.Millisecond)
+	for _, v := range b {
+		if ix.poison[ns+"/"+v.Id] {
+			return &Error{Class: ClassTimeout, StatusCode: 504, Err: errors.New("504 gateway timeout")}
+		}
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, v := range b {
+		ix.stored[ns+"/"+v.Id] = true
+	}
+	return nil
+}
+
+// byParity puts v0, v2, ... in namespace "a" and v1, v3, ... in "b".
+var byParity = WithNamespaceOf(func(v *pinecone.Vector) string {
+	if (v.Id[len(v.Id)-1]-'0')%2 == 0 {
+		return "a"
+	}
+	return "b"
+})
+
+// Each of two namespaces of one index holds one record the index times out
+// whatever request carries it (v18 in "a", v19 in "b"), last of its batch,
+// written through a Writer; then ten more records of "a" are added. Each
+// poison record fails as its own timeout, a dead letter, within seconds,
+// and everything else lands: the index answered its siblings, sent after
+// its first timeout (batchFailures.outages). Taking the other namespace's
+// timeouts for a sign of an outage held each for the breaker's minute,
+// failed it as the index's, and the ten healthy records after it unsent.
+func TestPoisonRecordsInTwoNamespacesFailAsTheirOwnTimeouts(t *testing.T) {
+	clk := newEventClock()
+	ix := newPoisonIndex(clk, "a/v18", "b/v19")
+	ctx := context.Background()
+	w, err := NewWriter(ctx, WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand), WithBatchSize(10), byParity)
+	require.NoError(t, err)
+	for _, v := range vectors(20, 8) {
+		require.NoError(t, w.Add(ctx, v))
+	}
+	require.NoError(t, w.Flush(ctx))
+	took := clk.Now().Sub(clk.start)
+	for i, v := range vectors(10, 8) {
+		v.Id = fmt.Sprintf("w%d", 2*i) // namespace "a"
+		require.NoError(t, w.Add(ctx, v))
+	}
+	require.NoError(t, w.Flush(ctx))
+	res, _ := w.Close(ctx)
+	t.Logf("first flush after %v virtual, requests %v, upserted %d", took, ix.calls, res.Upserted)
+	var poison []string
+	for _, f := range res.Failed {
+		t.Logf("%s/%s: attempts %d, resend %v: %v", f.Namespace, f.ID, f.Attempts, f.Resend, f.Err)
+		if f.ID == "v18" || f.ID == "v19" {
+			poison = append(poison, f.ID)
+			assert.Equal(t, ClassTimeout, f.Class)
+			assert.False(t, f.Resend, "%s: a record the index alone times out is a dead letter, not the index's", f.ID)
+		}
+	}
+	assert.Len(t, poison, 2)
+	assert.Equal(t, 28, res.Upserted, "every record but the two poison ones lands")
+	assert.Less(t, took, outagePatience, "a poison record is not held for the breaker's minute")
+}
+
+// One batch of 16 records holds two records the index times out whatever
+// request carries them (v2 and v5): they fail as their own timeouts, the
+// other 14 land, in seconds. Once the two records' failures alternated
+// (v2 resent behind the piece holding v5), the breaker took them for an
+// outage's, v5 was its every probe for a minute while v8..v15 waited
+// behind it, and those failed unsent: 6 of 16 landed in 69 s.
+func TestTwoPoisonRecordsOfABatchFailAloneAndQuickly(t *testing.T) {
+	for _, pinned := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pinned %v", pinned), func(t *testing.T) {
+			clk := newEventClock()
+			ix := newPoisonIndex(clk, "/v2", "/v5")
+			opts := []Option{WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand)}
+			if pinned {
+				opts = append(opts, WithBatchSize(16))
+			}
+			res, _ := All(context.Background(), vectors(16, 8), opts...)
+			took := clk.Now().Sub(clk.start)
+			t.Logf("virtual %v, requests %v, upserted %d, failed %d", took, ix.calls, res.Upserted, len(res.Failed))
+			for _, f := range res.Failed {
+				t.Logf("%s: attempts %d, resend %v: %v", f.ID, f.Attempts, f.Resend, f.Err)
+			}
+			assert.Equal(t, 14, res.Upserted, "only the two poison records fail")
+			for _, f := range res.Failed {
+				if f.ID == "v2" || f.ID == "v5" {
+					assert.Equal(t, ClassTimeout, f.Class, f.ID)
+					assert.False(t, f.Resend, "%s: a record the index alone times out is a dead letter", f.ID)
+				}
+			}
+			assert.Less(t, took, outagePatience, "no record is held for the breaker's minute")
 		})
 	}
 }

@@ -231,11 +231,8 @@ type request struct {
 	// afterTimeout: a piece of a batch whose request timed out
 	// (part.afterTimeout).
 	afterTimeout bool
-	// origin is where its records start: the breaker tells the failures
-	// of one record's requests from an outage's.
-	origin  origin
-	timeout time.Duration // the run's request timeout
-	turn    *place        // the caller's place in its route's line, left once it queues here
+	timeout      time.Duration // the run's request timeout
+	turn         *place        // the caller's place in its route's line, left once it queues here
 	// overLimit reports whether its records are over the per-minute
 	// limits learned now (they may have fallen while it waited); nil:
 	// never.

@@ -27,6 +27,16 @@ type failureNote struct {
 	// succeeded when it came.
 	refused   bool
 	successes uint64
+	// timeout: what tells a batch whether its timeout is its own; nil for
+	// other failures.
+	timeout *timeoutNote
+}
+
+// timeoutNote is what the lane tells of a request that timed out: when it
+// was sent, and when the latest request the index answered was sent
+// (breaker.lastAnswered).
+type timeoutNote struct {
+	sent, answered time.Time
 }
 
 // batchFailures is what a batch remembers of its failures, to tell
@@ -37,6 +47,9 @@ type batchFailures struct {
 	refusedAt uint64 // the lane's successes at the last of them
 	woke      bool   // its last retry went out before its backoff ended (run.wakeResting)
 	early     int    // 429s that answered such retries
+	// timedOutSince is when the first of its requests that timed out was
+	// sent, its halves' included; zero before one did.
+	timedOutSince time.Time
 }
 
 // free takes what the lane said of a failure and reports whether it
@@ -47,7 +60,7 @@ type batchFailures struct {
 // rate answers), so that a batch fails on 429s only when nothing lands
 // between them.
 func (b *batchFailures) free(f failureNote, maxSpared int) bool {
-	free := f.young || f.followsFailure
+	free := b.outages(f) || f.followsFailure
 	if f.cutFor && b.spared < maxSpared {
 		free = true
 		b.spared++
@@ -61,6 +74,20 @@ func (b *batchFailures) free(f failureNote, maxSpared int) bool {
 	}
 	b.woke = false
 	return free
+}
+
+// outages reports whether the breaker takes the failure f for an
+// outage's (young). A timeout is the batch's own once the index answered a
+// request sent after the first of the batch's timed out: it takes others'
+// records, not these (a record whose requests alone keep timing out).
+func (b *batchFailures) outages(f failureNote) bool {
+	if f.timeout == nil {
+		return f.young
+	}
+	if b.timedOutSince.IsZero() {
+		b.timedOutSince = f.timeout.sent
+	}
+	return f.young && !f.timeout.answered.After(b.timedOutSince)
 }
 
 // backoffStep is the step of the backoff after a failure of class c
@@ -338,13 +365,8 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		if class == ClassTimeout {
 			timedOut = p.n
 		}
-		before := ln.breaker.failures
 		if ln.breaker.failure(now, p.start, ln.isProbe(p.probe), timedOut) {
 			ln.signals.breaker.fire()
-		}
-		if ln.breaker.failures > before {
-			heard := before == 0 && wasOpen // opened by the lane's other writers
-			ln.breaker.failedFrom(p.origin, before == 0, heard || ln.failedElsewhere(now))
 		}
 		if !wasOpen && ln.breaker.open {
 			ln.queueBreaker(true)
@@ -357,9 +379,8 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		// A timeout while the breaker is young spends no retry either, in
 		// an outage: a record alone (the probe, or a batch's last half)
 		// ran out of them within the minute, failing for good what the
-		// outage failed. One record whose own requests alone keep timing
-		// out spends them, and fails as a timeout.
-		return failureNote{young: ln.breaker.young(now) && ln.breaker.soleOrigin == manyOrigins}
+		// outage failed. The batch tells its own (batchFailures.free).
+		return failureNote{young: ln.breaker.young(now), timeout: &timeoutNote{sent: p.start, answered: ln.breaker.lastAnswered}}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers
 	default:
@@ -422,20 +443,6 @@ func (ln *lane) heardOpen() {
 		ln.breaker.hostOpen = h.openBesides(ln, ln.clock.Now()) + 1
 		h.mu.Unlock()
 	}
-}
-
-// failedElsewhere tells the host of the lane's failure at now, and reports
-// whether another lane of the host failed since the first of the lane's
-// failures counted; ln.mu is held.
-func (ln *lane) failedElsewhere(now time.Time) bool {
-	h := ln.host
-	if h == nil {
-		return false
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	other := h.failedBesides(ln, now)
-	return !other.IsZero() && !other.Before(ln.breaker.firstSent)
 }
 
 // tellHost tells the lane's host whether its breaker is open, at a

@@ -453,10 +453,13 @@ func TestLaneTellsABatchWhatItsFailureFollows(t *testing.T) {
 	assert.Equal(t, refused.successes+1, again.successes, "one request landed between the two refusals")
 }
 
-// A batch spends no retry on a young outage, on a failure that follows
-// another (its own or another request's) in a run of failures, on a 429 after others landed since its last one, nor, up to a
+// A batch spends no retry on a young outage (but for its own timeouts,
+// once the index answered a request sent after its first), on a failure
+// that follows another (its own or another request's) in a run of
+// failures, on a 429 after others landed since its last one, nor, up to a
 // bound, on the lane's overshoot; every other failure spends one.
 func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(int64(s), 0) }
 	type step struct {
 		note failureNote
 		free bool
@@ -477,6 +480,15 @@ func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
 		{"a 429 spends, and again when nothing landed since", []step{
 			{failureNote{refused: true, successes: 7}, false}, {failureNote{refused: true, successes: 7}, false},
 		}},
+		{"a timeout in a young outage, nothing answered since the batch's first", []step{
+			{failureNote{young: true, timeout: &timeoutNote{sent: at(1), answered: at(0)}}, true},
+			{failureNote{young: true, timeout: &timeoutNote{sent: at(3), answered: at(1)}}, true},
+		}},
+		{"a timeout once the index answered a request sent after the batch's first: its own", []step{
+			{failureNote{young: true, timeout: &timeoutNote{sent: at(1), answered: at(0)}}, true},
+			{failureNote{young: true, timeout: &timeoutNote{sent: at(3), answered: at(2)}}, false},
+		}},
+		{"a timeout outside an outage", []step{{failureNote{timeout: &timeoutNote{sent: at(1)}}, false}}},
 		{"a 429 after others landed since the batch's last one spends none", []step{
 			{failureNote{refused: true, successes: 7}, false}, {failureNote{refused: true, successes: 9}, true},
 			{failureNote{refused: true, successes: 9}, false}, {failureNote{refused: true, successes: 10}, true},

@@ -84,8 +84,6 @@ type Limiter struct {
 	// minutes paces the integrated records of each index host under its
 	// per-minute limits (minutegate.go); a host's gate is kept.
 	minutes map[string]*minuteGate
-	// calls numbers the calls that write through it (run.call).
-	calls atomic.Uint64
 }
 
 // laneID names a lane of a Limiter: the index host it writes to
@@ -136,12 +134,6 @@ type hostSeen struct {
 	// (openBesides), is no longer counted: nothing may probe it again,
 	// and its outage may be over.
 	open map[*lane]time.Time
-	// failing is the lane of the host's latest server failure or timeout,
-	// failedAt when, and otherFailedAt when another lane's last came
-	// (lane.failedElsewhere): an outage fails the host's namespaces
-	// together, one record's own failures only its own.
-	failing                 *lane
-	failedAt, otherFailedAt time.Time
 	// backAt is when the latest request was sent that the index answered
 	// with a breaker of the host open, closing it; backCh is closed and
 	// replaced when it moves, to wake the requests waiting on the other
@@ -165,16 +157,6 @@ func (h *hostSeen) openBesides(ln *lane, now time.Time) int {
 		n--
 	}
 	return n
-}
-
-// failedBesides records a failure of ln at now, and returns when a lane
-// other than ln last failed (zero: none); h.mu is held.
-func (h *hostSeen) failedBesides(ln *lane, now time.Time) time.Time {
-	if h.failing != ln {
-		h.failing, h.otherFailedAt = ln, h.failedAt
-	}
-	h.failedAt = now
-	return h.otherFailedAt
 }
 
 // setOpen records whether ln's breaker is open, and when it last failed;
@@ -356,9 +338,6 @@ func (l *Limiter) forget(id laneID) {
 	if ln := l.lanes[id]; ln != nil && ln.host != nil {
 		ln.host.mu.Lock()
 		ln.host.setOpen(ln, false, time.Time{}) // its breaker no longer slows the host's others
-		if ln.host.failing == ln {
-			ln.host.failing = nil
-		}
 		ln.host.mu.Unlock()
 	}
 	if h := l.hosts[id.host]; h != nil {

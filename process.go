@@ -89,12 +89,12 @@ func (r *run) process(worker int, rt *route, b batch) {
 }
 
 // goesBehind reports whether p, resent as next, goes behind the next piece
-// of its batch: a record alone whose timeout spent a retry (the breaker
-// took the failures since the index last answered for its own, see
-// breaker.soleOrigin). The piece's answer tells them apart from an
-// outage's: the index takes it, or it fails from another record.
+// of its batch: a record alone that timed out. The piece's answer tells
+// whether the index is up (and the record's timeouts its own:
+// batchFailures.outages), and a record that keeps timing out is not the
+// breaker's every probe while its batch's others wait.
 func goesBehind(p *part, e *Error, next []*part) bool {
-	return e.Class == ClassTimeout && len(p.items) == 1 && !p.free && len(next) == 1 && next[0] == p
+	return e.Class == ClassTimeout && len(p.items) == 1 && len(next) == 1 && next[0] == p
 }
 
 // dropTrial tells p's lane that p, a trial batch of its size, leaves

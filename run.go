@@ -51,9 +51,6 @@ type run struct {
 	shares runShares
 	// described: the index answered the run's DescribeIndexStats.
 	described bool
-	// call is the run's number on its Limiter: its requests' origins are
-	// apart from those of the other calls sharing a lane.
-	call uint64
 }
 
 // runContexts are a run's contexts, and what its observers were told of it.
@@ -100,7 +97,6 @@ func newRun(ctx context.Context, cfg *config, k *kind, total int, op string) *ru
 			cfg.limiter = &Limiter{clock: cfg.clock}
 		}
 	}
-	r.call = cfg.limiter.calls.Add(1)
 	r.shares.start(cfg)
 	r.pacer = newPacer(cfg.maxRate)
 	if k == vectorKind {

@@ -103,7 +103,6 @@ type simBatch struct {
 	then    *simBatch // the other half of a split, sent after this one settles
 	// afterTimeout: a piece of a batch that timed out (part.afterTimeout)
 	afterTimeout bool
-	origin       int    // the input position of its first record (request.origin)
 	head         *place // its place at the lane's head, once it tried past the breaker
 }
 
@@ -194,13 +193,12 @@ func (s *sim) fill() {
 		s.oracle()
 		size, trial := s.ln.nextBatch()
 		n := min(size, s.pending, 2_000_000/s.cfg.recordBytes) // the batcher cuts by bytes too
-		origin := s.cfg.records - s.pending
 		s.pending -= n
 		s.active++
 		if n != size {
 			trial = 0 // cut by bytes: no trial of the size
 		}
-		s.enqueue(&simBatch{n: n, trial: trial, origin: origin})
+		s.enqueue(&simBatch{n: n, trial: trial})
 	}
 	s.admit()
 }
@@ -236,7 +234,7 @@ func (s *sim) recut(b *simBatch, limit int) {
 	k := (b.n + limit - 1) / limit
 	pieces := make([]*simBatch, k)
 	for i := range k {
-		pieces[i] = &simBatch{n: (i+1)*b.n/k - i*b.n/k, retries: b.retries, origin: b.origin + i*b.n/k}
+		pieces[i] = &simBatch{n: (i+1)*b.n/k - i*b.n/k, retries: b.retries}
 	}
 	pieces[len(pieces)-1].then = b.then
 	s.active += len(pieces) - 1
@@ -268,7 +266,7 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		if b.trial != 0 {
 			ln.batch.unsent(b.trial)
 		}
-		b.then = &simBatch{n: b.n - 1, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: b.afterTimeout, origin: b.origin + 1}
+		b.then = &simBatch{n: b.n - 1, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: b.afterTimeout}
 		b.n, b.trial = 1, 0
 		s.active++
 		ok, probe, wait = ln.breaker.admit(now)
@@ -290,7 +288,7 @@ func (s *sim) tryAdmit(b *simBatch) (time.Duration, bool) {
 		ln.breaker.abandon(probe)
 		return ln.pushback.until.Sub(now), false
 	}
-	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial != 0, afterTimeout: b.afterTimeout, origin: origin{seq: b.origin}, timeout: s.cfg.timeout}
+	q := request{n: b.n, bytes: b.n*s.cfg.recordBytes + 20, sizeProbe: b.trial != 0, afterTimeout: b.afterTimeout, timeout: s.cfg.timeout}
 	res, d := ln.reserve(now, q)
 	if d > 0 || ln.slots.used >= ln.conc.limit {
 		for _, r := range res {
@@ -336,8 +334,8 @@ func (s *sim) answer(b *simBatch, p permit, e *Error) {
 	case e.Class == ClassTimeout && b.n > 1:
 		s.res.timeouts++
 		half := b.n / 2
-		first := &simBatch{n: half, retries: b.retries, failed: b.failed, afterTimeout: true, origin: b.origin}
-		second := &simBatch{n: b.n - half, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: true, origin: b.origin + half}
+		first := &simBatch{n: half, retries: b.retries, failed: b.failed, afterTimeout: true}
+		second := &simBatch{n: b.n - half, retries: b.retries, failed: b.failed, then: b.then, afterTimeout: true}
 		first.then = second
 		s.active++
 		s.enqueue(first)

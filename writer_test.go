@@ -1384,11 +1384,11 @@ func TestRetriesPerBatchLeavesOutTheBatchesARunStoppedBeforeSending(t *testing.T
 // A Writer whose one batch in flight meets a 50-s outage of gateway
 // timeouts (gRPC DEADLINE_EXCEEDED, answered at once) fails no record. The
 // batch's first half, first quarter ... down to its first record all
-// start at that record, so the breaker took the outage's failures for
-// that record's own (breaker.soleOrigin): it spent its four retries within
-// the minute and failed for good, a dead letter a checkpoint passes. Once
-// its timeout spends a retry, it goes behind the next piece of its batch
-// (goesBehind), whose failure shows the outage.
+// started at that record, and the breaker took failures all from one
+// record's requests for that record's own: it spent its four retries
+// within the minute and failed for good, a dead letter a checkpoint
+// passes. The index answered nothing sent since the batch's first timeout:
+// an outage's (batchFailures.outages).
 func TestAShortOutageOfTimeoutsFailsNoRecordOfABatchAloneInFlight(t *testing.T) {
 	clk := newFakeClock()
 	var mu sync.Mutex

@@ -120,20 +120,6 @@ func TestAWritersFlushesWaitForEveryRecordOnAnIndexThatTimesOutLargeBatches(t *t
 	}
 }
 
-// savesCheckpoint records every save.
-type savesCheckpoint struct {
-	mu    sync.Mutex
-	saves []int64
-}
-
-func (c *savesCheckpoint) Load(context.Context) (int64, error) { return 0, nil }
-func (c *savesCheckpoint) Save(_ context.Context, n int64) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.saves = append(c.saves, n)
-	return nil
-}
-
 // A Stream saving its checkpoint every millisecond on a black-holed host
 // never saves a position past the first record marked for resend.
 func TestACheckpointNeverPassesARecordToResendOnABlackHoledHost(t *testing.T) {
@@ -147,7 +133,7 @@ func TestACheckpointNeverPassesARecordToResendOnABlackHoledHost(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ix := newSizeCapIndex(0, 3, 2*time.Second)
-			cp := &savesCheckpoint{}
+			cp := &memCheckpoint{}
 			log := &ackLog{}
 			const n = 1500
 			opts := append([]Option{WithUpsertFunc(ix.upsert), withClock(ix.clk), withRand(maxRand), WithAcks(log.f),

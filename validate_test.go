@@ -369,3 +369,29 @@ func TestAMetadataValueOfATypedNilKindFailsItsRecordAlone(t *testing.T) {
 		}
 	}
 }
+
+// firstNonFinite finds the first NaN or infinity at every position and
+// length, past the four-at-a-time loop's end too, and none in finite
+// values (the largest and the smallest included).
+func TestFirstNonFiniteFindsTheFirstAtEveryPosition(t *testing.T) {
+	bad := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+	for n := range 14 {
+		vs := make([]float32, n)
+		for i := range vs {
+			vs[i] = math.MaxFloat32 * float32(1-2*(i%2))
+		}
+		i, found := firstNonFinite(vs)
+		assert.False(t, found, "n=%d: all finite, got %d", n, i)
+		for p := range n {
+			for _, b := range bad {
+				w := slices.Clone(vs)
+				w[p] = b
+				if p+2 < n {
+					w[p+2] = b // a later one is not the first
+				}
+				i, found := firstNonFinite(w)
+				assert.True(t, found && i == p, "n=%d: %v at %d, got %d %v", n, b, p, i, found)
+			}
+		}
+	}
+}

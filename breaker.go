@@ -25,6 +25,9 @@ type breaker struct {
 	hostAnswered bool
 	// lastAnswered is when the latest request the index answered was sent.
 	lastAnswered time.Time
+	// closedAt is when the request was sent whose answer last closed it
+	// after it had been open: an outage ended.
+	closedAt time.Time
 	// timedOut is how many records the request whose timeout was the last
 	// failure carried (0: the last failure was no timeout): a timeout says
 	// less about the index than a server error, and one of a batch less
@@ -149,6 +152,7 @@ func (b *breaker) success(sent time.Time) (closed bool) {
 		return false
 	}
 	b.open, b.probing, b.timedOut = false, false, 0 // a later outage's probe is decided by its own failures
+	b.closedAt = sent
 	// The close ends the lane's shared outage too (the lane proposes it,
 	// and the store ends it at the first close): a view read before that
 	// lands is no close of another writer, and a new outage starts anew.

@@ -1588,3 +1588,142 @@ func TestTwoPoisonRecordsOfABatchFailAloneAndQuickly(t *testing.T) {
 		})
 	}
 }
+
+// inFlightOutageIndex answers each request after its latency (20 ms, or
+// 200 ms for a request carrying the slow id) and fails it with a 504 when
+// that answer falls inside the outage [downFrom, downFrom+d): a gateway
+// whose backend dies while requests are in flight.
+type inFlightOutageIndex struct {
+	clk      *eventClock
+	slow     string
+	downFrom time.Duration
+	d        time.Duration
+
+	mu     sync.Mutex
+	stored map[string]bool
+}
+
+func (ix *inFlightOutageIndex) upsert(ctx context.Context, _ string, b []*pinecone.Vector) error {
+	lat := 20 * time.Millisecond
+	for _, v := range b {
+		if v.Id == ix.slow {
+			lat = 200 * time.Millisecond
+		}
+	}
+	_ = ix.clk.Sleep(context.WithoutCancel(ctx), lat)
+	at := ix.clk.Now().Sub(ix.clk.start)
+	if at >= ix.downFrom && at < ix.downFrom+ix.d {
+		return &Error{Class: ClassTimeout, StatusCode: 504, Err: errors.New("504 gateway timeout")}
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, v := range b {
+		ix.stored[v.Id] = true
+	}
+	return nil
+}
+
+// A 20-second outage of gateway timeouts that begins while a slow batch is
+// in flight (sent at 0, its 504 at 200 ms), after the index answered a
+// request sent at 20 ms, before the outage: the batch's timeouts are the
+// outage's. Counted from its first request's send, not its first timeout,
+// that answer made them its own, and two records failed for good.
+func TestAnOutageThatCatchesABatchInFlightFailsNoRecordForGood(t *testing.T) {
+	checkInFlight(t, "v0")
+}
+func checkInFlight(t *testing.T, slowID string) {
+	clk := newEventClock()
+	ix := &inFlightOutageIndex{clk: clk, slow: slowID, downFrom: 100 * time.Millisecond, d: 20 * time.Second, stored: map[string]bool{}}
+	var mu sync.Mutex
+	var lastFail time.Duration
+	obs := Observer{RequestDone: func(e RequestEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Err != nil {
+			lastFail = clk.Now().Sub(clk.start)
+		}
+	}}
+	res, err := All(context.Background(), vectors(12, 8), WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand),
+		WithBatchSize(4), WithConcurrency(2), WithObserver(obs))
+	t.Logf("last failed request at %v", lastFail)
+	t.Logf("virtual %v, upserted %d, failed %d, retries %v", clk.Now().Sub(clk.start), res.Upserted, len(res.Failed), res.Stats.RetriesByClass)
+	for _, f := range res.Failed {
+		t.Logf("%s: attempts %d, resend %v: %v", f.ID, f.Attempts, f.Resend, f.Err)
+	}
+	assert.NoError(t, err)
+	assert.Equal(t, 12, res.Upserted, "a 20-second outage fails nothing")
+	assert.Empty(t, forGood(res), "no record of a short outage is a dead letter")
+}
+
+// windowsIndex answers each request in 20 ms (virtual) and fails it with a
+// 504 when its answer falls in one of the outage windows.
+type windowsIndex struct {
+	clk  *eventClock
+	down [][2]time.Duration
+
+	mu     sync.Mutex
+	stored map[string]bool
+}
+
+func (ix *windowsIndex) upsert(ctx context.Context, _ string, b []*pinecone.Vector) error {
+	_ = ix.clk.Sleep(context.WithoutCancel(ctx), 20*time.Millisecond)
+	at := ix.clk.Now().Sub(ix.clk.start)
+	for _, w := range ix.down {
+		if at >= w[0] && at < w[1] {
+			return &Error{Class: ClassTimeout, StatusCode: 504, Err: errors.New("504 gateway timeout")}
+		}
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, v := range b {
+		ix.stored[v.Id] = true
+	}
+	return nil
+}
+
+// Two outages of gateway timeouts, each shorter than the breaker's minute
+// (1.9 s, then 30 s after the index answered for 100 ms), written in
+// batches of one record: no record fails for good. A record that timed
+// out in the first took every timeout of the second for its own (the
+// index answered others in the gap, after its first timeout); the answers
+// that end an outage say nothing of the batches that met it.
+func TestASecondShortOutageFailsNoRecordForGood(t *testing.T) {
+	clk := newEventClock()
+	ix := &windowsIndex{clk: clk, stored: map[string]bool{}, down: [][2]time.Duration{
+		{100 * time.Millisecond, 2 * time.Second},
+		{2100 * time.Millisecond, 32100 * time.Millisecond},
+	}}
+	res, err := All(context.Background(), vectors(20, 8), WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand),
+		WithBatchSize(1), WithConcurrency(1))
+	t.Logf("virtual %v, upserted %d, failed %d", clk.Now().Sub(clk.start), res.Upserted, len(res.Failed))
+	for _, f := range res.Failed {
+		t.Logf("%s: attempts %d, resend %v: %v", f.ID, f.Attempts, f.Resend, f.Err)
+	}
+	assert.NoError(t, err)
+	assert.Equal(t, 20, res.Upserted, "two outages under a minute fail nothing")
+	assert.Empty(t, forGood(res), "no record of a short outage is a dead letter")
+}
+
+// A poison record alone in its batch (WithBatchSize(1)) of a Writer, one or
+// two batches in flight, fails as its own timeout within seconds and the
+// other 11 land: no breaker's minute.
+func TestAPoisonRecordAloneInAWriterFailsAsItsOwnTimeout(t *testing.T) {
+	for _, conc := range []int{1, 2} {
+		clk := newEventClock()
+		ix := newPoisonIndex(clk, "/v1")
+		ctx := context.Background()
+		w, err := NewWriter(ctx, WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand), WithBatchSize(1), WithConcurrency(conc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vectors(12, 8) {
+			_ = w.Add(ctx, v)
+		}
+		res, _ := w.Close(ctx)
+		assert.Equal(t, 11, res.Upserted)
+		if assert.Len(t, res.Failed, 1) {
+			assert.False(t, res.Failed[0].Resend)
+		}
+		assert.Less(t, clk.Now().Sub(clk.start), outagePatience)
+	}
+}

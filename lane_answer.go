@@ -32,11 +32,12 @@ type failureNote struct {
 	timeout *timeoutNote
 }
 
-// timeoutNote is what the lane tells of a request that timed out: when it
-// was sent, and when the latest request the index answered was sent
-// (breaker.lastAnswered).
+// timeoutNote is what the lane tells of a request that timed out: when its
+// timeout came, when the latest request the index answered was sent
+// (breaker.lastAnswered), and when the one was sent whose answer last
+// ended an outage (breaker.closedAt).
 type timeoutNote struct {
-	sent, answered time.Time
+	at, answered, closed time.Time
 }
 
 // batchFailures is what a batch remembers of its failures, to tell
@@ -47,8 +48,8 @@ type batchFailures struct {
 	refusedAt uint64 // the lane's successes at the last of them
 	woke      bool   // its last retry went out before its backoff ended (run.wakeResting)
 	early     int    // 429s that answered such retries
-	// timedOutSince is when the first of its requests that timed out was
-	// sent, its halves' included; zero before one did.
+	// timedOutSince is when the first of its requests' timeouts came, its
+	// halves' included; zero before one did.
 	timedOutSince time.Time
 }
 
@@ -78,14 +79,15 @@ func (b *batchFailures) free(f failureNote, maxSpared int) bool {
 
 // outages reports whether the breaker takes the failure f for an
 // outage's (young). A timeout is the batch's own once the index answered a
-// request sent after the first of the batch's timed out: it takes others'
-// records, not these (a record whose requests alone keep timing out).
+// request sent after the batch's first timeout came: it takes others'
+// records, not these (a record whose requests alone keep timing out); one
+// sent before may have been answered before the outage began.
 func (b *batchFailures) outages(f failureNote) bool {
 	if f.timeout == nil {
 		return f.young
 	}
-	if b.timedOutSince.IsZero() {
-		b.timedOutSince = f.timeout.sent
+	if b.timedOutSince.IsZero() || b.timedOutSince.Before(f.timeout.closed) {
+		b.timedOutSince = f.timeout.at // its first, or its first since an outage ended: the answers that ended it say nothing of this batch
 	}
 	return f.young && !f.timeout.answered.After(b.timedOutSince)
 }
@@ -380,7 +382,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		// an outage: a record alone (the probe, or a batch's last half)
 		// ran out of them within the minute, failing for good what the
 		// outage failed. The batch tells its own (batchFailures.free).
-		return failureNote{young: ln.breaker.young(now), timeout: &timeoutNote{sent: p.start, answered: ln.breaker.lastAnswered}}
+		return failureNote{young: ln.breaker.young(now), timeout: &timeoutNote{at: now, answered: ln.breaker.lastAnswered, closed: ln.breaker.closedAt}}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers
 	default:

@@ -481,14 +481,19 @@ func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
 			{failureNote{refused: true, successes: 7}, false}, {failureNote{refused: true, successes: 7}, false},
 		}},
 		{"a timeout in a young outage, nothing answered since the batch's first", []step{
-			{failureNote{young: true, timeout: &timeoutNote{sent: at(1), answered: at(0)}}, true},
-			{failureNote{young: true, timeout: &timeoutNote{sent: at(3), answered: at(1)}}, true},
+			{failureNote{young: true, timeout: &timeoutNote{at: at(1), answered: at(0)}}, true},
+			{failureNote{young: true, timeout: &timeoutNote{at: at(3), answered: at(1)}}, true},
 		}},
 		{"a timeout once the index answered a request sent after the batch's first: its own", []step{
-			{failureNote{young: true, timeout: &timeoutNote{sent: at(1), answered: at(0)}}, true},
-			{failureNote{young: true, timeout: &timeoutNote{sent: at(3), answered: at(2)}}, false},
+			{failureNote{young: true, timeout: &timeoutNote{at: at(1), answered: at(0)}}, true},
+			{failureNote{young: true, timeout: &timeoutNote{at: at(3), answered: at(2)}}, false},
 		}},
-		{"a timeout outside an outage", []step{{failureNote{timeout: &timeoutNote{sent: at(1)}}, false}}},
+		{"a timeout outside an outage", []step{{failureNote{timeout: &timeoutNote{at: at(1)}}, false}}},
+		{"answers that ended an outage since the batch's first timeout say nothing of it", []step{
+			{failureNote{young: true, timeout: &timeoutNote{at: at(1), answered: at(0)}}, true},
+			{failureNote{young: true, timeout: &timeoutNote{at: at(5), answered: at(3), closed: at(2)}}, true},
+			{failureNote{young: true, timeout: &timeoutNote{at: at(7), answered: at(6), closed: at(2)}}, false},
+		}},
 		{"a 429 after others landed since the batch's last one spends none", []step{
 			{failureNote{refused: true, successes: 7}, false}, {failureNote{refused: true, successes: 9}, true},
 			{failureNote{refused: true, successes: 9}, false}, {failureNote{refused: true, successes: 10}, true},

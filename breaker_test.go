@@ -1589,51 +1589,15 @@ func TestTwoPoisonRecordsOfABatchFailAloneAndQuickly(t *testing.T) {
 	}
 }
 
-// inFlightOutageIndex answers each request after its latency (20 ms, or
-// 200 ms for a request carrying the slow id) and fails it with a 504 when
-// that answer falls inside the outage [downFrom, downFrom+d): a gateway
-// whose backend dies while requests are in flight.
-type inFlightOutageIndex struct {
-	clk      *eventClock
-	slow     string
-	downFrom time.Duration
-	d        time.Duration
-
-	mu     sync.Mutex
-	stored map[string]bool
-}
-
-func (ix *inFlightOutageIndex) upsert(ctx context.Context, _ string, b []*pinecone.Vector) error {
-	lat := 20 * time.Millisecond
-	for _, v := range b {
-		if v.Id == ix.slow {
-			lat = 200 * time.Millisecond
-		}
-	}
-	_ = ix.clk.Sleep(context.WithoutCancel(ctx), lat)
-	at := ix.clk.Now().Sub(ix.clk.start)
-	if at >= ix.downFrom && at < ix.downFrom+ix.d {
-		return &Error{Class: ClassTimeout, StatusCode: 504, Err: errors.New("504 gateway timeout")}
-	}
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	for _, v := range b {
-		ix.stored[v.Id] = true
-	}
-	return nil
-}
-
 // A 20-second outage of gateway timeouts that begins while a slow batch is
 // in flight (sent at 0, its 504 at 200 ms), after the index answered a
 // request sent at 20 ms, before the outage: the batch's timeouts are the
 // outage's. Counted from its first request's send, not its first timeout,
 // that answer made them its own, and two records failed for good.
 func TestAnOutageThatCatchesABatchInFlightFailsNoRecordForGood(t *testing.T) {
-	checkInFlight(t, "v0")
-}
-func checkInFlight(t *testing.T, slowID string) {
 	clk := newEventClock()
-	ix := &inFlightOutageIndex{clk: clk, slow: slowID, downFrom: 100 * time.Millisecond, d: 20 * time.Second, stored: map[string]bool{}}
+	ix := &windowsIndex{clk: clk, slow: "v0", stored: map[string]bool{},
+		down: [][2]time.Duration{{100 * time.Millisecond, 20*time.Second + 100*time.Millisecond}}}
 	var mu sync.Mutex
 	var lastFail time.Duration
 	obs := Observer{RequestDone: func(e RequestEvent) {
@@ -1655,10 +1619,13 @@ func checkInFlight(t *testing.T, slowID string) {
 	assert.Empty(t, forGood(res), "no record of a short outage is a dead letter")
 }
 
-// windowsIndex answers each request in 20 ms (virtual) and fails it with a
-// 504 when its answer falls in one of the outage windows.
+// windowsIndex answers each request in 20 ms (virtual; 200 ms for one
+// carrying the slow id) and fails it with a 504 when its answer falls in
+// one of the outage windows: a gateway whose backend dies while requests
+// are in flight.
 type windowsIndex struct {
 	clk  *eventClock
+	slow string
 	down [][2]time.Duration
 
 	mu     sync.Mutex
@@ -1666,7 +1633,13 @@ type windowsIndex struct {
 }
 
 func (ix *windowsIndex) upsert(ctx context.Context, _ string, b []*pinecone.Vector) error {
-	_ = ix.clk.Sleep(context.WithoutCancel(ctx), 20*time.Millisecond)
+	lat := 20 * time.Millisecond
+	for _, v := range b {
+		if v.Id == ix.slow {
+			lat = 200 * time.Millisecond
+		}
+	}
+	_ = ix.clk.Sleep(context.WithoutCancel(ctx), lat)
 	at := ix.clk.Now().Sub(ix.clk.start)
 	for _, w := range ix.down {
 		if at >= w[0] && at < w[1] {

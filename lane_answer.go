@@ -381,7 +381,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		// A timeout while the breaker is young spends no retry either, in
 		// an outage: a record alone (the probe, or a batch's last half)
 		// ran out of them within the minute, failing for good what the
-		// outage failed. The batch tells its own (batchFailures.free).
+		// outage failed. The batch tells its own (batchFailures.outages).
 		return failureNote{young: ln.breaker.young(now), timeout: &timeoutNote{at: now, answered: ln.breaker.lastAnswered, closed: ln.breaker.closedAt}}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers

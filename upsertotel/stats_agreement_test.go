@@ -106,11 +106,7 @@ func TestEveryInstrumentAgreesWithTheRunsStatsUnderFaults(t *testing.T) {
 		t.Run(op, func(t *testing.T) {
 			srv := upserttest.NewServer(upserttest.WithDimension(4), upserttest.WithFaults(mixedFaults), upserttest.WithFieldMap("text"))
 			defer srv.Close()
-			pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "test", RestClient: srv.Client()})
-			require.NoError(t, err)
-			idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"})
-			require.NoError(t, err)
-			defer idx.Close()
+			idx := connectWithREST(t, srv)
 			tel := newTelemetry(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -178,19 +174,16 @@ func TestRequestBytesAreWhatTheServerReceived(t *testing.T) {
 				return upserttest.Fault{}
 			}))
 			defer srv.Close()
-			pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "test", RestClient: srv.Client()})
-			require.NoError(t, err)
-			idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"})
-			require.NoError(t, err)
-			defer idx.Close()
+			idx := connectWithREST(t, srv)
 			tel := newTelemetry(t)
 			opts := []upsert.Option{upsert.WithIndex(idx), upsert.WithObserver(tel.Observer()), upsert.WithBatchSize(7)}
 			var res upsert.Result
+			var err error
 			if api == "grpc" {
 				recs := records(100, 4)
 				for i, v := range recs {
 					if i%3 == 0 {
-						md, _ := structpbNew(map[string]any{"a": "héllo", "n": float64(i), "l": []any{"x", "y"}})
+						md, _ := structpb.NewStruct(map[string]any{"a": "héllo", "n": float64(i), "l": []any{"x", "y"}})
 						v.Metadata = md
 					}
 				}
@@ -218,4 +211,14 @@ func TestRequestBytesAreWhatTheServerReceived(t *testing.T) {
 	}
 }
 
-func structpbNew(m map[string]any) (*pinecone.Metadata, error) { return structpb.NewStruct(m) }
+// connectWithREST connects to srv over gRPC, and over REST for integrated
+// records (upsert.NewClient), in namespace "ns".
+func connectWithREST(t *testing.T, srv *upserttest.Server) *pinecone.IndexConnection {
+	t.Helper()
+	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "test", RestClient: srv.Client()})
+	require.NoError(t, err)
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "ns"})
+	require.NoError(t, err)
+	t.Cleanup(func() { idx.Close() })
+	return idx
+}

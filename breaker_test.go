@@ -1627,6 +1627,7 @@ type windowsIndex struct {
 	clk  *eventClock
 	slow string
 	down [][2]time.Duration
+	fail *Error // the answer in an outage window; nil: a 504 (ClassTimeout)
 
 	mu     sync.Mutex
 	stored map[string]bool
@@ -1642,6 +1643,9 @@ func (ix *windowsIndex) upsert(ctx context.Context, _ string, b []*pinecone.Vect
 	_ = ix.clk.Sleep(context.WithoutCancel(ctx), lat)
 	at := ix.clk.Now().Sub(ix.clk.start)
 	for _, w := range ix.down {
+		if at >= w[0] && at < w[1] && ix.fail != nil {
+			return ix.fail
+		}
 		if at >= w[0] && at < w[1] {
 			return &Error{Class: ClassTimeout, StatusCode: 504, Err: errors.New("504 gateway timeout")}
 		}
@@ -1675,6 +1679,30 @@ func TestASecondShortOutageFailsNoRecordForGood(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Equal(t, 20, res.Upserted, "two outages under a minute fail nothing")
 	assert.Empty(t, forGood(res), "no record of a short outage is a dead letter")
+}
+
+// A record alone in flight meets a 3-second outage under WithMaxRetries(c,
+// 2): its failures after the first follow another with no answer between,
+// so they spend nothing, whether the outage answers 503s or 504s. The
+// timeouts spent a retry each until the breaker opened at the fifth, and
+// the record failed for good at the third.
+func TestAShortOutageSparesALoneBatchsRetriesForTimeoutsAsForServerErrors(t *testing.T) {
+	for _, fail := range []*Error{
+		{Class: ClassServer, StatusCode: 503, Err: errors.New("503 unavailable")},
+		{Class: ClassTimeout, StatusCode: 504, Err: errors.New("504 gateway timeout")},
+	} {
+		t.Run(fail.Class.String(), func(t *testing.T) {
+			clk := newEventClock()
+			ix := &windowsIndex{clk: clk, stored: map[string]bool{}, fail: fail,
+				down: [][2]time.Duration{{70 * time.Millisecond, 3070 * time.Millisecond}}}
+			res, err := All(context.Background(), vectors(4, 8), WithUpsertFunc(ix.upsert), withClock(clk), withRand(maxRand),
+				WithBatchSize(1), WithConcurrency(1), WithMaxRetries(fail.Class, 2))
+			t.Logf("virtual %v, retries %v, requests %d", clk.Now().Sub(clk.start), res.Stats.RetriesByClass, res.Stats.Requests)
+			assert.NoError(t, err)
+			assert.Equal(t, 4, res.Upserted, "a 3-second outage fails nothing")
+			assert.Empty(t, res.Failed)
+		})
+	}
 }
 
 // A poison record alone in its batch (WithBatchSize(1)) of a Writer, one or

@@ -17,11 +17,12 @@ type failureNote struct {
 	// before it (rateSameEpisode, rateDraining): the lane's overshoot,
 	// which the cut answers, not the batch's.
 	cutFor bool
-	// followsFailure: a server error that follows another failure (the
-	// batch's own or another request's) in a run with no success between,
-	// within the run's patience (breaker.followsFailure): the index
-	// failing requests in turn, as in an outage too short to open the
-	// breaker, not this batch failing. The run's first failure spends.
+	// followsFailure: a server error or timeout that follows another
+	// failure (the batch's own or another request's) in a run with no
+	// success between, within the run's patience (breaker.followsFailure):
+	// the index failing requests in turn, as in an outage too short to
+	// open the breaker, not this batch failing. The run's first failure
+	// spends; a timeout may still be the batch's own (batchFailures.outages).
 	followsFailure bool
 	// refused: a 429; successes is then how many requests of the lane had
 	// succeeded when it came.
@@ -61,7 +62,7 @@ type batchFailures struct {
 // rate answers), so that a batch fails on 429s only when nothing lands
 // between them.
 func (b *batchFailures) free(f failureNote, maxSpared int) bool {
-	free := b.outages(f) || f.followsFailure
+	free := b.outages(f)
 	if f.cutFor && b.spared < maxSpared {
 		free = true
 		b.spared++
@@ -78,18 +79,20 @@ func (b *batchFailures) free(f failureNote, maxSpared int) bool {
 }
 
 // outages reports whether the breaker takes the failure f for an
-// outage's (young). A timeout is the batch's own once the index answered a
-// request sent after the batch's first timeout came: it takes others'
-// records, not these (a record whose requests alone keep timing out); one
-// sent before may have been answered before the outage began.
+// outage's (young, or following another failure). A timeout is the
+// batch's own once the index answered a request sent after the batch's
+// first timeout came: it takes others' records, not these (a record whose
+// requests alone keep timing out); one sent before may have been answered
+// before the outage began.
 func (b *batchFailures) outages(f failureNote) bool {
+	waited := f.young || f.followsFailure
 	if f.timeout == nil {
-		return f.young
+		return waited
 	}
 	if b.timedOutSince.IsZero() || b.timedOutSince.Before(f.timeout.closed) {
 		b.timedOutSince = f.timeout.at // its first, or its first since an outage ended: the answers that ended it say nothing of this batch
 	}
-	return f.young && !f.timeout.answered.After(b.timedOutSince)
+	return waited && !f.timeout.answered.After(b.timedOutSince)
 }
 
 // backoffStep is the step of the backoff after a failure of class c
@@ -378,11 +381,12 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 			ln.heardHost()
 			return failureNote{young: ln.breaker.young(now), followsFailure: ln.breaker.followsFailure(now)}
 		}
-		// A timeout while the breaker is young spends no retry either, in
-		// an outage: a record alone (the probe, or a batch's last half)
-		// ran out of them within the minute, failing for good what the
-		// outage failed. The batch tells its own (batchFailures.outages).
-		return failureNote{young: ln.breaker.young(now), timeout: &timeoutNote{at: now, answered: ln.breaker.lastAnswered, closed: ln.breaker.closedAt}}
+		// A timeout in an outage spends no retry either: a record alone
+		// (the probe, or a batch's last half) ran out of them within the
+		// minute, failing for good what the outage failed. The batch tells
+		// its own (batchFailures.outages).
+		return failureNote{young: ln.breaker.young(now), followsFailure: ln.breaker.followsFailure(now),
+			timeout: &timeoutNote{at: now, answered: ln.breaker.lastAnswered, closed: ln.breaker.closedAt}}
 	case ClassRateLimited, ClassTooLarge, ClassInvalid, ClassDenied, ClassQuotaExceeded:
 		ln.closeBreaker(now, p.start) // the index answers
 	default:

@@ -489,6 +489,11 @@ func TestABatchSpendsRetriesOnlyOnItsOwnFailures(t *testing.T) {
 			{failureNote{young: true, timeout: &timeoutNote{at: at(3), answered: at(2)}}, false},
 		}},
 		{"a timeout outside an outage", []step{{failureNote{timeout: &timeoutNote{at: at(1)}}, false}}},
+		{"timeouts again in one run: the first spends, not the next, unless the index answered since", []step{
+			{failureNote{timeout: &timeoutNote{at: at(1), answered: at(0)}}, false},
+			{failureNote{followsFailure: true, timeout: &timeoutNote{at: at(3), answered: at(0)}}, true},
+			{failureNote{followsFailure: true, timeout: &timeoutNote{at: at(5), answered: at(2)}}, false},
+		}},
 		{"answers that ended an outage since the batch's first timeout say nothing of it", []step{
 			{failureNote{young: true, timeout: &timeoutNote{at: at(1), answered: at(0)}}, true},
 			{failureNote{young: true, timeout: &timeoutNote{at: at(5), answered: at(3), closed: at(2)}}, true},

@@ -366,14 +366,17 @@ func WithRequestTimeout(d time.Duration) Option {
 //
 // Failures that say nothing about the batch spend none of them, as long
 // as n > 0:
-//   - server errors during the first minute of an outage (the [Limiter]'s
-//     circuit breaker open after the index had answered), and, in the
-//     first minute of a run of failures with no success between, a
-//     server error that follows another (the batch's own, or another
-//     request's): a batch alone in flight meets an outage before the
-//     breaker has its five failures, and outages too short to open it
-//     fail the requests in flight in turn, so that short outages fail no
-//     records; the first failure of each such run spends one;
+//   - server errors and timeouts during the first minute of an outage
+//     (the [Limiter]'s circuit breaker open after the index had
+//     answered), and, in the first minute of a run of failures with no
+//     success between, a server error or timeout that follows another
+//     (the batch's own, or another request's): a batch alone in flight
+//     meets an outage before the breaker has its five failures, and
+//     outages too short to open it fail the requests in flight in turn,
+//     so that short outages fail no records; the first failure of each
+//     such run spends one. A timeout spends one all the same once the
+//     index answered a request sent after the batch's first timeout
+//     came: the index takes other records, not these;
 //   - a 429 of a request sent before the Limiter cut its rate for that
 //     episode (not the one whose answer made the cut), or while the index
 //     still refuses what came before the cut:

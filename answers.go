@@ -59,7 +59,7 @@ var limitPhrases = []struct {
 // (REST), or an earlier wording, "Request size 3MB exceeds the maximum
 // supported size of 2MB".
 func tooLargeText(msg string) bool {
-	m := normalize(msg)
+	m := wording(msg)
 	return strings.Contains(m, "larger than the maximum supported size") || strings.Contains(m, "exceeds the maximum supported size")
 }
 
@@ -85,11 +85,18 @@ func isQuota(msg string) bool { return hasPhrase(wording(msg), quotaPhrases) }
 // limit for namespace <namespace> (<limit> QPS)…"), normalized.
 var namespaceNamed = regexp.MustCompile(`for namespace .* \((\d+) qps\)`)
 
-// wording returns msg normalized, without the namespace an answer names:
-// a namespace is the caller's data, and one named "quota_exceeded" must
-// not make a rate limit read as a spent quota.
+// quoted matches what an answer quotes in single quotes ("…but got
+// '<id>'", "Metadata key '<key>'…"), not an apostrophe within a word
+// ("You've reached…").
+var quoted = regexp.MustCompile(`(^|[^\pL\pN])'[^']*'`)
+
+// wording returns msg normalized, without the caller's data it names (the
+// namespace of the request-rate answer, whatever it quotes): a namespace,
+// an id or a metadata key holding "quota_exceeded" must not make a rate
+// limit or one invalid record read as a spent quota.
 func wording(msg string) string {
-	return namespaceNamed.ReplaceAllString(normalize(msg), "for namespace - ($1 qps)")
+	msg = namespaceNamed.ReplaceAllString(normalize(msg), "for namespace - ($1 qps)")
+	return quoted.ReplaceAllString(msg, "$1'-'")
 }
 
 // limitNamed returns the rate limit msg says was reached.

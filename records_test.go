@@ -894,3 +894,23 @@ func TestRecordsRefuseAJSONNumberIDBeforeSending(t *testing.T) {
 		})
 	}
 }
+
+// An integrated record's fields but its id are its metadata, and follow
+// its rules: a field starting with "$" fails its record before sending.
+func TestARecordFieldStartingWithDollarFailsItsRecordBeforeSending(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	recs := make([]*pinecone.IntegratedRecord, 16)
+	for i := range recs {
+		recs[i] = &pinecone.IntegratedRecord{"_id": fmt.Sprintf("r%d", i), "chunk_text": "text"}
+	}
+	(*recs[5])["$genre"] = "drama"
+
+	res, err := Records(context.Background(), slices.Values(recs), WithIndex(recordsConn(t, srv, srv.Client(), true)), WithBatchSize(16), WithConcurrency(1))
+	require.Error(t, err)
+	require.Len(t, res.Failed, 1)
+	assert.Equal(t, "r5", res.Failed[0].ID)
+	assert.Equal(t, ClassInvalid, res.Failed[0].Class)
+	assert.Equal(t, 15, srv.RecordCount("docs"))
+	assert.Zero(t, srv.Stats().Codes[codes.InvalidArgument], "nothing refused by the index")
+}

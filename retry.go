@@ -146,7 +146,7 @@ func classOfGRPC(code codes.Code, msg string) Class {
 		// the text to tell that apart from the index's rate limit, so the
 		// text is matched here; so is a monthly quota's.
 		switch {
-		case strings.Contains(msg, "larger than max"), tooLargeText(msg):
+		case strings.Contains(wording(msg), "larger than max"), tooLargeText(msg):
 			return ClassTooLarge
 		case isQuota(msg):
 			return ClassQuotaExceeded

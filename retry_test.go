@@ -63,6 +63,12 @@ func TestClassify(t *testing.T) {
 		{"HTTP 409 (ALREADY_EXISTS) with a quota's text is quota-exceeded", httpMsg(409, `{"code":6,"message":"QUOTA_EXCEEDED"}`), ClassQuotaExceeded},
 		{"HTTP 409 ABORTED with a quota's text is a server error, as over gRPC", httpMsg(409, `{"code":10,"message":"QUOTA_EXCEEDED"}`), ClassServer},
 		{"HTTP 422 with a quota's text is invalid: no gRPC code maps to it", httpMsg(422, "QUOTA_EXCEEDED"), ClassInvalid},
+		// What an answer quotes is the caller's data, not Pinecone's words.
+		{"INVALID_ARGUMENT quoting an id with a quota's text is invalid", grpcErr(codes.InvalidArgument, "Vector ID must be ASCII, but got 'quota exceeded – é'"), ClassInvalid},
+		{"HTTP 400 quoting a metadata key with a quota's text is invalid", httpMsg(400, `{"code":3,"message":"Metadata key '$quota_exceeded' must not start with '$'"}`), ClassInvalid},
+		{"INVALID_ARGUMENT quoting a key with the too-large text is invalid", grpcErr(codes.InvalidArgument, "Metadata key 'larger than the maximum supported size' is bad"), ClassInvalid},
+		{"a quota's text beside a quoted index name is quota-exceeded", grpcErr(codes.PermissionDenied, "Request failed. You've reached the max namespaces allowed in serverless index 'docs' (100)."), ClassQuotaExceeded},
+		{"RESOURCE_EXHAUSTED naming a namespace 'larger than max' is rate-limited", grpcErr(codes.ResourceExhausted, "Request failed. You've reached the upsert QPS limit for namespace 'larger than max' (100 QPS)."), ClassRateLimited},
 		{"a wrapped HTTP 429 is rate-limited", fmt.Errorf("upsert: %w", httpErr(429)), ClassRateLimited},
 		{"gRPC RESOURCE_EXHAUSTED is rate-limited", grpcErr(codes.ResourceExhausted, "Request failed. You've reached the max upsert size limit per second"), ClassRateLimited},
 		{"gRPC's own received-message-too-large is too large", grpcErr(codes.ResourceExhausted, "grpc: received message larger than max (2500000 vs. 2097152)"), ClassTooLarge},
@@ -621,6 +627,24 @@ func TestARateLimitNamingANamespaceIsNotTakenForAQuota(t *testing.T) {
 			assert.Equal(t, LimitRequests, describe(status.Error(codes.ResourceExhausted, msg), Classify).Limit)
 		})
 	}
+}
+
+// An answer quotes the caller's data ("Vector ID must be ASCII, but got
+// '<id>'", "Metadata key '<key>'…"): one invalid record whose quoted id
+// holds a quota's phrase fails alone, as invalid, and the others land.
+// The phrase was looked for in the whole text: the run stopped as at a
+// spent quota, and all 40 records failed as quota-exceeded.
+func TestAnInvalidRecordQuotingAQuotasPhraseDoesNotStopTheRun(t *testing.T) {
+	fi := newFakeIndex(func(_ int, ids []string) error {
+		if slices.Contains(ids, "v3") {
+			return status.Error(codes.InvalidArgument, "Vector ID 'v3' is refused: 'quota_exceeded' in its text")
+		}
+		return nil
+	})
+	res, err := All(context.Background(), vectors(40, 4), testOpts(fi, WithBatchSize(10), WithConcurrency(1))...)
+	require.Error(t, err)
+	assert.Equal(t, map[Class][]string{ClassInvalid: {"v3"}}, failedIDs(res))
+	assert.Equal(t, 39, res.Upserted)
 }
 
 // A REST request whose TLS handshake fails never reached the index, as

@@ -226,6 +226,9 @@ func metadataJSONSize(md *structpb.Struct) (int, error) {
 		if !ok {
 			return 0, fmt.Errorf("metadata key %q: key is not valid UTF-8", k)
 		}
+		if strings.HasPrefix(k, "$") { // the filter language's operators start with $
+			return 0, fmt.Errorf("metadata key %q starts with \"$\"; Pinecone refuses such keys", k)
+		}
 		size += n + len(":")
 		if !structkind.Set(v) {
 			return 0, fmt.Errorf("metadata field %q has no value", k)

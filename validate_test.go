@@ -54,6 +54,7 @@ func TestValidationNamesTheRecordAndTheRule(t *testing.T) {
 		{"invalid UTF-8 in a metadata string is refused", withRawMetadata(good(), "a", structpb.NewStringValue("ok \xff")), `metadata field "a" is not valid UTF-8`},
 		{"invalid UTF-8 in a metadata list is refused", withRawMetadata(good(), "a", structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{structpb.NewStringValue("x"), structpb.NewStringValue("\xc3(")}})), `"a": list element 1 is not valid UTF-8`},
 		{"invalid UTF-8 in a metadata key is refused", withRawMetadata(good(), "k\xff", structpb.NewBoolValue(true)), "key is not valid UTF-8"},
+		{"a metadata key starting with $ is refused", withRawMetadata(good(), "$in", structpb.NewBoolValue(true)), `metadata key "$in" starts with "$"`},
 		{"a dimension over 20000 is refused", &pinecone.Vector{Id: "bad", Values: new([]float32)}, ""},
 	}
 	big := make([]float32, 20_001)
@@ -394,4 +395,24 @@ func TestFirstNonFiniteFindsTheFirstAtEveryPosition(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A metadata key starting with "$" is refused by Pinecone (go-pinecone's
+// NewMetadata says so; upserttest refuses it): the record fails alone
+// before sending, and the index sees no request refused, where the batch
+// was refused and bisected down to it (9 requests for 16 records).
+func TestAMetadataKeyStartingWithDollarFailsItsRecordBeforeSending(t *testing.T) {
+	srv := upserttest.NewServer()
+	defer srv.Close()
+	recs := vectors(16, 4)
+	withMetadata(recs[7], map[string]any{"$genre": "drama"})
+
+	res, err := All(context.Background(), recs, WithIndex(shapeIndex(t, srv, "docs")), WithBatchSize(16), WithConcurrency(1))
+	require.Error(t, err)
+	require.Len(t, res.Failed, 1)
+	assert.Equal(t, "v7", res.Failed[0].ID)
+	assert.Equal(t, ClassInvalid, res.Failed[0].Class)
+	assert.ErrorContains(t, res.Failed[0].Err, `metadata key "$genre" starts with "$"`)
+	assert.Equal(t, 15, srv.Count("docs"), "every other record lands")
+	assert.Zero(t, srv.Stats().Codes[codes.InvalidArgument], "nothing refused by the index")
 }

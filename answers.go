@@ -81,6 +81,13 @@ func hasPhrase(msg string, phrases []string) bool {
 // isQuota reports whether msg says a quota of the project stops writes.
 func isQuota(msg string) bool { return hasPhrase(wording(msg), quotaPhrases) }
 
+// stopsOneNamespace reports whether e is the quota of namespaces per
+// index: the index refuses to create the namespace written, and still
+// takes writes into those it holds.
+func stopsOneNamespace(e *Error) bool {
+	return e.Class == ClassQuotaExceeded && strings.Contains(wording(e.Error()), "reached the max namespaces")
+}
+
 // namespaceNamed matches the namespace in the request-rate answer ("…QPS
 // limit for namespace <namespace> (<limit> QPS)…"), normalized.
 var namespaceNamed = regexp.MustCompile(`for namespace .* \((\d+) qps\)`)

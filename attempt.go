@@ -51,7 +51,10 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 		if (e.Class == ClassServer || e.Class == ClassTimeout) && !isPanic(e) {
 			rt.lastFailure.Store(e)
 		}
-		if e.Class == ClassDenied || e.Class == ClassQuotaExceeded {
+		switch {
+		case stopsOneNamespace(e):
+			rt.refused.Store(e) // before the slot is released, as below
+		case e.Class == ClassDenied || e.Class == ClassQuotaExceeded:
 			// Stop before the slot is released, so that no request
 			// waiting for it goes out after the answer.
 			r.halt(e)
@@ -77,6 +80,8 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 // request the refusal cut off (answerOf: canceled) logs none.
 func (r *run) logStopping(worker int, rt *route, p *part, e, answer *Error) {
 	switch {
+	case stopsOneNamespace(answer):
+		r.log(slog.LevelError, "index refused a new namespace; its records fail", worker, rt, p, answer)
 	case answer.Class == ClassDenied || answer.Class == ClassQuotaExceeded:
 		r.log(slog.LevelError, "index refused the caller; stopping", worker, rt, p, answer)
 	case e.Class != ClassDenied && e.Class != ClassQuotaExceeded, answer.Class == ClassCanceled:
@@ -130,6 +135,11 @@ func (r *run) admit(rt *route, p *part, first *place) (permit, *minutePass, int,
 			return permit{}, nil, 0, errProbeCut
 		}
 		return permit{}, nil, 0, r.classified(err)
+	}
+	if e := rt.refused.Load(); e != nil { // while p waited, the index refused its namespace
+		r.minute.withdraw(pass)
+		rt.lane.release(perm, &Error{Class: ClassCanceled})
+		return permit{}, nil, 0, e
 	}
 	p.trial = 0 // sent: its answer is the trial's
 	if r.paceSend(len(p.items)) != nil || r.runCtx.Err() != nil {

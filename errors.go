@@ -67,8 +67,12 @@ const (
 	// QUOTA_EXCEEDED, gRPC PERMISSION_DENIED with a quota message), or
 	// payment is required (HTTP 402). No retry can succeed before the
 	// quota changes, so the run stops at the first such answer and the
-	// remaining records fail with this class. It is a kind of denial: a
-	// quota error also matches [ErrDenied] and [ErrInvalid].
+	// remaining records fail with this class. The quota of namespaces per
+	// index ("…reached the max namespaces…") refuses only a namespace the
+	// index does not hold yet: the records of that namespace fail with
+	// this class (those after the first refusal unsent), and the other
+	// namespaces go on. It is a kind of denial: a quota error also
+	// matches [ErrDenied] and [ErrInvalid].
 	ClassQuotaExceeded
 
 	numClasses = iota + 1

@@ -150,6 +150,8 @@ func (r *run) afterFailure(worker int, rt *route, p *part, e *Error) []*part {
 	dropTrial(rt, p) // failed before the lane admitted it
 	c := e.Class
 	switch {
+	case stopsOneNamespace(e): // attempt logged the index's refusal, or it came before
+		r.failPart(p, e)
 	case c == ClassDenied, c == ClassQuotaExceeded: // attempt logged the index's refusal
 		r.failPart(p, e)
 		r.halt(e)

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -608,6 +609,39 @@ func TestAQuotaAnsweredAs400Or409OverRESTStopsTheRunAsOverGRPC(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Pinecone's quota of namespaces per index refuses writes into a new
+// namespace only: those the index holds still take writes. A run writing
+// to one it holds and to a new one over the quota fails the new one's
+// records (quota-exceeded, to resend once the quota changes), sending no
+// more of them after the first refusal, and lands the others. It stopped
+// at the first refusal, failing 15 records of the namespace that takes
+// writes with a cause not theirs.
+func TestANamespaceQuotaFailsOnlyTheNewNamespacesRecords(t *testing.T) {
+	srv := upserttest.NewServer(upserttest.WithMaxNamespaces(1))
+	defer srv.Close()
+	idx := shapeIndex(t, srv, "old")
+	_, err := idx.UpsertVectors(context.Background(), vectors(1, 4)) // "old" exists
+	require.NoError(t, err)
+
+	nsOf := func(v *pinecone.Vector) string {
+		if n, _ := strconv.Atoi(strings.TrimPrefix(v.Id, "v")); n%2 == 1 {
+			return "new"
+		}
+		return "old"
+	}
+	res, err := All(context.Background(), vectors(40, 4), WithIndex(idx), WithNamespaceOf(nsOf), WithBatchSize(5), WithConcurrency(1))
+	require.ErrorIs(t, err, ErrQuotaExceeded)
+	assert.Equal(t, 20, res.Upserted)
+	assert.Equal(t, 20, srv.Count("old"))
+	require.Len(t, res.Failed, 20)
+	for _, f := range res.Failed {
+		assert.Equal(t, "new", f.Namespace, f.ID)
+		assert.Equal(t, ClassQuotaExceeded, f.Class, f.ID)
+		assert.True(t, f.Resend, f.ID)
+	}
+	assert.Equal(t, 1, srv.Stats().Codes[codes.PermissionDenied], "one request into the new namespace")
 }
 
 // Pinecone's request-rate answer names the namespace: "You've reached the

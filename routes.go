@@ -24,6 +24,10 @@ type route struct {
 	// downLogged is the breaker's opening (lane.openedAt, in Unix
 	// nanoseconds) whose first batch failed unsent was logged.
 	downLogged atomic.Int64
+	// refused is the index's answer that it holds no room for this
+	// namespace (stopsOneNamespace): the route's later batches fail with
+	// it unsent, and the run goes on with the other namespaces.
+	refused atomic.Pointer[Error]
 }
 
 // routeTable holds a run's routes; the producer's.

@@ -15,6 +15,12 @@ import (
 func maxHeld(k *kind) int      { return 4 * k.maxBatch }
 func maxHeldBytes(k *kind) int { return 4 * k.maxBytes }
 
+// maxHeldRoutes bounds the namespaces whose batches wait undispatched, in
+// a stream that forgets its idle routes: each is a route it cannot
+// forget, and a membership of the lane's store when shared (one namespace
+// per record held maxHeld of them).
+const maxHeldRoutes = minRoutes / 2
+
 // holding tracks what waits in the intake before it is dispatched: how many
 // records and bytes, the routes whose current batch holds records in the
 // order those batches started, and the routes whose ready batch could not
@@ -23,6 +29,7 @@ func maxHeldBytes(k *kind) int { return 4 * k.maxBytes }
 type holding struct {
 	records, bytes       int
 	maxRecords, maxBytes int            // maxHeld and maxHeldBytes, or less in tests
+	routes, maxRoutes    int            // the routes holding records (holds), and maxHeldRoutes or no bound
 	queue                []pendingBatch // oldest first; entries of batches since taken are stale
 	head                 int
 	stalled              []*route
@@ -38,6 +45,20 @@ type pendingBatch struct {
 
 func (p pendingBatch) live() bool {
 	return p.rt.batcher.gen == p.gen && len(p.rt.batcher.cur.items) > 0
+}
+
+// holds reports whether rt's batches hold records not dispatched yet.
+func holds(rt *route) bool { return len(rt.ready.items) > 0 || len(rt.batcher.cur.items) > 0 }
+
+// track counts rt in or out of the routes holding records, given whether
+// it held some before a change.
+func (h *holding) track(rt *route, before bool) {
+	switch now := holds(rt); {
+	case now && !before:
+		h.routes++
+	case before && !now:
+		h.routes--
+	}
 }
 
 // started records that rt's current batch started at now.
@@ -102,7 +123,7 @@ var errNoRoom = errors.New("upsert: no room for the batch yet")
 // size bytes can be held within the bounds. It returns errNoRoom when none
 // of those left can go: the record must not be taken yet.
 func (in *intake) makeRoom(size int) error {
-	if h := &in.hold; h.records < h.maxRecords && h.bytes+size <= h.maxBytes {
+	if h := &in.hold; h.records < h.maxRecords && h.bytes+size <= h.maxBytes && h.routes < h.maxRoutes {
 		return nil // inlined: the path of nearly every record
 	}
 	return in.dispatchOldest(size)
@@ -113,7 +134,9 @@ func (in *intake) makeRoom(size int) error {
 // those that cannot go now.
 func (in *intake) dispatchOldest(size int) error {
 	h := &in.hold
-	over := func() bool { return h.records > 0 && (h.records >= h.maxRecords || h.bytes+size > h.maxBytes) }
+	over := func() bool {
+		return h.records > 0 && (h.records >= h.maxRecords || h.bytes+size > h.maxBytes || h.routes >= h.maxRoutes)
+	}
 	in.dispatchStalled(over)
 	in.dispatchCurrent(func(pendingBatch) bool { return !over() })
 	if over() {
@@ -190,6 +213,7 @@ func (in *intake) dispatchReady(rt *route) error {
 	in.hold.records -= len(b.items)
 	in.hold.bytes -= b.bytes
 	rt.ready = batch{}
+	in.hold.track(rt, true)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"slices"
 	"sync"
@@ -75,9 +76,13 @@ func newIntake(r *run, mode intakeMode) *intake {
 	if r.cfg.acks.f != nil && mode != forAll {
 		in.acks = newAcker(r.cfg.acks, func(e *Error) { r.halt(e) })
 	}
-	in.hold.maxRecords, in.hold.maxBytes = maxHeld(r.kind), maxHeldBytes(r.kind)
+	in.hold.maxRecords, in.hold.maxBytes, in.hold.maxRoutes = maxHeld(r.kind), maxHeldBytes(r.kind), math.MaxInt
+	if r.routes.forgetIdle {
+		in.hold.maxRoutes = maxHeldRoutes
+	}
 	if n := r.cfg.maxHeld; n > 0 {
-		in.hold.maxRecords = n // a test's, to make the bound bite
+		in.hold.maxRecords = n // a test's, to make the bounds bite
+		in.hold.maxRoutes = min(in.hold.maxRoutes, max(2, n/2))
 	}
 	if f := r.cfg.namespaceOf; f != nil {
 		in.nsOf = f
@@ -564,7 +569,7 @@ func (in *intake) refuse(p *pushing, err error) {
 // ready, stalled, for the next push, flush or the flusher, and enqueue
 // returns true; the record is taken either way.
 func (in *intake) enqueue(rt *route, it item) (stalled bool) {
-	gen := rt.batcher.gen
+	gen, held := rt.batcher.gen, holds(rt)
 	full, ok := rt.batcher.add(it)
 	in.hold.records++
 	in.hold.bytes += it.size
@@ -572,10 +577,12 @@ func (in *intake) enqueue(rt *route, it item) (stalled bool) {
 		in.hold.started(rt, in.r.cfg.clock.Now())
 	}
 	if !ok {
+		in.hold.track(rt, held)
 		return false
 	}
 	in.hold.trim()
 	rt.ready = full
+	in.hold.track(rt, held)
 	return in.dispatchReady(rt) == errNoRoom
 }
 
@@ -613,6 +620,7 @@ func (in *intake) replacePending(rt *route, it item) bool {
 				rt.batcher.bytes -= old.size
 				in.hold.records--
 				in.hold.bytes -= old.size
+				in.hold.track(rt, true)
 				return false
 			}
 			rt.batcher.bytes += it.size - old.size

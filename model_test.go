@@ -471,6 +471,9 @@ func TestModelWriter(t *testing.T) {
 		}
 		replaced := run.check(t, res)
 		acks.check(t, run.records, replaced, res, err, true)
+		if n := w.in.heldRoutes(); n != 0 {
+			t.Fatalf("%d routes counted as holding records after Close", n)
+		}
 		if err := goleak.Find(leaks); err != nil {
 			t.Fatal(err)
 		}

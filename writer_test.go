@@ -821,6 +821,13 @@ func TestTheBoundOnRecordsHeldSendsTheOldestBatchThatCanGo(t *testing.T) {
 	assert.Equal(t, hotTaken+4, res.Upserted, "every record taken lands")
 }
 
+// heldRoutes is how many routes the intake counts as holding records.
+func (in *intake) heldRoutes() int {
+	_ = in.lock(context.Background())
+	defer in.unlock()
+	return in.hold.routes
+}
+
 // heldRecords is how many records wait undispatched.
 func (in *intake) heldRecords() int {
 	_ = in.lock(context.Background())

@@ -78,8 +78,13 @@ func stopSignals() []os.Signal {
 
 // signalContext returns a context that ends at the first of stopSignals.
 // Their handling ends with it: a second one kills the process at once,
-// as their default action does.
+// as their default action does. A write to a stdout or stderr whose
+// reader is gone fails from then on rather than killing the process
+// (brokenConsoleFails): the signal that stops a run often ends that
+// reader too (tee in the pipeline, the ssh session), and the run's first
+// message after it would otherwise kill it before its dead letters.
 func signalContext() context.Context {
+	brokenConsoleFails()
 	ctx, stop := signal.NotifyContext(context.Background(), stopSignals()...)
 	go func() {
 		<-ctx.Done()

@@ -106,3 +106,57 @@ func TestANohupRunIsNotStoppedBySIGHUP(t *testing.T) {
 	assert.Equal(t, exitOK, exitStatus(t, err), "output:\n%s", out.String())
 	assert.NotContains(t, out.String(), "interrupted")
 }
+
+// `pcupsert big.ndjson 2>&1 | tee run.log`, then Ctrl-C: the terminal
+// sends SIGINT to the whole pipeline, tee exits, and pcupsert's messages
+// go to a pipe whose reader is gone; an ssh session that drops sends
+// SIGHUP and leaves the same pipe. The run still ends as a stopped run
+// does: it exits 1, and every record it read and did not land has its
+// dead letter. (Go kills a program that writes to a broken pipe on fd 1
+// or 2 with SIGPIPE unless it asked for that signal: pcupsert died at its
+// "interrupted at line N", before it flushed its dead letters.)
+func TestAnInterruptWithTheConsoleGoneStillWritesTheDeadLetters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the command in a child process")
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			in, dl := filepath.Join(dir, "in.ndjson"), filepath.Join(dir, "failed.ndjson")
+			require.NoError(t, os.WriteFile(in, []byte(records(t, 50)), 0o600))
+			srv, arrived, _ := heldServer(t)
+			raw, err := json.Marshal([]string{"--host", srv.Host(), "--dead-letter", dl, "--progress", "off", "--batch-size", "50", in})
+			require.NoError(t, err)
+			child := exec.Command(os.Args[0], "-test.run=^$") // the command itself: see TestMain
+			child.Env = append(os.Environ(), childArgs+"="+string(raw), "PINECONE_API_KEY=test-key-for-upserttest")
+			pr, pw, err := os.Pipe()
+			require.NoError(t, err)
+			child.Stdout, child.Stderr = pw, pw // 2>&1 | tee
+			require.NoError(t, child.Start())
+			t.Cleanup(func() { _ = child.Process.Kill() })
+			pw.Close()
+			select {
+			case <-arrived: // the records are in flight
+			case <-time.After(20 * time.Second):
+				t.Fatal("the child sent nothing")
+			}
+
+			pr.Close() // tee is gone
+			require.NoError(t, child.Process.Signal(sig))
+			done := make(chan error, 1)
+			go func() { done <- child.Wait() }()
+			select {
+			case err = <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatalf("the child did not end after %v", sig)
+			}
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "the run exits 1")
+			ws := exit.Sys().(syscall.WaitStatus)
+			require.False(t, ws.Signaled(), "killed by %v instead of ending its run", ws.Signal())
+			assert.Equal(t, exitFailed, exit.ExitCode())
+			ids, _ := letters(t, dl)
+			assert.Len(t, ids, 50, "every record read and not landed has its dead letter")
+		})
+	}
+}

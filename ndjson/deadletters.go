@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"unicode/utf8"
@@ -43,6 +44,9 @@ type DeadLetters struct {
 	// resumable is set by Checkpoint: Write then skips the failures that
 	// the resumed run sends again.
 	resumable atomic.Bool
+	// maxLine is MaxLineBytes, the longest line a letter of WriteBad
+	// holds as "raw"; a test lowers it (export_test.go).
+	maxLine int
 
 	// syncMu is held by Sync and Close, and taken before mu: Sync syncs
 	// the file without holding mu, so that Write does not wait for the
@@ -105,7 +109,7 @@ func openDeadLetters(path string, mode int) (*DeadLetters, error) {
 		f.Close()
 		return nil, err
 	}
-	return &DeadLetters{path: path, f: f, regular: fi.Mode().IsRegular(), w: bufio.NewWriterSize(f, 256<<10)}, nil
+	return &DeadLetters{path: path, f: f, regular: fi.Mode().IsRegular(), w: bufio.NewWriterSize(f, 256<<10), maxLine: MaxLineBytes}, nil
 }
 
 // endLastLine writes a "\n" to the file if it is a regular file whose last
@@ -482,33 +486,93 @@ func marshalStaleIntegratedLetter(s upsert.Stale, f staleFields) ([]byte, error)
 // line in the file, replace "raw_base64" with a "raw" holding the fixed
 // line.
 //
+// A letter that could be longer than MaxLineBytes (a line close to it,
+// whose quotes take 2 bytes once escaped, and control characters up to 6)
+// is written as {"line":N,"raw_base64":"…","error":"…"}, without
+// "raw_text", its error message cut to its first 1 KiB: at most
+// MaxBadLetterBytes for a line of at most MaxLineBytes, which a [Reader]
+// accepts and [BadLine] reads back as the line. A longer line, which a
+// Reader never returns, gets a letter too long for a Reader.
+//
 // Errors are handled as by Write.
 func (d *DeadLetters) WriteBad(line int, raw []byte, err error) {
 	msg := ""
 	if err != nil {
 		msg = err.Error()
 	}
-	var b []byte
-	var encErr error
-	if utf8.Valid(raw) {
-		b, encErr = marshalLine(struct {
-			Line  int    `json:"line"`
-			Raw   string `json:"raw"`
-			Error string `json:"error"`
-		}{line, string(raw), msg})
-	} else {
-		b, encErr = marshalLine(struct {
-			Line      int    `json:"line"`
-			RawBase64 string `json:"raw_base64"`
-			RawText   string `json:"raw_text"`
-			Error     string `json:"error"`
-		}{line, base64.StdEncoding.EncodeToString(raw), string(raw), msg})
-	}
+	b, encErr := badLetter(line, raw, msg, d.maxLine)
 	if encErr != nil { // cannot happen: only strings and numbers
 		d.fail(fmt.Errorf("ndjson: encoding the dead letter of line %d: %w", line, encErr))
 		return
 	}
 	d.write(b)
+}
+
+// maxLongLetterError is the most of its error message that a letter
+// longer than MaxLineBytes keeps, in bytes (a LineError's is far shorter):
+// what MaxBadLetterBytes leaves room for.
+const maxLongLetterError = 1 << 10
+
+// badLetter returns the letter of WriteBad, its "\n" included, for lines
+// of at most maxLine bytes. Its length is bounded before it is encoded:
+// a line of control characters would take 6 times its size to encode,
+// only to be found too long.
+func badLetter(line int, raw []byte, msg string, maxLine int) ([]byte, error) {
+	type base64Letter struct {
+		Line      int     `json:"line"`
+		RawBase64 string  `json:"raw_base64"`
+		RawText   *string `json:"raw_text,omitempty"`
+		Error     string  `json:"error"`
+	}
+	fields := len(`{"line":,"raw":"","error":""}`) + len(strconv.Itoa(line)) + jsonStringBound([]byte(msg))
+	valid := utf8.Valid(raw)
+	switch {
+	case valid && fields+jsonStringBound(raw) <= maxLine:
+		return marshalLine(struct {
+			Line  int    `json:"line"`
+			Raw   string `json:"raw"`
+			Error string `json:"error"`
+		}{line, string(raw), msg})
+	case !valid && fields+len(`_base64,"raw_text":""`)+base64.StdEncoding.EncodedLen(len(raw))+jsonStringBound(raw) <= maxLine:
+		text := string(raw)
+		return marshalLine(base64Letter{line, base64.StdEncoding.EncodeToString(raw), &text, msg})
+	}
+	// Base64 is the shortest form that a JSON string holds any bytes in,
+	// and a Reader takes it up to badLetterLimit.
+	return marshalLine(base64Letter{Line: line, RawBase64: base64.StdEncoding.EncodeToString(raw), Error: truncate(msg, maxLongLetterError)})
+}
+
+// jsonStringBound returns the most bytes that s takes in a JSON string
+// as marshalLine writes it, quotes excluded: 6 for a control character
+// (encoding/json writes some in 2), a byte that is not UTF-8 (\ufffd) and
+// U+2028 or U+2029; 2 for a quote or a backslash; the others as they are.
+func jsonStringBound(s []byte) int {
+	n := 0
+	for len(s) > 0 {
+		r, size := utf8.DecodeRune(s)
+		switch {
+		case r < 0x20, r == utf8.RuneError && size == 1, r == '\u2028', r == '\u2029':
+			n += 6
+		case r == '"', r == '\\':
+			n += 2
+		default:
+			n += size
+		}
+		s = s[size:]
+	}
+	return n
+}
+
+// truncate returns s cut to at most n bytes, not within a character, with
+// "…" after it when it was cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // BadLine reports whether raw, a line of input, is the dead letter of a

@@ -2,11 +2,13 @@ package ndjson_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -495,6 +497,116 @@ func TestDeadLettersWriteBadKeepsTheBytesOfALineThatIsNotUTF8(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(letter, &older))
 	assert.Nil(t, older.Raw, "a reader of \"raw\" alone finds no line to take for this one")
+}
+
+// A bad line that a Reader accepted (at most MaxLineBytes long) has a
+// letter that a Reader reads back as that line, with its number, though
+// the letter is longer than MaxLineBytes: its escapes (a quote takes 2
+// bytes, a control character up to 6) or its error message make it so.
+// Such a letter is written in base64, which a Reader accepts up to
+// MaxBadLetterBytes. (A Reader refused it as a line longer than 64 MiB:
+// the line and its number were lost on replay.) The lines are at a limit
+// lowered to 256 KiB, past a Reader's 64 KiB buffer, and at MaxLineBytes
+// itself in runs without -race or -short.
+func TestTheLetterOfABadLineAReaderAcceptedReadsBackAsThatLine(t *testing.T) {
+	require.Equal(t, ndjson.MaxBadLetterBytes, ndjson.BadLetterLimit(ndjson.MaxLineBytes))
+	for _, limit := range []int{256 << 10, ndjson.MaxLineBytes} {
+		if limit == ndjson.MaxLineBytes && (testing.Short() || raceEnabled) {
+			continue // 64 MiB lines take seconds in -short and -race runs
+		}
+		longMsg := strings.Repeat("e", limit)
+		tests := []struct {
+			name    string
+			raw     []byte
+			msg     string
+			wantMsg string // the message the letter keeps
+			long    bool   // the letter is longer than limit
+			base64  bool   // the letter holds the line in base64 alone
+		}{
+			{"a line of quotes, 2 bytes each escaped", bytes.Repeat([]byte(`x"`), limit/2), "line 1: not an object", "line 1: not an object", true, true},
+			{"a line of control characters, 6 bytes each escaped", bytes.Repeat([]byte{1}, limit), "line 1: not an object", "line 1: not an object", true, true},
+			{"a line that is not UTF-8", bytes.Repeat([]byte{0xe9}, limit), "line 1: wrong type", "line 1: wrong type", true, true},
+			{"a short line with a long message, cut", []byte("x"), longMsg, longMsg[:1<<10] + "…", false, true},
+			{"a line whose letter fits", bytes.Repeat([]byte("x"), limit-64), "line 1: not an object", "line 1: not an object", false, false},
+		}
+		if limit == ndjson.MaxLineBytes {
+			tests = tests[:1] // the others take seconds more at this size
+		}
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s, at %d bytes", tt.name, limit), func(t *testing.T) {
+				r := ndjson.NewReader(bytes.NewReader(append(slices.Clip(tt.raw), '\n')))
+				r.SetMaxLineBytes(limit)
+				_, err := r.Next()
+				require.NotErrorIs(t, err, ndjson.ErrLineTooLong, "the line is within the limit")
+				require.True(t, bytes.Equal(tt.raw, r.Raw()), "a Reader reads the line")
+
+				path := tempPath(t)
+				dl, err := ndjson.CreateDeadLetters(path)
+				require.NoError(t, err)
+				dl.SetMaxLineBytes(limit)
+				dl.WriteBad(1, r.Raw(), errors.New(tt.msg))
+				dl.WriteBad(2, []byte("next"), errors.New("line 2: not an object"))
+				require.NoError(t, dl.Close())
+
+				f, err := os.Open(path)
+				require.NoError(t, err)
+				defer f.Close()
+				rr := ndjson.NewReader(f)
+				rr.SetMaxLineBytes(limit)
+				_, err = rr.Next()
+				require.Error(t, err)
+				require.NotErrorIs(t, err, ndjson.ErrLineTooLong, "a Reader refuses the letter")
+				assert.Equal(t, tt.long, len(rr.Raw()) > limit, "the letter is %d bytes", len(rr.Raw()))
+				assert.Equal(t, tt.base64, bytes.HasPrefix(rr.Raw(), []byte(`{"line":1,"raw_base64":`)) && !bytes.Contains(rr.Raw(), []byte(`"raw_text"`)))
+				assert.LessOrEqual(t, len(rr.Raw()), ndjson.BadLetterLimit(limit))
+				line, content, msg, ok := ndjson.BadLine(rr.Raw())
+				require.True(t, ok, "the letter is not that of a bad line")
+				assert.Equal(t, 1, line)
+				assert.True(t, bytes.Equal(tt.raw, content), "the letter does not hold the line")
+				assert.Equal(t, tt.wantMsg, msg)
+
+				_, err = rr.Next() // the next letter, read as it was written
+				require.NotErrorIs(t, err, io.EOF)
+				line, content, _, ok = ndjson.BadLine(rr.Raw())
+				assert.True(t, ok)
+				assert.Equal(t, 2, line)
+				assert.Equal(t, "next", string(content))
+				_, err = rr.Next()
+				assert.ErrorIs(t, err, io.EOF)
+			})
+		}
+	}
+}
+
+// A line longer than MaxLineBytes is still too long for a Reader when it
+// is no letter that a Reader accepts: not a letter, a letter longer than
+// MaxBadLetterBytes, or one that holds a line longer than MaxLineBytes
+// (edited by hand: it would give a line that does not read back). The
+// Reader goes on with the next line. The limit is lowered to 256 KiB.
+func TestALongLineThatIsNoLetterOfALineAReaderAcceptsIsTooLong(t *testing.T) {
+	const limit = 256 << 10
+	tests := []struct{ name, line string }{
+		{"not a letter", `{"id":"a","metadata":{"s":"` + strings.Repeat("x", limit) + `"}}`},
+		{"a letter of a line too long", `{"line":1,"raw":"` + strings.Repeat("x", limit+1) + `","error":""}`},
+		{"a letter of a line too long, in base64", `{"line":1,"raw_base64":"` + base64.StdEncoding.EncodeToString(make([]byte, limit+1)) + `","error":""}`},
+		{"a letter too long", `{"line":1,"raw":"x","error":"` + strings.Repeat("e", ndjson.BadLetterLimit(limit)) + `"}`},
+		{"not JSON", `{"line":` + strings.Repeat("1", limit)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ndjson.NewReader(strings.NewReader(tt.line + "\n" + `{"id":"next"}` + "\n"))
+			r.SetMaxLineBytes(limit)
+			_, err := r.Next()
+			var le *ndjson.LineError
+			require.ErrorAs(t, err, &le)
+			assert.ErrorIs(t, err, ndjson.ErrLineTooLong)
+			assert.Equal(t, 1, le.Line)
+			assert.Nil(t, r.Raw())
+			v, err := r.Next()
+			require.NoError(t, err)
+			assert.Equal(t, "next", v.Id)
+		})
+	}
 }
 
 func TestDeadLettersConcurrentWrites(t *testing.T) {

@@ -25,7 +25,8 @@
 //
 // with, for a line that is not valid UTF-8, which a JSON string cannot
 // hold, "raw_base64" (its exact bytes) and "raw_text" (for reading only)
-// in place of "raw" (see [DeadLetters.WriteBad] and [BadLine]).
+// in place of "raw", and "raw_base64" alone for a letter that would be
+// longer than MaxLineBytes (see [DeadLetters.WriteBad] and [BadLine]).
 //
 // Since a [Reader] ignores the fields it does not know, a dead-letter file
 // can be fed back in unchanged to replay the records.
@@ -55,8 +56,27 @@ import (
 
 // MaxLineBytes is the longest line a [Reader] accepts, in bytes, line
 // ending excluded: 64 MiB. A longer line is a [LineError] wrapping
-// [ErrLineTooLong].
+// [ErrLineTooLong], but for the dead letter of a bad line (see
+// MaxBadLetterBytes).
 const MaxLineBytes = 64 << 20
+
+// MaxBadLetterBytes is the longest dead letter of a bad line
+// ([DeadLetters.WriteBad]) that a [Reader] accepts, in bytes, line ending
+// excluded: about 85.4 MiB, the base64 of a line of MaxLineBytes and room
+// for the letter's other fields. The escapes of a line a Reader accepted
+// can make its letter longer than MaxLineBytes, and it must read back: a
+// longer line that begins with {"line": is read up to this length, and
+// accepted when [BadLine] takes it for the letter of a line of at most
+// MaxLineBytes; any other is a [LineError] wrapping [ErrLineTooLong].
+const MaxBadLetterBytes = (MaxLineBytes+2)/3*4 + badLetterFields
+
+// badLetterFields is the room left in MaxBadLetterBytes for the fields of
+// the letter other than the line's base64: "line", "error" (at most
+// maxLongLetterError bytes, 6 each once escaped) and the punctuation.
+const badLetterFields = 32 << 10
+
+// badLetterLimit is MaxBadLetterBytes for lines of at most maxLine bytes.
+func badLetterLimit(maxLine int) int { return (maxLine+2)/3*4 + badLetterFields }
 
 // The errors a [LineError] wraps, one per kind of bad line, for errors.Is.
 var (
@@ -73,7 +93,8 @@ var (
 	ErrWrongType = errors.New("wrong type")
 	// ErrMissingID: the object has no id, or an empty or null one.
 	ErrMissingID = errors.New("missing or empty id")
-	// ErrLineTooLong: the line is longer than MaxLineBytes.
+	// ErrLineTooLong: the line is longer than MaxLineBytes, and is not
+	// the dead letter of a bad line (see MaxBadLetterBytes).
 	ErrLineTooLong = errors.New("line longer than 64 MiB")
 )
 
@@ -116,16 +137,22 @@ func (e *LineError) Unwrap() error { return e.Err }
 // "\n" or "\r\n", and the last one needs no line ending. A UTF-8 byte
 // order mark at the start of the input is skipped. A Reader is not safe
 // for concurrent use.
+//
+// A Reader holds one line at a time: at most MaxLineBytes, or
+// MaxBadLetterBytes for the dead letter of a bad line, which it decodes
+// to check it ([BadLine]). Reading a line that long allocates a few times
+// its size, for a moment.
 type Reader struct {
-	br   *bufio.Reader
-	line int
-	raw  []byte
-	buf  []byte // holds a line that did not fit in br's buffer
+	br      *bufio.Reader
+	line    int
+	raw     []byte
+	buf     []byte // holds a line that did not fit in br's buffer
+	maxLine int    // MaxLineBytes; a test lowers it (export_test.go)
 }
 
 // NewReader returns a Reader that reads from r, buffered.
 func NewReader(r io.Reader) *Reader {
-	return &Reader{br: bufio.NewReaderSize(r, 64<<10)}
+	return &Reader{br: bufio.NewReaderSize(r, 64<<10), maxLine: MaxLineBytes}
 }
 
 // Next returns the next record. At the end of the input it returns io.EOF.
@@ -161,23 +188,33 @@ func (r *Reader) Line() int { return r.line }
 // Raw returns the bytes of the line Next read last, without its line
 // ending (nor the byte order mark of the first line), so that a bad line
 // can be kept as is (see [DeadLetters.WriteBad]). It is nil for a line
-// longer than MaxLineBytes. The slice is valid only until the next call to
+// longer than MaxLineBytes, but the dead letter of a bad line (see
+// MaxBadLetterBytes). The slice is valid only until the next call to
 // Next.
 func (r *Reader) Raw() []byte { return r.raw }
 
 // readLine reads the next line, without its line ending, into r.raw.
 func (r *Reader) readLine() ([]byte, error) {
 	r.raw, r.buf = nil, r.buf[:0]
-	n := 0                   // bytes of the line read so far, line ending included
-	most := MaxLineBytes + 2 // room for "\r\n"
+	n := 0    // bytes of the line read so far, line ending included
+	room := 2 // for "\r\n"
 	if r.line == 0 {
-		most += len(utf8BOM) // not part of the line (Raw)
+		room += len(utf8BOM) // not part of the line (Raw)
 	}
+	most, mostLetter := r.maxLine+room, badLetterLimit(r.maxLine)+room
+	skip := false // the line is too long: its bytes are dropped
 	for {
 		chunk, err := r.br.ReadSlice('\n')
 		n += len(chunk)
+		if !skip && n > most {
+			start := r.buf
+			if len(start) == 0 {
+				start = chunk
+			}
+			skip = n > mostLetter || !mayBeBadLetter(start, r.line == 0)
+		}
 		switch {
-		case n > most:
+		case skip:
 			r.raw, r.buf = nil, nil // skip the rest of the line
 		case len(r.buf) == 0 && err != bufio.ErrBufferFull:
 			r.raw = chunk // the whole line is in br's buffer: no copy
@@ -200,12 +237,36 @@ func (r *Reader) readLine() ([]byte, error) {
 		if r.line == 1 {
 			r.raw = bytes.TrimPrefix(r.raw, utf8BOM)
 		}
-		if n > most || len(r.raw) > MaxLineBytes {
+		if skip || (len(r.raw) > r.maxLine && !r.isBadLetter(r.raw)) {
 			r.raw = nil
 			return nil, &LineError{Line: r.line, Err: ErrLineTooLong}
 		}
 		return r.raw, nil
 	}
+}
+
+// mayBeBadLetter reports whether start, the start of a line (the first
+// of the input when first), is that of the dead letter of a bad line, as
+// WriteBad writes it and BadLine reads it: {"line": after spaces, and the
+// byte order mark of the input.
+func mayBeBadLetter(start []byte, first bool) bool {
+	if first {
+		start = bytes.TrimPrefix(start, utf8BOM)
+	}
+	return bytes.HasPrefix(bytes.TrimLeft(start, " \t\r\n"), []byte(`{"line":`))
+}
+
+// isBadLetter reports whether raw, a line longer than r.maxLine, is a
+// dead letter of a bad line that a Reader accepts: one that BadLine reads,
+// at most badLetterLimit long, of a line of at most r.maxLine bytes, which
+// a Reader accepted. Another letter, one edited by hand to hold a longer
+// line for example, would give a line that does not read back.
+func (r *Reader) isBadLetter(raw []byte) bool {
+	if len(raw) > badLetterLimit(r.maxLine) || !mayBeBadLetter(raw, false) {
+		return false
+	}
+	_, content, _, ok := BadLine(raw)
+	return ok && len(content) <= r.maxLine
 }
 
 // utf8BOM is the UTF-8 byte order mark, which Windows tools write at the

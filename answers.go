@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 )
@@ -92,19 +94,53 @@ func stopsOneNamespace(e *Error) bool {
 // limit for namespace <namespace> (<limit> QPS)…"), normalized.
 var namespaceNamed = regexp.MustCompile(`for namespace .* \((\d+) qps\)`)
 
-// quoted matches what an answer quotes in single quotes ("…but got
-// '<id>'", "Metadata key '<key>'…"), not an apostrophe within a word
-// ("You've reached…").
-var quoted = regexp.MustCompile(`(^|[^\pL\pN])'[^']*'`)
-
 // wording returns msg normalized, without the caller's data it names (the
 // namespace of the request-rate answer, whatever it quotes): a namespace,
 // an id or a metadata key holding "quota_exceeded" must not make a rate
 // limit or one invalid record read as a spent quota.
 func wording(msg string) string {
-	msg = namespaceNamed.ReplaceAllString(normalize(msg), "for namespace - ($1 qps)")
-	return quoted.ReplaceAllString(msg, "$1'-'")
+	return withoutQuoted(namespaceNamed.ReplaceAllString(normalize(msg), "for namespace - ($1 qps)"))
 }
+
+// withoutQuoted returns msg with what it quotes in single quotes ("…but
+// got '<id>'", "Metadata key '<key>'…") replaced by '-'. A quote opens
+// after a character that is no letter or digit and closes before one, so
+// that an apostrophe within a word ("You've", an id "it's-x") does
+// neither.
+func withoutQuoted(msg string) string {
+	var b strings.Builder
+	prev := ' '
+	for i := 0; i < len(msg); {
+		r, size := utf8.DecodeRuneInString(msg[i:])
+		if r == '\'' && !inWord(prev) {
+			if end := closingQuote(msg[i+size:]); end >= 0 {
+				b.WriteString("'-'")
+				i += size + end + 1
+				prev = '\''
+				continue
+			}
+		}
+		b.WriteRune(r)
+		i, prev = i+size, r
+	}
+	return b.String()
+}
+
+// closingQuote returns the index in s of the first quote followed by no
+// letter or digit, or -1.
+func closingQuote(s string) int {
+	for i, r := range s {
+		if r != '\'' {
+			continue
+		}
+		if next, _ := utf8.DecodeRuneInString(s[i+1:]); i+1 == len(s) || !inWord(next) {
+			return i
+		}
+	}
+	return -1
+}
+
+func inWord(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }
 
 // limitNamed returns the rate limit msg says was reached.
 func limitNamed(msg string) Limit {

@@ -121,3 +121,18 @@ func TestNeverSent(t *testing.T) {
 		assert.Same(t, other, unreachable("h:443", other))
 	})
 }
+
+// What an answer quotes is the caller's data: an apostrophe within a word
+// neither opens nor closes a quote.
+func TestWithoutQuotedDropsWhatAnAnswerQuotes(t *testing.T) {
+	for _, tt := range []struct{ msg, want string }{
+		{"you've reached the max namespaces allowed in serverless index 'docs' (100).", "you've reached the max namespaces allowed in serverless index '-' (100)."},
+		{"vector id 'it's-quota_exceeded' is refused", "vector id '-' is refused"},
+		{"keys 'a' 'b' and 'l'été'", "keys '-' '-' and '-'"},
+		{"'quota exceeded'", "'-'"},
+		{"an unclosed 'quota exceeded", "an unclosed 'quota exceeded"},
+		{"it's 'x'y' z", "it's '-' z"},
+	} {
+		assert.Equal(t, tt.want, withoutQuoted(tt.msg), tt.msg)
+	}
+}

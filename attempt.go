@@ -102,6 +102,10 @@ func (r *run) admit(rt *route, p *part, first *place) (permit, *minutePass, int,
 		return permit{}, nil, 0, r.stopError()
 	}
 	defer first.leave() // the lane's queue left it already, unless p did not get there
+
+	if e := rt.refused.Load(); e != nil { // before any wait or booking; again once admitted
+		return permit{}, nil, 0, e
+	}
 	acquire := rt.lane.acquireOrRecut
 	if r.cfg.batchSize > 0 {
 		acquire = rt.lane.acquire // a pinned size is never cut

@@ -120,22 +120,23 @@ func (h *holding) stall(rt *route) {
 var errNoRoom = errors.New("upsert: no room for the batch yet")
 
 // makeRoom dispatches the oldest batches that can go now until a record of
-// size bytes can be held within the bounds. It returns errNoRoom when none
+// size bytes, for rt, can be held within the bounds (the bound on
+// namespaces only when rt holds none yet). It returns errNoRoom when none
 // of those left can go: the record must not be taken yet.
-func (in *intake) makeRoom(size int) error {
-	if h := &in.hold; h.records < h.maxRecords && h.bytes+size <= h.maxBytes && h.routes < h.maxRoutes {
+func (in *intake) makeRoom(size int, rt *route) error {
+	if h := &in.hold; h.records < h.maxRecords && h.bytes+size <= h.maxBytes && (h.routes < h.maxRoutes || holds(rt)) {
 		return nil // inlined: the path of nearly every record
 	}
-	return in.dispatchOldest(size)
+	return in.dispatchOldest(size, rt)
 }
 
 // dispatchOldest is makeRoom's loop: the stalled ready batches first (full
 // ones), then the current batches in the order they started, skipping
 // those that cannot go now.
-func (in *intake) dispatchOldest(size int) error {
+func (in *intake) dispatchOldest(size int, rt *route) error {
 	h := &in.hold
 	over := func() bool {
-		return h.records > 0 && (h.records >= h.maxRecords || h.bytes+size > h.maxBytes || h.routes >= h.maxRoutes)
+		return h.records > 0 && (h.records >= h.maxRecords || h.bytes+size > h.maxBytes || h.routes >= h.maxRoutes && !holds(rt))
 	}
 	in.dispatchStalled(over)
 	in.dispatchCurrent(func(pendingBatch) bool { return !over() })

@@ -290,8 +290,8 @@ func (in *intake) takeRepeated(held map[string]item, rt *route, it item, flag ui
 // joins fail.
 func (in *intake) sendTaken(rt *route, it item) {
 	ctx := in.r.runCtx
-	if in.makeRoom(it.size) == errNoRoom {
-		_ = in.waitRoom(ctx, nil, func() error { return in.makeRoom(it.size) })
+	if in.makeRoom(it.size, rt) == errNoRoom {
+		_ = in.waitRoom(ctx, nil, func() error { return in.makeRoom(it.size, rt) })
 	}
 	// All has no flusher: a ready batch goes before the next one fills
 	// (makeRoom may have left one).
@@ -474,7 +474,7 @@ func (in *intake) tryPush(ctx context.Context, p *pushing) (settled <-chan struc
 	if err := in.dispatchReady(rt); err != nil {
 		return nil, err
 	}
-	if err := in.makeRoom(it.size); err != nil {
+	if err := in.makeRoom(it.size, rt); err != nil {
 		return nil, err
 	}
 	if len(rt.ready.items) > 0 { // makeRoom made rt's current batch ready

@@ -67,6 +67,8 @@ func TestClassify(t *testing.T) {
 		// What an answer quotes is the caller's data, not Pinecone's words.
 		{"INVALID_ARGUMENT quoting an id with a quota's text is invalid", grpcErr(codes.InvalidArgument, "Vector ID must be ASCII, but got 'quota exceeded – é'"), ClassInvalid},
 		{"HTTP 400 quoting a metadata key with a quota's text is invalid", httpMsg(400, `{"code":3,"message":"Metadata key '$quota_exceeded' must not start with '$'"}`), ClassInvalid},
+		{"INVALID_ARGUMENT quoting an id holding an apostrophe and a quota's text is invalid", grpcErr(codes.InvalidArgument, "Vector ID 'it's-quota_exceeded' is refused"), ClassInvalid},
+		{"INVALID_ARGUMENT quoting two keys, the second with a quota's text, is invalid", grpcErr(codes.InvalidArgument, "Metadata keys 'a' and 'l'été quota exceeded' are refused"), ClassInvalid},
 		{"INVALID_ARGUMENT quoting a key with the too-large text is invalid", grpcErr(codes.InvalidArgument, "Metadata key 'larger than the maximum supported size' is bad"), ClassInvalid},
 		{"a quota's text beside a quoted index name is quota-exceeded", grpcErr(codes.PermissionDenied, "Request failed. You've reached the max namespaces allowed in serverless index 'docs' (100)."), ClassQuotaExceeded},
 		{"RESOURCE_EXHAUSTED naming a namespace 'larger than max' is rate-limited", grpcErr(codes.ResourceExhausted, "Request failed. You've reached the upsert QPS limit for namespace 'larger than max' (100 QPS)."), ClassRateLimited},
@@ -644,6 +646,46 @@ func TestANamespaceQuotaFailsOnlyTheNewNamespacesRecords(t *testing.T) {
 	assert.Equal(t, 1, srv.Stats().Codes[codes.PermissionDenied], "one request into the new namespace")
 }
 
+// namespacesQuota is Pinecone's answer to a write into a new namespace of
+// an index at its quota of namespaces (upserttest's text).
+const namespacesQuota = "Request failed. You've reached the max namespaces allowed in serverless index upserttest. To add more namespaces, upgrade your plan."
+
+// The records of a namespace the index refused to create fail unsent
+// after the first refusal. WithMaxRate caps "the records this call sends
+// a second": records never sent take none of it from the namespaces that
+// still take writes. Here 200 records land under a cap of 100 a second
+// (about 2 s); the 190 refused records were booked on the cap before the
+// refusal was looked at, and the run took 3.9 s.
+func TestRecordsOfARefusedNamespaceSpendNoneOfTheRateCap(t *testing.T) {
+	clk := newEventClock()
+	var mu sync.Mutex
+	sent := map[string]int{}
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		_ = clk.Sleep(context.WithoutCancel(ctx), 10*time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		sent[ns] += len(b)
+		if ns == "new" {
+			return status.Error(codes.PermissionDenied, namespacesQuota)
+		}
+		return nil
+	}
+	nsOf := WithNamespaceOf(func(v *pinecone.Vector) string {
+		if n, _ := strconv.Atoi(strings.TrimPrefix(v.Id, "v")); n%2 == 1 {
+			return "new"
+		}
+		return "old"
+	})
+	res, err := All(context.Background(), vectors(400, 4), WithUpsertFunc(send), withClock(clk), withRand(maxRand),
+		nsOf, WithBatchSize(10), WithConcurrency(1), WithMaxRate(100))
+	took := clk.Now().Sub(clk.start)
+	t.Logf("virtual %v, sent %v, upserted %d, failed %d: %v", took, sent, res.Upserted, len(res.Failed), err)
+	assert.True(t, errors.Is(err, ErrQuotaExceeded))
+	assert.Equal(t, 200, res.Upserted)
+	assert.Equal(t, 10, sent["new"], "one request into the refused namespace")
+	assert.Less(t, took, 2500*time.Millisecond, "records failed unsent spend none of WithMaxRate's cap")
+}
+
 // Pinecone's request-rate answer names the namespace: "You've reached the
 // upsert QPS limit for namespace <namespace> (<limit> QPS)" (reference.md).
 // Namespaces are the caller's data (tenant ids, queue names): the quota's
@@ -669,16 +711,20 @@ func TestARateLimitNamingANamespaceIsNotTakenForAQuota(t *testing.T) {
 // The phrase was looked for in the whole text: the run stopped as at a
 // spent quota, and all 40 records failed as quota-exceeded.
 func TestAnInvalidRecordQuotingAQuotasPhraseDoesNotStopTheRun(t *testing.T) {
-	fi := newFakeIndex(func(_ int, ids []string) error {
-		if slices.Contains(ids, "v3") {
-			return status.Error(codes.InvalidArgument, "Vector ID 'v3' is refused: 'quota_exceeded' in its text")
-		}
-		return nil
-	})
-	res, err := All(context.Background(), vectors(40, 4), testOpts(fi, WithBatchSize(10), WithConcurrency(1))...)
-	require.Error(t, err)
-	assert.Equal(t, map[Class][]string{ClassInvalid: {"v3"}}, failedIDs(res))
-	assert.Equal(t, 39, res.Upserted)
+	for _, bad := range []string{"quota_exceeded", "it's-quota_exceeded"} { // an apostrophe closed the quote early
+		recs := vectors(40, 4)
+		recs[3].Id = bad
+		fi := newFakeIndex(func(_ int, ids []string) error {
+			if slices.Contains(ids, bad) {
+				return status.Error(codes.InvalidArgument, fmt.Sprintf("Vector ID '%s' is refused", bad))
+			}
+			return nil
+		})
+		res, err := All(context.Background(), recs, testOpts(fi, WithBatchSize(10), WithConcurrency(1))...)
+		require.Error(t, err)
+		assert.Equal(t, map[Class][]string{ClassInvalid: {bad}}, failedIDs(res))
+		assert.Equal(t, 39, res.Upserted)
+	}
 }
 
 // A REST request whose TLS handshake fails never reached the index, as

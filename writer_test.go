@@ -821,6 +821,53 @@ func TestTheBoundOnRecordsHeldSendsTheOldestBatchThatCanGo(t *testing.T) {
 	assert.Equal(t, hotTaken+4, res.Upserted, "every record taken lands")
 }
 
+// A stream holds undispatched records of at most 512 namespaces. A record
+// that joins a namespace already holding records adds none: with 512
+// namespaces holding one record each and every worker busy (a slow
+// index), an Add into one of them (its partial batch has room: 1 of 100)
+// is taken at once, where the bound held it until a request ended.
+func TestAnAddJoiningANamespaceAlreadyHeldIsNotHeldBackByTheBoundOnNamespaces(t *testing.T) {
+	release := make(chan struct{})
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	nsOf := WithNamespaceOf(func(v *pinecone.Vector) string { return v.Metadata.Fields["ns"].GetStringValue() })
+	ctx := context.Background()
+	w, err := NewWriter(ctx, WithUpsertFunc(send), nsOf, WithConcurrency(1), WithBatchSize(100), WithMaxDelay(time.Minute))
+	require.NoError(t, err)
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+		_, _ = w.Close(ctx)
+	}()
+	rec := func(id, ns string) *pinecone.Vector {
+		return withMetadata(&pinecone.Vector{Id: id, Values: &[]float32{1, 2, 3, 4}}, map[string]any{"ns": ns})
+	}
+	n := maxHeldRoutes + 4 // the 4 workers of WithConcurrency(1) take the 4 oldest batches, which hang
+	for i := range n {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		require.NoError(t, w.Add(actx, rec(fmt.Sprintf("a%d", i), fmt.Sprintf("s%d", i))), i)
+		cancel()
+	}
+	t.Logf("routes holding %d, records held %d", w.in.heldRoutes(), w.in.heldRecords())
+	actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = w.Add(actx, rec("b", fmt.Sprintf("s%d", n-1))) // joins s515's partial batch
+	cancel()
+	assert.NoError(t, err, "a record joining a namespace already held adds no namespace held")
+	close(release)
+	res, err := w.Close(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, n+1, res.Upserted)
+}
+
 // heldRoutes is how many routes the intake counts as holding records.
 func (in *intake) heldRoutes() int {
 	_ = in.lock(context.Background())

@@ -373,7 +373,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		if ln.breaker.failure(now, p.start, ln.isProbe(p.probe), timedOut) {
 			ln.signals.breaker.fire()
 		}
-		if !wasOpen && ln.breaker.open {
+		if !wasOpen && ln.breaker.open || ln.joinsSharedOutage() {
 			ln.queueBreaker(true)
 		}
 		ln.tellHost()
@@ -415,6 +415,17 @@ func (ln *lane) closeBreaker(now, sent time.Time) {
 	if ln.host != nil {
 		ln.host.closed(ln, sent) // the host's other namespaces probe at once
 	}
+}
+
+// joinsSharedOutage reports whether the failure just counted is this
+// writer's first in the lane's outage that it heard of (another writer's
+// breaker opened it, and opened this one): it tells the store it is in
+// it, so that the outage outlives the writer that opened it only while a
+// writer that still sees it is live (an outage that none still sees may
+// have ended unseen: a writer that joins later must not count its own
+// from that one's start). ln.mu is held.
+func (ln *lane) joinsSharedOutage() bool {
+	return ln.breaker.open && !ln.breaker.shared.openSince.IsZero() && !ln.share.inOutage
 }
 
 // indexAnswered tells the lane that its index answered the run's

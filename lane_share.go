@@ -30,6 +30,13 @@ type laneShare struct {
 	// below its part of the lane's rate, so that the others learn it.
 	cutAlone bool
 	cutDim   int
+	// inOutage: this writer reported its breaker open (queueBreaker) and
+	// no view since showed the lane's outage over; the store keeps the
+	// lane's outage while a writer in it is live (share.Member.Breaker). A
+	// writer whose breaker the lane's outage opened (heard) reports itself
+	// at its first failure in it (lane.answerBreaker), so that the outage
+	// lasts as long as a writer still sees it, and no longer.
+	inOutage bool
 	// aloneFrac is the fraction goAlone made the controllers' known
 	// limits whole by (rateControl.alone), until the lane shares again;
 	// 0 while they hold this writer's part.
@@ -57,7 +64,7 @@ func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, s
 		// A new membership counts the lane's episodes afresh: the lane's
 		// keys may have been dropped since an earlier one (a Limiter kept
 		// between calls), and its epochs started over.
-		sh.epoch, sh.cutAlone = 0, false
+		sh.epoch, sh.cutAlone, sh.inOutage = 0, false, false
 		// Nor did it hear any outage yet: an earlier membership's, whose
 		// keys were dropped since, has not ended (applyView's sharedBack).
 		ln.breaker.shared.openSince, ln.breaker.shared.answered = time.Time{}, false
@@ -177,6 +184,7 @@ func (ln *lane) applyView(v share.View) {
 			sh.shared = false
 			sh.stats.fallbacks.Add(1)
 			ln.goAlone(now)
+			sh.inOutage = false // the store may drop it meanwhile (its heartbeat expires)
 		}
 		return
 	}
@@ -209,6 +217,9 @@ func (ln *lane) applyView(v share.View) {
 // breaker shared by the lane's writers (docs/redis-sharing.md).
 func (ln *lane) applyOutage(v share.View, now time.Time, rejoined bool) {
 	openSince, heardOpen := v.OpenSince, ln.breaker.shared.openSince
+	if openSince.IsZero() {
+		ln.share.inOutage = false // the store counts no writer in an outage it does not hold
+	}
 	if !openSince.IsZero() && ln.breaker.answeredSince(openSince) {
 		// This writer's own answers show the outage over (it saw it end
 		// while the store was out of reach, or the writer that opened it
@@ -668,6 +679,7 @@ func (ln *lane) queueBreaker(open bool) {
 		return
 	}
 	m := sh.m
+	sh.inOutage = open
 	ln.queueShare(func() { _, _ = m.Breaker(context.Background(), open) })
 }
 

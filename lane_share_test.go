@@ -590,6 +590,47 @@ func TestSharedLaneBreaker(t *testing.T) {
 	assert.Equal(t, errOutageTooLong, ln.breaker.gaveUp(clk.Now()))
 }
 
+// A writer whose breaker the lane's outage opened (heard) tells the store
+// it is in it at its first failure in it, once: the store keeps the
+// outage while a writer in it is live, and no longer, so that an outage
+// whose writers all died is not counted from by one that joins later
+// (upsertredis's outageLua). After the lane's outage ended, the next one
+// it hears it reports again.
+func TestSharedLaneReportsItselfInAnOutageItHeardAtItsFirstFailure(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	failProbe := func() {
+		t.Helper()
+		clk.Advance(probeMax)
+		p, err := ln.acquire(context.Background(), req(1))
+		require.NoError(t, err)
+		require.NotZero(t, p.probe)
+		ln.release(p, &Error{Class: ClassServer})
+	}
+	breakers := func() []bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return slices.Clone(m.breakers)
+	}
+	v := m.View()
+	v.OpenSince, v.Answered = clk.Now(), true
+	apply(ln, m, v)
+	require.True(t, breakerOpen(ln))
+	require.Empty(t, breakers(), "heard of, the outage is not yet this writer's")
+	failProbe()
+	failProbe()
+	assert.Equal(t, []bool{true}, breakers(), "its first failure in the outage, once")
+
+	v.OpenSince = time.Time{} // the lane's outage ended (no writer in it was left)
+	apply(ln, m, v)
+	failProbe()
+	assert.Equal(t, []bool{true}, breakers(), "an outage the lane does not hold is not joined")
+	v.OpenSince = clk.Now() // another writer's next
+	apply(ln, m, v)
+	failProbe()
+	assert.Equal(t, []bool{true, true}, breakers())
+}
+
 // The lane's reports reach the store in the order its breaker changed,
 // even when another goroutine is still making the first: "closed" before
 // "opened" would keep the outage open for every writer.

@@ -49,7 +49,12 @@
 //     within a round trip of it, belongs to that episode and cuts nothing;
 //   - a Retry-After, which pauses every writer of the lane;
 //   - the circuit breaker's outage: when the first writer's breaker opened,
-//     and whether the index ever answered anyone;
+//     and whether the index ever answered anyone. The outage ends when a
+//     writer's breaker closes (the index answered it), or when every
+//     writer in it (whose breaker opened, or whose own request failed in
+//     it) has left or died: nobody then still sees it, the index may have
+//     been back for minutes, and a writer that joins later counts a new
+//     outage from its own breaker, not from that one's start;
 //   - the live writers and what each could send (its demand): each
 //     writer's part of the rate is a max-min fair split, so a writer that
 //     joins gets its part at once and the others take up the part of one

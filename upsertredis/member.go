@@ -127,7 +127,7 @@ func (m *member) Breaker(ctx context.Context, open bool) (share.View, error) {
 	if open {
 		flag = "1"
 	}
-	_, err := m.exchange(ctx, breakerScript, m.keys[:1], flag)
+	_, err := m.exchange(ctx, breakerScript, m.keys[:1], flag, m.id)
 	return m.View(), err
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -312,7 +314,7 @@ func TestAKeptLimiterJoiningAnOldSharedOutageAfterABlipFailsNoRecordUnsent(t *te
 	require.Equal(t, 1, res.Stats.Retries, "one server error, retried and landed")
 
 	// The other writer's outage, two minutes old (it cannot reach the
-	// index, or died since), as Redis holds it.
+	// index, or went idle since), as Redis holds it.
 	_, err = idle.Breaker(ctx, true)
 	require.NoError(t, err)
 	now, err := rdb.Time(ctx).Result()
@@ -327,4 +329,71 @@ func TestAKeptLimiterJoiningAnOldSharedOutageAfterABlipFailsNoRecordUnsent(t *te
 	}
 	assert.Equal(t, 50, res.Upserted)
 	assert.Equal(t, 65, idx.Count(e2eNamespace))
+}
+
+// downIndex is an index that answers every request with a 503 while down
+// is set.
+func downIndex(t *testing.T) (*upserttest.Server, *atomic.Bool) {
+	var down atomic.Bool
+	srv := upserttest.NewServer(upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
+		upserttest.WithFaults(func(upserttest.Request) upserttest.Fault {
+			if down.Load() {
+				return upserttest.Fault{Code: codes.Unavailable}
+			}
+			return upserttest.Fault{}
+		}))
+	t.Cleanup(srv.Close)
+	return srv, &down
+}
+
+// TestAnOutageOfAWriterThatDiedDoesNotFailANewWritersShortOutage: a
+// writer process dies (SIGKILL) in an outage of 503s, after its breaker
+// opened and recorded the lane's outage (open_since), moved here to two
+// minutes ago. The index comes back, seen by no live writer, while a
+// writer process waiting for input (a quiet member) keeps the lane's keys
+// alive. The outage was kept until a breaker closed: then the index had a
+// new, 3-s outage as a writer started a run of 200 records into it, whose
+// breaker opened on the lane's old outage (breaker.heard: openedAt =
+// open_since), and once its first probe failed, gave up counting from two
+// minutes ago: every record failed unsent within 300 ms with "every
+// request has failed ... for over a minute". The lane's outage now ends
+// once no writer that reported it is live (outageLua).
+func TestAnOutageOfAWriterThatDiedDoesNotFailANewWritersShortOutage(t *testing.T) {
+	rdb := client(t, nil)
+	ix, down := downIndex(t)
+	ctx := context.Background()
+
+	quiet := New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(5*time.Millisecond), WithHeartbeat(50*time.Millisecond))
+	idle := quiet.Join(ctx, share.Lane{Host: strings.TrimPrefix(ix.Host(), "http://"), Namespace: e2eNamespace}).(*member)
+	t.Cleanup(func() { _ = idle.Leave(ctx) })
+	idle.Demand(0)
+
+	cmd := startHelper(t, "writing", helperEnv+"_HOST="+ix.Host())
+	down.Store(true)
+	require.Eventually(t, func() bool { return !exchange(t, idle).OpenSince.IsZero() }, 10*time.Second, time.Millisecond,
+		"the writer's breaker opened and recorded the lane's outage")
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.HSet(ctx, idle.keys[0], "open_since", now.Add(-2*time.Minute).UnixMilli()).Err())
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	down.Store(false) // the index is back; no live writer writes to see it
+	require.Eventually(t, func() bool { return exchange(t, idle).Writers == 1 }, 5*time.Second, time.Millisecond, "the dead writer dropped")
+	assert.True(t, exchange(t, idle).OpenSince.IsZero(), "no writer that saw the outage is left: the lane holds none")
+
+	// A new outage, 3 s long, as a writer starts.
+	down.Store(true)
+	time.AfterFunc(3*time.Second, func() { down.Store(false) })
+	runCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	s := New(rdb, WithPrefix(t.Name()+":"), WithInterval(20*time.Millisecond), WithTimeout(time.Second))
+	start := time.Now()
+	res, err := upsert.All(runCtx, vectors(0, 200), upsert.WithIndex(indexConn(t, ix.Host())),
+		upsert.WithLimiter(upsert.NewLimiter()), s.Option())
+	t.Logf("%v: upserted %d, failed %d, errors %v", time.Since(start), res.Upserted, len(res.Failed), res.Stats.ErrorsByClass)
+	assert.NoError(t, err)
+	assert.Equal(t, 200, res.Upserted, "a 3-s outage fails no record")
+	if len(res.Failed) > 0 {
+		t.Errorf("%d of 200 records failed in a 3-s outage; first: %v", len(res.Failed), res.Failed[0].Err)
+	}
 }

@@ -36,7 +36,8 @@ func laneKeys(prefix, host, namespace string) (state, writers string) {
 //	recovery         how long the climb takes, ms
 //	cut_at           when the last cut was made
 //	paused_until     end of the last Retry-After
-//	open_since       when the current outage's first breaker opened; 0 when closed
+//	open_since       when the current outage's first breaker opened; 0 when closed, or once no
+//	                 writer in it is left (see outageLua)
 //	answered         1 once the index answered any writer
 //	unit             what rate and level count (share.Unit: 0 records, 1 requests, 2 bytes)
 //	accepted         records the writers reported accepted, in all
@@ -54,6 +55,64 @@ var (
 // seedFields is how many of stateFields, from the first, a seed holds.
 const seedFields = 10
 
+// clockLua starts every script that writes the state (KEYS[1]): Redis's
+// clock (now, in ms), num, which reads a field of the state as a number,
+// and learned, which raises the state's version to the clock.
+const clockLua = `
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function num(field)
+  return tonumber(redis.call('HGET', KEYS[1], field)) or 0
+end
+-- Versions restart with the keys (the last writer left, TTL), so what a lane learned is dated by
+-- Redis's clock: no view from before, however long it ran, passes for newer and overwrites it.
+local function learned()
+  local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('HSET', KEYS[1], 'version', string.format('%.0f', math.max(num('version'), clock)))
+end
+`
+
+// outageLua keeps the lane's outage (open_since) only while a writer in
+// it is live. The state's field open_by names, space-separated, the
+// writers whose breaker reported it open (breakerScript's "1": the one
+// that opened it, those whose own breaker opened during it, and those
+// whose own request failed in it after they heard it); a close clears it
+// with the outage. settle(live), given the set of live writer ids, drops
+// the others (expired: a writer killed; or gone: a leave), and when none
+// is left ends the outage: a writer that joins later must not count its
+// own outage from a start that nobody still in the lane saw continue (the
+// index may have been back for minutes), and give up at its first
+// failure. The close is raised to the clock (learned), as a breaker's. A
+// state without open_by while open_since is set (rebuilt from a writer's
+// seed, or written by a version that did not mark) keeps its outage until
+// a close, as before. open_by holds at most one id per live writer.
+const outageLua = `
+local function markedOpen()
+  local ids = {}
+  for w in string.gmatch(redis.call('HGET', KEYS[1], 'open_by') or '', '%S+') do ids[#ids + 1] = w end
+  return ids
+end
+local function settle(live)
+  if redis.call('HEXISTS', KEYS[1], 'open_by') == 0 then return end
+  if num('open_since') == 0 then -- closed by a version that kept the marks
+    redis.call('HDEL', KEYS[1], 'open_by')
+    return
+  end
+  local ids, kept = markedOpen(), {}
+  for i = 1, #ids do
+    if live[ids[i]] then kept[#kept + 1] = ids[i] end
+  end
+  if #kept == 0 then
+    redis.call('HDEL', KEYS[1], 'open_by')
+    redis.call('HSET', KEYS[1], 'open_since', 0)
+    learned()
+  elseif #kept < #ids then
+    redis.call('HSET', KEYS[1], 'open_by', table.concat(kept, ' '))
+  end
+end
+`
+
 // prelude is shared by every script. ARGV[1] is the keys' TTL in ms,
 // ARGV[2..11] a seed of the state (its fields up to answered, from the
 // caller's last view); a script's own arguments start at ARGV[base]. The
@@ -66,23 +125,13 @@ const seedFields = 10
 // that a writer can tell an answer older than one it has (see adopt), and
 // a write that writers act on raises it to Redis's clock (learned).
 // Scripts reply with {now, rebuilt, <stateFields>...}, all as strings.
-const prelude = `
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+// A rebuilt state's outage (open_since from the seed) is kept until a
+// close, since which writers were in it is lost (see outageLua).
+const prelude = clockLua + outageLua + `
 local FIELDS = {'version', 'epoch', 'rate', 'level', 'recovery', 'cut_at', 'paused_until', 'open_since', 'answered', 'unit', 'accepted', 'accepted_at_cut', 'counted_from'}
 local SEED = 10
 local base = SEED + 2
 local ttl = ARGV[1]
-local function num(field)
-  return tonumber(redis.call('HGET', KEYS[1], field)) or 0
-end
--- Versions restart with the keys (the last writer left, TTL), so what a lane learned is dated by
--- Redis's clock: no view from before, however long it ran, passes for newer and overwrites it.
-local function learned()
-  local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  redis.call('HSET', KEYS[1], 'version', string.format('%.0f', math.max(num('version'), clock)))
-end
 local created = 0
 if redis.call('EXISTS', KEYS[1]) == 0 or tonumber(ARGV[2]) > num('version') then
   created = 1
@@ -93,6 +142,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 or tonumber(ARGV[2]) > num('version') then
   end
   local accepted = num('accepted')
   redis.call('HSET', KEYS[1], 'accepted', accepted, 'accepted_at_cut', accepted, 'counted_from', now, unpack(seed))
+  -- Which writers were in an outage the seed holds is not known: it is kept until a close.
+  redis.call('HDEL', KEYS[1], 'open_by')
 end
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 local function ms(x)
@@ -114,27 +165,29 @@ const seedArgs = 1 + seedFields
 // syncScript is a writer's periodic exchange. KEYS: state, writers. ARGV
 // after the prelude's: writer id, heartbeat in ms, records accepted since
 // the last exchange, demand. It adds the records, marks the index as
-// answered when there are any, drops the writers whose heartbeat expired,
-// renews this one's, and replies with the other live writers' demands
-// after the state.
+// answered when there are any, drops the writers whose heartbeat expired
+// (and ends the outage when no writer in it is left: settle), renews this
+// one's, and replies with the other live writers' demands after the state.
 var syncScript = redis.NewScript(prelude + `
 local id, heartbeat, accepted, demand = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), ARGV[base + 3]
 if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'accepted', accepted)
   redis.call('HSET', KEYS[1], 'answered', 1)
 end
-local others = {}
+local others, live = {}, {[id] = true}
 local w = redis.call('HGETALL', KEYS[2])
 for i = 1, #w, 2 do
   local expiry, d = string.match(w[i + 1], '^(%d+) (.*)$')
   if expiry == nil or tonumber(expiry) < now then -- an entry not of this shape is dropped, not an error for every writer
     redis.call('HDEL', KEYS[2], w[i])
-  elseif w[i] ~= id then
-    others[#others + 1] = d
+  else
+    live[w[i]] = true
+    if w[i] ~= id then others[#others + 1] = d end
   end
 end
 redis.call('HSET', KEYS[2], id, ms(now + heartbeat) .. ' ' .. demand)
 redis.call('PEXPIRE', KEYS[2], ttl)
+settle(live)
 return reply(others)
 `)
 
@@ -183,36 +236,56 @@ return reply({'1'})
 const maxRefusals = "16"
 
 // breakerScript records a writer's breaker opening (ARGV after the
-// prelude's: "1") or closing ("0"). The outage starts with the first
-// writer whose breaker opens, and ends for all with the first that closes
-// (the index answered it).
+// prelude's: "1", then the writer's id) or closing ("0"). The outage
+// starts with the first writer whose breaker opens, and ends for all with
+// the first that closes (the index answered it), or once no writer that
+// reported it open is live (outageLua: each "1" names its writer in
+// open_by).
 var breakerScript = redis.NewScript(prelude + `
 if ARGV[base] == '1' then
   if num('open_since') == 0 then
     redis.call('HSET', KEYS[1], 'open_since', ms(now))
     learned()
   end
-elseif num('open_since') ~= 0 or num('answered') == 0 then
-  redis.call('HSET', KEYS[1], 'open_since', 0, 'answered', 1)
-  learned()
+  local ids = markedOpen()
+  local marked = false
+  for i = 1, #ids do
+    if ids[i] == ARGV[base + 1] then marked = true end
+  end
+  if not marked then
+    ids[#ids + 1] = ARGV[base + 1]
+    redis.call('HSET', KEYS[1], 'open_by', table.concat(ids, ' '))
+  end
+else
+  if num('open_since') ~= 0 or num('answered') == 0 then
+    redis.call('HSET', KEYS[1], 'open_since', 0, 'answered', 1)
+    learned()
+  end
+  redis.call('HDEL', KEYS[1], 'open_by')
 end
 return reply({})
 `)
 
 // leaveScript removes a writer (KEYS: state, writers; ARGV: id), and the
-// lane's keys when no live writer is left. It replies with the number of
-// live writers left.
-var leaveScript = redis.NewScript(`
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+// lane's keys when no live writer is left; else it ends the outage if no
+// writer in it is left (settle). It replies with the number of live
+// writers left.
+var leaveScript = redis.NewScript(clockLua + outageLua + `
 redis.call('HDEL', KEYS[2], ARGV[1])
-local live = 0
+local live, ids = 0, {}
 local w = redis.call('HGETALL', KEYS[2])
 for i = 1, #w, 2 do
-  local expiry = string.match(w[i + 1], '^(%d+) ')
-  if tonumber(expiry) < now then redis.call('HDEL', KEYS[2], w[i]) else live = live + 1 end
+  local expiry = tonumber(string.match(w[i + 1], '^(%d+) ') or '')
+  if expiry == nil or expiry < now then
+    redis.call('HDEL', KEYS[2], w[i])
+  else
+    live, ids[w[i]] = live + 1, true
+  end
 end
-if live == 0 then redis.call('DEL', KEYS[1], KEYS[2]) end
+if live == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2])
+elseif redis.call('EXISTS', KEYS[1]) == 1 then
+  settle(ids)
+end
 return live
 `)

@@ -182,13 +182,14 @@ func TestSlowOrHungRedisUnderRuns(t *testing.T) {
 }
 
 // TestAWriterJoiningAnOldSharedOutageFailsNoRecordUnsent: the lane's
-// outage (open_since) is ended only by a writer whose breaker closes, so
-// it can outlive the writer that saw it (it died; an idle writer kept the
-// lane alive). A writer that joins adopts it, but an outage verdict that
-// none of its own failures bore out lately fails nothing: its requests
-// wait for the probe, and the index answers. The state below is what
-// Redis holds two minutes after such a writer died: a live idle member,
-// the outage's start two minutes ago, the index answered before.
+// outage (open_since) is ended by a writer whose breaker closes, or once
+// no writer in it is live; a writer in it that went idle (a Writer waiting
+// for input, its breaker still open) keeps it. A writer that joins adopts
+// it, but an outage verdict that none of its own failures bore out lately
+// fails nothing: its requests wait for the probe, and the index answers.
+// The state below is what Redis holds two minutes after such a writer
+// went idle: a live idle member in the outage, the outage's start two
+// minutes ago, the index answered before.
 func TestAWriterJoiningAnOldSharedOutageFailsNoRecordUnsent(t *testing.T) {
 	rdb := client(t, nil)
 	idx := e2eIndex(t, 100000)
@@ -198,7 +199,7 @@ func TestAWriterJoiningAnOldSharedOutageFailsNoRecordUnsent(t *testing.T) {
 	idle := s.Join(ctx, share.Lane{Host: strings.TrimPrefix(idx.Host(), "http://"), Namespace: e2eNamespace}).(*member)
 	t.Cleanup(func() { _ = idle.Leave(ctx) })
 	idle.Demand(0)
-	_, err := idle.Breaker(ctx, true) // the writer that saw the outage (it died since)
+	_, err := idle.Breaker(ctx, true) // the writer that saw the outage (idle since)
 	require.NoError(t, err)
 	now, err := rdb.Time(ctx).Result()
 	require.NoError(t, err)

@@ -271,6 +271,45 @@ func TestBreakerIsShared(t *testing.T) {
 	assert.True(t, exchange(t, a).OpenSince.IsZero())
 }
 
+// The lane's outage lasts while a writer that reported it open is live:
+// one that left or died takes only its own part; once none is left, the
+// outage ends (the index may have been back for minutes, unseen), raised
+// to Redis's clock as a close is, and the index is not marked answered.
+func TestAnOutageEndsWhenNoWriterInItIsLeft(t *testing.T) {
+	s := newStore(t, client(t, nil), WithHeartbeat(20*time.Millisecond))
+	a, b, c := join(t, s), join(t, s), join(t, s)
+	ctx := context.Background()
+	v, err := a.Breaker(ctx, true)
+	require.NoError(t, err)
+	opened := v.OpenSince
+	require.False(t, opened.IsZero())
+	_, err = b.Breaker(ctx, true) // b is in it too
+	require.NoError(t, err)
+	_, err = b.Breaker(ctx, true) // said twice: marked once
+	require.NoError(t, err)
+
+	require.NoError(t, a.Leave(ctx))
+	assert.WithinDuration(t, opened, exchange(t, c).OpenSince, 5*time.Millisecond, "b still sees the outage")
+	before, err := c.store.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	crash(b)
+	require.Eventually(t, func() bool { return exchange(t, c).Writers == 1 }, 5*time.Second, time.Millisecond)
+	v = c.View()
+	assert.True(t, v.OpenSince.IsZero(), "no writer in the outage is left")
+	assert.False(t, v.Answered, "an outage nobody saw end says nothing of the index")
+	version, err := c.store.rdb.HGet(ctx, c.keys[0], "version").Int64()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, version, before.UnixMicro(), "the end is dated by Redis's clock")
+
+	// A writer that leaves the outage's last takes it with it, and one
+	// that was never in it keeps none.
+	d := join(t, s)
+	_, err = c.Breaker(ctx, true)
+	require.NoError(t, err)
+	require.NoError(t, c.Leave(ctx))
+	assert.True(t, exchange(t, d).OpenSince.IsZero(), "the last writer in the outage left")
+}
+
 func TestEveryKeyExpires(t *testing.T) {
 	rdb := client(t, nil)
 	s := newStore(t, rdb, WithTTL(30*time.Second))

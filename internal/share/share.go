@@ -77,7 +77,12 @@ type Member interface {
 	// Breaker reports that this writer's circuit breaker opened (open is
 	// true: the lane's outage starts now unless it had already started)
 	// or closed (the index answered: the outage is over for every
-	// writer). An error matches [ErrUnavailable].
+	// writer). A writer that reported it open is in the outage, which
+	// lasts while one of its writers is a member: once they all left or
+	// died, nobody still sees it (the index may have answered since,
+	// unseen), and it ends without the index marked answered. A writer
+	// whose breaker the lane's outage opened reports it open at its own
+	// first failure in it. An error matches [ErrUnavailable].
 	Breaker(ctx context.Context, open bool) (View, error)
 	// Leave ends the membership; when the last writer of a lane leaves,
 	// the lane's shared state is dropped, so that a writer that starts
@@ -130,7 +135,8 @@ type View struct {
 	Recent     int64
 	RecentSpan time.Duration
 	// OpenSince is when the first writer's breaker opened in the
-	// current outage; zero while no breaker is open.
+	// current outage; zero while no breaker is open, or once no writer
+	// that reported its breaker open in it is left (see Member.Breaker).
 	OpenSince time.Time
 	// Answered is true once the index has answered any writer.
 	Answered bool

@@ -187,6 +187,13 @@ func TestAResumedRunLettersALaterRecordOfAnIDWhoseTimedOutLetterItKeeps(t *testi
 {"id":"z","values":[1,1,1]}
 {"id":"f","values":[1,1,1]}
 `
+	// Records after f that land while f times out: the index answers
+	// requests sent after f's first timeout, so each of f's timeouts is
+	// its own and spends a retry (with only z's 429s between them, those
+	// that follow one another spend none, as in an outage).
+	for i := range 20 {
+		input += fmt.Sprintf(`{"id":"b%d","values":[1,1,1]}`+"\n", i)
+	}
 	require.NoError(t, os.WriteFile(in, []byte(input), 0o600))
 	// z is rate-limited until f's first record has spent its retries on
 	// timeouts; then the run is interrupted: z is left to resume, the
@@ -203,6 +210,8 @@ func TestAResumedRunLettersALaterRecordOfAnIDWhoseTimedOutLetterItKeeps(t *testi
 				time.AfterFunc(200*time.Millisecond, cancel)
 			}
 			return upserttest.Fault{Delay: 150 * time.Millisecond, Code: codes.Unavailable}
+		case len(r.IDs) > 0 && strings.HasPrefix(r.IDs[0], "b"):
+			return upserttest.Fault{Delay: 10 * time.Millisecond}
 		}
 		return upserttest.Fault{}
 	}))

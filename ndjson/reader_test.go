@@ -371,15 +371,7 @@ func TestReaderLongLines(t *testing.T) {
 	t.Run("a longer line is an error and the reader goes on", func(t *testing.T) {
 		in := io.MultiReader(strings.NewReader(`{"id":"big","metadata":{"s":"`), repeat("x", ndjson.MaxLineBytes), strings.NewReader("\"}}\n"+`{"id":"next"}`+"\n"))
 		r := ndjson.NewReader(in)
-		_, err := r.Next()
-		var le *ndjson.LineError
-		require.ErrorAs(t, err, &le)
-		assert.ErrorIs(t, err, ndjson.ErrLineTooLong)
-		assert.Equal(t, 1, le.Line)
-		assert.Nil(t, r.Raw())
-		v, err := r.Next()
-		require.NoError(t, err)
-		assert.Equal(t, "next", v.Id)
+		tooLongThenNext(t, r)
 		assert.Equal(t, 2, r.Line())
 	})
 }
@@ -538,4 +530,19 @@ func TestReaderDoesNotAllocatePerValueWhenALineMentionsNull(t *testing.T) {
 	}
 	base, withWord := mallocs(plain), mallocs(mention)
 	assert.Less(t, withWord, base+10_000, "a metadata string containing \"null\" cost %d allocations more", withWord-base)
+}
+
+// tooLongThenNext asserts that r reads its first line as too long, keeping
+// none of it, and then the record "next".
+func tooLongThenNext(t *testing.T, r *ndjson.Reader) {
+	t.Helper()
+	_, err := r.Next()
+	var le *ndjson.LineError
+	require.ErrorAs(t, err, &le)
+	assert.ErrorIs(t, err, ndjson.ErrLineTooLong)
+	assert.Equal(t, 1, le.Line)
+	assert.Nil(t, r.Raw())
+	v, err := r.Next()
+	require.NoError(t, err)
+	assert.Equal(t, "next", v.Id)
 }

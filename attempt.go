@@ -140,23 +140,30 @@ func (r *run) admit(rt *route, p *part, first *place) (permit, *minutePass, int,
 		}
 		return permit{}, nil, 0, r.classified(err)
 	}
-	if e := rt.refused.Load(); e != nil { // while p waited, the index refused its namespace
+	p.trial = 0 // sent: its answer is the trial's (release's, if not sent)
+	if e := r.unsentOnceAdmitted(rt, len(p.items)); e != nil {
 		r.minute.withdraw(pass)
 		rt.lane.release(perm, &Error{Class: ClassCanceled})
 		return permit{}, nil, 0, e
-	}
-	p.trial = 0 // sent: its answer is the trial's
-	if r.paceSend(len(p.items)) != nil || r.runCtx.Err() != nil {
-		// Admitted as the run stopped (a slot freed by the answer that
-		// stopped it): not sent.
-		r.minute.withdraw(pass)
-		rt.lane.release(perm, &Error{Class: ClassCanceled})
-		return permit{}, nil, 0, r.stopError()
 	}
 	if r.pacer != nil {
 		perm.start = r.cfg.clock.Now() // sent now: its wait is no latency
 	}
 	return perm, pass, bytes, nil
+}
+
+// unsentOnceAdmitted returns why a request of n records, admitted by rt's
+// lane, is not to be sent after all: the index refused its namespace
+// while it waited, or the run stopped (a slot freed by the answer that
+// stopped it) before WithMaxRate's pace let it go; nil to send it.
+func (r *run) unsentOnceAdmitted(rt *route, n int) *Error {
+	if e := rt.refused.Load(); e != nil {
+		return e
+	}
+	if r.paceSend(n) != nil || r.runCtx.Err() != nil {
+		return r.stopError()
+	}
+	return nil
 }
 
 // paceMinute waits until integrated records fit under the per-minute

@@ -110,7 +110,8 @@ const DefaultAckWindow = 1 << 16
 // takes about 60 bytes (its tag, its id and its outcome) until acked. A
 // window smaller than the records in flight slows the run down to the
 // window: the oldest record's batch then goes out before it is full.
-// A window under 1 fails the call with [ErrBadOption].
+// A window under 1, or the option without [WithAcks], fails the call with
+// [ErrBadOption].
 func WithAckWindow(n int) Option {
 	return func(c *config) {
 		if n < 1 {

@@ -174,7 +174,7 @@ func (ln *lane) setLimits(l IndexLimits) {
 	now := ln.clock.Now()
 	for i, prior := range map[int]float64{dimRequests: l.RequestsPerSecond, dimBytes: l.BytesPerSecond} {
 		if d := &ln.dims[i]; prior > 0 && !d.ctl.capped() {
-			d.ctl.withPrior(now, prior, ln.tuning)
+			d.ctl.withPrior(now, max(prior, d.floor), ln.tuning) // no cut goes under the floor either
 			// Full, as the index's own buckets are at the start.
 			d.bucket = rate.NewLimiter(rate.Limit(d.ctl.limit), max(1, int(d.ctl.limit*ln.tuning.burstFor.Seconds())))
 		}

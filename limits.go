@@ -31,8 +31,9 @@ var ServerlessLimits = IndexLimits{RequestsPerSecond: 100, BytesPerSecond: 50e6}
 // what its lanes learned). The default is [ServerlessLimits] with
 // [WithIndex], and no known limits with [WithUpsertFunc] or
 // [WithRecordsFunc]; IndexLimits{} (the zero value) means none are known,
-// as for a pod-based index. A negative, NaN or infinite field is an error
-// ([ErrBadOption]).
+// as for a pod-based index. A limit under the least rate the Limiter ever
+// sets (1 request, 10 kB a second) starts at that rate. A negative, NaN or
+// infinite field is an error ([ErrBadOption]).
 func WithIndexLimits(l IndexLimits) Option {
 	return func(c *config) {
 		for _, v := range []float64{l.RequestsPerSecond, l.BytesPerSecond} {

@@ -1,11 +1,14 @@
 package upsert
 
 import (
+	"context"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/pinecone-io/go-pinecone/v5/pinecone"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // nilIndex is an index connection that is never used.
@@ -39,4 +42,18 @@ func TestWithIndexLimits(t *testing.T) {
 			assert.Len(t, c.errs, 1, "%v", v)
 		}
 	})
+}
+
+// A known limit is a prior, not a ceiling, however small: one under the
+// least rate the Limiter ever sets starts at that rate and is probed
+// above. A run given 1e-9 requests a second sent one request in 14
+// minutes.
+func TestAKnownLimitUnderTheFloorStartsAtTheFloor(t *testing.T) {
+	clk := newEventClock()
+	fi := newFakeIndex(nil)
+	res, err := All(context.Background(), vectors(100, 4), WithUpsertFunc(fi.Upsert), withClock(clk), withRand(maxRand),
+		WithBatchSize(10), WithIndexLimits(IndexLimits{RequestsPerSecond: 1e-9, BytesPerSecond: 1e-9}))
+	require.NoError(t, err)
+	assert.Equal(t, 100, res.Upserted)
+	assert.Less(t, clk.Now().Sub(clk.start), 15*time.Second, "ten requests at a rate of 1 a second or more")
 }

@@ -631,7 +631,7 @@ func modelFailedForGood(f Failure) bool {
 	switch {
 	case f.Class == ClassInvalid || f.Class == ClassTooLarge:
 		return true
-	case f.Class == ClassCanceled || f.Class == ClassDenied:
+	case f.Class == ClassCanceled || f.Class == ClassDenied || f.Class == ClassQuotaExceeded:
 		return false
 	case errors.As(f.Err, &pe):
 		return false

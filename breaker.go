@@ -61,6 +61,10 @@ type breaker struct {
 	// not another writer's outage (heard): only then does the wait count
 	// toward the verdict's life (borneOut).
 	failureScheduled bool
+	// heardOnly: the lane's outage opened this breaker (heard), and no
+	// failure of this writer's has been counted since: its outage is the
+	// lane's, dated from the lane's start, and ends with it (unheard).
+	heardOnly bool
 	// shared is what the writers of the lane in other processes know of
 	// the outage, when the lane is shared (see heard).
 	shared struct {
@@ -151,7 +155,7 @@ func (b *breaker) success(sent time.Time) (closed bool) {
 	if !b.open {
 		return false
 	}
-	b.open, b.probing, b.timedOut = false, false, 0 // a later outage's probe is decided by its own failures
+	b.open, b.probing, b.timedOut, b.heardOnly = false, false, 0, false // a later outage's probe is decided by its own failures
 	b.closedAt = sent
 	// The close ends the lane's shared outage too (the lane proposes it,
 	// and the store ends it at the first close): a view read before that
@@ -175,7 +179,7 @@ func (b *breaker) failure(now, sent time.Time, probe bool, timedOut int) (resche
 		b.firstSent = sent
 	}
 	b.failures++
-	b.timedOut, b.lastFailure, b.rechecking = timedOut, now, false
+	b.timedOut, b.lastFailure, b.rechecking, b.heardOnly = timedOut, now, false, false
 	if probe {
 		b.probing = false
 		b.schedule(now, b.probeWait(now))
@@ -222,15 +226,42 @@ func (b *breaker) outageStart() time.Time {
 // heard takes what the lane's other writers know of the outage. An outage
 // that another writer's breaker opened opens this one too (it probes
 // within probeEvery rather than spend five failures finding out). It
-// reports whether the breaker opened.
+// reports whether the breaker opened. A breaker that only heard the
+// outage (heardOnly) is dated from the lane's outage, whichever it is
+// now: one that replaced the outage it heard (closed, then opened anew
+// between two views) is not counted from the start of the one before.
 func (b *breaker) heard(now, openSince time.Time, answered bool) (opened bool) {
 	b.shared.openSince, b.shared.answered = openSince, answered
-	if openSince.IsZero() || b.open {
+	if openSince.IsZero() {
 		return false
 	}
-	b.open, b.openedAt = true, openSince
+	if b.open {
+		if b.heardOnly {
+			b.openedAt = openSince
+		}
+		return false
+	}
+	b.open, b.openedAt, b.heardOnly = true, openSince, true
 	b.schedule(now, probeEvery)
 	b.failureScheduled = false
+	return true
+}
+
+// unheard closes a breaker that only the lane's outage opened (heardOnly:
+// no failure of this writer's was counted since) once the lane holds no
+// outage: the index answered another writer, or no writer in the outage
+// is left to see it go on (it may have ended unseen, minutes ago). The
+// writer then goes on as one that joins now: its own failures open its
+// breaker, and date its outage, anew, rather than count from a start
+// that nobody in the lane still sees (its first failed probe would give
+// up on a two-minute-old outage that a dead writer saw). A probe in
+// flight counts as a failure of a closed breaker. It reports whether the
+// breaker closed.
+func (b *breaker) unheard() bool {
+	if !b.open || !b.heardOnly {
+		return false
+	}
+	b.open, b.probing, b.heardOnly = false, false, false
 	return true
 }
 

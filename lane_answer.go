@@ -418,14 +418,16 @@ func (ln *lane) closeBreaker(now, sent time.Time) {
 }
 
 // joinsSharedOutage reports whether the failure just counted is this
-// writer's first in the lane's outage that it heard of (another writer's
-// breaker opened it, and opened this one): it tells the store it is in
+// writer's first in the lane's outage as it last heard of it (another
+// writer's breaker opened it, and opened this one; or it replaced, between
+// two views, the outage this writer was in): it tells the store it is in
 // it, so that the outage outlives the writer that opened it only while a
 // writer that still sees it is live (an outage that none still sees may
 // have ended unseen: a writer that joins later must not count its own
 // from that one's start). ln.mu is held.
 func (ln *lane) joinsSharedOutage() bool {
-	return ln.breaker.open && !ln.breaker.shared.openSince.IsZero() && !ln.share.inOutage
+	heard := ln.breaker.shared.openSince
+	return ln.breaker.open && !heard.IsZero() && !heard.Equal(ln.share.markedIn)
 }
 
 // indexAnswered tells the lane that its index answered the run's

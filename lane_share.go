@@ -30,13 +30,18 @@ type laneShare struct {
 	// below its part of the lane's rate, so that the others learn it.
 	cutAlone bool
 	cutDim   int
-	// inOutage: this writer reported its breaker open (queueBreaker) and
-	// no view since showed the lane's outage over; the store keeps the
-	// lane's outage while a writer in it is live (share.Member.Breaker). A
-	// writer whose breaker the lane's outage opened (heard) reports itself
-	// at its first failure in it (lane.answerBreaker), so that the outage
-	// lasts as long as a writer still sees it, and no longer.
-	inOutage bool
+	// markedIn is the lane's outage (its OpenSince, as the views show it)
+	// this writer reported itself in (queueBreaker(true)); zero once a
+	// view showed the lane without one, or none was known when it
+	// reported (its own breaker opened it: the next view dates it). The
+	// store keeps the lane's outage while a writer in it is live
+	// (share.Member.Breaker). A writer whose breaker is open reports
+	// itself at its first failure in an outage of the lane's other than
+	// markedIn (lane.joinsSharedOutage): one it heard, or one that
+	// replaced the outage it was in between two views (closed by an
+	// answer to another writer, opened by a third's breaker), so that the
+	// outage lasts as long as a writer still sees it, and no longer.
+	markedIn time.Time
 	// aloneFrac is the fraction goAlone made the controllers' known
 	// limits whole by (rateControl.alone), until the lane shares again;
 	// 0 while they hold this writer's part.
@@ -64,7 +69,7 @@ func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, s
 		// A new membership counts the lane's episodes afresh: the lane's
 		// keys may have been dropped since an earlier one (a Limiter kept
 		// between calls), and its epochs started over.
-		sh.epoch, sh.cutAlone, sh.inOutage = 0, false, false
+		sh.epoch, sh.cutAlone, sh.markedIn = 0, false, time.Time{}
 		// Nor did it hear any outage yet: an earlier membership's, whose
 		// keys were dropped since, has not ended (applyView's sharedBack).
 		ln.breaker.shared.openSince, ln.breaker.shared.answered = time.Time{}, false
@@ -184,7 +189,7 @@ func (ln *lane) applyView(v share.View) {
 			sh.shared = false
 			sh.stats.fallbacks.Add(1)
 			ln.goAlone(now)
-			sh.inOutage = false // the store may drop it meanwhile (its heartbeat expires)
+			sh.markedIn = time.Time{} // the store may drop it meanwhile (its heartbeat expires)
 		}
 		return
 	}
@@ -218,7 +223,7 @@ func (ln *lane) applyView(v share.View) {
 func (ln *lane) applyOutage(v share.View, now time.Time, rejoined bool) {
 	openSince, heardOpen := v.OpenSince, ln.breaker.shared.openSince
 	if openSince.IsZero() {
-		ln.share.inOutage = false // the store counts no writer in an outage it does not hold
+		ln.share.markedIn = time.Time{} // the store counts no writer in an outage it does not hold
 	}
 	if !openSince.IsZero() && ln.breaker.answeredSince(openSince) {
 		// This writer's own answers show the outage over (it saw it end
@@ -230,6 +235,12 @@ func (ln *lane) applyOutage(v share.View, now time.Time, rejoined bool) {
 		if ln.breaker.open {
 			ln.queueBreaker(true)
 		}
+	} else if openSince.IsZero() && ln.breaker.unheard() {
+		// The lane's outage, which alone opened this breaker, is over
+		// for the lane's writers: this writer goes on as one that joins
+		// now (breaker.unheard).
+		ln.signals.breaker.fire()
+		ln.tellHost()
 	} else if openSince.IsZero() && !heardOpen.IsZero() && v.Answered && ln.breaker.open {
 		ln.sharedBack(now) // a close says answered; keys dropped and made again do not
 	}
@@ -679,7 +690,11 @@ func (ln *lane) queueBreaker(open bool) {
 		return
 	}
 	m := sh.m
-	sh.inOutage = open
+	if open {
+		sh.markedIn = ln.breaker.shared.openSince
+	} else {
+		sh.markedIn = time.Time{}
+	}
 	ln.queueShare(func() { _, _ = m.Breaker(context.Background(), open) })
 }
 

@@ -631,6 +631,98 @@ func TestSharedLaneReportsItselfInAnOutageItHeardAtItsFirstFailure(t *testing.T)
 	assert.Equal(t, []bool{true, true}, breakers())
 }
 
+// The store keeps the lane's outage while a writer that reported itself
+// in it is live, and a close clears the writers marked in it (open_by).
+// When the lane's outage closes (another writer's request was answered)
+// and a third writer's breaker opens the next one before this writer
+// exchanged (an index that flaps: one view shows outage T1, the next
+// outage T2), this writer, its breaker open all along, reports itself in
+// T2 at its first failure in it: it was marked in T1 only (the lane held
+// markedIn as a flag, so the store ended T2 when the writer that opened
+// it left, though this writer was live and failing in it).
+func TestSharedLaneReportsItselfInANewOutageItHeardWithoutAGap(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 3))
+	ln, clk, _ := sharedLane(t, m)
+	failProbe := func() {
+		t.Helper()
+		clk.Advance(probeMax)
+		p, err := ln.acquire(context.Background(), req(1))
+		require.NoError(t, err)
+		require.NotZero(t, p.probe)
+		ln.release(p, &Error{Class: ClassServer})
+	}
+	breakers := func() []bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return slices.Clone(m.breakers)
+	}
+	v := m.View()
+	v.OpenSince, v.Answered = clk.Now(), true
+	apply(ln, m, v)
+	failProbe()
+	require.Equal(t, []bool{true}, breakers(), "in the first outage")
+
+	clk.Advance(time.Second)
+	v.OpenSince = clk.Now() // closed by another writer's answer, reopened by a third's breaker
+	apply(ln, m, v)
+	failProbe()
+	assert.Equal(t, []bool{true, true}, breakers(), "its first failure in the lane's new outage: it is in it")
+	failProbe()
+	assert.Equal(t, []bool{true, true}, breakers(), "once")
+}
+
+// A breaker that only the lane's outage opened (heard), with no failure
+// of this writer's since, follows the lane's outage: it is dated from the
+// outage the lane holds now (one that replaced, between two views, the
+// outage it heard), and it closes once the lane holds none (the index
+// answered another writer, or no writer in the outage is left: it may
+// have ended unseen, minutes ago). Its first failed probe then gives up
+// on no outage that nobody in the lane still sees: a writer that heard a
+// two-minute-old outage, whose only writer died while its probe was out,
+// failed every record unsent at that probe's failure.
+func TestSharedLaneBreakerThatOnlyHeardTheLanesOutageEndsWithIt(t *testing.T) {
+	heardOld := func(t *testing.T) (*lane, *fakeMember, *fakeClock, share.View) {
+		m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+		ln, clk, _ := sharedLane(t, m)
+		v := m.View()
+		v.OpenSince, v.Answered = clk.Now().Add(-2*outagePatience), true
+		apply(ln, m, v)
+		require.True(t, breakerOpen(ln))
+		clk.Advance(probeEvery)
+		return ln, m, clk, v
+	}
+	t.Run("replaced", func(t *testing.T) {
+		ln, m, clk, v := heardOld(t)
+		v.OpenSince = clk.Now() // closed by an answer, reopened by another writer's breaker
+		apply(ln, m, v)
+		p, err := ln.acquire(context.Background(), req(1))
+		require.NoError(t, err)
+		require.NotZero(t, p.probe)
+		ln.release(p, &Error{Class: ClassServer})
+		ln.mu.Lock()
+		defer ln.mu.Unlock()
+		assert.True(t, ln.breaker.open)
+		assert.Nil(t, ln.breaker.gaveUp(clk.Now()), "the lane's outage is a second old")
+	})
+	t.Run("ended", func(t *testing.T) {
+		ln, m, clk, v := heardOld(t)
+		p, err := ln.acquire(context.Background(), req(1))
+		require.NoError(t, err)
+		require.NotZero(t, p.probe)
+		v.OpenSince = time.Time{} // while the probe is out, the lane's outage ends
+		apply(ln, m, v)
+		require.False(t, breakerOpen(ln), "the lane's outage, which alone opened it, is over")
+		ln.release(p, &Error{Class: ClassServer})
+		ln.mu.Lock()
+		assert.False(t, ln.breaker.open, "one failure opens no breaker")
+		assert.Nil(t, ln.breaker.gaveUp(clk.Now()))
+		ln.mu.Unlock()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		assert.Empty(t, m.breakers, "no outage to report")
+	})
+}
+
 // The lane's reports reach the store in the order its breaker changed,
 // even when another goroutine is still making the first: "closed" before
 // "opened" would keep the outage open for every writer.

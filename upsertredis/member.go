@@ -363,6 +363,12 @@ func (m *member) adopt(r reply, mid time.Time, fromSync bool) {
 		m.others = parseDemands(r.extra)
 	}
 	v := viewOf(r, mid).WithDemands(math.Float64frombits(m.demand.Load()), m.others)
+	if r.fields[openSinceField] == m.seed[openSinceField] && !old.OpenSince.IsZero() {
+		// The same outage: the same moment, not one mapped anew through
+		// this round trip's middle (a writer tells an outage that replaced
+		// the one it reported itself in by its OpenSince).
+		v.OpenSince = old.OpenSince
+	}
 	total, _ := strconv.ParseInt(r.fields[acceptedField], 10, 64)
 	if m.recounted(r.fields, total) {
 		m.recent.restart(0) // a state created anew counts from 0

@@ -397,3 +397,173 @@ func TestAnOutageOfAWriterThatDiedDoesNotFailANewWritersShortOutage(t *testing.T
 		t.Errorf("%d of 200 records failed in a 3-s outage; first: %v", len(res.Failed), res.Failed[0].Err)
 	}
 }
+
+// oldOutage marks m in the lane's outage (Breaker(true)) and moves
+// the outage's start two minutes back, as Redis holds it two minutes into
+// an outage m saw.
+func oldOutage(t *testing.T, m *member) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := m.Breaker(ctx, true)
+	require.NoError(t, err)
+	now, err := m.store.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, m.store.rdb.HSet(ctx, m.keys[0], "open_since", now.Add(-2*time.Minute).UnixMilli(), "answered", 1).Err())
+}
+
+// A writer starts while the lane holds another writer's outage, two
+// minutes old: its breaker opens on it (breaker.heard: openedAt =
+// open_since) and its first request is the probe. While the probe is in
+// flight, the only writer in the outage dies, and the lane's outage ends
+// (settle: no writer in it is left; the index may have been back for
+// minutes): a writer that joins now counts a new outage from its own
+// breaker (rule 25i). The probe then fails (one slow 503, the index
+// answers every later request): this writer, which never failed in the
+// lane's outage, gave up at once counting from the dead writer's start,
+// and 200 of 200 records failed unsent in 1.8 s, though the lane held no
+// outage. A breaker that only heard the lane's outage now closes when the
+// lane holds it no more (breaker.unheard).
+func TestAWriterThatHeardAnOutageWhoseWritersAllDiedDoesNotCountFromItsStart(t *testing.T) {
+	rdb := client(t, nil)
+	ctx := context.Background()
+	probing := make(chan struct{}, 1)
+	ix := upserttest.NewServer(upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
+		upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+			if r.Seq == 1 {
+				probing <- struct{}{}
+				return upserttest.Fault{Code: codes.Unavailable, Delay: 1500 * time.Millisecond}
+			}
+			return upserttest.Fault{}
+		}))
+	t.Cleanup(ix.Close)
+	host := strings.TrimPrefix(ix.Host(), "http://")
+
+	// Another process's writer, in an outage two minutes old.
+	other := New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(5*time.Millisecond), WithHeartbeat(50*time.Millisecond))
+	opener := other.Join(ctx, share.Lane{Host: host, Namespace: e2eNamespace}).(*member)
+	oldOutage(t, opener)
+	// A quiet member (a Writer waiting for input) keeps the lane's keys.
+	quiet := New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(5*time.Millisecond), WithHeartbeat(50*time.Millisecond))
+	idle := quiet.Join(ctx, share.Lane{Host: host, Namespace: e2eNamespace}).(*member)
+	t.Cleanup(func() { _ = idle.Leave(ctx) })
+	idle.Demand(0)
+
+	ended := make(chan time.Duration, 1)
+	go func() {
+		<-probing
+		start := time.Now()
+		crash(opener) // it dies (SIGKILL) as the new writer's probe is out
+		for time.Since(start) < 5*time.Second {
+			if v, err := rdb.HGet(ctx, opener.keys[0], "open_since").Result(); err == nil && v == "0" {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		ended <- time.Since(start)
+	}()
+	runCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	s := New(rdb, WithPrefix(t.Name()+":"), WithInterval(20*time.Millisecond), WithTimeout(time.Second))
+	res, err := upsert.All(runCtx, vectors(0, 200), upsert.WithIndex(indexConn(t, ix.Host())),
+		upsert.WithLimiter(upsert.NewLimiter()), s.Option())
+	t.Logf("upserted %d, failed %d, errors %v", res.Upserted, len(res.Failed), res.Stats.ErrorsByClass)
+	require.Less(t, <-ended, time.Second, "the lane's outage ended with its last writer, while the probe was out")
+	assert.NoError(t, err)
+	if len(res.Failed) > 0 {
+		t.Errorf("%d of 200 records failed unsent after one failed probe, on an outage the lane had ended; first: %v",
+			len(res.Failed), res.Failed[0].Err)
+	}
+	assert.Equal(t, 200, res.Upserted)
+}
+
+// As above, end to end: a writer process is in an outage of 503s (its
+// breaker opened and marked it) when Redis is flushed; the state is
+// rebuilt with the outage but without open_by, and the process, its
+// breaker open and its probes failing, never reports itself again. A
+// second writer joins the outage, fails in it (reported) and ends its run:
+// its leave ended the lane's outage while the process was still in it and
+// still failing, and the lane held none from then on. The rebuilt outage
+// is now kept until a close (breakerScript begins no open_by on it).
+func TestAFlushedOutageOutlivesAJoinersLeaveWhileItsWriterIsStillFailingInIt(t *testing.T) {
+	rdb := client(t, nil) // the tests do not run in parallel: the flush spares theirs
+	ix, down := downIndex(t)
+	ctx := context.Background()
+	host := strings.TrimPrefix(ix.Host(), "http://")
+
+	quiet := New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(5*time.Millisecond), WithHeartbeat(50*time.Millisecond))
+	idle := quiet.Join(ctx, share.Lane{Host: host, Namespace: e2eNamespace}).(*member)
+	t.Cleanup(func() { _ = idle.Leave(ctx) })
+	idle.Demand(0)
+
+	startHelper(t, "writing", helperEnv+"_HOST="+ix.Host())
+	down.Store(true)
+	require.Eventually(t, func() bool { return !exchange(t, idle).OpenSince.IsZero() }, 10*time.Second, time.Millisecond,
+		"the process's breaker opened and recorded the lane's outage")
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	require.Eventually(t, func() bool { v := exchange(t, idle); return v.Writers == 2 && !v.OpenSince.IsZero() },
+		5*time.Second, time.Millisecond, "the lane's state rebuilt, with its outage")
+
+	// Another writer's run joins the outage, fails in it and ends.
+	runCtx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	s := New(rdb, WithPrefix(t.Name()+":"), WithInterval(20*time.Millisecond), WithTimeout(time.Second))
+	res, _ := upsert.All(runCtx, vectors(0, 10), upsert.WithIndex(indexConn(t, ix.Host())),
+		upsert.WithLimiter(upsert.NewLimiter()), s.Option())
+	require.Positive(t, res.Stats.ErrorsByClass[upsert.ClassServer], "its probes failed in the outage")
+
+	time.Sleep(time.Second) // the process goes on failing in the outage
+	v := exchange(t, idle)
+	assert.Equal(t, 2, v.Writers, "the process is live")
+	assert.False(t, v.OpenSince.IsZero(), "the lane's outage ended while a writer in it is live and failing")
+}
+
+// End to end, the flapping index of the core's
+// TestSharedLaneReportsItselfInANewOutageItHeardWithoutAGap: a
+// writer's run is in an outage of 503s (its breaker opened and marked
+// it); between two of its exchanges another writer's request is answered
+// (a close: open_by cleared) and a third writer's breaker opens the next
+// outage. The run, failing all along, never reported itself in the new
+// outage, which ended when the third writer left: the lane held no outage
+// while the run was live and failing in one. The run now reports itself
+// in an outage other than the one it marked itself in (lane.markedIn).
+func TestAnOutageReopenedBetweenTwoExchangesIsKeptByTheWriterStillFailingInIt(t *testing.T) {
+	ix, down := downIndex(t)
+	ctx := context.Background()
+	host := strings.TrimPrefix(ix.Host(), "http://")
+	lane := share.Lane{Host: host, Namespace: e2eNamespace}
+
+	bare := New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(5*time.Millisecond), WithHeartbeat(200*time.Millisecond))
+	watch := bare.Join(ctx, lane).(*member)
+	t.Cleanup(func() { _ = watch.Leave(ctx) })
+	watch.Demand(0)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	s := New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(100*time.Millisecond), WithTimeout(time.Second))
+	go func() {
+		defer close(done)
+		_, _ = upsert.All(runCtx, vectors(0, 200000), upsert.WithIndex(indexConn(t, ix.Host())),
+			upsert.WithLimiter(upsert.NewLimiter()), s.Option())
+	}()
+	require.Eventually(t, func() bool { return ix.Count(e2eNamespace) > 0 }, 10*time.Second, time.Millisecond)
+	down.Store(true)
+	require.Eventually(t, func() bool { return !exchange(t, watch).OpenSince.IsZero() }, 10*time.Second, time.Millisecond,
+		"the run's breaker opened and recorded the lane's outage")
+	time.Sleep(300 * time.Millisecond) // the run heard its own outage
+
+	closer, opener := bare.Join(ctx, lane).(*member), bare.Join(ctx, lane).(*member)
+	_, err := closer.Breaker(ctx, false) // another writer's request answered: the outage closed
+	require.NoError(t, err)
+	_, err = opener.Breaker(ctx, true) // and a third writer's breaker opened the next one
+	require.NoError(t, err)
+	require.NoError(t, closer.Leave(ctx))
+	time.Sleep(time.Second) // the run goes on failing in the new outage
+	require.NoError(t, opener.Leave(ctx))
+
+	v := exchange(t, watch)
+	assert.Equal(t, 2, v.Writers, "the run is live")
+	assert.False(t, v.OpenSince.IsZero(), "the lane's outage ended while a writer in it is live and failing")
+	cancel()
+	<-done
+}

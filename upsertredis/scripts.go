@@ -48,6 +48,7 @@ var stateFields = []string{"version", "epoch", "rate", "level", "recovery", "cut
 // The indexes of the fields a member reads the lane's count from.
 var (
 	acceptedField      = slices.Index(stateFields, "accepted")
+	openSinceField     = slices.Index(stateFields, "open_since")
 	acceptedAtCutField = slices.Index(stateFields, "accepted_at_cut")
 	countedFromField   = slices.Index(stateFields, "counted_from")
 )
@@ -86,7 +87,10 @@ end
 // failure. The close is raised to the clock (learned), as a breaker's. A
 // state without open_by while open_since is set (rebuilt from a writer's
 // seed, or written by a version that did not mark) keeps its outage until
-// a close, as before. open_by holds at most one id per live writer.
+// a close, as before: breakerScript begins no open_by on it (a list begun
+// then would name only the writers that report from then on, and settle
+// would end the outage when they leave though others are still in it).
+// open_by holds at most one id per live writer.
 const outageLua = `
 local function markedOpen()
   local ids = {}
@@ -240,21 +244,25 @@ const maxRefusals = "16"
 // starts with the first writer whose breaker opens, and ends for all with
 // the first that closes (the index answered it), or once no writer that
 // reported it open is live (outageLua: each "1" names its writer in
-// open_by).
+// open_by, when the outage has one or the "1" opens it).
 var breakerScript = redis.NewScript(prelude + `
 if ARGV[base] == '1' then
   if num('open_since') == 0 then
-    redis.call('HSET', KEYS[1], 'open_since', ms(now))
+    redis.call('HSET', KEYS[1], 'open_since', ms(now), 'open_by', ARGV[base + 1])
     learned()
-  end
-  local ids = markedOpen()
-  local marked = false
-  for i = 1, #ids do
-    if ids[i] == ARGV[base + 1] then marked = true end
-  end
-  if not marked then
-    ids[#ids + 1] = ARGV[base + 1]
-    redis.call('HSET', KEYS[1], 'open_by', table.concat(ids, ' '))
+  elseif redis.call('HEXISTS', KEYS[1], 'open_by') == 1 then
+    -- An outage without open_by (rebuilt, or opened by a version that did not mark) is kept until a
+    -- close: a list begun now would name only the writers that report from now on, and end it when
+    -- they leave though others are still in it.
+    local ids = markedOpen()
+    local marked = false
+    for i = 1, #ids do
+      if ids[i] == ARGV[base + 1] then marked = true end
+    end
+    if not marked then
+      ids[#ids + 1] = ARGV[base + 1]
+      redis.call('HSET', KEYS[1], 'open_by', table.concat(ids, ' '))
+    end
   end
 else
   if num('open_since') ~= 0 or num('answered') == 0 then

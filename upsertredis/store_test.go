@@ -310,6 +310,60 @@ func TestAnOutageEndsWhenNoWriterInItIsLeft(t *testing.T) {
 	assert.True(t, exchange(t, d).OpenSince.IsZero(), "the last writer in the outage left")
 }
 
+// outageLua: "A state without open_by while open_since is set (rebuilt
+// from a writer's seed, or written by a version that did not mark) keeps
+// its outage until a close". Redis is flushed while writer a is in the
+// lane's outage: a's next exchange rebuilds the state from its view, the
+// outage with it, and open_by is gone (a does not report itself again: its
+// lane has already reported its breaker open). Writer c then hears the
+// outage, reports itself at its first failure in it (joinsSharedOutage),
+// and leaves. breakerScript began an open_by of c alone, so settle found
+// none left and ended the outage, though a was live and in it (its breaker
+// open, failing), and the writers disagreed: a new writer counted a fresh
+// outage while a gave up on its own start. Likewise an outage opened by a
+// writer of the version before (no open_by) ended at the leave of the
+// first new writer that joined it. breakerScript now marks a writer only
+// in an outage that has open_by (or that its report opens).
+func TestARebuiltOutageOutlivesTheLeaveOfAWriterThatJoinedItAfterTheRebuild(t *testing.T) {
+	rdb := client(t, nil) // the tests do not run in parallel: the flush spares theirs
+	s := newStore(t, rdb)
+	ctx := context.Background()
+	a := join(t, s)
+	_, err := a.Breaker(ctx, true)
+	require.NoError(t, err)
+	opened := a.View().OpenSince
+
+	require.NoError(t, rdb.FlushAll(ctx).Err())
+	v := exchange(t, a) // rebuilt from a's view
+	require.WithinDuration(t, opened, v.OpenSince, 5*time.Millisecond, "the rebuilt state keeps the outage")
+
+	c := join(t, s)
+	_, err = c.Breaker(ctx, true) // c's first failure in the outage it heard
+	require.NoError(t, err)
+	require.NoError(t, c.Leave(ctx))
+	assert.WithinDuration(t, opened, exchange(t, a).OpenSince, 5*time.Millisecond,
+		"a, live and in the outage, still sees it: it is kept until a close")
+}
+
+// A member's view gives one outage one OpenSince, not one mapped anew
+// through each round trip's middle: a writer tells an outage that replaced
+// the one it reported itself in by its OpenSince (the core's
+// lane.markedIn), and would report itself again at every failure.
+func TestAnOutageKeepsItsOpenSinceAcrossExchanges(t *testing.T) {
+	s := newStore(t, client(t, nil))
+	a, b := join(t, s), join(t, s)
+	v, err := a.Breaker(context.Background(), true)
+	require.NoError(t, err)
+	require.False(t, v.OpenSince.IsZero())
+	for range 5 {
+		assert.True(t, v.OpenSince.Equal(exchange(t, a).OpenSince))
+	}
+	first := exchange(t, b).OpenSince
+	for range 5 {
+		assert.True(t, first.Equal(exchange(t, b).OpenSince))
+	}
+}
+
 func TestEveryKeyExpires(t *testing.T) {
 	rdb := client(t, nil)
 	s := newStore(t, rdb, WithTTL(30*time.Second))

@@ -82,7 +82,11 @@ type Member interface {
 	// died, nobody still sees it (the index may have answered since,
 	// unseen), and it ends without the index marked answered. A writer
 	// whose breaker the lane's outage opened reports it open at its own
-	// first failure in it. An error matches [ErrUnavailable].
+	// first failure in it, and one whose breaker is open reports it again
+	// at its first failure in an outage other than the one it reported
+	// itself in (View.OpenSince tells them apart). An outage whose
+	// writers the store does not know (its state rebuilt) lasts until a
+	// close. An error matches [ErrUnavailable].
 	Breaker(ctx context.Context, open bool) (View, error)
 	// Leave ends the membership; when the last writer of a lane leaves,
 	// the lane's shared state is dropped, so that a writer that starts
@@ -137,6 +141,8 @@ type View struct {
 	// OpenSince is when the first writer's breaker opened in the
 	// current outage; zero while no breaker is open, or once no writer
 	// that reported its breaker open in it is left (see Member.Breaker).
+	// It is the same time in every view of one outage: a different one
+	// is another outage.
 	OpenSince time.Time
 	// Answered is true once the index has answered any writer.
 	Answered bool

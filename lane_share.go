@@ -235,14 +235,15 @@ func (ln *lane) applyOutage(v share.View, now time.Time, rejoined bool) {
 		if ln.breaker.open {
 			ln.queueBreaker(true)
 		}
-	} else if openSince.IsZero() && ln.breaker.unheard() {
-		// The lane's outage, which alone opened this breaker, is over
-		// for the lane's writers: this writer goes on as one that joins
-		// now (breaker.unheard).
-		ln.signals.breaker.fire()
-		ln.tellHost()
 	} else if openSince.IsZero() && !heardOpen.IsZero() && v.Answered && ln.breaker.open {
 		ln.sharedBack(now) // a close says answered; keys dropped and made again do not
+	}
+	if openSince.IsZero() && ln.breaker.unheard() {
+		// The lane's outage, which alone opened this breaker, is over
+		// for the lane's writers: this writer goes on as one that joins
+		// now (breaker.unheard), its host told as by an answer above.
+		ln.signals.breaker.fire()
+		ln.tellHost()
 	}
 	if rejoined {
 		ln.proposeOutage(v, now) // one that opened while the store was out of reach

@@ -122,13 +122,19 @@ func sharedLane(t *testing.T, m *fakeMember) (*lane, *fakeClock, *shareCounters)
 	clk := newFakeClock()
 	ln := newLane(clk, MaxBatchSize, &defaultTuning)
 	ln.setLimits(ServerlessLimits)
+	return ln, clk, shareThrough(ln, m)
+}
+
+// shareThrough makes ln a member of its lane through m, as joinShare does,
+// and returns its counters.
+func shareThrough(ln *lane, m *fakeMember) *shareCounters {
 	stats := new(shareCounters)
 	ln.mu.Lock()
 	ln.share.m, ln.share.stats, ln.share.shared, ln.share.users = m, stats, true, 1
 	ln.applyView(m.View())
 	ln.mu.Unlock()
 	ln.flushShare()
-	return ln, clk, stats
+	return stats
 }
 
 // apply sets m's view and makes ln take it, as its watcher does.
@@ -1400,4 +1406,56 @@ func TestSharedLaneReportsAtItsRejoinTheOpenItMissed(t *testing.T) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	assert.Equal(t, []bool{true}, m.breakers, "the open it missed, reported at the rejoin")
+}
+
+// A writer writes namespaces ns0 and ns1 of one index. The index has been
+// down for over a minute: ns0's breaker (its own failures) has given up,
+// failing its records unsent. ns1's breaker opened only on hearing the
+// lane's outage from the other writers of ns1 (its probe not failed yet).
+// Another writer's request to ns1 is then answered, closing ns1's shared
+// outage: the index is back. As when the host's own namespace is
+// answered (hostSeen.closed / breaker.hostBack), ns0 must hear it at once:
+// its verdict is stale and its next request probes, rather than fail
+// records unsent for up to a probe period after the index answered (up
+// to 30 s): breaker.unheard, taken first, closed ns1 and told the host
+// nothing.
+func TestAHeardOutageEndedByAnAnswerWakesTheHostsOtherNamespaces(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	lim := &Limiter{clock: clk}
+	ns0 := lim.holdLane(laneID{host: probeHost, key: "ns0"}, MaxBatchSize)
+	t.Cleanup(func() { ns0.holdRoute(-1) })
+	ns1 := lim.holdLane(laneID{host: probeHost, key: "ns1"}, MaxBatchSize)
+	t.Cleanup(func() { ns1.holdRoute(-1) })
+
+	p, err := ns0.acquire(ctx, req(1))
+	require.NoError(t, err)
+	ns0.release(p, nil)
+	start := clk.Now()
+	for !breakerOpen(ns0) {
+		p, err := ns0.acquire(ctx, req(1))
+		require.NoError(t, err)
+		ns0.release(p, errServer)
+	}
+	failProbesUntil(t, clk, []*lane{ns0}, start.Add(outagePatience+10*time.Second))
+	require.True(t, ns0.gaveUp(), "ns0's breaker has given up on the index")
+
+	m := newFakeMember(capped(clk.Now(), 0, math.Inf(1), 0, 2))
+	shareThrough(ns1, m)
+	v := m.View()
+	v.OpenSince, v.Answered = start, true
+	apply(ns1, m, v)
+	require.True(t, breakerOpen(ns1), "ns1's breaker heard the lane's outage")
+
+	clk.Advance(10 * time.Millisecond)
+	v.OpenSince = time.Time{} // another writer of ns1 was answered: the index is back
+	apply(ns1, m, v)
+
+	assert.False(t, ns0.gaveUp(), "the index answered a writer of ns1: ns0's verdict that it is down is stale")
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	p, err = ns0.acquire(pctx, req(1))
+	require.NoError(t, err, "ns0's next request goes (as its probe) rather than fail unsent")
+	assert.NotZero(t, p.probe)
+	ns0.release(p, nil)
 }

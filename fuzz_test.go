@@ -81,8 +81,8 @@ func wantGRPCClass(c codes.Code, msg string) Class {
 	switch c {
 	case codes.ResourceExhausted:
 		switch {
-		case strings.Contains(msg, "larger than max"), tooLargeText(msg):
-			return ClassTooLarge // gRPC's own message size limit, or Pinecone's text
+		case strings.Contains(wording(msg), "larger than max"), tooLargeText(msg):
+			return ClassTooLarge // gRPC's own message size limit, or Pinecone's text (not what it quotes)
 		case quota:
 			return ClassQuotaExceeded
 		}

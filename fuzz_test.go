@@ -267,6 +267,9 @@ func allFinite(vs []float32) bool {
 // The size is that of compact JSON, as encoding/json writes it.
 func metadataProblem(md *structpb.Struct) string {
 	for k, v := range md.GetFields() {
+		if strings.HasPrefix(k, "$") {
+			return fmt.Sprintf("key %q starts with $", k)
+		}
 		switch x := v.GetKind().(type) {
 		case *structpb.Value_StringValue, *structpb.Value_BoolValue:
 		case *structpb.Value_NumberValue:
@@ -388,6 +391,7 @@ func FuzzValidate(f *testing.F) {
 	f.Add([]byte("unsorted"), []byte(nil), idx(9, 3, 9), le(1, 2, 3), []byte(nil), "", uint16(0), uint8(fuzzSparse))
 	f.Add([]byte("m"), le(1), []byte(nil), []byte(nil), []byte(`{"title":"Go","year":2026,"draft":false,"tags":["a","b"]}`), "", uint16(0), uint8(fuzzValuesPointer|fuzzMetadata))
 	f.Add([]byte("bad-md"), le(1), []byte(nil), []byte(nil), []byte(`{"n":null,"o":{"x":1},"l":[1,"a"]}`), "", uint16(0), uint8(fuzzValuesPointer|fuzzMetadata))
+	f.Add([]byte("dollar"), le(1), []byte(nil), []byte(nil), []byte(`{"$in":"x"}`), "", uint16(0), uint8(fuzzValuesPointer|fuzzMetadata))
 	f.Add([]byte("big-md"), le(1), []byte(nil), []byte(nil), []byte(`{}`), "z", uint16(41_000), uint8(fuzzValuesPointer|fuzzMetadata))
 	f.Add([]byte("nan"), le(float32(math.NaN())), []byte(nil), []byte(nil), []byte(nil), "", uint16(0), uint8(fuzzValuesPointer))
 	f.Add([]byte("empty"), []byte(nil), []byte(nil), []byte(nil), []byte(nil), "", uint16(0), uint8(fuzzValuesPointer|fuzzSparse))

@@ -605,19 +605,8 @@ func TestSharedLaneBreaker(t *testing.T) {
 func TestSharedLaneReportsItselfInAnOutageItHeardAtItsFirstFailure(t *testing.T) {
 	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
 	ln, clk, _ := sharedLane(t, m)
-	failProbe := func() {
-		t.Helper()
-		clk.Advance(probeMax)
-		p, err := ln.acquire(context.Background(), req(1))
-		require.NoError(t, err)
-		require.NotZero(t, p.probe)
-		ln.release(p, &Error{Class: ClassServer})
-	}
-	breakers := func() []bool {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return slices.Clone(m.breakers)
-	}
+	failProbe := func() { t.Helper(); failProbeOf(t, ln, clk) }
+	breakers := m.breakerReports
 	v := m.View()
 	v.OpenSince, v.Answered = clk.Now(), true
 	apply(ln, m, v)
@@ -649,19 +638,8 @@ func TestSharedLaneReportsItselfInAnOutageItHeardAtItsFirstFailure(t *testing.T)
 func TestSharedLaneReportsItselfInANewOutageItHeardWithoutAGap(t *testing.T) {
 	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 3))
 	ln, clk, _ := sharedLane(t, m)
-	failProbe := func() {
-		t.Helper()
-		clk.Advance(probeMax)
-		p, err := ln.acquire(context.Background(), req(1))
-		require.NoError(t, err)
-		require.NotZero(t, p.probe)
-		ln.release(p, &Error{Class: ClassServer})
-	}
-	breakers := func() []bool {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return slices.Clone(m.breakers)
-	}
+	failProbe := func() { t.Helper(); failProbeOf(t, ln, clk) }
+	breakers := m.breakerReports
 	v := m.View()
 	v.OpenSince, v.Answered = clk.Now(), true
 	apply(ln, m, v)
@@ -1458,4 +1436,22 @@ func TestAHeardOutageEndedByAnAnswerWakesTheHostsOtherNamespaces(t *testing.T) {
 	require.NoError(t, err, "ns0's next request goes (as its probe) rather than fail unsent")
 	assert.NotZero(t, p.probe)
 	ns0.release(p, nil)
+}
+
+// failProbeOf lets ln's next probe out, a probe wait on, and fails it
+// with a server error.
+func failProbeOf(t *testing.T, ln *lane, clk *fakeClock) {
+	t.Helper()
+	clk.Advance(probeMax)
+	p, err := ln.acquire(context.Background(), req(1))
+	require.NoError(t, err)
+	require.NotZero(t, p.probe)
+	ln.release(p, &Error{Class: ClassServer})
+}
+
+// breakerReports returns the breaker reports (Breaker's open) m received.
+func (m *fakeMember) breakerReports() []bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.breakers)
 }

@@ -53,7 +53,7 @@ func (r *run) attempt(worker int, rt *route, p *part, first *place) *Error {
 		}
 		switch {
 		case stopsOneNamespace(e):
-			rt.refused.Store(e) // before the slot is released, as below
+			r.refuse(rt, e) // before the slot is released, as below
 		case e.Class == ClassDenied || e.Class == ClassQuotaExceeded:
 			// Stop before the slot is released, so that no request
 			// waiting for it goes out after the answer.

@@ -686,6 +686,48 @@ func TestRecordsOfARefusedNamespaceSpendNoneOfTheRateCap(t *testing.T) {
 	assert.Less(t, took, 2500*time.Millisecond, "records failed unsent spend none of WithMaxRate's cap")
 }
 
+// ClassQuotaExceeded's doc: the records of a namespace the index refused
+// to create fail "(those after the first refusal unsent)". A stream over
+// many namespaces that comes back to the refused one after its idle route
+// was dropped (routeTable.dropIdle) sends none of them again: the refusal
+// lived on the dropped route, and the route made again sent them.
+func TestARefusedNamespaceRevisitedAfterItsRouteWasDroppedStaysUnsent(t *testing.T) {
+	var mu sync.Mutex
+	sent := map[string]int{}
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if ns == "new" {
+			sent[ns]++
+			return status.Error(codes.PermissionDenied, namespacesQuota)
+		}
+		return nil
+	}
+	answered := func() bool { mu.Lock(); defer mu.Unlock(); return sent["new"] > 0 }
+	const others = 3 * minRoutes
+	seq := func(yield func(*pinecone.Vector) bool) {
+		if !yield(routeVec("new/0")) {
+			return
+		}
+		require.True(t, waitFor(5*time.Second, answered))
+		time.Sleep(50 * time.Millisecond) // its batch settles: the route is idle
+		for i := range others {
+			if !yield(routeVec(fmt.Sprintf("o%d/0", i))) {
+				return
+			}
+		}
+		yield(routeVec("new/1"))
+	}
+	res, err := Stream(context.Background(), seq, WithUpsertFunc(send), withClock(newFakeClock()), withRand(maxRand), WithBatchSize(1),
+		WithNamespaceOf(func(v *pinecone.Vector) string { ns, _, _ := strings.Cut(v.Id, "/"); return ns }))
+	require.ErrorIs(t, err, ErrQuotaExceeded)
+	assert.Equal(t, others, res.Upserted)
+	assert.Equal(t, map[Class][]string{ClassQuotaExceeded: {"new/0", "new/1"}}, failedIDs(res))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 1, sent["new"], "records of the refused namespace after its first refusal go unsent")
+}
+
 // Pinecone's request-rate answer names the namespace: "You've reached the
 // upsert QPS limit for namespace <namespace> (<limit> QPS)" (reference.md).
 // Namespaces are the caller's data (tenant ids, queue names): the quota's

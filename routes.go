@@ -2,6 +2,7 @@ package upsert
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 )
 
@@ -30,10 +31,14 @@ type route struct {
 	refused atomic.Pointer[Error]
 }
 
-// routeTable holds a run's routes; the producer's.
+// routeTable holds a run's routes; the producer's, but refused.
 type routeTable struct {
-	byKey    map[string]*route // by namespaceKey
-	released bool              // the routes' lanes were let go (release)
+	byKey map[string]*route // by namespaceKey
+	// refused holds, by namespaceKey, the namespaces the index refused to
+	// create (stopsOneNamespace), for a route made again after a stream
+	// dropped the first; the workers store, the producer loads.
+	refused  sync.Map
+	released bool // the routes' lanes were let go (release)
 	// forgetIdle drops the routes with nothing waiting when the map has
 	// doubled, so that a stream over many namespaces holds few: their
 	// lanes live on in the Limiter, their memberships of shared lanes end
@@ -69,6 +74,9 @@ func (r *run) route(namespace string) *route {
 		}
 		if r.described {
 			rt.lane.indexAnswered()
+		}
+		if e, ok := r.routes.refused.Load(key); ok {
+			rt.refused.Store(e.(*Error))
 		}
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
@@ -122,6 +130,14 @@ func (t *routeTable) release() {
 	for _, rt := range t.byKey {
 		rt.lane.holdRoute(-1)
 	}
+}
+
+// refuse records that the index refused rt's namespace
+// (stopsOneNamespace): its batches fail unsent from now on, also those of
+// a route made again for it.
+func (r *run) refuse(rt *route, e *Error) {
+	rt.refused.Store(e)
+	r.routes.refused.Store(namespaceKey(rt.namespace), e)
 }
 
 // withLastFailure returns e, an error of a batch the circuit breaker

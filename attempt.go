@@ -154,8 +154,9 @@ func (r *run) admit(rt *route, p *part, first *place) (permit, *minutePass, int,
 
 // unsentOnceAdmitted returns why a request of n records, admitted by rt's
 // lane, is not to be sent after all: the index refused its namespace
-// while it waited, or the run stopped (a slot freed by the answer that
-// stopped it) before WithMaxRate's pace let it go; nil to send it.
+// while it waited (for the lane, or for WithMaxRate's pace after it), or
+// the run stopped (a slot freed by the answer that stopped it); nil to
+// send it.
 func (r *run) unsentOnceAdmitted(rt *route, n int) *Error {
 	if e := rt.refused.Load(); e != nil {
 		return e
@@ -163,7 +164,7 @@ func (r *run) unsentOnceAdmitted(rt *route, n int) *Error {
 	if r.paceSend(n) != nil || r.runCtx.Err() != nil {
 		return r.stopError()
 	}
-	return nil
+	return rt.refused.Load()
 }
 
 // paceMinute waits until integrated records fit under the per-minute

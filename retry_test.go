@@ -878,3 +878,43 @@ func TestTheCallersClassifierDecidesOnAnErrorTheLibrarysClassifyCannotRead(t *te
 	var pe *PanicError
 	assert.False(t, errors.As(f.Err, &pe), "no panic: the library's Classify is not the run's classifier: %v", f.Err)
 }
+
+// Two batches of a namespace the index then refuses, admitted together
+// (the call's two slots freed at once), the second waiting WithMaxRate's
+// pace once admitted: the first's 403 comes while it waits, and it goes
+// unsent. It went out to a 403 of its own and a second ERROR line.
+func TestABatchPacedOnceAdmittedIsNotSentAfterItsNamespaceWasRefused(t *testing.T) {
+	clk := newEventClock()
+	var mu sync.Mutex
+	sent := map[string]int{}
+	send := func(ctx context.Context, ns string, b []*pinecone.Vector) error {
+		mu.Lock()
+		sent[ns]++
+		n := sent[ns]
+		mu.Unlock()
+		if ns == "new" {
+			_ = clk.Sleep(context.WithoutCancel(ctx), 100*time.Millisecond)
+			return status.Error(codes.PermissionDenied, namespacesQuota)
+		}
+		// The old namespace's two requests (sent 0.5 s apart at the
+		// pace) end together, at 2.5 s.
+		_ = clk.Sleep(context.WithoutCancel(ctx), time.Duration(2500-500*(n-1))*time.Millisecond)
+		return nil
+	}
+	recs := make([]*pinecone.Vector, 0, 40)
+	for _, ns := range []string{"old", "new"} {
+		for i := range 20 {
+			recs = append(recs, routeVec(fmt.Sprintf("%s/%d", ns, i)))
+		}
+	}
+	logs := &logCounts{byMsg: map[string]int{}}
+	res, err := Stream(context.Background(), slices.Values(recs), WithUpsertFunc(send), withClock(clk), withRand(maxRand),
+		WithBatchSize(10), WithConcurrency(2), WithMaxRate(20), WithLogger(slog.New(logs)),
+		WithNamespaceOf(func(v *pinecone.Vector) string { ns, _, _ := strings.Cut(v.Id, "/"); return ns }))
+	require.ErrorIs(t, err, ErrQuotaExceeded)
+	assert.Equal(t, 20, res.Upserted)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 1, sent["new"], "one request into the refused namespace")
+	assert.Equal(t, 1, logs.count("ERROR index refused a new namespace; its records fail"))
+}

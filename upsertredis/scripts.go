@@ -90,8 +90,25 @@ end
 // a close, as before: breakerScript begins no open_by on it (a list begun
 // then would name only the writers that report from then on, and settle
 // would end the outage when they leave though others are still in it).
-// open_by holds at most one id per live writer.
+// open_by holds at most one id per live writer. liveWriters drops the
+// writers (KEYS[2]) whose heartbeat expired, or whose entry is not of its
+// shape, and returns the live ones' ids as a set, their number, and the
+// demands of those other than self.
 const outageLua = `
+local function liveWriters(self)
+  local live, n, others = {}, 0, {}
+  local w = redis.call('HGETALL', KEYS[2])
+  for i = 1, #w, 2 do
+    local expiry, d = string.match(w[i + 1], '^(%d+) (.*)$')
+    if expiry == nil or tonumber(expiry) < now then -- an entry not of this shape is dropped, not an error for every writer
+      redis.call('HDEL', KEYS[2], w[i])
+    else
+      live[w[i]], n = true, n + 1
+      if w[i] ~= self then others[#others + 1] = d end
+    end
+  end
+  return live, n, others
+end
 local function markedOpen()
   local ids = {}
   for w in string.gmatch(redis.call('HGET', KEYS[1], 'open_by') or '', '%S+') do ids[#ids + 1] = w end
@@ -178,17 +195,8 @@ if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'accepted', accepted)
   redis.call('HSET', KEYS[1], 'answered', 1)
 end
-local others, live = {}, {[id] = true}
-local w = redis.call('HGETALL', KEYS[2])
-for i = 1, #w, 2 do
-  local expiry, d = string.match(w[i + 1], '^(%d+) (.*)$')
-  if expiry == nil or tonumber(expiry) < now then -- an entry not of this shape is dropped, not an error for every writer
-    redis.call('HDEL', KEYS[2], w[i])
-  else
-    live[w[i]] = true
-    if w[i] ~= id then others[#others + 1] = d end
-  end
-end
+local live, _, others = liveWriters(id)
+live[id] = true
 redis.call('HSET', KEYS[2], id, ms(now + heartbeat) .. ' ' .. demand)
 redis.call('PEXPIRE', KEYS[2], ttl)
 settle(live)
@@ -280,16 +288,7 @@ return reply({})
 // writers left.
 var leaveScript = redis.NewScript(clockLua + outageLua + `
 redis.call('HDEL', KEYS[2], ARGV[1])
-local live, ids = 0, {}
-local w = redis.call('HGETALL', KEYS[2])
-for i = 1, #w, 2 do
-  local expiry = tonumber(string.match(w[i + 1], '^(%d+) ') or '')
-  if expiry == nil or expiry < now then
-    redis.call('HDEL', KEYS[2], w[i])
-  else
-    live, ids[w[i]] = live + 1, true
-  end
-end
+local ids, live = liveWriters(ARGV[1])
 if live == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
 elseif redis.call('EXISTS', KEYS[1]) == 1 then

@@ -455,14 +455,7 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	}
 	runCtx, opts, stop := watchFailures(ctx, o, in, opts)
 	defer stop()
-	in.halted = make(chan struct{})
-	opts = append(opts, upsert.WithObserver(upsert.Observer{RequestDone: func(ev upsert.RequestEvent) {
-		// The run stopped: the next record need not be waited for; unless
-		// the watchdog gave up first, whose drain reads the rest.
-		if ev.Err != nil && (ev.Err.Class == upsert.ClassDenied || ev.Err.Class == upsert.ClassQuotaExceeded) && runCtx.Err() == nil {
-			in.halt()
-		}
-	}}))
+	opts = append(opts, haltOnRefusal(runCtx, in))
 	if tgt.srv != nil {
 		in.ids = make(map[string]struct{}) // for the check of what it holds
 	}
@@ -498,6 +491,19 @@ func upsertToTarget(ctx context.Context, o options, e *env, in *input, name stri
 	writeStale(e.con, res, dead.exposed.landedLetters(), o.deadLetter)
 	finishSummary(&s, in, dead, causes, tgt, res)
 	return writeReport(e, o.json, s.write, s.writeJSON, "summary", s.ExitStatus), nil
+}
+
+// haltOnRefusal stops reading in at the index's refusal of the run (a
+// denied key, a spent quota): the next record need not be waited for;
+// unless the watchdog gave up first (runCtx done), whose drain reads the
+// rest.
+func haltOnRefusal(runCtx context.Context, in *input) upsert.Option {
+	in.halted = make(chan struct{})
+	return upsert.WithObserver(upsert.Observer{RequestDone: func(ev upsert.RequestEvent) {
+		if ev.Err != nil && (ev.Err.Class == upsert.ClassDenied || ev.Err.Class == upsert.ClassQuotaExceeded) && runCtx.Err() == nil {
+			in.halt()
+		}
+	}})
 }
 
 // refused returns the error of a run that sent nothing because it could

@@ -106,7 +106,7 @@ func (ix Index) Options() []Option {
 // String describes ix on one line, every drawn parameter but the seed,
 // such as
 //
-//	120k records of 384 dims; 8.2k/s burst 4.1k; 12ms+3µs/rec+20ms/MiB σ0.40; ×5.0 above 200;
+//	120k records of 384 dims; 8.20k/s burst 4.10k; 12ms+3µs/rec+20ms/MiB σ0.40; ×5.0 above 200;
 //	16 slots; capacity ×0.50 at 3.2s; outage 0.8s every 6s; 2.1% random 429s; serverless limits
 func (ix Index) String() string {
 	parts := []string{fmt.Sprintf("%s records of %d dims", si(float64(ix.Records)), ix.Dimension)}

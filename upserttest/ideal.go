@@ -15,7 +15,9 @@ import (
 
 // IdealMaxInFlight is the most requests the ideal client of
 // [Index.IdealTime] keeps in flight at once: the upsert library's largest
-// concurrency.
+// adaptive concurrency. A client with more in flight can beat the ideal where no
+// limit of the index binds below it (unlimited slots, buckets that do
+// not bind: seeds 6, 85, 137, 519, 543, 608 and 625 of 1–800).
 const IdealMaxInFlight = 64
 
 // IdealTime returns how long a client that knew ix in advance needs, at
@@ -78,7 +80,8 @@ const IdealMaxInFlight = 64
 // run starting at NewServer; whole batches (the last one may be partial
 // and quicker); a timed-out request resent whole, not split. Efficiency,
 // ideal ÷ actual, can thus slightly exceed 1 only where a partial batch
-// or a lucky jitter helps.
+// or a lucky jitter helps, for a client that keeps no more than
+// IdealMaxInFlight requests in flight.
 //
 // Where several sizes reach the capacity (a rate binds, not the latency),
 // the ideal time is the least of three clients': one sending the largest

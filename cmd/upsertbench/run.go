@@ -133,15 +133,23 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 	if slices.ContainsFunc(clients, func(c *client) bool { return c.stopped }) {
 		atStop = storedRecords(srv, clients)
 	}
+	// Writes still in progress as the clients returned count only if they
+	// land records that were missing then: a straggling duplicate of a
+	// request the strategy split and resent adds nothing, and the ideal
+	// frees a timed-out request at its timeout.
 	late := !answeredAll(srv)
+	var atReturn int
+	if late {
+		atReturn = countStored(storedRecords(srv, clients))
+	}
 	if !settle(srv) && progress != nil {
 		fmt.Fprintf(progress, "%s/%s: the server still had requests in progress after %v\n", p.name, s.name, settleTimeout)
 	}
 	settled := time.Since(start)
 	r := measure(srv, p, s, clients, atStop)
-	if late && !r.stopped {
-		// Writes the clients gave up on may land after they returned:
-		// the clock runs until the server has answered them.
+	if late && !r.stopped && r.landed > atReturn {
+		// Writes the clients gave up on landed records after they
+		// returned: the clock runs until the server has answered them.
 		r.elapsed = max(r.elapsed, settled)
 		r.efficiency = efficiency(p, r.landed, r.elapsed)
 	}
@@ -183,6 +191,19 @@ func storedRecords(srv *upserttest.Server, clients []*client) [][]bool {
 		}
 	}
 	return out
+}
+
+// countStored counts the records stored reports as stored.
+func countStored(stored [][]bool) int {
+	n := 0
+	for _, c := range stored {
+		for _, ok := range c {
+			if ok {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // measure compares what the clients sent and reported with what srv

@@ -174,6 +174,10 @@ type acker struct {
 	f      func([]Ack)
 	window int
 	halt   func(*Error) // stops the run, when f panicked
+	// unacked takes the acks f did not return for (it panicked, or had
+	// before): their failures and stale records reach the caller only
+	// through the run's result then.
+	unacked func([]Ack)
 
 	// slots is a ring: position p is slots[p&(len-1)]. Only producers, in
 	// their turn, grow it (under mu) and write tags (without it: the slot
@@ -190,8 +194,8 @@ type acker struct {
 	buf     []Ack
 }
 
-func newAcker(o ackOptions, halt func(*Error)) *acker {
-	return &acker{f: o.f, window: o.window, halt: halt, slots: make([]ackSlot, 64)}
+func newAcker(o ackOptions, halt func(*Error), unacked func([]Ack)) *acker {
+	return &acker{f: o.f, window: o.window, halt: halt, unacked: unacked, slots: make([]ackSlot, 64)}
 }
 
 // start makes pos the first position, for a stream resumed from a
@@ -273,8 +277,8 @@ func (a *acker) deliver() {
 		acks := a.collect(end)
 		call := a.failed == nil
 		a.mu.Unlock()
-		if call {
-			a.call(acks)
+		if !call || !a.call(acks) {
+			a.unacked(acks)
 		}
 		a.mu.Lock()
 		clear(acks) // lets go of the tags, failures and stale records
@@ -304,8 +308,8 @@ func (a *acker) collect(end int) []Ack {
 }
 
 // call calls f, recovering a panic: f is not called again, and the run
-// stops.
-func (a *acker) call(acks []Ack) {
+// stops. It reports whether f returned.
+func (a *acker) call(acks []Ack) (returned bool) {
 	defer func() {
 		v := recover()
 		if v == nil {
@@ -318,6 +322,7 @@ func (a *acker) call(acks []Ack) {
 		a.halt(e)
 	}()
 	a.f(acks)
+	return true
 }
 
 // signal wakes the calls waiting for head to move. mu is held.

@@ -68,28 +68,35 @@ func (l *ackLog) requireClean(t *testing.T) {
 }
 
 // requireAcksMatch checks acks against the run's result: one ack per
-// record taken, a failure's ack carrying the very failure of Result.Failed,
-// as many landed as upserted.
+// record taken, a failure's ack carrying the very failure of Result.Failed
+// (which keeps only the first failuresKept: the acks carry them all), as
+// many landed as upserted.
 func requireAcksMatch(t *testing.T, acks []Ack, res Result, base int) {
 	t.Helper()
 	require.Len(t, acks, res.Stats.Records, "one ack per record taken")
+	require.Contains(t, []int{res.Stats.Failed, failuresKept}, len(res.Failed), "the failures a run with acks keeps")
 	failed := make(map[int]Failure, len(res.Failed))
 	for _, f := range res.Failed {
 		failed[f.Index] = f
 	}
-	landed, replaced := 0, 0
+	landed, replaced, failures := 0, 0, 0
 	for i, a := range acks {
 		require.Equal(t, base+i, a.Position)
 		switch {
 		case a.Failure != nil:
-			f, ok := failed[a.Position]
-			require.True(t, ok, "position %d acked failed, not in Result.Failed", a.Position)
-			assert.Equal(t, f.Class, a.Failure.Class)
-			assert.Equal(t, f.Err, a.Failure.Err)
-			assert.Equal(t, f.MayHaveLanded, a.Failure.MayHaveLanded)
-			assert.Equal(t, a.Position, a.Failure.Index)
+			failures++
+			f := *a.Failure
+			assert.Equal(t, a.Position, f.Index)
 			assert.Equal(t, !modelFailedForGood(f), a.Resend, "position %d (%v, %d attempts)", a.Position, f.Class, f.Attempts)
 			assert.Equal(t, a.Resend, f.Resend, "the failure says what its ack says")
+			kept, ok := failed[a.Position]
+			if !ok {
+				require.Greater(t, res.Stats.Failed, failuresKept, "position %d acked failed, not in Result.Failed", a.Position)
+				continue
+			}
+			assert.Equal(t, kept.Class, f.Class)
+			assert.Equal(t, kept.Err, f.Err)
+			assert.Equal(t, kept.MayHaveLanded, f.MayHaveLanded)
 			delete(failed, a.Position)
 		case a.Replaced:
 			replaced++
@@ -99,8 +106,25 @@ func requireAcksMatch(t *testing.T, acks []Ack, res Result, base int) {
 		}
 	}
 	assert.Empty(t, failed, "every failure is acked")
+	assert.Equal(t, res.Stats.Failed, failures, "every failure is acked")
 	assert.Equal(t, res.Upserted, landed)
 	assert.Equal(t, res.Duplicates, replaced)
+}
+
+// ackedResult returns res with Failed holding every failure, as the acks
+// carried them, once checked against res (requireAcksMatch): a run with
+// acks keeps only the first failuresKept.
+func ackedResult(t *testing.T, res Result, log *ackLog) Result {
+	t.Helper()
+	acks := log.all()
+	requireAcksMatch(t, acks, res, 0)
+	res.Failed = nil
+	for _, a := range acks {
+		if a.Failure != nil {
+			res.Failed = append(res.Failed, *a.Failure)
+		}
+	}
+	return res
 }
 
 // faultyIndex is a fakeIndex that fails requests at random, as seed
@@ -551,7 +575,7 @@ func TestAckerGrowsItsRing(t *testing.T) {
 		for _, x := range acks {
 			got = append(got, x.Tag.(int))
 		}
-	}, window: DefaultAckWindow}, func(*Error) {})
+	}, window: DefaultAckWindow}, func(*Error) {}, func([]Ack) {})
 	const n = 1000
 	for p := range n {
 		a.take(p, p)
@@ -652,7 +676,7 @@ func benchAcksRun(b *testing.B, stream, tagged bool, recs []*pinecone.Vector, ta
 //	go test -run '^$' -bench BenchmarkAcker -benchmem -count 5 .
 func BenchmarkAcker(b *testing.B) {
 	var acked int
-	a := newAcker(ackOptions{f: func(acks []Ack) { acked += len(acks) }, window: DefaultAckWindow}, func(*Error) {})
+	a := newAcker(ackOptions{f: func(acks []Ack) { acked += len(acks) }, window: DefaultAckWindow}, func(*Error) {}, func([]Ack) {})
 	const batch = 100
 	items := make([]item, 2*batch)
 	tag := new(int)
@@ -675,5 +699,69 @@ func BenchmarkAcker(b *testing.B) {
 	b.StopTimer()
 	if acked != pos {
 		b.Fatalf("acked %d of %d", acked, pos)
+	}
+}
+
+// The acks hand every failure to the caller, so a long-lived Writer given
+// WithAcks keeps only the first failuresKept for its result, as with an
+// observer's Failure function: its memory does not grow with its failures.
+func TestAWriterWithAcksKeepsOnlyTheFirstThousandFailuresForItsResult(t *testing.T) {
+	reject := func(context.Context, string, []*pinecone.Vector) error {
+		return &Error{Class: ClassInvalid, Err: errors.New("metadata too large")}
+	}
+	var acked atomic.Int64
+	w, err := NewWriter(context.Background(), WithUpsertFunc(reject), withClock(newFakeClock()), withRand(maxRand),
+		WithAcks(func(as []Ack) {
+			for _, a := range as {
+				if a.Failure != nil {
+					acked.Add(1)
+				}
+			}
+		}))
+	require.NoError(t, err)
+	const n = 3000
+	for _, v := range vectors(n, 2) {
+		require.NoError(t, w.Add(context.Background(), v))
+	}
+	require.NoError(t, w.Flush(context.Background()))
+	require.EqualValues(t, n, acked.Load(), "the caller got every failure in its ack")
+	w.in.r.results.mu.Lock()
+	held := len(w.in.r.results.failed)
+	w.in.r.results.mu.Unlock()
+	assert.Equal(t, failuresKept, held, "failures held while the Writer lives")
+	res, err := w.Close(context.Background())
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Equal(t, n, res.Stats.Failed, "Stats.Failed counts all")
+	assert.Len(t, res.Failed, failuresKept)
+}
+
+// Failures whose acks were never delivered (the acknowledgement function
+// panicked) reach the caller through the result, each once: the run kept
+// only the first failuresKept, counting on the acks for the rest.
+func TestFailuresOfAcksNeverDeliveredAreKeptForTheResult(t *testing.T) {
+	reject := func(context.Context, string, []*pinecone.Vector) error {
+		return &Error{Class: ClassInvalid, Err: errors.New("metadata too large")}
+	}
+	release := make(chan struct{})
+	w, err := NewWriter(context.Background(), WithUpsertFunc(reject), withClock(newFakeClock()), withRand(maxRand),
+		WithAcks(func([]Ack) {
+			<-release
+			panic("the acknowledgement function's bug")
+		}))
+	require.NoError(t, err)
+	const n = 3000
+	for _, v := range vectors(n, 2) {
+		require.NoError(t, w.Add(context.Background(), v))
+	}
+	require.Eventually(t, func() bool { return w.in.r.stats.failed.Load() == n }, generous, time.Millisecond)
+	close(release)
+	res, err := w.Close(context.Background())
+	var pe *PanicError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, n, res.Stats.Failed)
+	require.Len(t, res.Failed, n, "every failure, though its ack never came")
+	for i, f := range res.Failed {
+		require.Equal(t, i, f.Index, "each once, in input order")
+		require.Equal(t, ClassInvalid, f.Class)
 	}
 }

@@ -74,7 +74,7 @@ func newIntake(r *run, mode intakeMode) *intake {
 		in.settled = &watermark{}
 	}
 	if r.cfg.acks.f != nil && mode != forAll {
-		in.acks = newAcker(r.cfg.acks, func(e *Error) { r.halt(e) })
+		in.acks = newAcker(r.cfg.acks, func(e *Error) { r.halt(e) }, r.unacked)
 	}
 	in.hold.maxRecords, in.hold.maxBytes, in.hold.maxRoutes = maxHeld(r.kind), maxHeldBytes(r.kind), math.MaxInt
 	if r.routes.forgetIdle {

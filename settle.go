@@ -15,6 +15,14 @@ type runResults struct {
 	keepFailed int     // most failures (and stale records) kept for the result; < 0 keeps all
 	untaken    untaken // records All never looked at because the run stopped
 	stale      []Stale
+	unacked    *unackedIndex // what of failed and stale is known, once acks went undelivered
+}
+
+// unackedIndex knows which records failed and stale hold, by input
+// position, so that the failures of undelivered acks join them once each.
+type unackedIndex struct {
+	failed, stale               map[int]bool
+	failedScanned, staleScanned int // failed[:failedScanned] and stale[:staleScanned] are in the maps
 }
 
 // outcome is how records settled.
@@ -113,6 +121,40 @@ func (r *run) report(fs []Failure) {
 	}
 	res.failed = append(res.failed, keep...)
 	res.mu.Unlock()
+}
+
+// unacked keeps, for the result, the failures and stale records of acks
+// that the acknowledgement function did not return for (it panicked): a
+// run that hands them to the acks keeps only failuresKept, and they would
+// reach the caller nowhere else. An observer's Failure function had them.
+func (r *run) unacked(acks []Ack) {
+	if observersHaveFailure(r.cfg.observers) {
+		return
+	}
+	res := &r.results
+	res.mu.Lock()
+	defer res.mu.Unlock()
+	if res.unacked == nil {
+		res.unacked = &unackedIndex{failed: map[int]bool{}, stale: map[int]bool{}}
+	}
+	u := res.unacked
+	for ; u.failedScanned < len(res.failed); u.failedScanned++ {
+		u.failed[res.failed[u.failedScanned].Index] = true
+	}
+	for ; u.staleScanned < len(res.stale); u.staleScanned++ {
+		u.stale[res.stale[u.staleScanned].Index] = true
+	}
+	for _, a := range acks {
+		if f := a.Failure; f != nil && !u.failed[f.Index] {
+			res.failed = append(res.failed, *f)
+			u.failed[f.Index] = true
+		}
+		if s := a.Stale; s != nil && !u.stale[s.Index] {
+			res.stale = append(res.stale, *s)
+			u.stale[s.Index] = true
+		}
+	}
+	u.failedScanned, u.staleScanned = len(res.failed), len(res.stale)
 }
 
 // settle tells the intake that items landed or failed.

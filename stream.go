@@ -35,7 +35,7 @@ import (
 // returns.
 //
 // Result.Failed holds every failure, unless an [Observer] with a Failure
-// function was given: then the observer is where failures go, and
+// function, or [WithAcks], was given: then that is where failures go, and
 // Result.Failed keeps only the first 1000 (Stats.Failed counts all). When
 // ctx ends, Stream stops pulling; records it pulled and did not land fail
 // with [ClassCanceled]. When seq returns after ctx ended (an iterator that
@@ -48,9 +48,17 @@ func Stream(ctx context.Context, seq iter.Seq[*pinecone.Vector], opts ...Option)
 	return streamOf(ctx, seq, vectorKind, func(v *pinecone.Vector) item { return item{vec: cloneVector(v)} }, opts)
 }
 
-// failuresKept is how many failures a stream keeps for its result when an
-// observer already receives them all.
+// failuresKept is how many failures (and stale records) a stream keeps for
+// its result when the caller already receives them all.
 const failuresKept = 1000
+
+// failuresHandedOut reports whether cfg hands every failure to the caller
+// as it happens (an observer's Failure function, or the acks): a long
+// stream or Writer then keeps only failuresKept for its result, so that
+// its memory does not grow with its failures.
+func failuresHandedOut(cfg *config) bool {
+	return cfg.acks.f != nil || observersHaveFailure(cfg.observers)
+}
 
 func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(T) item, opts []Option) (Result, error) {
 	op := "Stream"
@@ -66,7 +74,7 @@ func streamOf[T any](ctx context.Context, seq iter.Seq[T], k *kind, toItem func(
 	}
 	r := newRun(ctx, cfg, k, -1, op)
 	in := newIntake(r, forStream)
-	if observersHaveFailure(cfg.observers) {
+	if failuresHandedOut(cfg) {
 		r.results.keepFailed = failuresKept
 	}
 	skip := 0

@@ -506,8 +506,8 @@ type Result struct {
 	Upserted int
 	// Failed holds one entry per record that did not land, in input order;
 	// a [Stream], [Records] or [Writer] whose [Observer] has a Failure
-	// function keeps only the first 1000 to fail (Stats.Failed counts
-	// all), in input order.
+	// function, or given [WithAcks], keeps only the first 1000 to fail
+	// (Stats.Failed counts all), in input order.
 	Failed []Failure
 	// Duplicates counts records skipped because a later record in the same
 	// call has the same id: the last one wins and is sent once.
@@ -516,7 +516,8 @@ type Result struct {
 	// Upserted) while a request carrying an earlier record of their id had
 	// ended without an answer, so that the index may keep the earlier one;
 	// see [Stale]. Only the first 1000 to be reported are kept when an
-	// [Observer] receives failures; Stats.MayBeStale counts all.
+	// [Observer] or [WithAcks] receives failures; Stats.MayBeStale counts
+	// all.
 	MayBeStale []Stale
 	// Stats are the run's final figures; Stats.Upserted equals Upserted.
 	Stats Stats

@@ -35,7 +35,7 @@ var ErrClosed = errors.New("upsert: writer closed")
 // Failures are reported as they happen to the Failure
 // function of an [Observer], if one was given (a dead-letter file), and
 // are in the Result that Close returns (only the first 1000 of them when
-// an observer receives them all). To learn, record by record and in the
+// an observer or the acks of [WithAcks] receive them all). To learn, record by record and in the
 // order they were added, which records have landed (to commit a source's
 // offsets as they do), pass [WithAcks] and add with [Writer.AddTagged].
 //
@@ -72,7 +72,7 @@ func NewWriter(ctx context.Context, opts ...Option) (*Writer, error) {
 	}
 	r := newRun(ctx, cfg, vectorKind, -1, "Writer")
 	in := newIntake(r, forWriter)
-	if observersHaveFailure(cfg.observers) {
+	if failuresHandedOut(cfg) {
 		r.results.keepFailed = failuresKept
 	}
 	w := &Writer{in: in, closing: make(chan struct{}, 1)}

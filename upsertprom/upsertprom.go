@@ -373,9 +373,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // a run of [upsert.Stream], [upsert.Records] or an [upsert.Writer] given it
 // keeps at most 1000 failures in its result. In the words of
 // [upsert.Result]: "a Stream, Records or Writer whose Observer has a
-// Failure function keeps only the first 1000 (Stats.Failed counts all)",
-// and of its MayBeStale: "Only the first 1000 are kept when an Observer
-// receives failures; Stats.MayBeStale counts all". [upsert.All] keeps
+// Failure function, or given WithAcks, keeps only the first 1000 to fail
+// (Stats.Failed counts all)", and of its MayBeStale: "Only the first 1000
+// to be reported are kept when an Observer or WithAcks receives failures;
+// Stats.MayBeStale counts all". [upsert.All] keeps
 // them all. A program that needs every failure of such a run gets them
 // from a Failure function of its own, such as the Write method of
 // ndjson.DeadLetters.

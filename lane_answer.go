@@ -3,6 +3,8 @@ package upsert
 import (
 	"math"
 	"time"
+
+	"github.com/upsertlib/upsert/internal/share"
 )
 
 // failureNote is what the lane tells a batch of its request's failure, so
@@ -373,7 +375,7 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		if ln.breaker.failure(now, p.start, ln.isProbe(p.probe), timedOut) {
 			ln.signals.breaker.fire()
 		}
-		if !wasOpen && ln.breaker.open || ln.joinsSharedOutage() {
+		if !wasOpen && ln.breaker.open || ln.joinsSharedOutage(now) {
 			ln.queueBreaker(true)
 		}
 		ln.tellHost()
@@ -417,17 +419,35 @@ func (ln *lane) closeBreaker(now, sent time.Time) {
 	}
 }
 
-// joinsSharedOutage reports whether the failure just counted is this
-// writer's first in the lane's outage as it last heard of it (another
-// writer's breaker opened it, and opened this one; or it replaced, between
-// two views, the outage this writer was in): it tells the store it is in
-// it, so that the outage outlives the writer that opened it only while a
-// writer that still sees it is live (an outage that none still sees may
-// have ended unseen: a writer that joins later must not count its own
-// from that one's start). ln.mu is held.
-func (ln *lane) joinsSharedOutage() bool {
+// joinsSharedOutage reports whether the failure just counted, its
+// breaker open, reports this writer in the lane's outage: its first
+// failure in the outage as it last heard of it (another writer's breaker
+// opened it, and opened this one; or it replaced, between two views, the
+// outage this writer was in), or one once its last report is due for
+// renewal (outageRenewalDue). The store keeps the outage while a writer
+// that reported itself in it within share.OutageLapse is live, so that it
+// outlives the writer that opened it only while a writer still fails in
+// it (one that none still sees may have ended unseen: a writer that joins
+// later must not count its own from that one's start). ln.mu is held.
+func (ln *lane) joinsSharedOutage(now time.Time) bool {
+	if !ln.breaker.open {
+		return false
+	}
 	heard := ln.breaker.shared.openSince
-	return ln.breaker.open && !heard.IsZero() && !heard.Equal(ln.share.markedIn)
+	unmarked := !heard.IsZero() && !heard.Equal(ln.share.markedIn)
+	return unmarked || outageRenewalDue(ln.share.reportedAt, now)
+}
+
+// outageRenewalDue reports whether a writer whose breaker is open and
+// that fails at now reports itself again, its last report made at last:
+// once that is share.OutageRenewal old, so that the store, which drops a
+// writer's mark share.OutageLapse after it, keeps the outage while the
+// writer fails in it, at one round trip per renewal rather than one per
+// failure. When the lane holds no outage (the store ended it: this
+// writer's mark had lapsed while it sat idle, or another writer's answer
+// closed it) the report opens one, dated now, that the others hear.
+func outageRenewalDue(last, now time.Time) bool {
+	return last.IsZero() || now.Sub(last) >= share.OutageRenewal
 }
 
 // indexAnswered tells the lane that its index answered the run's

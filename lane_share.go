@@ -34,14 +34,19 @@ type laneShare struct {
 	// this writer reported itself in (queueBreaker(true)); zero once a
 	// view showed the lane without one, or none was known when it
 	// reported (its own breaker opened it: the next view dates it). The
-	// store keeps the lane's outage while a writer in it is live
-	// (share.Member.Breaker). A writer whose breaker is open reports
-	// itself at its first failure in an outage of the lane's other than
-	// markedIn (lane.joinsSharedOutage): one it heard, or one that
-	// replaced the outage it was in between two views (closed by an
-	// answer to another writer, opened by a third's breaker), so that the
-	// outage lasts as long as a writer still sees it, and no longer.
+	// store keeps the lane's outage while a writer that reported itself
+	// in it within share.OutageLapse is live (share.Member.Breaker). A
+	// writer whose breaker is open reports itself at its first failure in
+	// an outage of the lane's other than markedIn (lane.joinsSharedOutage):
+	// one it heard, or one that replaced the outage it was in between two
+	// views (closed by an answer to another writer, opened by a third's
+	// breaker); and at a failure once reportedAt is share.OutageRenewal
+	// old (outageRenewalDue), so that the outage lasts as long as a writer
+	// still fails in it, and no longer.
 	markedIn time.Time
+	// reportedAt is when this writer last reported its breaker open
+	// (queueBreaker(true)), on the lane's clock.
+	reportedAt time.Time
 	// aloneFrac is the fraction goAlone made the controllers' known
 	// limits whole by (rateControl.alone), until the lane shares again;
 	// 0 while they hold this writer's part.
@@ -69,7 +74,7 @@ func (ln *lane) joinShare(ctx context.Context, s share.Store, lane share.Lane, s
 		// A new membership counts the lane's episodes afresh: the lane's
 		// keys may have been dropped since an earlier one (a Limiter kept
 		// between calls), and its epochs started over.
-		sh.epoch, sh.cutAlone, sh.markedIn = 0, false, time.Time{}
+		sh.epoch, sh.cutAlone, sh.markedIn, sh.reportedAt = 0, false, time.Time{}, time.Time{}
 		// Nor did it hear any outage yet: an earlier membership's, whose
 		// keys were dropped since, has not ended (applyView's sharedBack).
 		ln.breaker.shared.openSince, ln.breaker.shared.answered = time.Time{}, false
@@ -692,7 +697,7 @@ func (ln *lane) queueBreaker(open bool) {
 	}
 	m := sh.m
 	if open {
-		sh.markedIn = ln.breaker.shared.openSince
+		sh.markedIn, sh.reportedAt = ln.breaker.shared.openSince, ln.clock.Now()
 	} else {
 		sh.markedIn = time.Time{}
 	}

@@ -616,10 +616,10 @@ func TestSharedLaneReportsItselfInAnOutageItHeardAtItsFirstFailure(t *testing.T)
 	failProbe()
 	assert.Equal(t, []bool{true}, breakers(), "its first failure in the outage, once")
 
-	v.OpenSince = time.Time{} // the lane's outage ended (no writer in it was left)
+	v.OpenSince = time.Time{} // the lane's outage ended (another writer's answer closed it)
 	apply(ln, m, v)
 	failProbe()
-	assert.Equal(t, []bool{true}, breakers(), "an outage the lane does not hold is not joined")
+	assert.Equal(t, []bool{true}, breakers(), "no outage opened again within share.OutageRenewal of its report")
 	v.OpenSince = clk.Now() // another writer's next
 	apply(ln, m, v)
 	failProbe()
@@ -653,6 +653,101 @@ func TestSharedLaneReportsItselfInANewOutageItHeardWithoutAGap(t *testing.T) {
 	assert.Equal(t, []bool{true, true}, breakers(), "its first failure in the lane's new outage: it is in it")
 	failProbe()
 	assert.Equal(t, []bool{true, true}, breakers(), "once")
+}
+
+// A writer failing in the lane's outage it reported itself in renews its
+// report (the store drops a writer's mark share.OutageLapse after its
+// latest report, so that an idle writer does not keep the outage and its
+// start alive for as long as it lives), at most once per
+// share.OutageRenewal however often it fails (a failure every 100 ms for
+// the outage's first 5 s, then at each probe up to 5 s apart), and in time
+// for the lapse. Without renewals it reported itself twice in 3 minutes:
+// at its breaker's opening and in the outage the next view named.
+func TestSharedLaneRenewsItsReportInTheOutageAtMostOncePerRenewal(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	var reports []time.Time
+	m.breakerHook = func(open bool) {
+		if open {
+			reports = append(reports, clk.Now()) // the test's goroutine flushes: no race
+		}
+	}
+	openBreaker(t, ln)
+	v := m.View()
+	v.OpenSince, v.Answered = clk.Now(), true
+	apply(ln, m, v) // the store dates the outage it opened
+	start := clk.Now()
+	failProbesUntil(t, clk, []*lane{ln}, start.Add(3*time.Minute))
+
+	require.GreaterOrEqual(t, len(reports), 2, "at the opening, and in the outage the view named")
+	assert.LessOrEqual(t, reports[1].Sub(start), probeEvery, "in the outage the view named, at its first failure")
+	renewals := reports[2:]
+	n := int(3 * time.Minute / share.OutageRenewal)
+	assert.True(t, len(renewals) == n-1 || len(renewals) == n, "%d renewals over 3 minutes: one per share.OutageRenewal", len(renewals))
+	last := reports[1]
+	for _, at := range renewals {
+		assert.GreaterOrEqual(t, at.Sub(last), share.OutageRenewal, "renewed before share.OutageRenewal")
+		assert.LessOrEqual(t, at.Sub(last), share.OutageRenewal+probeMax, "renewed later than its next failure due")
+		last = at
+	}
+}
+
+// A writer whose breaker its own failures opened, and whose report the
+// lane's outage was ended under, reports itself again at a failure once
+// its last report is share.OutageRenewal old, so that the lane holds an
+// outage again (dated now: the store opens a new one) while a writer
+// fails in it. The store ends an outage under a live writer once its
+// mark lapsed (it sat idle: no request, no failure, for
+// share.OutageLapse); without the report, its failures after the idle
+// spell opened no outage for the lane's other writers, its breaker open
+// all along. An outage another writer's answer closed moments after this
+// writer's report is opened again only once that report is
+// share.OutageRenewal old (the index answered that writer: the next
+// failure is one writer's word against it).
+func TestSharedLaneReportsItselfAgainInALaneWhoseOutageEndedWhileItFails(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		after  time.Duration // from the report to the end of the lane's outage and the failure
+		report bool
+	}{
+		{"ended under it while it sat idle", share.OutageLapse + time.Minute, true},
+		{"closed by another writer's answer moments after its report", time.Second, false},
+		{"closed by another writer's answer, its report due for renewal", share.OutageRenewal, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+			ln, clk, _ := sharedLane(t, m)
+			openBreaker(t, ln)
+			v := m.View()
+			v.OpenSince, v.Answered = clk.Now(), true
+			apply(ln, m, v)
+			probeWith(t, clk, ln, errServer) // marked in the outage the view named
+			require.Equal(t, []bool{true, true}, m.breakerReports())
+
+			clk.Advance(tc.after)
+			v.OpenSince = time.Time{} // the store ended the lane's outage
+			apply(ln, m, v)
+			require.True(t, breakerOpen(ln), "its own failures opened it")
+			probeWith(t, clk, ln, errServer)
+			want := []bool{true, true}
+			if tc.report {
+				want = append(want, true)
+			}
+			assert.Equal(t, want, m.breakerReports())
+		})
+	}
+}
+
+// share.OutageLapse outlasts a failing writer's wait between renewals: a
+// renewal is due share.OutageRenewal after the last, and made at the next
+// failure, at most a probe wait (probeSpreadMax, the longest) and a probe
+// that hangs to its timeout (DefaultRequestTimeout) later; the rest is
+// room for round trips. A writer still failing is then never dropped from
+// the lane's outage.
+func TestOutageLapseOutlastsAFailingWritersRenewals(t *testing.T) {
+	longest := share.OutageRenewal + probeSpreadMax + DefaultRequestTimeout
+	assert.Greater(t, share.OutageLapse, longest+10*time.Second)
+	assert.GreaterOrEqual(t, share.OutageRenewal, 2*probeMax, "a renewal for every few probes of a long outage")
 }
 
 // A breaker that only the lane's outage opened (heard), with no failure

@@ -52,15 +52,18 @@
 //     and whether the index ever answered anyone. The outage ends when a
 //     writer's breaker closes (the index answered it), or when every
 //     writer in it (whose breaker opened, or whose own request failed in
-//     it) has left or died: nobody then still sees it, the index may have
-//     been back for minutes, and a writer that joins later counts a new
+//     it) has left, died, or reported no failure in it for two minutes
+//     (it sat idle): nobody then still sees it, the index may have been
+//     back for minutes, and a writer that joins later counts a new
 //     outage from its own breaker, not from that one's start; a writer
 //     whose breaker only that outage opened, with no failure of its own
 //     in it, closes it then too. A writer reports itself in each outage
 //     of the lane it fails in (one closed and another opened between two
-//     of its exchanges included). An outage whose writers are not known
-//     (the state rebuilt after Redis lost it, or an outage opened by a
-//     version before this one) lasts until a breaker closes;
+//     of its exchanges included), and again at a failure 30 s after its
+//     last report, which renews it (or opens a new outage when the lane
+//     holds none). An outage whose writers are not known (the state
+//     rebuilt after Redis lost it, or an outage opened by a version
+//     before this one) lasts until a breaker closes;
 //   - the live writers and what each could send (its demand): each
 //     writer's part of the rate is a max-min fair split, so a writer that
 //     joins gets its part at once and the others take up the part of one

@@ -61,6 +61,10 @@ func newStore(t *testing.T, rdb redis.UniversalClient, opts ...Option) *Store {
 	return New(rdb, opts...)
 }
 
+// withLapse shortens how long a writer's report keeps it in the lane's
+// outage (share.OutageLapse), Redis's clock being real.
+func withLapse(d time.Duration) Option { return func(o *options) { o.lapse = d } }
+
 var lane = share.Lane{Host: "http://127.0.0.1:5081", Namespace: "docs"}
 
 // join joins lane through s; the member leaves at the end of t.

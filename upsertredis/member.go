@@ -165,7 +165,7 @@ func (m *member) Leave(ctx context.Context) error {
 // Redis is up (see Store.heard), unless ctx ended first.
 func (m *member) leaveLane(ctx context.Context) error {
 	_, err := m.store.call(ctx, func(ctx context.Context) ([]string, error) {
-		return nil, leaveScript.Run(ctx, m.store.rdb, m.keys, m.id).Err()
+		return nil, leaveScript.Run(ctx, m.store.rdb, m.keys, m.id, m.store.opts.lapse.Milliseconds()).Err()
 	})
 	if !m.store.heard(ctx, err) {
 		return err
@@ -243,7 +243,7 @@ func (m *member) sync(ctx context.Context) error {
 	n := m.accepted.Swap(0)
 	o := m.store.opts
 	_, err := m.exchange(ctx, syncScript, m.keys, m.id, o.heartbeat.Milliseconds(), n,
-		formatFloat(math.Float64frombits(m.demand.Load())))
+		formatFloat(math.Float64frombits(m.demand.Load())), o.lapse.Milliseconds())
 	return err
 }
 

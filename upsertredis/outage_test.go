@@ -398,6 +398,55 @@ func TestAnOutageOfAWriterThatDiedDoesNotFailANewWritersShortOutage(t *testing.T
 	}
 }
 
+// Rule 25i's first gap, end to end: a writer in an outage two minutes old
+// goes idle (a Writer waiting for input: no request, so no probe and no
+// failure) and stays live. A writer that starts later meets a blip (its
+// first request fails once, the index answers every later one). The
+// lane's outage was kept, with its start, for as long as the idle writer
+// lived: the new writer's breaker opened on it, its first request was the
+// probe, and at the blip it gave up counting from two minutes ago, every
+// other record failing unsent. The idle writer's mark now lapses (its
+// report, not renewed by failures, is older than the lapse), and the
+// outage ends under it.
+func TestAnIdleWritersOldOutageDoesNotFailANewWritersBlip(t *testing.T) {
+	rdb := client(t, nil)
+	ctx := context.Background()
+	ix := upserttest.NewServer(upserttest.WithLatency(2*time.Millisecond, 20*time.Microsecond),
+		upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+			if r.Seq == 1 {
+				return upserttest.Fault{Code: codes.Unavailable}
+			}
+			return upserttest.Fault{}
+		}))
+	t.Cleanup(ix.Close)
+	host := strings.TrimPrefix(ix.Host(), "http://")
+
+	other := New(client(t, nil), WithPrefix(t.Name()+":"), WithInterval(5*time.Millisecond), WithHeartbeat(50*time.Millisecond),
+		withLapse(200*time.Millisecond))
+	idle := other.Join(ctx, share.Lane{Host: host, Namespace: e2eNamespace}).(*member)
+	t.Cleanup(func() { _ = idle.Leave(ctx) })
+	idle.Demand(0)
+	oldOutage(t, idle)
+	require.Eventually(t, func() bool {
+		v, err := rdb.HGet(ctx, idle.keys[0], "open_since").Result()
+		return err == nil && v == "0"
+	}, 3*time.Second, time.Millisecond, "the idle writer's outage outlived the lapse of its report")
+	require.Equal(t, 1, idle.View().Writers, "the idle writer is live")
+
+	runCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	s := New(rdb, WithPrefix(t.Name()+":"), WithInterval(20*time.Millisecond), WithTimeout(time.Second))
+	res, err := upsert.All(runCtx, vectors(0, 200), upsert.WithIndex(indexConn(t, ix.Host())),
+		upsert.WithLimiter(upsert.NewLimiter()), s.Option())
+	t.Logf("upserted %d, failed %d, errors %v", res.Upserted, len(res.Failed), res.Stats.ErrorsByClass)
+	assert.NoError(t, err)
+	if len(res.Failed) > 0 {
+		t.Errorf("%d of 200 records failed unsent at a blip, on an idle writer's outage of two minutes ago; first: %v",
+			len(res.Failed), res.Failed[0].Err)
+	}
+	assert.Equal(t, 200, res.Upserted)
+}
+
 // oldOutage marks m in the lane's outage (Breaker(true)) and moves
 // the outage's start two minutes back, as Redis holds it two minutes into
 // an outage m saw.

@@ -37,7 +37,8 @@ func laneKeys(prefix, host, namespace string) (state, writers string) {
 //	cut_at           when the last cut was made
 //	paused_until     end of the last Retry-After
 //	open_since       when the current outage's first breaker opened; 0 when closed, or once no
-//	                 writer in it is left (see outageLua)
+//	                 writer still in it (live, its latest report within the lapse) is left
+//	                 (see outageLua)
 //	answered         1 once the index answered any writer
 //	unit             what rate and level count (share.Unit: 0 records, 1 requests, 2 bytes)
 //	accepted         records the writers reported accepted, in all
@@ -74,26 +75,32 @@ local function learned()
 end
 `
 
-// outageLua keeps the lane's outage (open_since) only while a writer in
-// it is live. The state's field open_by names, space-separated, the
-// writers whose breaker reported it open (breakerScript's "1": the one
-// that opened it, those whose own breaker opened during it, and those
-// whose own request failed in it after they heard it); a close clears it
-// with the outage. settle(live), given the set of live writer ids, drops
-// the others (expired: a writer killed; or gone: a leave), and when none
-// is left ends the outage: a writer that joins later must not count its
-// own outage from a start that nobody still in the lane saw continue (the
-// index may have been back for minutes), and give up at its first
-// failure. The close is raised to the clock (learned), as a breaker's. A
-// state without open_by while open_since is set (rebuilt from a writer's
-// seed, or written by a version that did not mark) keeps its outage until
-// a close, as before: breakerScript begins no open_by on it (a list begun
-// then would name only the writers that report from then on, and settle
-// would end the outage when they leave though others are still in it).
-// open_by holds at most one id per live writer. liveWriters drops the
-// writers (KEYS[2]) whose heartbeat expired, or whose entry is not of its
-// shape, and returns the live ones' ids as a set, their number, and the
-// demands of those other than self.
+// outageLua keeps the lane's outage (open_since) only while a writer
+// still fails in it. The state's field open_by holds, space-separated,
+// an entry "<id>@<ms>" for each writer whose breaker reported it open
+// (breakerScript's "1": the one that opened it, those whose own breaker
+// opened during it, and those whose own request failed in it after they
+// heard it), dated by Redis's clock at that writer's latest report; a
+// report of a writer already named renews its date, and a close clears
+// open_by with the outage. settle(live, lapse), given the set of live
+// writer ids and the writer's lapse (ms; share.OutageLapse), drops the
+// entries of the others (expired: a writer killed; or gone: a leave),
+// those dated more than lapse ago (a writer that stopped failing: idle,
+// its records sent or none to send; one still failing renews well within
+// it), and those not of the shape; when none is left it ends the outage:
+// a writer that joins later must not count its own outage from a start
+// that nobody still in the lane saw continue (the index may have been
+// back for minutes), and give up at its first failure. The close is
+// raised to the clock (learned), as a breaker's. A state without open_by
+// while open_since is set (rebuilt from a writer's seed, or written by a
+// version that did not mark) keeps its outage until a close, as before:
+// breakerScript begins no open_by on it (a list begun then would name
+// only the writers that report from then on, and settle would end the
+// outage when they leave though others are still in it). open_by holds at
+// most one entry per live writer. liveWriters drops the writers (KEYS[2])
+// whose heartbeat expired, or whose entry is not of its shape, and
+// returns the live ones' ids as a set, their number, and the demands of
+// those other than self.
 const outageLua = `
 local function liveWriters(self)
   local live, n, others = {}, 0, {}
@@ -109,27 +116,42 @@ local function liveWriters(self)
   end
   return live, n, others
 end
+-- The entries of open_by as {id, date, entry}; one not of the shape (another version's) is left out.
 local function markedOpen()
-  local ids = {}
-  for w in string.gmatch(redis.call('HGET', KEYS[1], 'open_by') or '', '%S+') do ids[#ids + 1] = w end
-  return ids
+  local marks = {}
+  for e in string.gmatch(redis.call('HGET', KEYS[1], 'open_by') or '', '%S+') do
+    local id, at = string.match(e, '^(.+)@(%d+)$')
+    if id ~= nil then marks[#marks + 1] = {id, tonumber(at), e} end
+  end
+  return marks
 end
-local function settle(live)
-  if redis.call('HEXISTS', KEYS[1], 'open_by') == 0 then return end
+-- markOpen names id in open_by, dated now: added, or its date renewed.
+local function markOpen(id)
+  local marks, out = markedOpen(), {}
+  for i = 1, #marks do
+    if marks[i][1] ~= id then out[#out + 1] = marks[i][3] end
+  end
+  out[#out + 1] = id .. '@' .. string.format('%.0f', now)
+  redis.call('HSET', KEYS[1], 'open_by', table.concat(out, ' '))
+end
+local function settle(live, lapse)
+  local was = redis.call('HGET', KEYS[1], 'open_by')
+  if not was then return end
   if num('open_since') == 0 then -- closed by a version that kept the marks
     redis.call('HDEL', KEYS[1], 'open_by')
     return
   end
-  local ids, kept = markedOpen(), {}
-  for i = 1, #ids do
-    if live[ids[i]] then kept[#kept + 1] = ids[i] end
+  local marks, kept = markedOpen(), {}
+  for i = 1, #marks do
+    if live[marks[i][1]] and (lapse == nil or marks[i][2] >= now - lapse) then kept[#kept + 1] = marks[i][3] end
   end
   if #kept == 0 then
     redis.call('HDEL', KEYS[1], 'open_by')
     redis.call('HSET', KEYS[1], 'open_since', 0)
     learned()
-  elseif #kept < #ids then
-    redis.call('HSET', KEYS[1], 'open_by', table.concat(kept, ' '))
+  else
+    local s = table.concat(kept, ' ')
+    if s ~= was then redis.call('HSET', KEYS[1], 'open_by', s) end
   end
 end
 `
@@ -185,12 +207,14 @@ const seedArgs = 1 + seedFields
 
 // syncScript is a writer's periodic exchange. KEYS: state, writers. ARGV
 // after the prelude's: writer id, heartbeat in ms, records accepted since
-// the last exchange, demand. It adds the records, marks the index as
-// answered when there are any, drops the writers whose heartbeat expired
-// (and ends the outage when no writer in it is left: settle), renews this
-// one's, and replies with the other live writers' demands after the state.
+// the last exchange, demand, the outage's lapse in ms (see outageLua). It
+// adds the records, marks the index as answered when there are any, drops
+// the writers whose heartbeat expired (and ends the outage when no writer
+// in it is left: settle), renews this one's, and replies with the other
+// live writers' demands after the state.
 var syncScript = redis.NewScript(prelude + `
 local id, heartbeat, accepted, demand = ARGV[base], tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), ARGV[base + 3]
+local lapse = tonumber(ARGV[base + 4])
 if accepted > 0 then
   redis.call('HINCRBY', KEYS[1], 'accepted', accepted)
   redis.call('HSET', KEYS[1], 'answered', 1)
@@ -199,7 +223,7 @@ local live, _, others = liveWriters(id)
 live[id] = true
 redis.call('HSET', KEYS[2], id, ms(now + heartbeat) .. ' ' .. demand)
 redis.call('PEXPIRE', KEYS[2], ttl)
-settle(live)
+settle(live, lapse)
 return reply(others)
 `)
 
@@ -251,26 +275,19 @@ const maxRefusals = "16"
 // prelude's: "1", then the writer's id) or closing ("0"). The outage
 // starts with the first writer whose breaker opens, and ends for all with
 // the first that closes (the index answered it), or once no writer that
-// reported it open is live (outageLua: each "1" names its writer in
-// open_by, when the outage has one or the "1" opens it).
+// reported it open is live and reported it within the lapse (outageLua:
+// each "1" names its writer in open_by, dated now, when the outage has one
+// or the "1" opens it; a writer still failing sends "1" again to renew).
 var breakerScript = redis.NewScript(prelude + `
 if ARGV[base] == '1' then
   if num('open_since') == 0 then
-    redis.call('HSET', KEYS[1], 'open_since', ms(now), 'open_by', ARGV[base + 1])
+    redis.call('HSET', KEYS[1], 'open_since', ms(now), 'open_by', ARGV[base + 1] .. '@' .. ms(now))
     learned()
   elseif redis.call('HEXISTS', KEYS[1], 'open_by') == 1 then
     -- An outage without open_by (rebuilt, or opened by a version that did not mark) is kept until a
     -- close: a list begun now would name only the writers that report from now on, and end it when
     -- they leave though others are still in it.
-    local ids = markedOpen()
-    local marked = false
-    for i = 1, #ids do
-      if ids[i] == ARGV[base + 1] then marked = true end
-    end
-    if not marked then
-      ids[#ids + 1] = ARGV[base + 1]
-      redis.call('HSET', KEYS[1], 'open_by', table.concat(ids, ' '))
-    end
+    markOpen(ARGV[base + 1])
   end
 else
   if num('open_since') ~= 0 or num('answered') == 0 then
@@ -282,17 +299,17 @@ end
 return reply({})
 `)
 
-// leaveScript removes a writer (KEYS: state, writers; ARGV: id), and the
-// lane's keys when no live writer is left; else it ends the outage if no
-// writer in it is left (settle). It replies with the number of live
-// writers left.
+// leaveScript removes a writer (KEYS: state, writers; ARGV: id, the
+// outage's lapse in ms), and the lane's keys when no live writer is left;
+// else it ends the outage if no writer in it is left (settle). It replies
+// with the number of live writers left.
 var leaveScript = redis.NewScript(clockLua + outageLua + `
 redis.call('HDEL', KEYS[2], ARGV[1])
 local ids, live = liveWriters(ARGV[1])
 if live == 0 then
   redis.call('DEL', KEYS[1], KEYS[2])
 elseif redis.call('EXISTS', KEYS[1]) == 1 then
-  settle(ids)
+  settle(ids, tonumber(ARGV[2]))
 end
 return live
 `)

@@ -62,6 +62,10 @@ type options struct {
 	prefix                            string
 	timeout, interval, heartbeat, ttl time.Duration
 	logger                            *slog.Logger
+	// lapse is how long a writer's latest report keeps it in the lane's
+	// outage (share.OutageLapse; the tests shorten it, Redis's clock
+	// being real).
+	lapse time.Duration
 }
 
 // Option configures a [Store].
@@ -126,6 +130,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Store {
 		interval:  DefaultInterval,
 		heartbeat: DefaultHeartbeat,
 		ttl:       DefaultTTL,
+		lapse:     share.OutageLapse,
 	}
 	for _, opt := range opts {
 		if opt != nil { // as the core's options: a nil one does nothing

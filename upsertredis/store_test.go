@@ -310,6 +310,123 @@ func TestAnOutageEndsWhenNoWriterInItIsLeft(t *testing.T) {
 	assert.True(t, exchange(t, d).OpenSince.IsZero(), "the last writer in the outage left")
 }
 
+// outageLua: settle keeps in open_by the entries "<id>@<ms>" of live
+// writers dated within the lapse (share.OutageLapse), and ends the outage
+// when none is left; a writer's entry not of that shape (another
+// version's) is dropped, as liveWriters drops one. Entries were bare ids,
+// kept while their writer lived, however long it had not failed.
+func TestSettleKeepsTheOutageOfTheLiveWritersThatReportedItWithinTheLapse(t *testing.T) {
+	lapse := share.OutageLapse.Milliseconds()
+	for _, tc := range []struct {
+		name   string
+		openBy func(a, b string, now int64) string
+		want   func(a, b string, now int64) string // "" when the outage ended
+	}{
+		{"a live writer's report within the lapse", func(a, _ string, now int64) string { return mark(a, now-lapse+5000) },
+			func(a, _ string, now int64) string { return mark(a, now-lapse+5000) }},
+		{"a live writer's report older than the lapse", func(a, _ string, now int64) string { return mark(a, now-lapse-1000) },
+			func(string, string, int64) string { return "" }},
+		{"a fresh report of a writer gone", func(_, _ string, now int64) string { return mark("gone", now) },
+			func(string, string, int64) string { return "" }},
+		{"a live writer's undated entry", func(a, _ string, _ int64) string { return a },
+			func(string, string, int64) string { return "" }},
+		{"a stale report and a fresh one", func(a, b string, now int64) string { return mark(a, now-lapse-1000) + " " + mark(b, now-1000) },
+			func(_, b string, now int64) string { return mark(b, now-1000) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := client(t, nil)
+			s := newStore(t, rdb)
+			a, b := join(t, s), join(t, s)
+			ctx := context.Background()
+			_, err := a.Breaker(ctx, true)
+			require.NoError(t, err)
+			now, err := rdb.Time(ctx).Result()
+			require.NoError(t, err)
+			require.NoError(t, rdb.HSet(ctx, a.keys[0], "open_by", tc.openBy(a.id, b.id, now.UnixMilli())).Err())
+
+			v := exchange(t, b)
+			openBy, err := rdb.HGet(ctx, a.keys[0], "open_by").Result()
+			if want := tc.want(a.id, b.id, now.UnixMilli()); want == "" {
+				assert.ErrorIs(t, err, redis.Nil, "open_by left: %q", openBy)
+				assert.True(t, v.OpenSince.IsZero(), "no writer still in the outage: it ended")
+			} else {
+				require.NoError(t, err)
+				assert.Equal(t, want, openBy)
+				assert.False(t, v.OpenSince.IsZero())
+			}
+			assert.Equal(t, 2, v.Writers)
+		})
+	}
+}
+
+// mark is the entry of writer id in open_by, dated ms (Redis's clock).
+func mark(id string, ms int64) string { return fmt.Sprintf("%s@%d", id, ms) }
+
+// A writer in the lane's outage that goes idle (nothing to send: no probe,
+// no failure) keeps it only for the lapse after its latest report, though
+// it stays live: the outage ends, and a writer that joins later counts its
+// own from its own breaker, not from a start that nobody fails in any
+// more (its first failed probe gave up at once on an outage minutes old,
+// rule 25i). The outage and its start were kept for as long as the idle
+// writer lived. Its next report opens a new outage, dated then.
+func TestAnIdleWritersOutageEndsAfterTheLapseThoughItLives(t *testing.T) {
+	const lapse = 150 * time.Millisecond
+	s := newStore(t, client(t, nil), withLapse(lapse))
+	a, b := join(t, s), join(t, s)
+	ctx := context.Background()
+	reported := time.Now()
+	v, err := a.Breaker(ctx, true)
+	require.NoError(t, err)
+	opened := v.OpenSince
+	require.False(t, opened.IsZero())
+
+	require.Eventually(t, func() bool {
+		exchange(t, a) // a stays live, and idle
+		return exchange(t, b).OpenSince.IsZero()
+	}, 3*time.Second, 2*time.Millisecond, "the idle writer's outage outlived the lapse")
+	assert.GreaterOrEqual(t, time.Since(reported), lapse-2*time.Millisecond, "ended before the lapse") // Redis dates in whole ms
+	v = exchange(t, b)
+	assert.Equal(t, 2, v.Writers, "the idle writer is live")
+	assert.False(t, v.Answered, "an outage nobody saw end says nothing of the index")
+
+	v, err = a.Breaker(ctx, true) // it fails again
+	require.NoError(t, err)
+	assert.True(t, v.OpenSince.After(opened), "its report opened a new outage, dated now")
+	assert.Equal(t, v.OpenSince, exchange(t, a).OpenSince)
+}
+
+// A writer still failing in the lane's outage renews its report (each "1"
+// of a writer already named dates its entry anew), and keeps the outage
+// past the lapse, with its start, for as long as it renews; it ends a
+// lapse after its last renewal.
+func TestAWriterRenewingItsReportKeepsTheOutagePastTheLapse(t *testing.T) {
+	const lapse = 150 * time.Millisecond
+	rdb := client(t, nil)
+	s := newStore(t, rdb, withLapse(lapse))
+	a, b := join(t, s), join(t, s)
+	ctx := context.Background()
+	_, err := a.Breaker(ctx, true)
+	require.NoError(t, err)
+	opened := exchange(t, b).OpenSince
+	require.False(t, opened.IsZero())
+
+	var renewed time.Time
+	for start := time.Now(); time.Since(start) < 4*lapse; time.Sleep(5 * time.Millisecond) {
+		renewed = time.Now()
+		_, err = a.Breaker(ctx, true) // renewed every few ms: well within the lapse
+		require.NoError(t, err)
+		exchange(t, a)
+		require.True(t, opened.Equal(exchange(t, b).OpenSince), "the outage of a writer still failing in it ended")
+	}
+	openBy, err := rdb.HGet(ctx, a.keys[0], "open_by").Result()
+	require.NoError(t, err)
+	assert.Len(t, strings.Fields(openBy), 1, "one entry per writer: %q", openBy)
+
+	require.Eventually(t, func() bool { exchange(t, a); return exchange(t, b).OpenSince.IsZero() },
+		3*time.Second, 2*time.Millisecond, "the outage outlived its writer's last renewal by more than the lapse")
+	assert.GreaterOrEqual(t, time.Since(renewed), lapse-2*time.Millisecond, "ended within the lapse of the last renewal")
+}
+
 // outageLua: "A state without open_by while open_since is set (rebuilt
 // from a writer's seed, or written by a version that did not mark) keeps
 // its outage until a close". Redis is flushed while writer a is in the

@@ -77,14 +77,17 @@ type Member interface {
 	// Breaker reports that this writer's circuit breaker opened (open is
 	// true: the lane's outage starts now unless it had already started)
 	// or closed (the index answered: the outage is over for every
-	// writer). A writer that reported it open is in the outage, which
-	// lasts while one of its writers is a member: once they all left or
-	// died, nobody still sees it (the index may have answered since,
-	// unseen), and it ends without the index marked answered. A writer
-	// whose breaker the lane's outage opened reports it open at its own
-	// first failure in it, and one whose breaker is open reports it again
-	// at its first failure in an outage other than the one it reported
-	// itself in (View.OpenSince tells them apart). An outage whose
+	// writer). A writer that reported it open is in the outage for
+	// [OutageLapse] from its latest report, while it is a member; the
+	// outage lasts while one of its writers is in it: once they all left,
+	// died or stopped failing (idle), nobody still sees it (the index may
+	// have answered since, unseen), and it ends without the index marked
+	// answered. A writer whose breaker the lane's outage opened reports
+	// it open at its own first failure in it, and one whose breaker is
+	// open reports it again at its first failure in an outage other than
+	// the one it reported itself in (View.OpenSince tells them apart), and
+	// at a failure once its last report is [OutageRenewal] old (a renewal,
+	// or, when the lane holds no outage, a new one). An outage whose
 	// writers the store does not know (its state rebuilt) lasts until a
 	// close. An error matches [ErrUnavailable].
 	Breaker(ctx context.Context, open bool) (View, error)
@@ -93,6 +96,24 @@ type Member interface {
 	// alone later starts with nothing learned. Leave is idempotent.
 	Leave(ctx context.Context) error
 }
+
+// How long a writer's report that its breaker is open keeps it in the
+// lane's outage (see [Member.Breaker]).
+const (
+	// OutageLapse is how long after a writer's latest report the store
+	// keeps it in the lane's outage: it exceeds OutageRenewal plus the
+	// longest a failing writer goes between failures (a probe wait
+	// stretched to 30 s by the host's open breakers, then a probe that
+	// hangs until its 30-s timeout), with room for a slow round trip, so
+	// that a writer still failing is never dropped; an idle one is, and an
+	// outage nobody still fails in ends.
+	OutageLapse = 2 * time.Minute
+	// OutageRenewal is how old a writer's last report is when its next
+	// failure in the lane's outage reports it again: a quarter of
+	// OutageLapse, so that a writer failing at every probe makes one
+	// round trip for it per OutageRenewal, not one per failure.
+	OutageRenewal = OutageLapse / 4
+)
 
 // ErrUnavailable is matched by the errors of a Member whose store did not
 // answer in time (down, slow, unreachable), or was not tried because an
@@ -140,7 +161,8 @@ type View struct {
 	RecentSpan time.Duration
 	// OpenSince is when the first writer's breaker opened in the
 	// current outage; zero while no breaker is open, or once no writer
-	// that reported its breaker open in it is left (see Member.Breaker).
+	// that reported its breaker open in it within OutageLapse is left
+	// (see Member.Breaker).
 	// It is the same time in every view of one outage: a different one
 	// is another outage.
 	OpenSince time.Time

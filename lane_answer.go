@@ -424,18 +424,17 @@ func (ln *lane) closeBreaker(now, sent time.Time) {
 // failure in the outage as it last heard of it (another writer's breaker
 // opened it, and opened this one; or it replaced, between two views, the
 // outage this writer was in), or one once its last report is due for
-// renewal (outageRenewalDue). The store keeps the outage while a writer
+// renewal (outageRenewalDue) in the outage it marked itself in. The store keeps the outage while a writer
 // that reported itself in it within share.OutageLapse is live, so that it
 // outlives the writer that opened it only while a writer still fails in
 // it (one that none still sees may have ended unseen: a writer that joins
 // later must not count its own from that one's start). ln.mu is held.
 func (ln *lane) joinsSharedOutage(now time.Time) bool {
-	if !ln.breaker.open {
+	heard := ln.breaker.shared.openSince
+	if !ln.breaker.open || heard.IsZero() {
 		return false
 	}
-	heard := ln.breaker.shared.openSince
-	unmarked := !heard.IsZero() && !heard.Equal(ln.share.markedIn)
-	return unmarked || outageRenewalDue(ln.share.reportedAt, now)
+	return !heard.Equal(ln.share.markedIn) || outageRenewalDue(ln.share.reportedAt, now)
 }
 
 // outageRenewalDue reports whether a writer whose breaker is open and
@@ -443,9 +442,9 @@ func (ln *lane) joinsSharedOutage(now time.Time) bool {
 // once that is share.OutageRenewal old, so that the store, which drops a
 // writer's mark share.OutageLapse after it, keeps the outage while the
 // writer fails in it, at one round trip per renewal rather than one per
-// failure. When the lane holds no outage (the store ended it: this
-// writer's mark had lapsed while it sat idle, or another writer's answer
-// closed it) the report opens one, dated now, that the others hear.
+// failure. It renews only the outage the lane holds (joinsSharedOutage):
+// one that ended under this writer (its mark lapsed while it sat idle, or
+// another writer's answer closed it) is not opened again by its word.
 func outageRenewalDue(last, now time.Time) bool {
 	return last.IsZero() || now.Sub(last) >= share.OutageRenewal
 }

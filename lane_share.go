@@ -40,9 +40,10 @@ type laneShare struct {
 	// an outage of the lane's other than markedIn (lane.joinsSharedOutage):
 	// one it heard, or one that replaced the outage it was in between two
 	// views (closed by an answer to another writer, opened by a third's
-	// breaker); and at a failure once reportedAt is share.OutageRenewal
-	// old (outageRenewalDue), so that the outage lasts as long as a writer
-	// still fails in it, and no longer.
+	// breaker); and, in the outage it marked itself in, at a failure once
+	// reportedAt is share.OutageRenewal old (outageRenewalDue), so that
+	// the outage lasts as long as a writer still fails in it, and no
+	// longer.
 	markedIn time.Time
 	// reportedAt is when this writer last reported its breaker open
 	// (queueBreaker(true)), on the lane's clock.

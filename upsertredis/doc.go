@@ -60,8 +60,8 @@
 //     in it, closes it then too. A writer reports itself in each outage
 //     of the lane it fails in (one closed and another opened between two
 //     of its exchanges included), and again at a failure 30 s after its
-//     last report, which renews it (or opens a new outage when the lane
-//     holds none). An outage whose writers are not known (the state
+//     last report, which renews it (an outage that ended under it is
+//     not opened again by its word alone). An outage whose writers are not known (the state
 //     rebuilt after Redis lost it, or an outage opened by a version
 //     before this one) lasts until a breaker closes;
 //   - the live writers and what each could send (its demand): each

@@ -86,8 +86,8 @@ type Member interface {
 	// it open at its own first failure in it, and one whose breaker is
 	// open reports it again at its first failure in an outage other than
 	// the one it reported itself in (View.OpenSince tells them apart), and
-	// at a failure once its last report is [OutageRenewal] old (a renewal,
-	// or, when the lane holds no outage, a new one). An outage whose
+	// at a failure once its last report is [OutageRenewal] old (a renewal
+	// of its report in the outage it marked itself in). An outage whose
 	// writers the store does not know (its state rebuilt) lasts until a
 	// close. An error matches [ErrUnavailable].
 	Breaker(ctx context.Context, open bool) (View, error)

@@ -2,7 +2,6 @@ package upsert
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 )
 
@@ -34,10 +33,9 @@ type route struct {
 // routeTable holds a run's routes; the producer's, but refused.
 type routeTable struct {
 	byKey map[string]*route // by namespaceKey
-	// refused holds, by namespaceKey, the namespaces the index refused to
-	// create (stopsOneNamespace), for a route made again after a stream
-	// dropped the first; the workers store, the producer loads.
-	refused  sync.Map
+	// refused holds the namespaces the index refused to create, for a
+	// route made again after a stream dropped the first.
+	refused  refusals
 	released bool // the routes' lanes were let go (release)
 	// forgetIdle drops the routes with nothing waiting when the map has
 	// doubled, so that a stream over many namespaces holds few: their
@@ -75,8 +73,8 @@ func (r *run) route(namespace string) *route {
 		if r.described {
 			rt.lane.indexAnswered()
 		}
-		if e, ok := r.routes.refused.Load(key); ok {
-			rt.refused.Store(e.(*Error))
+		if e, ok := r.routes.refused.load(key); ok {
+			rt.refused.Store(e)
 		}
 		rt.batcher.maxBytes = r.kind.maxBytes - rt.overhead
 		rt.batcher.next = rt.lane.nextBatch
@@ -137,7 +135,7 @@ func (t *routeTable) release() {
 // a route made again for it.
 func (r *run) refuse(rt *route, e *Error) {
 	rt.refused.Store(e)
-	r.routes.refused.Store(namespaceKey(rt.namespace), e)
+	r.routes.refused.store(namespaceKey(rt.namespace), e)
 }
 
 // withLastFailure returns e, an error of a batch the circuit breaker

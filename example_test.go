@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"math"
 	"os"
 	"path/filepath"
@@ -23,8 +24,14 @@ import (
 func ExampleAll() {
 	srv := upserttest.NewServer(upserttest.WithDimension(2))
 	defer srv.Close()
-	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
-	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer idx.Close()
 
 	vectors := []*pinecone.Vector{
@@ -70,8 +77,14 @@ func ExampleClassify() {
 func ExampleWriter() {
 	srv := upserttest.NewServer()
 	defer srv.Close()
-	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
-	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "events"})
+	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "events"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer idx.Close()
 
 	ctx := context.Background()
@@ -96,8 +109,14 @@ func ExampleWriter() {
 func ExampleStream() {
 	srv := upserttest.NewServer()
 	defer srv.Close()
-	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
-	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "backfill"})
+	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "backfill"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer idx.Close()
 	dir, _ := os.MkdirTemp("", "backfill")
 	defer os.RemoveAll(dir)
@@ -122,8 +141,14 @@ func ExampleStream() {
 func ExampleRecords() {
 	srv := upserttest.NewServer(upserttest.WithFieldMap("chunk_text"))
 	defer srv.Close()
-	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example", RestClient: srv.Client()})
-	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example", RestClient: srv.Client()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer idx.Close()
 
 	records := make([]*pinecone.IntegratedRecord, 200)
@@ -152,8 +177,14 @@ func ExampleWithLimiter() {
 	// An index that takes 2,000 records a second, and answers 429 above.
 	srv := upserttest.NewServer(upserttest.WithRate(2000, 100))
 	defer srv.Close()
-	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
-	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer idx.Close()
 
 	lim := upsert.NewLimiter()
@@ -181,8 +212,14 @@ func ExampleWithLimiter() {
 func ExampleWithAcks() {
 	srv := upserttest.NewServer(upserttest.WithDimension(2))
 	defer srv.Close()
-	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
-	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "events"})
+	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "events"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer idx.Close()
 
 	type message struct {
@@ -237,8 +274,14 @@ func ExampleWithAcks() {
 func ExampleWithIndexLimits() {
 	srv := upserttest.NewServer(upserttest.WithRequestRate(500, 0))
 	defer srv.Close()
-	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
-	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer idx.Close()
 
 	vectors := make([]*pinecone.Vector, 2000)

@@ -12,8 +12,14 @@
 // halves, a batch the index rejects as invalid is bisected so that only the
 // bad records fail, and permanent errors are never retried.
 //
-//	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: key})
-//	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: "docs"}, upsert.PushbackDialOption())
+//	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: key})
+//	if err != nil {
+//		return err
+//	}
+//	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: host, Namespace: "docs"}, upsert.PushbackDialOption())
+//	if err != nil {
+//		return err
+//	}
 //	res, err := upsert.All(ctx, vectors, upsert.WithIndex(idx))
 //	if err != nil {
 //		for _, f := range res.Failed {

@@ -3,6 +3,7 @@ package upsertotel_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"slices"
 	"strings"
 	"time"
@@ -34,8 +35,14 @@ func Example() {
 		return upserttest.Fault{}
 	}))
 	defer srv.Close()
-	pc, _ := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
-	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	pc, err := upsert.NewClient(pinecone.NewClientParams{ApiKey: "example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"}, upsert.PushbackDialOption())
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer idx.Close()
 
 	exporter := tracetest.NewInMemoryExporter()

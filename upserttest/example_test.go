@@ -58,13 +58,19 @@ func ExampleWithFaults() {
 	srv := upserttest.NewServer(upserttest.WithFaults(upserttest.PartialWrites(1, 0)))
 	defer srv.Close()
 
-	pc, _ := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
-	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer idx.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := idx.UpsertVectors(ctx, []*pinecone.Vector{
+	_, err = idx.UpsertVectors(ctx, []*pinecone.Vector{
 		{Id: "a", Values: &[]float32{1}},
 		{Id: "b", Values: &[]float32{2}},
 	})
@@ -87,13 +93,19 @@ func ExampleWithLatency() {
 	srv := upserttest.NewServer(upserttest.WithLatency(250*time.Millisecond, 0))
 	defer srv.Close()
 
-	pc, _ := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
-	idx, _ := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	pc, err := pinecone.NewClient(pinecone.NewClientParams{ApiKey: "test"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	idx, err := pc.Index(pinecone.NewIndexConnParams{Host: srv.Host(), Namespace: "docs"})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer idx.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err := idx.UpsertVectors(ctx, []*pinecone.Vector{{Id: "a", Values: &[]float32{1}}})
+	_, err = idx.UpsertVectors(ctx, []*pinecone.Vector{{Id: "a", Values: &[]float32{1}}})
 	fmt.Println("client:", status.Code(err))
 
 	wait, cancelWait := context.WithTimeout(context.Background(), 5*time.Second)

@@ -17,8 +17,9 @@
 //
 // Run pcupsert --help for the flags. The exit status is 0 when every record
 // of the run landed, 1 when a record failed (or, with --checkpoint, was
-// left to the next run) or may be stale, a line was bad, or the input could
-// not be read to its end (the dead-letter file holds what to replay), and 2
+// left to the next run) or may be stale, a line was bad, the input could
+// not be read to its end (the dead-letter file holds what to replay), or
+// the run was interrupted or gave up (--max-failure-seconds), and 2
 // for usage errors, an input file that does not exist or is gzip-compressed,
 // a --checkpoint or --dead-letter that another pcupsert holds, an input
 // that another pcupsert writes its dead letters to, a --checkpoint that
@@ -250,8 +251,9 @@ early: interrupted"). A second one kills pcupsert at once, without them.
 Exit status: 0 when every record of the run landed (for --dry-run: when
 every line it checks, after those a --checkpoint settled, is a valid
 record), 1 when a record failed or was left to the
-next run, may be stale, a line was bad or the input could not be read to its
-end, 2 for usage errors (an input file that does not exist or is
+next run, may be stale, a line was bad, the input could not be read to its
+end, or the run was interrupted or gave up (--max-failure-seconds), 2 for
+usage errors (an input file that does not exist or is
 gzip-compressed, a --checkpoint or --dead-letter in use by another
 pcupsert, an input another pcupsert writes its dead letters to, a
 --checkpoint saved for another input or in another namespace or index, a

@@ -508,6 +508,18 @@ func TestStatusLine(t *testing.T) {
 	}
 }
 
+// Lines show each report once: the final one, which repeats the last when
+// nothing moved since, is not printed twice.
+func TestProgressLinesShowARepeatedFinalReportOnce(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgress("lines", false, newConsole(&buf), func() (int, float64) { return 100, 1 })
+	p.show(upsert.Progress{Total: -1, Done: 50, Rate: 100})
+	p.show(upsert.Progress{Total: -1, Done: 100, Rate: 100})
+	p.show(upsert.Progress{Total: -1, Done: 100, Rate: 100, Final: true})
+	assert.Equal(t, "pcupsert: 50% 50/100 100 rec/s ETA 1s retries 0 429s 0\n"+
+		"pcupsert: 100% 100/100 100 rec/s retries 0 429s 0\n", buf.String())
+}
+
 func TestConsoleRedrawsTheBarBelowMessages(t *testing.T) {
 	var buf bytes.Buffer
 	con := newConsole(&buf)

@@ -103,7 +103,8 @@ type progress struct {
 	// input read (-1 when its size is unknown), to estimate the total.
 	input func() (read int, consumed float64)
 
-	pb *progressbar.ProgressBar // made at the first report
+	pb       *progressbar.ProgressBar // made at the first report
+	lastLine string                   // the last line shown, without a bar
 }
 
 // newProgress returns the progress display that mode asks for (auto: a bar
@@ -131,7 +132,11 @@ func (p *progress) interval() time.Duration {
 func (p *progress) show(pr upsert.Progress) {
 	st := newStatus(pr, p.input)
 	if !p.bar {
-		fmt.Fprintf(p.con, "pcupsert: %s\n", st.line())
+		// The final report repeats the last one when nothing moved since.
+		if line := st.line(); line != p.lastLine {
+			fmt.Fprintf(p.con, "pcupsert: %s\n", line)
+			p.lastLine = line
+		}
 		return
 	}
 	p.con.draw(p.pb, func() {

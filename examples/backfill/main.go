@@ -5,8 +5,9 @@
 // plane (package upserttest) that answers some requests with 429s, 503s
 // and writes slower than the request timeout, then reads back what the
 // server stored and compares it with what was sent. With PINECONE_API_KEY
-// and PINECONE_HOST set, it writes to that real index instead (into the
-// namespace "upsert-backfill-example", or PINECONE_NAMESPACE); a host
+// and PINECONE_HOST set (one without the other is an error), it writes to
+// that real index instead, with the library's default request timeout
+// (into the namespace "upsert-backfill-example", or PINECONE_NAMESPACE); a host
 // given as plain http:// must be a loopback one (such as Pinecone Local),
 // for elsewhere the API key would cross the network unencrypted.
 //
@@ -64,9 +65,15 @@ func run(ctx context.Context) error {
 				p.Done, p.Total, p.Rate, p.Stats.Limiter.InFlight, p.Stats.Limiter.BatchSize, rateText(p.Stats.Limiter.Rate))
 		}
 	}
+	// The embedded index's slow writes are meant to outlast a 2 s timeout;
+	// a real index keeps the library's default.
+	timeout := upsert.DefaultRequestTimeout
+	if verify != nil {
+		timeout = 2 * time.Second
+	}
 	start := time.Now()
 	res, runErr := upsert.All(ctx, vectors, upsert.WithIndex(idx), upsert.WithProgress(time.Second, progress),
-		upsert.WithRequestTimeout(2*time.Second))
+		upsert.WithRequestTimeout(timeout))
 	report(res, time.Since(start))
 
 	if verify != nil {
@@ -88,8 +95,11 @@ func connect() (idx *pinecone.IndexConnection, verify func([]*pinecone.Vector, u
 	if namespace == "" {
 		namespace = "upsert-backfill-example"
 	}
+	if (key == "") != (host == "") {
+		return nil, nil, nil, errors.New("set both PINECONE_API_KEY and PINECONE_HOST to write to a real index, or neither for the embedded one; only one is set")
+	}
 	var srv *upserttest.Server
-	if key == "" || host == "" {
+	if key == "" {
 		// An index with a fault for every class the library retries: it
 		// accepts 10,000 vectors/s and answers 429 beyond, answers 2% of
 		// requests 503, and 1% of its writes land after the client's 2 s

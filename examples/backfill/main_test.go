@@ -56,11 +56,28 @@ func TestConnectSelectsTheIndexConfigured(t *testing.T) {
 	assert.Equal(t, "mine", idx.Namespace())
 	cleanup()
 
+	t.Setenv("PINECONE_API_KEY", "")
 	t.Setenv("PINECONE_HOST", "")
 	t.Setenv("PINECONE_NAMESPACE", "")
 	idx, verify, cleanup, err = connect()
 	require.NoError(t, err)
-	assert.NotNil(t, verify, "no host: the embedded index")
+	assert.NotNil(t, verify, "neither: the embedded index")
 	assert.Equal(t, "upsert-backfill-example", idx.Namespace())
 	cleanup()
+}
+
+// One of the two settings without the other is a mistake, not a wish for
+// the embedded index: the run would write nowhere the user meant.
+func TestConnectRefusesHalfARealIndexsSettings(t *testing.T) {
+	for _, tc := range []struct{ key, host string }{
+		{"pcsk_test_secret", ""},
+		{"", "https://example-abc123.svc.aped-4627-b74a.pinecone.io"},
+	} {
+		t.Setenv("PINECONE_API_KEY", tc.key)
+		t.Setenv("PINECONE_HOST", tc.host)
+		_, _, _, err := connect()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "set both PINECONE_API_KEY and PINECONE_HOST")
+		assert.NotContains(t, err.Error(), "pcsk_test_secret")
+	}
 }

@@ -375,8 +375,10 @@ func (ln *lane) answerBreaker(p permit, now time.Time, class Class) failureNote 
 		if ln.breaker.failure(now, p.start, ln.isProbe(p.probe), timedOut) {
 			ln.signals.breaker.fire()
 		}
-		if !wasOpen && ln.breaker.open || ln.joinsSharedOutage(now) {
+		if !wasOpen && ln.breaker.open {
 			ln.queueBreaker(true)
+		} else if ln.joinsSharedOutage(now) {
+			ln.queueInOutage()
 		}
 		ln.tellHost()
 		if class == ClassServer {

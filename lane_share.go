@@ -705,6 +705,21 @@ func (ln *lane) queueBreaker(open bool) {
 	ln.queueShare(func() { _, _ = m.Breaker(context.Background(), open) })
 }
 
+// queueInOutage tells the lane's other writers that this writer, its
+// breaker open, failed in the lane's outage it last heard of
+// (lane.joinsSharedOutage); ln.mu is held. The store marks it in that
+// outage only: one that ended meanwhile is not opened again on this
+// writer's word (share.Member.InOutage).
+func (ln *lane) queueInOutage() {
+	sh := &ln.share
+	if sh.m == nil || !sh.shared {
+		return
+	}
+	m, since := sh.m, ln.breaker.shared.openSince
+	sh.markedIn, sh.reportedAt = since, ln.clock.Now()
+	ln.queueShare(func() { _, _ = m.InOutage(context.Background(), since) })
+}
+
 func (ln *lane) queueShare(f func()) {
 	ln.share.pending = append(ln.share.pending, f)
 	ln.shareSync.pending.Store(true)

@@ -29,6 +29,7 @@ type fakeMember struct {
 	cuts     []share.Cut
 	refused  int // refusals counted towards the next episode (Cut.Refusals)
 	breakers []bool
+	inOutage []time.Time // the outages named by InOutage's reports
 	left     int
 	// cut answers a proposal; nil applies it as a store would.
 	cut func(c share.Cut) (share.View, bool, error)
@@ -92,6 +93,19 @@ func (f *fakeMember) Breaker(_ context.Context, open bool) (share.View, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.breakers = append(f.breakers, open)
+	return f.view, nil
+}
+
+// InOutage counts as a report of an open breaker (breakerReports and
+// breakerHook), and records the outage it names (inOutage).
+func (f *fakeMember) InOutage(_ context.Context, since time.Time) (share.View, error) {
+	if f.breakerHook != nil {
+		f.breakerHook(true)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.breakers = append(f.breakers, true)
+	f.inOutage = append(f.inOutage, since)
 	return f.view, nil
 }
 
@@ -727,6 +741,30 @@ func TestSharedLaneDoesNotReopenALaneOutageThatEndedWhileItFails(t *testing.T) {
 			assert.Equal(t, []bool{true, true}, m.breakerReports())
 		})
 	}
+}
+
+// A writer's reports in the lane's outage (its first failure in it, its
+// renewals) name the outage they are about (share.Member.InOutage), so
+// that a store whose outage another writer's answer closed after this
+// writer's last view opens none on its word: sent as a Breaker(true), the
+// renewal opened a new outage, dated then, pausing every writer of the
+// lane (found by the regression review). The store's side is
+// upsertredis's TestInOutageMarksAWriterOnlyInTheOutageItNames.
+func TestASharedLanesReportsInTheLanesOutageNameIt(t *testing.T) {
+	m := newFakeMember(capped(newFakeClock().Now(), 0, math.Inf(1), 0, 2))
+	ln, clk, _ := sharedLane(t, m)
+	openBreaker(t, ln)
+	v := m.View()
+	outage := clk.Now()
+	v.OpenSince, v.Answered = outage, true
+	apply(ln, m, v)
+	probeWith(t, clk, ln, errServer) // marked in the outage the view named
+	clk.Advance(share.OutageRenewal)
+	probeWith(t, clk, ln, errServer) // a renewal, from the same view
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	assert.Equal(t, []bool{true, true, true}, m.breakers, "the opening, the first failure in the outage, the renewal")
+	assert.Equal(t, []time.Time{outage, outage}, m.inOutage, "both name the outage the view named")
 }
 
 // share.OutageLapse outlasts a failing writer's wait between renewals: a

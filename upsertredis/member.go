@@ -131,6 +131,17 @@ func (m *member) Breaker(ctx context.Context, open bool) (share.View, error) {
 	return m.View(), err
 }
 
+func (m *member) InOutage(ctx context.Context, since time.Time) (share.View, error) {
+	m.mu.Lock()
+	v, openSince := m.View(), m.seed[openSinceField]
+	m.mu.Unlock()
+	if since.IsZero() || !v.OpenSince.Equal(since) {
+		return v, nil // the member's last view holds another outage, or none: none to mark this writer in
+	}
+	_, err := m.exchange(ctx, breakerScript, m.keys[:1], "2", m.id, openSince)
+	return m.View(), err
+}
+
 // Leave stops the member's exchanges and takes the writer off the lane
 // (leaveScript: the other writers' split no longer counts it, and the
 // lane's keys go with its last writer), within the store's timeout. While

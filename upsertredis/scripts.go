@@ -87,10 +87,11 @@ end
 // entries of the others (expired: a writer killed; or gone: a leave),
 // those dated more than lapse ago (a writer that stopped failing: idle,
 // its records sent or none to send; one still failing renews well within
-// it), and those not of the shape; when none is left it ends the outage:
-// a writer that joins later must not count its own outage from a start
-// that nobody still in the lane saw continue (the index may have been
-// back for minutes), and give up at its first failure. The close is
+// it; a bare id, the entry of a version before the dates, is kept while
+// its writer lives, as that version keeps it); when none is left it ends
+// the outage: a writer that joins later must not count its own outage
+// from a start that nobody still in the lane saw continue (the index may
+// have been back for minutes), and give up at its first failure. The close is
 // raised to the clock (learned), as a breaker's. A state without open_by
 // while open_since is set (rebuilt from a writer's seed, or written by a
 // version that did not mark) keeps its outage until a close, as before:
@@ -116,12 +117,17 @@ local function liveWriters(self)
   end
   return live, n, others
 end
--- The entries of open_by as {id, date, entry}; one not of the shape (another version's) is left out.
+-- The entries of open_by as {id, date, entry}; an undated one (the bare id, a version before the
+-- dates) has date nil.
 local function markedOpen()
   local marks = {}
   for e in string.gmatch(redis.call('HGET', KEYS[1], 'open_by') or '', '%S+') do
     local id, at = string.match(e, '^(.+)@(%d+)$')
-    if id ~= nil then marks[#marks + 1] = {id, tonumber(at), e} end
+    if id == nil then
+      marks[#marks + 1] = {e, nil, e}
+    else
+      marks[#marks + 1] = {id, tonumber(at), e}
+    end
   end
   return marks
 end
@@ -143,7 +149,9 @@ local function settle(live, lapse)
   end
   local marks, kept = markedOpen(), {}
   for i = 1, #marks do
-    if live[marks[i][1]] and (lapse == nil or marks[i][2] >= now - lapse) then kept[#kept + 1] = marks[i][3] end
+    -- An undated mark lapses not: kept while its writer lives, as the version that wrote it keeps it.
+    local fresh = lapse == nil or marks[i][2] == nil or marks[i][2] >= now - lapse
+    if live[marks[i][1]] and fresh then kept[#kept + 1] = marks[i][3] end
   end
   if #kept == 0 then
     redis.call('HDEL', KEYS[1], 'open_by')
@@ -272,14 +280,23 @@ return reply({'1'})
 const maxRefusals = "16"
 
 // breakerScript records a writer's breaker opening (ARGV after the
-// prelude's: "1", then the writer's id) or closing ("0"). The outage
+// prelude's: "1", then the writer's id) or closing ("0"), or a writer's
+// failure in the outage that began at open_since ("2", the writer's id,
+// that open_since as the state holds it), which marks it in that outage
+// and in no other, and opens none (share.Member.InOutage). The outage
 // starts with the first writer whose breaker opens, and ends for all with
 // the first that closes (the index answered it), or once no writer that
 // reported it open is live and reported it within the lapse (outageLua:
 // each "1" names its writer in open_by, dated now, when the outage has one
 // or the "1" opens it; a writer still failing sends "1" again to renew).
 var breakerScript = redis.NewScript(prelude + `
-if ARGV[base] == '1' then
+if ARGV[base] == '2' then
+  -- A writer failing in the outage it names: a mark in that outage only, never one opened on its word.
+  if num('open_since') ~= 0 and redis.call('HGET', KEYS[1], 'open_since') == ARGV[base + 2]
+    and redis.call('HEXISTS', KEYS[1], 'open_by') == 1 then
+    markOpen(ARGV[base + 1])
+  end
+elseif ARGV[base] == '1' then
   if num('open_since') == 0 then
     redis.call('HSET', KEYS[1], 'open_since', ms(now), 'open_by', ARGV[base + 1] .. '@' .. ms(now))
     learned()

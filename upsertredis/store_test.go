@@ -312,9 +312,10 @@ func TestAnOutageEndsWhenNoWriterInItIsLeft(t *testing.T) {
 
 // outageLua: settle keeps in open_by the entries "<id>@<ms>" of live
 // writers dated within the lapse (share.OutageLapse), and ends the outage
-// when none is left; a writer's entry not of that shape (another
-// version's) is dropped, as liveWriters drops one. Entries were bare ids,
-// kept while their writer lived, however long it had not failed.
+// when none is left. A bare id (the entry of a version before the dates)
+// is kept while its writer lives, as that version keeps it: during a
+// rolling deploy each version dropping the other's marks ended every
+// outage within an exchange (found by the regression review).
 func TestSettleKeepsTheOutageOfTheLiveWritersThatReportedItWithinTheLapse(t *testing.T) {
 	lapse := share.OutageLapse.Milliseconds()
 	for _, tc := range []struct {
@@ -329,7 +330,11 @@ func TestSettleKeepsTheOutageOfTheLiveWritersThatReportedItWithinTheLapse(t *tes
 		{"a fresh report of a writer gone", func(_, _ string, now int64) string { return mark("gone", now) },
 			func(string, string, int64) string { return "" }},
 		{"a live writer's undated entry", func(a, _ string, _ int64) string { return a },
+			func(a, _ string, _ int64) string { return a }},
+		{"a gone writer's undated entry", func(_, _ string, _ int64) string { return "gone" },
 			func(string, string, int64) string { return "" }},
+		{"a live writer's undated entry and a stale report", func(a, b string, now int64) string { return a + " " + mark(b, now-lapse-1000) },
+			func(a, _ string, _ int64) string { return a }},
 		{"a stale report and a fresh one", func(a, b string, now int64) string { return mark(a, now-lapse-1000) + " " + mark(b, now-1000) },
 			func(_, b string, now int64) string { return mark(b, now-1000) }},
 	} {
@@ -357,6 +362,89 @@ func TestSettleKeepsTheOutageOfTheLiveWritersThatReportedItWithinTheLapse(t *tes
 			assert.Equal(t, 2, v.Writers)
 		})
 	}
+}
+
+// InOutage marks its writer in the lane's outage it names, and in no
+// other: an outage that ended since the writer's last view (another
+// writer's answer closed it) is not opened again by its failure, nor is it
+// marked in an outage that replaced it (found by the regression review: a
+// renewal sent as a Breaker(true) opened a new outage on one writer's
+// word, pausing every other writer of the lane). A bare id written by the
+// version before the dates is dated by its writer's report.
+func TestInOutageMarksAWriterOnlyInTheOutageItNames(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before func(t *testing.T, opener, other *member) // what happens in the store after b's view
+		marked bool                                      // b is marked; else the outage is as before
+	}{
+		{"the same outage", func(*testing.T, *member, *member) {}, true},
+		{"the same outage, b's bare id of a version before", func(t *testing.T, opener, other *member) {
+			ctx := context.Background()
+			require.NoError(t, opener.store.rdb.HSet(ctx, opener.keys[0], "open_by", mark(opener.id, 1)+" "+other.id).Err())
+		}, true},
+		{"closed by an answer", func(t *testing.T, opener, _ *member) {
+			_, err := opener.Breaker(context.Background(), false)
+			require.NoError(t, err)
+		}, false},
+		{"closed and opened again", func(t *testing.T, opener, _ *member) {
+			ctx := context.Background()
+			_, err := opener.Breaker(ctx, false)
+			require.NoError(t, err)
+			time.Sleep(2 * time.Millisecond) // a later open_since, on Redis's clock
+			_, err = opener.Breaker(ctx, true)
+			require.NoError(t, err)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rdb := client(t, nil)
+			s := newStore(t, rdb)
+			a, b := join(t, s), join(t, s)
+			ctx := context.Background()
+			_, err := a.Breaker(ctx, true)
+			require.NoError(t, err)
+			heard := exchange(t, b).OpenSince
+			require.False(t, heard.IsZero())
+			tc.before(t, a, b)
+			before, err := rdb.HMGet(ctx, a.keys[0], "open_since", "open_by").Result()
+			require.NoError(t, err)
+
+			_, err = b.InOutage(ctx, heard)
+			require.NoError(t, err)
+			after, err := rdb.HMGet(ctx, a.keys[0], "open_since", "open_by").Result()
+			require.NoError(t, err)
+			if !tc.marked {
+				assert.Equal(t, before, after, "b's failure is not the lane's outage's any more")
+				return
+			}
+			assert.Equal(t, before[0], after[0], "the same outage")
+			assert.Regexp(t, `(^| )`+b.id+`@\d+$`, after[1], "b marked, dated")
+			assert.NotContains(t, strings.Fields(after[1].(string)), b.id, "b's bare id replaced")
+		})
+	}
+}
+
+// An outage whose writers a version before the dates marked (bare ids)
+// outlives a writer of this version's exchange while they live: each
+// version dropping the other's marks ended every outage within an
+// exchange during a rolling deploy (found by the regression review).
+func TestAnOutageMarkedByAVersionBeforeTheDatesOutlivesANewWritersExchange(t *testing.T) {
+	rdb := client(t, nil)
+	s := newStore(t, rdb)
+	old, b := join(t, s), join(t, s)
+	ctx := context.Background()
+	_, err := old.Breaker(ctx, true)
+	require.NoError(t, err)
+	opened, err := rdb.HGet(ctx, old.keys[0], "open_since").Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.HSet(ctx, old.keys[0], "open_by", old.id).Err()) // as that version wrote it
+
+	exchange(t, old)
+	v := exchange(t, b)
+	assert.Equal(t, 2, v.Writers)
+	assert.False(t, v.OpenSince.IsZero())
+	still, err := rdb.HGet(ctx, old.keys[0], "open_since").Result()
+	require.NoError(t, err)
+	assert.Equal(t, opened, still)
 }
 
 // mark is the entry of writer id in open_by, dated ms (Redis's clock).

@@ -82,15 +82,23 @@ type Member interface {
 	// outage lasts while one of its writers is in it: once they all left,
 	// died or stopped failing (idle), nobody still sees it (the index may
 	// have answered since, unseen), and it ends without the index marked
-	// answered. A writer whose breaker the lane's outage opened reports
-	// it open at its own first failure in it, and one whose breaker is
-	// open reports it again at its first failure in an outage other than
-	// the one it reported itself in (View.OpenSince tells them apart), and
-	// at a failure once its last report is [OutageRenewal] old (a renewal
-	// of its report in the outage it marked itself in). An outage whose
-	// writers the store does not know (its state rebuilt) lasts until a
-	// close. An error matches [ErrUnavailable].
+	// answered. A writer that fails in an outage it did not open reports
+	// so with InOutage. An outage whose writers the store does not know
+	// (its state rebuilt) lasts until a close. An error matches
+	// [ErrUnavailable].
 	Breaker(ctx context.Context, open bool) (View, error)
+	// InOutage reports that this writer, its breaker open, failed in the
+	// lane's outage that began at since (a View.OpenSince this member
+	// gave): the store marks it in that outage, or renews its mark, as a
+	// Breaker(true) would; but when the lane's outage is another by now,
+	// or none (an answer closed it, or no writer in it was left), it does
+	// nothing: one writer's failure does not open the lane's outage again
+	// for the others. A writer whose breaker the lane's outage opened
+	// reports at its own first failure in it, one whose breaker is open at
+	// its first failure in an outage other than the one it reported itself
+	// in (View.OpenSince tells them apart), and at a failure once its last
+	// report is [OutageRenewal] old. An error matches [ErrUnavailable].
+	InOutage(ctx context.Context, since time.Time) (View, error)
 	// Leave ends the membership; when the last writer of a lane leaves,
 	// the lane's shared state is dropped, so that a writer that starts
 	// alone later starts with nothing learned. Leave is idempotent.

@@ -136,12 +136,11 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 	// Writes still in progress as the clients returned count only if they
 	// land records that were missing then: a straggling duplicate of a
 	// request the strategy split and resent adds nothing, and the ideal
-	// frees a timed-out request at its timeout.
+	// frees a timed-out request at its timeout. The records stored are
+	// counted before the server is asked whether it answered everything,
+	// so that a write landing between the two counts as late.
+	atReturn := countStored(storedRecords(srv, clients))
 	late := !answeredAll(srv)
-	var atReturn int
-	if late {
-		atReturn = countStored(storedRecords(srv, clients))
-	}
 	if !settle(srv) && progress != nil {
 		fmt.Fprintf(progress, "%s/%s: the server still had requests in progress after %v\n", p.name, s.name, settleTimeout)
 	}

@@ -58,6 +58,12 @@ type minuteLimit struct {
 	step    int       // the next growth while searching (ceiling 0)
 	ceiling int       // the last probe the index refused; 0: searching
 	since   time.Time // when limit last changed
+	// before is what the gate knew until a refusal when the index had
+	// accepted none of the run's requests in the minute before (blind):
+	// others spent the minute, which says nothing of the limit's size, so
+	// the gate sends one request at a time until one is accepted, and
+	// then knows that again.
+	before *minuteLimit
 }
 
 // minuteObservation is what the gate saw of one per-minute dimension
@@ -76,6 +82,11 @@ type minuteObservation struct {
 	// admittedUnder is the limit the refused request was let in under
 	// (0: none known then).
 	admittedUnder int
+	// accepted: the index accepted a request.
+	accepted bool
+	// othersOnly: the index accepted none of the run's requests in the
+	// minute before the refusal (blind: others spent it).
+	othersOnly bool
 }
 
 // nextMinuteLimit returns what the gate knows of one per-minute dimension
@@ -86,16 +97,33 @@ type minuteObservation struct {
 // that much was taken, a bucket that refills over a minute when that much
 // or more was (up to twice as much, when it started full), so the least
 // seen is the safest; a limit so learned, or lowered, is searched up from.
-// A limit held without a refusal is proven and grows (minuteGrowth and
-// the constants above say how fast). The estimate of a request's size may
+// A refusal when the index had accepted none of the run's requests in the
+// minute before says only that others spent it (another job of the
+// project; the run's own requests in flight may be refused too): the
+// gate keeps to one request until the index accepts one, then goes back
+// to what it knew (blindRefusal; learned as a limit, a neighbour's spell
+// of a few minutes left a limit of one request to search up from, at
+// 0.2% of the index's for minutes after it). A limit held without a
+// refusal is proven and grows (minuteGrowth and the constants above say
+// how fast). The estimate of a request's size may
 // be off by any factor; the limit is in the same unit, so the error
 // cancels.
 func nextMinuteLimit(m minuteLimit, o minuteObservation) minuteLimit {
 	heldFor := o.now.Sub(m.since)
 	near := m.ceiling > 0 && m.ceiling-m.limit <= max(1, int(float64(m.limit)*minuteSearchStep))
 	switch {
+	case o.accepted && m.blind():
+		back := *m.before
+		back.since = o.now
+		return back
+	case o.accepted:
+		return m
 	case o.refused && o.admittedUnder > m.limit && o.inWindow+o.request > m.limit:
 		return m // let in under a limit lowered since, which would have held it back
+	case o.refused && (o.othersOnly || m.blind()):
+		return blindRefusal(m, o)
+	case m.blind():
+		return m // one request at a time until the index accepts one
 	case o.refused && m.proven > 0 && m.limit > m.proven:
 		return minuteLimit{limit: m.proven, proven: m.proven, ceiling: m.limit, since: o.now}
 	case o.refused:
@@ -122,6 +150,22 @@ func nextMinuteLimit(m minuteLimit, o minuteObservation) minuteLimit {
 	}
 }
 
+// blindRefusal is nextMinuteLimit's answer to a refusal when the index had
+// accepted none of the run's requests in the minute before, or while it
+// keeps to one request after such a refusal: the refused request's worth
+// (fits cuts a batch that carries it in two: the run's share of the
+// minute may be less than a batch), until one is accepted.
+func blindRefusal(m minuteLimit, o minuteObservation) minuteLimit {
+	before := m.before
+	if before == nil {
+		before = &m
+	}
+	return minuteLimit{limit: max(o.request, 1), since: o.now, before: before}
+}
+
+// blind reports whether m keeps to one request after a blind refusal.
+func (m minuteLimit) blind() bool { return m.before != nil }
+
 // minuteStep is minuteGrowth of a limit, at least 1.
 func minuteStep(limit int) int { return max(1, int(float64(limit)*minuteGrowth)) }
 
@@ -131,11 +175,12 @@ type minuteUse struct{ tokens, requests int }
 
 // minutePass is a request the gate admitted.
 type minutePass struct {
-	at      time.Time // admitted, then sent: the window stays in order
-	sentAt  time.Time // zero until sent
-	size    minuteUse // zero once refused or withdrawn
-	counted bool      // in the window's sums: not yet a minute old, nor refused
-	under   minuteUse // the limits it was admitted under
+	at       time.Time // admitted, then sent: the window stays in order
+	sentAt   time.Time // zero until sent
+	size     minuteUse // zero once refused or withdrawn
+	counted  bool      // in the window's sums: not yet a minute old, nor refused
+	accepted bool      // the index accepted it
+	under    minuteUse // the limits it was admitted under
 }
 
 // minuteGate is the mechanism: a sliding window over the requests admitted
@@ -202,7 +247,19 @@ func (g *minuteGate) wait(ctx context.Context, tokens int) (*minutePass, error) 
 // A refusal takes p out of the window (nothing was embedded) and, when it
 // names a per-minute limit, sets that limit.
 func (g *minuteGate) done(p *minutePass, e *Error) {
-	if g == nil || p == nil || e == nil || e.Class != ClassRateLimited {
+	if g == nil || p == nil {
+		return
+	}
+	if e == nil {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		p.accepted = true
+		now := g.clock.Now()
+		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{now: now, accepted: true})
+		g.requests = nextMinuteLimit(g.requests, minuteObservation{now: now, accepted: true})
+		return
+	}
+	if e.Class != ClassRateLimited {
 		return
 	}
 	g.mu.Lock()
@@ -211,14 +268,17 @@ func (g *minuteGate) done(p *minutePass, e *Error) {
 	g.remove(p)
 	taken := g.takenBefore(p.sentAt)
 	now := g.clock.Now()
+	othersOnly := !g.acceptedSince(p.sentAt)
 	switch e.Limit {
 	case LimitEmbedTokens:
-		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{now: now, refused: true, inWindow: taken.tokens, request: size.tokens, admittedUnder: p.under.tokens})
+		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{now: now, refused: true, inWindow: taken.tokens, request: size.tokens,
+			admittedUnder: p.under.tokens, othersOnly: othersOnly})
 	case LimitInferenceRequests:
 		if e.Err != nil && perSecond(e.Err.Error()) {
 			break // the lane's request rate answers it, not a minute's count
 		}
-		g.requests = nextMinuteLimit(g.requests, minuteObservation{now: now, refused: true, inWindow: taken.requests, request: 1, admittedUnder: p.under.requests})
+		g.requests = nextMinuteLimit(g.requests, minuteObservation{now: now, refused: true, inWindow: taken.requests, request: 1,
+			admittedUnder: p.under.requests, othersOnly: othersOnly})
 	}
 }
 
@@ -297,6 +357,17 @@ func (g *minuteGate) takenBefore(t time.Time) minuteUse {
 		}
 	}
 	return u
+}
+
+// acceptedSince reports whether the index accepted a request of the run
+// sent in the minute before t, or after it; g.mu is held.
+func (g *minuteGate) acceptedSince(t time.Time) bool {
+	for _, p := range g.window {
+		if p.accepted && t.Sub(p.sentAt) < minuteWindow {
+			return true
+		}
+	}
+	return false
 }
 
 // advance drops what left the window and lets the limits grow when they

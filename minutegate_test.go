@@ -36,6 +36,15 @@ func TestNextMinuteLimit(t *testing.T) {
 		return minuteLimit{limit: limit, proven: proven, ceiling: ceiling, since: t0}
 	}
 	refusedAt := func(m minuteLimit) minuteLimit { m.since = at(10 * time.Second); return m }
+	blindly := func(inWindow, request int) minuteObservation {
+		o := refused(inWindow, request)
+		o.othersOnly = true
+		return o
+	}
+	blind := func(limit int, before minuteLimit) minuteLimit {
+		return minuteLimit{limit: limit, since: at(10 * time.Second), before: &before}
+	}
+	accepted := minuteObservation{now: at(time.Minute), accepted: true}
 	grownAt := func(m minuteLimit, d time.Duration) minuteLimit { m.since = at(d); return m }
 	tests := []struct {
 		name string
@@ -61,6 +70,14 @@ func TestNextMinuteLimit(t *testing.T) {
 		{"a refusal at the proven limit lowers it, proven no more", under(9000, 9000, 9900), refused(7000, 500), refusedAt(searching(7000, 0, 1750))},
 		{"a refusal of a request let in under the refused probe, which the fallback would have held back, changes nothing", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 8800, request: 500, admittedUnder: 9900}, under(9000, 9000, 9900)},
 		{"a refusal of a request let in under the refused probe, which the fallback would have let in too, lowers it", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 7000, request: 500, admittedUnder: 9900}, refusedAt(searching(7000, 0, 1750))},
+		{"a refusal when the index accepted none of the run's requests that minute: one request's worth, the limit kept for after", under(9000, 9000, 9900), blindly(0, 500), blind(500, under(9000, 9000, 9900))},
+		{"... also with the run's own requests in flight, refused too", minuteLimit{}, blindly(2880, 960), blind(960, minuteLimit{})},
+		{"... refused again: one request's worth, the same limit kept", blind(960, under(9000, 9000, 9900)), blindly(0, 480), blind(480, under(9000, 9000, 9900))},
+		{"... refused again with a request of the run's accepted meanwhile: still one request", blind(960, under(9000, 9000, 9900)), refused(960, 480), blind(480, under(9000, 9000, 9900))},
+		{"... held back for minutes: no growth", blind(960, minuteLimit{}), heldFor(minuteGrowAfter), blind(960, minuteLimit{})},
+		{"... a request accepted: the limit kept", blind(960, under(9000, 9000, 9900)), accepted, grownAt(under(9000, 9000, 9900), time.Minute)},
+		{"... a request accepted, none known before: none", blind(960, minuteLimit{}), accepted, grownAt(minuteLimit{}, time.Minute)},
+		{"an accepted request without a blind refusal: unchanged", under(9000, 9000, 9900), accepted, under(9000, 9000, 9900)},
 		{"a refusal of a request let in under the limit kept lowers it", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 7000, request: 500, admittedUnder: 9000}, refusedAt(searching(7000, 0, 1750))},
 	}
 	for _, tt := range tests {
@@ -185,6 +202,22 @@ func TestMinuteGate(t *testing.T) {
 		assert.Equal(t, 125, g.tokens.limit, "near the ceiling: no probe within minuteGrowAfter")
 		sendHeld(nil)
 		assert.Equal(t, 137, g.tokens.limit, "a tenth more")
+	})
+	t.Run("after a refusal with none of the run's requests accepted that minute, one request at a time until one is accepted", func(t *testing.T) {
+		clk := newFakeClock()
+		g := newMinuteGate(clk)
+		g.tokens = minuteLimit{limit: 9000, proven: 9000, since: clk.Now()}
+		send(t, g, 1000, tokensRefused)
+		require.True(t, g.tokens.blind())
+		first, err := g.wait(ctx, 1000)
+		require.NoError(t, err)
+		g.sending(first)
+		second, err := g.wait(ctx, 1000)
+		require.NoError(t, err)
+		assert.NotEmpty(t, clk.Sleeps(), "the second waits while the first is out")
+		g.sending(second)
+		g.done(first, nil)
+		assert.Equal(t, minuteLimit{limit: 9000, proven: 9000, since: clk.Now()}, g.tokens, "accepted: the limit it knew")
 	})
 	t.Run("a wait ends with its context", func(t *testing.T) {
 		g := newMinuteGate(newFakeClock())
@@ -410,6 +443,40 @@ func TestRecordsStartedOnASpentMinuteStillFinishNearTheTokenLimit(t *testing.T) 
 	assert.Less(t, elapsed, 2*ideal, "the run keeps near the limit once the minute is free again")
 }
 
+// Embedding tokens are limited per project: another job of the project can
+// hold the minute spent for a while, every records request refused
+// meanwhile with nothing of the run's accepted that minute. Once it is
+// gone, a run that fits in a minute's limit lands within a minute or two:
+// learned as a limit of one request (and ceilings from probes refused
+// during the spell), such a spell kept the run at 0.2% of the limit for
+// five minutes after it, ending 8 minutes after the minute was free again
+// (found by the records review). The gate now keeps to one request at a
+// time until the index accepts one, then goes back to what it knew.
+func TestRecordsRecoverSoonAfterAnotherJobSpentTheTokenMinute(t *testing.T) {
+	const spell = 5 * time.Minute
+	clk := newEventClock()
+	msg := "Request failed. You've reached the max embedding tokens per minute (250000) model 'llama-text-embed-v2' and input type 'passage' for the current project. To increase this limit, upgrade your plan."
+	srv := upserttest.NewServer(upserttest.WithClock(clk.Now), upserttest.WithFaults(func(r upserttest.Request) upserttest.Fault {
+		if r.Elapsed < spell {
+			return upserttest.Fault{Code: codes.ResourceExhausted, Message: msg}
+		}
+		return upserttest.Fault{}
+	}))
+	t.Cleanup(srv.Close)
+	idx := recordsConn(t, srv, &http.Client{Transport: clk.transport(srv.Client().Transport)}, true)
+	start := clk.Now()
+	res, err := Records(context.Background(), slices.Values(tenTokenRecords(20_000)), WithIndex(idx), withClock(clk), withRand(maxRand))
+	elapsed := clk.Now().Sub(start)
+	require.NoError(t, err)
+	require.Equal(t, 20_000, res.Upserted)
+	t.Logf("virtual time %v, %d requests, %d refused", elapsed, res.Stats.Requests, res.Stats.ErrorsByClass[ClassRateLimited])
+	// While others hold the minute the gate sends one request at a time,
+	// each waiting for the one before to leave the window (a probe a
+	// minute, each spending a retry of its batch, as before); the first
+	// accepted lets the rest in at once.
+	assert.Less(t, elapsed, spell+150*time.Second, "200,000 tokens under a 250,000-token limit, once the minute is free again")
+}
+
 // A limit learned a hundred times too low is out of it in six minutes of
 // holding without a refusal, as the gate's doc says: steps of a quarter,
 // growing fourfold, one a minute (86 times after five).
@@ -559,6 +626,10 @@ func TestMinuteGateHeedsARefusalTheCutWouldHaveLetIn(t *testing.T) {
 	const proven, probe, size = 172_800, 480_000, 38_400
 	g.tokens = minuteLimit{limit: probe, proven: proven, step: 4 * 76_800, since: clk.Now()}
 	refused := &Error{Class: ClassRateLimited, Limit: LimitEmbedTokens}
+	accepted, err := g.wait(ctx, 1) // the index took the run's requests this minute: no blind refusal
+	require.NoError(t, err)
+	g.sending(accepted)
+	g.done(accepted, nil)
 
 	var passes []*minutePass
 	for range 3 {

@@ -513,7 +513,9 @@ type Result struct {
 	// Failed holds one entry per record that did not land, in input order;
 	// a [Stream], [Records] or [Writer] whose [Observer] has a Failure
 	// function, or given [WithAcks], keeps only the first 1000 to fail
-	// (Stats.Failed counts all), in input order.
+	// (Stats.Failed counts all), in input order; with WithAcks, also those
+	// whose acks were not delivered (the acknowledgement function
+	// panicked).
 	Failed []Failure
 	// Duplicates counts records skipped because a later record in the same
 	// call has the same id: the last one wins and is sent once.

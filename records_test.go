@@ -868,13 +868,13 @@ func TestRecordsThroughAConnectionNamedEmptyLandInTheDefaultNamespace(t *testing
 // down to it. It fails alone, as invalid, before anything is sent, and
 // the index sees no 400.
 func TestRecordsRefuseAJSONNumberIDBeforeSending(t *testing.T) {
-	// (A *json.Number is copied as the string "12", which is sent as one;
-	// a json.Number is kept, and sent as a number.)
+	twelve := json.Number("12")
 	for _, tt := range []struct {
 		name string
 		id   any
 	}{
 		{"a json.Number", json.Number("12")},
+		{"a *json.Number, sent as a number too", &twelve},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := upserttest.NewServer()

@@ -64,6 +64,10 @@ type minuteLimit struct {
 	// the gate sends one request at a time until one is accepted, and
 	// then knows that again.
 	before *minuteLimit
+	// refusal is the refusal that made m blind: replayed on before when a
+	// request admitted before its own is accepted (the run's own wave,
+	// answered out of order: the refusal was the run's, not others').
+	refusal minuteObservation
 }
 
 // minuteObservation is what the gate saw of one per-minute dimension
@@ -84,6 +88,9 @@ type minuteObservation struct {
 	admittedUnder int
 	// accepted: the index accepted a request.
 	accepted bool
+	// order is the answered request's place in the order the gate
+	// admitted requests.
+	order uint64
 	// othersOnly: the index accepted none of the run's requests in the
 	// minute before the refusal (blind: others spent it).
 	othersOnly bool
@@ -101,17 +108,22 @@ type minuteObservation struct {
 // minute before says only that others spent it (another job of the
 // project; the run's own requests in flight may be refused too): the
 // gate keeps to one request until the index accepts one, then goes back
-// to what it knew (blindRefusal; learned as a limit, a neighbour's spell
-// of a few minutes left a limit of one request to search up from, at
-// 0.2% of the index's for minutes after it). A limit held without a
-// refusal is proven and grows (minuteGrowth and the constants above say
-// how fast). The estimate of a request's size may
+// to what it knew, or, when the request accepted was admitted before the
+// refused one (the run's own wave answered out of order: a 429 comes back
+// at once, an accepted request is embedded first), takes the refusal as
+// the run's own after all (blindRefusal; learned as a limit, a
+// neighbour's spell of a few minutes left a limit of one request to search
+// up from, at 0.2% of the index's for minutes after it). A limit held
+// without a refusal is proven and grows (minuteGrowth and the constants
+// above say how fast). The estimate of a request's size may
 // be off by any factor; the limit is in the same unit, so the error
 // cancels.
 func nextMinuteLimit(m minuteLimit, o minuteObservation) minuteLimit {
 	heldFor := o.now.Sub(m.since)
 	near := m.ceiling > 0 && m.ceiling-m.limit <= max(1, int(float64(m.limit)*minuteSearchStep))
 	switch {
+	case o.accepted && m.blind() && o.order < m.refusal.order:
+		return nextMinuteLimit(*m.before, m.refusal) // the refusal was the run's own: heard before its wave's acceptance
 	case o.accepted && m.blind():
 		back := *m.before
 		back.since = o.now
@@ -156,11 +168,13 @@ func nextMinuteLimit(m minuteLimit, o minuteObservation) minuteLimit {
 // (fits cuts a batch that carries it in two: the run's share of the
 // minute may be less than a batch), until one is accepted.
 func blindRefusal(m minuteLimit, o minuteObservation) minuteLimit {
-	before := m.before
+	before, refusal := m.before, m.refusal
 	if before == nil {
 		before = &m
+		refusal = o
+		refusal.othersOnly = false
 	}
-	return minuteLimit{limit: max(o.request, 1), since: o.now, before: before}
+	return minuteLimit{limit: max(o.request, 1), since: o.now, before: before, refusal: refusal}
 }
 
 // blind reports whether m keeps to one request after a blind refusal.
@@ -180,6 +194,7 @@ type minutePass struct {
 	size     minuteUse // zero once refused or withdrawn
 	counted  bool      // in the window's sums: not yet a minute old, nor refused
 	accepted bool      // the index accepted it
+	order    uint64    // its place in the order the gate admitted requests
 	under    minuteUse // the limits it was admitted under
 }
 
@@ -200,6 +215,7 @@ type minuteGate struct {
 	tokens   minuteLimit // learned limits
 	requests minuteLimit
 	heldAt   time.Time // when a request last waited
+	admitted uint64    // requests admitted so far (minutePass.order)
 }
 
 func newMinuteGate(c clock) *minuteGate {
@@ -226,7 +242,8 @@ func (g *minuteGate) wait(ctx context.Context, tokens int) (*minutePass, error) 
 		g.advance(now)
 		d := g.delay(now, size)
 		if d <= 0 {
-			p := &minutePass{at: now, size: size, counted: true, under: minuteUse{g.tokens.limit, g.requests.limit}}
+			g.admitted++
+			p := &minutePass{at: now, size: size, counted: true, under: minuteUse{g.tokens.limit, g.requests.limit}, order: g.admitted}
 			g.window = append(g.window, p)
 			g.used.tokens += size.tokens
 			g.used.requests++
@@ -255,8 +272,8 @@ func (g *minuteGate) done(p *minutePass, e *Error) {
 		defer g.mu.Unlock()
 		p.accepted = true
 		now := g.clock.Now()
-		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{now: now, accepted: true})
-		g.requests = nextMinuteLimit(g.requests, minuteObservation{now: now, accepted: true})
+		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{now: now, accepted: true, order: p.order})
+		g.requests = nextMinuteLimit(g.requests, minuteObservation{now: now, accepted: true, order: p.order})
 		return
 	}
 	if e.Class != ClassRateLimited {
@@ -272,13 +289,13 @@ func (g *minuteGate) done(p *minutePass, e *Error) {
 	switch e.Limit {
 	case LimitEmbedTokens:
 		g.tokens = nextMinuteLimit(g.tokens, minuteObservation{now: now, refused: true, inWindow: taken.tokens, request: size.tokens,
-			admittedUnder: p.under.tokens, othersOnly: othersOnly})
+			admittedUnder: p.under.tokens, othersOnly: othersOnly, order: p.order})
 	case LimitInferenceRequests:
 		if e.Err != nil && perSecond(e.Err.Error()) {
 			break // the lane's request rate answers it, not a minute's count
 		}
 		g.requests = nextMinuteLimit(g.requests, minuteObservation{now: now, refused: true, inWindow: taken.requests, request: 1,
-			admittedUnder: p.under.requests, othersOnly: othersOnly})
+			admittedUnder: p.under.requests, othersOnly: othersOnly, order: p.order})
 	}
 }
 
@@ -363,7 +380,7 @@ func (g *minuteGate) takenBefore(t time.Time) minuteUse {
 // sent in the minute before t, or after it; g.mu is held.
 func (g *minuteGate) acceptedSince(t time.Time) bool {
 	for _, p := range g.window {
-		if p.accepted && t.Sub(p.sentAt) < minuteWindow {
+		if p.accepted && t.Sub(p.sentAt) <= minuteWindow {
 			return true
 		}
 	}

@@ -36,15 +36,18 @@ func TestNextMinuteLimit(t *testing.T) {
 		return minuteLimit{limit: limit, proven: proven, ceiling: ceiling, since: t0}
 	}
 	refusedAt := func(m minuteLimit) minuteLimit { m.since = at(10 * time.Second); return m }
+	// A blind refusal is of the tenth request the gate admitted.
 	blindly := func(inWindow, request int) minuteObservation {
 		o := refused(inWindow, request)
-		o.othersOnly = true
+		o.othersOnly, o.order = true, 10
 		return o
 	}
-	blind := func(limit int, before minuteLimit) minuteLimit {
-		return minuteLimit{limit: limit, since: at(10 * time.Second), before: &before}
+	blind := func(limit int, before minuteLimit, first minuteObservation) minuteLimit {
+		first.othersOnly = false
+		return minuteLimit{limit: limit, since: at(10 * time.Second), before: &before, refusal: first}
 	}
-	accepted := minuteObservation{now: at(time.Minute), accepted: true}
+	accepted := minuteObservation{now: at(time.Minute), accepted: true, order: 11}
+	acceptedEarlier := minuteObservation{now: at(time.Minute), accepted: true, order: 9}
 	grownAt := func(m minuteLimit, d time.Duration) minuteLimit { m.since = at(d); return m }
 	tests := []struct {
 		name string
@@ -70,13 +73,13 @@ func TestNextMinuteLimit(t *testing.T) {
 		{"a refusal at the proven limit lowers it, proven no more", under(9000, 9000, 9900), refused(7000, 500), refusedAt(searching(7000, 0, 1750))},
 		{"a refusal of a request let in under the refused probe, which the fallback would have held back, changes nothing", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 8800, request: 500, admittedUnder: 9900}, under(9000, 9000, 9900)},
 		{"a refusal of a request let in under the refused probe, which the fallback would have let in too, lowers it", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 7000, request: 500, admittedUnder: 9900}, refusedAt(searching(7000, 0, 1750))},
-		{"a refusal when the index accepted none of the run's requests that minute: one request's worth, the limit kept for after", under(9000, 9000, 9900), blindly(0, 500), blind(500, under(9000, 9000, 9900))},
-		{"... also with the run's own requests in flight, refused too", minuteLimit{}, blindly(2880, 960), blind(960, minuteLimit{})},
-		{"... refused again: one request's worth, the same limit kept", blind(960, under(9000, 9000, 9900)), blindly(0, 480), blind(480, under(9000, 9000, 9900))},
-		{"... refused again with a request of the run's accepted meanwhile: still one request", blind(960, under(9000, 9000, 9900)), refused(960, 480), blind(480, under(9000, 9000, 9900))},
-		{"... held back for minutes: no growth", blind(960, minuteLimit{}), heldFor(minuteGrowAfter), blind(960, minuteLimit{})},
-		{"... a request accepted: the limit kept", blind(960, under(9000, 9000, 9900)), accepted, grownAt(under(9000, 9000, 9900), time.Minute)},
-		{"... a request accepted, none known before: none", blind(960, minuteLimit{}), accepted, grownAt(minuteLimit{}, time.Minute)},
+		{"a refusal when the index accepted none of the run's requests that minute: one request's worth, the limit kept for after", under(9000, 9000, 9900), blindly(0, 500), blind(500, under(9000, 9000, 9900), blindly(0, 500))},
+		{"... also with the run's own requests in flight, refused too", minuteLimit{}, blindly(2880, 960), blind(960, minuteLimit{}, blindly(2880, 960))},
+		{"... refused again: one request's worth, the same limit and first refusal kept", blind(960, under(9000, 9000, 9900), blindly(0, 960)), blindly(0, 480), blind(480, under(9000, 9000, 9900), blindly(0, 960))},
+		{"... held back for minutes: no growth", blind(960, minuteLimit{}, blindly(0, 960)), heldFor(minuteGrowAfter), blind(960, minuteLimit{}, blindly(0, 960))},
+		{"... a request admitted after the refused one accepted: the limit kept", blind(960, under(9000, 9000, 9900), blindly(0, 960)), accepted, grownAt(under(9000, 9000, 9900), time.Minute)},
+		{"... a request admitted after the refused one accepted, none known before: none", blind(960, minuteLimit{}, blindly(0, 960)), accepted, grownAt(minuteLimit{}, time.Minute)},
+		{"... a request admitted before the refused one accepted (the wave's answers out of order): the refusal was the run's own, a refused probe's", blind(500, searching(12600, 9000, 9000), blindly(12000, 500)), acceptedEarlier, refusedAt(under(9000, 9000, 12600))},
 		{"an accepted request without a blind refusal: unchanged", under(9000, 9000, 9900), accepted, under(9000, 9000, 9900)},
 		{"a refusal of a request let in under the limit kept lowers it", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 7000, request: 500, admittedUnder: 9000}, refusedAt(searching(7000, 0, 1750))},
 	}
@@ -470,10 +473,10 @@ func TestRecordsRecoverSoonAfterAnotherJobSpentTheTokenMinute(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 20_000, res.Upserted)
 	t.Logf("virtual time %v, %d requests, %d refused", elapsed, res.Stats.Requests, res.Stats.ErrorsByClass[ClassRateLimited])
-	// While others hold the minute the gate sends one request at a time,
-	// each waiting for the one before to leave the window (a probe a
-	// minute, each spending a retry of its batch, as before); the first
-	// accepted lets the rest in at once.
+	// While others hold the minute the gate keeps to one request's worth
+	// (its probes paced by their batches' backoffs, each spending a retry
+	// of its batch, as before); the first accepted lets the rest in at
+	// once.
 	assert.Less(t, elapsed, spell+150*time.Second, "200,000 tokens under a 250,000-token limit, once the minute is free again")
 }
 
@@ -1118,5 +1121,60 @@ func TestARequestCutUnderALimitThatFellWhileItWaitedIsCutAgain(t *testing.T) {
 	t.Logf("requests (tokens, limit learned when sent): %v", calls)
 	for i, c := range calls {
 		assert.LessOrEqual(t, c.tokens, c.limit, "request %d carries %d tokens; the limit learned when it was sent is %d", i+1, c.tokens, c.limit)
+	}
+}
+
+// A probe wave of the minute gate: the run's requests of the minute before
+// went a minute ago (the gate's own pace lets the next wave in when they
+// leave the window), and of the two requests of the new wave the index
+// accepts the first and refuses the second, the probe's excess. A 429 is
+// answered at once while an accepted request is embedded first, so the
+// refusal is heard before the acceptance. The index had accepted a request
+// of the run (the first of the wave) when it refused the second, so this
+// is no blind refusal (docs: "when the index had accepted none of the
+// run's requests in the minute before"): the refused probe falls back to
+// the proven limit under a ceiling of the refused one. The refusal, heard
+// first, is taken as blind; the acceptance of a request admitted before it
+// replays it on the limit kept (found by the second regression review:
+// the acceptance restored the probe's limit with no ceiling, and over a
+// 20-minute run at 6,000 tokens a minute the limit went to 12,960, at
+// 23-25 429s against 10).
+func TestARefusedProbeHeardBeforeItsWaveMatesAcceptanceKeepsItsCeiling(t *testing.T) {
+	for _, pause := range []time.Duration{0, 90 * time.Second} {
+		t.Run(fmt.Sprintf("the wave %v after the gate let it in", pause), func(t *testing.T) {
+			ctx := context.Background()
+			tokensRefused := &Error{Class: ClassRateLimited, Limit: LimitEmbedTokens}
+			clk := newFakeClock()
+			g := newMinuteGate(clk)
+			g.tokens = minuteLimit{limit: 1000, proven: 1000, ceiling: 1100, since: clk.Now()}
+			for range 2 { // the minute before: the proven limit, accepted
+				p, err := g.wait(ctx, 500)
+				require.NoError(t, err)
+				g.sending(p)
+				g.done(p, nil)
+			}
+			clk.Advance(pause) // 0: the gate's own pace; or the caller paused
+			// A probe: the gate tries 2000 a minute above the proven 1000.
+			g.mu.Lock()
+			g.tokens = minuteLimit{limit: 2000, proven: 1000, step: 800, since: clk.Now()}
+			g.mu.Unlock()
+			first, err := g.wait(ctx, 1500)
+			require.NoError(t, err)
+			g.mu.Lock()
+			probe := g.tokens // the limit the wave goes under, above the proven one
+			g.mu.Unlock()
+			require.Greater(t, probe.limit, probe.proven)
+			g.sending(first)
+			second, err := g.wait(ctx, 500)
+			require.NoError(t, err)
+			g.sending(second)
+			g.done(second, tokensRefused) // the 429, heard first
+			g.done(first, nil)            // the first of the wave, accepted before the second was refused
+			g.mu.Lock()
+			got := g.tokens
+			g.mu.Unlock()
+			assert.Equal(t, probe.proven, got.limit, "the refused probe falls back to the proven limit")
+			assert.Equal(t, probe.limit, got.ceiling, "under a ceiling of the refused probe")
+		})
 	}
 }

@@ -77,7 +77,9 @@ end
 
 // outageLua keeps the lane's outage (open_since) only while a writer
 // still fails in it. The state's field open_by holds, space-separated,
-// an entry "<id>@<ms>" for each writer whose breaker reported it open
+// an entry "<id>@<ms>" and its bare twin "<id>" (for a version before the
+// dates, which keeps only the ids of live writers) for each writer whose
+// breaker reported it open
 // (breakerScript's "1": the one that opened it, those whose own breaker
 // opened during it, and those whose own request failed in it after they
 // heard it), dated by Redis's clock at that writer's latest report; a
@@ -87,18 +89,19 @@ end
 // entries of the others (expired: a writer killed; or gone: a leave),
 // those dated more than lapse ago (a writer that stopped failing: idle,
 // its records sent or none to send; one still failing renews well within
-// it; a bare id, the entry of a version before the dates, is kept while
-// its writer lives, as that version keeps it); when none is left it ends
-// the outage: a writer that joins later must not count its own outage
-// from a start that nobody still in the lane saw continue (the index may
-// have been back for minutes), and give up at its first failure. The close is
-// raised to the clock (learned), as a breaker's. A state without open_by
+// it; a bare twin goes with its dated entry, and a bare id alone, the
+// entry of a version before the dates, is kept while its writer lives, as
+// that version keeps it); when none is left it ends the outage: a writer
+// that joins later must not count its own outage from a start that nobody
+// still in the lane saw continue (the index may have been back for
+// minutes), and give up at its first failure. The close is raised to the
+// clock (learned), as a breaker's. A state without open_by
 // while open_since is set (rebuilt from a writer's seed, or written by a
 // version that did not mark) keeps its outage until a close, as before:
 // breakerScript begins no open_by on it (a list begun then would name
 // only the writers that report from then on, and settle would end the
 // outage when they leave though others are still in it). open_by holds at
-// most one entry per live writer. liveWriters drops the writers (KEYS[2])
+// most one dated entry and one bare id per live writer. liveWriters drops the writers (KEYS[2])
 // whose heartbeat expired, or whose entry is not of its shape, and
 // returns the live ones' ids as a set, their number, and the demands of
 // those other than self.
@@ -131,13 +134,16 @@ local function markedOpen()
   end
   return marks
 end
--- markOpen names id in open_by, dated now: added, or its date renewed.
+-- markOpen names id in open_by, dated now: added, or its date renewed. The bare id goes beside the
+-- dated entry, for a version before the dates, which keeps only the ids of live writers; this version
+-- keeps a bare id with its dated twin, or alone (that version's) while its writer lives.
 local function markOpen(id)
   local marks, out = markedOpen(), {}
   for i = 1, #marks do
     if marks[i][1] ~= id then out[#out + 1] = marks[i][3] end
   end
   out[#out + 1] = id .. '@' .. string.format('%.0f', now)
+  out[#out + 1] = id
   redis.call('HSET', KEYS[1], 'open_by', table.concat(out, ' '))
 end
 local function settle(live, lapse)
@@ -147,10 +153,15 @@ local function settle(live, lapse)
     redis.call('HDEL', KEYS[1], 'open_by')
     return
   end
-  local marks, kept = markedOpen(), {}
+  local marks, kept, dated = markedOpen(), {}, {}
   for i = 1, #marks do
-    -- An undated mark lapses not: kept while its writer lives, as the version that wrote it keeps it.
-    local fresh = lapse == nil or marks[i][2] == nil or marks[i][2] >= now - lapse
+    if marks[i][2] ~= nil then dated[marks[i][1]] = marks[i][2] end
+  end
+  for i = 1, #marks do
+    -- A bare id follows its dated twin; alone (a version before the dates) it lapses not, kept while
+    -- its writer lives, as that version keeps it.
+    local at = dated[marks[i][1]]
+    local fresh = lapse == nil or at == nil or at >= now - lapse
     if live[marks[i][1]] and fresh then kept[#kept + 1] = marks[i][3] end
   end
   if #kept == 0 then
@@ -298,7 +309,9 @@ if ARGV[base] == '2' then
   end
 elseif ARGV[base] == '1' then
   if num('open_since') == 0 then
-    redis.call('HSET', KEYS[1], 'open_since', ms(now), 'open_by', ARGV[base + 1] .. '@' .. ms(now))
+    redis.call('HSET', KEYS[1], 'open_since', ms(now))
+    redis.call('HDEL', KEYS[1], 'open_by')
+    markOpen(ARGV[base + 1])
     learned()
   elseif redis.call('HEXISTS', KEYS[1], 'open_by') == 1 then
     -- An outage without open_by (rebuilt, or opened by a version that did not mark) is kept until a

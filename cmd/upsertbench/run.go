@@ -125,7 +125,12 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 			return result{}, fmt.Errorf("%s/%s: %w", p.name, s.name, c.err)
 		}
 	}
+	return measureReturned(srv, p, s, clients, start, progress), nil
+}
 
+// measureReturned measures a run whose clients, started at start, have
+// returned.
+func measureReturned(srv *upserttest.Server, p profile, s strategy, clients []*client, start time.Time, progress io.Writer) result {
 	// A stopped run is measured at the stop: what the server holds as its
 	// clients return, over the time to the stop. Writes still in progress
 	// then land after it, and count as neither landed nor lost.
@@ -152,7 +157,7 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 		r.elapsed = max(r.elapsed, settled)
 		r.efficiency = efficiency(p, r.landed, r.elapsed)
 	}
-	return r, nil
+	return r
 }
 
 // dialClients connects each client to srv.

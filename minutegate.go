@@ -65,7 +65,7 @@ type minuteLimit struct {
 	// then knows that again.
 	before *minuteLimit
 	// refusal is the refusal that made m blind: replayed on before when a
-	// request admitted before its own is accepted (the run's own wave,
+	// request sent before its own is accepted (the run's own wave,
 	// answered out of order: the refusal was the run's, not others').
 	refusal minuteObservation
 }
@@ -88,8 +88,8 @@ type minuteObservation struct {
 	admittedUnder int
 	// accepted: the index accepted a request.
 	accepted bool
-	// order is the answered request's place in the order the gate
-	// admitted requests.
+	// order is the answered request's place in the order the run's
+	// requests went out (minuteGate.sending).
 	order uint64
 	// othersOnly: the index accepted none of the run's requests in the
 	// minute before the refusal (blind: others spent it).
@@ -108,7 +108,7 @@ type minuteObservation struct {
 // minute before says only that others spent it (another job of the
 // project; the run's own requests in flight may be refused too): the
 // gate keeps to one request until the index accepts one, then goes back
-// to what it knew, or, when the request accepted was admitted before the
+// to what it knew, or, when the request accepted went out before the
 // refused one (the run's own wave answered out of order: a 429 comes back
 // at once, an accepted request is embedded first), takes the refusal as
 // the run's own after all (blindRefusal; learned as a limit, a
@@ -123,7 +123,9 @@ func nextMinuteLimit(m minuteLimit, o minuteObservation) minuteLimit {
 	near := m.ceiling > 0 && m.ceiling-m.limit <= max(1, int(float64(m.limit)*minuteSearchStep))
 	switch {
 	case o.accepted && m.blind() && o.order < m.refusal.order:
-		return nextMinuteLimit(*m.before, m.refusal) // the refusal was the run's own: heard before its wave's acceptance
+		back := nextMinuteLimit(*m.before, m.refusal) // the refusal was the run's own: heard before its wave's acceptance
+		back.since = o.now
+		return back
 	case o.accepted && m.blind():
 		back := *m.before
 		back.since = o.now
@@ -194,7 +196,7 @@ type minutePass struct {
 	size     minuteUse // zero once refused or withdrawn
 	counted  bool      // in the window's sums: not yet a minute old, nor refused
 	accepted bool      // the index accepted it
-	order    uint64    // its place in the order the gate admitted requests
+	order    uint64    // its place in the order the requests went out; 0 until sent
 	under    minuteUse // the limits it was admitted under
 }
 
@@ -215,7 +217,7 @@ type minuteGate struct {
 	tokens   minuteLimit // learned limits
 	requests minuteLimit
 	heldAt   time.Time // when a request last waited
-	admitted uint64    // requests admitted so far (minutePass.order)
+	sent     uint64    // requests sent so far (minutePass.order)
 }
 
 func newMinuteGate(c clock) *minuteGate {
@@ -242,8 +244,7 @@ func (g *minuteGate) wait(ctx context.Context, tokens int) (*minutePass, error) 
 		g.advance(now)
 		d := g.delay(now, size)
 		if d <= 0 {
-			g.admitted++
-			p := &minutePass{at: now, size: size, counted: true, under: minuteUse{g.tokens.limit, g.requests.limit}, order: g.admitted}
+			p := &minutePass{at: now, size: size, counted: true, under: minuteUse{g.tokens.limit, g.requests.limit}}
 			g.window = append(g.window, p)
 			g.used.tokens += size.tokens
 			g.used.requests++
@@ -309,6 +310,8 @@ func (g *minuteGate) sending(p *minutePass) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p.sentAt = g.clock.Now()
+	g.sent++
+	p.order = g.sent // not at admission: a request admitted first may wait for its lane, and go long after
 	g.restamp(p, p.sentAt)
 }
 

@@ -36,7 +36,7 @@ func TestNextMinuteLimit(t *testing.T) {
 		return minuteLimit{limit: limit, proven: proven, ceiling: ceiling, since: t0}
 	}
 	refusedAt := func(m minuteLimit) minuteLimit { m.since = at(10 * time.Second); return m }
-	// A blind refusal is of the tenth request the gate admitted.
+	// A blind refusal is of the tenth request the run sent.
 	blindly := func(inWindow, request int) minuteObservation {
 		o := refused(inWindow, request)
 		o.othersOnly, o.order = true, 10
@@ -77,9 +77,9 @@ func TestNextMinuteLimit(t *testing.T) {
 		{"... also with the run's own requests in flight, refused too", minuteLimit{}, blindly(2880, 960), blind(960, minuteLimit{}, blindly(2880, 960))},
 		{"... refused again: one request's worth, the same limit and first refusal kept", blind(960, under(9000, 9000, 9900), blindly(0, 960)), blindly(0, 480), blind(480, under(9000, 9000, 9900), blindly(0, 960))},
 		{"... held back for minutes: no growth", blind(960, minuteLimit{}, blindly(0, 960)), heldFor(minuteGrowAfter), blind(960, minuteLimit{}, blindly(0, 960))},
-		{"... a request admitted after the refused one accepted: the limit kept", blind(960, under(9000, 9000, 9900), blindly(0, 960)), accepted, grownAt(under(9000, 9000, 9900), time.Minute)},
-		{"... a request admitted after the refused one accepted, none known before: none", blind(960, minuteLimit{}, blindly(0, 960)), accepted, grownAt(minuteLimit{}, time.Minute)},
-		{"... a request admitted before the refused one accepted (the wave's answers out of order): the refusal was the run's own, a refused probe's", blind(500, searching(12600, 9000, 9000), blindly(12000, 500)), acceptedEarlier, refusedAt(under(9000, 9000, 12600))},
+		{"... a request sent after the refused one accepted: the limit kept", blind(960, under(9000, 9000, 9900), blindly(0, 960)), accepted, grownAt(under(9000, 9000, 9900), time.Minute)},
+		{"... a request sent after the refused one accepted, none known before: none", blind(960, minuteLimit{}, blindly(0, 960)), accepted, grownAt(minuteLimit{}, time.Minute)},
+		{"... a request sent before the refused one accepted (the wave's answers out of order): the refusal was the run's own, a refused probe's", blind(500, searching(12600, 9000, 9000), blindly(12000, 500)), acceptedEarlier, grownAt(under(9000, 9000, 12600), time.Minute)},
 		{"an accepted request without a blind refusal: unchanged", under(9000, 9000, 9900), accepted, under(9000, 9000, 9900)},
 		{"a refusal of a request let in under the limit kept lowers it", under(9000, 9000, 9900), minuteObservation{now: at(10 * time.Second), refused: true, inWindow: 7000, request: 500, admittedUnder: 9000}, refusedAt(searching(7000, 0, 1750))},
 	}
@@ -1176,5 +1176,41 @@ func TestARefusedProbeHeardBeforeItsWaveMatesAcceptanceKeepsItsCeiling(t *testin
 			assert.Equal(t, probe.proven, got.limit, "the refused probe falls back to the proven limit")
 			assert.Equal(t, probe.limit, got.ceiling, "under a ceiling of the refused probe")
 		})
+	}
+}
+
+// A request the gate admitted before a blind refusal but that was only
+// sent long after it (it waited for its lane: another namespace's slots,
+// the lane's rate cut after the 429) and accepted once the neighbour's
+// spell was over is not "the run's own wave answered out of order": its
+// acceptance says nothing of who spent the minute the refusal met. The
+// gate numbers requests as they go out, not as it admits them (found by
+// the third regression review: it replayed the refusal, and learned the
+// refused request's worth as the limit, the very outcome blindRefusal
+// exists to avoid).
+func TestAnAcceptanceSentAfterABlindRefusalIsNotItsWaveMates(t *testing.T) {
+	for _, known := range []int{0, 6000} {
+		ctx := context.Background()
+		tokensRefused := &Error{Class: ClassRateLimited, Limit: LimitEmbedTokens}
+		clk := newFakeClock()
+		g := newMinuteGate(clk)
+		g.tokens = minuteLimit{limit: known, since: clk.Now()}
+		late, err := g.wait(ctx, 500) // admitted; waits for its lane
+		require.NoError(t, err)
+		refused, err := g.wait(ctx, 500)
+		require.NoError(t, err)
+		g.sending(refused)
+		g.done(refused, tokensRefused) // another job spent the minute: blind
+		g.mu.Lock()
+		require.True(t, g.tokens.blind())
+		g.mu.Unlock()
+		clk.Advance(90 * time.Second) // the neighbour is gone
+		g.sending(late)               // sent 90s after the refusal was heard
+		g.done(late, nil)
+		g.mu.Lock()
+		got := g.tokens
+		g.mu.Unlock()
+		assert.False(t, got.blind())
+		assert.Equal(t, known, got.limit, "known %d: the gate should go back to what it knew, not learn the blind refusal's 500", known)
 	}
 }

@@ -426,11 +426,12 @@ func (ln *lane) closeBreaker(now, sent time.Time) {
 // failure in the outage as it last heard of it (another writer's breaker
 // opened it, and opened this one; or it replaced, between two views, the
 // outage this writer was in), or one once its last report is due for
-// renewal (outageRenewalDue) in the outage it marked itself in. The store keeps the outage while a writer
-// that reported itself in it within share.OutageLapse is live, so that it
-// outlives the writer that opened it only while a writer still fails in
-// it (one that none still sees may have ended unseen: a writer that joins
-// later must not count its own from that one's start). ln.mu is held.
+// renewal (outageRenewalDue) in the outage it marked itself in. The store
+// keeps the outage while a writer that reported itself in it within
+// share.OutageLapse is live, so that it outlives the writer that opened
+// it only while a writer still fails in it (one that none still sees may
+// have ended unseen: a writer that joins later must not count its own
+// from that one's start). ln.mu is held.
 func (ln *lane) joinsSharedOutage(now time.Time) bool {
 	heard := ln.breaker.shared.openSince
 	if !ln.breaker.open || heard.IsZero() {

@@ -108,7 +108,7 @@ func (r *run) laneHost() string {
 // memberships of shared lanes the run is to leave (leaveDropped).
 func (t *routeTable) dropIdle() (lanes []*lane) {
 	for ns, rt := range t.byKey {
-		if len(rt.ready.items) == 0 && len(rt.batcher.cur.items) == 0 && rt.active.Load() == 0 {
+		if !holds(rt) && rt.active.Load() == 0 {
 			delete(t.byKey, ns)
 			rt.lane.holdRoute(-1)
 			lanes = append(lanes, rt.lane)

@@ -32,11 +32,11 @@ var ErrClosed = errors.New("upsert: writer closed")
 // one whose requests wait for its rate holds those queued. With
 // [WithAcks] a full window of acks (which go in order) holds back every
 // Add.
-// Failures are reported as they happen to the Failure
-// function of an [Observer], if one was given (a dead-letter file), and
-// are in the Result that Close returns (only the first 1000 of them when
-// an observer or the acks of [WithAcks] receive them all). To learn, record by record and in the
-// order they were added, which records have landed (to commit a source's
+// Failures are reported as they happen to the Failure function of an
+// [Observer], if one was given (a dead-letter file), and are in the Result
+// that Close returns (only the first 1000 of them when an observer or the
+// acks of [WithAcks] receive them all). To learn, record by record and in
+// the order they were added, which records have landed (to commit a source's
 // offsets as they do), pass [WithAcks] and add with [Writer.AddTagged].
 //
 // A Writer is safe for concurrent use, and every method returns when its

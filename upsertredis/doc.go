@@ -61,9 +61,10 @@
 //     of the lane it fails in (one closed and another opened between two
 //     of its exchanges included), and again at a failure 30 s after its
 //     last report, which renews it (an outage that ended under it is
-//     not opened again by its word alone). An outage whose writers are not known (the state
-//     rebuilt after Redis lost it, or an outage opened by a version
-//     before this one) lasts until a breaker closes;
+//     not opened again by its word alone). An outage whose writers are
+//     not known (the state rebuilt after Redis lost it, or an outage
+//     opened by a version that did not mark them) lasts until a breaker
+//     closes;
 //   - the live writers and what each could send (its demand): each
 //     writer's part of the rate is a max-min fair split, so a writer that
 //     joins gets its part at once and the others take up the part of one

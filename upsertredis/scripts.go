@@ -76,15 +76,14 @@ end
 `
 
 // outageLua keeps the lane's outage (open_since) only while a writer
-// still fails in it. The state's field open_by holds, space-separated,
-// an entry "<id>@<ms>" and its bare twin "<id>" (for a version before the
+// still fails in it. The state's field open_by holds, space-separated, an
+// entry "<id>@<ms>" and its bare twin "<id>" (for a version before the
 // dates, which keeps only the ids of live writers) for each writer whose
-// breaker reported it open
-// (breakerScript's "1": the one that opened it, those whose own breaker
-// opened during it, and those whose own request failed in it after they
-// heard it), dated by Redis's clock at that writer's latest report; a
-// report of a writer already named renews its date, and a close clears
-// open_by with the outage. settle(live, lapse), given the set of live
+// breaker reported it open (breakerScript's "1": the one that opened it,
+// and those whose own breaker opened during it; its "2": those whose own
+// request failed in it after they heard it), dated by Redis's clock at
+// that writer's latest report; a report of a writer already named renews
+// its date, and a close clears open_by with the outage. settle(live, lapse), given the set of live
 // writer ids and the writer's lapse (ms; share.OutageLapse), drops the
 // entries of the others (expired: a writer killed; or gone: a leave),
 // those dated more than lapse ago (a writer that stopped failing: idle,
@@ -95,16 +94,16 @@ end
 // that joins later must not count its own outage from a start that nobody
 // still in the lane saw continue (the index may have been back for
 // minutes), and give up at its first failure. The close is raised to the
-// clock (learned), as a breaker's. A state without open_by
-// while open_since is set (rebuilt from a writer's seed, or written by a
-// version that did not mark) keeps its outage until a close, as before:
+// clock (learned), as a breaker's. A state without open_by while
+// open_since is set (rebuilt from a writer's seed, or written by a version
+// that did not mark) keeps its outage until a close, as before:
 // breakerScript begins no open_by on it (a list begun then would name
 // only the writers that report from then on, and settle would end the
 // outage when they leave though others are still in it). open_by holds at
-// most one dated entry and one bare id per live writer. liveWriters drops the writers (KEYS[2])
-// whose heartbeat expired, or whose entry is not of its shape, and
-// returns the live ones' ids as a set, their number, and the demands of
-// those other than self.
+// most one dated entry and one bare id per live writer. liveWriters drops
+// the writers (KEYS[2]) whose heartbeat expired, or whose entry is not of
+// its shape, and returns the live ones' ids as a set, their number, and
+// the demands of those other than self.
 const outageLua = `
 local function liveWriters(self)
   local live, n, others = {}, 0, {}
@@ -161,7 +160,7 @@ local function settle(live, lapse)
     -- A bare id follows its dated twin; alone (a version before the dates) it lapses not, kept while
     -- its writer lives, as that version keeps it.
     local at = dated[marks[i][1]]
-    local fresh = lapse == nil or at == nil or at >= now - lapse
+    local fresh = at == nil or at >= now - lapse
     if live[marks[i][1]] and fresh then kept[#kept + 1] = marks[i][3] end
   end
   if #kept == 0 then
@@ -298,8 +297,9 @@ const maxRefusals = "16"
 // starts with the first writer whose breaker opens, and ends for all with
 // the first that closes (the index answered it), or once no writer that
 // reported it open is live and reported it within the lapse (outageLua:
-// each "1" names its writer in open_by, dated now, when the outage has one
-// or the "1" opens it; a writer still failing sends "1" again to renew).
+// each "1" or "2" names its writer in open_by, dated now, when the outage
+// has one or the "1" opens it; a writer still failing sends "2" again to
+// renew).
 var breakerScript = redis.NewScript(prelude + `
 if ARGV[base] == '2' then
   -- A writer failing in the outage it names: a mark in that outage only, never one opened on its word.

@@ -15,9 +15,9 @@ import (
 
 // IdealMaxInFlight is the most requests the ideal client of
 // [Index.IdealTime] keeps in flight at once: the upsert library's largest
-// adaptive concurrency. A client with more in flight can beat the ideal where no
-// limit of the index binds below it (unlimited slots, buckets that do
-// not bind: seeds 6, 85, 137, 519, 543, 608 and 625 of 1–800).
+// adaptive concurrency. A client with more in flight can beat the ideal
+// where no limit of the index binds below it (unlimited slots, buckets
+// that do not bind: seeds 6, 85, 137, 519, 543, 608 and 625 of 1–800).
 const IdealMaxInFlight = 64
 
 // IdealTime returns how long a client that knew ix in advance needs, at

@@ -131,27 +131,26 @@ func run(ctx context.Context, p profile, s strategy, scale float64, deadline tim
 // measureReturned measures a run whose clients, started at start, have
 // returned.
 func measureReturned(srv *upserttest.Server, p profile, s strategy, clients []*client, start time.Time, progress io.Writer) result {
-	// A stopped run is measured at the stop: what the server holds as its
-	// clients return, over the time to the stop. Writes still in progress
-	// then land after it, and count as neither landed nor lost.
+	// What the server holds as the clients return, taken before it is
+	// asked whether it answered everything, so that a write landing
+	// between the two counts as late. A stopped run is measured at the
+	// stop: over the time to it, writes still in progress land after it,
+	// and count as neither landed nor lost. Otherwise, writes still in
+	// progress count only if they land records that were missing then: a
+	// straggling duplicate of a request the strategy split and resent adds
+	// nothing, and the ideal frees a timed-out request at its timeout.
+	atReturn := storedRecords(srv, clients)
 	var atStop [][]bool
 	if slices.ContainsFunc(clients, func(c *client) bool { return c.stopped }) {
-		atStop = storedRecords(srv, clients)
+		atStop = atReturn
 	}
-	// Writes still in progress as the clients returned count only if they
-	// land records that were missing then: a straggling duplicate of a
-	// request the strategy split and resent adds nothing, and the ideal
-	// frees a timed-out request at its timeout. The records stored are
-	// counted before the server is asked whether it answered everything,
-	// so that a write landing between the two counts as late.
-	atReturn := countStored(storedRecords(srv, clients))
 	late := !answeredAll(srv)
 	if !settle(srv) && progress != nil {
 		fmt.Fprintf(progress, "%s/%s: the server still had requests in progress after %v\n", p.name, s.name, settleTimeout)
 	}
 	settled := time.Since(start)
 	r := measure(srv, p, s, clients, atStop)
-	if late && !r.stopped && r.landed > atReturn {
+	if late && !r.stopped && r.landed > countStored(atReturn) {
 		// Writes the clients gave up on landed records after they
 		// returned: the clock runs until the server has answered them.
 		r.elapsed = max(r.elapsed, settled)
